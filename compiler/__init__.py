@@ -1,0 +1,1 @@
+"""ONNX -> fused, quantized graph -> register-command tasks -> model file."""

@@ -1,0 +1,1 @@
+"""Chip descriptions: one YAML file per chip, loaded into frozen, validated objects."""

@@ -1,0 +1,1 @@
+"""The ``npuemu`` command line and report rendering."""
