@@ -1,0 +1,195 @@
+"""``npuemu inspect MODEL.npu``: a readable summary of a model file, or its trailer as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from npuemu.isa.container import ModelFile, Quantization, Step
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "inspect", help="summarise an npuemu model file (.npu)",
+        description="Print the format version, platform, compiler options, sections, tensors, layers, "
+        "schedule and memory map of an npuemu model file.",
+    )
+    parser.add_argument("model", help="path to a .npu model file")
+    parser.add_argument("--json", action="store_true", help="print the JSON trailer instead of the summary")
+    parser.add_argument("--no-verify", action="store_true",
+                        help="report section checksum mismatches instead of refusing the file "
+                        "(exit code 1 if there are any)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from npuemu.isa.container import ModelFile
+
+    model = ModelFile.read(args.model, verify_sections=not args.no_verify)
+    if args.json:
+        json.dump(model.trailer, sys.stdout, indent=2, ensure_ascii=False)
+        sys.stdout.write("\n")
+    else:
+        render(model, f"{args.model} ({os.path.getsize(args.model)} bytes)", sys.stdout)
+    return 1 if model.checksum_failures else 0
+
+
+# --- rendering ------------------------------------------------------------------------------
+
+
+def table(rows: list[list[str]], header: list[str], out: TextIO, indent: str = "  ") -> None:
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        out.write(indent + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() + "\n")
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
+def _shape(shape: tuple[int, ...] | None) -> str:
+    return "-" if shape is None else "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def _address(value: int | None) -> str:
+    return "-" if value is None else f"{value:#x}"
+
+
+def _quantization(quant: Quantization | None) -> str:
+    if quant is None:
+        return "-"
+    if not quant.per_channel:
+        return f"scale={quant.scale[0]:.6g} zp={quant.zero_point[0]}"
+    axis = "" if quant.axis is None else f" axis={quant.axis}"
+    return (f"per-channel[{len(quant.scale)}]{axis} scale={min(quant.scale):.4g}..{max(quant.scale):.4g} "
+            f"zp={min(quant.zero_point)}..{max(quant.zero_point)}")
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
+
+
+def _layer_ids(ids: tuple[int, ...]) -> str:
+    if not ids:
+        return "-"
+    if list(ids) == list(range(ids[0], ids[0] + len(ids))) and len(ids) > 2:
+        return f"{ids[0]}-{ids[-1]}"
+    return ",".join(str(i) for i in ids)
+
+
+def _header_lines(model: ModelFile, label: str, out: TextIO) -> None:
+    platform, compiler = model.platform(), model.compiler()
+    fmt = model.trailer["format"]
+    out.write(f"file:      {label}\n")
+    out.write(f"format:    {fmt['name']} {fmt['version']}\n")
+    out.write(f"platform:  {platform.chip or '(not recorded)'}\n")
+    if platform.overrides:
+        out.write(f"  overrides: {_compact(platform.overrides)}\n")
+    if platform.figures:
+        out.write(f"  figures:   {_compact(platform.figures)}\n")
+    out.write(f"compiler:  {compiler.version or '(not recorded)'}\n")
+    if compiler.options:
+        out.write(f"  options:   {_compact(compiler.options)}\n")
+
+
+def _sections(model: ModelFile, out: TextIO) -> None:
+    out.write(f"\nsections ({len(model.sections)}):\n")
+    if not model.sections:
+        out.write("  (none)\n")
+        return
+    rows = [
+        [str(index), s.kind.name.lower(), s.name, str(s.size), s.region.name.lower(),
+         "-" if not s.region else f"{s.load_address:#x}", str(s.alignment), f"{s.crc32:#010x}",
+         "MISMATCH" if s.name in model.checksum_failures else "ok"]
+        for index, s in enumerate(model.sections)
+    ]
+    table(rows, ["#", "kind", "name", "size", "region", "load address", "align", "crc32", "checksum"], out)
+
+
+def _tensors(model: ModelFile, out: TextIO) -> None:
+    tensors = model.tensors()
+    out.write(f"\ntensors ({len(tensors)}):\n")
+    if not tensors:
+        out.write("  (none)\n")
+        return
+    rows = [
+        [t.name, _shape(t.shape), t.dtype or "-",
+         (t.layout or "-") + (f" C2={t.c2}" if t.c2 is not None else ""), _shape(t.native_shape),
+         _quantization(t.quantization), t.region or "-", _address(t.address), "-" if t.size is None else str(t.size)]
+        for t in tensors
+    ]
+    table(rows, ["name", "shape", "dtype", "layout", "native shape", "quantization", "region", "address", "size"], out)
+
+
+def _layers(model: ModelFile, out: TextIO) -> None:
+    graph = model.graph()
+    out.write(f"\nlayers ({len(graph.layers)}):\n")
+    if graph.inputs or graph.outputs:
+        out.write(f"  inputs: {', '.join(graph.inputs) or '-'}; outputs: {', '.join(graph.outputs) or '-'}\n")
+    if not graph.layers:
+        out.write("  (none)\n")
+        return
+    rows = [[str(layer.id), layer.op_type or "-", layer.name or "-", layer.target or "-",
+             str(layer.task_count) if layer.tasks else "-"]
+            for layer in graph.layers]
+    table(rows, ["id", "op_type", "name", "target", "tasks"], out)
+
+
+def _step_line(index: int, step: Step) -> list[str]:
+    if step.kind == "npu":
+        chain = step.chain
+        what = (f"core {step.core}: {_count(chain.tasks, 'task')} from {chain.section}+{chain.offset:#x} "
+                f"(first amount {chain.first_amount})")
+    else:
+        what = f"{step.op}({', '.join(step.inputs)}) -> {', '.join(step.outputs)}"
+        if step.params:
+            what += f" {_compact(step.params)}"
+    return [str(index), step.kind, what, _layer_ids(step.layers)]
+
+
+def _schedule(model: ModelFile, out: TextIO) -> None:
+    steps = model.schedule()
+    out.write(f"\nschedule ({_count(len(steps), 'step')}):\n")
+    if not steps:
+        out.write("  (none)\n")
+        return
+    table([_step_line(index, step) for index, step in enumerate(steps)], ["#", "kind", "what", "layers"], out)
+    per_core: dict[int, list[int]] = {}
+    for step in steps:
+        if step.kind == "npu":
+            per_core.setdefault(step.core, []).append(step.chain.tasks)
+    for core, chains in sorted(per_core.items()):
+        out.write(f"  core {core}: {_count(len(chains), 'chain')}, {_count(sum(chains), 'task')}\n")
+    cpu = sum(1 for step in steps if step.kind == "cpu")
+    if cpu:
+        out.write(f"  cpu: {_count(cpu, 'op')}\n")
+
+
+def _memory_map(model: ModelFile, out: TextIO) -> None:
+    memory = model.memory_map()
+    out.write("\nmemory map:\n")
+    if not memory.regions and not memory.areas:
+        out.write("  (not recorded)\n")
+        return
+    if memory.regions:
+        table([[r.name, f"{r.base:#x}", str(r.size)] for r in memory.regions], ["region", "base", "size"], out)
+    if memory.areas:
+        table([[a.name, a.region or "-", _address(a.base), str(a.size)] for a in memory.areas],
+              ["area", "region", "base", "size"], out)
+
+
+def render(model: ModelFile, label: str, out: TextIO) -> None:
+    """The whole summary; ``label`` names the file on the first line."""
+    _header_lines(model, label, out)
+    _sections(model, out)
+    _tensors(model, out)
+    _layers(model, out)
+    _schedule(model, out)
+    _memory_map(model, out)
+    if model.checksum_failures:
+        out.write(f"\nWARNING: checksum mismatch in {_count(len(model.checksum_failures), 'section')}: "
+                  f"{', '.join(model.checksum_failures)}\n")
