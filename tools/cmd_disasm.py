@@ -1,4 +1,5 @@
-"""``npuemu disasm FILE``: print a raw regcmd buffer as assembly text."""
+"""``npuemu disasm FILE``: print a raw regcmd buffer, or every regcmd section of a model
+file, as assembly text."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ from pathlib import Path
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "disasm", help="disassemble a raw regcmd buffer",
+        "disasm", help="disassemble a model file or a raw regcmd buffer",
         description="Print a raw register-command buffer (little-endian 64-bit words) as "
         "assembly text: one line per word with its decoded fields, task boundaries, tails and "
-        "padding. `npuemu asm` turns the text back into the same bytes.",
+        "padding. `npuemu asm` turns the text back into the same bytes. Given a model file (.npu), "
+        "every regcmd section is disassembled at its load address with the chip's register map.",
     )
-    parser.add_argument("file", type=Path, help="raw regcmd buffer")
-    parser.add_argument("--map", default="rk3588", help="register map family or YAML path (default rk3588)")
+    parser.add_argument("file", type=Path, help="model file (.npu) or raw regcmd buffer")
+    parser.add_argument("--map", default=None,
+                        help="register map family or YAML path (default: the model's chip, else rk3588)")
     parser.add_argument("--base-addr", type=lambda text: int(text, 0), default=0,
                         help="address the buffer is mapped at, for the task addresses (default 0)")
     parser.add_argument("-o", "--output", type=Path, help="write the text here instead of stdout")
@@ -24,15 +27,36 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from npuemu.isa.disasm import disassemble
     from npuemu.isa.errors import InputError
+    from npuemu.isa.container import MAGIC, ModelFile
     from npuemu.isa.regmap_loader import load_regmap
 
     try:
         data = args.file.read_bytes()
     except OSError as error:
         raise InputError(f"{args.file}: cannot read: {error.strerror}") from None
-    text = disassemble(data, load_regmap(args.map), args.base_addr)
+    if data.startswith(MAGIC):
+        text = _disassemble_model(ModelFile.from_bytes(data, name=str(args.file)), args.map)
+    else:
+        text = disassemble(data, load_regmap(args.map or "rk3588"), args.base_addr)
     if args.output:
         args.output.write_text(text, encoding="utf-8")
     else:
         print(text, end="")
     return 0
+
+
+def _disassemble_model(model, map_name: str | None) -> str:
+    from npuemu.isa.container import SectionKind
+    from npuemu.isa.disasm import disassemble
+    from npuemu.isa.regmap_loader import load_regmap
+    from npuemu.platforms import load_platform
+
+    if map_name is None:
+        chip = model.platform().chip
+        map_name = load_platform(chip).register_map.family if chip else "rk3588"
+    regmap = load_regmap(map_name)
+    parts = []
+    for section in model.sections_of_kind(SectionKind.REGCMD):
+        parts.append(f"; section {section.name!r}: {section.size} bytes at {section.load_address:#x}\n")
+        parts.append(disassemble(section.data, regmap, section.load_address))
+    return "".join(parts) if parts else "; no regcmd sections\n"
