@@ -1,0 +1,161 @@
+"""Conv and ConvTranspose over any number of spatial axes (NCHW for the 2-D case).
+
+Canonical attributes: ``kernel_shape``, ``strides``, ``dilations``, ``group`` and explicit
+``pads`` ([begins..., ends...], resolved from ``auto_pad``); ConvTranspose adds
+``output_padding`` (its ``output_shape`` attribute is resolved into pads).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from .base import Canonical, NodeView, SpatialParams, TensorInfo, as_float, int_list, like, register, resolve_pads
+
+
+def spatial_params(view: NodeView, kernel_default: list[int]) -> SpatialParams:
+    kernel = int_list(view.attr("kernel_shape", kernel_default))
+    rank = len(kernel)
+    return SpatialParams(kernel, int_list(view.attr("strides", [1] * rank)), int_list(view.attr("dilations", [1] * rank)))
+
+
+def window_extent(kernel: int, dilation: int) -> int:
+    return (kernel - 1) * dilation + 1
+
+
+def conv_out_size(size: int, kernel: int, stride: int, dilation: int, pad_total: int) -> int:
+    return (size + pad_total - window_extent(kernel, dilation)) // stride + 1
+
+
+def windows(padded: np.ndarray, kernel: list[int], strides: list[int], dilations: list[int]) -> np.ndarray:
+    """View (N, C, *out, *kernel) of the sliding windows of an already padded (N, C, *spatial)."""
+    axes = tuple(range(2, 2 + len(kernel)))
+    extents = [window_extent(k, d) for k, d in zip(kernel, dilations)]
+    view = sliding_window_view(padded, extents, axis=axes)
+    picks = (slice(None), slice(None), *(slice(None, None, s) for s in strides), *(slice(None, None, d) for d in dilations))
+    return view[picks]
+
+
+# ---- Conv ----------------------------------------------------------------------------------
+
+def _canonical_conv(view: NodeView) -> Canonical:
+    x, w = view.info(0), view.info(1)
+    params = spatial_params(view, list(w.shape[2:]))
+    group = int(view.attr("group", 1))
+    if len(x.shape) != len(w.shape) or x.shape[1] != w.shape[1] * group or w.shape[0] % group:
+        raise view.fail(f"input {list(x.shape)}, weight {list(w.shape)} and group {group} do not fit")
+    pads = resolve_pads(view.attr("auto_pad", "NOTSET"), x.shape[2:], params, view.attr("pads"))
+    attrs = {"kernel_shape": params.kernel, "strides": params.strides, "pads": pads,
+             "dilations": params.dilations, "group": group}
+    return Canonical(attrs, [name for name in view.input_names if name])
+
+
+def _infer_conv(attrs: dict[str, Any], inputs: list[TensorInfo]) -> list[TensorInfo]:
+    x, w = inputs[0], inputs[1]
+    rank = len(attrs["kernel_shape"])
+    pads = attrs["pads"]
+    out = [conv_out_size(x.shape[2 + i], attrs["kernel_shape"][i], attrs["strides"][i], attrs["dilations"][i],
+                         pads[i] + pads[i + rank]) for i in range(rank)]
+    return [TensorInfo.of((x.shape[0], w.shape[0], *out), x.dtype)]
+
+
+@register("Conv", infer=_infer_conv, canonicalize=_canonical_conv)
+def conv(attrs: dict[str, Any], x: list[np.ndarray]) -> np.ndarray:
+    data, weight = as_float(x[0]), as_float(x[1])
+    kernel, rank, group = attrs["kernel_shape"], len(attrs["kernel_shape"]), attrs["group"]
+    pads = attrs["pads"]
+    padded = np.pad(data, [(0, 0), (0, 0), *zip(pads[:rank], pads[rank:])])
+    cols = windows(padded, kernel, attrs["strides"], attrs["dilations"])
+    batch, channels = data.shape[:2]
+    out_sizes = cols.shape[2:2 + rank]
+    cols = cols.reshape(batch, group, channels // group, *out_sizes, -1)
+    weight = weight.reshape(group, weight.shape[0] // group, channels // group, -1)
+    result = np.einsum("ngc...k,gock->ngo...", cols, weight, optimize=True)
+    result = result.reshape(batch, -1, *out_sizes)
+    if len(x) > 2:
+        result = result + as_float(x[2]).reshape(-1, *[1] * rank)
+    return like(result, x[0])
+
+
+# ---- ConvTranspose -------------------------------------------------------------------------
+
+def _transpose_pads(view: NodeView, params: SpatialParams, in_sizes: tuple[int, ...], output_padding: list[int]) -> list[int]:
+    rank = len(in_sizes)
+    auto_pad = view.attr("auto_pad", "NOTSET")
+    output_shape = view.attr("output_shape")
+    if output_shape is None and auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        output_shape = [size * stride for size, stride in zip(in_sizes, params.strides)]
+    if output_shape is None:
+        return resolve_pads(auto_pad if auto_pad == "VALID" else "NOTSET", in_sizes, params, view.attr("pads"))
+    output_shape = int_list(output_shape)[-rank:]
+    begins, ends = [], []
+    for i in range(rank):
+        full = params.strides[i] * (in_sizes[i] - 1) + output_padding[i] + window_extent(params.kernel[i], params.dilations[i])
+        total = full - output_shape[i]
+        if total < 0 and auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            total = 0  # onnxruntime and ONNX shape inference keep the full output then
+        if total < 0:  # a larger output than the input reaches: zeros (plus bias) at the end
+            begins.append(0)
+            ends.append(total)
+            continue
+        small, large = total // 2, total - total // 2
+        begins.append(small if auto_pad == "SAME_UPPER" else large)
+        ends.append(large if auto_pad == "SAME_UPPER" else small)
+    return begins + ends
+
+
+def _canonical_conv_transpose(view: NodeView) -> Canonical:
+    x, w = view.info(0), view.info(1)
+    params = spatial_params(view, list(w.shape[2:]))
+    group = int(view.attr("group", 1))
+    if len(x.shape) != len(w.shape) or x.shape[1] != w.shape[0] or w.shape[0] % group:
+        raise view.fail(f"input {list(x.shape)}, weight {list(w.shape)} and group {group} do not fit")
+    rank = len(params.kernel)
+    output_padding = int_list(view.attr("output_padding", [0] * rank))
+    pads = _transpose_pads(view, params, x.shape[2:], output_padding)
+    attrs = {"kernel_shape": params.kernel, "strides": params.strides, "pads": pads, "dilations": params.dilations,
+             "group": group, "output_padding": output_padding}
+    return Canonical(attrs, [name for name in view.input_names if name])
+
+
+def _full_sizes(attrs: dict[str, Any], in_sizes: tuple[int, ...]) -> list[int]:
+    """Output sizes before pads are cropped (output_padding included)."""
+    return [attrs["strides"][i] * (size - 1) + window_extent(attrs["kernel_shape"][i], attrs["dilations"][i])
+            + attrs["output_padding"][i] for i, size in enumerate(in_sizes)]
+
+
+def _infer_conv_transpose(attrs: dict[str, Any], inputs: list[TensorInfo]) -> list[TensorInfo]:
+    x, w = inputs[0], inputs[1]
+    rank = len(attrs["kernel_shape"])
+    pads = attrs["pads"]
+    out = [full - pads[i] - pads[i + rank] for i, full in enumerate(_full_sizes(attrs, x.shape[2:]))]
+    return [TensorInfo.of((x.shape[0], w.shape[1] * attrs["group"], *out), x.dtype)]
+
+
+@register("ConvTranspose", infer=_infer_conv_transpose, canonicalize=_canonical_conv_transpose)
+def conv_transpose(attrs: dict[str, Any], x: list[np.ndarray]) -> np.ndarray:
+    data, weight = as_float(x[0]), as_float(x[1])
+    kernel, rank, group = attrs["kernel_shape"], len(attrs["kernel_shape"]), attrs["group"]
+    batch, channels, *in_sizes = data.shape
+    full = _full_sizes(attrs, tuple(in_sizes))
+    out_per_group = weight.shape[1]
+    result = np.zeros((batch, group, out_per_group, *full))
+    grouped = data.reshape(batch, group, channels // group, *in_sizes)
+    weight = weight.reshape(group, channels // group, out_per_group, *kernel)
+    # scatter: each kernel tap adds the input, scaled, at a strided offset of the output
+    for tap in np.ndindex(*kernel):
+        contribution = np.einsum("ngc...,gco->ngo...", grouped, weight[(slice(None),) * 3 + tap], optimize=True)
+        target = tuple(slice(t * d, t * d + s * (size - 1) + 1, s)
+                       for t, d, s, size in zip(tap, attrs["dilations"], attrs["strides"], in_sizes))
+        result[(slice(None),) * 3 + target] += contribution
+    pads = attrs["pads"]
+    result = result.reshape(batch, -1, *full)
+    if min(pads) < 0:  # negative end pads extend the output with zeros
+        result = np.pad(result, [(0, 0), (0, 0), *((0, max(0, -pad)) for pad in pads[rank:])])
+    crop = tuple(slice(pads[i], full[i] - pads[i + rank]) for i in range(rank))
+    result = result[(slice(None), slice(None), *crop)]
+    if len(x) > 2:
+        result = result + as_float(x[2]).reshape(-1, *[1] * rank)
+    return like(result, x[0])

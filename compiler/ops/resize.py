@@ -1,0 +1,165 @@
+"""Resize (nearest and linear, every ONNX coordinate mode but tf_crop_and_resize) and the
+legacy Upsample, which becomes a Resize.
+
+Canonical attributes: ``mode`` ("nearest" or "linear"), ``coordinate_transformation_mode``,
+``nearest_mode`` (the ONNX ones plus "simple", the rule of Upsample and Resize-10: truncate
+when upsampling, ceil when downsampling), ``scales`` (per axis, as used to map coordinates)
+and ``sizes`` (the output shape). Coordinates are computed in float32, as onnxruntime does,
+so that nearest-neighbour ties pick the same pixel.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .base import Canonical, NodeView, TensorInfo, Unsupported, int_list, normalize_axis, register
+
+_COORDINATE_MODES = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_half_pixel_for_nn",
+                     "half_pixel_symmetric"}
+_NEAREST_MODES = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "simple"}
+_F = np.float32
+
+
+def _mode(view: NodeView) -> str:
+    mode = view.attr("mode", "nearest")
+    mode = "linear" if mode == "bilinear" else mode  # Upsample-7 spelling
+    if mode not in ("nearest", "linear"):
+        raise Unsupported(f"{view.op_type} mode '{mode}'")
+    return mode
+
+
+def _output_from_sizes(view: NodeView, in_shape: tuple[int, ...], sizes: list[int], axes: list[int]) -> tuple[list[float], list[int]]:
+    out = list(in_shape)
+    ratios = {axis: float(_F(size) / _F(in_shape[axis])) for axis, size in zip(axes, sizes)}
+    policy = view.attr("keep_aspect_ratio_policy", "stretch")
+    if policy == "stretch":
+        for axis, size in zip(axes, sizes):
+            out[axis] = size
+    elif policy in ("not_larger", "not_smaller"):
+        common = (min if policy == "not_larger" else max)(ratios.values())
+        ratios = dict.fromkeys(axes, common)
+        for axis in axes:
+            out[axis] = int(round_half_away(np.asarray(_F(common) * _F(in_shape[axis]))))
+    else:
+        raise view.fail(f"keep_aspect_ratio_policy '{policy}' is not stretch, not_larger or not_smaller")
+    scales = [float(_F(out[axis]) / _F(in_shape[axis])) if policy == "stretch" and axis in ratios
+              else float(_F(ratios.get(axis, 1.0))) for axis in range(len(in_shape))]
+    return scales, out
+
+
+def _output_from_scales(in_shape: tuple[int, ...], given: list[float], axes: list[int]) -> tuple[list[float], list[int]]:
+    scales = [1.0] * len(in_shape)
+    for axis, scale in zip(axes, given):
+        scales[axis] = float(_F(scale))
+    out = [int(_F(scale) * _F(size)) for scale, size in zip(scales, in_shape)]
+    return scales, out
+
+
+def _canonical_resize(view: NodeView) -> Canonical:
+    in_shape = view.info(0).shape
+    rank = len(in_shape)
+    mode = _mode(view)
+    if int(view.attr("antialias", 0)):
+        raise Unsupported("Resize with antialias")
+    legacy = view.op_type == "Upsample" or view.opset < 11
+    if legacy:
+        coordinate, nearest = "asymmetric", "simple"
+        scales_given = view.attr("scales") if view.op_type == "Upsample" and view.opset < 9 else view.require_const(1, "scales")
+        scales, out = _output_from_scales(in_shape, [float(s) for s in np.asarray(scales_given).reshape(-1)], list(range(rank)))
+    else:
+        coordinate = view.attr("coordinate_transformation_mode", "half_pixel")
+        nearest = view.attr("nearest_mode", "round_prefer_floor")
+        if coordinate not in _COORDINATE_MODES:
+            raise Unsupported(f"Resize coordinate_transformation_mode '{coordinate}'")
+        if nearest not in _NEAREST_MODES:
+            raise view.fail(f"nearest_mode '{nearest}' is not one of {sorted(_NEAREST_MODES)}")
+        # scales/sizes follow the order of `axes`, which need not be sorted
+        axes = [normalize_axis(axis, rank) for axis in int_list(view.attr("axes", range(rank)))]
+        sizes = view.const(3) if view.has_input(3) else None
+        given = view.const(2) if view.has_input(2) else None
+        if sizes is not None and sizes.size:
+            scales, out = _output_from_sizes(view, in_shape, int_list(sizes), axes)
+        elif given is not None and given.size:
+            scales, out = _output_from_scales(in_shape, [float(s) for s in given.reshape(-1)], axes)
+        else:
+            raise view.fail("needs constant scales or sizes once input shapes are fixed")
+    attrs = {"mode": mode, "coordinate_transformation_mode": coordinate, "nearest_mode": nearest,
+             "scales": scales, "sizes": out}
+    return Canonical(attrs, [view.input_names[0]], op_type="Resize")
+
+
+def _infer_resize(attrs: dict[str, Any], inputs: list[TensorInfo]) -> list[TensorInfo]:
+    return [TensorInfo.of(attrs["sizes"], inputs[0].dtype)]
+
+
+def _unchanged(attrs: dict[str, Any], inputs: list[TensorInfo], outputs: list[TensorInfo]) -> bool:
+    return inputs[0].shape == outputs[0].shape
+
+
+def source_coordinates(mode: str, in_size: int, out_size: int, scale: float) -> np.ndarray:
+    """Input coordinate of every output index along one axis (float32, unclamped)."""
+    x = np.arange(out_size, dtype=_F)
+    scale, half = _F(scale), _F(0.5)
+    if mode == "asymmetric":
+        return x / scale
+    if mode == "align_corners":
+        return x * _F(in_size - 1) / _F(out_size - 1) if out_size > 1 else np.zeros_like(x)
+    if mode == "pytorch_half_pixel":
+        return (x + half) / scale - half if out_size > 1 else np.zeros_like(x)
+    if mode == "tf_half_pixel_for_nn":
+        return (x + half) / scale
+    if mode == "half_pixel_symmetric":
+        adjustment = _F(out_size) / (scale * _F(in_size))
+        offset = _F(in_size) / _F(2) * (_F(1) - adjustment)
+        # onnxruntime evaluates this one in double (its 0.5 literals are doubles), then rounds
+        return (float(offset) + (x.astype(np.float64) + 0.5) / float(scale) - 0.5).astype(_F)
+    return (x + half) / scale - half  # half_pixel
+
+
+def round_half_away(x: np.ndarray) -> np.ndarray:
+    """C's round(): halves away from zero (numpy's round goes to even). Exact: no x + 0.5."""
+    whole = np.trunc(x)
+    return whole + np.where(np.abs(x - whole) >= 0.5, np.sign(x), 0)
+
+
+def nearest_indices(coordinates: np.ndarray, mode: str, in_size: int, scale: float) -> np.ndarray:
+    if mode == "round_prefer_floor":
+        halfway = coordinates == np.trunc(coordinates) + _F(0.5)
+        index = np.where(halfway, np.floor(coordinates), round_half_away(coordinates))
+    elif mode == "round_prefer_ceil":
+        index = round_half_away(coordinates)
+    elif mode == "floor":
+        index = np.floor(coordinates)
+    elif mode == "ceil":
+        index = np.ceil(coordinates)
+    else:  # simple
+        index = np.ceil(coordinates) if scale < 1 else np.trunc(coordinates)
+    return np.clip(index, 0, in_size - 1).astype(np.int64)
+
+
+def _resize_axis(data: np.ndarray, axis: int, attrs: dict[str, Any]) -> np.ndarray:
+    in_size, out_size, scale = data.shape[axis], attrs["sizes"][axis], attrs["scales"][axis]
+    coordinates = source_coordinates(attrs["coordinate_transformation_mode"], in_size, out_size, scale)
+    if attrs["mode"] == "nearest":
+        return np.take(data, nearest_indices(coordinates, attrs["nearest_mode"], in_size, scale), axis=axis)
+    coordinates = np.clip(coordinates, 0, in_size - 1).astype(np.float64)
+    low = np.floor(coordinates).astype(np.int64)
+    high = np.minimum(low + 1, in_size - 1)
+    shape = [1] * data.ndim
+    shape[axis] = out_size
+    weight = (coordinates - low).reshape(shape)
+    return np.take(data, low, axis=axis) * (1.0 - weight) + np.take(data, high, axis=axis) * weight
+
+
+@register("Resize", "Upsample", infer=_infer_resize, canonicalize=_canonical_resize, is_noop=_unchanged)
+def resize(attrs: dict[str, Any], x: list[np.ndarray]) -> np.ndarray:
+    if list(x[0].shape) == attrs["sizes"]:
+        return x[0]  # onnxruntime copies when the shape does not change, whatever the scales
+    # separable: one axis at a time gives the ONNX n-linear / nearest result
+    data = x[0] if attrs["mode"] == "nearest" else x[0].astype(np.float64)
+    for axis in range(data.ndim):
+        if attrs["sizes"][axis] != data.shape[axis] or attrs["scales"][axis] != 1.0:
+            data = _resize_axis(data, axis, attrs)
+    return data.astype(x[0].dtype, copy=False)
