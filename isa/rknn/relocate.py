@@ -1,0 +1,271 @@
+"""Lay out a vendor model's memory and relocate its register-command stream.
+
+Rules from ``docs/rknn-relocation.md`` (§0.5, §4 R1/R2/R4, §8 steps 3-4):
+
+- **Weight region:** tensors of kind 4 and 5 that have a blob, in tensor order, each at the
+  next 64-byte boundary. **Misc region:** kind 8, same packing (vendor order unverified; it
+  does not matter because relocation is per tensor). **LUT region:** kind-6 LUT-program
+  blobs, same packing. **Internal region:** kinds 1, 2 and 3 at their slot-13 offset; its
+  overlaps are buffer reuse across disjoint lifetimes.
+- **R1:** every relocation pair sets the 32-bit value field of its regcmd word to
+  ``address(tensor) + offset``; the table's offset is used, not the stored value.
+- **R2:** the regcmd buffer's address is added to every task record's ``regcmd_addr`` and,
+  once per distinct tail, to the PC_BASE_ADDRESS word of tails that continue a chain.
+
+Nothing here allocates a region from a size the file merely claims: plans are offsets, and
+the only images built (``region_image``) hold blob bytes that are really in the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from npuemu.isa.errors import ConfigError, ModelFileError
+from npuemu.isa.rknn.model import REGCMD_WORD_BYTES, TASK_RECORD, Region, RknnModel, RknnTensor, TaskRecord, TensorKind
+
+TENSOR_ALIGNMENT = 64
+REGION_ALIGNMENT = 4096
+ADDRESS_SPACE = 1 << 32
+DEFAULT_START = 0x1000
+"""First address used by :func:`default_bases`; page 0 stays unmapped so a null address faults."""
+
+_PACKED_REGIONS = {
+    TensorKind.CONST: Region.WEIGHT, TensorKind.CONST_OTHER: Region.WEIGHT,
+    TensorKind.MISC: Region.MISC, TensorKind.LUT_PROGRAM: Region.LUT,
+}
+_INTERNAL_KINDS = (TensorKind.INPUT, TensorKind.OUTPUT, TensorKind.INTERNAL)
+_VALUE_MASK = np.uint64(0xFFFF_0000_0000_FFFF)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one tensor lives: ``offset`` bytes into ``region``, ``size`` bytes long."""
+
+    tensor_index: int
+    name: str
+    region: Region
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Region-relative placement of every tensor that relocation can name, plus region sizes."""
+
+    placements: tuple[Placement, ...]
+    sizes: Mapping[Region, int] = field(compare=False)   # bytes to reserve per region (weight, internal, misc, lut)
+
+    def by_name(self) -> dict[str, Placement]:
+        return {placement.name: placement for placement in self.placements}
+
+    def in_region(self, region: Region) -> tuple[Placement, ...]:
+        return tuple(placement for placement in self.placements if placement.region is region)
+
+    def extent(self, region: Region) -> int:
+        """End of the last tensor placed in ``region`` (may be below the reserved size)."""
+        return max((p.offset + p.size for p in self.in_region(region)), default=0)
+
+
+@dataclass(frozen=True)
+class Bases:
+    """Device addresses of the regions and of the regcmd and task buffers."""
+
+    weight: int
+    internal: int
+    misc: int
+    lut: int
+    regcmd: int
+    task: int
+
+    def of(self, region: Region) -> int:
+        return getattr(self, region.value)
+
+
+@dataclass(frozen=True)
+class RelocatedProgram:
+    """The runnable program for one address assignment."""
+
+    bases: Bases
+    plan: MemoryPlan
+    addresses: Mapping[str, int] = field(compare=False)  # tensor name -> device address
+    regcmd: np.ndarray = field(compare=False, repr=False)  # uint64, relocated
+    tasks: tuple[TaskRecord, ...]                        # regcmd_addr now a device address
+    task_blob: bytes = field(repr=False)                 # the packed records, relocated
+    relocated_words: tuple[int, ...]                     # word indices set by the table (R1)
+    patched_tails: tuple[int, ...]                       # PC_BASE_ADDRESS word indices (R2)
+
+
+# --- memory plan -----------------------------------------------------------------------------
+
+
+def plan_memory(model: RknnModel) -> MemoryPlan:
+    """The vendor memory plan (R4): packed weight/misc/LUT regions and the internal region."""
+    placements: list[Placement] = []
+    cursors = {Region.WEIGHT: 0, Region.MISC: 0, Region.LUT: 0}
+    for tensor in model.tensors:
+        if tensor.kind in _PACKED_REGIONS and tensor.blob_index is not None:
+            region = _PACKED_REGIONS[TensorKind(tensor.kind)]
+            size = _blob_size(model, tensor)
+            offset = _align(cursors[region], TENSOR_ALIGNMENT)
+            cursors[region] = offset + size
+            placements.append(Placement(tensor.index, tensor.name, region, offset, size))
+        elif tensor.kind in _INTERNAL_KINDS:
+            size = tensor.size or 0
+            _check_inside_internal(model, tensor, size)
+            placements.append(Placement(tensor.index, tensor.name, Region.INTERNAL, tensor.memory_offset, size))
+    sizes = {Region.WEIGHT: max(cursors[Region.WEIGHT], model.regions.weight),
+             Region.MISC: max(cursors[Region.MISC], model.regions.misc),
+             Region.LUT: cursors[Region.LUT], Region.INTERNAL: model.regions.internal}
+    return MemoryPlan(tuple(placements), sizes)
+
+
+def _blob_size(model: RknnModel, tensor: RknnTensor) -> int:
+    size = len(model.blobs[tensor.blob_index])
+    if tensor.size is not None and tensor.size != size and tensor.kind != TensorKind.LUT_PROGRAM:
+        raise ModelFileError(f"{model.source}: graphs[0].tensors[{tensor.index}] ({tensor.name!r}): slot 12 says "
+                             f"{tensor.size} bytes, but its blob {tensor.blob_index} holds {size}")
+    return size
+
+
+def _check_inside_internal(model: RknnModel, tensor: RknnTensor, size: int) -> None:
+    if tensor.memory_offset + size > model.regions.internal:
+        raise ModelFileError(
+            f"{model.source}: graphs[0].tensors[{tensor.index}] ({tensor.name!r}): offset {tensor.memory_offset:#x} "
+            f"(slot 13) + size {size} (slot 12) ends past the internal region's {model.regions.internal} bytes "
+            f"(model slot 19.1)")
+
+
+def _align(value: int, alignment: int) -> int:
+    return -(-value // alignment) * alignment
+
+
+def region_image(model: RknnModel, plan: MemoryPlan, region: Region) -> bytearray:
+    """The initial bytes of the weight, misc or LUT region: blobs at their offsets, zeros between.
+
+    Its length is the placed data's extent, never a size the file merely claims; the rest of the
+    reserved region (``plan.sizes``) is zero.
+    """
+    if region not in (Region.WEIGHT, Region.MISC, Region.LUT):
+        raise ValueError(f"region {region.value!r} has no initial image; only weight, misc and lut do")
+    image = bytearray(plan.extent(region))
+    for placement in plan.in_region(region):
+        blob = model.blob(model.tensors[placement.tensor_index])
+        image[placement.offset:placement.offset + len(blob)] = blob
+    return image
+
+
+# --- addresses -------------------------------------------------------------------------------
+
+
+def program_sizes(model: RknnModel) -> dict[str, int]:
+    return {"regcmd": model.program.regcmd_words * REGCMD_WORD_BYTES,
+            "task": len(model.program.tasks) * TASK_RECORD.size}
+
+
+def default_bases(model: RknnModel, plan: MemoryPlan, start: int = DEFAULT_START) -> Bases:
+    """Regions one after another from ``start``, each 4 KiB-aligned: regcmd, task, weight, misc, LUT, internal."""
+    sizes = program_sizes(model)
+    order = [("regcmd", sizes["regcmd"]), ("task", sizes["task"]), ("weight", plan.sizes[Region.WEIGHT]),
+             ("misc", plan.sizes[Region.MISC]), ("lut", plan.sizes[Region.LUT]),
+             ("internal", plan.sizes[Region.INTERNAL])]
+    cursor, bases = start, {}
+    for name, size in order:
+        bases[name] = _align(cursor, REGION_ALIGNMENT)
+        cursor = bases[name] + size
+    if cursor > ADDRESS_SPACE:
+        raise ModelFileError(f"{model.source}: the regions the file asks for ({', '.join(f'{n} {s}' for n, s in order)}"
+                             f" bytes) do not fit a 32-bit device address space from {start:#x}")
+    result = Bases(**bases)
+    check_bases(model, plan, result)
+    return result
+
+
+def check_bases(model: RknnModel, plan: MemoryPlan, bases: Bases) -> None:
+    """Each region must be 64-byte aligned, below 4 GiB and disjoint from the others."""
+    sizes = program_sizes(model)
+    spans = [(name, getattr(bases, name), size) for name, size in (
+        ("regcmd", sizes["regcmd"]), ("task", sizes["task"]), ("weight", plan.sizes[Region.WEIGHT]),
+        ("misc", plan.sizes[Region.MISC]), ("lut", plan.sizes[Region.LUT]),
+        ("internal", plan.sizes[Region.INTERNAL]))]
+    for name, base, size in spans:
+        if base < 0 or base % TENSOR_ALIGNMENT or base + size > ADDRESS_SPACE:
+            raise ConfigError(f"{model.source}: {name} base {base:#x} (+{size} bytes) must be a multiple of "
+                              f"{TENSOR_ALIGNMENT} and end below 4 GiB")
+    used = sorted((base, base + size, name) for name, base, size in spans if size)
+    for (_, end, name), (start, _, other) in zip(used, used[1:]):
+        if start < end:
+            raise ConfigError(f"{model.source}: the {name} region (ends at {end:#x}) overlaps the {other} region "
+                              f"(starts at {start:#x})")
+
+
+def tensor_addresses(plan: MemoryPlan, bases: Bases, overrides: Mapping[str, int] | None = None) -> dict[str, int]:
+    """Device address of every placed tensor; ``overrides`` binds single tensors elsewhere."""
+    addresses = {placement.name: bases.of(placement.region) + placement.offset for placement in plan.placements}
+    for name, address in (overrides or {}).items():
+        if name not in addresses:
+            raise ConfigError(f"address override names tensor {name!r}, which the memory plan does not place")
+        if not 0 <= address < ADDRESS_SPACE:
+            raise ConfigError(f"address override for {name!r} ({address:#x}) is not a 32-bit device address")
+        addresses[name] = address
+    return addresses
+
+
+# --- relocation ------------------------------------------------------------------------------
+
+
+def relocate(model: RknnModel, plan: MemoryPlan | None = None, bases: Bases | None = None,
+             overrides: Mapping[str, int] | None = None) -> RelocatedProgram:
+    """Apply R1 (the relocation table) and R2 (regcmd-buffer addresses) to a copy of the program."""
+    plan = plan or plan_memory(model)
+    bases = bases or default_bases(model, plan)
+    check_bases(model, plan, bases)
+    addresses = tensor_addresses(plan, bases, overrides)
+    regcmd = model.program.regcmd.copy()
+    relocated = _apply_table(model, regcmd, addresses)
+    tails = _patch_tails(model, regcmd, bases.regcmd)
+    tasks = tuple(_moved(task, bases.regcmd) for task in model.program.tasks)
+    regcmd.setflags(write=False)
+    return RelocatedProgram(bases, plan, addresses, regcmd, tasks, b"".join(task.pack() for task in tasks),
+                            relocated, tails)
+
+
+def _apply_table(model: RknnModel, regcmd: np.ndarray, addresses: Mapping[str, int]) -> tuple[int, ...]:
+    words: list[int] = []
+    values: list[int] = []
+    for entry in model.relocations:
+        if entry.tensor_name not in addresses:
+            tensor = model.tensors[entry.tensor_index]
+            raise ModelFileError(f"{model.source}: the relocation table names {entry.tensor_name!r} "
+                                 f"({tensor.kind_name}), which has no data and so no place in the memory plan")
+        base = addresses[entry.tensor_name]
+        for offset, word in entry.pairs:
+            if base + offset >= ADDRESS_SPACE:
+                raise ModelFileError(f"{model.source}: relocation of {entry.tensor_name!r} to regcmd word {word}: "
+                                     f"address {base:#x} + offset {offset:#x} does not fit the 32-bit value field")
+            words.append(word)
+            values.append(base + offset)
+    index = np.asarray(words, dtype=np.int64)
+    regcmd[index] = (regcmd[index] & _VALUE_MASK) | (np.asarray(values, dtype=np.uint64) << np.uint64(16))
+    return tuple(words)
+
+
+def _patch_tails(model: RknnModel, regcmd: np.ndarray, regcmd_base: int) -> tuple[int, ...]:
+    patched = []
+    for tail in model.program.tails:   # distinct tail words, so a shared tail is patched once
+        if tail.ends_chain:
+            continue
+        value = regcmd_base + tail.next_offset
+        if value >= ADDRESS_SPACE:
+            raise ConfigError(f"{model.source}: regcmd base {regcmd_base:#x} + tail offset {tail.next_offset:#x} "
+                              f"(word {tail.word_index}) does not fit the 32-bit address field")
+        word = int(regcmd[tail.word_index])
+        regcmd[tail.word_index] = (word & 0xFFFF_0000_0000_FFFF) | (value << 16)
+        patched.append(tail.word_index)
+    return tuple(patched)
+
+
+def _moved(task: TaskRecord, regcmd_base: int) -> TaskRecord:
+    return replace(task, regcmd_addr=task.regcmd_addr + regcmd_base)
