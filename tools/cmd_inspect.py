@@ -1,4 +1,5 @@
-"""``npuemu inspect MODEL.npu``: a readable summary of a model file, or its trailer as JSON."""
+"""``npuemu inspect MODEL``: a readable summary of an npuemu model file (.npu) or a vendor
+.rknn file, or the same as JSON."""
 
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ if TYPE_CHECKING:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "inspect", help="summarise an npuemu model file (.npu)",
+        "inspect", help="summarise a model file (.npu, or a vendor .rknn)",
         description="Print the format version, platform, compiler options, sections, tensors, layers, "
-        "schedule and memory map of an npuemu model file.",
+        "schedule and memory map of an npuemu model file; for a vendor .rknn file, its container "
+        "header and JSON trailer, tensors with native shapes and quantization, layers, task chains "
+        "and relocations.",
     )
-    parser.add_argument("model", help="path to a .npu model file")
+    parser.add_argument("model", help="path to a .npu model file or a vendor .rknn file")
     parser.add_argument("--json", action="store_true", help="print the JSON trailer instead of the summary")
     parser.add_argument("--no-verify", action="store_true",
                         help="report section checksum mismatches instead of refusing the file "
@@ -29,6 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from npuemu.isa.container import ModelFile
 
+    if _is_rknn(args.model):
+        return _inspect_rknn(args)
     model = ModelFile.read(args.model, verify_sections=not args.no_verify)
     if args.json:
         json.dump(model.trailer, sys.stdout, indent=2, ensure_ascii=False)
@@ -36,6 +41,28 @@ def run(args: argparse.Namespace) -> int:
     else:
         render(model, f"{args.model} ({os.path.getsize(args.model)} bytes)", sys.stdout)
     return 1 if model.checksum_failures else 0
+
+
+def _is_rknn(path: str) -> bool:
+    from npuemu.isa.container_format import RKNN_MAGIC
+
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(RKNN_MAGIC)) == RKNN_MAGIC
+    except OSError:
+        return False  # let the .npu reader report the problem with its own message
+
+
+def _inspect_rknn(args: argparse.Namespace) -> int:
+    from npuemu.isa.rknn import describe_rknn, format_rknn, load_rknn
+
+    model = load_rknn(args.model)
+    if args.json:
+        json.dump(describe_rknn(model), sys.stdout, indent=2, ensure_ascii=False)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(format_rknn(model))
+    return 0
 
 
 # --- rendering ------------------------------------------------------------------------------
