@@ -148,11 +148,11 @@ def test_truncated_file(capsys, sample_path):
     assert code == 2 and "truncated" in err
 
 
-def test_rknn_file(capsys, tmp_path):
+def test_damaged_rknn_file_goes_to_the_rknn_reader(capsys, tmp_path):
     path = tmp_path / "model.rknn"
     path.write_bytes(b"RKNN" + bytes(60))
     code, _, err = inspect(capsys, path)
-    assert code == 2 and ".rknn files are not yet readable by this command" in err
+    assert code == 2 and "model.rknn: offset 8: unsupported .rknn format version" in err
 
 
 def test_missing_file(capsys, tmp_path):
