@@ -33,3 +33,14 @@ def test_inspect_truncated_rknn_is_a_clear_error(tmp_path, capsys):
     assert main(["inspect", str(broken)]) == 2
     err = capsys.readouterr().err
     assert "broken.rknn" in err and "Traceback" not in err
+
+
+def test_disasm_of_an_rknn_reassembles_to_its_stored_blob(tmp_path, capsys):
+    from npuemu.isa.rknn import load_rknn
+
+    path = _fixture("rep12_resblock_convadd_3x3_64_56")
+    text_path = tmp_path / "rknn.s"
+    assert main(["disasm", str(path), "-o", str(text_path)]) == 0
+    assert main(["asm", str(text_path), "-o", str(tmp_path / "out.bin")]) == 0
+    stored = load_rknn(path).program.regcmd.astype("<u8").tobytes()
+    assert (tmp_path / "out.bin").read_bytes() == stored
