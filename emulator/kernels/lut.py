@@ -1,0 +1,79 @@
+"""The DPU lookup table (LUT) stage: two 513-entry int16 tables, LE and LO.
+
+Each table covers [START, END] with a step of 2**INDEX_SELECT, interpolates linearly between
+entries, and extends past its ends with the under/overflow slopes; when both tables (or
+neither) cover a value the priority bits of LUT_CFG choose (NUMERICS.md section 5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from npuemu.emulator import numerics as nm
+from npuemu.isa.errors import EmulationError
+
+
+@dataclass(frozen=True)
+class LutTableConfig:
+    """One table's registers: LUT_xx_START/END, LUT_INFO index select, slope scale/shift."""
+
+    start: int = 0
+    end: int = 0
+    index_select: int = 0
+    uflow_scale: int = 0
+    uflow_shift: int = 0
+    oflow_scale: int = 0
+    oflow_shift: int = 0
+
+
+@dataclass(frozen=True)
+class LutConfig:
+    """LUT_CFG priorities (0 = LE, 1 = LO) and the two tables' settings."""
+
+    le: LutTableConfig = LutTableConfig()
+    lo: LutTableConfig = LutTableConfig()
+    hybrid_priority: int = 0
+    uflow_priority: int = 0
+    oflow_priority: int = 0
+
+    def parameters(self) -> np.ndarray:
+        """The int64 parameter vector ``numerics.lut_value`` reads (layout ``LUTP_*``)."""
+        params = np.zeros(nm.LUTP_COUNT, np.int64)
+        for table, base in ((self.le, nm.LUTP_LE_START), (self.lo, nm.LUTP_LO_START)):
+            if table.end < table.start or not 0 <= table.index_select < 32:
+                raise EmulationError(f"LUT table {table} needs START <= END and INDEX_SELECT 0..31")
+            params[base:base + 7] = (table.start, table.end, table.index_select, table.uflow_scale,
+                                     table.uflow_shift, table.oflow_scale, table.oflow_shift)
+        params[nm.LUTP_HYBRID_PRIORITY] = self.hybrid_priority
+        params[nm.LUTP_UFLOW_PRIORITY] = self.uflow_priority
+        params[nm.LUTP_OFLOW_PRIORITY] = self.oflow_priority
+        return params
+
+
+@njit(cache=True)
+def _lut(data, le_table, lo_table, params, out):
+    for i in range(data.shape[0]):
+        out[i] = nm.lut_value(data[i], le_table, lo_table, params)
+
+
+def _table(values: np.ndarray, name: str) -> np.ndarray:
+    table = np.asarray(values)
+    if table.shape != (nm.LUT_ENTRIES,):
+        raise EmulationError(
+            f"LUT {name} table must hold {nm.LUT_ENTRIES} entries, got {table.shape}")
+    if table.min(initial=0) < nm.INT16_MIN or table.max(initial=0) > nm.INT16_MAX:
+        raise EmulationError(f"LUT {name} table entries must be int16")
+    return np.ascontiguousarray(table, dtype=np.int16)
+
+
+def lut_stage(data: np.ndarray, config: LutConfig, le_table: np.ndarray,
+              lo_table: np.ndarray) -> np.ndarray:
+    """Apply the LUT to every int32 element (any shape); result int32."""
+    source = np.ascontiguousarray(data, dtype=np.int32)
+    out = np.empty(source.shape, np.int32)
+    _lut(source.reshape(-1), _table(le_table, "LE"), _table(lo_table, "LO"), config.parameters(),
+         out.reshape(-1))
+    return out

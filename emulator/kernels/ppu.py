@@ -1,0 +1,143 @@
+"""PPU pooling on NC1HWC2: max, min and average (NUMERICS.md section 6).
+
+Registers give kernel and stride (stored minus one), four pads, the pad value and, for the
+average, RECIP_KERNEL_WIDTH/HEIGHT = 2**16 / k (vendor-corpus 4.3). Positions of a window that
+fall outside the input are padding: the average counts them at the pad value, max and min skip
+them (rep07 programs pad value 0 for an input whose zero point is -91, so padding cannot take
+part in a max).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from npuemu.emulator import numerics as nm
+from npuemu.emulator.kernels.fp16 import fp32_to_fp16
+from npuemu.isa.errors import EmulationError
+
+_RANGES = {
+    np.dtype(np.int8): (nm.INT8_MIN, nm.INT8_MAX),
+    np.dtype(np.int16): (nm.INT16_MIN, nm.INT16_MAX),
+    np.dtype(np.int32): (nm.INT32_MIN, nm.INT32_MAX),
+}
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """Decoded PPU registers (kernel and stride as real sizes, not minus one)."""
+
+    method: int
+    kernel_h: int
+    kernel_w: int
+    out_h: int
+    out_w: int
+    stride_y: int = 1
+    stride_x: int = 1
+    pad_top: int = 0
+    pad_bottom: int = 0
+    pad_left: int = 0
+    pad_right: int = 0
+    pad_value: int | float = 0
+    recip_kernel_w: int = 1 << 16
+    recip_kernel_h: int = 1 << 16
+
+    def __post_init__(self) -> None:
+        if self.method not in (nm.POOL_AVERAGE, nm.POOL_MAX, nm.POOL_MIN):
+            raise EmulationError(f"POOLING_METHOD {self.method} is not 0 (avg), 1 (max) or 2 (min)")
+        sizes = (self.kernel_h, self.kernel_w, self.out_h, self.out_w, self.stride_y, self.stride_x)
+        pads = (self.pad_top, self.pad_bottom, self.pad_left, self.pad_right)
+        if min(sizes) <= 0 or min(pads) < 0:
+            raise EmulationError(f"invalid pooling geometry {self}")
+
+
+@njit(cache=True)
+def _pool_int(source, method, kernel_h, kernel_w, stride_y, stride_x, pad_top, pad_left,
+              pad_value, recip_w, recip_h, low, high, out):
+    groups, height, width, c2 = source.shape
+    _, out_h, out_w, _ = out.shape
+    for g in range(groups):
+        for oy in range(out_h):
+            for ox in range(out_w):
+                for lane in range(c2):
+                    total = np.int64(0)
+                    best = np.int64(0)
+                    found = False
+                    for ky in range(kernel_h):
+                        y = oy * stride_y + ky - pad_top
+                        for kx in range(kernel_w):
+                            x = ox * stride_x + kx - pad_left
+                            inside = 0 <= y < height and 0 <= x < width
+                            if method == nm.POOL_AVERAGE:
+                                total += np.int64(source[g, y, x, lane]) if inside else pad_value
+                            elif inside:
+                                value = np.int64(source[g, y, x, lane])
+                                if not found or (value > best if method == nm.POOL_MAX
+                                                 else value < best):
+                                    best = value
+                                    found = True
+                    if method == nm.POOL_AVERAGE:
+                        out[g, oy, ox, lane] = nm.pool_average_value(total, recip_w, recip_h, low,
+                                                                     high)
+                    else:
+                        out[g, oy, ox, lane] = best if found else nm.saturate(pad_value, low, high)
+
+
+@njit(cache=True)
+def _pool_float(source, method, kernel_h, kernel_w, stride_y, stride_x, pad_top, pad_left,
+                pad_value, recip_w, recip_h, out):
+    groups, height, width, c2 = source.shape
+    _, out_h, out_w, _ = out.shape
+    for g in range(groups):
+        for oy in range(out_h):
+            for ox in range(out_w):
+                for lane in range(c2):
+                    total = np.float32(0)
+                    best = np.float32(0)
+                    found = False
+                    for ky in range(kernel_h):
+                        y = oy * stride_y + ky - pad_top
+                        for kx in range(kernel_w):
+                            x = ox * stride_x + kx - pad_left
+                            inside = 0 <= y < height and 0 <= x < width
+                            if method == nm.POOL_AVERAGE:
+                                total += source[g, y, x, lane] if inside else pad_value
+                            elif inside:
+                                value = source[g, y, x, lane]
+                                if not found or (value > best if method == nm.POOL_MAX
+                                                 else value < best):
+                                    best = value
+                                    found = True
+                    if method == nm.POOL_AVERAGE:
+                        out[g, oy, ox, lane] = np.float32(np.float32(total * recip_w) * recip_h)
+                    else:
+                        out[g, oy, ox, lane] = best if found else pad_value
+
+
+def pool_nc1hwc2(feature: np.ndarray, config: PoolConfig) -> np.ndarray:
+    """Pool [C1][H][W][C2] int8/int16/int32 (or float16) -> [C1][OH][OW][C2] of the same type.
+
+    Padding lanes (channels past the real count) are pooled like the others."""
+    if feature.ndim != 4:
+        raise EmulationError(f"PPU input must be [C1][H][W][C2], got shape {feature.shape}")
+    shape = (feature.shape[0], config.out_h, config.out_w, feature.shape[3])
+    args = (config.method, config.kernel_h, config.kernel_w, config.stride_y, config.stride_x,
+            config.pad_top, config.pad_left)
+    if feature.dtype == np.float16:
+        out32 = np.empty(shape, np.float32)
+        # fp16 path: fp32 sum, times RECIP_W * 2**-16 then RECIP_H * 2**-16 in fp32, RNE to fp16
+        _pool_float(feature.astype(np.float32), *args, np.float32(config.pad_value),
+                    np.float32(config.recip_kernel_w / 65536),
+                    np.float32(config.recip_kernel_h / 65536),
+                    out32)
+        return fp32_to_fp16(out32)
+    dtype = np.dtype(feature.dtype)
+    if dtype not in _RANGES:
+        raise EmulationError(f"PPU pools int8, int16, int32 or float16 data, not {dtype}")
+    out = np.empty(shape, dtype)
+    low, high = _RANGES[dtype]
+    _pool_int(np.ascontiguousarray(feature), *args, int(config.pad_value), config.recip_kernel_w,
+              config.recip_kernel_h, low, high, out)
+    return out
