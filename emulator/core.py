@@ -1,0 +1,243 @@
+"""One NPU core: the PC that fetches and walks a task chain, the register file the words
+fill, and the dispatch of each op-enable to the units in pipeline order.
+
+The PC fetches ``(PC_DATA_AMOUNT + 1) * scale`` words per task and follows the tails
+(rknpu-isa.md 2.2; ``isa.chain.decode_chain`` is the strict walker). For each task it applies
+the register writes in order, then runs the blocks the op-enable word selects:
+CNA+CORE -> DPU (with DPU_RDMA) -> PPU (with PPU_RDMA). A configuration that would hang a
+real NPU (rknpu-isa.md 7.1) is an :class:`EmulationError` naming the task and registers, never
+a silently wrong result. Each task leaves a :class:`TaskRecord` for the timing model.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from npuemu.emulator.memory import DmaTraffic, Memory, TaskDma, Traffic
+from npuemu.emulator.regfile import RegisterFile, RegisterView
+from npuemu.emulator.units.cna_core import Cbuf, CoreResult, decode_conv, run_cna_core
+from npuemu.emulator.units.dpu import check_rdma_matches, decode_dpu, decode_dpu_rdma, run_dpu
+from npuemu.emulator.units.ppu import check_ppu_source, decode_ppu, decode_ppu_rdma, run_ppu
+from npuemu.emulator.units.state import (
+    ConvState, DpuRdmaState, DpuState, PpuRdmaState, PpuState,
+)
+from npuemu.isa.chain import DecodedChain, decode_chain, fetch_words
+from npuemu.isa.errors import DmaError, EmulationError, EncodingError
+from npuemu.isa.regmap import RegisterMap
+from npuemu.isa.task import Task
+from npuemu.isa.words import WORD_BYTES
+
+log = logging.getLogger(__name__)
+
+#: PC INTERRUPT bit of group 0 for each block (group 1 is the next bit; rknpu-isa.md 2.4).
+#: The CNA raises its feature, weight and CSC pairs together here.
+_INTERRUPT_GROUP0 = {"CNA": (0, 2, 4), "CORE": (6,), "DPU": (8,), "PPU": (10,)}
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """What one task did: for the timing model, traces and tests."""
+
+    core: int
+    index: int  # position in the chain
+    address: int  # regcmd address of the task
+    amount: int  # PC_DATA_AMOUNT it was fetched with
+    enable_mask: int
+    blocks: tuple[str, ...]
+    groups: Mapping[str, int]  # register group each started block ran from
+    writes: int  # register writes in the task body
+    conv: ConvState | None = None
+    dpu: DpuState | None = None
+    dpu_rdma: DpuRdmaState | None = None
+    ppu: PpuState | None = None
+    ppu_rdma: PpuRdmaState | None = None
+    traffic: DmaTraffic = field(default_factory=DmaTraffic)
+    interrupts: int = 0  # PC INTERRUPT_RAW_STATUS bits the task raised
+    # every register of each started block's executing group, for timing and traces
+    registers: Mapping[str, RegisterView] = field(default_factory=dict, repr=False)
+
+    def summary(self) -> str:
+        parts = [f"core {self.core} task {self.index} @{self.address:#x} mask {self.enable_mask:#x}"]
+        if self.conv:
+            c = self.conv
+            kind = "dw" if c.depthwise else "conv"
+            parts.append(f"{kind} {c.kernel_h}x{c.kernel_w}/{c.stride_y} {c.in_width}x{c.in_height}x"
+                         f"{c.in_channels} -> {c.out_width}x{c.out_height}x{c.out_channels}")
+        elif self.dpu:
+            parts.append(f"dpu {self.dpu.width}x{self.dpu.height}x{self.dpu.channels}")
+        if self.ppu:
+            parts.append(f"pool {self.ppu.kernel_h}x{self.ppu.kernel_w}/{self.ppu.stride_y} -> "
+                         f"{self.ppu.out_width}x{self.ppu.out_height}x{self.ppu.out_channels}")
+        t = self.traffic
+        parts.append(f"read {t.read_bytes} B, write {t.write_bytes} B")
+        return ", ".join(parts)
+
+
+class NpuCore:
+    """PC, register file, CBUF contents and LUT RAM of one core; memory is shared."""
+
+    def __init__(self, index: int, regmap: RegisterMap, memory: Memory, cbuf_banks: int,
+                 fetch_scale: int | None = None) -> None:
+        self.index = index
+        self.regmap = regmap
+        self.memory = memory
+        self.cbuf_banks = cbuf_banks
+        self.scale = regmap.pc_amount_scale if fetch_scale is None else fetch_scale
+        self.regfile = RegisterFile(regmap)
+        self.cbuf = Cbuf()
+        self.tasks_run = 0  # TASK_STATUS counter across chains
+        self.interrupt_raw = 0
+
+    # -- the PC -----------------------------------------------------------------------------
+    def run_chain(self, start_address: int, first_amount: int, *,
+                  driver_setup: bool = True) -> tuple[TaskRecord, ...]:
+        """Run the chain the PC fetches from ``start_address`` with ``first_amount``.
+
+        ``driver_setup`` first does what the vendor driver does over MMIO before a job: CNA
+        and CORE S_POINTER = 0xe (rknpu-isa.md 2.3). State persists between chains."""
+        if driver_setup:
+            self.regfile.driver_setup(self.index)
+        chain = self._fetch(start_address, first_amount)
+        records = []
+        for index, (task, address, amount) in enumerate(zip(chain.chain.tasks, chain.task_addresses,
+                                                            chain.amounts)):
+            records.append(self._run_task(index, task, address, amount))
+        log.debug("core %d ran %d tasks from %#x", self.index, len(records), start_address)
+        return tuple(records)
+
+    def _fetch(self, start_address: int, first_amount: int) -> DecodedChain:
+        where = f"core {self.index}: PC fetch at {start_address:#x}"
+        if not isinstance(first_amount, int) or first_amount < 0:
+            raise EmulationError(f"{where}: fetch amount {first_amount!r} is not a PC_DATA_AMOUNT")
+        nbytes = fetch_words(first_amount, self.scale) * WORD_BYTES
+        region = self.memory.region_at(start_address, nbytes)
+        if region is None:
+            raise DmaError(f"{where}: PC_DATA_AMOUNT {first_amount} fetches [{start_address:#x}, "
+                           f"{start_address + nbytes:#x}), outside the memory ({self.memory.describe()}); "
+                           f"the NPU raises its DMA read error (PC INTERRUPT bit 12)")
+        try:
+            return decode_chain(region.data, self.regmap, region.base, start_address, first_amount,
+                                self.scale)
+        except EncodingError as error:
+            raise EmulationError(f"core {self.index}: the PC cannot run the chain at {start_address:#x}: "
+                                 f"{error}. A real NPU hangs here (rknpu-isa.md 7.1)") from None
+
+    def _run_task(self, index: int, task: Task, address: int, amount: int) -> TaskRecord:
+        where = f"core {self.index} task {index} (regcmd at {address:#x})"
+        for write in task.writes:
+            self.regfile.write(write.block, write.register, write.value, where)
+        blocks = tuple(self.regmap.op_enable_names(task.enable_mask))
+        if not blocks:
+            raise EmulationError(f"{where}: the op-enable word has mask 0 and starts no block; the PC "
+                                 f"waits for an interrupt that never comes")
+        views = {name: self.regfile.view(name) for name in blocks}
+        dma = TaskDma(self.memory, where)
+        dma.count(Traffic.REGCMD_READ, fetch_words(amount, self.scale) * WORD_BYTES)
+        states = _dispatch(views, dma, self.cbuf, self.cbuf_banks, self.regfile.lut.tables, where)
+        self.regfile.started(blocks)
+        self.tasks_run += 1
+        groups = {name: view.group for name, view in views.items()}
+        interrupts = _interrupts(groups)
+        self.interrupt_raw |= interrupts
+        return TaskRecord(self.index, index, address, amount, task.enable_mask, blocks, groups,
+                          len(task.writes), traffic=dma.traffic(), interrupts=interrupts,
+                          registers=views, **states)
+
+
+def _interrupts(groups: Mapping[str, int]) -> int:
+    bits = 0
+    for block, group in groups.items():
+        for bit in _INTERRUPT_GROUP0.get(block, ()):
+            bits |= 1 << (bit + group)
+    return bits
+
+
+# ---------------------------------------------------------------------------------------------
+# Dispatch: which units run, in pipeline order, with which decoded state
+# ---------------------------------------------------------------------------------------------
+def _dispatch(views: dict[str, RegisterView], dma: TaskDma, cbuf: Cbuf, cbuf_banks: int,
+              lut_tables: np.ndarray, where: str) -> dict[str, object]:
+    started = set(views)
+    conv = _decode_conv_blocks(views, started, cbuf_banks, where)
+    dpu, rdma = _decode_dpu_blocks(views, started, conv, where)
+    ppu, ppu_rdma, ppu_kind = _decode_ppu_blocks(views, started, where)
+    source: CoreResult | None = None
+    if conv is not None:
+        source = run_cna_core(conv, dma, cbuf, where)
+    if dpu is not None:
+        run_dpu(dpu, rdma, source, dma, lut_tables, where)
+    if ppu is not None:
+        run_ppu(ppu, ppu_rdma, ppu_kind, dma)
+    return {"conv": conv, "dpu": dpu, "dpu_rdma": rdma, "ppu": ppu, "ppu_rdma": ppu_rdma}
+
+
+def _decode_conv_blocks(views: dict[str, RegisterView], started: set[str], cbuf_banks: int,
+                        where: str) -> ConvState | None:
+    pair = started & {"CNA", "CORE"}
+    if not pair:
+        return None
+    if pair != {"CNA", "CORE"}:
+        (alone,) = pair
+        (missing,) = {"CNA", "CORE"} - pair
+        raise EmulationError(f"{where}: the op-enable word starts {alone} but not {missing}; "
+                             f"the CNA feeds the CORE and neither completes alone")
+    if "DPU" not in started:
+        raise EmulationError(f"{where}: CNA and CORE start but the DPU does not: the CORE's output has "
+                             f"nowhere to go and the task never completes")
+    return decode_conv(views["CNA"], views["CORE"], cbuf_banks, where)
+
+
+def _decode_dpu_blocks(views: dict[str, RegisterView], started: set[str], conv: ConvState | None,
+                       where: str) -> tuple[DpuState | None, DpuRdmaState | None]:
+    if "DPU" not in started:
+        if "DPU_RDMA" in started:
+            raise EmulationError(f"{where}: DPU_RDMA starts without the DPU: its data has no consumer")
+        return None, None
+    dpu = decode_dpu(views["DPU"], where)
+    rdma = decode_dpu_rdma(views["DPU_RDMA"], where) if "DPU_RDMA" in started else None
+    fm = "FEATURE_MODE_CFG"
+    if conv is not None:
+        if dpu.flying:
+            raise EmulationError(f"{where}: {views['DPU'].show(fm, 'FLYING_MODE')} in a task that runs "
+                                 f"CNA+CORE: the DPU would ignore the CORE's output")
+        expected_mode = 3 if conv.depthwise else 0
+        if dpu.conv_mode != expected_mode:
+            raise EmulationError(f"{where}: {views['DPU'].show(fm, 'CONV_MODE')} disagrees with the CNA's "
+                                 f"{'depthwise' if conv.depthwise else 'direct'} convolution")
+        sizes = (conv.out_width, conv.out_height, conv.out_channels)
+        if sizes != (dpu.width, dpu.height, dpu.channels):
+            raise EmulationError(
+                f"{where}: CORE and DPU sizes disagree: CORE DATAOUT_SIZE_0/1 give {sizes[0]}x{sizes[1]}x"
+                f"{sizes[2]}, DPU DATA_CUBE_WIDTH/HEIGHT/CHANNEL give "
+                f"{dpu.width}x{dpu.height}x{dpu.channels}")
+    elif not dpu.flying:
+        raise EmulationError(f"{where}: {views['DPU'].show(fm, 'FLYING_MODE')} makes the DPU wait for the "
+                             f"CORE, but CNA and CORE are not started: the task never completes")
+    if dpu.flying and (rdma is None or not rdma.main_enabled):
+        reason = ("DPU_RDMA is not started" if rdma is None
+                  else views["DPU_RDMA"].show(fm, "MRDMA_DISABLE"))
+        raise EmulationError(f"{where}: the DPU runs in flying mode (main data from the MRDMA) but "
+                             f"{reason}: no source feeds it and the task hangs")
+    if rdma is not None:
+        check_rdma_matches(dpu, rdma, (views["DPU"], views["DPU_RDMA"]), where)
+        if rdma.main_enabled and not rdma.flying and rdma.comb_use == 0:
+            raise EmulationError(
+                f"{where}: the MRDMA is enabled ({views['DPU_RDMA'].show(fm, 'MRDMA_DISABLE')}) but nothing "
+                f"consumes it (FLYING_MODE=0, COMB_USE=0): MRDMA enabled but unfed hangs (rknpu-isa.md 7.1)")
+    return dpu, rdma
+
+
+def _decode_ppu_blocks(views: dict[str, RegisterView], started: set[str],
+                       where: str) -> tuple[PpuState | None, PpuRdmaState | None, int | None]:
+    if "PPU" not in started:
+        if "PPU_RDMA" in started:
+            raise EmulationError(f"{where}: PPU_RDMA starts without the PPU: its data has no consumer")
+        return None, None, None
+    ppu = decode_ppu(views["PPU"], where)
+    rdma = decode_ppu_rdma(views["PPU_RDMA"], where) if "PPU_RDMA" in started else None
+    kind = check_ppu_source(ppu, rdma, views["PPU"], where)
+    return ppu, rdma, kind

@@ -1,0 +1,246 @@
+"""The NPU's view of memory: byte-addressed regions in one 32-bit address space, and the
+per-task DMA port the units read and write through.
+
+Every register that holds an address is 32 bits wide (rknpu-isa.md 4, "Addresses"), so the
+NPU sees one flat 32-bit space. It holds a DDR region and, on chips that have one, an SRAM
+region (RK3588: 956 KB of system SRAM, platforms/rk3588.yaml ``sram``; its window is wherever
+the model's memory map puts region ``sram``, by default :data:`DEFAULT_SRAM_BASE`). Address
+arithmetic wraps modulo 2**32 like the hardware's 32-bit adders: the vendor's FC stream
+relies on it (rep11 writes CNA SURF_STRIDE = 2**28 - 3, see REGISTER_SEMANTICS.md).
+
+An access that leaves its region is a :class:`~npuemu.isa.errors.DmaError`; the hardware
+would raise the DMA read/write error interrupt (PC INTERRUPT bits 12/13, rknpu-isa.md 2.4 and
+7.2). :class:`TaskDma` bounds-checks, copies and counts the bytes each unit moves, so the
+timing model can use exactly what the DMA moved.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+
+from npuemu.isa.errors import DmaError, EmulationError
+
+ADDRESS_SPACE = 1 << 32  # every DMA address register is 32-bit (rknpu-isa.md 4)
+#: SRAM window used when no memory map places it: below 4 GiB, clear of a DDR image that
+#: starts at 0. A documented choice, not a hardware fact.
+DEFAULT_SRAM_BASE = 0xFF000000
+#: Refuse absurd region sizes before allocating (a model file could ask for anything).
+MAX_REGION_BYTES = 1 << 31
+
+
+@dataclass
+class MemoryRegion:
+    """A contiguous byte range of the NPU address space backed by a numpy ``uint8`` image."""
+
+    name: str
+    base: int
+    data: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return int(self.data.size)
+
+    @property
+    def end(self) -> int:
+        return self.base + self.size
+
+    def contains(self, start: int, length: int) -> bool:
+        return self.base <= start and start + length <= self.end
+
+    def describe(self) -> str:
+        return f"{self.name} [{self.base:#x}, {self.end:#x})"
+
+
+class Memory:
+    """DDR (and optionally SRAM) in one 32-bit address space.
+
+    ``load``/``dump`` are host accesses (the runtime writing inputs, reading outputs) and are
+    not counted; units go through :class:`TaskDma`.
+    """
+
+    def __init__(self, ddr_size: int, ddr_base: int = 0, sram_size: int = 0,
+                 sram_base: int | None = None) -> None:
+        self.regions: list[MemoryRegion] = []
+        self._add_region("ddr", ddr_base, ddr_size)
+        if sram_size:
+            self._add_region("sram", DEFAULT_SRAM_BASE if sram_base is None else sram_base, sram_size)
+
+    @classmethod
+    def from_regions(cls, regions: list[tuple[str, int, int]]) -> Memory:
+        """Regions given as ``(name, base, size)``, e.g. a model's ``memory_map().regions``."""
+        memory = cls.__new__(cls)
+        memory.regions = []
+        for name, base, size in regions:
+            memory._add_region(name, base, size)
+        if not memory.regions:
+            raise EmulationError("a memory needs at least one region")
+        return memory
+
+    def _add_region(self, name: str, base: int, size: int) -> None:
+        for what, value in (("base", base), ("size", size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise EmulationError(
+                    f"memory region {name!r}: {what} {value!r} is not a non-negative integer")
+        if size == 0 or size > MAX_REGION_BYTES:
+            raise EmulationError(f"memory region {name!r}: size {size} must be 1..{MAX_REGION_BYTES} bytes")
+        if base + size > ADDRESS_SPACE:
+            raise EmulationError(
+                f"memory region {name!r} [{base:#x}, {base + size:#x}) does not fit the NPU's "
+                f"32-bit address space (every address register is 32-bit, rknpu-isa.md 4)")
+        for other in self.regions:
+            if base < other.end and other.base < base + size:
+                raise EmulationError(f"memory region {name!r} [{base:#x}, {base + size:#x}) overlaps "
+                                     f"{other.describe()}")
+        self.regions.append(MemoryRegion(name, base, np.zeros(size, np.uint8)))
+
+    def region(self, name: str) -> MemoryRegion:
+        for region in self.regions:
+            if region.name == name:
+                return region
+        raise EmulationError(f"no memory region {name!r}; regions: "
+                             f"{', '.join(r.describe() for r in self.regions)}")
+
+    def region_at(self, start: int, length: int) -> MemoryRegion | None:
+        """The region holding all of ``[start, start + length)``, or None."""
+        for region in self.regions:
+            if region.contains(start, length):
+                return region
+        return None
+
+    def describe(self) -> str:
+        return ", ".join(r.describe() for r in self.regions)
+
+    # -- host access ------------------------------------------------------------------------
+    def load(self, address: int, data: bytes | np.ndarray) -> None:
+        """Host write (loader or runtime): not a DMA, not counted."""
+        raw = np.frombuffer(bytes(data), np.uint8) if not isinstance(data, np.ndarray) \
+            else np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        region = self._host_region(address, raw.size, "write")
+        offset = address - region.base
+        region.data[offset:offset + raw.size] = raw
+
+    def dump(self, address: int, length: int) -> np.ndarray:
+        """Host read: a copy of ``length`` bytes."""
+        region = self._host_region(address, length, "read")
+        offset = address - region.base
+        return region.data[offset:offset + length].copy()
+
+    def _host_region(self, address: int, length: int, what: str) -> MemoryRegion:
+        region = self.region_at(address, length)
+        if region is None:
+            raise DmaError(f"host {what} of {length} bytes at {address:#x} is outside every memory "
+                           f"region ({self.describe()})")
+        return region
+
+    # -- DMA access (through TaskDma) -------------------------------------------------------
+    def _locate_rows(self, starts: np.ndarray, row_bytes: int, where: str) -> tuple[MemoryRegion, np.ndarray]:
+        """The one region holding every row ``[start, start + row_bytes)``; offsets into it."""
+        if starts.size == 0:
+            raise EmulationError(f"{where}: empty DMA transfer")
+        low, high = int(starts.min()), int(starts.max()) + row_bytes
+        region = self.region_at(low, high - low)
+        if region is None:
+            bad = _first_outside(self, starts, row_bytes)
+            raise DmaError(
+                f"{where}: touches [{low:#x}, {high:#x}), first bad row [{bad:#x}, {bad + row_bytes:#x}), "
+                f"outside the memory ({self.describe()}); the NPU raises its DMA error interrupt "
+                f"(PC INTERRUPT bits 12/13, rknpu-isa.md 2.4)")
+        return region, starts - region.base
+
+
+def _first_outside(memory: Memory, starts: np.ndarray, row_bytes: int) -> int:
+    for start in np.unique(starts):
+        if memory.region_at(int(start), row_bytes) is None:
+            return int(start)
+    return int(starts.min())  # rows fit regions individually but straddle two of them
+
+
+class Traffic(enum.Enum):
+    """DMA streams counted per task (the units' read and write engines)."""
+
+    REGCMD_READ = "regcmd_read"  # PC fetch of the task's command words
+    FEATURE_READ = "feature_read"  # CNA feature DMA
+    WEIGHT_READ = "weight_read"  # CNA weight DMA
+    BIAS_READ = "bias_read"  # DPU_RDMA BRDMA (BS operands)
+    BN_READ = "bn_read"  # DPU_RDMA NRDMA (BN operands)
+    EW_READ = "ew_read"  # DPU_RDMA ERDMA (EW operand cube)
+    MAIN_READ = "main_read"  # DPU_RDMA MRDMA (flying-mode main cube)
+    PPU_READ = "ppu_read"  # PPU_RDMA
+    DPU_WRITE = "dpu_write"  # DPU WDMA
+    PPU_WRITE = "ppu_write"  # PPU write DMA
+
+
+@dataclass(frozen=True)
+class DmaTraffic:
+    """Bytes each DMA stream moved during one task."""
+
+    regcmd_read: int = 0
+    feature_read: int = 0
+    weight_read: int = 0
+    bias_read: int = 0
+    bn_read: int = 0
+    ew_read: int = 0
+    main_read: int = 0
+    ppu_read: int = 0
+    dpu_write: int = 0
+    ppu_write: int = 0
+
+    @property
+    def read_bytes(self) -> int:
+        return sum(getattr(self, f.name) for f in fields(self) if f.name.endswith("_read"))
+
+    @property
+    def write_bytes(self) -> int:
+        return self.dpu_write + self.ppu_write
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass
+class TaskDma:
+    """The DMA port of one task on one core: bounds-checked copies plus byte counters.
+
+    ``what`` arguments name the unit and the registers the addresses came from, so an
+    out-of-range access reports e.g. ``core 0 task 3: CNA feature read (CNA.FEATURE_DATA_ADDR
+    = 0x..., DMA_CON1/2 strides)``.
+    """
+
+    memory: Memory
+    where: str  # "core 0 task 3"
+    counts: dict[Traffic, int] = field(default_factory=dict)
+
+    def count(self, stream: Traffic, nbytes: int) -> None:
+        self.counts[stream] = self.counts.get(stream, 0) + int(nbytes)
+
+    def read_rows(self, stream: Traffic, starts: np.ndarray, row_bytes: int, what: str) -> np.ndarray:
+        """``uint8 [len(starts), row_bytes]``: one contiguous run per start address."""
+        starts = _addresses(starts)
+        region, offsets = self.memory._locate_rows(starts, row_bytes, f"{self.where}: {what} read")
+        index = offsets[:, None] + np.arange(row_bytes, dtype=np.int64)[None, :]
+        self.count(stream, starts.size * row_bytes)
+        return region.data[index]
+
+    def write_rows(self, stream: Traffic, starts: np.ndarray, rows: np.ndarray, what: str) -> None:
+        """Write ``uint8 [len(starts), row_bytes]`` rows at the start addresses."""
+        starts = _addresses(starts)
+        rows = np.ascontiguousarray(rows).view(np.uint8).reshape(starts.size, -1)
+        row_bytes = rows.shape[1]
+        region, offsets = self.memory._locate_rows(starts, row_bytes, f"{self.where}: {what} write")
+        index = offsets[:, None] + np.arange(row_bytes, dtype=np.int64)[None, :]
+        region.data[index] = rows
+        self.count(stream, starts.size * row_bytes)
+
+    def read_block(self, stream: Traffic, address: int, nbytes: int, what: str) -> np.ndarray:
+        return self.read_rows(stream, np.array([address]), nbytes, what)[0]
+
+    def traffic(self) -> DmaTraffic:
+        return DmaTraffic(**{stream.value: n for stream, n in self.counts.items()})
+
+
+def _addresses(starts: np.ndarray | list[int]) -> np.ndarray:
+    # Register arithmetic is 32-bit: wrap like the hardware's address adders.
+    return np.asarray(starts, dtype=np.int64).reshape(-1) % ADDRESS_SPACE

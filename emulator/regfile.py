@@ -1,0 +1,172 @@
+"""Per-core register files: two ping-pong groups per block, the S_POINTER logic that picks
+them, and the DPU's LUT access port.
+
+Model (evidence in REGISTER_SEMANTICS.md section 1):
+
+- Every block (CNA, CORE, DPU, DPU_RDMA, PPU, PPU_RDMA) has two register groups; a register
+  write lands in the group the block's *pointer* selects, and an op-enable that starts the
+  block runs it from the group its *executer* selects (rknpu-isa.md 2.5; TRM 36.5.1).
+- ``S_POINTER`` (block + 0x004, not itself shadowed: the TRM shadows "everything from
+  OPERATION_ENABLE upward"): POINTER_PP_EN / EXECUTER_PP_EN make the pointer / executer flip
+  after each op-enable that starts the block; POINTER_PP_CLEAR / EXECUTER_PP_CLEAR reset them
+  to group 0; with POINTER_PP_EN = 0 the written POINTER bit selects the group by software.
+  POINTER_PP_MODE (bit 3) has no modelled effect.
+- With 0xe in every block (the vendor driver sets CNA and CORE, the stream sets DPU, DPU_RDMA,
+  PPU, PPU_RDMA), task n writes and runs group n % 2 of each block it starts, so a task's
+  state is the accumulation of the writes of tasks n, n-2, n-4, ...: the vendor's delta tasks
+  are deltas against the task two before (rep05 only computes correctly that way).
+- Groups start at 0 (reset) and persist across tasks and chains on the same core.
+
+``LUT_ACCESS_CFG``/``LUT_ACCESS_DATA`` form an access port into the LUT RAM: a data write with
+LUT_ACCESS_TYPE = 1 stores into table LUT_TABLE_ID at the current address and advances it
+(rep10 uploads 513 words per table after setting the address to 0). The RAM belongs to the
+core, not to a register group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from npuemu.emulator.numerics import LUT_ENTRIES
+from npuemu.isa.errors import EmulationError
+from npuemu.isa.regmap import Block, RegisterMap
+
+S_POINTER_OFFSET = 0x004  # block-relative (rknpu-isa.md 2.5)
+#: What the vendor driver writes to CNA and CORE S_POINTER before a job (rknpu-isa.md 2.3:
+#: 0xe | 0x10000000 * core; bit 28 is reserved in the TRM and has no modelled effect).
+DRIVER_S_POINTER = 0xE
+DRIVER_S_POINTER_BLOCKS = ("CNA", "CORE")
+LUT_TABLES = ("LE", "LO")  # LUT_TABLE_ID 0 and 1 (rep10)
+
+
+@dataclass
+class PingPong:
+    """One block's two register groups and its pointer / executer state."""
+
+    block: Block
+    groups: tuple[dict[int, int], dict[int, int]] = field(default_factory=lambda: ({}, {}))
+    pointer: int = 0
+    executer: int = 0
+    pointer_pp: bool = False
+    executer_pp: bool = False
+
+    def write_s_pointer(self, value: int) -> None:
+        fields = self.block.register("S_POINTER").unpack(value)
+        self.pointer_pp = bool(fields["POINTER_PP_EN"])
+        self.executer_pp = bool(fields["EXECUTER_PP_EN"])
+        if fields["POINTER_PP_CLEAR"]:
+            self.pointer = 0
+        if fields["EXECUTER_PP_CLEAR"]:
+            self.executer = 0
+        if not self.pointer_pp:
+            self.pointer = fields["POINTER"]
+        if not self.executer_pp:
+            # Without executer ping-pong the block runs the group software programs.
+            self.executer = self.pointer
+
+    def started(self) -> None:
+        """After an op-enable that started the block."""
+        if self.pointer_pp:
+            self.pointer ^= 1
+        if self.executer_pp:
+            self.executer ^= 1
+
+
+@dataclass(frozen=True)
+class RegisterView:
+    """The register values of one block's executing group, frozen for a task."""
+
+    block: Block
+    group: int
+    values: Mapping[int, int]  # full register offset -> raw 32-bit value (missing = 0)
+
+    def raw(self, register: str) -> int:
+        return self.values.get(self.block.register(register).offset, 0)
+
+    def field(self, register: str, name: str) -> int:
+        reg = self.block.register(register)
+        return reg.field(name).extract(self.values.get(reg.offset, 0))
+
+    def fields(self, register: str) -> dict[str, int]:
+        reg = self.block.register(register)
+        return reg.unpack(self.values.get(reg.offset, 0))
+
+    def was_written(self, register: str) -> bool:
+        return self.block.register(register).offset in self.values
+
+    def show(self, register: str, name: str | None = None) -> str:
+        """``BLOCK.REGISTER=0x...`` (or ``.FIELD=value``) for error messages."""
+        if name is None:
+            return f"{self.block.name}.{register}={self.raw(register):#x}"
+        return f"{self.block.name}.{register}.{name}={self.field(register, name)}"
+
+
+@dataclass
+class LutPort:
+    """The DPU LUT RAM (two 513-entry int16 tables) and its access port."""
+
+    tables: np.ndarray = field(default_factory=lambda: np.zeros((2, LUT_ENTRIES), np.int16))
+    access_type: int = 0
+    table: int = 0
+    address: int = 0
+
+    def configure(self, fields: Mapping[str, int]) -> None:
+        self.access_type = fields["LUT_ACCESS_TYPE"]
+        self.table = fields["LUT_TABLE_ID"]
+        self.address = fields["LUT_ADDR"]
+
+    def data(self, value: int, where: str) -> None:
+        if self.access_type != 1:
+            return  # a read-type access: the data register is not stored [I] (REGISTER_SEMANTICS 1.3)
+        if self.address >= LUT_ENTRIES:
+            raise EmulationError(
+                f"{where}: DPU.LUT_ACCESS_DATA write to {LUT_TABLES[self.table]} table entry "
+                f"{self.address}, past its {LUT_ENTRIES} entries (DPU.LUT_ACCESS_CFG set the start address)")
+        self.tables[self.table, self.address] = np.int16(np.uint16(value & 0xFFFF).view(np.int16))
+        self.address += 1
+
+
+class RegisterFile:
+    """All ping-pong register groups of one core, plus its LUT port."""
+
+    def __init__(self, regmap: RegisterMap) -> None:
+        self.regmap = regmap
+        self.blocks: dict[str, PingPong] = {
+            b.name: PingPong(b) for b in regmap.blocks if b.op_enable_bit is not None}
+        self.lut = LutPort()
+        self.pc: dict[str, int] = {}  # PC registers written by the stream (outside the tail)
+
+    def driver_setup(self, core_index: int) -> None:
+        """What the vendor driver writes over MMIO before launching a job (rknpu-isa.md 2.3)."""
+        for name in DRIVER_S_POINTER_BLOCKS:
+            if name in self.blocks:
+                self.blocks[name].write_s_pointer(DRIVER_S_POINTER | (core_index << 28))
+
+    def write(self, block: str, register: str, value: int, where: str) -> None:
+        if block == "PC":
+            self.pc[register] = value
+            return
+        pingpong = self.blocks.get(block)
+        if pingpong is None:
+            raise EmulationError(f"{where}: write to {block}.{register}, a block the core does not have")
+        reg = pingpong.block.register(register)
+        if reg.offset - pingpong.block.base == S_POINTER_OFFSET:
+            pingpong.write_s_pointer(value)
+            return
+        pingpong.groups[pingpong.pointer][reg.offset] = value
+        if block == "DPU" and register == "LUT_ACCESS_CFG":
+            self.lut.configure(reg.unpack(value))
+        elif block == "DPU" and register == "LUT_ACCESS_DATA":
+            self.lut.data(value, where)
+
+    def view(self, block: str) -> RegisterView:
+        """The executing group of ``block`` as it stands now."""
+        pingpong = self.blocks[block]
+        return RegisterView(pingpong.block, pingpong.executer, dict(pingpong.groups[pingpong.executer]))
+
+    def started(self, blocks: Iterable[str]) -> None:
+        for name in blocks:
+            self.blocks[name].started()

@@ -1,0 +1,410 @@
+"""CNA + CORE: decode the convolution registers, fetch features and weights through the DMA
+(or find them in the CBUF), and run the MAC array.
+
+Register interpretations and their evidence are in REGISTER_SEMANTICS.md section 2; the
+arithmetic is NUMERICS.md section 3 (``kernels.mac``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from npuemu.emulator import kernels
+from npuemu.emulator.memory import ADDRESS_SPACE, TaskDma, Traffic
+from npuemu.emulator.numerics import core_round_mode
+from npuemu.emulator.regfile import RegisterView
+from npuemu.emulator.units.state import (
+    ATOM_BYTES, FP16, INT8, PRECISION_DTYPES, ConvState, c2_of, precision_name,
+)
+from npuemu.isa.errors import EmulationError
+
+CONV_DIRECT, CONV_DEPTHWISE = 0, 3  # CONV_CON1.CONV_MODE (rknpu-isa.md 3)
+ARGB_FIRST, ARGB_LAST = 8, 11  # ARGB_IN 8..11 = 1..4 image channels (rknpu-isa.md 3)
+#: Kernels the MAC array produces per pass: the CORE's output channel count must be a whole
+#: number of them, or the hardware hangs (rknpu-isa.md 4 and 7.1 [3P]; CONV_CON2 "16 kernels
+#: per group for 16-bit types"). Every vendor task has a multiple of 32 (int8).
+KERNEL_ATOM = {INT8: 32, FP16: 16}
+REAL_CHANNEL_SLICE = 64  # DATAIN_CHANNEL_REAL counts the last 64-channel slice (REGISTER_SEMANTICS 2.2)
+
+_WEIGHT_LAYOUTS = {
+    (INT8, False): kernels.INT8_CONV_RK3588, (INT8, True): kernels.INT8_DEPTHWISE_RK3588,
+    (FP16, False): kernels.FP16_CONV_RK3588, (FP16, True): kernels.FP16_DEPTHWISE_RK3588,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding
+# ---------------------------------------------------------------------------------------------
+def decode_conv(cna: RegisterView, core: RegisterView, cbuf_banks: int, where: str) -> ConvState:
+    """ConvState from the executing CNA and CORE groups; EmulationError for a configuration a
+    real NPU would hang on or that the emulator does not model."""
+    con1 = cna.fields("CONV_CON1")
+    mode = con1["CONV_MODE"]
+    if mode not in (CONV_DIRECT, CONV_DEPTHWISE):
+        raise EmulationError(f"{where}: {cna.show('CONV_CON1', 'CONV_MODE')} is not modelled "
+                             f"(0 direct, 3 depthwise)")
+    _require_zero(cna, where, ("CONV_CON1", "DECONV"), ("CONV_CON3", "NN_MODE"),
+                  ("FC_CON0", "FC_SKIP_EN"), ("DCOMP_CTRL", "DECOMP_CONTROL"))
+    if not cna.field("CVT_CON0", "CVT_BYPASS"):
+        raise EmulationError(f"{where}: {cna.show('CVT_CON0')} enables the CNA input converter, which "
+                             f"is not modelled (every vendor stream bypasses it)")
+    precision = _conv_precision(cna, core, con1, where)
+    depthwise = mode == CONV_DEPTHWISE
+    if bool(core.field("MISC_CFG", "DW_EN")) != depthwise:
+        raise EmulationError(f"{where}: {core.show('MISC_CFG', 'DW_EN')} disagrees with "
+                             f"{cna.show('CONV_CON1', 'CONV_MODE')}")
+    argb = _argb_channels(con1["ARGB_IN"], precision, where, cna)
+    width, height = cna.field("DATA_SIZE0", "DATAIN_WIDTH"), cna.field("DATA_SIZE0", "DATAIN_HEIGHT")
+    channels = cna.field("DATA_SIZE1", "DATAIN_CHANNEL")
+    _require_positive(where, {cna.show("DATA_SIZE0", "DATAIN_WIDTH"): width,
+                              cna.show("DATA_SIZE0", "DATAIN_HEIGHT"): height,
+                              cna.show("DATA_SIZE1", "DATAIN_CHANNEL"): channels})
+    _check_dma_sizes(cna, width, height, channels, where)
+    state = ConvState(
+        depthwise=depthwise, precision=precision, argb_channels=argb,
+        in_width=width, in_height=height, in_channels=channels,
+        real_channels=_real_channels(cna, channels, argb, where),
+        feature_address=cna.raw("FEATURE_DATA_ADDR"),
+        **_feature_strides(cna, argb),
+        pad_top=cna.field("PAD_CON0", "PAD_TOP"), pad_left=cna.field("PAD_CON0", "PAD_LEFT"),
+        pad_value=_pad_value(cna.raw("PAD_CON1"), precision),
+        **_geometry(cna, where),
+        kernels=cna.field("WEIGHT_SIZE2", "WEIGHT_KERNELS"),
+        weight_address=cna.raw("DCOMP_ADDR0"),
+        weight_bytes=cna.field("WEIGHT_SIZE0", "WEIGHT_BYTES"),
+        weight_bytes_per_kernel=cna.field("WEIGHT_SIZE1", "WEIGHT_BYTES_PER_KERNEL"),
+        data_bank=cna.field("CBUF_CON0", "DATA_BANK"), weight_bank=cna.field("CBUF_CON0", "WEIGHT_BANK"),
+        data_reuse=bool(cna.field("CBUF_CON0", "DATA_REUSE")),
+        weight_reuse=bool(cna.field("CBUF_CON0", "WEIGHT_REUSE")),
+        out_width=core.field("DATAOUT_SIZE_0", "DATAOUT_WIDTH") + 1,
+        out_height=core.field("DATAOUT_SIZE_0", "DATAOUT_HEIGHT") + 1,
+        out_channels=core.field("DATAOUT_SIZE_1", "DATAOUT_CHANNEL") + 1,
+        clip_truncate=core.field("CLIP_TRUNCATE", "CLIP_TRUNCATE"),
+        round_type=core.field("CLIP_TRUNCATE", "ROUND_TYPE"),
+    )
+    _check_banks(state, cna, cbuf_banks, where)
+    _check_output(state, cna, core, where)
+    _check_weights(state, cna, where)
+    return state
+
+
+def _require_zero(view: RegisterView, where: str, *items: tuple[str, str]) -> None:
+    for register, name in items:
+        if view.field(register, name):
+            raise EmulationError(f"{where}: {view.show(register, name)} is not modelled (expected 0)")
+
+
+def _require_positive(where: str, values: dict[str, int]) -> None:
+    bad = [name for name, value in values.items() if value <= 0]
+    if bad:
+        raise EmulationError(f"{where}: {', '.join(bad)}: sizes must be at least 1")
+
+
+def _conv_precision(cna: RegisterView, core: RegisterView, con1: dict[str, int], where: str) -> int:
+    codes = {con1["IN_PRECISION"], con1["PROC_PRECISION"], core.field("MISC_CFG", "PROC_PRECISION")}
+    if len(codes) != 1:
+        raise EmulationError(
+            f"{where}: precisions disagree: {cna.show('CONV_CON1', 'IN_PRECISION')}, "
+            f"{cna.show('CONV_CON1', 'PROC_PRECISION')}, {core.show('MISC_CFG', 'PROC_PRECISION')}")
+    code = codes.pop()
+    if code not in KERNEL_ATOM:
+        raise EmulationError(f"{where}: convolution precision {precision_name(code)} "
+                             f"({cna.show('CONV_CON1', 'IN_PRECISION')}) is not modelled (int8, fp16)")
+    return code
+
+
+def _argb_channels(argb_in: int, precision: int, where: str, cna: RegisterView) -> int:
+    if argb_in == 0:
+        return 0
+    if not ARGB_FIRST <= argb_in <= ARGB_LAST or precision != INT8:
+        raise EmulationError(f"{where}: {cna.show('CONV_CON1', 'ARGB_IN')} is not an int8 image mode "
+                             f"(0, or 8..11 for 1..4 channels)")
+    return argb_in - ARGB_FIRST + 1
+
+
+def _check_dma_sizes(cna: RegisterView, width: int, height: int, channels: int, where: str) -> None:
+    # FC_DATA_SIZE0/1 repeat the input cube for the DMA (Mesa writes them equal; so does RKNN).
+    dma = (cna.field("FC_DATA_SIZE0", "DMA_WIDTH"), cna.field("FC_DATA_SIZE0", "DMA_HEIGHT"),
+           cna.field("FC_DATA_SIZE1", "DMA_CHANNEL"))
+    if dma != (width, height, channels):
+        raise EmulationError(
+            f"{where}: CNA sizes disagree: DATA_SIZE0/1 give {width}x{height}x{channels} but "
+            f"FC_DATA_SIZE0/1 give {dma[0]}x{dma[1]}x{dma[2]} (W x H x C)")
+
+
+def _real_channels(cna: RegisterView, channels: int, argb: int, where: str) -> int:
+    # DATAIN_CHANNEL_REAL = (real - 1) mod 64: the vendor writes 63 for 512 channels and 31
+    # for 96 (REGISTER_SEMANTICS 2.2); Mesa's "real - 1" agrees below 64 channels.
+    real_field = cna.field("DATA_SIZE1", "DATAIN_CHANNEL_REAL") % REAL_CHANNEL_SLICE
+    last_slice = (channels - 1) % REAL_CHANNEL_SLICE + 1
+    real = channels - last_slice + real_field + 1
+    if real > channels or (argb and real > argb):
+        raise EmulationError(f"{where}: {cna.show('DATA_SIZE1', 'DATAIN_CHANNEL_REAL')} gives {real} "
+                             f"real channels, more than the {argb or channels} the input has")
+    return real
+
+
+def _feature_strides(cna: RegisterView, argb: int) -> dict[str, int]:
+    """Row and surface strides in bytes (REGISTER_SEMANTICS 2.3).
+
+    The feature DMA reads a surface in DMA lines of 4 rows (GROUP_LINE_OFF = 0; LINE_STRIDE
+    then spans the 4 rows, 4 * W atoms) or of 1 row (GROUP_LINE_OFF = 1; LINE_STRIDE is the row
+    stride in atoms, or in pixels for image input). SURF_STRIDE counts from the end of the
+    surface's first DMA line: rep01 2912 + 4 * 56 = 56 * 56; resnet18's 1x1 stride-2 convs
+    3081 + 55 (DATAIN_WIDTH) = 56 * 56 with LINE_STRIDE 56; rep03 (image) 49952 + 224 = 224 * 224.
+    """
+    line, surface = cna.field("DMA_CON1", "LINE_STRIDE"), cna.field("DMA_CON2", "SURF_STRIDE")
+    width = cna.field("DATA_SIZE0", "DATAIN_WIDTH")
+    if argb:
+        # Image mode: LINE_STRIDE counts pixels (rep03: 224 for 224 x 3-byte pixels; conv_006:
+        # 14 for 14 x 1-byte pixels); the image is a single surface.
+        return {"line_stride": line * argb, "surface_stride": 0}
+    if cna.field("CONV_CON1", "GROUP_LINE_OFF"):
+        row_atoms, rows_per_line = line, 1
+    else:
+        row_atoms, rows_per_line = line / 4, 4
+    row = int(round(row_atoms * ATOM_BYTES))
+    first_line_end = (rows_per_line - 1) * row + width * ATOM_BYTES
+    return {"line_stride": row, "surface_stride": (ATOM_BYTES * surface + first_line_end) % ADDRESS_SPACE}
+
+
+def _pad_value(raw: int, precision: int) -> int | float:
+    # The CNA pads with the low element of PAD_VALUE: int8 reads its low byte (rep04 writes
+    # 0x0303 for zero point 3, rep01 0xfffffffe for -2), fp16 its low 16 bits.
+    if precision == FP16:
+        return float(np.uint16(raw & 0xFFFF).view(np.float16))
+    return int(np.uint8(raw & 0xFF).view(np.int8))
+
+
+def _geometry(cna: RegisterView, where: str) -> dict[str, int]:
+    con3 = cna.fields("CONV_CON3")
+    sizes = cna.fields("WEIGHT_SIZE2")
+    geometry = {
+        "stride_x": con3["CONV_X_STRIDE"], "stride_y": con3["CONV_Y_STRIDE"],
+        "dilation_x": con3["ATROUS_X_DILATION"] + 1, "dilation_y": con3["ATROUS_Y_DILATION"] + 1,
+        "kernel_w": sizes["WEIGHT_WIDTH"], "kernel_h": sizes["WEIGHT_HEIGHT"],
+    }
+    _require_positive(where, {cna.show("CONV_CON3", "CONV_X_STRIDE"): geometry["stride_x"],
+                              cna.show("CONV_CON3", "CONV_Y_STRIDE"): geometry["stride_y"],
+                              cna.show("WEIGHT_SIZE2", "WEIGHT_WIDTH"): geometry["kernel_w"],
+                              cna.show("WEIGHT_SIZE2", "WEIGHT_HEIGHT"): geometry["kernel_h"]})
+    return geometry
+
+
+def _check_banks(state: ConvState, cna: RegisterView, cbuf_banks: int, where: str) -> None:
+    if state.data_bank == 0 or state.data_bank + state.weight_bank > cbuf_banks:
+        raise EmulationError(
+            f"{where}: {cna.show('CBUF_CON0')} asks for DATA_BANK {state.data_bank} + WEIGHT_BANK "
+            f"{state.weight_bank} banks; the CBUF has {cbuf_banks} and features need at least one")
+
+
+def _check_output(state: ConvState, cna: RegisterView, core: RegisterView, where: str) -> None:
+    cna_width = cna.field("DATA_SIZE2", "DATAOUT_WIDTH")
+    if cna_width != state.out_width:
+        raise EmulationError(f"{where}: output width disagrees: {cna.show('DATA_SIZE2', 'DATAOUT_WIDTH')} "
+                             f"but {core.show('DATAOUT_SIZE_0', 'DATAOUT_WIDTH')} (width - 1)")
+    atomics = cna.field("DATA_SIZE3", "DATAOUT_ATOMICS")
+    if atomics != state.out_width * state.out_height:
+        raise EmulationError(
+            f"{where}: {cna.show('DATA_SIZE3', 'DATAOUT_ATOMICS')} is not the CORE's output "
+            f"{state.out_width} x {state.out_height} = {state.out_width * state.out_height} pixels")
+    atom = KERNEL_ATOM[state.precision]
+    if state.out_channels % atom:
+        raise EmulationError(
+            f"{where}: {core.show('DATAOUT_SIZE_1', 'DATAOUT_CHANNEL')} ({state.out_channels} channels) "
+            f"ends part-way through a {atom}-kernel group: the MAC array hangs (rknpu-isa.md 7.1)")
+    produced = state.in_channels if state.depthwise else state.kernels
+    if produced > state.out_channels or produced <= 0:
+        raise EmulationError(
+            f"{where}: the CORE outputs {state.out_channels} channels "
+            f"({core.show('DATAOUT_SIZE_1', 'DATAOUT_CHANNEL')}) but the convolution produces "
+            f"{produced} ({cna.show('WEIGHT_SIZE2', 'WEIGHT_KERNELS')}, "
+            f"{cna.show('DATA_SIZE1', 'DATAIN_CHANNEL')})")
+    # The output window must start inside the padded input: beyond it the CNA has no rows.
+    axes = ((state.out_height, state.stride_y, state.pad_top, state.in_height, "rows"),
+            (state.out_width, state.stride_x, state.pad_left, state.in_width, "columns"))
+    for out, stride, pad, size, axis in axes:
+        if (out - 1) * stride - pad >= size:
+            raise EmulationError(
+                f"{where}: {out} output {axis} at stride {stride} start past the {size} input {axis} "
+                f"(pad {pad}): CORE DATAOUT_SIZE_0 does not fit CNA DATA_SIZE0")
+
+
+def _check_weights(state: ConvState, cna: RegisterView, where: str) -> None:
+    if state.depthwise and state.kernels != 1:
+        raise EmulationError(f"{where}: depthwise with {cna.show('WEIGHT_SIZE2', 'WEIGHT_KERNELS')}; "
+                             f"the vendor and Mesa program 1 kernel of all channels")
+    layout = _WEIGHT_LAYOUTS[(state.precision, state.depthwise)]
+    size = PRECISION_DTYPES[state.precision].itemsize
+    taps = state.kernel_h * state.kernel_w
+    if state.depthwise:
+        per_kernel = total = layout.elements(state.in_channels, state.kernel_h, state.kernel_w) * size
+    else:
+        per_kernel = taps * layout.stored_input_channels(state.in_channels) * size
+        total = layout.elements(state.kernels, state.in_channels, state.kernel_h, state.kernel_w) * size
+    if (state.weight_bytes_per_kernel, state.weight_bytes) != (per_kernel, total):
+        raise EmulationError(
+            f"{where}: weight sizes disagree with the geometry: {cna.show('WEIGHT_SIZE1')} and "
+            f"{cna.show('WEIGHT_SIZE0')} but {state.kernels} kernels of {state.kernel_h}x{state.kernel_w}x"
+            f"{state.in_channels} {precision_name(state.precision)} need {per_kernel} bytes per kernel, "
+            f"{total} in all")
+
+
+# ---------------------------------------------------------------------------------------------
+# CBUF contents (identity, not bytes)
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Resident:
+    key: tuple
+    array: np.ndarray
+    task: str  # who loaded it, for messages
+
+
+class Cbuf:
+    """What a core's CBUF holds: the last feature cube and weight set it loaded.
+
+    DATA_REUSE / WEIGHT_REUSE take them from here instead of DRAM; the key (addresses, sizes,
+    bank split) must match what the reusing task describes, or the hardware would compute
+    with other data (REGISTER_SEMANTICS 2.6).
+    """
+
+    def __init__(self) -> None:
+        self.feature: _Resident | None = None
+        self.weights: _Resident | None = None
+
+    def take(self, slot: str, key: tuple, register: str, where: str) -> np.ndarray:
+        resident = getattr(self, slot)
+        if resident is None:
+            raise EmulationError(f"{where}: CNA.CBUF_CON0.{register}=1 but this core's CBUF holds no "
+                                 f"{slot} yet: nothing to reuse")
+        if resident.key != key:
+            raise EmulationError(
+                f"{where}: CNA.CBUF_CON0.{register}=1 but the CBUF holds the {slot} loaded by "
+                f"{resident.task} ({_describe_key(resident.key)}), not the ones this task describes "
+                f"({_describe_key(key)})")
+        return resident.array
+
+    def keep(self, slot: str, key: tuple, array: np.ndarray, where: str) -> None:
+        setattr(self, slot, _Resident(key, array, where))
+
+
+def _describe_key(key: tuple) -> str:
+    return ", ".join(f"{name}={value:#x}" if "address" in name else f"{name}={value}"
+                     for name, value in key)
+
+
+def _weight_key(state: ConvState) -> tuple:
+    return (("address", state.weight_address), ("bytes", state.weight_bytes),
+            ("kernels", state.kernels), ("kernel", f"{state.kernel_h}x{state.kernel_w}"),
+            ("channels", state.in_channels), ("precision", state.precision),
+            ("depthwise", state.depthwise), ("banks", f"{state.data_bank}/{state.weight_bank}"))
+
+
+def _feature_key(state: ConvState) -> tuple:
+    return (("address", state.feature_address), ("line_stride", state.line_stride),
+            ("surface_stride", state.surface_stride),
+            ("cube", f"{state.in_width}x{state.in_height}x{state.in_channels}"),
+            ("precision", state.precision), ("argb", state.argb_channels),
+            ("banks", f"{state.data_bank}/{state.weight_bank}"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Execution
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CoreResult:
+    """The CORE's output cube for the DPU, and the window sums BS's CPEND term needs."""
+
+    data: np.ndarray  # int32 (or float32 for fp16) [out_channels][OH][OW]
+    window_sums: np.ndarray | None  # int64 [groups][OH][OW]; None for fp16
+
+
+def run_cna_core(state: ConvState, dma: TaskDma, cbuf: Cbuf, where: str) -> CoreResult:
+    feature = _feature(state, dma, cbuf, where)
+    weights = _weights(state, dma, cbuf, where)
+    geometry = kernels.ConvGeometry(
+        kernel_h=state.kernel_h, kernel_w=state.kernel_w, out_h=state.out_height,
+        out_w=state.out_width, stride_y=state.stride_y, stride_x=state.stride_x,
+        dilation_y=state.dilation_y, dilation_x=state.dilation_x, pad_top=state.pad_top,
+        pad_left=state.pad_left, groups=state.in_channels if state.depthwise else 1)
+    padded = kernels.fetch_padded_input(feature, state.in_channels, geometry, state.pad_value)
+    if state.precision == FP16:
+        data = kernels.conv2d_fp16(padded, weights, geometry)
+        return CoreResult(_pad_channels(data, state.out_channels), None)
+    exact = kernels.conv2d_int8_exact(padded, weights, geometry)
+    data = kernels.core_outputs(exact, state.clip_truncate, core_round_mode(state.round_type))
+    sums = kernels.window_sums(padded, geometry)
+    if state.depthwise:
+        sums = _pad_channels(sums, state.out_channels)
+    return CoreResult(_pad_channels(data, state.out_channels), sums)
+
+
+def _pad_channels(data: np.ndarray, channels: int) -> np.ndarray:
+    # Kernels past WEIGHT_KERNELS (and depthwise channels past DATAIN_CHANNEL) have no weights
+    # in the CBUF: their accumulators stay 0 [C] (REGISTER_SEMANTICS 2.5).
+    if data.shape[0] == channels:
+        return data
+    padded = np.zeros((channels,) + data.shape[1:], data.dtype)
+    padded[:data.shape[0]] = data
+    return padded
+
+
+def _feature(state: ConvState, dma: TaskDma, cbuf: Cbuf, where: str) -> np.ndarray:
+    key = _feature_key(state)
+    if state.data_reuse:
+        return cbuf.take("feature", key, "DATA_REUSE", where)
+    feature = _read_feature(state, dma)
+    cbuf.keep("feature", key, feature, where)
+    return feature
+
+
+def _read_feature(state: ConvState, dma: TaskDma) -> np.ndarray:
+    what = (f"CNA feature (FEATURE_DATA_ADDR={state.feature_address:#x}, {state.in_width}x"
+            f"{state.in_height}x{state.in_channels}, line {state.line_stride} B, surface "
+            f"{state.surface_stride} B)")
+    rows = np.arange(state.in_height, dtype=np.int64) * state.line_stride
+    dtype = PRECISION_DTYPES[state.precision]
+    if state.argb_channels:
+        raw = dma.read_rows(Traffic.FEATURE_READ, state.feature_address + rows,
+                            state.in_width * state.argb_channels, what)
+        pixels = raw.view(np.int8).reshape(state.in_height, state.in_width, state.argb_channels)
+        feature = np.zeros((1, state.in_height, state.in_width, c2_of(INT8)), np.int8)
+        feature[0, :, :, :state.argb_channels] = pixels
+    else:
+        surfaces = np.arange(state.surfaces, dtype=np.int64) * state.surface_stride
+        starts = state.feature_address + (surfaces[:, None] + rows[None, :]).reshape(-1)
+        raw = dma.read_rows(Traffic.FEATURE_READ, starts, state.in_width * ATOM_BYTES, what)
+        c2 = c2_of(state.precision)
+        feature = raw.view(dtype).reshape(state.surfaces, state.in_height, state.in_width, c2).copy()
+    _mask_channels(feature, state.real_channels)
+    return feature
+
+
+def _mask_channels(feature: np.ndarray, real: int) -> None:
+    # Channels past DATAIN_CHANNEL_REAL read as 0 whatever memory holds [I] (REGISTER_SEMANTICS 2.2).
+    c2 = feature.shape[3]
+    group, lane = divmod(real, c2)
+    if group < feature.shape[0]:
+        feature[group, :, :, lane:] = 0
+        feature[group + 1:] = 0
+
+
+def _weights(state: ConvState, dma: TaskDma, cbuf: Cbuf, where: str) -> np.ndarray:
+    key = _weight_key(state)
+    if state.weight_reuse:
+        return cbuf.take("weights", key, "WEIGHT_REUSE", where)
+    dtype = PRECISION_DTYPES[state.precision]
+    blob = dma.read_block(Traffic.WEIGHT_READ, state.weight_address, state.weight_bytes,
+                          f"CNA weights (DCOMP_ADDR0={state.weight_address:#x}, WEIGHT_BYTES="
+                          f"{state.weight_bytes})").view(dtype)
+    layout = _WEIGHT_LAYOUTS[(state.precision, state.depthwise)]
+    if state.depthwise:
+        weights = kernels.unpack_depthwise_weights(blob, state.in_channels, state.kernel_h,
+                                                   state.kernel_w, layout)
+    else:
+        weights = kernels.unpack_conv_weights(blob, state.kernels, state.in_channels, state.kernel_h,
+                                              state.kernel_w, layout)
+    cbuf.keep("weights", key, weights, where)
+    return weights

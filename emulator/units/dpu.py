@@ -1,0 +1,456 @@
+"""DPU + DPU_RDMA: decode the post-processing registers, fetch the main cube (flying mode),
+the BS operands (BRDMA) and the EW operand (ERDMA), run BS -> BN -> EW (LUT, then the EW
+operation) -> OUT_CVT, and write the result through the WDMA.
+
+Register interpretations and their evidence are in REGISTER_SEMANTICS.md section 3; the
+arithmetic of each stage is NUMERICS.md section 4 (``kernels.dpu``, ``kernels.lut``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from npuemu.emulator import kernels
+from npuemu.emulator.memory import TaskDma, Traffic
+from npuemu.emulator.numerics import out_cvt_round_mode
+from npuemu.emulator.regfile import RegisterView
+from npuemu.emulator.units.cna_core import CoreResult
+from npuemu.emulator.units.state import (
+    ATOM_BYTES, FP16, FP32, INT8, INT16, INT32, PRECISION_DTYPES, DpuRdmaState, DpuState, EwState,
+    LutState, LutTableState, OutCvtState, XStageState, c2_of, precision_name,
+)
+from npuemu.isa.errors import EmulationError
+
+INTEGER_PROCESSING = (INT8, INT16)
+INTEGER_OUTPUTS = (INT8, INT16, INT32)
+#: BRDMA_DATA_USE bits and the bytes each operand takes in an 8-channel group: the vendor's
+#: blob with DATA_USE = 7 is int32 ALU[8], int16 CPEND[8], int16 MUL[8] (vendor-corpus 5);
+#: Mesa's bias-only blob with DATA_USE = 1 is one int32 per channel (rknpu-isa.md 3.1).
+BRDMA_ALU, BRDMA_CPEND, BRDMA_MUL, BRDMA_TRT = 1, 2, 4, 8
+BRDMA_GROUP = 8
+_BRDMA_PARTS = ((BRDMA_ALU, "ALU", np.dtype("<i4")), (BRDMA_CPEND, "CPEND", np.dtype("<i2")),
+                (BRDMA_MUL, "MUL", np.dtype("<i2")))
+#: ERDMA_DATA_SIZE -> element type of the EW operand (rep09/rep12: 1 with int8 tensors; the
+#: others follow PPU_RDMA's 0/1/2/3 = 4/8/16/32-bit code [I]).
+ERDMA_SIZES = {1: np.dtype(np.int8), 2: np.dtype(np.int16), 3: np.dtype(np.int32)}
+ERDMA_PER_PIXEL = 1  # ERDMA_DATA_MODE of a full operand cube (rep09, rep12)
+COMB_SPLIT = 5  # DPU_RDMA COMB_USE: MRDMA and ERDMA share the EW operand (rep12, Mesa ConvAdd)
+
+
+def _signed16(value: int) -> int:
+    return value - (1 << 16) if value & 0x8000 else value
+
+
+def _signed32(value: int) -> int:
+    return value - (1 << 32) if value & 0x80000000 else value
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding
+# ---------------------------------------------------------------------------------------------
+def decode_dpu(dpu: RegisterView, where: str) -> DpuState:
+    mode = dpu.fields("FEATURE_MODE_CFG")
+    fmt = dpu.fields("DATA_FORMAT")
+    _reject(dpu, where, ("FEATURE_MODE_CFG", "TP_EN"), ("FEATURE_MODE_CFG", "COMB_USE"),
+            ("OFFSET_PEND", "OFFSET_PEND"), ("BS_MUL_CFG", "BS_TRUNCATE_SRC"),
+            ("BN_MUL_CFG", "BN_TRUNCATE_SRC"), ("EW_CFG", "EW_EQUAL_EN"), ("LUT_CFG", "LUT_CAL_SEL"),
+            ("LUT_CFG", "LUT_EXPAND_EN"), ("OUT_CVT_SHIFT", "MINUS_EXP"))
+    ow = dpu.fields("BS_OW_CFG")
+    if not ow["SIZE_E_0"] == ow["SIZE_E_1"] == ow["SIZE_E_2"]:
+        raise EmulationError(f"{where}: {dpu.show('BS_OW_CFG')} has different SIZE_E_0/1/2; only equal "
+                             f"values are modelled (every vendor and Mesa stream writes them equal)")
+    dst = dpu.raw("DST_BASE_ADDR")
+    if dst % ATOM_BYTES:
+        raise EmulationError(f"{where}: {dpu.show('DST_BASE_ADDR')} is not 16-byte aligned (rknpu-isa.md 4)")
+    state = DpuState(
+        flying=bool(mode["FLYING_MODE"]), to_memory=bool(mode["OUTPUT_MODE"] & 2),
+        to_ppu=bool(mode["OUTPUT_MODE"] & 1), conv_mode=mode["CONV_MODE"],
+        in_precision=fmt["IN_PRECISION"], proc_precision=fmt["PROC_PRECISION"],
+        out_precision=fmt["OUT_PRECISION"],
+        width=dpu.field("DATA_CUBE_WIDTH", "WIDTH") + 1, height=dpu.field("DATA_CUBE_HEIGHT", "HEIGHT") + 1,
+        channels=dpu.field("DATA_CUBE_CHANNEL", "CHANNEL") + 1,
+        orig_channels=dpu.field("DATA_CUBE_CHANNEL", "ORIG_CHANNEL") + 1,
+        dst_address=dst, dst_surface_stride=dpu.field("DST_SURF_STRIDE", "DST_SURF_STRIDE") * ATOM_BYTES,
+        surface_add=dpu.field("SURFACE_ADD", "SURF_ADD") * ATOM_BYTES, size_e=ow["SIZE_E_0"],
+        bs=_x_stage(dpu, "BS", fmt, ow), bn=_x_stage(dpu, "BN", fmt, None),
+        ew=_ew(dpu, fmt), lut=_lut(dpu), out_cvt=_out_cvt(dpu))
+    _check_dpu(state, dpu, where)
+    return state
+
+
+def _reject(view: RegisterView, where: str, *items: tuple[str, str]) -> None:
+    for register, name in items:
+        if view.field(register, name):
+            raise EmulationError(f"{where}: {view.show(register, name)} is not modelled (expected 0)")
+
+
+def _x_stage(dpu: RegisterView, stage: str, fmt: dict[str, int], ow: dict[str, int] | None) -> XStageState:
+    cfg = dpu.fields(f"{stage}_CFG")
+    mul = dpu.fields(f"{stage}_MUL_CFG")
+    extra = {}
+    if ow is not None:
+        extra = {"cpend_bypass": bool(ow["OD_BYPASS"]), "cpend_from_dma": bool(ow["OW_SRC"]),
+                 "cpend_operand": _signed16(dpu.field("BS_OW_OP", "OW_OP"))}
+    return XStageState(
+        bypass=bool(cfg[f"{stage}_BYPASS"]), alu_bypass=bool(cfg[f"{stage}_ALU_BYPASS"]),
+        alu_algo=cfg[f"{stage}_ALU_ALGO"], alu_from_dma=bool(cfg[f"{stage}_ALU_SRC"]),
+        alu_operand=dpu.field(f"{stage}_ALU_CFG", f"{stage}_ALU_OPERAND"),
+        mul_bypass=bool(cfg[f"{stage}_MUL_BYPASS"]), mul_from_dma=bool(mul[f"{stage}_MUL_SRC"]),
+        mul_operand=_signed16(mul[f"{stage}_MUL_OPERAND"]),
+        shift_positive=mul[f"{stage}_MUL_SHIFT_VALUE"],
+        shift_negative=fmt[f"{stage}_MUL_SHIFT_VALUE_NEG"], prelu=bool(cfg[f"{stage}_MUL_PRELU"]),
+        relu_bypass=bool(cfg[f"{stage}_RELU_BYPASS"]), relux=bool(cfg[f"{stage}_RELUX_EN"]),
+        relux_value=_signed32(dpu.raw(f"{stage}_RELUX_CMP_VALUE")), **extra)
+
+
+def _ew(dpu: RegisterView, fmt: dict[str, int]) -> EwState:
+    cfg = dpu.fields("EW_CFG")
+    scale = dpu.fields("EW_CVT_SCALE_VALUE")
+    return EwState(
+        bypass=bool(cfg["EW_BYPASS"]), op_bypass=bool(cfg["EW_OP_BYPASS"]),
+        op_from_dma=bool(cfg["EW_OP_SRC"]), op_type=cfg["EW_OP_TYPE"], alu_algo=cfg["EW_ALU_ALGO"],
+        op_value=_signed32(dpu.raw("EW_OP_VALUE_0")),
+        cvt_bypass=bool(cfg["EW_OP_CVT_BYPASS"]),
+        cvt_offset=dpu.field("EW_CVT_OFFSET_VALUE", "EW_OP_CVT_OFFSET"),
+        cvt_scale=_signed16(scale["EW_OP_CVT_SCALE"]), cvt_shift=scale["EW_OP_CVT_SHIFT"],
+        cvt_round=cfg["EW_CVT_ROUND"], truncate_positive=scale["EW_TRUNCATE"],
+        truncate_negative=fmt["EW_TRUNCATE_NEG"], prelu=bool(cfg["EW_MUL_PRELU"]),
+        relu_bypass=bool(cfg["EW_RELU_BYPASS"]), relux=bool(cfg["EW_RELUX_EN"]),
+        relux_value=_signed32(dpu.raw("EW_RELUX_CMP_VALUE")), lut_bypass=bool(cfg["EW_LUT_BYPASS"]))
+
+
+def _lut(dpu: RegisterView) -> LutState:
+    cfg, info = dpu.fields("LUT_CFG"), dpu.fields("LUT_INFO")
+
+    def table(name: str) -> LutTableState:
+        scale, shift = dpu.fields(f"LUT_{name}_SLOPE_SCALE"), dpu.fields(f"LUT_{name}_SLOPE_SHIFT")
+        return LutTableState(
+            start=dpu.field(f"LUT_{name}_START", "V"), end=dpu.field(f"LUT_{name}_END", "V"),
+            index_select=info[f"LUT_{name}_INDEX_SELECT"],
+            uflow_scale=_signed16(scale["UFLOW_SCALE"]), uflow_shift=shift["UFLOW_SHIFT"],
+            oflow_scale=_signed16(scale["OFLOW_SCALE"]), oflow_shift=shift["OFLOW_SHIFT"])
+
+    return LutState(le=table("LE"), lo=table("LO"), hybrid_priority=cfg["LUT_HYBRID_PRIORITY"],
+                    uflow_priority=cfg["LUT_UFLOW_PRIORITY"], oflow_priority=cfg["LUT_OFLOW_PRIORITY"])
+
+
+def _out_cvt(dpu: RegisterView) -> OutCvtState:
+    scale, shift = dpu.fields("OUT_CVT_SCALE"), dpu.fields("OUT_CVT_SHIFT")
+    return OutCvtState(scale=_signed16(scale["OUT_CVT_SCALE"]), shift=shift["OUT_CVT_SHIFT"],
+                       offset=dpu.field("OUT_CVT_OFFSET", "OUT_CVT_OFFSET"),
+                       round_bit=shift["CVT_ROUND"], fp32_to_fp16=bool(scale["FP32TOFP16_EN"]))
+
+
+def _check_dpu(state: DpuState, dpu: RegisterView, where: str) -> None:
+    wdma = (dpu.field("WDMA_SIZE_1", "WIDTH_WDMA") + 1, dpu.field("WDMA_SIZE_1", "HEIGHT_WDMA") + 1,
+            dpu.field("WDMA_SIZE_0", "CHANNEL_WDMA") + 1)
+    if wdma != (state.width, state.height, state.channels):
+        raise EmulationError(
+            f"{where}: DPU sizes disagree: DATA_CUBE_WIDTH/HEIGHT/CHANNEL give {state.width}x"
+            f"{state.height}x{state.channels} but WDMA_SIZE_0/1 give {wdma[0]}x{wdma[1]}x{wdma[2]}")
+    if state.orig_channels > state.channels:
+        raise EmulationError(f"{where}: {dpu.show('DATA_CUBE_CHANNEL')}: ORIG_CHANNEL above CHANNEL")
+    if not state.to_memory or state.to_ppu:
+        raise EmulationError(f"{where}: {dpu.show('FEATURE_MODE_CFG', 'OUTPUT_MODE')}: only the write "
+                             f"to memory (2) is modelled; the DPU -> PPU path is not")
+    integer = state.proc_precision in INTEGER_PROCESSING
+    if not integer and state.proc_precision != FP16:
+        raise EmulationError(f"{where}: {dpu.show('DATA_FORMAT', 'PROC_PRECISION')} "
+                             f"({precision_name(state.proc_precision)}) is not modelled (int8, int16, fp16)")
+    allowed = INTEGER_OUTPUTS if integer else (FP16, FP32)
+    if state.out_precision not in allowed:
+        raise EmulationError(f"{where}: {dpu.show('DATA_FORMAT', 'OUT_PRECISION')} "
+                             f"({precision_name(state.out_precision)}) with PROC_PRECISION "
+                             f"{precision_name(state.proc_precision)} is not modelled")
+
+
+def decode_dpu_rdma(rdma: RegisterView, where: str) -> DpuRdmaState:
+    mode = rdma.fields("FEATURE_MODE_CFG")
+    src_dma = rdma.fields("SRC_DMA_CFG")
+    if any(v for k, v in src_dma.items() if k != "LINE_NOTCH_ADDR") or \
+            rdma.field("PAD_CFG", "PAD_TOP") or rdma.field("PAD_CFG", "PAD_LEFT"):
+        raise EmulationError(f"{where}: MRDMA pooling/padding ({rdma.show('SRC_DMA_CFG')}, "
+                             f"{rdma.show('PAD_CFG')}) is not modelled (expected 0)")
+    width = rdma.field("DATA_CUBE_WIDTH", "WIDTH") + 1
+    height = rdma.field("DATA_CUBE_HEIGHT", "HEIGHT") + 1
+    line = width + src_dma["LINE_NOTCH_ADDR"]
+    ew_line = width + rdma.field("DATA_CUBE_HEIGHT", "EW_LINE_NOTCH_ADDR")
+    erdma = rdma.fields("ERDMA_CFG")
+    for register in ("SRC_BASE_ADDR", "EW_BASE_ADDR"):
+        if rdma.raw(register) % ATOM_BYTES:
+            raise EmulationError(f"{where}: {rdma.show(register)} is not 16-byte aligned")
+    return DpuRdmaState(
+        width=width, height=height, channels=rdma.field("DATA_CUBE_CHANNEL", "CHANNEL") + 1,
+        main_enabled=not mode["MRDMA_DISABLE"], flying=bool(mode["FLYING_MODE"]),
+        comb_use=mode["COMB_USE"], in_precision=mode["IN_PRECISION"],
+        src_address=rdma.raw("SRC_BASE_ADDR"), line_stride=line * ATOM_BYTES,
+        surface_stride=(line * height + rdma.field("SURF_NOTCH", "SURF_NOTCH_ADDR")) * ATOM_BYTES,
+        brdma_use=rdma.field("BRDMA_CFG", "BRDMA_DATA_USE"), bs_address=rdma.raw("BS_BASE_ADDR"),
+        nrdma_use=rdma.field("NRDMA_CFG", "NRDMA_DATA_USE"), bn_address=rdma.raw("BN_BASE_ADDR"),
+        erdma_enabled=not erdma["ERDMA_DISABLE"], erdma_mode=erdma["ERDMA_DATA_MODE"],
+        erdma_size=erdma["ERDMA_DATA_SIZE"], ew_address=rdma.raw("EW_BASE_ADDR"),
+        ew_line_stride=ew_line * ATOM_BYTES,
+        ew_surface_stride=rdma.field("EW_SURF_STRIDE", "EW_SURF_STRIDE") * ATOM_BYTES,
+        ew_notch_stride=(ew_line * height + rdma.field("EW_SURF_NOTCH", "EW_SURF_NOTCH")) * ATOM_BYTES)
+
+
+def check_rdma_matches(state: DpuState, rdma: DpuRdmaState, views: tuple[RegisterView, RegisterView],
+                       where: str) -> None:
+    """The DPU and its RDMA must describe the same cube (the hardware streams one into the other)."""
+    dpu_view, rdma_view = views
+    if (rdma.width, rdma.height, rdma.channels) != (state.width, state.height, state.channels):
+        raise EmulationError(
+            f"{where}: DPU and DPU_RDMA sizes disagree: {dpu_view.block.name} cube {state.width}x"
+            f"{state.height}x{state.channels}, DPU_RDMA cube {rdma.width}x{rdma.height}x{rdma.channels} "
+            f"(DATA_CUBE_WIDTH/HEIGHT/CHANNEL)")
+    if rdma.flying != state.flying:
+        raise EmulationError(f"{where}: {dpu_view.show('FEATURE_MODE_CFG', 'FLYING_MODE')} but "
+                             f"{rdma_view.show('FEATURE_MODE_CFG', 'FLYING_MODE')}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Execution
+# ---------------------------------------------------------------------------------------------
+def run_dpu(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult | None, dma: TaskDma,
+            lut_tables: np.ndarray, where: str) -> np.ndarray:
+    """Run the DPU for one task and write its output; returns the output cube [C][H][W]."""
+    data, window_sums = _main_input(state, rdma, source, dma, where)
+    if state.proc_precision in INTEGER_PROCESSING:
+        data = _integer_stages(state, rdma, data, window_sums, dma, lut_tables, where)
+        cvt = state.out_cvt
+        out = kernels.out_cvt(data, kernels.OutCvtConfig(cvt.scale, cvt.shift, cvt.offset,
+                                                         out_cvt_round_mode(cvt.round_bit)),
+                              PRECISION_DTYPES[state.out_precision])
+    else:
+        data = _float_stages(state, data, where)
+        out = kernels.out_cvt_fp16(data) if state.out_precision == FP16 else data.astype(np.float32)
+    _write(state, out, dma)
+    return out
+
+
+def _main_input(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult | None,
+                dma: TaskDma, where: str) -> tuple[np.ndarray, np.ndarray | None]:
+    if not state.flying:
+        assert source is not None
+        expected = (state.channels, state.height, state.width)
+        if source.data.shape != expected:
+            raise EmulationError(
+                f"{where}: the CORE delivers a {source.data.shape[2]}x{source.data.shape[1]}x"
+                f"{source.data.shape[0]} cube (CORE DATAOUT_SIZE_0/1) but the DPU expects "
+                f"{state.width}x{state.height}x{state.channels} (DPU DATA_CUBE_WIDTH/HEIGHT/CHANNEL)")
+        data = source.data.astype(np.float32 if state.proc_precision == FP16 else np.int32)
+        return data, source.window_sums
+    assert rdma is not None
+    if rdma.in_precision != state.in_precision:
+        raise EmulationError(f"{where}: DPU IN_PRECISION {precision_name(state.in_precision)} but "
+                             f"DPU_RDMA IN_PRECISION {precision_name(rdma.in_precision)}")
+    if rdma.in_precision not in PRECISION_DTYPES:
+        raise EmulationError(f"{where}: MRDMA input precision {precision_name(rdma.in_precision)} "
+                             f"is not modelled")
+    cube = read_cube(dma, Traffic.MAIN_READ, rdma.src_address, rdma.surface_stride, rdma.line_stride,
+                     (state.channels, state.height, state.width), PRECISION_DTYPES[rdma.in_precision],
+                     f"DPU_RDMA main cube (SRC_BASE_ADDR={rdma.src_address:#x})")
+    return cube.astype(np.float32 if state.proc_precision == FP16 else np.int32), None
+
+
+def read_surfaces(dma: TaskDma, stream: Traffic, address: int, surface_stride: int, line_stride: int,
+                  surfaces: int, height: int, width: int, dtype: np.dtype, what: str) -> np.ndarray:
+    """Read ``surfaces`` NC1HWC2 surfaces (C2 = 16 bytes / element): [S][H][W][C2]."""
+    c2 = ATOM_BYTES // dtype.itemsize
+    starts = (address + np.arange(surfaces, dtype=np.int64)[:, None] * surface_stride
+              + np.arange(height, dtype=np.int64)[None, :] * line_stride).reshape(-1)
+    raw = dma.read_rows(stream, starts, width * ATOM_BYTES, what)
+    return raw.view(dtype).reshape(surfaces, height, width, c2)
+
+
+def surfaces_to_cube(atoms: np.ndarray, channels: int) -> np.ndarray:
+    """[S][H][W][C2] -> [C][H][W], keeping the first ``channels``."""
+    surfaces, height, width, c2 = atoms.shape
+    return np.ascontiguousarray(atoms.transpose(0, 3, 1, 2).reshape(surfaces * c2, height, width)[:channels])
+
+
+def read_cube(dma: TaskDma, stream: Traffic, address: int, surface_stride: int, line_stride: int,
+              shape: tuple[int, int, int], dtype: np.dtype, what: str) -> np.ndarray:
+    """Read an NC1HWC2 cube (C2 = 16 bytes / element) into [C][H][W]."""
+    channels, height, width = shape
+    surfaces = -(-channels // (ATOM_BYTES // dtype.itemsize))
+    atoms = read_surfaces(dma, stream, address, surface_stride, line_stride, surfaces, height, width,
+                          dtype, what)
+    return surfaces_to_cube(atoms, channels)
+
+
+def _integer_stages(state: DpuState, rdma: DpuRdmaState | None, data: np.ndarray,
+                    window_sums: np.ndarray | None, dma: TaskDma, lut_tables: np.ndarray,
+                    where: str) -> np.ndarray:
+    if not state.bs.bypass:
+        alu, cpend, mul = _bs_operands(state, rdma, dma, where)
+        bs = state.bs
+        config = _x_config(bs, cpend=not bs.cpend_bypass)
+        if config.cpend_enable and window_sums is None:
+            raise EmulationError(f"{where}: DPU.BS_OW_CFG.OD_BYPASS=0 asks for the CPEND term, which "
+                                 f"needs the CNA's window sums; a flying-mode task has none")
+        data = kernels.bs_stage(data, config, alu=alu, mul=mul, cpend=cpend, window_sum=window_sums)
+    if not state.bn.bypass:
+        bn = state.bn
+        if bn.alu_from_dma or bn.mul_from_dma:
+            raise EmulationError(f"{where}: BN operands from the NRDMA (DPU.BN_CFG.BN_ALU_SRC / "
+                                 f"BN_MUL_CFG.BN_MUL_SRC) are not modelled: no stream shows their layout")
+        data = kernels.bn_stage(data, _x_config(bn), alu=bn.alu_operand, mul=bn.mul_operand)
+    if not state.ew.bypass:
+        data = _ew_stage(state, rdma, data, dma, lut_tables, where)
+    return data
+
+
+def _x_config(stage: XStageState, cpend: bool = False) -> kernels.XStageConfig:
+    return kernels.XStageConfig(
+        alu_enable=not stage.alu_bypass, alu_algo=stage.alu_algo, mul_enable=not stage.mul_bypass,
+        shift_positive=stage.shift_positive, shift_negative=stage.shift_negative, prelu=stage.prelu,
+        relu=not stage.relu_bypass, relux=stage.relux, relux_value=stage.relux_value,
+        cpend_enable=cpend)
+
+
+def _bs_operands(state: DpuState, rdma: DpuRdmaState | None, dma: TaskDma,
+                 where: str) -> tuple[np.ndarray | int, np.ndarray | int, np.ndarray | int]:
+    bs = state.bs
+    needed = ((bs.alu_from_dma and not bs.alu_bypass, BRDMA_ALU, "DPU.BS_CFG.BS_ALU_SRC=1"),
+              (bs.cpend_from_dma and not bs.cpend_bypass, BRDMA_CPEND, "DPU.BS_OW_CFG.OW_SRC=1"),
+              (bs.mul_from_dma and not bs.mul_bypass, BRDMA_MUL, "DPU.BS_MUL_CFG.BS_MUL_SRC=1"))
+    blob: dict[str, np.ndarray] = {}
+    if any(use for use, _, _ in needed):
+        if rdma is None:
+            raise EmulationError(f"{where}: the BS stage takes operands from the BRDMA but DPU_RDMA is "
+                                 f"not enabled in the op-enable word: the DPU would wait forever")
+        for use, bit, register in needed:
+            if use and not rdma.brdma_use & bit:
+                raise EmulationError(f"{where}: {register} but DPU_RDMA.BRDMA_CFG.BRDMA_DATA_USE="
+                                     f"{rdma.brdma_use} does not fetch that operand")
+        blob = read_bias_blob(dma, rdma, state.channels, where)
+    return (blob["ALU"] if bs.alu_from_dma else bs.alu_operand,
+            blob["CPEND"] if bs.cpend_from_dma else bs.cpend_operand,
+            blob["MUL"] if bs.mul_from_dma else bs.mul_operand)
+
+
+def read_bias_blob(dma: TaskDma, rdma: DpuRdmaState, channels: int, where: str) -> dict[str, np.ndarray]:
+    """Per-channel BS operands from the BRDMA blob: 8-channel groups, each holding the operands
+    BRDMA_DATA_USE selects in the order ALU (int32), CPEND (int16), MUL (int16)."""
+    if rdma.brdma_use & BRDMA_TRT:
+        raise EmulationError(f"{where}: DPU_RDMA.BRDMA_CFG.BRDMA_DATA_USE={rdma.brdma_use} fetches TRT "
+                             f"(per-channel truncation), which is not modelled")
+    parts = [(name, dtype) for bit, name, dtype in _BRDMA_PARTS if rdma.brdma_use & bit]
+    group_bytes = sum(BRDMA_GROUP * dtype.itemsize for _, dtype in parts)
+    groups = -(-channels // BRDMA_GROUP)
+    raw = dma.read_block(Traffic.BIAS_READ, rdma.bs_address, groups * group_bytes,
+                         f"BRDMA bias blob (BS_BASE_ADDR={rdma.bs_address:#x}, {groups} groups of "
+                         f"{group_bytes} B)").reshape(groups, group_bytes)
+    out, offset = {}, 0
+    for name, dtype in parts:
+        size = BRDMA_GROUP * dtype.itemsize
+        values = np.ascontiguousarray(raw[:, offset:offset + size]).view(dtype).reshape(-1)
+        out[name] = values[:channels].astype(np.int32)
+        offset += size
+    return out
+
+
+def _ew_stage(state: DpuState, rdma: DpuRdmaState | None, data: np.ndarray, dma: TaskDma,
+              lut_tables: np.ndarray, where: str) -> np.ndarray:
+    ew = state.ew
+    if not ew.lut_bypass:
+        # The LUT runs before the EW operation [I]: rep10 (Sigmoid) keeps EW max(v, 0) enabled
+        # with its LUT, which only computes a sigmoid if the max clamps the LUT's output
+        # (REGISTER_SEMANTICS 3.5).
+        lut = state.lut
+        config = kernels.LutConfig(
+            le=kernels.LutTableConfig(**vars(lut.le)), lo=kernels.LutTableConfig(**vars(lut.lo)),
+            hybrid_priority=lut.hybrid_priority, uflow_priority=lut.uflow_priority,
+            oflow_priority=lut.oflow_priority)
+        data = kernels.lut_stage(data, config, lut_tables[0], lut_tables[1])
+    operand = np.array(ew.op_value, np.int32).reshape(1, 1, 1)
+    if not ew.op_bypass and ew.op_from_dma:
+        operand = _ew_operand(state, rdma, dma, where)
+    config = kernels.EwConfig(
+        cvt_enable=not ew.cvt_bypass, cvt_offset=ew.cvt_offset, cvt_scale=ew.cvt_scale,
+        cvt_shift=ew.cvt_shift, cvt_round=out_cvt_round_mode(ew.cvt_round),
+        op_enable=not ew.op_bypass, op_type=ew.op_type, alu_algo=ew.alu_algo,
+        truncate_positive=ew.truncate_positive, truncate_negative=ew.truncate_negative,
+        prelu=ew.prelu, relu=not ew.relu_bypass, relux=ew.relux, relux_value=ew.relux_value)
+    return kernels.ew_stage(data, config, operand)
+
+
+def _ew_operand(state: DpuState, rdma: DpuRdmaState | None, dma: TaskDma, where: str) -> np.ndarray:
+    if rdma is None or not rdma.erdma_enabled:
+        raise EmulationError(
+            f"{where}: DPU.EW_CFG.EW_OP_SRC=1 takes the EW operand from the ERDMA, but "
+            f"{'DPU_RDMA is not enabled' if rdma is None else 'DPU_RDMA.ERDMA_CFG.ERDMA_DISABLE=1'}: "
+            f"the DPU would wait forever")
+    if rdma.erdma_mode != ERDMA_PER_PIXEL or rdma.erdma_size not in ERDMA_SIZES:
+        raise EmulationError(f"{where}: ERDMA_CFG ERDMA_DATA_MODE={rdma.erdma_mode} ERDMA_DATA_SIZE="
+                             f"{rdma.erdma_size} is not modelled (mode 1 with sizes 1..3)")
+    dtype = ERDMA_SIZES[rdma.erdma_size]
+    shape = (state.channels, state.height, state.width)
+    if rdma.comb_use == 0:
+        return read_cube(dma, Traffic.EW_READ, rdma.ew_address, rdma.ew_surface_stride,
+                         rdma.ew_line_stride, shape, dtype,
+                         f"ERDMA operand (EW_BASE_ADDR={rdma.ew_address:#x})").astype(np.int32)
+    if rdma.comb_use == COMB_SPLIT and not state.flying and state.size_e == 1 and rdma.main_enabled:
+        return _split_operand(state, rdma, dtype, dma).astype(np.int32)
+    raise EmulationError(
+        f"{where}: DPU_RDMA.FEATURE_MODE_CFG.COMB_USE={rdma.comb_use} with MRDMA "
+        f"{'enabled' if rdma.main_enabled else 'disabled'} and SIZE_E={state.size_e} is not modelled "
+        f"(only COMB_USE=5 with the MRDMA enabled and SIZE_E=1, as in rep12 and Mesa's ConvAdd)")
+
+
+def _split_operand(state: DpuState, rdma: DpuRdmaState, dtype: np.dtype, dma: TaskDma) -> np.ndarray:
+    """COMB_USE = 5: the MRDMA reads the first surface of each 2-surface group from SRC_BASE_ADDR,
+    the ERDMA the second from EW_BASE_ADDR, both stepping (line * height + notch) * 16 bytes
+    (REGISTER_SEMANTICS 3.4: rep12 relocates both to the residual, EW one surface further)."""
+    c2 = ATOM_BYTES // dtype.itemsize
+    surfaces = -(-state.channels // c2)
+    first = read_surfaces(dma, Traffic.MAIN_READ, rdma.src_address, rdma.surface_stride, rdma.line_stride,
+                          -(-surfaces // 2), state.height, state.width, dtype,
+                          f"MRDMA operand surfaces (SRC_BASE_ADDR={rdma.src_address:#x}, COMB_USE=5)")
+    second = read_surfaces(dma, Traffic.EW_READ, rdma.ew_address, rdma.ew_notch_stride, rdma.ew_line_stride,
+                           surfaces // 2, state.height, state.width, dtype,
+                           f"ERDMA operand surfaces (EW_BASE_ADDR={rdma.ew_address:#x}, COMB_USE=5)")
+    atoms = np.empty((surfaces,) + first.shape[1:], dtype)
+    atoms[0::2] = first
+    atoms[1::2] = second
+    return surfaces_to_cube(atoms, state.channels)
+
+
+def _float_stages(state: DpuState, data: np.ndarray, where: str) -> np.ndarray:
+    # fp operand encodings in registers and blobs are unknown: only operand-free stages run.
+    for name, stage in (("BS", state.bs), ("BN", state.bn)):
+        if stage.bypass:
+            continue
+        if not (stage.alu_bypass and stage.mul_bypass):
+            raise EmulationError(f"{where}: fp16 {name} with an ALU or MUL operand is not modelled "
+                                 f"(the operand encoding for fp is unknown)")
+        run = kernels.bs_stage_fp if name == "BS" else kernels.bn_stage_fp
+        data = run(data, _x_config(stage))
+    if not state.ew.bypass:
+        ew = state.ew
+        if not ew.op_bypass or not ew.lut_bypass:
+            raise EmulationError(f"{where}: fp16 EW operations and the LUT are not modelled")
+        config = kernels.EwConfig(relu=not ew.relu_bypass, relux=ew.relux, relux_value=ew.relux_value)
+        data = kernels.ew_stage_fp(data, config, np.zeros((1, 1, 1), np.float32))
+    return data
+
+
+def _write(state: DpuState, out: np.ndarray, dma: TaskDma) -> None:
+    """WDMA: surfaces of C2 channels, SIZE_E + 1 of them DST_SURF_STRIDE apart per group,
+    groups SURFACE_ADD apart, lines width * 16 bytes apart (REGISTER_SEMANTICS 3.3)."""
+    channels, height, width = out.shape
+    c2 = c2_of(state.out_precision)
+    surfaces = -(-channels // c2)
+    lanes = np.zeros((surfaces * c2, height, width), out.dtype)
+    lanes[:channels] = out  # lanes past the channel count are written as 0 [C]
+    atoms = np.ascontiguousarray(lanes.reshape(surfaces, c2, height, width).transpose(0, 2, 3, 1))
+    per_group = state.size_e + 1
+    surface = np.arange(surfaces, dtype=np.int64)
+    surface_start = (state.dst_address + (surface // per_group) * state.surface_add
+                     + (surface % per_group) * state.dst_surface_stride)
+    starts = (surface_start[:, None] + np.arange(height, dtype=np.int64)[None, :] * width * ATOM_BYTES)
+    dma.write_rows(Traffic.DPU_WRITE, starts.reshape(-1),
+                   atoms.reshape(surfaces * height, width * ATOM_BYTES // out.dtype.itemsize),
+                   f"DPU WDMA (DST_BASE_ADDR={state.dst_address:#x}, DST_SURF_STRIDE="
+                   f"{state.dst_surface_stride} B, SURFACE_ADD={state.surface_add} B, SIZE_E={state.size_e})")

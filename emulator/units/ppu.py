@@ -1,0 +1,139 @@
+"""PPU + PPU_RDMA: decode the pooling registers, read the source cube through PPU_RDMA, pool
+(``kernels.ppu``, NUMERICS.md section 6) and write the result.
+
+Register interpretations and their evidence are in REGISTER_SEMANTICS.md section 4.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from npuemu.emulator import kernels
+from npuemu.emulator.memory import TaskDma, Traffic
+from npuemu.emulator.numerics import POOL_AVERAGE, POOL_MAX, POOL_MIN
+from npuemu.emulator.regfile import RegisterView
+from npuemu.emulator.units.dpu import read_cube
+from npuemu.emulator.units.state import (
+    ATOM_BYTES, FP16, INT8, INT16, INT32, PRECISION_DTYPES, PpuRdmaState, PpuState, precision_name,
+)
+from npuemu.isa.errors import EmulationError
+
+#: PPU_RDMA.DATA_FORMAT.IN_PRECISION: 0/1/2/3 = 4/8/16/32-bit elements (rknpu-isa.md 3, PPU).
+ELEMENT_BITS = {0: 4, 1: 8, 2: 16, 3: 32}
+#: (element bits, PPU DATA_FORMAT.PROC_PRECISION) -> data type; rep07/rep08 pool int8 as (8, 0).
+_PPU_TYPES = {(8, INT8): INT8, (16, INT16): INT16, (16, FP16): FP16, (32, INT32): INT32}
+
+
+def decode_ppu(ppu: RegisterView, where: str) -> PpuState:
+    mode = ppu.fields("OPERATION_MODE_CFG")
+    kernel = ppu.fields("POOLING_KERNEL_CFG")
+    pads = ppu.fields("POOLING_PADDING_CFG")
+    if mode["INDEX_EN"]:
+        raise EmulationError(f"{where}: {ppu.show('OPERATION_MODE_CFG', 'INDEX_EN')} (pooling indices) "
+                             f"is not modelled")
+    dst = ppu.raw("DST_BASE_ADDR")
+    state = PpuState(
+        flying=bool(mode["FLYING_MODE"]), dpu_flyin=bool(ppu.field("DATA_FORMAT", "DPU_FLYIN")),
+        method=mode["POOLING_METHOD"], proc_precision=ppu.field("DATA_FORMAT", "PROC_PRECISION"),
+        in_width=ppu.field("DATA_CUBE_IN_WIDTH", "CUBE_IN_WIDTH") + 1,
+        in_height=ppu.field("DATA_CUBE_IN_HEIGHT", "CUBE_IN_HEIGHT") + 1,
+        in_channels=ppu.field("DATA_CUBE_IN_CHANNEL", "CUBE_IN_CHANNEL") + 1,
+        out_width=ppu.field("DATA_CUBE_OUT_WIDTH", "CUBE_OUT_WIDTH") + 1,
+        out_height=ppu.field("DATA_CUBE_OUT_HEIGHT", "CUBE_OUT_HEIGHT") + 1,
+        out_channels=ppu.field("DATA_CUBE_OUT_CHANNEL", "CUBE_OUT_CHANNEL") + 1,
+        kernel_w=kernel["KERNEL_WIDTH"] + 1, kernel_h=kernel["KERNEL_HEIGHT"] + 1,
+        stride_x=kernel["KERNEL_STRIDE_WIDTH"] + 1, stride_y=kernel["KERNEL_STRIDE_HEIGHT"] + 1,
+        pad_top=pads["PAD_TOP"], pad_bottom=pads["PAD_BOTTOM"], pad_left=pads["PAD_LEFT"],
+        pad_right=pads["PAD_RIGHT"], pad_value=ppu.field("PADDING_VALUE_1_CFG", "PAD_VALUE_0"),
+        recip_kernel_w=ppu.field("RECIP_KERNEL_WIDTH", "RECIP_KERNEL_WIDTH"),
+        recip_kernel_h=ppu.field("RECIP_KERNEL_HEIGHT", "RECIP_KERNEL_HEIGHT"),
+        dst_address=dst & ~0xF,
+        dst_surface_stride=ppu.field("DST_SURF_STRIDE", "DST_SURF_STRIDE") * ATOM_BYTES)
+    if dst & 0xF:
+        raise EmulationError(f"{where}: {ppu.show('DST_BASE_ADDR')} is not 16-byte aligned (field 31:4)")
+    if state.out_channels != state.in_channels:
+        raise EmulationError(f"{where}: PPU channels disagree: {ppu.show('DATA_CUBE_IN_CHANNEL')} but "
+                             f"{ppu.show('DATA_CUBE_OUT_CHANNEL')}")
+    if state.method not in (POOL_AVERAGE, POOL_MAX, POOL_MIN):
+        raise EmulationError(f"{where}: {ppu.show('OPERATION_MODE_CFG', 'POOLING_METHOD')} is not "
+                             f"0 (average), 1 (max) or 2 (min)")
+    _check_windows(state, ppu, where)
+    return state
+
+
+def _check_windows(state: PpuState, ppu: RegisterView, where: str) -> None:
+    # Every output window must start inside the padded input, else the PPU has nothing to read.
+    axes = ((state.out_height, state.stride_y, state.pad_top, state.in_height, "rows"),
+            (state.out_width, state.stride_x, state.pad_left, state.in_width, "columns"))
+    for out, stride, pad, size, axis in axes:
+        if (out - 1) * stride - pad >= size:
+            raise EmulationError(
+                f"{where}: {out} PPU output {axis} at stride {stride} start past the {size} input "
+                f"{axis} (pad {pad}): DATA_CUBE_OUT does not fit DATA_CUBE_IN "
+                f"({ppu.show('POOLING_KERNEL_CFG')})")
+
+
+def decode_ppu_rdma(rdma: RegisterView, where: str) -> PpuRdmaState:
+    code = rdma.field("DATA_FORMAT", "IN_PRECISION")
+    return PpuRdmaState(
+        width=rdma.field("CUBE_IN_WIDTH", "CUBE_IN_WIDTH") + 1,
+        height=rdma.field("CUBE_IN_HEIGHT", "CUBE_IN_HEIGHT") + 1,
+        channels=rdma.field("CUBE_IN_CHANNEL", "CUBE_IN_CHANNEL") + 1,
+        src_address=rdma.raw("SRC_BASE_ADDR"),
+        line_stride=rdma.field("SRC_LINE_STRIDE", "SRC_LINE_STRIDE") * ATOM_BYTES,
+        surface_stride=rdma.field("SRC_SURF_STRIDE", "SRC_SURF_STRIDE") * ATOM_BYTES,
+        element_bits=ELEMENT_BITS[code])
+
+
+def check_ppu_source(state: PpuState, rdma: PpuRdmaState | None, ppu: RegisterView, where: str) -> int:
+    """The data type the PPU pools; EmulationError when the source is missing or disagrees."""
+    if not state.flying or state.dpu_flyin:
+        raise EmulationError(f"{where}: {ppu.show('OPERATION_MODE_CFG', 'FLYING_MODE')} / "
+                             f"{ppu.show('DATA_FORMAT', 'DPU_FLYIN')}: only the PPU_RDMA source "
+                             f"(FLYING_MODE=1, DPU_FLYIN=0; rep07, rep08) is modelled")
+    if rdma is None:
+        raise EmulationError(f"{where}: the PPU reads from PPU_RDMA (FLYING_MODE=1) but PPU_RDMA is not "
+                             f"enabled in the op-enable word: the PPU would wait forever")
+    if (rdma.width, rdma.height, rdma.channels) != (state.in_width, state.in_height, state.in_channels):
+        raise EmulationError(
+            f"{where}: PPU and PPU_RDMA sizes disagree: PPU DATA_CUBE_IN {state.in_width}x"
+            f"{state.in_height}x{state.in_channels}, PPU_RDMA CUBE_IN "
+            f"{rdma.width}x{rdma.height}x{rdma.channels}")
+    kind = _PPU_TYPES.get((rdma.element_bits, state.proc_precision))
+    if kind is None:
+        raise EmulationError(f"{where}: PPU_RDMA {rdma.element_bits}-bit elements with PPU PROC_PRECISION "
+                             f"{precision_name(state.proc_precision)} are not modelled")
+    return kind
+
+
+def run_ppu(state: PpuState, rdma: PpuRdmaState, kind: int, dma: TaskDma) -> np.ndarray:
+    dtype = PRECISION_DTYPES[kind]
+    cube = read_cube(dma, Traffic.PPU_READ, rdma.src_address, rdma.surface_stride, rdma.line_stride,
+                     (state.in_channels, state.in_height, state.in_width), dtype,
+                     f"PPU_RDMA source (SRC_BASE_ADDR={rdma.src_address:#x})")
+    c2 = ATOM_BYTES // dtype.itemsize
+    surfaces = -(-state.in_channels // c2)
+    feature = kernels.nchw_to_nc1hwc2(cube, c2, surfaces)
+    config = kernels.PoolConfig(
+        method=state.method, kernel_h=state.kernel_h, kernel_w=state.kernel_w,
+        out_h=state.out_height, out_w=state.out_width, stride_y=state.stride_y,
+        stride_x=state.stride_x, pad_top=state.pad_top, pad_bottom=state.pad_bottom,
+        pad_left=state.pad_left, pad_right=state.pad_right, pad_value=_pad_value(state.pad_value, dtype),
+        recip_kernel_w=state.recip_kernel_w, recip_kernel_h=state.recip_kernel_h)
+    pooled = kernels.pool_nc1hwc2(feature, config)
+    starts = (state.dst_address + np.arange(surfaces, dtype=np.int64)[:, None] * state.dst_surface_stride
+              + np.arange(state.out_height, dtype=np.int64)[None, :] * state.out_width * ATOM_BYTES)
+    dma.write_rows(Traffic.PPU_WRITE, starts.reshape(-1),
+                   pooled.reshape(surfaces * state.out_height, -1),
+                   f"PPU write (DST_BASE_ADDR={state.dst_address:#x}, DST_SURF_STRIDE="
+                   f"{state.dst_surface_stride} B)")
+    return pooled
+
+
+def _pad_value(raw: int, dtype: np.dtype) -> int | float:
+    # Like the CNA's PAD_VALUE, the low element of the register [I] (REGISTER_SEMANTICS 4.2).
+    if dtype == np.float16:
+        return float(np.uint16(raw & 0xFFFF).view(np.float16))
+    bits = dtype.itemsize * 8
+    value = raw & ((1 << bits) - 1)
+    return value - (1 << bits) if value >> (bits - 1) else value

@@ -1,0 +1,253 @@
+"""Decoded register state of the units for one task: what each block was asked to do.
+
+Every field is already in the units the hardware works in (bytes for addresses and strides,
+real sizes rather than size - 1); REGISTER_SEMANTICS.md gives the register and the evidence for
+each. The dataclasses are frozen: they are the per-task record the timing model and traces
+read, and they never change after decoding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# Precision codes of CNA/CORE/DPU (rknpu-isa.md 3 "Precision codes", TRM).
+INT8, INT16, FP16, BF16, INT32, FP32, INT4 = 0, 1, 2, 3, 4, 5, 6
+PRECISION_NAMES = {INT8: "int8", INT16: "int16", FP16: "fp16", BF16: "bf16", INT32: "int32",
+                   FP32: "fp32", INT4: "int4"}
+#: numpy element type of a precision as stored in memory (fp16 as float16).
+PRECISION_DTYPES = {INT8: np.dtype(np.int8), INT16: np.dtype(np.int16), FP16: np.dtype(np.float16),
+                    INT32: np.dtype(np.int32), FP32: np.dtype(np.float32)}
+ATOM_BYTES = 16  # one NC1HWC2 pixel atom (rknpu-isa.md 4)
+
+
+def precision_name(code: int) -> str:
+    return PRECISION_NAMES.get(code, f"code {code}")
+
+
+def c2_of(code: int) -> int:
+    """Channels per 16-byte atom for a precision (C2 = 16 bytes / element size)."""
+    return ATOM_BYTES // PRECISION_DTYPES[code].itemsize
+
+
+@dataclass(frozen=True)
+class ConvState:
+    """CNA + CORE: one convolution task (input cube, weights, geometry, CORE output)."""
+
+    depthwise: bool
+    precision: int  # CNA IN_PRECISION = PROC_PRECISION = CORE PROC_PRECISION
+    argb_channels: int  # 0: NC1HWC2 input; 1..4: packed image pixels (ARGB_IN 8..11)
+    in_width: int
+    in_height: int
+    in_channels: int  # DATAIN_CHANNEL (aligned)
+    real_channels: int  # from DATAIN_CHANNEL_REAL (REGISTER_SEMANTICS 2.2)
+    feature_address: int
+    line_stride: int  # bytes between input rows
+    surface_stride: int  # bytes between input surfaces (mod 2**32)
+    pad_top: int
+    pad_left: int
+    pad_value: int | float
+    stride_x: int
+    stride_y: int
+    dilation_x: int
+    dilation_y: int
+    kernel_w: int
+    kernel_h: int
+    kernels: int  # WEIGHT_KERNELS
+    weight_address: int
+    weight_bytes: int
+    weight_bytes_per_kernel: int
+    data_bank: int
+    weight_bank: int
+    data_reuse: bool
+    weight_reuse: bool
+    out_width: int
+    out_height: int
+    out_channels: int  # CORE DATAOUT_CHANNEL + 1
+    clip_truncate: int
+    round_type: int
+
+    @property
+    def surfaces(self) -> int:
+        """Input surfaces the feature DMA reads (1 in image mode)."""
+        return 1 if self.argb_channels else -(-self.in_channels // c2_of(self.precision))
+
+    @property
+    def pixel_bytes(self) -> int:
+        return self.argb_channels if self.argb_channels else ATOM_BYTES
+
+    @property
+    def macs(self) -> int:
+        """Multiply-accumulates of the real work (for reports; not a cycle count)."""
+        taps = self.kernel_h * self.kernel_w * self.out_height * self.out_width
+        return taps * (self.in_channels if self.depthwise else self.in_channels * self.kernels)
+
+
+@dataclass(frozen=True)
+class XStageState:
+    """BS or BN (BS_CFG/BN_CFG, *_ALU_CFG, *_MUL_CFG, *_RELUX_CMP_VALUE, DATA_FORMAT shifts)."""
+
+    bypass: bool
+    alu_bypass: bool
+    alu_algo: int
+    alu_from_dma: bool
+    alu_operand: int
+    mul_bypass: bool
+    mul_from_dma: bool
+    mul_operand: int  # signed 16-bit
+    shift_positive: int
+    shift_negative: int
+    prelu: bool
+    relu_bypass: bool
+    relux: bool
+    relux_value: int
+    cpend_bypass: bool = True  # BS only: BS_OW_CFG.OD_BYPASS
+    cpend_from_dma: bool = False  # BS only: BS_OW_CFG.OW_SRC
+    cpend_operand: int = 0  # BS only: BS_OW_OP (signed 16-bit)
+
+
+@dataclass(frozen=True)
+class EwState:
+    """EW stage (EW_CFG, EW_CVT_*, EW_RELUX_CMP_VALUE, EW_OP_VALUE_0, DATA_FORMAT.EW_TRUNCATE_NEG)."""
+
+    bypass: bool
+    op_bypass: bool
+    op_from_dma: bool
+    op_type: int
+    alu_algo: int
+    op_value: int
+    cvt_bypass: bool
+    cvt_offset: int
+    cvt_scale: int
+    cvt_shift: int
+    cvt_round: int
+    truncate_positive: int
+    truncate_negative: int
+    prelu: bool
+    relu_bypass: bool
+    relux: bool
+    relux_value: int
+    lut_bypass: bool
+
+
+@dataclass(frozen=True)
+class LutTableState:
+    start: int
+    end: int
+    index_select: int
+    uflow_scale: int
+    uflow_shift: int
+    oflow_scale: int
+    oflow_shift: int
+
+
+@dataclass(frozen=True)
+class LutState:
+    le: LutTableState
+    lo: LutTableState
+    hybrid_priority: int
+    uflow_priority: int
+    oflow_priority: int
+
+
+@dataclass(frozen=True)
+class OutCvtState:
+    scale: int  # signed 16-bit
+    shift: int
+    offset: int
+    round_bit: int
+    fp32_to_fp16: bool
+
+
+@dataclass(frozen=True)
+class DpuState:
+    """DPU: main cube, stages and the write DMA."""
+
+    flying: bool  # FEATURE_MODE_CFG.FLYING_MODE: main data from MRDMA, not the CORE
+    to_memory: bool  # OUTPUT_MODE bit 1
+    to_ppu: bool  # OUTPUT_MODE bit 0
+    conv_mode: int
+    in_precision: int
+    proc_precision: int
+    out_precision: int
+    width: int
+    height: int
+    channels: int  # DATA_CUBE_CHANNEL.CHANNEL + 1 (padded)
+    orig_channels: int  # DATA_CUBE_CHANNEL.ORIG_CHANNEL + 1 (real)
+    dst_address: int
+    dst_surface_stride: int  # bytes
+    surface_add: int  # bytes from one SIZE_E group of surfaces to the next
+    size_e: int  # surfaces per group - 1
+    bs: XStageState
+    bn: XStageState
+    ew: EwState
+    lut: LutState
+    out_cvt: OutCvtState
+
+
+@dataclass(frozen=True)
+class DpuRdmaState:
+    """DPU_RDMA: MRDMA (main cube in flying mode), BRDMA, NRDMA, ERDMA."""
+
+    width: int
+    height: int
+    channels: int
+    main_enabled: bool  # not FEATURE_MODE_CFG.MRDMA_DISABLE
+    flying: bool
+    comb_use: int
+    in_precision: int
+    src_address: int
+    line_stride: int  # bytes (width + LINE_NOTCH) * 16
+    surface_stride: int  # bytes (line * height + SURF_NOTCH) * 16
+    brdma_use: int  # BRDMA_DATA_USE bits: 1 ALU, 2 CPEND, 4 MUL, 8 TRT
+    bs_address: int
+    nrdma_use: int
+    bn_address: int
+    erdma_enabled: bool
+    erdma_mode: int
+    erdma_size: int
+    ew_address: int
+    ew_line_stride: int  # bytes
+    ew_surface_stride: int  # bytes, from EW_SURF_STRIDE
+    ew_notch_stride: int  # bytes, (line * height + EW_SURF_NOTCH) * 16: the stride with COMB_USE = 5
+
+
+@dataclass(frozen=True)
+class PpuState:
+    """PPU: pooling geometry and the output write."""
+
+    flying: bool  # OPERATION_MODE_CFG.FLYING_MODE: source is PPU_RDMA
+    dpu_flyin: bool  # DATA_FORMAT.DPU_FLYIN
+    method: int
+    proc_precision: int
+    in_width: int
+    in_height: int
+    in_channels: int
+    out_width: int
+    out_height: int
+    out_channels: int
+    kernel_w: int
+    kernel_h: int
+    stride_x: int
+    stride_y: int
+    pad_top: int
+    pad_bottom: int
+    pad_left: int
+    pad_right: int
+    pad_value: int
+    recip_kernel_w: int
+    recip_kernel_h: int
+    dst_address: int
+    dst_surface_stride: int  # bytes
+
+
+@dataclass(frozen=True)
+class PpuRdmaState:
+    width: int
+    height: int
+    channels: int
+    src_address: int
+    line_stride: int  # bytes
+    surface_stride: int  # bytes
+    element_bits: int  # IN_PRECISION 0/1/2/3 = 4/8/16/32-bit
