@@ -1,0 +1,117 @@
+"""Register writes of one convolution task (CNA -> CORE -> DPU), in the vendor's order.
+
+Every task writes the full set: the 126 writes of rep01 task 0, including the vendor's
+repeated CBUF_CON0, CONV_CON1, DCOMP_CTRL and DCOMP_REGNUM writes. RKNN writes only changed
+registers in later tasks of a split layer, but "changed" there is relative to the task two
+before (the ping-pong register groups, rknpu-isa.md 2.5 - rep05's alternating channel
+groups show it), so full sets are simpler and safe (LOWERING.md).
+
+Constants copied from the listings: CVT_CON0 = 0xb (input converter bypassed, signed data),
+CVT scales 1, DMA burst lengths 15, decompression off (DCOMP_* 0), CORE QD_EN = 1, BS
+operands from the BRDMA blob (BRDMA_DATA_USE = 7: ALU, CPEND, MUL).
+"""
+
+from __future__ import annotations
+
+from npuemu.isa.regmap import RegisterMap
+from npuemu.isa.task import Task
+
+from .descriptions import ConvTask
+from .emit_dpu import (
+    BURST_LEN, INT_CLEAR_ALL, INT_MASK_DPU, RdmaSources, residual_sources, write_dpu_body, write_s_pointers,
+)
+from .fields import RegisterBuilder, signed32
+
+ENABLE_CONV = 0x1D  # CNA, CORE, DPU, DPU_RDMA (rep01; rknpu-isa.md 2.1)
+BRDMA_ALU_CPEND_MUL = 7  # BRDMA_DATA_USE bits ALU, CPEND, MUL (VC 5: BRDMA_CFG = 0xe)
+DCOMP_AMOUNTS = 16
+
+
+def _cbuf_con0(b: RegisterBuilder, task: ConvTask) -> None:
+    b.write("CNA", "CBUF_CON0", WEIGHT_REUSE=int(task.weight_reuse), DATA_REUSE=0, FC_DATA_BANK=0,
+            WEIGHT_BANK=task.weight_bank, DATA_BANK=task.data_bank)
+
+
+def _conv_con1(b: RegisterBuilder, task: ConvTask) -> None:
+    packed = int(task.argb_in > 0)
+    b.write("CNA", "CONV_CON1", NONALIGN_DMA=packed, GROUP_LINE_OFF=packed, ARGB_IN=task.argb_in,
+            PROC_PRECISION=task.precision, IN_PRECISION=task.precision, CONV_MODE=task.conv_mode)
+
+
+def _write_cna(b: RegisterBuilder, task: ConvTask) -> None:
+    (stride_x, stride_y), (dil_x, dil_y) = task.stride, task.dilation
+    _conv_con1(b, task)
+    b.write("CNA", "CONV_CON2", KERNEL_GROUP=0, FEATURE_GRAINS=task.feature_grains)
+    b.write("CNA", "CONV_CON3", ATROUS_Y_DILATION=dil_y - 1, ATROUS_X_DILATION=dil_x - 1,
+            CONV_Y_STRIDE=stride_y, CONV_X_STRIDE=stride_x)
+    b.write("CNA", "DATA_SIZE0", DATAIN_WIDTH=task.in_width, DATAIN_HEIGHT=task.in_height)
+    b.write("CNA", "DATA_SIZE1", DATAIN_CHANNEL_REAL=(task.in_channels_real - 1) % 64,
+            DATAIN_CHANNEL=task.in_channels)
+    b.write("CNA", "DATA_SIZE2", DATAOUT_WIDTH=task.out_width)
+    b.write("CNA", "DATA_SIZE3", DATAOUT_ATOMICS=task.out_width * task.out_height)
+    b.write("CNA", "WEIGHT_SIZE0", WEIGHT_BYTES=task.weight_bytes)
+    b.write("CNA", "WEIGHT_SIZE1", WEIGHT_BYTES_PER_KERNEL=task.weight_bytes_per_kernel)
+    b.write("CNA", "WEIGHT_SIZE2", WEIGHT_WIDTH=task.kernel[0], WEIGHT_HEIGHT=task.kernel[1],
+            WEIGHT_KERNELS=task.kernels)
+    _cbuf_con0(b, task)
+    _write_cbuf_con1(b, task)
+    b.write("CNA", "CVT_CON0", DATA_SIGN=1, CVT_TYPE=1, CVT_BYPASS=1)
+    for index in range(4):
+        b.write("CNA", f"CVT_CON{index + 1}", **{f"CVT_SCALE{index}": 1, f"CVT_OFFSET{index}": 0})
+    b.write("CNA", "FC_CON0")
+    b.write("CNA", "FC_CON1")
+    b.write("CNA", "PAD_CON0", PAD_LEFT=task.pad_left, PAD_TOP=task.pad_top)
+    b.write("CNA", "FEATURE_DATA_ADDR", FEATURE_BASE_ADDR=task.feature_address)
+    b.write("CNA", "FC_CON2")
+    b.write("CNA", "DMA_CON0", WEIGHT_BURST_LEN=BURST_LEN, DATA_BURST_LEN=BURST_LEN)
+    b.write("CNA", "DMA_CON1", LINE_STRIDE=task.line_stride)
+    b.write("CNA", "DMA_CON2", SURF_STRIDE=task.surface_stride)
+    b.write("CNA", "FC_DATA_SIZE0", DMA_WIDTH=task.in_width, DMA_HEIGHT=task.in_height)
+    b.write("CNA", "FC_DATA_SIZE1", DMA_CHANNEL=task.in_channels)
+    b.write("CNA", "DCOMP_CTRL")
+    b.write("CNA", "DCOMP_REGNUM")
+    b.write("CNA", "DCOMP_ADDR0", DECOMPRESS_ADDR0=task.weight_address)
+    for index in range(DCOMP_AMOUNTS):
+        b.write("CNA", f"DCOMP_AMOUNT{index}")
+    b.write("CNA", "CVT_CON5")
+    b.write("CNA", "PAD_CON1", signed32(task.pad_value))
+
+
+def _write_cbuf_con1(b: RegisterBuilder, task: ConvTask) -> None:
+    if task.argb_in:
+        # a packed image: RKNN writes rows x align(W, 16), which overflows the 14-bit field into
+        # bit 14 (rep03: 22400 = 0x5780, printed as DATA_ENTRIES=6016 rsv=0x4000); copied raw
+        b.write("CNA", "CBUF_CON1", task.data_entries)
+    else:
+        b.write("CNA", "CBUF_CON1", DATA_ENTRIES=task.data_entries)
+
+
+def _write_core(b: RegisterBuilder, task: ConvTask) -> None:
+    b.write("CORE", "MISC_CFG", PROC_PRECISION=task.precision, DW_EN=int(task.conv_mode == 3), QD_EN=1)
+    b.write("CORE", "DATAOUT_SIZE_0", DATAOUT_HEIGHT=task.out_height - 1, DATAOUT_WIDTH=task.out_width - 1)
+    b.write("CORE", "DATAOUT_SIZE_1", DATAOUT_CHANNEL=task.cube.channels - 1)
+    b.write("CORE", "CLIP_TRUNCATE", ROUND_TYPE=0, CLIP_TRUNCATE=0)
+    b.write("CORE", "UNDOC_3030")
+
+
+def conv_writes(task: ConvTask, regmap: RegisterMap):
+    """The 126 register writes of one convolution task."""
+    b = RegisterBuilder(regmap, task.layer)
+    _cbuf_con0(b, task)
+    b.write("CNA", "DCOMP_REGNUM")
+    b.write("CNA", "DCOMP_CTRL")
+    _conv_con1(b, task)
+    write_s_pointers(b)
+    _write_cna(b, task)
+    _write_core(b, task)
+    brdma = BRDMA_ALU_CPEND_MUL if task.precision == 0 else 1
+    sources = residual_sources(task.residual, task.cube) if task.residual else RdmaSources()
+    write_dpu_body(b, task.cube, task.stages, conv_mode=task.conv_mode, flying=False, sources=sources,
+                   bias_address=task.bias_address, brdma_use=brdma, erdma=task.residual is not None,
+                   residual=task.residual is not None)
+    return b.done()
+
+
+def emit_conv_task(task: ConvTask, regmap: RegisterMap, op_idx: int | None = None) -> Task:
+    return Task(conv_writes(task, regmap), ENABLE_CONV, int_mask=INT_MASK_DPU, int_clear=INT_CLEAR_ALL,
+                op_idx=op_idx)

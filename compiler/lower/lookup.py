@@ -1,0 +1,32 @@
+"""Finding and checking a layer's placements (shared by the lowering modules)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from npuemu.isa.errors import CompileError
+
+from .placement import ConstPlacement, Placement, TensorPlacement
+
+
+def tensor(placements: Mapping[str, Placement], name: str, layer: str) -> TensorPlacement:
+    placement = placements.get(name)
+    if not isinstance(placement, TensorPlacement):
+        raise CompileError(f"layer {layer}: no feature-map placement for tensor {name!r}")
+    return placement
+
+
+def constant(placements: Mapping[str, Placement], name: str, size: int, layer: str) -> ConstPlacement:
+    placement = placements.get(name)
+    if not isinstance(placement, ConstPlacement):
+        raise CompileError(f"layer {layer}: no constant placement for {name!r}")
+    if placement.size < size:
+        raise CompileError(f"layer {layer}: constant {name!r} needs {size} bytes, its placement has {placement.size}")
+    return placement
+
+
+def check_feature(placement: TensorPlacement, shape: tuple[int, int, int], dtype: str, what: str, layer: str) -> None:
+    if placement.shape != tuple(shape):
+        raise CompileError(f"layer {layer}: {what} {placement.name} is placed as {placement.shape}, the layer needs {tuple(shape)}")
+    if placement.dtype != dtype:
+        raise CompileError(f"layer {layer}: {what} {placement.name} is {placement.dtype}, the layer computes in {dtype}")

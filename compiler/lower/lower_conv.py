@@ -1,0 +1,274 @@
+"""Convolution (and FC) layers -> constant blobs and :class:`ConvTask` descriptions.
+
+``conv_constants`` packs the weights and the BS operand blob (their sizes are needed by the
+memory plan before anything has an address); ``lower_conv`` then cuts the layer into tasks
+with the CBUF plan (``tiling.py``) and fills each task's geometry, addresses and DPU stages.
+
+Per task (vendor listings rep01-rep06, rep11, rep12; tasks.csv):
+
+- input address: the tensor base + first channel group's surface + first row x line bytes;
+  output (and residual) address: + first output row x line bytes (+ the channel group);
+  surface strides stay those of the whole tensors;
+- depthwise channel groups also offset the weights (stored channels x taps) and the BS blob
+  (8 bytes per channel: rep05 DCOMP_ADDR0 576, BS_BASE_ADDR 512);
+- a packed first-layer image is read in ARGB mode: ARGB_IN = 7 + C, NONALIGN_DMA,
+  GROUP_LINE_OFF, DATAIN_CHANNEL 16, LINE_STRIDE = W (rep03).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from npuemu.isa.errors import CompileError
+from npuemu.platforms.model import Platform
+
+from .. import quant_regs, weight_pack
+from .conv_geometry import feature_grains, kernels_per_pass, pad_value, surfaces_per_pass
+from .descriptions import (
+    ALU_ADD, ALU_MAX, CONV_MODE_DEPTHWISE, CONV_MODE_DIRECT, PRECISION_CODES, ConvTask, DpuCube, DpuStages, EwStage,
+    Operand, OutCvt, XStage,
+)
+from .layers import FLOAT16, ConvLayer
+from .lookup import check_feature, constant, tensor
+from .placement import ELEMENT_BYTES, PLATFORM_DTYPE, ConstPlacement, Placement, TensorPlacement, align
+from .tiling import CbufRequest, TaskTile, entries_per_row, plan_cbuf
+
+SURF_STRIDE_MASK = (1 << 28) - 1  # CNA DMA_CON2.SURF_STRIDE: 28 bits, wraps (rep11 writes -3)
+
+
+@dataclass(frozen=True, eq=False)
+class ConvConstants:
+    """The two constant blobs of a convolution and (int8) the operands they were made from."""
+
+    weights: bytes
+    bias: bytes
+    requant: quant_regs.ConvRequant | None
+    dpu_channels: int  # channels the BS blob covers (output channels rounded per pass)
+
+
+def conv_constants(layer: ConvLayer, platform: Platform) -> ConvConstants:
+    """Packed weights and the BS operand blob of ``layer``."""
+    dpu_channels = align(layer.out_channels, kernels_per_pass(layer, platform))
+    weights = np.asarray(layer.weights)
+    if layer.dtype == FLOAT16:
+        bits = weights.astype(np.float16).view(np.uint16)
+        packed = (weight_pack.pack_depthwise_weights(bits, weight_pack.FP16_DEPTHWISE) if layer.depthwise
+                  else weight_pack.pack_conv_weights(bits, 0, weight_pack.FP16_CONV))
+        bias = weight_pack.float_bias_blob(layer.bias, layer.out_channels, dpu_channels)
+        return ConvConstants(packed.astype("<u2").tobytes(), bias, None, dpu_channels)
+    zp_w = np.asarray(layer.weight_zero_point, dtype=np.int64)
+    requant = quant_regs.conv_requant(
+        input_scale=layer.input_quant.scale, input_zero_point=layer.input_quant.zero_point, weights=weights,
+        weight_scale=layer.weight_scale, weight_zero_point=zp_w, bias=layer.bias,
+        output_scale=layer.output_quant.scale, output_zero_point=layer.output_quant.zero_point,
+        bias_in_accumulator_units=layer.bias_in_accumulator_units, layer=layer.name)
+    if layer.depthwise:
+        packed = weight_pack.pack_depthwise_weights(weights, weight_pack.INT8_DEPTHWISE)
+    else:
+        packed = weight_pack.pack_conv_weights(weights, zp_w.astype(np.int8), weight_pack.INT8_CONV)
+    bias = weight_pack.bias_blob(requant.alu, requant.cpend, requant.mul, dpu_channels)
+    return ConvConstants(packed.astype(np.int8).tobytes(), bias, requant, dpu_channels)
+
+
+# -- DPU stages ------------------------------------------------------------------------------
+def _activation_stage(layer: ConvLayer, unit: float) -> XStage:
+    """BN stage carrying ReLU / clip / leaky (VC 5 and tasks.csv: ConvRelu BN_CFG 0x12,
+    ConvClip 0x92 with RELUX)."""
+    act = layer.activation
+    if act.kind == "none":
+        return XStage()
+    if act.kind == "leaky_relu":
+        if layer.dtype == FLOAT16:
+            raise CompileError(f"layer {layer.name}: leaky_relu is not lowered for float16 yet")
+        fixed = quant_regs.leaky_multiplier(act.alpha, layer.name)
+        return XStage(bypass=False, mul_bypass=False, mul_operand=fixed.scale, mul_shift=fixed.shift, mul_prelu=True)
+    low, high = act.bounds
+    relu = low == 0.0
+    use_max = low is not None and not relu
+    return XStage(bypass=False, relu=relu, relux=high is not None,
+                  relux_value=quant_regs.activation_threshold(high, unit, layer.dtype) if high is not None else 0,
+                  alu_bypass=not use_max, alu_algo=ALU_MAX,
+                  alu_operand=quant_regs.activation_threshold(low, unit, layer.dtype) if use_max else 0)
+
+
+def _residual_stage(layer: ConvLayer, requant: quant_regs.ConvRequant | None, after: bool) -> EwStage:
+    residual = layer.residual
+    relu = relux = False
+    relux_value = 0
+    if after and layer.activation.kind != "none":
+        low, high = layer.activation.bounds
+        if layer.activation.kind == "leaky_relu" or (low is not None and low != 0.0):
+            raise CompileError(
+                f"layer {layer.name}: after a residual add only relu/relu6/clip(0, hi) are fused "
+                f"(the EW ALU does the add), got {layer.activation.kind} {layer.activation.bounds}"
+            )
+        relu, relux = True, high is not None
+        unit = requant.acc_scale if requant else 1.0
+        relux_value = quant_regs.activation_threshold(high, unit, layer.dtype) if high is not None else 0
+    if layer.dtype == FLOAT16:
+        return EwStage(bypass=False, op_bypass=False, op_from_dma=True, alu_algo=ALU_ADD, data_mode=1,
+                       data_size=2, relu=relu, relux=relux, relux_value=relux_value)
+    convert = quant_regs.residual_convert(residual.quant.scale, residual.quant.zero_point, requant.acc_scale,
+                                          layer.name)
+    return EwStage(bypass=False, op_bypass=False, op_from_dma=True, alu_algo=ALU_ADD, cvt_bypass=False,
+                   cvt_offset=convert.offset, cvt_scale=convert.scale, cvt_shift=convert.shift, data_mode=1,
+                   data_size=1, relu=relu, relux=relux, relux_value=relux_value)
+
+
+def conv_stages(layer: ConvLayer, constants: ConvConstants) -> DpuStages:
+    """BS (bias + per-channel requant), BN (activation), EW (residual), OUT_CVT."""
+    requant = constants.requant
+    activation_after_add = layer.residual is not None and not layer.residual.after_activation
+    if layer.dtype == FLOAT16:
+        bs = XStage(bypass=False, alu_bypass=False, alu_algo=ALU_ADD, alu_from_dma=True)
+        out = OutCvt(scale=1, shift=0, offset=0, fp32_to_fp16=True)
+        unit = 1.0
+    else:
+        bs = XStage(bypass=False, alu_bypass=False, alu_algo=ALU_ADD, alu_from_dma=True, mul_bypass=False,
+                    mul_from_dma=True, mul_shift=requant.mul_shift)
+        out = OutCvt(scale=requant.out_cvt.scale, shift=requant.out_cvt.shift, offset=requant.out_offset)
+        unit = requant.acc_scale
+    bn = XStage() if activation_after_add else _activation_stage(layer, unit)
+    ew = _residual_stage(layer, requant, activation_after_add) if layer.residual else EwStage()
+    return DpuStages(bs=bs, bn=bn, ew=ew, out_cvt=out, bs_cpend=layer.dtype != FLOAT16)
+
+
+# -- tasks -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _ConvContext:
+    layer: ConvLayer
+    inp: TensorPlacement
+    out: TensorPlacement
+    residual: TensorPlacement | None
+    weights: ConstPlacement
+    bias: ConstPlacement
+    constants: ConvConstants
+    stages: DpuStages
+    kernels_per_pass: int
+    surfaces_per_pass: int
+
+
+def _input_fields(ctx: _ConvContext, tile: TaskTile) -> dict:
+    layer, inp = ctx.layer, ctx.inp
+    rows, group = tile.rows, tile.channels
+    element = ELEMENT_BYTES[layer.dtype]
+    if inp.packed:
+        line_stride = inp.width
+        entries = rows.in_rows * align(inp.width, 16)
+        in_channels = 16
+        grains = feature_grains(rows.in_rows, rows.pad_top, layer.effective_kernel[0], layer.stride[1], 0, True)
+    else:
+        line_stride = inp.line_bytes // 4
+        entries = entries_per_row(inp.width, group.count * element)
+        in_channels = align(group.count, inp.c2)
+        grains = feature_grains(rows.in_rows, rows.pad_top, layer.effective_kernel[0], layer.stride[1], entries, False)
+    address = inp.address + (group.start // inp.c2) * inp.surface_bytes + rows.in_start * inp.line_bytes
+    return dict(in_width=inp.width, in_height=rows.in_rows, in_channels=in_channels, in_channels_real=group.count,
+                feature_address=address, line_stride=line_stride,
+                surface_stride=(inp.surface_stride - line_stride) & SURF_STRIDE_MASK, data_entries=entries,
+                feature_grains=grains)
+
+
+def _weight_fields(ctx: _ConvContext, tile: TaskTile) -> dict:
+    layer = ctx.layer
+    kernel_h, kernel_w = layer.kernel
+    taps, element = kernel_h * kernel_w, ELEMENT_BYTES[layer.dtype]
+    if layer.depthwise:
+        blocking = weight_pack.depthwise_blocking(layer.dtype)
+        stored = blocking.stored_channels(tile.channels.start + tile.channels.count) - tile.channels.start
+        size = stored * taps * element
+        return dict(kernels=1, weight_bytes=size, weight_bytes_per_kernel=size,
+                    weight_address=ctx.weights.address + tile.channels.start * taps * element)
+    blocking = weight_pack.conv_blocking(layer.dtype)
+    per_kernel = blocking.stored_channels(layer.in_channels) * taps * element
+    return dict(kernels=blocking.stored_kernels(layer.out_channels), weight_bytes=len(ctx.constants.weights),
+                weight_bytes_per_kernel=per_kernel, weight_address=ctx.weights.address)
+
+
+def _output_fields(ctx: _ConvContext, tile: TaskTile) -> dict:
+    layer, out = ctx.layer, ctx.out
+    rows, group = tile.rows, tile.channels
+    out_channels = group.count if layer.depthwise else layer.out_channels
+    out_start = group.start if layer.depthwise else 0
+    offset = (out_start // out.c2) * out.surface_bytes + rows.out_start * out.line_bytes
+    cube = DpuCube(width=out.width, height=rows.out_rows, channels=align(out_channels, ctx.kernels_per_pass),
+                   orig_channels=out_channels, dst_address=out.address + offset,
+                   dst_surface_stride=out.surface_stride, surfaces_per_pass=ctx.surfaces_per_pass,
+                   precision=PRECISION_CODES[layer.dtype])
+    residual = None
+    if ctx.residual is not None:
+        res = ctx.residual
+        res_offset = (out_start // res.c2) * res.surface_bytes + rows.out_start * res.line_bytes
+        residual = Operand(res.address + res_offset, res.surface_stride)
+    return dict(out_width=out.width, out_height=rows.out_rows, cube=cube, residual=residual,
+                bias_address=ctx.bias.address + group.start * weight_pack.BS_GROUP_BYTES // weight_pack.BS_GROUP_CHANNELS)
+
+
+def _conv_task(ctx: _ConvContext, tile: TaskTile, data_bank: int, weight_bank: int) -> ConvTask:
+    layer = ctx.layer
+    zero_point = layer.input_quant.zero_point if layer.input_quant else 0
+    kernel_h, kernel_w = layer.kernel
+    packed_channels = ctx.inp.channels if ctx.inp.packed else 0
+    return ConvTask(
+        layer=layer.name, conv_mode=CONV_MODE_DEPTHWISE if layer.depthwise else CONV_MODE_DIRECT,
+        precision=PRECISION_CODES[layer.dtype], argb_in=7 + packed_channels if packed_channels else 0,
+        pad_top=tile.rows.pad_top, pad_left=layer.pads[1], pad_value=pad_value(zero_point, layer.depthwise),
+        stride=(layer.stride[1], layer.stride[0]), dilation=(layer.dilation[1], layer.dilation[0]),
+        kernel=(kernel_w, kernel_h), data_bank=data_bank, weight_bank=weight_bank,
+        weight_reuse=tile.weight_reuse, stages=ctx.stages,
+        **_input_fields(ctx, tile), **_weight_fields(ctx, tile), **_output_fields(ctx, tile),
+    )
+
+
+def _context(layer: ConvLayer, placements: Mapping[str, Placement], platform: Platform,
+             constants: ConvConstants) -> _ConvContext:
+    inp = tensor(placements, layer.input, layer.name)
+    out = tensor(placements, layer.output, layer.name)
+    check_feature(inp, layer.input_shape, layer.dtype, "input", layer.name)
+    check_feature(out, layer.output_shape, layer.dtype, "output", layer.name)
+    per_pass = kernels_per_pass(layer, platform)
+    if out.c1 * out.c2 < align(layer.out_channels, per_pass):
+        raise CompileError(
+            f"layer {layer.name}: output {out.name} holds {out.c1 * out.c2} channels but the DPU writes "
+            f"{align(layer.out_channels, per_pass)} (output channels rounded up to {per_pass}); allocate it "
+            f"with channel_align={per_pass}"
+        )
+    if inp.packed and (layer.depthwise or layer.dtype == FLOAT16):
+        raise CompileError(f"layer {layer.name}: a packed (ARGB) input needs an int8 direct convolution")
+    residual = None
+    if layer.residual is not None:
+        residual = tensor(placements, layer.residual.tensor, layer.name)
+        check_feature(residual, layer.output_shape, layer.dtype, "residual", layer.name)
+        if residual.c1 * residual.c2 < align(layer.out_channels, per_pass):
+            # the MRDMA/ERDMA pair reads whole 32-channel pairs of surfaces (COMB_USE 5)
+            raise CompileError(
+                f"layer {layer.name}: residual {residual.name} holds {residual.c1 * residual.c2} channels but "
+                f"the residual read covers {align(layer.out_channels, per_pass)}; allocate it with "
+                f"channel_align={per_pass}")
+    return _ConvContext(
+        layer, inp, out, residual,
+        constant(placements, layer.weight_tensor, len(constants.weights), layer.name),
+        constant(placements, layer.bias_tensor, len(constants.bias), layer.name),
+        constants, conv_stages(layer, constants), per_pass, surfaces_per_pass(layer, platform))
+
+
+def cbuf_request(layer: ConvLayer, inp: TensorPlacement, platform: Platform, weight_bytes: int) -> CbufRequest:
+    return CbufRequest(
+        layer=layer.name, height=inp.height, width=inp.width, channels=inp.channels,
+        element_bytes=ELEMENT_BYTES[layer.dtype], kernel_h=layer.effective_kernel[0], stride_y=layer.stride[0],
+        pad_top=layer.pads[0], out_height=layer.output_shape[1], weight_bytes=weight_bytes,
+        depthwise=layer.depthwise, depthwise_group=platform.alignment(PLATFORM_DTYPE[layer.dtype]).depthwise,
+        packed_channels=inp.channels if inp.packed else 0, banks=platform.cbuf.banks,
+        bank_bytes=platform.cbuf.bank_bytes)
+
+
+def lower_conv(layer: ConvLayer, placements: Mapping[str, Placement], platform: Platform,
+               constants: ConvConstants | None = None) -> tuple[ConvTask, ...]:
+    """The task descriptions of one convolution (constants are recomputed when not given)."""
+    constants = constants or conv_constants(layer, platform)
+    ctx = _context(layer, placements, platform, constants)
+    plan = plan_cbuf(cbuf_request(layer, ctx.inp, platform, len(constants.weights)))
+    return tuple(_conv_task(ctx, tile, plan.data_bank, plan.weight_bank) for tile in plan.tasks)

@@ -1,0 +1,71 @@
+"""Element-wise layers -> one DPU-only task in flying mode (rep09).
+
+The first input streams through MRDMA into BS, which removes its zero point and scales it
+(ALU -zp_a, MUL 16384, shift 0); the second arrives per pixel through ERDMA and the EW
+operand converter brings it into the same unit; the EW ALU combines them (add 2, minus 4,
+max 0, min 1; ``mul`` uses the EW multiplier, OP_TYPE 1 [I]); OUT_CVT requantizes
+(``quant_regs.eltwise_requant``). ReLU / clip(0, hi) follow in the EW stage [I] (the vendor's
+DPU-only Relu layer uses BS ReLU; here BS must stay linear because EW comes after it).
+
+float16 [I]: BS bypassed, EW operand converter bypassed, OUT_CVT converts fp32 -> fp16.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from npuemu.isa.errors import CompileError
+from npuemu.platforms.model import Platform
+
+from .. import quant_regs
+from .descriptions import ALU_ADD, ALU_MAX, ALU_MIN, ALU_MINUS, PRECISION_CODES, DpuCube, DpuStages, DpuTask, EwStage, Operand, OutCvt, XStage
+from .layers import FLOAT16, EltwiseLayer
+from .lookup import check_feature, tensor
+from .placement import Placement, align
+
+EW_ALU = {"add": ALU_ADD, "sub": ALU_MINUS, "max": ALU_MAX, "min": ALU_MIN, "mul": ALU_ADD}
+EW_OP_MUL = 1
+
+
+def _activation(layer: EltwiseLayer, unit: float) -> dict:
+    kind = layer.activation.kind
+    if kind == "none":
+        return {}
+    low, high = layer.activation.bounds
+    if kind == "leaky_relu" or low != 0.0:
+        raise CompileError(f"layer {layer.name}: element-wise layers fuse only relu/relu6/clip(0, hi), got {kind}")
+    return dict(relu=True, relux=high is not None,
+                relux_value=quant_regs.activation_threshold(high, unit, layer.dtype) if high is not None else 0)
+
+
+def eltwise_stages(layer: EltwiseLayer) -> DpuStages:
+    op_type = EW_OP_MUL if layer.op == "mul" else 0
+    if layer.dtype == FLOAT16:
+        ew = EwStage(bypass=False, op_bypass=False, op_from_dma=True, op_type=op_type, alu_algo=EW_ALU[layer.op],
+                     data_mode=1, data_size=2, **_activation(layer, 1.0))
+        return DpuStages(bs=XStage(), ew=ew, out_cvt=OutCvt(fp32_to_fp16=True))
+    (a, b), out = layer.input_quants, layer.output_quant
+    requant = quant_regs.eltwise_requant(layer.op, a.scale, a.zero_point, b.scale, b.zero_point, out.scale,
+                                         out.zero_point, layer.name)
+    bs = XStage(bypass=False, alu_bypass=False, alu_algo=ALU_ADD, alu_operand=requant.bs_alu,
+                mul_bypass=False, mul_operand=requant.bs_mul, mul_shift=requant.bs_mul_shift)
+    ew = EwStage(bypass=False, op_bypass=False, op_from_dma=True, op_type=op_type, alu_algo=EW_ALU[layer.op],
+                 cvt_bypass=False, cvt_offset=requant.ew.offset, cvt_scale=requant.ew.scale,
+                 cvt_shift=requant.ew.shift, data_mode=1, data_size=1, **_activation(layer, requant.acc_scale))
+    out_cvt = OutCvt(scale=requant.out_cvt.scale, shift=requant.out_cvt.shift, offset=requant.out_offset)
+    return DpuStages(bs=bs, ew=ew, out_cvt=out_cvt)
+
+
+def lower_eltwise(layer: EltwiseLayer, placements: Mapping[str, Placement], platform: Platform) -> tuple[DpuTask, ...]:
+    first, second = (tensor(placements, name, layer.name) for name in layer.inputs)
+    out = tensor(placements, layer.output, layer.name)
+    for what, placement in (("first input", first), ("second input", second), ("output", out)):
+        check_feature(placement, layer.shape, layer.dtype, what, layer.name)
+    if first.packed or second.packed or out.packed:
+        raise CompileError(f"layer {layer.name}: element-wise layers need NC1HWC2 tensors, not packed images")
+    channels, height, width = layer.shape
+    cube = DpuCube(width=width, height=height, channels=align(channels, out.c2), orig_channels=channels,
+                   dst_address=out.address, dst_surface_stride=out.surface_stride, surfaces_per_pass=1,
+                   precision=PRECISION_CODES[layer.dtype])
+    return (DpuTask(layer.name, first.address, first.surface_stride, cube, eltwise_stages(layer),
+                    Operand(second.address, second.surface_stride)),)
