@@ -1,4 +1,5 @@
-"""``npuemu compile``: ONNX model -> IR (for now: import, clean-up, IR text and per-layer JSON).
+"""``npuemu compile``: ONNX model -> IR (for now: import, clean-up, quantization, IR text and
+per-layer JSON).
 
 Options are added by small ``_add_*_options`` functions, one per group, and the work is a
 list of steps run in order; a later stage (passes, lowering, model file) adds a group and a
@@ -47,8 +48,57 @@ def _add_dump_options(parser: argparse.ArgumentParser) -> None:
                         help="write the per-layer JSON (NPU perf JSON format) to FILE")
 
 
+def add_calibration_options(parser: argparse.ArgumentParser) -> None:
+    """Dataset, algorithm, preprocessing and weight method (shared with ``quant-config``)."""
+    group = parser.add_argument_group("calibration (int8)")
+    group.add_argument("--dataset", metavar="FILE", type=Path, default=None,
+                       help="calibration dataset: a text file, one sample per line, one .npy/.png/.jpg per model "
+                       "input separated by spaces, paths relative to the file (implies --quantize)")
+    group.add_argument("--algorithm", choices=("normal", "kl_divergence", "mmse"), default="normal",
+                       help="range selection: normal (min/max, default), kl_divergence, mmse")
+    group.add_argument("--mean", metavar="[NAME=]V0,V1,...", action="append", default=[],
+                       help="per-channel mean subtracted from each sample (pixel units), once per input in input "
+                       "order or NAME=...; one value applies to every channel; default 0")
+    group.add_argument("--std", metavar="[NAME=]V0,V1,...", action="append", default=[],
+                       help="per-channel std the samples are divided by after the mean; default 1")
+    group.add_argument("--bgr", "--reorder-channel", dest="bgr", action="store_true",
+                       help="reverse the channel order of calibration images (RGB -> BGR) before mean/std; "
+                       ".npy samples are used as they are")
+    methods = group.add_mutually_exclusive_group()
+    methods.add_argument("--per-channel", dest="per_channel", action="store_true", default=True,
+                         help="weights quantized per output channel (default)")
+    methods.add_argument("--per-layer", dest="per_channel", action="store_false",
+                         help="one weight scale per layer")
+    group.add_argument("--no-progress", action="store_true", help="no progress bar on a terminal")
+
+
+def _add_quant_mode_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("precision")
+    modes = group.add_mutually_exclusive_group()
+    modes.add_argument("--quantize", action="store_true",
+                       help="int8 asymmetric quantization calibrated on --dataset")
+    modes.add_argument("--fp16", action="store_true", help="no quantization: every layer in float16")
+    modes.add_argument("--quant-config", metavar="FILE", type=Path, default=None,
+                       help="build from a per-layer quantization config written by `npuemu quant-config` "
+                       "(hybrid int8/float16; no dataset needed)")
+
+
+def _add_optimization_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("graph passes")
+    group.add_argument("-O", "--optimization-level", type=int, choices=(0, 1, 2, 3), default=3,
+                       help="0: no fusion (the imported graph); 1: folding and hardware fusions; 2: + clean-up "
+                       "merges of Reshape/Transpose/identities; 3: + vendor rewrites (FC as conv, "
+                       "GlobalAveragePool as depthwise convs, CBUF channel tiling); default 3")
+    group.add_argument("--partition-report", metavar="FILE", nargs="?", const="-", default=None,
+                       help="write the NPU/CPU decision and reason of every layer to FILE ('-' or no FILE: "
+                       "standard output)")
+
+
 #: Functions adding the option groups of ``compile``, in help order.
-OPTION_GROUPS: list[Callable[[argparse.ArgumentParser], None]] = [_add_model_options, _add_dump_options]
+OPTION_GROUPS: list[Callable[[argparse.ArgumentParser], None]] = [
+    _add_model_options, _add_dump_options, _add_optimization_options, add_calibration_options,
+    _add_quant_mode_options,
+]
 
 
 def _shape_spec(text: str) -> tuple[str | None, list[int]]:
@@ -80,6 +130,15 @@ def _import_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
     context["graph"] = import_onnx(args.model, _input_shapes(args))
 
 
+def _passes_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
+    """Folding, fusion, clean-up and vendor rewrites of the optimization level, then the
+    NPU/CPU partition of the target platform."""
+    from npuemu.compiler.passes import PassContext, optimize
+
+    ctx = PassContext(context["platform"], args.optimization_level)
+    context["pass_log"], context["partition"] = optimize(context["graph"], ctx)
+
+
 def _input_shapes(args: argparse.Namespace) -> dict[str, list[int]]:
     from npuemu.isa.errors import CompileError
 
@@ -107,16 +166,43 @@ def _dump_ir_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
     if args.dump_ir is None:
         return
     from npuemu.compiler.ir_text import format_graph
+    from npuemu.compiler.passes.partition import annotate_ir_text
 
-    _write(args.dump_ir, format_graph(context["graph"]))
+    text = format_graph(context["graph"])
+    if context.get("partition") is not None:  # CPU layers say why
+        text = annotate_ir_text(text, context["graph"], context["partition"])
+    _write(args.dump_ir, text)
 
 
 def _dump_json_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
     if args.dump_json is None:
         return
-    from npuemu.compiler.perf_json import dumps
+    import json
 
-    _write(str(args.dump_json), dumps(context["graph"]))
+    from npuemu.compiler.passes.partition import annotate_layers
+    from npuemu.compiler.perf_json import dumps, perf_json
+
+    if context.get("partition") is None:
+        _write(str(args.dump_json), dumps(context["graph"]))
+        return
+    document = annotate_layers(perf_json(context["graph"]), context["graph"], context["partition"])
+    _write(str(args.dump_json), json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+
+
+def _partition_report_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
+    if args.partition_report is None or context.get("partition") is None:
+        return
+    _write(args.partition_report, context["partition"].report())
+
+
+def _partition_summary_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
+    """One line: the level, layers per unit, and the op types left on the CPU."""
+    split = context.get("partition")
+    if split is None or "-" in (args.dump_ir, str(args.dump_json), args.partition_report):
+        return
+    cpu = ", ".join(f"{op} x{count}" for op, count in split.cpu_ops().most_common())
+    print(f"optimization level {args.optimization_level} for {split.chip}: {split.count('NPU')} layers on the NPU, "
+          f"{split.count('CPU')} on the CPU" + (f" ({cpu})" if cpu else ""))
 
 
 def _summary_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
@@ -125,6 +211,39 @@ def _summary_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
     graph = context["graph"]
     inputs = ", ".join(f"{name}{list(graph.tensors[name].shape)}" for name in graph.inputs)
     print(f"{args.model}: {len(graph.nodes)} layers, inputs {inputs}, {len(graph.constants())} constants")
+    if context.get("quantization") is not None:
+        print(f"quantized {context['quantization'].summary()}")
+
+
+def quantize_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
+    """int8 (calibrated), float16 or hybrid from a config; runs after the graph passes. Steps
+    before this one are what ``quant-config`` runs too, so both see the same layers."""
+    from npuemu.compiler.quant import (CalibrationOptions, float16_graph, preprocess_for_inputs, quantize_from_config,
+                                       quantize_with_dataset, read_config)
+    from npuemu.isa.errors import ConfigError
+
+    graph = context["graph"]
+    calibration_given = (args.dataset is not None or args.mean or args.std or args.bgr or args.algorithm != "normal"
+                         or not args.per_channel)
+    if args.quant_config is not None:
+        if calibration_given:
+            raise ConfigError("--quant-config already holds the ranges, preprocessing and weight method: leave out "
+                              "--dataset, --algorithm, --mean, --std, --bgr and --per-layer (edit the config instead)")
+        context["quantization"] = quantize_from_config(graph, read_config(args.quant_config, graph))
+    elif args.fp16:
+        if calibration_given:
+            raise ConfigError("--fp16 does not calibrate: leave out --dataset, --algorithm, --mean, --std, --bgr and "
+                              "--per-layer")
+        context["quantization"] = float16_graph(graph)
+    elif args.quantize or args.dataset is not None:
+        if args.dataset is None:
+            raise ConfigError("--quantize needs a calibration dataset: --dataset ds.txt")
+        preprocess = preprocess_for_inputs(graph, args.mean, args.std, args.bgr)
+        options = CalibrationOptions(args.algorithm, args.per_channel, progress=not args.no_progress)
+        context["quantization"] = quantize_with_dataset(graph, args.dataset, preprocess, options)
+    elif calibration_given:
+        raise ConfigError("--algorithm, --mean, --std, --bgr and --per-layer apply to calibration: add --quantize "
+                          "--dataset ds.txt")
 
 
 def _write(destination: str, text: str) -> None:
@@ -141,5 +260,6 @@ def _write(destination: str, text: str) -> None:
 
 #: The work of ``compile``, in order; each step reads args and the shared context.
 STEPS: list[Callable[[argparse.Namespace, dict[str, Any]], None]] = [
-    _platform_step, _import_step, _dump_ir_step, _dump_json_step, _summary_step,
+    _platform_step, _import_step, _passes_step, quantize_step, _dump_ir_step, _dump_json_step,
+    _partition_report_step, _summary_step, _partition_summary_step,
 ]

@@ -23,7 +23,8 @@ def model_path(onnx_case, rand, tmp_path):
 
 
 def test_dump_ir_to_stdout(model_path, capsys):
-    assert main(["compile", str(model_path), "--input-shape", "x=1,3,8,8", "--dump-ir", "-"]) == 0
+    # -O 0: the imported graph as it is (the passes' own CLI tests are in test_pass_cli.py)
+    assert main(["compile", str(model_path), "--input-shape", "x=1,3,8,8", "--dump-ir", "-", "-O", "0"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("graph 'test'")
     assert "0 Conv  conv  (x f32[1,3,8,8], w const f32[4,3,3,3]) -> (c f32[1,4,8,8])" in out
@@ -38,7 +39,7 @@ def test_dump_ir_without_value_means_stdout(model_path, capsys):
 def test_dump_files_and_summary(model_path, tmp_path, capsys):
     ir_file, json_file = tmp_path / "net.ir", tmp_path / "net.json"
     code = main(["compile", str(model_path), "-t", "rk3568", "--input-shape", "x=2,3,6,10",
-                 "--dump-ir", str(ir_file), "--dump-json", str(json_file)])
+                 "--dump-ir", str(ir_file), "--dump-json", str(json_file), "--optimization-level", "0"])
     assert code == 0
     assert "y f32[2,4,6,10]" in ir_file.read_text()
     document = json.loads(json_file.read_text())

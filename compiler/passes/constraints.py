@@ -1,0 +1,302 @@
+"""Constraints that explain themselves (the Vela way): each NPU support check is a small
+function whose docstring states the rule - with ``{limit}`` fields filled from the target's
+:class:`NpuLimits` - and which returns None when the node meets it or a detail saying how
+it does not. The partition shows ``rule: detail`` for a layer left on the CPU; the generated
+``compiler/SUPPORT.md`` lists the rules per op.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ir import Graph, Node
+from .cbuf_fit import cbuf_fit, conv_geometry
+from .context import PassContext
+from .fusion_rules import fusable_activations, part_kind
+from .match import BIAS_TAG, const, per_channel
+
+Check = Callable[[Graph, Node, PassContext], "str | None"]
+
+
+@dataclass(frozen=True)
+class Constraint:
+    check: Check
+
+    @property
+    def name(self) -> str:
+        return self.check.__name__
+
+    @property
+    def rule(self) -> str:
+        """The docstring, on one line, with its ``{limit}`` fields unfilled."""
+        return " ".join(inspect.getdoc(self.check).split())
+
+    def describe(self, ctx: PassContext | None = None) -> str:
+        return self.rule.format(**ctx.limits.as_dict()) if ctx is not None else self.rule
+
+    def __call__(self, graph: Graph, node: Node, ctx: PassContext) -> str | None:
+        return self.check(graph, node, ctx)
+
+
+def shape(graph: Graph, name: str) -> tuple[int, ...]:
+    return graph.tensors[name].shape
+
+
+# ---- every NPU layer -------------------------------------------------------------------------
+
+@Constraint
+def float_tensors(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """Every tensor the layer reads or writes is float32 (quantized or fp16 on the NPU)."""
+    for name in [*node.all_inputs, *node.outputs]:
+        if graph.tensors[name].dtype != "float32":
+            return f"'{name}' is {graph.tensors[name].dtype}"
+    return None
+
+
+@Constraint
+def feature_maps_4d(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """Feature maps are 4-D NCHW with batch N = 1 (the NPU runs one image per task chain)."""
+    for name in [*node.inputs, *node.outputs]:
+        if const(graph, name) is None and (len(shape(graph, name)) != 4 or shape(graph, name)[0] != 1):
+            return f"'{name}' has shape {list(shape(graph, name))}"
+    return None
+
+
+@Constraint
+def cube_size(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """Feature maps have at most {max_cube_channels} channels and are at most {max_cube_width} wide
+    (DPU cube fields)."""
+    for name in [*node.inputs, *node.outputs]:
+        dims = shape(graph, name)
+        if const(graph, name) is None and len(dims) == 4 and (dims[1] > ctx.limits.max_cube_channels
+                                                             or dims[3] > ctx.limits.max_cube_width):
+            return f"'{name}' is {list(dims)}"
+    return None
+
+
+# ---- convolutions ----------------------------------------------------------------------------
+
+@Constraint
+def constant_weights(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """Weights and bias are constants."""
+    variable = [name for name in node.inputs[1:] if const(graph, name) is None]
+    return f"'{variable[0]}' is computed at run time" if variable else None
+
+
+@Constraint
+def conv_groups(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """A convolution is direct (group 1) or depthwise (group = input channels = output channels); other
+    grouped convs have no NPU lowering."""
+    group = node.attrs["group"]
+    channels, out = shape(graph, node.inputs[0])[1], shape(graph, node.outputs[0])[1]
+    if group == 1 or group == channels == out:
+        return None
+    return f"group {group} with {channels} input and {out} output channels"
+
+
+@Constraint
+def kernel_size(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """Kernel height and width are at most {max_kernel} (CNA WEIGHT_SIZE2 width/height fields)."""
+    kernel = node.attrs["kernel_shape"]
+    return f"kernel {kernel}" if max(kernel) > ctx.limits.max_kernel else None
+
+
+@Constraint
+def conv_strides(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """Strides are at most {max_stride} (CNA CONV_CON3 stride fields)."""
+    strides = node.attrs["strides"]
+    return f"strides {strides}" if max(strides) > ctx.limits.max_stride else None
+
+
+@Constraint
+def conv_dilations(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """Dilations are at most {max_dilation} (CNA CONV_CON3 atrous fields)."""
+    dilations = node.attrs["dilations"]
+    return f"dilations {dilations}" if max(dilations) > ctx.limits.max_dilation else None
+
+
+@Constraint
+def conv_pads(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """Pads are 0 to {max_pad} on every side (CNA PAD_CON0 fields)."""
+    pads = node.attrs["pads"]
+    return f"pads {pads}" if max(pads) > ctx.limits.max_pad or min(pads) < 0 else None
+
+
+@Constraint
+def conv_widths(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """Input rows are at most {max_input_width} and output rows at most {max_output_width} pixels wide
+    (CNA DATA_SIZE fields; H is split into tasks)."""
+    width_in, width_out = shape(graph, node.inputs[0])[3], shape(graph, node.outputs[0])[3]
+    if width_in > ctx.limits.max_input_width or width_out > ctx.limits.max_output_width:
+        return f"input width {width_in}, output width {width_out}"
+    return None
+
+
+@Constraint
+def conv_kernels(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """At most {max_kernels} output channels (CNA WEIGHT_SIZE2 kernels field)."""
+    out = shape(graph, node.outputs[0])[1]
+    return f"{out} output channels" if out > ctx.limits.max_kernels else None
+
+
+@Constraint
+def fits_cbuf(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """A direct conv's input and weights fit the CBUF ({cbuf_banks} banks of {cbuf_bank_bytes} bytes),
+    split along H if need be; larger ones are split along input channels at optimization level 3."""
+    if node.attrs["group"] != 1:
+        return None  # depthwise convs are split by channel groups
+    fits, detail = cbuf_fit(ctx.platform, conv_geometry(graph, node))
+    return None if fits else detail
+
+
+@Constraint
+def fused_parts(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """Fused parts are ones the DPU applies: a per-channel bias, an activation of the platform's fusion
+    list (PRelu with a per-channel slope), a residual add of a same-shape tensor."""
+    out = shape(graph, node.outputs[0])
+    for part in node.fused:
+        kind = part_kind(graph, part)
+        if part.tag == BIAS_TAG or kind == "Add" and all(shape(graph, name) == out for name in part.inputs):
+            continue
+        if kind not in fusable_activations(ctx):
+            return f"fused {part.op_type}"
+        if part.op_type == "PRelu" and per_channel(const(graph, part.inputs[0]), out, 1) is None:
+            return "PRelu slope is not per channel"
+    return None
+
+
+@Constraint
+def deconv_form(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """A transposed conv runs in the CNA's deconvolution mode: group 1, dilation 1, strides at most
+    {max_deconv_stride} (CONV_CON3 deconv fields), no output padding, pads 0 to {max_pad}."""
+    attrs = node.attrs
+    if attrs["group"] != 1 or max(attrs["dilations"]) != 1 or any(attrs["output_padding"]):
+        return f"group {attrs['group']}, dilations {attrs['dilations']}, output_padding {attrs['output_padding']}"
+    if max(attrs["strides"]) > ctx.limits.max_deconv_stride or min(attrs["pads"]) < 0 or max(attrs["pads"]) > ctx.limits.max_pad:
+        return f"strides {attrs['strides']}, pads {attrs['pads']}"
+    return None
+
+
+@Constraint
+def one_row(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """A fully connected layer has one row (M = 1) and runs as a 1x1 conv; more rows need the matmul
+    unit, which is not lowered."""
+    rows = int(np.prod(shape(graph, node.inputs[0])[:node.attrs["axis"]]))
+    return f"{rows} rows" if rows != 1 else None
+
+
+@Constraint
+def fc_size(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """At most {max_cube_channels} output units and {max_input_channels} input features (the conv's
+    channels: DPU cube and CNA DATA_SIZE1 fields)."""
+    units, features = shape(graph, node.inputs[1])
+    if units > min(ctx.limits.max_kernels, ctx.limits.max_cube_channels) or features > ctx.limits.max_input_channels:
+        return f"{units} units, {features} features"
+    return None
+
+
+# ---- element-wise and activations ------------------------------------------------------------
+
+def _operand_kind(graph: Graph, name: str, out: tuple[int, ...]) -> str | None:
+    if shape(graph, name) == out:
+        return "tensor"
+    if per_channel(const(graph, name), out, 1) is not None:
+        return "constant"
+    dims = shape(graph, name)
+    if len(dims) == 4 and dims[1] == out[1] and dims[0] == 1 and dims[2] == dims[3] == 1:
+        return "per-channel tensor"
+    return None
+
+
+@Constraint
+def eltwise_operands(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """Both operands have the output's shape, or one is a scalar or per-channel constant, or a per-
+    channel [1,C,1,1] tensor (read per channel by the DPU); Div only by a constant (run as a
+    multiply by its reciprocal)."""
+    out = shape(graph, node.outputs[0])
+    kinds = [_operand_kind(graph, name, out) for name in node.inputs]
+    if None in kinds or kinds.count("tensor") == 0:
+        return f"operands {[list(shape(graph, name)) for name in node.inputs]} for output {list(out)}"
+    if node.op_type == "Div" and kinds[1] != "constant":
+        return "the divisor is not a constant"
+    return None
+
+
+@Constraint
+def prelu_slope(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """PRelu's slope is a constant, one value or one per channel."""
+    if node.op_type != "PRelu":
+        return None
+    slope = const(graph, node.inputs[1])
+    return None if per_channel(slope, shape(graph, node.outputs[0]), 1) is not None else "slope varies per position or is computed"
+
+
+# ---- pooling ---------------------------------------------------------------------------------
+
+@Constraint
+def pool_window(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """2-D window at most {max_pool_kernel}, strides at most {max_pool_stride}, pads at most
+    {max_pool_pad}, dilation 1 (PPU kernel, stride and padding fields)."""
+    attrs = node.attrs
+    if len(attrs["kernel_shape"]) != 2 or max(attrs["dilations"]) != 1:
+        return f"kernel {attrs['kernel_shape']}, dilations {attrs['dilations']}"
+    if max(attrs["kernel_shape"]) > ctx.limits.max_pool_kernel or max(attrs["strides"]) > ctx.limits.max_pool_stride:
+        return f"kernel {attrs['kernel_shape']}, strides {attrs['strides']}"
+    return f"pads {attrs['pads']}" if max(attrs["pads"]) > ctx.limits.max_pool_pad else None
+
+
+@Constraint
+def pool_ceil_mode(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """Ceil mode only where it gives the floor-mode output size (no window past the pads)."""
+    if not node.attrs["ceil_mode"]:
+        return None
+    attrs, (height, width) = node.attrs, shape(graph, node.inputs[0])[2:]
+    pads = attrs["pads"]
+    floor = [(size + pads[i] + pads[i + 2] - attrs["kernel_shape"][i]) // attrs["strides"][i] + 1
+             for i, size in enumerate((height, width))]
+    actual = list(shape(graph, node.outputs[0])[2:])
+    return None if floor == actual else f"ceil mode makes {actual}, not {floor}"
+
+
+@Constraint
+def average_padding(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """An AveragePool with padding counts the pads (count_include_pad = 1): the PPU divides by the
+    whole window; ONNX's default count_include_pad = 0 with padding runs on the CPU, as the vendor's
+    does (vendor-corpus README §3.2)."""
+    if node.op_type == "AveragePool" and any(node.attrs["pads"]) and not node.attrs["count_include_pad"]:
+        return f"pads {node.attrs['pads']} with count_include_pad = 0"
+    return None
+
+
+@Constraint
+def global_pool_window(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """The whole plane fits one PPU window ({max_pool_kernel} x {max_pool_kernel}); a larger
+    GlobalAveragePool becomes depthwise convs at optimization level 3."""
+    height, width = shape(graph, node.inputs[0])[2:]
+    return f"plane {height}x{width}" if max(height, width) > ctx.limits.max_pool_kernel else None
+
+
+# ---- data movement ---------------------------------------------------------------------------
+
+@Constraint
+def channel_axis_only(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """Joins or cuts along the channel axis (whole NC1HWC2 channel planes, by address or DPU copies)."""
+    return None if node.attrs["axis"] == 1 else f"axis {node.attrs['axis']}"
+
+
+@Constraint
+def same_native_bytes(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """The reshape keeps N and C and leaves no spatial extent on either side ([1,C] <-> [1,C,1,1]): the
+    NC1HWC2 bytes are the same, so it is done by address."""
+    def view(dims: tuple[int, ...]) -> tuple[int, int] | None:
+        if len(dims) < 2 or int(np.prod(dims[2:])) != 1:
+            return None
+        return dims[0], dims[1]
+    before, after = view(shape(graph, node.inputs[0])), view(shape(graph, node.outputs[0]))
+    if before is None or before != after or before[0] != 1:
+        return f"{list(shape(graph, node.inputs[0]))} -> {list(shape(graph, node.outputs[0]))}"
+    return None

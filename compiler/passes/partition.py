@@ -1,0 +1,136 @@
+"""NPU/CPU partition: which unit runs each layer, and why.
+
+Every op the NPU can run is listed in :data:`NPU_OPS` with the unit that runs it and its
+constraints (``constraints.py``). A layer runs on the NPU when its op is listed and every
+constraint holds; otherwise on the CPU, with the first failed rule and its detail as the
+reason (``rule: detail``) (what ``npuemu compile --dump-ir``/``--dump-json``/``--partition-report`` show).
+Everything not listed (Softmax, LayerNormalization, Resize, Transpose, ReduceMax, ArgMax,
+Glu, Slice, Gather, ...) runs on the CPU: there is no NPU lowering for it. The list is the
+plan of what the NPU lowering handles: CNA convolutions (direct, depthwise, dilated,
+transposed in deconv mode, fully connected as 1x1), DPU element-wise ops and activations
+(the ReLU family in the BS stage, the others by look-up table), PPU pooling, and
+channel-axis concat/split and no-op reshapes by address.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from ..ir import Graph, Node
+from . import composite_ops
+from . import constraints as c
+from .context import PassContext
+from .fusion_rules import LUT_EXTRAS
+
+NPU, CPU = "NPU", "CPU"
+_COMMON = (c.float_tensors, c.feature_maps_4d, c.cube_size)
+_CONV = (c.constant_weights, c.conv_groups, c.kernel_size, c.conv_strides, c.conv_dilations, c.conv_pads,
+         c.conv_widths, c.conv_kernels, c.fits_cbuf, c.fused_parts)
+LUT_ACTIVATIONS = ("Sigmoid", "Tanh", "Elu", composite_ops.SILU, *LUT_EXTRAS, "Gelu", "Softplus")
+
+
+@dataclass(frozen=True)
+class NpuOp:
+    """Op types the NPU runs, on which unit, under which constraints."""
+
+    ops: tuple[str, ...]
+    unit: str
+    constraints: tuple[c.Constraint, ...]
+
+
+NPU_OPS: tuple[NpuOp, ...] = (
+    NpuOp(("Conv",), "CNA convolution, DPU bias/activation/residual", (*_COMMON, *_CONV)),
+    NpuOp(("ConvTranspose",), "CNA deconvolution mode, DPU bias/activation",
+          (*_COMMON, c.constant_weights, c.deconv_form, c.kernel_size, c.conv_widths, c.conv_kernels, c.fused_parts)),
+    NpuOp((composite_ops.FULLY_CONNECTED,), "CNA 1x1 convolution on [1,K,1,1]",
+          (c.float_tensors, c.constant_weights, c.one_row, c.fc_size, c.fused_parts)),
+    NpuOp(("Add", "Sub", "Mul", "Div"), "DPU element-wise (BS/EW stage)", (*_COMMON, c.eltwise_operands)),
+    NpuOp(("Relu", "Clip", "LeakyRelu", "PRelu"), "DPU BS stage (ReLU/clip/PReLU)", (*_COMMON, c.prelu_slope)),
+    NpuOp(LUT_ACTIVATIONS, "DPU look-up table", _COMMON),
+    NpuOp(("MaxPool", "AveragePool"), "PPU pooling", (*_COMMON, c.pool_window, c.pool_ceil_mode, c.average_padding)),
+    NpuOp(("GlobalAveragePool", "GlobalMaxPool"), "PPU pooling over the plane", (*_COMMON, c.global_pool_window)),
+    NpuOp(("Concat", "Split"), "by address / DPU copy", (*_COMMON, c.channel_axis_only)),
+    NpuOp(("Reshape", "Flatten", "Squeeze", "Unsqueeze"), "by address (no data moved)",
+          (c.float_tensors, c.same_native_bytes)),
+)
+_BY_OP = {op: entry for entry in NPU_OPS for op in entry.ops}
+
+
+@dataclass(frozen=True)
+class Decision:
+    node: str
+    layer: str
+    op: str
+    target: str
+    reason: str
+
+
+def decide(graph: Graph, node: Node, ctx: PassContext) -> Decision:
+    """NPU or CPU for one node, with the unit or the reason."""
+    entry = _BY_OP.get(node.op_type)
+    if entry is None:
+        return Decision(node.name, node.layer_name, node.display_op, CPU, f"no NPU lowering for {node.op_type}")
+    for constraint in entry.constraints:
+        detail = constraint(graph, node, ctx)
+        if detail is not None:
+            rule = constraint.describe(ctx).rstrip(".")
+            return Decision(node.name, node.layer_name, node.display_op, CPU, f"{rule}: {detail}")
+    return Decision(node.name, node.layer_name, node.display_op, NPU, entry.unit)
+
+
+@dataclass(frozen=True)
+class Partition:
+    chip: str
+    decisions: tuple[Decision, ...]
+
+    def by_node(self) -> dict[str, Decision]:
+        return {decision.node: decision for decision in self.decisions}
+
+    def count(self, target: str) -> int:
+        return sum(decision.target == target for decision in self.decisions)
+
+    def cpu_ops(self) -> Counter[str]:
+        return Counter(decision.op for decision in self.decisions if decision.target == CPU)
+
+    def report(self) -> str:
+        """A table: one line per layer (index, target, op, layer name, unit or reason)."""
+        lines = [f"partition for {self.chip}: {self.count(NPU)} layers on the NPU, {self.count(CPU)} on the CPU"]
+        width = len(str(max(len(self.decisions) - 1, 0)))
+        for index, decision in enumerate(self.decisions):
+            lines.append(f"{index:>{width}} {decision.target}  {decision.op}  {decision.layer}  - {decision.reason}")
+        return "\n".join(lines) + "\n"
+
+
+def partition(graph: Graph, ctx: PassContext) -> Partition:
+    """Decide every node's target (sets ``node.target``) and return the decisions."""
+    decisions = []
+    for node in graph.nodes:
+        decision = decide(graph, node, ctx)
+        node.target = decision.target
+        decisions.append(decision)
+    return Partition(ctx.platform.name, tuple(decisions))
+
+
+def annotate_ir_text(text: str, graph: Graph, split: Partition) -> str:
+    """The IR text (``ir_text.format_graph``: header lines, then one line per node) with each
+    CPU layer's reason appended to its line."""
+    lines = text.rstrip("\n").split("\n")
+    start = len(lines) - len(graph.nodes)
+    decisions = split.by_node()
+    for offset, node in enumerate(graph.nodes):
+        decision = decisions.get(node.name)
+        if decision is not None and decision.target == CPU:
+            lines[start + offset] += f": {decision.reason}"
+    return "\n".join(lines) + "\n"
+
+
+def annotate_layers(document: dict, graph: Graph, split: Partition) -> dict:
+    """Add ``target`` and ``target_reason`` (the unit, or why the CPU) to each layer of a
+    per-layer JSON document (``perf_json.perf_json``, one layer per node in order)."""
+    decisions = split.by_node()
+    for layer, node in zip(document["layers"], graph.nodes):
+        decision = decisions.get(node.name)
+        if decision is not None:
+            layer["target"], layer["target_reason"] = decision.target, decision.reason
+    return document

@@ -1,0 +1,137 @@
+"""The graph passes as ordered lists, per optimization level - the table of contents of the
+middle of the compiler.
+
+Each :class:`Stage` is a list of small pass functions ``(graph, ctx) -> number of changes``,
+applied in order and repeated until a whole sweep changes nothing (a fixpoint), followed by
+the graph health check (``health.check_health``). A stage runs when the optimization level
+is at least its ``level``:
+
+======  =======================================================================================
+level   what runs
+======  =======================================================================================
+0       nothing: the imported graph is partitioned as it is (no fusion; only what correctness
+        needs, which import already did: constants folded, inference no-ops removed)
+1       folding and the hardware fusions: activation subgraphs (hard-swish, SiLU, GELU), GLU
+        and LayerNorm matches; Gemm/MatMul -> FullyConnected, BatchNormalization and
+        per-channel Mul/Add folded into conv weights, Conv+BiasAdd; left-over BN and affine
+        chains as 1x1 depthwise scale+bias convs; Pad+Conv, Conv+Act, Conv+Add
+2       + clean-up: identities removed, Reshape/Transpose chains merged or cancelled
+3       + vendor rewrites: FC as conv, GlobalAveragePool as depthwise convs, input-channel
+        tiling for the CBUF, identity conv on odd-sized graph inputs (the default, as the
+        vendor's ``optimization_level`` 3)
+======  =======================================================================================
+
+Clean-up runs first (level 2), so exporter debris such as ``Mul(x, 1)`` does not hide a
+subgraph; the subgraph matches run before folding, which could otherwise eat their
+constants; fusion comes after folding and again after the rewrites.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from npuemu.isa.errors import CompileError
+
+from ..ir import Graph
+from . import cleanup, fold_bn, fold_const_affine, fuse_activation, fuse_add, fuse_glu, fuse_layer_norm
+from . import fuse_linear, fuse_pad, fuse_patterns, rewrite_channel_tiling, rewrites
+from .context import PassContext
+from .health import check_health
+
+log = logging.getLogger(__name__)
+
+Pass = Callable[[Graph, PassContext], int]
+LEVELS = (0, 1, 2, 3)
+DEFAULT_LEVEL = 3
+MAX_SWEEPS = 64  # a stage that still changes the graph after this many sweeps has a bug
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    level: int
+    passes: tuple[Pass, ...]
+
+
+_CLEANUP = (cleanup.remove_identities, cleanup.merge_reshapes, cleanup.merge_transposes,
+            cleanup.transpose_as_reshape, cleanup.remove_dead_nodes)
+_FUSE = (fuse_pad.fuse_pad_into_conv, fuse_activation.fuse_activation, fuse_add.fuse_residual_add)
+
+STAGES: tuple[Stage, ...] = (
+    Stage("clean-up", 2, _CLEANUP),
+    Stage("subgraphs", 1, (fuse_patterns.hard_swish_subgraph, fuse_patterns.hard_sigmoid_times_input,
+                           fuse_patterns.silu_subgraph, fuse_patterns.gelu_erf_subgraph,
+                           fuse_patterns.gelu_tanh_subgraph, fuse_glu.glu_subgraph,
+                           fuse_layer_norm.layer_norm_subgraph)),
+    Stage("folding", 1, (fuse_linear.gemm_as_fully_connected, fuse_linear.matmul_as_fully_connected,
+                         fuse_linear.flatten_into_fully_connected, fold_bn.fold_batch_norm,
+                         fold_const_affine.fold_bias_add, fold_const_affine.fold_scale_into_producer,
+                         fold_const_affine.fold_scale_into_consumer, fold_const_affine.fold_shift_into_consumer)),
+    Stage("scale+bias layers", 1, (fold_bn.batch_norm_as_depthwise_conv,
+                                   fold_const_affine.affine_chain_as_depthwise_conv)),
+    Stage("fusion", 1, _FUSE),
+    Stage("vendor rewrites", 3, (rewrites.fully_connected_as_conv, rewrites.global_average_pool_as_depthwise_convs,
+                                 rewrite_channel_tiling.tile_input_channels, rewrites.input_identity_conv)),
+    Stage("clean-up after rewrites", 3, _CLEANUP),
+    Stage("fusion after rewrites", 3, _FUSE),
+)
+
+
+def describe(item: Pass) -> str:
+    """A pass's one-line description (its docstring's first line)."""
+    return (inspect.getdoc(item) or item.__name__).splitlines()[0]
+
+
+@dataclass
+class PassLog:
+    """How often each pass changed the graph, by stage."""
+
+    counts: Counter[tuple[str, str]]
+
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def lines(self) -> list[str]:
+        return [f"{stage}: {name} x{count}" for (stage, name), count in self.counts.items()]
+
+
+def check_level(level: int) -> int:
+    if level not in LEVELS:
+        raise CompileError(f"optimization level {level} is not one of {', '.join(map(str, LEVELS))}")
+    return level
+
+
+def run_passes(graph: Graph, ctx: PassContext, *, check_every_pass: bool = False) -> PassLog:
+    """Run the stages ``ctx.level`` enables on ``graph`` (in place) and return what changed.
+    ``check_every_pass`` runs the health check after every pass (tests), not only per stage."""
+    check_level(ctx.level)
+    counts: Counter[tuple[str, str]] = Counter()
+    check_health(graph, "import")
+    for stage in STAGES:
+        if ctx.level < stage.level:
+            continue
+        _run_stage(graph, ctx, stage, counts, check_every_pass)
+        graph.remove_dead()
+        check_health(graph, f"stage '{stage.name}'")
+    log.info("%s: passes at level %d made %d changes", graph.name, ctx.level, sum(counts.values()))
+    return PassLog(counts)
+
+
+def _run_stage(graph: Graph, ctx: PassContext, stage: Stage, counts: Counter, check_every_pass: bool) -> None:
+    for _ in range(MAX_SWEEPS):
+        changed = 0
+        for item in stage.passes:
+            count = item(graph, ctx)
+            if count:
+                counts[(stage.name, item.__name__)] += count
+                log.debug("%s / %s: %d changes", stage.name, item.__name__, count)
+            if check_every_pass:
+                check_health(graph, f"pass '{item.__name__}'")
+            changed += count
+        if not changed:
+            return
+    raise CompileError(f"stage '{stage.name}' did not reach a fixpoint in {MAX_SWEEPS} sweeps (a pass keeps rewriting)")
