@@ -1,0 +1,107 @@
+"""``npuemu run MODEL --input x.npy [...]``: execute a model on the emulator and print or save
+its outputs.
+
+Vendor ``.rknn`` files run through :mod:`npuemu.emulator.rknn_runner` (:func:`run_rknn`).
+npuemu's own ``.npu`` files are not runnable from here yet (:func:`run_npu`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from typing import TextIO
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "run", help="run a model file on the emulator (.rknn for now)",
+        description="Load a model, quantise the float inputs as the file says (mean/std included), "
+        "run its register-command program on the emulated NPU (chain 0, core 0), execute the "
+        "host-side layers, and print the dequantised outputs; --output-dir saves them as .npy.",
+    )
+    parser.add_argument("model", help="path to a vendor .rknn file (.npu: not implemented yet)")
+    parser.add_argument("--input", "-i", action="append", default=[], metavar="X.npy",
+                        help="one .npy array per graph input, in graph order (repeat the option); "
+                        "float arrays are quantised, int8 arrays are taken as already quantised")
+    parser.add_argument("--output-dir", "-o", metavar="DIR",
+                        help="write each output to DIR/<output name>.npy")
+    parser.add_argument("--raw", action="store_true",
+                        help="save/print the int8 output values instead of dequantised float32")
+    parser.add_argument("--platform", default="rk3588", help="platform name or YAML (default: rk3588)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from npuemu.isa.errors import ModelFileError
+
+    kind = _model_kind(args.model)
+    if kind == "rknn":
+        return run_rknn(args, sys.stdout)
+    if kind == "npu":
+        return run_npu(args, sys.stdout)
+    raise ModelFileError(f"{args.model}: not a .rknn file (no 'RKNN' magic) and not a .npu model file")
+
+
+def run_npu(args: argparse.Namespace, out: TextIO) -> int:
+    from npuemu.isa.errors import InputError
+
+    raise InputError(f"{args.model}: running .npu model files: not implemented yet")
+
+
+def run_rknn(args: argparse.Namespace, out: TextIO) -> int:
+    import numpy as np
+
+    from npuemu.emulator.rknn_runner import RknnRunner, load_input_arrays
+    from npuemu.isa.errors import InputError
+    from npuemu.isa.rknn import load_rknn
+
+    model = load_rknn(args.model)
+    runner = RknnRunner(model, args.platform)
+    if not args.input:
+        expected = ", ".join(f"{t.name!r} {list(t.shape)}" for t in runner.input_tensors)
+        raise InputError(f"{args.model}: no --input given; the model takes {len(runner.input_tensors)} "
+                         f"input(s): {expected}")
+    result = runner.run(load_input_arrays(args.input))
+
+    chain = result.chain
+    out.write(f"{args.model}: {len(chain.tasks)} NPU tasks on core {chain.core}, "
+              f"{chain.read_bytes} bytes read, {chain.write_bytes} written\n")
+    if result.host_layers:
+        out.write(f"host layers: {', '.join(result.host_layers)}\n")
+    values = result.quantized if args.raw else result.outputs
+    if args.output_dir:
+        os.makedirs(args.output_dir, exist_ok=True)
+    for name, array in values.items():
+        line = (f"output {name!r}: shape {list(array.shape)} {array.dtype}, "
+                f"min {array.min():.6g}, max {array.max():.6g}")
+        if array.ndim == 2 and array.shape[0] == 1:
+            top = np.argsort(-array[0], kind="stable")[:5]
+            line += f", top-5 {[int(i) for i in top]}"
+        if args.output_dir:
+            path = os.path.join(args.output_dir, _file_name(name) + ".npy")
+            np.save(path, array)
+            line += f" -> {path}"
+        out.write(line + "\n")
+    return 0
+
+
+def _model_kind(path: str) -> str:
+    from npuemu.isa.container_format import RKNN_MAGIC
+    from npuemu.isa.errors import ModelFileError
+
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(len(RKNN_MAGIC))
+    except OSError as error:
+        raise ModelFileError(f"{path}: cannot read the model file: {error.strerror or error}") from None
+    if head == RKNN_MAGIC:
+        return "rknn"
+    if path.lower().endswith(".npu") or head[:3] == b"NPU":
+        return "npu"
+    return "unknown"
+
+
+def _file_name(tensor_name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", tensor_name) or "output"
