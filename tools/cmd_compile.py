@@ -81,6 +81,9 @@ def _add_quant_mode_options(parser: argparse.ArgumentParser) -> None:
     modes.add_argument("--quant-config", metavar="FILE", type=Path, default=None,
                        help="build from a per-layer quantization config written by `npuemu quant-config` "
                        "(hybrid int8/float16; no dataset needed)")
+    # The model-file output belongs with the precision modes: quant-config leaves this group out
+    # (it has an -o of its own, for the YAML config).
+    _add_output_options(parser)
 
 
 def _add_optimization_options(parser: argparse.ArgumentParser) -> None:
@@ -92,6 +95,13 @@ def _add_optimization_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--partition-report", metavar="FILE", nargs="?", const="-", default=None,
                        help="write the NPU/CPU decision and reason of every layer to FILE ('-' or no FILE: "
                        "standard output)")
+
+
+def _add_output_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("model file")
+    group.add_argument("-o", "--output", metavar="FILE", type=Path, default=None,
+                       help="write the compiled model file (.npu) to FILE; needs an int8 build "
+                       "(--quantize --dataset ds.txt) whose layers all run on the NPU")
 
 
 #: Functions adding the option groups of ``compile``, in help order.
@@ -246,6 +256,24 @@ def quantize_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
                           "--dataset ds.txt")
 
 
+def build_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
+    """Lower, plan memory, encode and write the model file when ``-o`` is given."""
+    if getattr(args, "output", None) is None:
+        return
+    from npuemu.compiler.build import build_model
+    from npuemu.isa.errors import CompileError
+
+    if context.get("quantization") is None or args.fp16 or args.quant_config is not None:
+        raise CompileError("-o builds int8 models only for now: add --quantize --dataset ds.txt")
+    options = {"optimization_level": args.optimization_level, "algorithm": args.algorithm,
+               "per_channel": args.per_channel}
+    model = build_model(context["graph"], context["platform"], name=args.model.stem, options=options)
+    model.write(args.output)
+    context["model_file"] = model
+    print(f"wrote {args.output}: {len(model.layers())} layers, "
+          f"{sum(step.chain.tasks for step in model.schedule() if step.kind == 'npu')} NPU tasks")
+
+
 def _write(destination: str, text: str) -> None:
     from npuemu.isa.errors import CompileError
 
@@ -260,6 +288,6 @@ def _write(destination: str, text: str) -> None:
 
 #: The work of ``compile``, in order; each step reads args and the shared context.
 STEPS: list[Callable[[argparse.Namespace, dict[str, Any]], None]] = [
-    _platform_step, _import_step, _passes_step, quantize_step, _dump_ir_step, _dump_json_step,
+    _platform_step, _import_step, _passes_step, quantize_step, build_step, _dump_ir_step, _dump_json_step,
     _partition_report_step, _summary_step, _partition_summary_step,
 ]

@@ -1,0 +1,198 @@
+"""IR node (fused, quantized, partitioned) -> lowering layer record (compiler/lower/layers.py).
+
+One function, :func:`layer_from_node`, reads what lowering needs from the quantized graph:
+stored int8 weights with their per-channel scale/zero point, the int32 bias in accumulator
+units, the int8 input/output quantization and the fused activation/residual. Anything the
+lowering records cannot express raises a :class:`CompileError` naming the layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from npuemu.compiler.ir import Graph, Node
+from npuemu.compiler.lower import Activation, ConvLayer, EltwiseLayer, PoolLayer, Quant, Residual
+from npuemu.compiler.quant import stored_values
+from npuemu.compiler.quant.affine import round_half_away
+from npuemu.isa.errors import CompileError, UnsupportedOpError
+
+_ELTWISE = {"Add": "add", "Sub": "sub", "Mul": "mul", "Max": "max", "Min": "min"}
+
+
+def _fail(node: Node, what: str, kind: type[CompileError] = CompileError) -> CompileError:
+    return kind(f"layer {node.layer_name} ({node.display_op}): {what}")
+
+
+def chw(graph: Graph, name: str, node: Node) -> tuple[int, int, int]:
+    shape = graph.tensor(name).shape
+    if len(shape) == 2 and shape[0] == 1:  # [1, C] (an FC output viewed as 1x1)
+        return int(shape[1]), 1, 1
+    if len(shape) != 4 or shape[0] != 1:
+        raise _fail(node, f"tensor {name!r} has shape {shape}; the build handles [1, C, H, W] feature maps only")
+    return int(shape[1]), int(shape[2]), int(shape[3])
+
+
+def int8_quant(graph: Graph, name: str, node: Node) -> Quant:
+    quant = graph.tensor(name).quant
+    if quant is None or quant.dtype != "int8" or quant.per_channel:
+        got = "none" if quant is None else f"{quant.dtype}{' per-channel' if quant.per_channel else ''}"
+        raise _fail(node, f"tensor {name!r} must be per-tensor int8 quantized (got {got}); quantize the graph first")
+    return Quant(float(quant.scale), int(quant.zero_point))
+
+
+def _const_scalar(graph: Graph, name: str | None, default: float | None) -> float | None:
+    if not name:
+        return default
+    tensor = graph.tensor(name)
+    if tensor.data is None:
+        return None
+    return float(np.asarray(tensor.data).reshape(-1)[0])
+
+
+def _activation(graph: Graph, node: Node, part) -> Activation:
+    if part.op_type == "Relu":
+        return Activation("relu")
+    if part.op_type == "LeakyRelu":
+        return Activation("leaky_relu", alpha=float(part.attrs.get("alpha", 0.01)))
+    if part.op_type == "Clip":
+        operands = [*part.inputs, "", ""]  # Clip(x, min, max): the operands besides the running result
+        low = _const_scalar(graph, operands[0], part.attrs.get("min", float("-inf")))
+        high = _const_scalar(graph, operands[1], part.attrs.get("max", float("inf")))
+        if low is not None and high is not None and not (np.isfinite(low) and np.isfinite(high)):
+            raise _fail(node, "a fused Clip with an open end is not lowered yet")
+        if low is None or high is None:
+            raise _fail(node, "a fused Clip needs constant min and max")
+        if low == 0.0 and high == 6.0:
+            return Activation("relu6")
+        return Activation("clip", low=float(low), high=float(high))
+    raise _fail(node, f"fused {part.op_type} is not lowered yet", UnsupportedOpError)
+
+
+def _conv(graph: Graph, node: Node) -> ConvLayer:
+    x, w = node.inputs[0], node.inputs[1]
+    bias_name = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+    weight = graph.tensor(w)
+    if weight.quant is None or weight.quant.dtype != "int8":
+        raise _fail(node, f"weights {w!r} are not int8 quantized")
+    out_channels = weight.shape[0]
+    weight_scale = np.broadcast_to(np.asarray(weight.quant.scale, np.float64), (out_channels,)).copy()
+    weight_zp = np.broadcast_to(np.asarray(weight.quant.zero_point, np.int64), (out_channels,)).copy()
+    input_quant = int8_quant(graph, x, node)
+    bias = np.zeros(out_channels, np.int64)
+    if bias_name is not None:  # int32 in units of s_in * s_w[c], float64 from the float32 scales (QUANTIZATION.md 4)
+        unit = np.float64(np.float32(input_quant.scale)) * weight_scale
+        data = np.asarray(graph.tensor(bias_name).data, np.float64).reshape(-1)
+        bias = np.clip(round_half_away(data / unit), -(1 << 31), (1 << 31) - 1).astype(np.int64)
+    activation, residual = Activation("none"), None
+    for part in node.fused:
+        if part.op_type == "Add" and part.tag == "bias_add":
+            raise _fail(node, "a fused bias Add is not folded by the build yet")
+        if part.op_type == "Add":
+            if residual is not None or len(part.inputs) != 1:
+                raise _fail(node, "only one fused residual Add with one operand is lowered")
+            residual = Residual(part.inputs[0], int8_quant(graph, part.inputs[0], node),
+                                after_activation=activation.kind != "none")
+        elif activation.kind == "none":
+            activation = _activation(graph, node, part)
+        else:
+            raise _fail(node, f"a second fused activation ({part.op_type}) is not lowered")
+    attrs = node.attrs
+    top, left, bottom, right = [int(v) for v in attrs.get("pads", [0, 0, 0, 0])]
+    return ConvLayer(
+        node.layer_name, x, node.outputs[0], chw(graph, x, node), stored_values(weight),
+        bias=bias, stride=tuple(attrs.get("strides", [1, 1])), dilation=tuple(attrs.get("dilations", [1, 1])),
+        pads=(top, left, bottom, right), groups=int(attrs.get("group", 1)), weight_scale=weight_scale,
+        weight_zero_point=weight_zp, input_quant=input_quant, output_quant=int8_quant(graph, node.outputs[0], node),
+        activation=activation, residual=residual, bias_in_accumulator_units=True,
+    )
+
+
+def _pool(graph: Graph, node: Node) -> PoolLayer:
+    x = node.inputs[0]
+    shape = chw(graph, x, node)
+    attrs = node.attrs
+    if node.op_type in ("GlobalAveragePool", "GlobalMaxPool"):
+        kernel, stride, pads = (shape[1], shape[2]), 1, (0, 0, 0, 0)
+        method = "avg" if node.op_type == "GlobalAveragePool" else "max"
+        include_pad = True
+    else:
+        kernel = tuple(attrs.get("kernel_shape"))
+        stride = tuple(attrs.get("strides", [1, 1]))
+        top, left, bottom, right = [int(v) for v in attrs.get("pads", [0, 0, 0, 0])]
+        pads = (top, left, bottom, right)
+        method = "max" if node.op_type == "MaxPool" else "avg"
+        include_pad = bool(attrs.get("count_include_pad", 0))
+        if attrs.get("ceil_mode", 0):
+            raise _fail(node, "ceil_mode pooling is not lowered yet")
+    in_quant, out_quant = int8_quant(graph, x, node), int8_quant(graph, node.outputs[0], node)
+    if in_quant != out_quant:
+        raise _fail(node, f"pooling input and output quantization differ ({in_quant} vs {out_quant}); "
+                          "the PPU does not requantize")
+    return PoolLayer(node.layer_name, method, x, node.outputs[0], shape, kernel, stride, pads, in_quant,
+                     count_include_pad=include_pad)
+
+
+def _eltwise(graph: Graph, node: Node) -> EltwiseLayer:
+    a, b = node.inputs[:2]
+    shape = chw(graph, node.outputs[0], node)
+    if chw(graph, a, node) != shape or chw(graph, b, node) != shape:
+        raise _fail(node, "broadcasting element-wise operands are not lowered yet")
+    activation = Activation("none")
+    for part in node.fused:
+        if activation.kind != "none":
+            raise _fail(node, f"a second fused activation ({part.op_type}) is not lowered")
+        activation = _activation(graph, node, part)
+    return EltwiseLayer(node.layer_name, _ELTWISE[node.op_type], (a, b), node.outputs[0], shape,
+                        (int8_quant(graph, a, node), int8_quant(graph, b, node)),
+                        int8_quant(graph, node.outputs[0], node), activation=activation)
+
+
+@dataclass(frozen=True)
+class Alias:
+    """A reshape that moves no bytes: a [1, C, 1, 1] feature map viewed as [1, C] (or back).
+    The output tensor shares the input's placement."""
+
+    name: str
+    input: str
+    output: str
+
+
+def alias_from_node(graph: Graph, node: Node) -> Alias | None:
+    """An Alias for a Reshape/Flatten/Squeeze/Unsqueeze of a 1x1 feature map that keeps the
+    channels in place, else None."""
+    if node.op_type not in ("Reshape", "Flatten", "Squeeze", "Unsqueeze") or node.fused or len(node.outputs) != 1:
+        return None
+    source, target = graph.tensor(node.inputs[0]).shape, graph.tensor(node.outputs[0]).shape
+
+    def channels_only(shape):
+        return len(shape) >= 2 and shape[0] == 1 and all(d == 1 for d in shape[2:])
+
+    if not (channels_only(source) and channels_only(target) and source[1] == target[1]):
+        return None
+    if len(source) not in (2, 4) or len(target) not in (2, 4):
+        return None
+    a, b = graph.tensor(node.inputs[0]).quant, graph.tensor(node.outputs[0]).quant
+    if a is None or b is None or a.dtype != b.dtype or float(a.scale) != float(b.scale) \
+            or int(a.zero_point) != int(b.zero_point):
+        raise _fail(node, "a reshape that changes the quantization is not built")
+    return Alias(node.layer_name, node.inputs[0], node.outputs[0])
+
+
+def layer_from_node(graph: Graph, node: Node):
+    """The lowering record of one NPU node, or a CompileError naming it."""
+    if node.target != "NPU":
+        raise _fail(node, f"the partition sent it to the {node.target or 'unpartitioned'} side; CPU steps are "
+                          "not built yet", UnsupportedOpError)
+    if len(node.outputs) != 1:
+        raise _fail(node, f"{len(node.outputs)} outputs; the build handles single-output layers")
+    if node.op_type == "Conv":
+        return _conv(graph, node)
+    if node.op_type in ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"):
+        if node.fused:
+            raise _fail(node, "fused parts after pooling are not lowered")
+        return _pool(graph, node)
+    if node.op_type in _ELTWISE and all(not graph.tensor(name).is_const for name in node.inputs[:2]):
+        return _eltwise(graph, node)
+    raise _fail(node, f"op {node.op_type} is not lowered to NPU tasks yet", UnsupportedOpError)

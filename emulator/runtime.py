@@ -1,0 +1,153 @@
+"""Host runtime: load a model file, set inputs, run its schedule, read outputs.
+
+    outputs = run_model_file("model.npu", {"x": x_float})      # {name: float32 array (NCHW)}
+
+    runtime = Runtime(ModelFile.read("model.npu"))
+    runtime.set_input("x", x)            # float -> quantized with the tensor's scale/zero point;
+                                         # int8 arrays are taken as stored values
+    runtime.run()
+    q = runtime.output("y", dequantize=False)   # int8 NCHW
+
+Everything comes from the model file (isa/CONTAINER.md): the memory image (sections), the
+tensors' addresses, NC1HWC2 geometry and quantization, and the schedule. NPU steps run on
+:class:`npuemu.emulator.machine.Machine`; CPU steps through :mod:`npuemu.emulator.cpu_ops`.
+
+Quantizing a float input rounds half to even and saturates to int8:
+``q = clamp(round(x / s) + z, -128, 127)``; dequantizing is ``s * (q - z)``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from npuemu.emulator import cpu_ops
+from npuemu.emulator.machine import Machine
+from npuemu.isa.container import CpuStep, ModelFile, NpuStep
+from npuemu.isa.errors import EmulationError, InputError
+
+
+def _tensor_json(model: ModelFile, name: str) -> dict[str, Any]:
+    for tensor in model.trailer.get("tensors", ()):
+        if tensor["name"] == name:
+            return tensor
+    raise InputError(f"the model file has no tensor named {name!r}")
+
+
+class Runtime:
+    """One loaded model: a machine with its memory image, ready to run."""
+
+    def __init__(self, model: ModelFile, platform=None) -> None:
+        self.model = model
+        self.machine = Machine.from_model(model, platform)
+        graph = model.graph()
+        self.inputs = tuple(graph.inputs)
+        self.outputs = tuple(graph.outputs)
+        self.runs: tuple = ()
+
+    # --- layout ---------------------------------------------------------------------------
+
+    def _geometry(self, name: str) -> tuple[dict[str, Any], tuple[int, int, int], int, int, int]:
+        info = _tensor_json(self.model, name)
+        if info.get("layout") != "NC1HWC2" or info.get("dtype") != "int8":
+            raise EmulationError(f"tensor {name!r}: layout {info.get('layout')} / dtype {info.get('dtype')} is not "
+                                 "handled by the runtime (expected int8 NC1HWC2)")
+        shape = info["shape"]
+        _, c1, height, width, c2 = info["native_shape"]
+        if len(shape) == 4 and shape[0] == 1:
+            chw = (int(shape[1]), int(shape[2]), int(shape[3]))
+        elif len(shape) == 2 and shape[0] == 1 and height == width == 1:  # [1, C] view of a 1x1 map
+            chw = (int(shape[1]), 1, 1)
+        else:
+            raise EmulationError(f"tensor {name!r}: shape {shape} is not [1, C, H, W] (or [1, C] of a 1x1 map)")
+        if chw[1:] != (height, width) or chw[0] > c1 * c2:
+            raise EmulationError(f"tensor {name!r}: shape {shape} does not fit native shape {info['native_shape']}")
+        surface = int(info.get("surface_stride", height * width))
+        return info, chw, int(c1), int(c2), surface
+
+    def write_native(self, name: str, values: np.ndarray) -> None:
+        """Store int8 [C, H, W] (or [1, C, H, W]) values at the tensor's address in NC1HWC2."""
+        info, shape, c1, c2, surface = self._geometry(name)
+        values = np.asarray(values)
+        logical = tuple(info["shape"])
+        if values.shape != shape and values.shape != logical:
+            raise InputError(f"input {name!r}: expected shape {list(logical)}, got {list(values.shape)}")
+        values = values.reshape(shape).astype(np.int8)
+        channels, height, width = shape
+        buffer = np.zeros((c1, surface, c2), np.int8)
+        padded = np.zeros((c1 * c2, height * width), np.int8)
+        padded[:channels] = values.reshape(channels, -1)
+        buffer[:, :height * width, :] = padded.reshape(c1, c2, height * width).transpose(0, 2, 1)
+        self.machine.memory.load(int(info["address"]), buffer.reshape(-1).view(np.uint8))
+
+    def read_native(self, name: str) -> np.ndarray:
+        """The int8 values of a tensor (its logical shape, e.g. [1, C, H, W]), read from its NC1HWC2 bytes."""
+        info, shape, c1, c2, surface = self._geometry(name)
+        channels, height, width = shape
+        raw = self.machine.memory.dump(int(info["address"]), c1 * surface * c2).view(np.int8)
+        grouped = raw.reshape(c1, surface, c2)[:, :height * width, :].transpose(0, 2, 1)
+        return grouped.reshape(c1 * c2, height, width)[:channels].reshape(info["shape"]).copy()
+
+    # --- quantization ---------------------------------------------------------------------
+
+    def quantization(self, name: str) -> tuple[float, int]:
+        quant = _tensor_json(self.model, name).get("quantization")
+        if quant is None:
+            raise EmulationError(f"tensor {name!r} has no quantization in the model file")
+        return float(quant["scale"]), int(quant["zero_point"])
+
+    def set_input(self, name: str, values: np.ndarray) -> None:
+        if name not in self.inputs:
+            raise InputError(f"{name!r} is not an input of the model (inputs: {', '.join(self.inputs)})")
+        values = np.asarray(values)
+        if values.dtype == np.int8:
+            self.write_native(name, values)
+            return
+        if not np.issubdtype(values.dtype, np.floating):
+            raise InputError(f"input {name!r}: expected float values or int8 stored values, got {values.dtype}")
+        scale, zero_point = self.quantization(name)
+        stored = np.clip(np.rint(values.astype(np.float64) / scale) + zero_point, -128, 127)
+        self.write_native(name, stored.astype(np.int8))
+
+    def output(self, name: str, dequantize: bool = True) -> np.ndarray:
+        stored = self.read_native(name)
+        if not dequantize:
+            return stored
+        scale, zero_point = self.quantization(name)
+        return (scale * (stored.astype(np.float64) - zero_point)).astype(np.float32)
+
+    # --- running --------------------------------------------------------------------------
+
+    def run(self) -> None:
+        runs = []
+        for index, step in enumerate(self.model.schedule()):
+            if isinstance(step, NpuStep):
+                section = self.model.section(step.chain.section)
+                runs.append(self.machine.run_chain(section.load_address + step.chain.offset,
+                                                   step.chain.first_amount, step.core))
+            elif isinstance(step, CpuStep):
+                cpu_ops.run_step(self, step)
+            else:  # pragma: no cover - the container knows two step kinds
+                raise EmulationError(f"schedule step {index}: unknown kind")
+        self.runs = tuple(runs)
+
+
+def run_model_file(path: str | os.PathLike[str], inputs: Mapping[str, np.ndarray], *,
+                   dequantize: bool = True) -> dict[str, np.ndarray]:
+    """Load ``path``, set ``inputs`` (float, or int8 stored values), run, return the outputs
+    by name (float32 when ``dequantize``, else int8), shaped [1, C, H, W]."""
+    runtime = Runtime(ModelFile.read(path))
+    missing = [name for name in runtime.inputs if name not in inputs]
+    if missing:
+        raise InputError(f"{path}: no value given for input(s) {', '.join(missing)}")
+    unknown = [name for name in inputs if name not in runtime.inputs]
+    if unknown:
+        raise InputError(f"{path}: {', '.join(map(repr, unknown))} not input(s) of the model "
+                         f"(inputs: {', '.join(runtime.inputs)})")
+    for name, value in inputs.items():
+        runtime.set_input(name, value)
+    runtime.run()
+    return {name: runtime.output(name, dequantize) for name in runtime.outputs}
