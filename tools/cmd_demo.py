@@ -1,10 +1,13 @@
 """`npuemu demo`: the main job on a bundled example, for a first run on a fresh machine.
 
-Today the demo shows the foundation end to end: it assembles the bundled hand-written
-RK3588 task chain (``tools/examples/conv_pool.s``), stores it in a model file with its
-schedule, reads the file back through the validating reader, walks the chain the way the
-PC does, and prints the disassembly. When the compiler and emulator land, the demo grows
-into compile-and-run of a bundled network.
+It writes the bundled network (``tools/demo_network.py``), a calibration dataset and a test
+image to a folder, then does what a user does: ``npuemu compile ... --quantize --dataset
+... -o demo_cnn.npu`` and ``npuemu run demo_cnn.npu --input image.npy``. It finishes by
+comparing the emulated NPU's output with the compiler's float evaluation of the same network.
+
+``npuemu demo --assembler`` shows the foundation instead: it assembles the hand-written
+RK3588 task chain ``tools/examples/conv_pool.s``, stores it in a model file, reads it back,
+walks the chain the way the PC does and prints the disassembly.
 """
 
 from __future__ import annotations
@@ -16,31 +19,71 @@ from pathlib import Path
 
 EXAMPLE = "conv_pool.s"
 REGCMD_ADDRESS = 0x0010_0000  # where the example's `.chain base=` puts the stream
+CALIBRATION_IMAGES = 8
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "demo",
-        help="run the main job on a bundled example",
-        description="Assemble the bundled example task chain, save it as a model file, "
-        "reload it and disassemble it.",
+        help="compile and run a bundled network on the emulated NPU",
+        description="Compile the bundled CNN for rk3588 (int8, calibrated on bundled synthetic "
+        "images), run it on the emulator and compare with the float network. --assembler shows "
+        "the hand-written register-command example instead.",
     )
     parser.add_argument("-o", "--output-dir", type=Path, default=None,
-                        help="keep the model file here (default: a temporary folder)")
+                        help="keep the files here (default: a temporary folder)")
+    parser.add_argument("--assembler", action="store_true",
+                        help="assemble, save, reload and disassemble the hand-written example chain")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    job = _demo if args.assembler else _compile_and_run
     if args.output_dir is None:
         with tempfile.TemporaryDirectory(prefix="npuemu-demo-") as folder:
-            _demo(Path(folder))
-    else:
-        args.output_dir.mkdir(parents=True, exist_ok=True)
-        _demo(args.output_dir)
+            return job(Path(folder))
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    return job(args.output_dir)
+
+
+def _compile_and_run(folder: Path) -> int:
+    import numpy as np
+    import onnx
+
+    from npuemu.compiler.float_eval import evaluate
+    from npuemu.compiler.onnx_import import import_onnx
+    from npuemu.tools.cli import main
+    from npuemu.tools.demo_network import demo_images, demo_network
+
+    model_path, npu_path = folder / "demo_cnn.onnx", folder / "demo_cnn.npu"
+    onnx.save(demo_network(), model_path)
+    lines = []
+    for index, image in enumerate(demo_images(CALIBRATION_IMAGES, seed=100)):
+        np.save(folder / f"calib_{index}.npy", image)
+        lines.append(f"calib_{index}.npy")
+    (folder / "dataset.txt").write_text("\n".join(lines) + "\n")
+    image = demo_images(1, seed=7)[0]
+    np.save(folder / "image.npy", image)
+
+    commands = [
+        ["compile", str(model_path), "-t", "rk3588", "--quantize", "--dataset", str(folder / "dataset.txt"),
+         "--no-progress", "-o", str(npu_path)],
+        ["run", str(npu_path), "--input", str(folder / "image.npy"), "--output-dir", str(folder / "out")],
+    ]
+    for command in commands:
+        print("$ npuemu " + " ".join(command))
+        code = main(command)
+        if code:
+            return code
+    emulated = np.load(folder / "out" / "logits.npy").reshape(-1)
+    reference = evaluate(import_onnx(model_path), {"image": image})["logits"].reshape(-1)
+    cosine = float(emulated @ reference / (np.linalg.norm(emulated) * np.linalg.norm(reference)))
+    print(f"\nemulated int8 NPU vs float network: cosine {cosine:.5f}, top-1 "
+          f"{int(emulated.argmax())} vs {int(reference.argmax())}")
     return 0
 
 
-def _demo(folder: Path) -> None:
+def _demo(folder: Path) -> int:
     from npuemu.isa.asm import assemble
     from npuemu.isa.chain import decode_chain
     from npuemu.isa.container import MemoryRegion, ModelFile, Section, SectionKind
@@ -82,6 +125,7 @@ def _demo(folder: Path) -> None:
     print(f"chain on core {step.core}: {len(chain.chain.tasks)} tasks at "
           f"{', '.join(hex(a) for a in chain.task_addresses)}, fetch amounts {list(chain.amounts)}\n")
     print(disassemble(section.data, regmap, section.load_address))
+    return 0
 
 
 def _first_task(regcmd: bytes, regmap, scale: int) -> tuple[int, int]:

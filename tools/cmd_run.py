@@ -1,8 +1,9 @@
 """``npuemu run MODEL --input x.npy [...]``: execute a model on the emulator and print or save
 its outputs.
 
-Vendor ``.rknn`` files run through :mod:`npuemu.emulator.rknn_runner` (:func:`run_rknn`).
-npuemu's own ``.npu`` files are not runnable from here yet (:func:`run_npu`).
+npuemu's own ``.npu`` files (from ``npuemu compile -o``) run through
+:mod:`npuemu.emulator.runtime` (:func:`run_npu`); vendor ``.rknn`` files through
+:mod:`npuemu.emulator.rknn_runner` (:func:`run_rknn`).
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ from typing import TextIO
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "run", help="run a model file on the emulator (.rknn for now)",
+        "run", help="run a model file (.npu or vendor .rknn) on the emulator",
         description="Load a model, quantise the float inputs as the file says (mean/std included), "
         "run its register-command program on the emulated NPU (chain 0, core 0), execute the "
         "host-side layers, and print the dequantised outputs; --output-dir saves them as .npy.",
     )
-    parser.add_argument("model", help="path to a vendor .rknn file (.npu: not implemented yet)")
+    parser.add_argument("model", help="path to an npuemu .npu model file or a vendor .rknn file")
     parser.add_argument("--input", "-i", action="append", default=[], metavar="X.npy",
                         help="one .npy array per graph input, in graph order (repeat the option); "
                         "float arrays are quantised, int8 arrays are taken as already quantised")
@@ -45,9 +46,23 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_npu(args: argparse.Namespace, out: TextIO) -> int:
+    from npuemu.emulator.rknn_runner import load_input_arrays
+    from npuemu.emulator.runtime import Runtime
+    from npuemu.isa.container import ModelFile
     from npuemu.isa.errors import InputError
 
-    raise InputError(f"{args.model}: running .npu model files: not implemented yet")
+    runtime = Runtime(ModelFile.read(args.model))
+    arrays = load_input_arrays(args.input)
+    if len(arrays) != len(runtime.inputs):
+        raise InputError(f"{args.model}: {len(arrays)} --input file(s) given; the model takes "
+                         f"{len(runtime.inputs)}: {', '.join(runtime.inputs)} (in that order)")
+    for name, array in zip(runtime.inputs, arrays):
+        runtime.set_input(name, array)
+    runtime.run()
+    npu_steps = sum(1 for step in runtime.model.schedule() if step.kind == "npu")
+    out.write(f"{args.model}: {npu_steps} NPU chain(s) run\n")
+    _report_outputs(args, {name: runtime.output(name, not args.raw) for name in runtime.outputs}, out)
+    return 0
 
 
 def run_rknn(args: argparse.Namespace, out: TextIO) -> int:
@@ -70,7 +85,14 @@ def run_rknn(args: argparse.Namespace, out: TextIO) -> int:
               f"{chain.read_bytes} bytes read, {chain.write_bytes} written\n")
     if result.host_layers:
         out.write(f"host layers: {', '.join(result.host_layers)}\n")
-    values = result.quantized if args.raw else result.outputs
+    _report_outputs(args, result.quantized if args.raw else result.outputs, out)
+    return 0
+
+
+def _report_outputs(args: argparse.Namespace, values: dict, out: TextIO) -> None:
+    """One line per output (shape, range, top-5 for a [1, N] vector); saved with --output-dir."""
+    import numpy as np
+
     if args.output_dir:
         os.makedirs(args.output_dir, exist_ok=True)
     for name, array in values.items():
@@ -84,7 +106,6 @@ def run_rknn(args: argparse.Namespace, out: TextIO) -> int:
             np.save(path, array)
             line += f" -> {path}"
         out.write(line + "\n")
-    return 0
 
 
 def _model_kind(path: str) -> str:
