@@ -1,0 +1,207 @@
+"""Per-layer timing: the tasks of each layer summed, in the columns of the vendor's perf table.
+
+Layers only label and group tasks (architecture.md, "The one rule"): for an npuemu ``.npu``
+file a layer's tasks are its ``trailer.graph.layers[].tasks`` ranges (isa/CONTAINER.md); for a
+vendor ``.rknn`` file each task record's ``op_idx`` names its layer (isa/rknn/describe.py).
+Shapes and types come from the model file's tensor table, for the report only.
+
+Columns: DDRCycles, NPUCycles and MaxCycles are sums over the layer's tasks of the task figures
+(emulator/TIMING.md); Time(us) = sum of task cycles (max + launch overhead) / ``clock.npu_mhz``;
+MacUsage(%) = real MACs / (MaxCycles * MACs per cycle of the precision); RW(KB) = bytes read / 1024
+(vendor-corpus README §4.2: the vendor's RW(KB) is bytes read).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from npuemu.emulator.timing.task_time import TaskTime, time_task
+from npuemu.emulator.units.state import PRECISION_NAMES
+
+
+@dataclass
+class LayerTime:
+    id: int
+    op_type: str
+    data_type: str
+    target: str
+    input_shapes: str
+    output_shape: str
+    full_name: str
+    tasks: list[TaskTime] = field(default_factory=list)
+    mac_rate: int = 0  # MACs per cycle of the layer's conv precision (0: no conv)
+
+    @property
+    def npu_cycles(self) -> int:
+        return sum(t.npu_cycles for t in self.tasks)
+
+    @property
+    def ddr_cycles(self) -> int:
+        return sum(t.ddr_cycles for t in self.tasks)
+
+    @property
+    def max_cycles(self) -> int:
+        return sum(t.max_cycles for t in self.tasks)
+
+    @property
+    def cycles(self) -> int:
+        return sum(t.cycles for t in self.tasks)
+
+    @property
+    def ddr_read_bytes(self) -> int:
+        return sum(t.ddr_read_bytes for t in self.tasks)
+
+    @property
+    def ddr_write_bytes(self) -> int:
+        return sum(t.ddr_write_bytes for t in self.tasks)
+
+    @property
+    def macs(self) -> int:
+        return sum(t.macs for t in self.tasks)
+
+    def mac_usage(self) -> float | None:
+        if not self.mac_rate or not self.max_cycles:
+            return None
+        return 100.0 * self.macs / (self.max_cycles * self.mac_rate)
+
+
+@dataclass
+class PerfReport:
+    model: str
+    platform: str
+    npu_mhz: float
+    layers: list[LayerTime]
+    unassigned: list[TaskTime] = field(default_factory=list)  # tasks no layer claims
+    notes: list[str] = field(default_factory=list)
+
+    def time_us(self, cycles: int) -> float:
+        return cycles / self.npu_mhz
+
+    @property
+    def all_tasks(self) -> list[TaskTime]:
+        return [t for layer in self.layers for t in layer.tasks] + list(self.unassigned)
+
+    def totals(self) -> dict:
+        tasks = self.all_tasks
+        cycles = sum(t.cycles for t in tasks)
+        return {"npu_cycles": sum(t.npu_cycles for t in tasks), "ddr_cycles": sum(t.ddr_cycles for t in tasks),
+                "max_cycles": sum(t.max_cycles for t in tasks), "cycles": cycles,
+                "ddr_read_bytes": sum(t.ddr_read_bytes for t in tasks),
+                "ddr_write_bytes": sum(t.ddr_write_bytes for t in tasks),
+                "time_us": self.time_us(cycles), "tasks": len(tasks)}
+
+    def to_json(self) -> dict:
+        layers = []
+        for layer in self.layers:
+            layers.append({"id": layer.id, "op_type": layer.op_type, "data_type": layer.data_type,
+                           "target": layer.target, "input_shapes": layer.input_shapes,
+                           "output_shape": layer.output_shape, "full_name": layer.full_name,
+                           "npu_cycles": layer.npu_cycles, "ddr_cycles": layer.ddr_cycles,
+                           "max_cycles": layer.max_cycles, "cycles": layer.cycles,
+                           "ddr_read_bytes": layer.ddr_read_bytes, "ddr_write_bytes": layer.ddr_write_bytes,
+                           "macs": layer.macs, "mac_usage_percent": layer.mac_usage(),
+                           "time_us": self.time_us(layer.cycles), "tasks": len(layer.tasks)})
+        return {"model": self.model, "platform": self.platform, "npu_mhz": self.npu_mhz,
+                "layers": layers, "unassigned_tasks": len(self.unassigned), "totals": self.totals(),
+                "notes": list(self.notes)}
+
+    def format_table(self) -> str:
+        header = ["ID", "OpType", "DataType", "Target", "InputShape", "OutputShape", "DDRCycles",
+                  "NPUCycles", "MaxCycles", "Time(us)", "MacUsage(%)", "TaskNumber", "RW(KB)", "FullName"]
+        rows = []
+        for layer in self.layers:
+            usage = layer.mac_usage()
+            rows.append([str(layer.id), layer.op_type, layer.data_type, layer.target, layer.input_shapes,
+                         layer.output_shape, str(layer.ddr_cycles), str(layer.npu_cycles),
+                         str(layer.max_cycles), f"{self.time_us(layer.cycles):.1f}",
+                         "" if usage is None else f"{usage:.2f}", str(len(layer.tasks)),
+                         f"{layer.ddr_read_bytes / 1024:.0f}", layer.full_name])
+        totals = self.totals()
+        rows.append(["Total", "", "", "", "", "", str(totals["ddr_cycles"]), str(totals["npu_cycles"]),
+                     str(totals["max_cycles"]), f"{totals['time_us']:.1f}", "", str(totals["tasks"]),
+                     f"{totals['ddr_read_bytes'] / 1024:.0f}", ""])
+        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+        numeric = set(range(6, 13))
+
+        def line(cells):
+            return "  ".join(c.rjust(w) if i in numeric else c.ljust(w)
+                             for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        out = [line(header), "-" * len(line(header))]
+        out += [line(r) for r in rows[:-1]] + ["-" * len(line(header)), line(rows[-1])]
+        return "\n".join(out)
+
+
+def _shape(shape) -> str:
+    return "(" + ",".join(str(int(d)) for d in shape) + ")" if shape is not None else "?"
+
+
+def _mac_rate(tasks_records, platform) -> tuple[str, int]:
+    for record in tasks_records:
+        state = record.conv
+        if state is not None:
+            name = PRECISION_NAMES.get(state.precision, "")
+            return name.upper(), int(getattr(platform.macs, name, 0) or 0)
+    for record in tasks_records:
+        if record.dpu is not None:
+            return PRECISION_NAMES.get(record.dpu.out_precision, "").upper(), 0
+    return "", 0
+
+
+def report_rknn(model, run, platform) -> PerfReport:
+    """Per-layer report of an :class:`~npuemu.emulator.rknn_runner.RknnRun` of ``model``."""
+    chain = model.program.chains[0]
+    by_layer: dict[int, list] = {}
+    unassigned = []
+    for offset, record in enumerate(run.chain.tasks):
+        op_idx = model.program.tasks[chain.first_task + offset].op_idx
+        if 0 <= op_idx < len(model.layers):
+            by_layer.setdefault(op_idx, []).append(record)
+        else:
+            unassigned.append(time_task(record, platform))
+    layers = []
+    for layer in model.layers:
+        records = by_layer.get(layer.index, [])
+        out = [model.tensors[i] for i in layer.outputs]
+        dtype, rate = _mac_rate(records, platform)
+        if not dtype and out:
+            dtype = out[0].dtype_name.upper()
+        layers.append(LayerTime(
+            layer.index, layer.op_type, dtype, layer.unit,
+            ",".join(_shape(model.tensors[i].shape) for i in layer.inputs) or "\\",
+            _shape(out[0].shape) if out else "", layer.name,
+            [time_task(r, platform) for r in records], rate))
+    return PerfReport(model.source, platform.name, platform.clock.npu_mhz, layers, unassigned)
+
+
+def report_npu(model, runs: Sequence, platform) -> PerfReport:
+    """Per-layer report of a ``.npu`` model's chain runs (``Runtime.runs``, one per NPU step)."""
+    step_runs = {}
+    runs_iter = iter(runs)
+    for index, step in enumerate(model.schedule()):
+        if step.kind == "npu":
+            step_runs[index] = next(runs_iter)
+    claimed: set[tuple[int, int]] = set()
+    tensors = {t.name: t for t in model.tensors()}
+    layers = []
+    for info in model.layers():
+        records = []
+        for task_range in info.tasks:
+            run = step_runs.get(task_range.step)
+            if run is None:
+                continue
+            for i in range(task_range.first, min(task_range.first + task_range.count, len(run.tasks))):
+                records.append(run.tasks[i])
+                claimed.add((task_range.step, i))
+        dtype, rate = _mac_rate(records, platform)
+        if not dtype and info.outputs and info.outputs[0] in tensors:
+            dtype = (tensors[info.outputs[0]].dtype or "").upper()
+        layers.append(LayerTime(
+            info.id, info.op_type, dtype, info.target or ("NPU" if records else "CPU"),
+            ",".join(_shape(tensors[n].shape if n in tensors else None) for n in info.inputs) or "\\",
+            ",".join(_shape(tensors[n].shape if n in tensors else None) for n in info.outputs),
+            info.name, [time_task(r, platform) for r in records], rate))
+    unassigned = [time_task(record, platform) for step, run in step_runs.items()
+                  for i, record in enumerate(run.tasks) if (step, i) not in claimed]
+    return PerfReport(str(getattr(model, "path", "")) or "model", platform.name, platform.clock.npu_mhz,
+                      layers, unassigned)

@@ -1,0 +1,101 @@
+"""Properties of the timing model: NPU cycles never fall when the work grows, DDR bytes are
+exactly the DMA traffic, task cycles are max(NPU, DDR) plus the platform's launch overhead."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from npuemu.emulator.memory import DmaTraffic
+from npuemu.emulator.rknn_runner import RknnRunner
+from npuemu.emulator.timing import ddr_cycles, time_task
+from npuemu.emulator.timing.npu_cycles import conv_npu_cycles
+from npuemu.emulator.timing.report import report_rknn
+from npuemu.emulator.units.state import FP16, INT8, ConvState
+from npuemu.isa.rknn import load_rknn
+from npuemu.platforms import load_platform
+
+FIXTURES = Path(os.environ.get("NPUEMU_RKNN_FIXTURES", "/work/shared/rknn-fixtures"))
+RK3588 = load_platform("rk3588")
+
+BASE = ConvState(
+    depthwise=False, precision=INT8, argb_channels=0, in_width=1, in_height=1, in_channels=16,
+    real_channels=16, feature_address=0, line_stride=16, surface_stride=16, pad_top=0, pad_left=0,
+    pad_value=0, stride_x=1, stride_y=1, dilation_x=1, dilation_y=1, kernel_w=1, kernel_h=1, kernels=1,
+    weight_address=0, weight_bytes=0, weight_bytes_per_kernel=0, data_bank=1, weight_bank=1,
+    data_reuse=False, weight_reuse=False, out_width=1, out_height=1, out_channels=16,
+    clip_truncate=0, round_type=0)
+
+convs = st.builds(
+    lambda dw, fp16, cin, cout, k, oh, ow: replace(
+        BASE, depthwise=dw, precision=FP16 if fp16 else INT8, real_channels=cin, in_channels=-(-cin // 16) * 16,
+        kernels=1 if dw else cout, out_channels=cin if dw else cout, kernel_h=k[0], kernel_w=k[1],
+        out_height=oh, out_width=ow),
+    st.booleans(), st.booleans(), st.integers(1, 1024), st.integers(1, 2048),
+    st.tuples(st.integers(1, 7), st.integers(1, 7)), st.integers(1, 200), st.integers(1, 200))
+
+
+@settings(max_examples=300, deadline=None)
+@given(convs, st.integers(1, 300), st.integers(0, 50), st.integers(0, 50))
+def test_npu_cycles_never_fall_when_work_grows(conv, more_channels, more_rows, more_columns):
+    base = conv_npu_cycles(conv, RK3588)
+    assert base > 0
+    if conv.depthwise:
+        wider = replace(conv, out_channels=conv.out_channels + more_channels,
+                        real_channels=conv.real_channels + more_channels)
+    else:
+        wider = replace(conv, kernels=conv.kernels + more_channels, out_channels=conv.out_channels + more_channels)
+    assert conv_npu_cycles(wider, RK3588) >= base
+    bigger = replace(conv, out_height=conv.out_height + more_rows, out_width=conv.out_width + more_columns)
+    assert conv_npu_cycles(bigger, RK3588) >= base
+    deeper = replace(conv, real_channels=conv.real_channels + more_channels) if not conv.depthwise else conv
+    assert conv_npu_cycles(deeper, RK3588) >= base
+    # fp16 runs at half the int8 MAC rate: never fewer cycles than int8
+    assert conv_npu_cycles(replace(conv, precision=FP16), RK3588) >= conv_npu_cycles(replace(conv, precision=INT8),
+                                                                                    RK3588)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 1 << 24), st.integers(0, 1 << 24), st.integers(0, 1 << 20))
+def test_ddr_cycles_grow_with_bytes(read, write, extra):
+    cycles = ddr_cycles(read, write, RK3588)
+    assert cycles == math.ceil(read / RK3588.ddr.read_bytes_per_cycle + write / RK3588.ddr.write_bytes_per_cycle)
+    assert ddr_cycles(read + extra, write, RK3588) >= cycles
+    assert ddr_cycles(read, write + extra, RK3588) >= cycles
+
+
+def test_ddr_bytes_are_the_dma_traffic_of_a_real_run():
+    model = load_rknn(FIXTURES / "rep12_resblock_convadd_3x3_64_56" / "model.rknn")
+    runner = RknnRunner(model)
+    run = runner.run([np.zeros(t.shape, np.float32) for t in runner.input_tensors])
+    assert len(run.chain.tasks) >= 3
+    for record in run.chain.tasks:
+        timed = time_task(record, RK3588)
+        streams = record.traffic.as_dict()
+        assert timed.ddr_read_bytes == sum(v for k, v in streams.items() if k.endswith("_read")) > 0
+        assert timed.ddr_write_bytes == streams["dpu_write"] + streams["ppu_write"] > 0
+        assert timed.ddr_cycles == ddr_cycles(timed.ddr_read_bytes, timed.ddr_write_bytes, RK3588)
+        assert timed.cycles == max(timed.npu_cycles, timed.ddr_cycles) + RK3588.launch.task_overhead_cycles
+    report = report_rknn(model, run, RK3588)
+    totals = report.totals()
+    assert totals["ddr_read_bytes"] == run.chain.read_bytes
+    assert totals["ddr_write_bytes"] == run.chain.write_bytes
+    assert totals["tasks"] == len(run.chain.tasks)
+
+
+def test_a_task_without_a_conv_has_no_npu_cycles_and_its_bytes_decide():
+    from npuemu.emulator.core import TaskRecord
+
+    traffic = DmaTraffic(regcmd_read=240, ppu_read=802816, ppu_write=200704)
+    record = TaskRecord(0, 0, 0, 0, 0x60, ("PPU", "PPU_RDMA"), {}, 26, traffic=traffic)
+    timed = time_task(record, RK3588)
+    assert timed.npu_cycles == 0
+    ddr = RK3588.ddr
+    assert timed.ddr_cycles == math.ceil((240 + 802816) / ddr.read_bytes_per_cycle + 200704 / ddr.write_bytes_per_cycle)
+    assert timed.cycles == timed.ddr_cycles + RK3588.launch.task_overhead_cycles
