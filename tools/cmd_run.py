@@ -61,6 +61,7 @@ def run_npu(args: argparse.Namespace, out: TextIO) -> int:
     runtime.run()
     npu_steps = sum(1 for step in runtime.model.schedule() if step.kind == "npu")
     out.write(f"{args.model}: {npu_steps} NPU chain(s) run\n")
+    out.write(timing_line([task for run in runtime.runs for task in run.tasks], runtime.machine.platform) + "\n")
     _report_outputs(args, {name: runtime.output(name, not args.raw) for name in runtime.outputs}, out)
     return 0
 
@@ -85,8 +86,23 @@ def run_rknn(args: argparse.Namespace, out: TextIO) -> int:
               f"{chain.read_bytes} bytes read, {chain.write_bytes} written\n")
     if result.host_layers:
         out.write(f"host layers: {', '.join(result.host_layers)}\n")
+    from npuemu.platforms import load_platform
+    out.write(timing_line(chain.tasks, load_platform(args.platform)) + "\n")
     _report_outputs(args, result.quantized if args.raw else result.outputs, out)
     return 0
+
+
+def timing_line(records, platform) -> str:
+    """Total cycles and time of the task records from the timing model (emulator/TIMING.md).
+
+    Computed from the records the run already produced; the timing model never changes
+    numerical results."""
+    from npuemu.emulator.timing.task_time import time_task
+
+    cycles = sum(time_task(record, platform).cycles for record in records)
+    mhz = platform.clock.npu_mhz
+    return (f"timing: {len(records)} tasks, {cycles} cycles = {cycles / mhz:.1f} us at {mhz:g} MHz "
+            f"({platform.name})")
 
 
 def _report_outputs(args: argparse.Namespace, values: dict, out: TextIO) -> None:

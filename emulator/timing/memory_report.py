@@ -1,0 +1,100 @@
+"""Static memory report of a model file, in the layout of the vendor's ``eval_memory``
+(hardware.md §6): Weight Memory, Internal Tensor Memory, Other Memory (register commands, I/O
+tensors), Total Memory, and the model file size.
+
+Only the model file is read (no run): for an npuemu ``.npu`` file the trailer's
+``memory_map.areas`` (isa/CONTAINER.md §3.4: ``weights``, ``internal``, ``io``, ``regcmd``, any
+other area counts as "other"); for a vendor ``.rknn`` file the region sizes of model slot 19
+(weight, internal, misc), the regcmd and task blob sizes, and the input/output tensor sizes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+
+@dataclass
+class MemoryReport:
+    model: str
+    weight_bytes: int
+    internal_bytes: int
+    other: dict[str, int]  # part name -> bytes (register commands, I/O, ...)
+    file_bytes: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def other_bytes(self) -> int:
+        return sum(self.other.values())
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weight_bytes + self.internal_bytes + self.other_bytes
+
+    def to_json(self) -> dict:
+        return {"model": self.model, "weight_bytes": self.weight_bytes, "internal_bytes": self.internal_bytes,
+                "other_bytes": self.other_bytes, "other": dict(self.other), "total_bytes": self.total_bytes,
+                "model_file_bytes": self.file_bytes, "notes": list(self.notes)}
+
+    def format_text(self) -> str:
+        rule = "=" * 54
+        parts = ", ".join(f"{name} {_human(size)}" for name, size in self.other.items()) or "none"
+        lines = [rule, "               Memory Profile Info Dump", rule,
+                 "NPU model memory detail(bytes):",
+                 f"    Weight Memory: {_human(self.weight_bytes)}",
+                 f"    Internal Tensor Memory: {_human(self.internal_bytes)}",
+                 f"    Other Memory: {_human(self.other_bytes)} ({parts})",
+                 f"    Total Memory: {_human(self.total_bytes)}",
+                 "",
+                 "When evaluating memory usage, we need consider",
+                 f"the size of model, current model size is: {_human(self.file_bytes)}",
+                 rule]
+        return "\n".join(lines)
+
+
+def _human(size: int) -> str:
+    if size >= 1024 * 1024:
+        return f"{size / (1024 * 1024):.2f} MiB ({size} B)"
+    if size >= 1024:
+        return f"{size / 1024:.2f} KiB ({size} B)"
+    return f"{size} B"
+
+
+def memory_npu(model, path: str) -> MemoryReport:
+    """Report of an npuemu ``.npu`` :class:`~npuemu.isa.container.ModelFile` read from ``path``."""
+    from npuemu.isa.errors import ModelFileError
+
+    areas = model.memory_map().areas
+    if not areas:
+        raise ModelFileError(f"{path}: the model file has no memory_map.areas (isa/CONTAINER.md §3.4); "
+                             "cannot report its memory")
+    weight = internal = 0
+    other: dict[str, int] = {}
+    for area in areas:
+        if area.name == "weights":
+            weight += area.size
+        elif area.name == "internal":
+            internal += area.size
+        else:
+            label = {"regcmd": "register commands", "io": "I/O tensors"}.get(area.name, area.name)
+            other[label] = other.get(label, 0) + area.size
+    return MemoryReport(path, weight, internal, other, os.path.getsize(path))
+
+
+def memory_rknn(model, path: str) -> MemoryReport:
+    """Report of a vendor ``.rknn`` :class:`~npuemu.isa.rknn.RknnModel` read from ``path``."""
+    program = model.program
+    other: dict[str, int] = {}
+    regcmd = 0
+    for index in (program.regcmd_tensor, program.task_tensor):
+        if index is not None:
+            blob = model.blob(model.tensors[index])
+            regcmd += len(blob) if blob is not None else 0
+    other["register commands"] = regcmd
+    io = 0
+    for index in tuple(model.inputs) + tuple(model.outputs):
+        io += int(model.tensors[index].size or 0)
+    other["I/O tensors"] = io
+    if model.regions.misc:
+        other["misc region"] = model.regions.misc
+    return MemoryReport(path, model.regions.weight, model.regions.internal, other, os.path.getsize(path))

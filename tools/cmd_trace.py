@@ -1,0 +1,91 @@
+"""``npuemu trace MODEL [-i x.npy ...] -o trace.json``: run a model and write a Chrome/Perfetto
+trace of its tasks from the timing model (emulator/timing/trace.py). Open it in
+https://ui.perfetto.dev or chrome://tracing. Without --input, zero inputs are used (timing
+does not depend on values)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "trace", help="write a Chrome/Perfetto trace (JSON) of a model run (.npu or .rknn)",
+        description="Run the model on the emulated NPU and write a trace: one track per core with one "
+        "event per task (layer name, enable mask, NPU/DDR cycles, bytes) and one track per DMA "
+        "direction, times from the timing model. Without --input, zero inputs are used.",
+    )
+    parser.add_argument("model", help="path to an npuemu .npu model file or a vendor .rknn file")
+    parser.add_argument("--input", "-i", action="append", default=[], metavar="X.npy",
+                        help="one .npy array per graph input, in graph order (optional)")
+    parser.add_argument("--output", "-o", required=True, metavar="TRACE.json", help="trace file to write")
+    parser.add_argument("--platform", default=None,
+                        help="platform name or YAML (default: the model's chip, else rk3588)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from npuemu.emulator.timing.trace import build_trace
+    from npuemu.isa.errors import ModelFileError, NpuemuError
+    from npuemu.tools.cmd_run import _model_kind
+
+    kind = _model_kind(args.model)
+    notes: list[str] = []
+    if kind == "rknn":
+        tasks, platform = _tasks_rknn(args, notes)
+    elif kind == "npu":
+        tasks, platform = _tasks_npu(args, notes)
+    else:
+        raise ModelFileError(f"{args.model}: not a .rknn file (no 'RKNN' magic) and not a .npu model file")
+    trace = build_trace(tasks, platform, model=args.model)
+    trace["otherData"]["notes"] = notes
+    try:
+        with open(args.output, "w", encoding="utf-8") as handle:
+            json.dump(trace, handle)
+    except OSError as error:
+        raise NpuemuError(f"{args.output}: cannot write the trace: {error.strerror or error}") from None
+    for note in notes:
+        sys.stdout.write(f"note: {note}\n")
+    info = trace["otherData"]
+    sys.stdout.write(f"{args.output}: {info['tasks']} tasks, {info['total_cycles']} cycles = "
+                     f"{info['total_time_us']:.1f} us at {info['npu_mhz']:g} MHz ({info['platform']})\n")
+    return 0
+
+
+def _tasks_rknn(args, notes):
+    from npuemu.emulator.rknn_runner import RknnRunner
+    from npuemu.emulator.timing.trace import trace_tasks_rknn
+    from npuemu.isa.rknn import load_rknn
+    from npuemu.platforms import load_platform
+    from npuemu.tools.cmd_perf import _inputs
+
+    model = load_rknn(args.model)
+    chip = args.platform or model.target or "rk3588"
+    runner = RknnRunner(model, chip)
+    arrays = _inputs(args, [(t.name, tuple(t.shape)) for t in runner.input_tensors], notes)
+    platform = load_platform(chip)
+    return trace_tasks_rknn(model, runner.run(arrays), platform), platform
+
+
+def _tasks_npu(args, notes):
+    from npuemu.emulator.runtime import Runtime
+    from npuemu.emulator.timing.trace import trace_tasks_npu
+    from npuemu.isa.container import ModelFile
+    from npuemu.isa.errors import ModelFileError
+    from npuemu.tools.cmd_perf import _inputs
+
+    model = ModelFile.read(args.model)
+    runtime = Runtime(model, args.platform)
+    shapes = []
+    for name in runtime.inputs:
+        shape = model.tensor(name).shape
+        if shape is None:
+            raise ModelFileError(f"{args.model}: input tensor {name!r} has no shape in the model file")
+        shapes.append((name, tuple(shape)))
+    for name, array in zip(runtime.inputs, _inputs(args, shapes, notes)):
+        runtime.set_input(name, array)
+    runtime.run()
+    platform = runtime.machine.platform
+    return trace_tasks_npu(model, runtime.runs, platform), platform
