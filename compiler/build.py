@@ -4,12 +4,17 @@
     model.write("model.npu")
 
 Steps: every node -> lowering record (build_adapt) -> constants + memory plan (internal
-tensors reused by lifetime) -> lower every layer with the planned placements -> one task chain
+tensors reused by lifetime) -> lower every layer with the planned placements -> task chains
 in the regcmd area -> ModelFile with a ``regcmd`` and a ``weights`` section, the tensors
-(address, NC1HWC2 geometry, int8 quantization), the memory map, one NPU step, the graph layers.
+(address, NC1HWC2 geometry, int8 quantization), the memory map, the schedule, the graph layers.
 
-This first slice builds int8 NPU-only graphs; a node the partition sends to the CPU or that
-lowering cannot do raises a CompileError naming the layer.
+Schedule: consecutive NPU layers form one chain (one ``npu`` step on core 0, chains laid out one
+after another in the regcmd section). A layer the partition sends to the CPU ends the current
+chain and becomes a ``cpu`` step (op, inputs, outputs, params = the node's attributes); the
+following NPU layers start a new chain. Tensors crossing the boundary live in memory as int8
+NC1HWC2 with their quantization recorded; the runtime dequantizes, runs the float op and
+requantizes (emulator/cpu_ops.py), as the fake-quant evaluation models it. A CPU op the
+runtime does not have, or a layer lowering cannot do, raises an error naming the layer.
 """
 
 from __future__ import annotations
@@ -17,10 +22,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import copy
 import dataclasses
 
-from npuemu.compiler.build_adapt import Alias, alias_from_node, layer_from_node
-from npuemu.compiler.ir import Graph
+from npuemu.compiler.build_adapt import (
+    ELTWISE_OPS, Alias, CpuOp, alias_from_node, chw, cpu_from_node, layer_from_node, split_lut_activation,
+)
+from npuemu.compiler.ir import Graph, Tensor
 from npuemu.compiler.lower import (
     ConvLayer, EltwiseLayer, feature_bytes, layer_constants, lower_layer, output_align,
 )
@@ -37,6 +45,8 @@ WEIGHTS_SECTION = "weights"
 
 
 def _reads(layer) -> tuple[str, ...]:
+    if isinstance(layer, CpuOp):
+        return tuple(layer.inputs)
     if isinstance(layer, ConvLayer):
         return (layer.input,) + ((layer.residual.tensor,) if layer.residual else ())
     if isinstance(layer, EltwiseLayer):
@@ -64,9 +74,20 @@ def _resolve(layer, aliases: Mapping[str, str]):
         if residual is not None and residual.tensor in aliases:
             residual = dataclasses.replace(residual, tensor=aliases[residual.tensor])
         return dataclasses.replace(layer, input=aliases.get(layer.input, layer.input), residual=residual)
-    if isinstance(layer, EltwiseLayer):
+    if isinstance(layer, (EltwiseLayer, CpuOp)):
         return dataclasses.replace(layer, inputs=tuple(aliases.get(name, name) for name in layer.inputs))
     return dataclasses.replace(layer, input=aliases.get(layer.input, layer.input))
+
+
+def _broadcasting_eltwise(graph: Graph, node) -> bool:
+    """An element-wise NPU node with broadcasting feature-map operands (e.g. the SE block's
+    [1, C, 1, 1] x [1, C, H, W] Mul): not lowered yet, so it runs as a CPU step (interim)."""
+    if node.op_type not in ELTWISE_OPS or node.fused or len(node.inputs) < 2:
+        return False
+    operands = [graph.tensor(name) for name in node.inputs[:2]]
+    if any(t.is_const for t in operands):
+        return False
+    return tuple(operands[0].shape) != tuple(operands[1].shape)
 
 
 def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
@@ -74,9 +95,21 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
     """The model file of ``graph`` (after ``passes.optimize`` and int8 quantization)."""
     spec = load_platform(platform) if isinstance(platform, str) else platform
     regmap = load_regmap(spec.register_map.family)
-    nodes = list(graph.nodes)
-    if not nodes:
+    if not graph.nodes:
         raise CompileError("the graph has no layers to build")
+    nodes = []  # the built layers; a conv with a fused LUT activation becomes conv + CPU step (interim)
+    copied = False
+    for node in graph.nodes:
+        split = split_lut_activation(graph, node)
+        if split is None:
+            nodes.append(node)
+            continue
+        if not copied:  # the pre-activation tensors are added to a copy, never to the caller's graph
+            graph, copied = copy.deepcopy(graph), True
+        conv, activation, quant = split
+        source = graph.tensor(node.outputs[0])
+        graph.add_tensor(Tensor(conv.outputs[0], tuple(source.shape), source.dtype, quant=quant))
+        nodes += [conv, activation]
     aliases: dict[str, str] = {}  # alias tensor -> the tensor whose bytes it views
     records = []
     for node in nodes:
@@ -84,10 +117,14 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
         if record is not None:
             aliases[record.output] = aliases.get(record.input, record.input)
             records.append(record)
+        elif node.target == "CPU" or _broadcasting_eltwise(graph, node):
+            records.append(_resolve(cpu_from_node(graph, node), aliases))
         else:
             records.append(_resolve(layer_from_node(graph, node), aliases))
-    layers = [record for record in records if not isinstance(record, Alias)]
-    produced = {layer.output for layer in layers} | set(aliases)
+    work = [record for record in records if not isinstance(record, Alias)]  # NPU layers and CPU steps, in order
+    layers = [record for record in work if not isinstance(record, CpuOp)]
+    cpu_ops = [record for record in work if isinstance(record, CpuOp)]
+    produced = {layer.output for layer in work} | set(aliases)
     for tensor in graph.inputs:
         if tensor in produced:
             raise CompileError(f"graph input {tensor!r} is also produced by a layer")
@@ -101,6 +138,12 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
         for tensor, shape in _shapes(layer).items():
             if shapes.setdefault(tensor, shape) != shape:
                 raise CompileError(f"tensor {tensor!r} is used with shapes {shapes[tensor]} and {shape}")
+    for op in cpu_ops:  # host-side tensors: stored NC1HWC2 int8 like NPU feature maps
+        node = next(n for n in nodes if n.layer_name == op.name)
+        for tensor in (*op.inputs, op.output):
+            shape = chw(graph, tensor, node)
+            if shapes.setdefault(tensor, shape) != shape:
+                raise CompileError(f"tensor {tensor!r} is used with shapes {shapes[tensor]} and {shape}")
     # a residual read by a conv's EW unit uses the conv output geometry
     for layer in layers:
         if isinstance(layer, ConvLayer) and layer.residual is not None:
@@ -108,10 +151,10 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
             have = aligns.get(layer.residual.tensor, 1)
             aligns[layer.residual.tensor] = max(wanted, have)
     sizes = {n: feature_bytes(s, "int8", spec, channel_align=aligns.get(n, 1)) for n, s in shapes.items()}
-    steps = [(_reads(layer), (layer.output,)) for layer in layers]
+    steps = [(_reads(layer), (layer.output,)) for layer in work]
     for output in graph.outputs:
         if output not in produced:
-            raise CompileError(f"graph output {output!r} is not produced by an NPU layer")
+            raise CompileError(f"graph output {output!r} is not produced by a layer")
     lifetimes = lifetimes_from_steps(steps, sizes, graph.inputs, [aliases.get(o, o) for o in graph.outputs])
     constant_sizes = {n: len(blob) for n, blob in constants.items()}
 
@@ -121,16 +164,55 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
         lowered = [lower_layer(layer, placements, spec, regmap, op_idx=i) for i, layer in enumerate(layers)]
         return placements, lowered
 
+    # the schedule: runs of consecutive NPU layers form one chain each; a CPU layer ends the
+    # current chain and becomes a cpu step between chains
+    segments: list = []  # ("npu", [layer indices into `layers`]) or ("cpu", CpuOp)
+    npu_index = 0
+    for record in work:
+        if isinstance(record, CpuOp):
+            segments.append(("cpu", record))
+        else:
+            if not segments or segments[-1][0] != "npu":
+                segments.append(("npu", []))
+            segments[-1][1].append(npu_index)
+            npu_index += 1
+
+    def chain_tasks(lowered_items, members):
+        return [task for i in members for task in lowered_items[i].tasks]
+
     _, first = lower_all(plan_memory(constant_sizes, lifetimes))
-    tasks = [task for item in first for task in item.tasks]
-    if len(tasks) > spec.pc.max_tasks_per_submit:
-        raise CompileError(f"{len(tasks)} tasks exceed the {spec.pc.max_tasks_per_submit} tasks of one submit; "
-                           "splitting into several NPU steps is not built yet")
-    plan = plan_memory(constant_sizes, lifetimes, regcmd_bytes(tasks))
+    all_tasks = []
+    for kind, members in segments:
+        if kind == "npu":
+            chain = chain_tasks(first, members)
+            if len(chain) > spec.pc.max_tasks_per_submit:
+                raise CompileError(f"{len(chain)} tasks exceed the {spec.pc.max_tasks_per_submit} tasks of one "
+                                   "submit; splitting a chain into several NPU steps is not built yet")
+            all_tasks += chain
+    plan = plan_memory(constant_sizes, lifetimes, regcmd_bytes(all_tasks))
     placements, lowered = lower_all(plan)
-    tasks = [task for item in lowered for task in item.tasks]
     regcmd = plan["regcmd"]
-    encoded = encode_chain(Chain(tasks), regmap, base_addr=regcmd.address, scale=spec.pc.data_amount_scale)
+    encoded_data = bytearray()
+    schedule, step_of_layer, first_of_layer = [], {}, {}
+    layer_ids = {id(record): index for index, record in enumerate(records)}
+    for kind, members in segments:
+        if kind == "cpu":
+            schedule.append({"kind": "cpu", "op": members.op, "inputs": list(members.inputs),
+                             "outputs": [members.output], "params": dict(members.params),
+                             "layers": [layer_ids[id(members)]]})
+            continue
+        offset = len(encoded_data)
+        encoded = encode_chain(Chain(chain_tasks(lowered, members)), regmap, base_addr=regcmd.address + offset,
+                               scale=spec.pc.data_amount_scale)
+        encoded_data += bytes(encoded.data)
+        task = 0
+        for i in members:
+            step_of_layer[i], first_of_layer[i] = len(schedule), task
+            task += len(lowered[i].tasks)
+        schedule.append({"kind": "npu", "core": 0,
+                         "chain": {"section": REGCMD_SECTION, "offset": offset, "first_amount": encoded.first_amount,
+                                   "tasks": task},
+                         "layers": [layer_ids[id(layers[i])] for i in members]})
 
     weights_area = plan.area("weights")
     image = bytearray(weights_area.size)
@@ -138,7 +220,7 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
         offset = plan[tensor].address - weights_area.base
         image[offset:offset + len(blob)] = blob
     sections = [
-        Section(SectionKind.REGCMD, REGCMD_SECTION, bytes(encoded.data), MemoryRegion.DDR, regcmd.address),
+        Section(SectionKind.REGCMD, REGCMD_SECTION, bytes(encoded_data), MemoryRegion.DDR, regcmd.address),
         Section(SectionKind.WEIGHTS, WEIGHTS_SECTION, bytes(image), MemoryRegion.DDR, weights_area.base),
     ]
 
@@ -147,7 +229,8 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
     for tensor, storage in named:
         placement = placements[storage]
         quant = graph.tensor(tensor).quant
-        shape = list(graph.tensor(tensor).shape) if tensor in aliases else [1, *shapes[tensor]]
+        logical = list(graph.tensor(tensor).shape)
+        shape = logical if tensor in aliases or len(logical) == 2 else [1, *shapes[tensor]]
         tensors.append({
             "name": tensor, "shape": shape, "dtype": "int8", "layout": "NC1HWC2",
             "native_shape": list(placement.native_shape), "c2": placement.c2,
@@ -155,17 +238,20 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
             "quantization": {"scale": float(quant.scale), "zero_point": int(quant.zero_point)},
             "region": plan.region, "address": placement.address, "size": placement.size,
         })
-    graph_layers, first_task, lowered_items = [], 0, iter(lowered)
+    graph_layers, npu_index = [], 0
     for index, (node, record) in enumerate(zip(nodes, records)):
         entry = {"id": index, "name": node.layer_name, "op_type": node.display_op.replace("+", ""),
-                 "fused": [node.name, *(part.source for part in node.fused if part.source)], "target": "NPU"}
-        if isinstance(record, Alias):  # a view: no task, no bytes moved
-            graph_layers.append(entry | {"inputs": [record.input], "outputs": [record.output], "tasks": []})
+                 "fused": [node.name, *(part.source for part in node.fused if part.source)],
+                 "target": "CPU" if isinstance(record, CpuOp) else "NPU"}
+        if isinstance(record, (Alias, CpuOp)):  # a view (no bytes moved) or a host step: no task
+            graph_layers.append(entry | {"inputs": list(_reads(record)) if isinstance(record, CpuOp)
+                                         else [record.input], "outputs": [record.output], "tasks": []})
             continue
-        item = next(lowered_items)
+        count = len(lowered[npu_index].tasks)
         graph_layers.append(entry | {"inputs": list(_reads(record)), "outputs": [record.output],
-                                     "tasks": [{"step": 0, "first": first_task, "count": len(item.tasks)}]})
-        first_task += len(item.tasks)
+                                     "tasks": [{"step": step_of_layer[npu_index], "first": first_of_layer[npu_index],
+                                                "count": count}]})
+        npu_index += 1
     trailer = {
         "platform": {"chip": spec.name},
         "compiler": {"version": "npuemu", "options": dict(options or {})},
@@ -173,10 +259,7 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
                   "outputs": list(graph.outputs), "layers": graph_layers},
         "tensors": tensors,
         "memory_map": plan.trailer(),
-        "schedule": [{"kind": "npu", "core": 0,
-                      "chain": {"section": REGCMD_SECTION, "offset": 0, "first_amount": encoded.first_amount,
-                                "tasks": len(tasks)},
-                      "layers": list(range(len(nodes)))}],
+        "schedule": schedule,
     }
     return ModelFile(tuple(sections), trailer)
 

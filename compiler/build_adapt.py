@@ -12,13 +12,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from npuemu.compiler.ir import Graph, Node
+from npuemu.compiler.ir import Graph, Node, QuantParams
 from npuemu.compiler.lower import Activation, ConvLayer, EltwiseLayer, PoolLayer, Quant, Residual
 from npuemu.compiler.quant import stored_values
 from npuemu.compiler.quant.affine import round_half_away
 from npuemu.isa.errors import CompileError, UnsupportedOpError
 
 _ELTWISE = {"Add": "add", "Sub": "sub", "Mul": "mul", "Max": "max", "Min": "min"}
+ELTWISE_OPS = frozenset(_ELTWISE)
 
 
 def _fail(node: Node, what: str, kind: type[CompileError] = CompileError) -> CompileError:
@@ -88,7 +89,21 @@ def _conv(graph: Graph, node: Node) -> ConvLayer:
     activation, residual = Activation("none"), None
     for part in node.fused:
         if part.op_type == "Add" and part.tag == "bias_add":
-            raise _fail(node, "a fused bias Add is not folded by the build yet")
+            if activation.kind != "none" or residual is not None or len(part.inputs) != 1 \
+                    or not graph.tensor(part.inputs[0]).is_const:
+                raise _fail(node, "a fused bias Add after an activation or residual is not folded by the build")
+            constant = graph.tensor(part.inputs[0])
+            values = np.asarray(constant.data, np.float64).reshape(-1)
+            if constant.quant is not None:  # the values the quantized graph computes with (per channel: axis 0)
+                stored = stored_values(constant).astype(np.float64).reshape(-1)
+                values = np.asarray(constant.quant.scale, np.float64).reshape(-1) * (
+                    stored - np.asarray(constant.quant.zero_point, np.float64).reshape(-1))
+            if values.size not in (1, out_channels):
+                raise _fail(node, f"a fused bias Add of shape {list(values.shape)} is not per-channel")
+            unit = np.float64(np.float32(input_quant.scale)) * weight_scale
+            extra = np.broadcast_to(values.reshape(-1), (out_channels,))
+            bias = np.clip(bias + round_half_away(extra / unit), -(1 << 31), (1 << 31) - 1).astype(np.int64)
+            continue
         if part.op_type == "Add":
             if residual is not None or len(part.inputs) != 1:
                 raise _fail(node, "only one fused residual Add with one operand is lowered")
@@ -183,8 +198,8 @@ def alias_from_node(graph: Graph, node: Node) -> Alias | None:
 def layer_from_node(graph: Graph, node: Node):
     """The lowering record of one NPU node, or a CompileError naming it."""
     if node.target != "NPU":
-        raise _fail(node, f"the partition sent it to the {node.target or 'unpartitioned'} side; CPU steps are "
-                          "not built yet", UnsupportedOpError)
+        raise _fail(node, f"the partition sent it to the {node.target or 'unpartitioned'} side; only NPU layers "
+                          "are lowered to tasks (a CPU layer is a CPU step: cpu_from_node)", UnsupportedOpError)
     if len(node.outputs) != 1:
         raise _fail(node, f"{len(node.outputs)} outputs; the build handles single-output layers")
     if node.op_type == "Conv":
@@ -196,3 +211,107 @@ def layer_from_node(graph: Graph, node: Node):
     if node.op_type in _ELTWISE and all(not graph.tensor(name).is_const for name in node.inputs[:2]):
         return _eltwise(graph, node)
     raise _fail(node, f"op {node.op_type} is not lowered to NPU tasks yet", UnsupportedOpError)
+
+
+#: ops a CPU schedule step may name (the runtime's host-side operators, emulator/cpu_ops.py);
+#: the LUT activations and element-wise ops are the interim fallbacks described further down
+CPU_OPS = frozenset({"Softmax", "Sigmoid", "Relu", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose",
+                     "Resize", "Concat", "ReduceMean", "ReduceMax", "ArgMax",
+                     "HardSigmoid", "HardSwish", "Tanh", *ELTWISE_OPS})
+
+
+def _json_value(value):
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating,)):
+        return float(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, (list, tuple)):
+        return [_json_value(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): _json_value(item) for key, item in value.items()}
+    return value
+
+
+@dataclass(frozen=True)
+class CpuOp:
+    """A layer the partition sent to the host: one ``cpu`` schedule step (isa/CONTAINER.md 3.5)."""
+
+    name: str
+    op: str
+    inputs: tuple[str, ...]
+    output: str
+    params: dict
+
+
+def cpu_from_node(graph: Graph, node: Node) -> CpuOp:
+    """The CPU step record of a node partitioned to the CPU, or a CompileError naming it."""
+    if node.op_type not in CPU_OPS:
+        raise _fail(node, f"the partition sent {node.op_type} to the CPU, but the runtime has no host-side "
+                          f"{node.op_type} (CPU ops: {', '.join(sorted(CPU_OPS))})", UnsupportedOpError)
+    if node.fused:
+        raise _fail(node, "fused parts on a CPU layer are not built", UnsupportedOpError)
+    if len(node.outputs) != 1:
+        raise _fail(node, f"{len(node.outputs)} outputs; CPU steps are built for single-output layers")
+    inputs = tuple(name for name in node.inputs if name and not graph.tensor(name).is_const)
+    for name in (*inputs, node.outputs[0]):
+        int8_quant(graph, name, node)
+        chw(graph, name, node)
+    return CpuOp(node.layer_name, node.op_type, inputs, node.outputs[0], _json_value(dict(node.attrs)))
+
+
+# --- interim: LUT activations and broadcasting element-wise ops as CPU steps ---------------
+#
+# The real NPU applies Sigmoid/HardSigmoid/HardSwish/Tanh after a conv with the DPU LUT; the
+# LUT is not lowered yet. As a documented interim, such a fused activation is split off: the
+# conv writes its pre-activation result to a new int8 tensor ``<output>_preact`` and a CPU step
+# applies the activation. The pre-activation quantization is derived from the output's range
+# by inverting the (monotonic or saturating) activation, so the split adds one int8 rounding
+# of the pre-activation that the fake-quant evaluation (which keeps fused values in float)
+# does not model. Remove this once the DPU LUT is lowered.
+
+LUT_ACTIVATIONS = frozenset({"Sigmoid", "HardSigmoid", "HardSwish", "Tanh"})
+
+
+def _preactivation_range(part, low: float, high: float) -> tuple[float, float]:
+    eps = 1e-4
+    if part.op_type == "Sigmoid":
+        low, high = min(max(low, eps), 0.5), max(min(high, 1 - eps), 0.5)
+        return float(np.log(low / (1 - low))), float(np.log(high / (1 - high)))
+    if part.op_type == "Tanh":
+        low, high = min(max(low, -1 + eps), 0.0), max(min(high, 1 - eps), 0.0)
+        return float(np.arctanh(low)), float(np.arctanh(high))
+    if part.op_type == "HardSigmoid":
+        alpha, beta = float(part.attrs.get("alpha", 0.2)), float(part.attrs.get("beta", 0.5))
+        low, high = max(low, 0.0), min(high, 1.0)
+        ends = sorted(((low - beta) / alpha, (high - beta) / alpha))
+        return ends[0], ends[1]
+    # HardSwish: x (x + 3) / 6 on [-3, 3], x above; everything below -3 gives 0
+    high = max(high, 0.0)
+    top = high if high >= 3.0 else (-3.0 + float(np.sqrt(9.0 + 24.0 * high))) / 2.0
+    return -3.0, top
+
+
+def split_lut_activation(graph: Graph, node: Node) -> tuple[Node, Node, QuantParams] | None:
+    """(conv node writing ``<output>_preact``, CPU activation node, the pre-activation
+    quantization) for an NPU conv whose last fused part is a LUT activation, else None."""
+    if node.target != "NPU" or node.op_type != "Conv" or not node.fused \
+            or node.fused[-1].op_type not in LUT_ACTIVATIONS or len(node.outputs) != 1:
+        return None
+    part, output = node.fused[-1], node.outputs[0]
+    quant = int8_quant(graph, output, node)
+    low, high = quant.scale * (-128 - quant.zero_point), quant.scale * (127 - quant.zero_point)
+    low, high = _preactivation_range(part, low, high)
+    low, high = min(low, 0.0), max(high, 0.0)
+    if high - low <= 0:
+        raise _fail(node, f"cannot derive a pre-activation range for the fused {part.op_type}")
+    scale = (high - low) / 255.0
+    zero_point = int(np.clip(round_half_away(-128.0 - low / scale), -128, 127))
+    preact = f"{output}_preact"
+    conv = Node(node.name, node.op_type, list(node.inputs), [preact], dict(node.attrs), list(node.fused[:-1]), "NPU")
+    activation = Node(part.source or f"{node.name}_{part.op_type.lower()}", part.op_type, [preact], [output],
+                      dict(part.attrs), [], "CPU")
+    return conv, activation, QuantParams("int8", np.asarray(scale), np.asarray(zero_point))

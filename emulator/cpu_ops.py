@@ -4,7 +4,11 @@ A CPU step names its op, its input and output tensors (addresses, layouts and qu
 the model file's ``tensors``) and its parameters. The runtime calls :func:`run_step`, which
 reads the inputs from memory, computes in float and writes the quantized outputs back.
 
-No compiler emits CPU steps yet; an op not listed in :data:`OPS` is refused with its name.
+Parameters are the ONNX node's attributes (e.g. Softmax ``axis``, Transpose ``perm``, Resize
+``scales``/``sizes``/``mode``/``coordinate_transformation_mode``/``nearest_mode``, Reduce*
+``axes``/``keepdims``). A result is reshaped to the output tensor's logical shape before it is
+stored (so Reshape/Flatten/Squeeze/Unsqueeze only pass their input on). An op not listed in
+:data:`OPS` is refused with its name.
 """
 
 from __future__ import annotations
@@ -31,9 +35,129 @@ def _softmax(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
     return [exp / exp.sum(axis=axis, keepdims=True)]
 
 
+def _identity(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
+    return [inputs[0]]  # Reshape/Flatten/Squeeze/Unsqueeze: run_step reshapes to the output shape
+
+
+def _transpose(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
+    perm = params.get("perm")
+    return [np.transpose(inputs[0], None if perm is None else [int(a) for a in perm])]
+
+
+def _concat(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
+    return [np.concatenate(inputs, axis=int(params.get("axis", 0)))]
+
+
+def _axes(params: dict, rank: int):
+    axes = params.get("axes")
+    if axes is None or len(axes) == 0:
+        return None if not params.get("noop_with_empty_axes", 0) else ()
+    return tuple(int(a) % rank for a in axes)
+
+
+def _reduce(function):
+    def run(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
+        axes = _axes(params, inputs[0].ndim)
+        if axes == ():
+            return [inputs[0]]
+        return [function(inputs[0], axis=axes, keepdims=bool(params.get("keepdims", 1)))]
+    return run
+
+
+def _argmax(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
+    axis = int(params.get("axis", 0))
+    data = inputs[0]
+    if params.get("select_last_index", 0):
+        flipped = np.flip(data, axis=axis)
+        index = data.shape[axis] - 1 - np.argmax(flipped, axis=axis)
+    else:
+        index = np.argmax(data, axis=axis)
+    if params.get("keepdims", 1):
+        index = np.expand_dims(index, axis)
+    return [index.astype(np.float64)]
+
+
+def _nearest_index(out_size: int, in_size: int, scale: float, transform: str, rounding: str) -> np.ndarray:
+    x = np.arange(out_size, dtype=np.float64)
+    if transform == "half_pixel":
+        source = (x + 0.5) / scale - 0.5
+    elif transform == "pytorch_half_pixel":
+        source = (x + 0.5) / scale - 0.5 if out_size > 1 else np.zeros_like(x)
+    elif transform == "align_corners":
+        source = x * (in_size - 1) / (out_size - 1) if out_size > 1 else np.zeros_like(x)
+    elif transform == "asymmetric":
+        source = x / scale
+    else:
+        raise EmulationError(f"CPU step 'Resize': coordinate_transformation_mode {transform!r} is not implemented")
+    if rounding == "round_prefer_floor":
+        index = np.where(source - np.floor(source) == 0.5, np.floor(source), np.floor(source + 0.5))
+    elif rounding == "round_prefer_ceil":
+        index = np.floor(source + 0.5)
+    elif rounding == "floor":
+        index = np.floor(source)
+    elif rounding == "ceil":
+        index = np.ceil(source)
+    else:
+        raise EmulationError(f"CPU step 'Resize': nearest_mode {rounding!r} is not implemented")
+    return np.clip(index, 0, in_size - 1).astype(np.int64)
+
+
+def _resize(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
+    data = inputs[0]
+    mode = params.get("mode", "nearest")
+    if mode != "nearest":
+        raise EmulationError(f"CPU step 'Resize': mode {mode!r} is not implemented (nearest only)")
+    scales, sizes = params.get("scales"), params.get("sizes")
+    if sizes:
+        sizes = [int(v) for v in sizes]
+        if not scales:
+            scales = [out / size for out, size in zip(sizes, data.shape)]
+    elif scales:
+        sizes = [int(np.floor(size * float(scale))) for size, scale in zip(data.shape, scales)]
+    else:
+        raise EmulationError("CPU step 'Resize': neither scales nor sizes in params")
+    if len(sizes) != data.ndim:
+        raise EmulationError(f"CPU step 'Resize': {len(sizes)} sizes for a rank-{data.ndim} input")
+    transform = params.get("coordinate_transformation_mode", "half_pixel")
+    rounding = params.get("nearest_mode", "round_prefer_floor")
+    result = data
+    for axis, (out_size, scale) in enumerate(zip(sizes, scales)):
+        if out_size == data.shape[axis] and float(scale) == 1.0:
+            continue
+        index = _nearest_index(out_size, data.shape[axis], float(scale), transform, rounding)
+        result = np.take(result, index, axis=axis)
+    return [result]
+
+
+def _tanh(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
+    return [np.tanh(inputs[0])]
+
+
+def _hard_sigmoid(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
+    alpha, beta = float(params.get("alpha", 0.2)), float(params.get("beta", 0.5))
+    return [np.clip(alpha * inputs[0] + beta, 0.0, 1.0)]
+
+
+def _hard_swish(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
+    x = inputs[0]
+    return [x * np.clip(x / 6.0 + 0.5, 0.0, 1.0)]
+
+
+def _binary(function):
+    def run(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
+        return [function(inputs[0], inputs[1])]  # numpy broadcasting, as ONNX multidirectional
+    return run
+
+
 #: op name -> function(list of float inputs, params) -> list of float outputs
 OPS: dict[str, Callable[[list[np.ndarray], dict], list[np.ndarray]]] = {
     "Relu": _relu, "Sigmoid": _sigmoid, "Softmax": _softmax,
+    "Reshape": _identity, "Flatten": _identity, "Squeeze": _identity, "Unsqueeze": _identity,
+    "Transpose": _transpose, "Concat": _concat, "Resize": _resize,
+    "Tanh": _tanh, "HardSigmoid": _hard_sigmoid, "HardSwish": _hard_swish,
+    "Add": _binary(np.add), "Sub": _binary(np.subtract), "Mul": _binary(np.multiply),
+    "Max": _binary(np.maximum), "Min": _binary(np.minimum),
+    "ReduceMean": _reduce(np.mean), "ReduceMax": _reduce(np.max), "ArgMax": _argmax,
 }
 
 
@@ -48,6 +172,11 @@ def run_step(runtime, step) -> None:
     if len(outputs) != len(step.outputs):
         raise EmulationError(f"CPU step {step.op!r}: {len(outputs)} results for {len(step.outputs)} outputs")
     for name, value in zip(step.outputs, outputs):
+        shape = tuple(runtime.model.tensor(name).shape)
+        if value.size != int(np.prod(shape)):
+            raise EmulationError(f"CPU step {step.op!r}: result of shape {list(value.shape)} does not fit output "
+                                 f"{name!r} of shape {list(shape)}")
+        value = np.asarray(value).reshape(shape)
         scale, zero_point = runtime.quantization(name)
         stored = np.clip(np.rint(value / scale) + zero_point, -128, 127).astype(np.int8)
         runtime.write_native(name, stored)

@@ -301,25 +301,6 @@ def test_cpu_step_runs_after_the_chain(tmp_path) -> None:
     assert "Sigmoid" in cpu_ops.OPS
 
 
-def test_cpu_layer_is_a_compile_error_naming_it() -> None:
-    net = Net(4)
-    net.conv("c1", "x", "a", 3, 16)
-    net.node("Softmax", ["a"], ["s"], "sm", axis=1)
-    graph = compile_graph(net.model([1, 3, 8, 8], "s"), (1, 3, 8, 8))
-    assert graph.node("sm").target == "CPU"
-    with pytest.raises(UnsupportedOpError, match=r"layer sm \(Softmax\): the partition sent it to the CPU"):
-        build_model(graph)
-
-
-def test_fused_lut_activation_is_an_unsupported_op_naming_the_layer() -> None:
-    net = Net(4)
-    net.conv("c1", "x", "a", 3, 16)
-    net.node("Sigmoid", ["a"], ["s"], "act")
-    graph = compile_graph(net.model([1, 3, 8, 8], "s"), (1, 3, 8, 8))
-    with pytest.raises(UnsupportedOpError, match=r"c1_fuse_sigmoid \(Conv\+Sigmoid\): fused Sigmoid is not lowered"):
-        build_model(graph)
-
-
 def test_unquantized_graph_is_a_compile_error() -> None:
     model, _ = conv_relu()
     graph = import_onnx(model, None)
