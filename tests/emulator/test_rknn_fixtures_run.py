@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import lzma
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +21,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.shared_data import RKNN_FIXTURES
 from npuemu.emulator.rknn_runner import RknnRun, RknnRunner
 from npuemu.isa.rknn import load_rknn
 from npuemu.tools.cli import main
 
-FIXTURES = Path(os.environ.get("NPUEMU_RKNN_FIXTURES", "/work/shared/rknn-fixtures"))
+FIXTURES = RKNN_FIXTURES
 
 
 @dataclass(frozen=True)

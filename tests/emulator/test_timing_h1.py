@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.shared_data import RKNN_FIXTURES, VENDOR_CORPUS
 from npuemu.emulator.rknn_runner import RknnRunner
 from npuemu.emulator.timing.npu_cycles import atom_k, conv_npu_cycles
 from npuemu.emulator.timing.report import report_rknn
@@ -27,8 +27,8 @@ from npuemu.emulator.units.state import FP16, INT8, ConvState
 from npuemu.isa.rknn import load_rknn
 from npuemu.platforms import load_platform
 
-CORPUS = Path(os.environ.get("NPUEMU_VENDOR_CORPUS", "/work/shared/docs/vendor-corpus"))
-FIXTURES = Path(os.environ.get("NPUEMU_RKNN_FIXTURES", "/work/shared/rknn-fixtures"))
+CORPUS = VENDOR_CORPUS
+FIXTURES = RKNN_FIXTURES
 RK3588 = load_platform("rk3588")
 
 BASE = ConvState(

@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.shared_data import RKNN_FIXTURES
 from npuemu.tools.cli import main
 from npuemu.tools.cmd_run import _file_name
 
-FIXTURES = Path(os.environ.get("NPUEMU_RKNN_FIXTURES", "/work/shared/rknn-fixtures"))
+FIXTURES = RKNN_FIXTURES
 RESNET18 = FIXTURES / "resnet18"
 REP12 = FIXTURES / "rep12_resblock_convadd_3x3_64_56"
 

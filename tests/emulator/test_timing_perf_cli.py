@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import lzma
-import os
 from pathlib import Path
 
 import numpy as np
 
+from tests.shared_data import RKNN_FIXTURES
 from npuemu.tools.cli import main
 
-FIXTURES = Path(os.environ.get("NPUEMU_RKNN_FIXTURES", "/work/shared/rknn-fixtures"))
+FIXTURES = RKNN_FIXTURES
 COLUMNS = ["ID", "OpType", "DataType", "Target", "InputShape", "OutputShape", "DDRCycles", "NPUCycles",
            "MaxCycles", "Time(us)", "MacUsage(%)", "TaskNumber", "RW(KB)", "FullName"]
 

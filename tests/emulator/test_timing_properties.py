@@ -4,7 +4,6 @@ exactly the DMA traffic, task cycles are max(NPU, DDR) plus the platform's launc
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.shared_data import RKNN_FIXTURES
 from npuemu.emulator.memory import DmaTraffic
 from npuemu.emulator.rknn_runner import RknnRunner
 from npuemu.emulator.timing import ddr_cycles, time_task
@@ -21,7 +21,7 @@ from npuemu.emulator.units.state import FP16, INT8, ConvState
 from npuemu.isa.rknn import load_rknn
 from npuemu.platforms import load_platform
 
-FIXTURES = Path(os.environ.get("NPUEMU_RKNN_FIXTURES", "/work/shared/rknn-fixtures"))
+FIXTURES = RKNN_FIXTURES
 RK3588 = load_platform("rk3588")
 
 BASE = ConvState(
