@@ -1,15 +1,12 @@
 """Does a convolution fit the CBUF at all? The test the channel-tiling rewrite and the
 partition share.
 
-It mirrors the lowering's CBUF planner (``compiler/lower/tiling.py``, vendor-corpus README
-§4.4) without importing it: the input is counted in 64-byte CBUF entries per row
-(``ceil(W * A / 4)``, A = 16-byte atoms per pixel, 1 or an even count), the weights in the
-vendor's packed int8 layout (output channels padded to ATOM_K, input channels to the
-input-channel group). A conv fits when (1) input and weights fit side by side, or (2) the
-input fits and the weights, at least as big, stream through the rest, or (3) the weights
-leave enough banks for the kernel's rows of input (the layer is then split along H).
-Otherwise nothing but a split of the input channels makes it fit. Depthwise convs are split
-by channel groups instead and always fit.
+It asks the lowering's own CBUF planner (``compiler/lower/tiling.py``, vendor-corpus README
+§4.4): a conv fits when the planner finds a bank split (input and weights side by side,
+weights streamed, or the input split along H); when it cannot, only a split of the input
+channels makes it fit. Weights are sized in the vendor's packed int8 layout (output channels
+padded to ATOM_K, input channels to the input-channel group). Depthwise convs are split by
+channel groups instead and always fit.
 
 Sizes assume int8 (the default build): the passes run before quantization.
 """
@@ -20,19 +17,14 @@ from dataclasses import dataclass
 
 from npuemu.platforms import Platform
 
-from ..ir import Graph, Node
+from npuemu.isa.errors import CompileError
 
-_ENTRY_BYTES = 64
+from ..ir import Graph, Node
+from ..lower.tiling import CbufRequest, plan_cbuf
 
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def _entries_per_row(width: int, channel_bytes: int) -> int:
-    atoms = _ceil_div(channel_bytes, 16)
-    atoms = 1 if atoms <= 1 else _ceil_div(atoms, 2) * 2
-    return _ceil_div(width * atoms, 4)
 
 
 @dataclass(frozen=True)
@@ -45,15 +37,16 @@ class ConvGeometry:
     stride_y: int
     pad_top: int
     taps: int  # kernel height x width: the weights per input channel
+    out_height: int
 
 
 def conv_geometry(graph: Graph, node: Node) -> ConvGeometry:
     """The geometry of a 4-D Conv node."""
     _, channels, height, width = graph.tensors[node.inputs[0]].shape
+    _, out_channels, out_height, _ = graph.tensors[node.outputs[0]].shape
     kernel, dilations = node.attrs["kernel_shape"], node.attrs["dilations"]
-    return ConvGeometry(channels, height, width, graph.tensors[node.outputs[0]].shape[1],
-                        (kernel[0] - 1) * dilations[0] + 1, node.attrs["strides"][0], node.attrs["pads"][0],
-                        kernel[0] * kernel[1])
+    return ConvGeometry(channels, height, width, out_channels, (kernel[0] - 1) * dilations[0] + 1,
+                        node.attrs["strides"][0], node.attrs["pads"][0], kernel[0] * kernel[1], out_height)
 
 
 def weight_bytes(platform: Platform, geometry: ConvGeometry, element_bytes: int = 1) -> int:
@@ -64,18 +57,23 @@ def weight_bytes(platform: Platform, geometry: ConvGeometry, element_bytes: int 
 
 def cbuf_fit(platform: Platform, geometry: ConvGeometry, element_bytes: int = 1) -> tuple[bool, str]:
     """(fits, how or why not) for one non-depthwise convolution."""
-    banks, bank_bytes = platform.cbuf.banks, platform.cbuf.bank_bytes
-    bank_entries = bank_bytes // _ENTRY_BYTES
-    row = _entries_per_row(geometry.width, geometry.channels * element_bytes)
-    data_banks = _ceil_div(geometry.height * row, bank_entries)
-    weight_banks = max(1, _ceil_div(weight_bytes(platform, geometry, element_bytes), bank_bytes))
-    if data_banks + weight_banks <= banks:
-        return True, f"input {data_banks} and weights {weight_banks} of {banks} CBUF banks"
-    if data_banks < banks and weight_banks >= data_banks:
+    request = CbufRequest(
+        layer="", height=geometry.height, width=geometry.width, channels=geometry.channels,
+        element_bytes=element_bytes, kernel_h=geometry.kernel_h, stride_y=geometry.stride_y,
+        pad_top=geometry.pad_top, out_height=geometry.out_height,
+        weight_bytes=weight_bytes(platform, geometry, element_bytes),
+        banks=platform.cbuf.banks, bank_bytes=platform.cbuf.bank_bytes)
+    banks, bank_entries = request.banks, request.bank_entries
+    data_banks = _ceil_div(request.height * request.row_entries(), bank_entries)
+    weight_banks = max(1, _ceil_div(request.weight_bytes, request.bank_bytes))
+    try:
+        plan = plan_cbuf(request)
+    except CompileError:
+        return False, (f"input ({data_banks} banks of {request.bank_bytes} B) and weights ({weight_banks} "
+                       f"banks) do not fit the {banks}-bank CBUF even when split along H")
+    if plan.weights_streamed:
         return True, f"input in {data_banks} CBUF banks, weights streamed"
-    if weight_banks < banks:
-        rows = (banks - weight_banks) * bank_entries // row
-        if (rows + geometry.pad_top - geometry.kernel_h) // geometry.stride_y + 1 >= 1 and rows >= 1:
-            return True, f"weights in {weight_banks} CBUF banks, input split along H ({rows} rows per task)"
-    return False, (f"input ({data_banks} banks of {bank_bytes} B) and weights ({weight_banks} banks) do not fit "
-                   f"the {banks}-bank CBUF even when split along H")
+    if len(plan.row_tiles) > 1:
+        rows = (banks - weight_banks) * bank_entries // request.row_entries()
+        return True, f"weights in {weight_banks} CBUF banks, input split along H ({rows} rows per task)"
+    return True, f"input {data_banks} and weights {weight_banks} of {banks} CBUF banks"

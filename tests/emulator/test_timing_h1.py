@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.emulator.timing_support import BASE
 from tests.shared_data import RKNN_FIXTURES, VENDOR_CORPUS
 from npuemu.emulator.rknn_runner import RknnRunner
 from npuemu.emulator.timing.npu_cycles import atom_k, conv_npu_cycles
@@ -31,13 +32,6 @@ CORPUS = VENDOR_CORPUS
 FIXTURES = RKNN_FIXTURES
 RK3588 = load_platform("rk3588")
 
-BASE = ConvState(
-    depthwise=False, precision=INT8, argb_channels=0, in_width=1, in_height=1, in_channels=16,
-    real_channels=16, feature_address=0, line_stride=16, surface_stride=16, pad_top=0, pad_left=0,
-    pad_value=0, stride_x=1, stride_y=1, dilation_x=1, dilation_y=1, kernel_w=1, kernel_h=1, kernels=1,
-    weight_address=0, weight_bytes=0, weight_bytes_per_kernel=0, data_bank=1, weight_bank=1,
-    data_reuse=False, weight_reuse=False, out_width=1, out_height=1, out_channels=16,
-    clip_truncate=0, round_type=0)
 
 
 def conv_state(**fields) -> ConvState:
