@@ -135,6 +135,8 @@ class Sram(Group):
 class Ddr(Group):
     read_bytes_per_cycle: float = figure(exclusive_minimum=0, maximum=1024)
     write_bytes_per_cycle: float = figure(exclusive_minimum=0, maximum=1024)
+    # share of the shorter of a task's compute and data DMA hidden under the longer (1: max)
+    compute_overlap: float = figure(default=1.0, minimum=0, maximum=1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,6 +151,9 @@ class VendorEstimate(Group):
 class Launch(Group):
     task_overhead_cycles: int = figure(minimum=0, maximum=10**9)
     host_submit_overhead_us: float = figure(minimum=0, maximum=10**6)
+    # host model of a CPU step: fixed cost + input elements x cost per element
+    cpu_op_overhead_us: float = figure(default=0.0, minimum=0, maximum=10**6)
+    cpu_op_us_per_element: float = figure(default=0.0, minimum=0, maximum=10**3)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,6 +161,8 @@ class CycleModel(Group):
     """Geometry of the NPU cycle model H1 (vendor-corpus README §4.1)."""
 
     pixel_granule: int = figure(minimum=1, maximum=1024)
+    # DPU/PPU-only tasks (no MAC work): bytes of their data cube streamed per cycle
+    dpu_bytes_per_cycle: int = figure(default=16, minimum=1, maximum=1024)
     input_channel_group: int = figure(minimum=1, maximum=1024)
     atom_k_int8: int = figure(minimum=1, maximum=1024)
     depthwise_group: int = figure(minimum=1, maximum=1024)

@@ -25,6 +25,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--input", "-i", action="append", default=[], metavar="X.npy",
                         help="one .npy array per graph input, in graph order (optional)")
     parser.add_argument("--json", action="store_true", help="print raw figures as JSON instead of the table")
+    parser.add_argument("--ddr-model", choices=("board", "vendor"), default="board",
+                        help="board (default): DDR cycles from the bytes the DMA moved at the board-fitted rates; "
+                        "vendor: librknnc's static estimate (its byte count at its assumed rate, "
+                        "conv-type layers only, Time = max(DDR, NPU))")
+    parser.add_argument("--profile-layers", action="store_true",
+                        help="add the platform's per-layer host submit overhead (launch.host_submit_overhead_us) "
+                        "to each NPU layer's time, as a board measures with per-layer profiling on")
     parser.add_argument("--platform", default=None,
                         help="platform name or YAML (default: the model's chip, else rk3588)")
     parser.set_defaults(func=run)
@@ -34,6 +41,10 @@ def run(args: argparse.Namespace) -> int:
     from npuemu.isa.errors import ModelFileError
     from npuemu.tools.cmd_run import _model_kind
 
+    if args.profile_layers and args.ddr_model == "vendor":
+        from npuemu.isa.errors import ConfigError
+        raise ConfigError("--profile-layers adds the board's per-layer host overhead; --ddr-model vendor "
+                          "reproduces the vendor's static estimate, which has none: use one of them")
     kind = _model_kind(args.model)
     if kind == "rknn":
         report = _perf_rknn(args)
@@ -41,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
         report = _perf_npu(args)
     else:
         raise ModelFileError(f"{args.model}: not a .rknn file (no 'RKNN' magic) and not a .npu model file")
+    if args.profile_layers:
+        report.layer_overhead_us = report.host_submit_overhead_us
     out = sys.stdout
     if args.json:
         json.dump(report.to_json(), out, indent=1)
@@ -52,10 +65,16 @@ def run(args: argparse.Namespace) -> int:
     if report.unassigned:
         out.write(f"{len(report.unassigned)} task(s) belong to no layer; counted in the totals only\n")
     totals = report.totals()
+    if report.ddr_model == "vendor":
+        out.write(f"{report.platform}: the vendor's static estimate (DDR at its assumed rate, no launch "
+                  f"overhead): {totals['cycles']} cycles ({totals['time_us']:.1f} us)\n")
+        return 0
+    profiled = (f" and {report.layer_overhead_us:g} us of host submit per NPU layer (--profile-layers)"
+                if report.layer_overhead_us else "")
     out.write(f"{report.platform} @ {report.npu_mhz:g} MHz: {totals['tasks']} tasks, "
               f"{totals['cycles']} cycles ({totals['time_us']:.1f} us) including "
-              f"{totals['cycles'] - totals['max_cycles']} cycles of per-task launch overhead; "
-              f"DDR {totals['ddr_read_bytes']} B read, {totals['ddr_write_bytes']} B written\n")
+              f"{totals['cycles'] - totals['max_cycles']} cycles of per-task launch (regcmd fetch and "
+              f"dispatch){profiled}; DDR {totals['ddr_read_bytes']} B read, {totals['ddr_write_bytes']} B written\n")
     return 0
 
 
@@ -88,7 +107,7 @@ def _perf_rknn(args):
     notes: list[str] = []
     arrays = _inputs(args, [(t.name, tuple(t.shape)) for t in runner.input_tensors], notes)
     result = runner.run(arrays)
-    report = report_rknn(model, result, load_platform(chip))
+    report = report_rknn(model, result, load_platform(chip), args.ddr_model)
     report.model = args.model
     report.notes = notes
     return report
@@ -112,7 +131,7 @@ def _perf_npu(args):
     for name, array in zip(runtime.inputs, _inputs(args, shapes, notes)):
         runtime.set_input(name, array)
     runtime.run()
-    report = report_npu(model, runtime.runs, runtime.machine.platform)
+    report = report_npu(model, runtime.runs, runtime.machine.platform, args.ddr_model)
     report.model = args.model
     report.notes = notes
     return report

@@ -1,4 +1,4 @@
-"""Timing model (issue 5, first slice): per-task cycles from each task's decoded register state
+"""Timing model (issue 5): per-task cycles from each task's decoded register state
 and the bytes its DMA moved; per-layer sums and the vendor-style perf report. See
 emulator/TIMING.md."""
 

@@ -2,10 +2,15 @@
 
 The bytes are exactly what the emulator's DMA moved in the task (``TaskRecord.traffic``,
 emulator/memory.py ``DmaTraffic``): every read stream (regcmd fetch, CNA feature/weight,
-DPU_RDMA bias/BN/EW/main, PPU_RDMA) and both write streams (DPU, PPU). DDR cycles follow the
-proportional model of vendor-corpus README §4.2 (cycles = bytes / bytes-per-cycle) with the
-platform's ``ddr`` read and write rates (rk3588: 5.9 B/cycle each, fitted to calibration.md
-Table A rows 3-5; platforms/rk3588.yaml).
+DPU_RDMA bias/BN/EW/main, PPU_RDMA) and both write streams (DPU, PPU).
+
+Accounting (emulator/TIMING.md "One count per byte"): the task's *data* streams (everything but
+the PC's regcmd fetch) overlap with its compute and make its DDR cycles; the regcmd fetch happens
+before the task's units start, so its cycles belong to the task's launch (task_time.py), not to
+DDR cycles. Both are read at the platform's ``ddr.read_bytes_per_cycle``, so every byte the DMA
+moved is timed exactly once. DDR cycles follow the proportional model of vendor-corpus README
+§4.2 (cycles = bytes / bytes-per-cycle) with the platform's ``ddr`` rates, fitted to the board
+rows of calibration.md by ``npuemu calibrate --fit`` (platforms/*.yaml).
 """
 
 from __future__ import annotations
@@ -16,11 +21,21 @@ from npuemu.emulator.memory import DmaTraffic
 
 
 def ddr_bytes(traffic: DmaTraffic) -> tuple[int, int]:
-    """(read bytes, write bytes) the task's DMA moved."""
+    """(read bytes, write bytes) the task's DMA moved, regcmd fetch included."""
     return traffic.read_bytes, traffic.write_bytes
+
+
+def data_read_bytes(traffic: DmaTraffic) -> int:
+    """Read bytes of the task's data streams (all but the regcmd fetch)."""
+    return traffic.read_bytes - traffic.regcmd_read
 
 
 def ddr_cycles(read_bytes: int, write_bytes: int, platform) -> int:
     """Cycles to move the bytes at the platform's DDR rates (read and write serialised, rounded up)."""
     ddr = platform.ddr
     return math.ceil(read_bytes / ddr.read_bytes_per_cycle + write_bytes / ddr.write_bytes_per_cycle)
+
+
+def regcmd_fetch_cycles(regcmd_bytes: int, platform) -> int:
+    """Cycles for the PC to fetch a task's register commands at the DDR read rate."""
+    return math.ceil(regcmd_bytes / platform.ddr.read_bytes_per_cycle)

@@ -9,6 +9,10 @@ Columns: DDRCycles, NPUCycles and MaxCycles are sums over the layer's tasks of t
 (emulator/TIMING.md); Time(us) = sum of task cycles (max + launch overhead) / ``clock.npu_mhz``;
 MacUsage(%) = real MACs / (MaxCycles * MACs per cycle of the precision); RW(KB) = bytes read / 1024
 (vendor-corpus README §4.2: the vendor's RW(KB) is bytes read).
+
+``ddr_model="vendor"`` reproduces librknnc's static estimate instead (vendor_estimate.py): per
+layer DDRCycles = its byte count at the vendor's rate (conv-type layers only, else 0),
+MaxCycles = max(DDR, NPU), Time = MaxCycles at the clock, no launch overhead.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ class LayerTime:
     full_name: str
     tasks: list[TaskTime] = field(default_factory=list)
     mac_rate: int = 0  # MACs per cycle of the layer's conv precision (0: no conv)
+    vendor_ddr: int | None = None  # set in the vendor-estimate mode: librknnc's per-layer DDR cycles
+    host_us: float = 0.0  # a CPU step's host time (host_model.py); 0 for NPU layers
 
     @property
     def npu_cycles(self) -> int:
@@ -38,14 +44,20 @@ class LayerTime:
 
     @property
     def ddr_cycles(self) -> int:
+        if self.vendor_ddr is not None:
+            return self.vendor_ddr
         return sum(t.ddr_cycles for t in self.tasks)
 
     @property
     def max_cycles(self) -> int:
+        if self.vendor_ddr is not None:
+            return max(self.npu_cycles, self.vendor_ddr)
         return sum(t.max_cycles for t in self.tasks)
 
     @property
     def cycles(self) -> int:
+        if self.vendor_ddr is not None:
+            return self.max_cycles
         return sum(t.cycles for t in self.tasks)
 
     @property
@@ -74,6 +86,16 @@ class PerfReport:
     layers: list[LayerTime]
     unassigned: list[TaskTime] = field(default_factory=list)  # tasks no layer claims
     notes: list[str] = field(default_factory=list)
+    ddr_model: str = "board"  # "board": fitted board model; "vendor": librknnc's static estimate
+    host_submit_overhead_us: float = 0.0  # the platform's launch.host_submit_overhead_us
+    layer_overhead_us: float = 0.0  # added per NPU layer (perf --profile-layers: per-layer profiling)
+
+    def _extra_us(self, layer: LayerTime) -> float:
+        """Time beyond the layer's task cycles: the profiled host submit and a CPU step's host time."""
+        return (self.layer_overhead_us if layer.tasks else 0.0) + layer.host_us
+
+    def layer_time_us(self, layer: LayerTime) -> float:
+        return self.time_us(layer.cycles) + self._extra_us(layer)
 
     def time_us(self, cycles: int) -> float:
         return cycles / self.npu_mhz
@@ -84,12 +106,15 @@ class PerfReport:
 
     def totals(self) -> dict:
         tasks = self.all_tasks
-        cycles = sum(t.cycles for t in tasks)
-        return {"npu_cycles": sum(t.npu_cycles for t in tasks), "ddr_cycles": sum(t.ddr_cycles for t in tasks),
-                "max_cycles": sum(t.max_cycles for t in tasks), "cycles": cycles,
+        parts = list(self.layers) + list(self.unassigned)  # both have the cycle properties
+        cycles = sum(p.cycles for p in parts)
+        return {"npu_cycles": sum(p.npu_cycles for p in parts), "ddr_cycles": sum(p.ddr_cycles for p in parts),
+                "max_cycles": sum(p.max_cycles for p in parts), "cycles": cycles,
                 "ddr_read_bytes": sum(t.ddr_read_bytes for t in tasks),
                 "ddr_write_bytes": sum(t.ddr_write_bytes for t in tasks),
-                "time_us": self.time_us(cycles), "tasks": len(tasks)}
+                "time_us": self.time_us(cycles) + sum(self._extra_us(layer) for layer in self.layers),
+                "cpu_time_us": sum(layer.host_us for layer in self.layers),
+                "tasks": len(tasks), "ddr_model": self.ddr_model}
 
     def to_json(self) -> dict:
         layers = []
@@ -101,9 +126,11 @@ class PerfReport:
                            "max_cycles": layer.max_cycles, "cycles": layer.cycles,
                            "ddr_read_bytes": layer.ddr_read_bytes, "ddr_write_bytes": layer.ddr_write_bytes,
                            "macs": layer.macs, "mac_usage_percent": layer.mac_usage(),
-                           "time_us": self.time_us(layer.cycles), "tasks": len(layer.tasks)})
+                           "time_us": self.layer_time_us(layer), "host_us": layer.host_us,
+                           "tasks": len(layer.tasks)})
         return {"model": self.model, "platform": self.platform, "npu_mhz": self.npu_mhz,
-                "layers": layers, "unassigned_tasks": len(self.unassigned), "totals": self.totals(),
+                "ddr_model": self.ddr_model, "layer_overhead_us": self.layer_overhead_us, "layers": layers,
+                "unassigned_tasks": len(self.unassigned), "totals": self.totals(),
                 "notes": list(self.notes)}
 
     def format_table(self) -> str:
@@ -114,7 +141,7 @@ class PerfReport:
             usage = layer.mac_usage()
             rows.append([str(layer.id), layer.op_type, layer.data_type, layer.target, layer.input_shapes,
                          layer.output_shape, str(layer.ddr_cycles), str(layer.npu_cycles),
-                         str(layer.max_cycles), f"{self.time_us(layer.cycles):.1f}",
+                         str(layer.max_cycles), f"{self.layer_time_us(layer):.1f}",
                          "" if usage is None else f"{usage:.2f}", str(len(layer.tasks)),
                          f"{layer.ddr_read_bytes / 1024:.0f}", layer.full_name])
         totals = self.totals()
@@ -148,8 +175,25 @@ def _mac_rate(tasks_records, platform) -> tuple[str, int]:
     return "", 0
 
 
-def report_rknn(model, run, platform) -> PerfReport:
+DDR_MODELS = ("board", "vendor")
+
+
+def _check_ddr_model(ddr_model: str) -> None:
+    if ddr_model not in DDR_MODELS:
+        from npuemu.isa.errors import ConfigError
+        raise ConfigError(f"unknown DDR model {ddr_model!r}; expected one of: {', '.join(DDR_MODELS)}")
+
+
+def _vendor_ddr(npu_cycles: int, nbytes: int, platform) -> int:
+    from npuemu.emulator.timing.vendor_estimate import vendor_ddr_cycles
+
+    # librknnc fills DDR cycles for conv-type layers only (vendor-corpus README §4.1)
+    return vendor_ddr_cycles(nbytes, platform) if npu_cycles else 0
+
+
+def report_rknn(model, run, platform, ddr_model: str = "board") -> PerfReport:
     """Per-layer report of an :class:`~npuemu.emulator.rknn_runner.RknnRun` of ``model``."""
+    _check_ddr_model(ddr_model)
     chain = model.program.chains[0]
     by_layer: dict[int, list] = {}
     unassigned = []
@@ -166,16 +210,23 @@ def report_rknn(model, run, platform) -> PerfReport:
         dtype, rate = _mac_rate(records, platform)
         if not dtype and out:
             dtype = out[0].dtype_name.upper()
-        layers.append(LayerTime(
+        timed = LayerTime(
             layer.index, layer.op_type, dtype, layer.unit,
             ",".join(_shape(model.tensors[i].shape) for i in layer.inputs) or "\\",
             _shape(out[0].shape) if out else "", layer.name,
-            [time_task(r, platform) for r in records], rate))
-    return PerfReport(model.source, platform.name, platform.clock.npu_mhz, layers, unassigned)
+            [time_task(r, platform) for r in records], rate)
+        if ddr_model == "vendor":
+            from npuemu.emulator.timing.vendor_estimate import rknn_layer_bytes
+            timed.vendor_ddr = _vendor_ddr(timed.npu_cycles, rknn_layer_bytes(model, layer, records, platform),
+                                           platform)
+        layers.append(timed)
+    return PerfReport(model.source, platform.name, platform.clock.npu_mhz, layers, unassigned, ddr_model=ddr_model,
+                      host_submit_overhead_us=platform.launch.host_submit_overhead_us)
 
 
-def report_npu(model, runs: Sequence, platform) -> PerfReport:
+def report_npu(model, runs: Sequence, platform, ddr_model: str = "board") -> PerfReport:
     """Per-layer report of a ``.npu`` model's chain runs (``Runtime.runs``, one per NPU step)."""
+    _check_ddr_model(ddr_model)
     step_runs = {}
     runs_iter = iter(runs)
     for index, step in enumerate(model.schedule()):
@@ -196,12 +247,21 @@ def report_npu(model, runs: Sequence, platform) -> PerfReport:
         dtype, rate = _mac_rate(records, platform)
         if not dtype and info.outputs and info.outputs[0] in tensors:
             dtype = (tensors[info.outputs[0]].dtype or "").upper()
-        layers.append(LayerTime(
+        timed = LayerTime(
             info.id, info.op_type, dtype, info.target or ("NPU" if records else "CPU"),
             ",".join(_shape(tensors[n].shape if n in tensors else None) for n in info.inputs) or "\\",
             ",".join(_shape(tensors[n].shape if n in tensors else None) for n in info.outputs),
-            info.name, [time_task(r, platform) for r in records], rate))
+            info.name, [time_task(r, platform) for r in records], rate)
+        if not records and (info.target or "").upper() == "CPU":
+            from npuemu.emulator.timing.host_model import cpu_step_us
+            timed.host_us = cpu_step_us([tensors[n].shape for n in info.inputs if n in tensors], platform)
+        if ddr_model == "vendor":
+            from npuemu.emulator.timing.vendor_estimate import npu_layer_bytes
+            sizes = [int(tensors[n].size or 0) for n in (*info.inputs, *info.outputs) if n in tensors]
+            timed.vendor_ddr = _vendor_ddr(timed.npu_cycles, npu_layer_bytes(sizes, records, platform), platform)
+        layers.append(timed)
     unassigned = [time_task(record, platform) for step, run in step_runs.items()
                   for i, record in enumerate(run.tasks) if (step, i) not in claimed]
     return PerfReport(str(getattr(model, "path", "")) or "model", platform.name, platform.clock.npu_mhz,
-                      layers, unassigned)
+                      layers, unassigned, ddr_model=ddr_model,
+                      host_submit_overhead_us=platform.launch.host_submit_overhead_us)

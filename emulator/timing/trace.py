@@ -7,9 +7,10 @@ of phase ``"X"`` (complete events, ``ts``/``dur`` in microseconds):
 
 - one track per NPU core (process "NPU", thread ``core N``): one event per task, laid end to end
   (cores are not overlapped yet: one timeline), duration = task cycles / ``clock.npu_mhz``;
-- one track per DMA direction (process "DDR", threads ``read`` and ``write``): the task's DDR
-  time split into its read part ``ceil(read / read rate)`` and the rest of its DDR cycles for the
-  write part, starting with the task (write after read: the model serialises them).
+- one track per DMA direction (process "DDR", threads ``read`` and ``write``): first the PC's
+  regcmd fetch (category ``regcmd``, part of the task's launch cycles), then, after the launch,
+  the task's data DDR time split into its read part ``ceil(data read / read rate)`` and the rest
+  of its DDR cycles for the write part (write after read: the model serialises them).
 
 Times are computed in cycles and converted once, so the NPU track's durations sum to the perf
 report's total time.
@@ -52,14 +53,22 @@ def build_trace(tasks: Iterable[TraceTask], platform, *, model: str = "") -> dic
                 "ddr_read_bytes": timing.ddr_read_bytes, "ddr_write_bytes": timing.ddr_write_bytes}
         events.append(_event(f"{task.label} #{timing.index}", "task", NPU_PID, timing.core,
                              start, timing.cycles, mhz, args))
-        read_cycles = min(math.ceil(timing.ddr_read_bytes / read_rate), timing.ddr_cycles)
+        # launch first: the PC fetches the task's register commands (part of overhead_cycles),
+        # then the data DMA runs beside the compute: reads, then writes (serialised by the model)
+        fetch_cycles = timing.overhead_cycles - platform.launch.task_overhead_cycles
+        if timing.regcmd_bytes and fetch_cycles > 0:
+            events.append(_event(f"regcmd {task.label} #{timing.index}", "regcmd", DDR_PID, READ_TID, start,
+                                 fetch_cycles, mhz, {"bytes": timing.regcmd_bytes, "cycles": fetch_cycles}))
+        data_start = start + timing.overhead_cycles
+        data_read = timing.ddr_read_bytes - timing.regcmd_bytes
+        read_cycles = min(math.ceil(data_read / read_rate), timing.ddr_cycles)
         write_cycles = timing.ddr_cycles - read_cycles
         if read_cycles > 0:
-            events.append(_event(f"read {task.label} #{timing.index}", "dma", DDR_PID, READ_TID, start,
-                                 read_cycles, mhz, {"bytes": timing.ddr_read_bytes, "cycles": read_cycles}))
+            events.append(_event(f"read {task.label} #{timing.index}", "dma", DDR_PID, READ_TID, data_start,
+                                 read_cycles, mhz, {"bytes": data_read, "cycles": read_cycles}))
         if write_cycles > 0 and timing.ddr_write_bytes:
             events.append(_event(f"write {task.label} #{timing.index}", "dma", DDR_PID, WRITE_TID,
-                                 start + read_cycles, write_cycles, mhz,
+                                 data_start + read_cycles, write_cycles, mhz,
                                  {"bytes": timing.ddr_write_bytes, "cycles": write_cycles}))
         start += timing.cycles
     meta = [_meta("process_name", NPU_PID, 0, "NPU"), _meta("process_name", DDR_PID, 0, "DDR"),

@@ -77,6 +77,12 @@ def test_mem_npu_from_memory_map_and_errors(demo, tmp_path, capsys):
     assert "not a .rknn file" in err and "Traceback" not in err
 
 
+def platform_overhead(perf: dict) -> int:
+    from npuemu.platforms import load_platform
+
+    return load_platform(perf["platform"]).launch.task_overhead_cycles
+
+
 def _check_trace(trace: dict, perf: dict) -> None:
     events = trace["traceEvents"]
     complete = [e for e in events if e["ph"] == "X"]
@@ -112,7 +118,11 @@ def _check_trace(trace: dict, perf: dict) -> None:
         assert event["args"]["enable_mask"].startswith("0x")
     dma = [e for key, track in tracks.items() if key[0] == 2 for e in track]
     assert sum(e["args"]["bytes"] for e in dma if names[(e["pid"], e["tid"])] == "DMA read") == totals["ddr_read_bytes"]
-    assert sum(e["args"]["cycles"] for e in dma) == totals["ddr_cycles"]
+    assert sum(e["args"]["cycles"] for e in dma if e["cat"] == "dma") == totals["ddr_cycles"]
+    fetch = [e for e in dma if e["cat"] == "regcmd"]
+    assert fetch and all(e["args"]["cycles"] > 0 for e in fetch)
+    assert sum(e["args"]["cycles"] for e in fetch) + len(tasks) * platform_overhead(perf) == \
+        sum(e["args"]["overhead_cycles"] for e in tasks)
     assert max(e["ts"] + e["dur"] for e in dma) <= end + 1e-6
 
 

@@ -1,5 +1,6 @@
 """Properties of the timing model: NPU cycles never fall when the work grows, DDR bytes are
-exactly the DMA traffic, task cycles are max(NPU, DDR) plus the platform's launch overhead."""
+exactly the DMA traffic, task cycles are max(NPU, DDR) (rk3588: full overlap) plus the launch
+(fixed dispatch + the regcmd fetch, timed once)."""
 
 from __future__ import annotations
 
@@ -74,8 +75,13 @@ def test_ddr_bytes_are_the_dma_traffic_of_a_real_run():
         streams = record.traffic.as_dict()
         assert timed.ddr_read_bytes == sum(v for k, v in streams.items() if k.endswith("_read")) > 0
         assert timed.ddr_write_bytes == streams["dpu_write"] + streams["ppu_write"] > 0
-        assert timed.ddr_cycles == ddr_cycles(timed.ddr_read_bytes, timed.ddr_write_bytes, RK3588)
-        assert timed.cycles == max(timed.npu_cycles, timed.ddr_cycles) + RK3588.launch.task_overhead_cycles
+        # one count per byte: the regcmd fetch is timed in the launch, the data streams in DDR cycles
+        regcmd = streams["regcmd_read"]
+        assert timed.regcmd_bytes == regcmd > 0
+        assert timed.ddr_cycles == ddr_cycles(timed.ddr_read_bytes - regcmd, timed.ddr_write_bytes, RK3588)
+        fetch = math.ceil(regcmd / RK3588.ddr.read_bytes_per_cycle)
+        assert timed.overhead_cycles == RK3588.launch.task_overhead_cycles + fetch
+        assert timed.cycles == max(timed.npu_cycles, timed.ddr_cycles) + timed.overhead_cycles
     report = report_rknn(model, run, RK3588)
     totals = report.totals()
     assert totals["ddr_read_bytes"] == run.chain.read_bytes
@@ -83,7 +89,7 @@ def test_ddr_bytes_are_the_dma_traffic_of_a_real_run():
     assert totals["tasks"] == len(run.chain.tasks)
 
 
-def test_a_task_without_a_conv_has_no_npu_cycles_and_its_bytes_decide():
+def test_a_task_without_a_conv_or_unit_state_has_no_compute_and_its_bytes_decide():
     from npuemu.emulator.core import TaskRecord
 
     traffic = DmaTraffic(regcmd_read=240, ppu_read=802816, ppu_write=200704)
@@ -91,5 +97,6 @@ def test_a_task_without_a_conv_has_no_npu_cycles_and_its_bytes_decide():
     timed = time_task(record, RK3588)
     assert timed.npu_cycles == 0
     ddr = RK3588.ddr
-    assert timed.ddr_cycles == math.ceil((240 + 802816) / ddr.read_bytes_per_cycle + 200704 / ddr.write_bytes_per_cycle)
-    assert timed.cycles == timed.ddr_cycles + RK3588.launch.task_overhead_cycles
+    assert timed.ddr_cycles == math.ceil(802816 / ddr.read_bytes_per_cycle + 200704 / ddr.write_bytes_per_cycle)
+    fetch = math.ceil(240 / ddr.read_bytes_per_cycle)
+    assert timed.cycles == timed.ddr_cycles + RK3588.launch.task_overhead_cycles + fetch

@@ -1,0 +1,84 @@
+"""The vendor's static per-layer DDR estimate (librknnc), reproduced on request
+(``npuemu perf --ddr-model vendor``).
+
+Source: vendor-corpus README §4.2. librknnc estimates DDR cycles only for conv-type layers (the
+others report 0/0/0, §4.1) as ``ceil(bytes / vendor_estimate.ddr_bytes_per_cycle)`` with
+bytes = every input (feature inputs at their native NC1HWC2 sizes, the residual, the stored
+weights - or the logical C*kh*kw bytes of depthwise weights where the platform says
+``depthwise_weight_bytes: logical`` - and the stored bias) + the output's native size; its
+Total is ``max(DDR, NPU)`` with no launch overhead. This is a static model of the vendor's
+numbers, not of the board: the board-fitted model is the default (emulator/TIMING.md).
+
+Byte sources: a vendor ``.rknn`` file lists every operand of a layer in its tensor table, so
+the sizes are read from there. An npuemu ``.npu`` file lists the feature tensors only; the
+weight bytes come from the layer's first conv task's CNA weight size (WEIGHT_SIZE0, the whole
+layer's weights) and the bias bytes from what its DPU BS stream read in that task.
+"""
+
+from __future__ import annotations
+
+import math
+
+from npuemu.isa.errors import ConfigError
+
+
+def vendor_rate(platform) -> float:
+    rate = platform.vendor_estimate.ddr_bytes_per_cycle
+    if not rate:
+        raise ConfigError(f"{platform.name}: the platform YAML has no vendor_estimate.ddr_bytes_per_cycle "
+                          "(no vendor-corpus builds for this chip); --ddr-model vendor needs it")
+    return rate
+
+
+def vendor_ddr_cycles(nbytes: int, platform) -> int:
+    return math.ceil(nbytes / vendor_rate(platform))
+
+
+def _depthwise_logical(platform) -> bool:
+    return platform.vendor_estimate.depthwise_weight_bytes == "logical"
+
+
+def first_conv(records):
+    return next((r.conv for r in records if r.conv is not None), None)
+
+
+def _rknn_feature_bytes(tensor) -> int:
+    """Native NC1HWC2 bytes of a feature tensor (the product of its 5-D native shape: the
+    allocation can be larger, e.g. depthwise outputs padded to 64 channels, README §4.3)."""
+    native = tuple(tensor.native_shape or ())
+    if len(native) == 5 and tensor.kind_name != "const":
+        return int(math.prod(native)) * _ITEMSIZE.get(tensor.dtype_name, 1)
+    return int(tensor.size or 0)
+
+
+_ITEMSIZE = {"int8": 1, "uint8": 1, "int16": 2, "float16": 2, "fp16": 2, "bfloat16": 2, "int32": 4, "float32": 4,
+             "fp32": 4}
+
+
+def rknn_layer_bytes(model, layer, records, platform) -> int:
+    """Bytes of a vendor .rknn layer as librknnc counts them: its inputs and output (native
+    feature sizes, stored constant sizes)."""
+    conv = first_conv(records)
+    total = 0
+    for index in layer.inputs:
+        tensor = model.tensors[index]
+        size = _rknn_feature_bytes(tensor)
+        shape = tuple(tensor.shape or ())
+        if conv is not None and conv.depthwise and _depthwise_logical(platform) and len(shape) == 4 and \
+                tensor.dtype_name == "int8" and shape[2:] == (conv.kernel_h, conv.kernel_w):
+            size = int(math.prod(shape))  # logical C*kh*kw depthwise weights
+        total += size
+    return total + sum(_rknn_feature_bytes(model.tensors[i]) for i in layer.outputs)
+
+
+def npu_layer_bytes(feature_sizes: list[int], records, platform) -> int:
+    """Bytes of an npuemu .npu layer: its feature tensors + weights (CNA) + bias (DPU BS stream)."""
+    conv = first_conv(records)
+    total = sum(feature_sizes)
+    if conv is None:
+        return total
+    first = next(r for r in records if r.conv is not None)
+    weights = conv.weight_bytes
+    if conv.depthwise and _depthwise_logical(platform):
+        weights = (conv.real_channels or conv.out_channels) * conv.kernel_h * conv.kernel_w
+    return total + weights + first.traffic.bias_read
