@@ -36,10 +36,13 @@ class LayerTime:
     tasks: list[TaskTime] = field(default_factory=list)
     mac_rate: int = 0  # MACs per cycle of the layer's conv precision (0: no conv)
     vendor_ddr: int | None = None  # set in the vendor-estimate mode: librknnc's per-layer DDR cycles
+    vendor_npu: int | None = None  # set in the vendor-estimate mode: H1 over the layer's whole plane
     host_us: float = 0.0  # a CPU step's host time (host_model.py); 0 for NPU layers
 
     @property
     def npu_cycles(self) -> int:
+        if self.vendor_npu is not None:
+            return self.vendor_npu
         return sum(t.npu_cycles for t in self.tasks)
 
     @property
@@ -216,7 +219,8 @@ def report_rknn(model, run, platform, ddr_model: str = "board") -> PerfReport:
             _shape(out[0].shape) if out else "", layer.name,
             [time_task(r, platform) for r in records], rate)
         if ddr_model == "vendor":
-            from npuemu.emulator.timing.vendor_estimate import rknn_layer_bytes
+            from npuemu.emulator.timing.vendor_estimate import rknn_layer_bytes, vendor_layer_npu_cycles
+            timed.vendor_npu = vendor_layer_npu_cycles(records, platform)
             timed.vendor_ddr = _vendor_ddr(timed.npu_cycles, rknn_layer_bytes(model, layer, records, platform),
                                            platform)
         layers.append(timed)
@@ -256,7 +260,8 @@ def report_npu(model, runs: Sequence, platform, ddr_model: str = "board") -> Per
             from npuemu.emulator.timing.host_model import cpu_step_us
             timed.host_us = cpu_step_us([tensors[n].shape for n in info.inputs if n in tensors], platform)
         if ddr_model == "vendor":
-            from npuemu.emulator.timing.vendor_estimate import npu_layer_bytes
+            from npuemu.emulator.timing.vendor_estimate import npu_layer_bytes, vendor_layer_npu_cycles
+            timed.vendor_npu = vendor_layer_npu_cycles(records, platform)
             sizes = [int(tensors[n].size or 0) for n in (*info.inputs, *info.outputs) if n in tensors]
             timed.vendor_ddr = _vendor_ddr(timed.npu_cycles, npu_layer_bytes(sizes, records, platform), platform)
         layers.append(timed)

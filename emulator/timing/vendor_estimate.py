@@ -82,3 +82,31 @@ def npu_layer_bytes(feature_sizes: list[int], records, platform) -> int:
     if conv.depthwise and _depthwise_logical(platform):
         weights = (conv.real_channels or conv.out_channels) * conv.kernel_h * conv.kernel_w
     return total + weights + first.traffic.bias_read
+
+
+def _h1_shape_key(conv) -> tuple:
+    """Everything model H1 reads from a conv task except its output height."""
+    return (conv.depthwise, conv.precision, conv.out_width, conv.kernel_h, conv.kernel_w, conv.kernels,
+            conv.out_channels, conv.real_channels, conv.in_channels)
+
+
+def vendor_layer_npu_cycles(records, platform) -> int:
+    """librknnc's NPU cycles of one layer: model H1 over the layer's whole output plane.
+
+    The per-task model (npu_cycles.py) rounds each task's OH*OW up to the pixel granule, as the
+    register state of each task gives it; the vendor's estimate (README §4.1) rounds the layer's
+    plane once. For a layer split along H into tasks the two differ (rep05 / mobilenet_v2 L5,
+    56x56 as 25+24+7 rows: 56736 per task vs 56448 per layer). Tasks that differ only in their
+    output height are merged back into one plane here; which one the silicon does, only a
+    board can say (TIMING.md).
+    """
+    from dataclasses import replace
+
+    from npuemu.emulator.timing.npu_cycles import conv_npu_cycles
+
+    planes: dict[tuple, list] = {}
+    for record in records:
+        if record.conv is not None:
+            planes.setdefault(_h1_shape_key(record.conv), []).append(record.conv)
+    return sum(conv_npu_cycles(replace(convs[0], out_height=sum(c.out_height for c in convs)), platform)
+               for convs in planes.values())

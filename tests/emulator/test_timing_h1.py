@@ -116,3 +116,24 @@ def test_h1_on_the_register_streams_of_the_vendor_fixtures():
             exact += layer.npu_cycles == row["npu_cycles"]
     print(f"fixtures: per-layer NPU cycles exact on {exact} / {total} conv-type layers")
     assert total == 90 and exact == 88
+
+
+def test_vendor_mode_rounds_the_layer_plane_once_and_matches_every_fixture_layer():
+    """``perf --ddr-model vendor`` reports librknnc's per-layer NPU figure: H-split tasks merged
+    back into one plane. Then all 90 conv-type layers of the fixtures equal meta.json, while
+    the board mode keeps the per-task figure (PER_TASK_ROUNDING above)."""
+    exact = total = 0
+    for name in _fixture_names():
+        model = load_rknn(FIXTURES / name / "model.rknn")
+        runner = RknnRunner(model)
+        run = runner.run([np.zeros(t.shape, np.float32) for t in runner.input_tensors])
+        board, vendor_mode = report_rknn(model, run, RK3588), report_rknn(model, run, RK3588, "vendor")
+        vendor = json.loads((FIXTURES / name / "meta.json").read_text())["librknnc"]["layers"]
+        for per_task, layer, row in zip(board.layers, vendor_mode.layers, vendor, strict=True):
+            assert layer.npu_cycles <= per_task.npu_cycles
+            if row["npu_cycles"]:
+                total += 1
+                exact += layer.npu_cycles == row["npu_cycles"]
+            else:
+                assert layer.npu_cycles == 0
+    assert (exact, total) == (90, 90)
