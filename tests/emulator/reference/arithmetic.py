@@ -1,38 +1,18 @@
-"""Reference per-element arithmetic (NUMERICS.md sections 1, 2, 4, 5, 6), on Python integers."""
+"""Reference per-element arithmetic (NUMERICS.md sections 1, 2, 4, 5, 6), on Python integers.
+
+The rounding shift, clamp and PPU average live in the public testing kit's references
+(``npuemu.tools.testing_reference``), which users test their own layers with; they are
+imported here so the project's kernel tests and the kit share one reference.
+"""
 
 from __future__ import annotations
 
-from fractions import Fraction
-import math
+from npuemu.tools.testing_reference import clamp, pool_average, round_shift  # noqa: F401 (re-exported)
 
 INT8 = (-128, 127)
 INT16 = (-32768, 32767)
 INT32 = (-(2**31), 2**31 - 1)
 ACC34 = (-(2**33), 2**33 - 1)
-
-
-def round_shift(value: int, shift: int, mode: str) -> int:
-    """value / 2**shift rounded: 'half_away', 'half_even', 'half_up' or 'floor'."""
-    exact = Fraction(int(value), 2 ** int(max(shift, 0)))
-    low = math.floor(exact)
-    if mode == "floor":
-        return low
-    distance = exact - low
-    if distance < Fraction(1, 2):
-        return low
-    if distance > Fraction(1, 2):
-        return low + 1
-    if mode == "half_up":
-        return low + 1
-    if mode == "half_even":
-        return low if low % 2 == 0 else low + 1
-    if mode == "half_away":
-        return low + 1 if exact > 0 else low
-    raise ValueError(mode)
-
-
-def clamp(value: int, bounds: tuple[int, int]) -> int:
-    return min(max(value, bounds[0]), bounds[1])
 
 
 def core(exact_sum: int, truncate: int, mode: str) -> int:
@@ -139,7 +119,3 @@ def lut(x, le, lo, cfg: dict) -> int:
     else:
         pick_lo = cfg["hybrid_priority"] == 1
     return clamp(lo_value if pick_lo else le_value, INT32)
-
-
-def pool_average(total: int, recip_w: int, recip_h: int, bounds) -> int:
-    return clamp(round_shift(total * recip_w * recip_h, 32, "half_away"), bounds)

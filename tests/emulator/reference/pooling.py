@@ -1,35 +1,11 @@
-"""Reference PPU pooling on [C][H][W] (NUMERICS.md section 6)."""
+"""Reference PPU pooling on [C][H][W] (NUMERICS.md section 6). The integer pool is the
+public testing kit's (``npuemu.tools.testing_reference.ppu_pool``); the fp16 one stays here."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from tests.emulator.reference.arithmetic import clamp, pool_average
-
-
-def pool(x: np.ndarray, cfg: dict, bounds) -> np.ndarray:
-    channels, height, width = x.shape
-    out = np.zeros((channels, cfg["out_h"], cfg["out_w"]), np.int64)
-    for c in range(channels):
-        for oy in range(cfg["out_h"]):
-            for ox in range(cfg["out_w"]):
-                inside, padding = [], 0
-                for ky in range(cfg["kernel_h"]):
-                    for kx in range(cfg["kernel_w"]):
-                        y = oy * cfg["stride_y"] + ky - cfg["pad_top"]
-                        xx = ox * cfg["stride_x"] + kx - cfg["pad_left"]
-                        if 0 <= y < height and 0 <= xx < width:
-                            inside.append(int(x[c, y, xx]))
-                        else:
-                            padding += 1
-                if cfg["method"] == 0:
-                    total = sum(inside) + padding * cfg["pad_value"]
-                    out[c, oy, ox] = pool_average(total, cfg["recip_w"], cfg["recip_h"], bounds)
-                elif not inside:
-                    out[c, oy, ox] = clamp(cfg["pad_value"], bounds)
-                else:
-                    out[c, oy, ox] = max(inside) if cfg["method"] == 1 else min(inside)
-    return out
+from npuemu.tools.testing_reference import ppu_pool as pool  # noqa: F401 (the kit's int8 PPU reference)
 
 
 def pool_float(x: np.ndarray, cfg: dict) -> np.ndarray:
