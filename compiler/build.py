@@ -26,11 +26,12 @@ import copy
 import dataclasses
 
 from npuemu.compiler.build_adapt import (
-    ELTWISE_OPS, Alias, CpuOp, alias_from_node, chw, cpu_from_node, layer_from_node, split_lut_activation,
+    ELTWISE_OPS, Alias, CpuOp, alias_from_node, chw, concat_fits_surfaces, cpu_from_node, layer_from_node,
+    split_conv_transpose, split_lut_activation,
 )
 from npuemu.compiler.ir import Graph, Tensor
 from npuemu.compiler.lower import (
-    ConvLayer, EltwiseLayer, feature_bytes, layer_constants, lower_layer, output_align,
+    ConcatLayer, ConvLayer, EltwiseLayer, feature_bytes, layer_constants, lower_layer, output_align,
 )
 from npuemu.compiler.memory_plan import lifetimes_from_steps, plan_memory, regcmd_bytes
 from npuemu.isa.chain import encode_chain
@@ -49,7 +50,7 @@ def _reads(layer) -> tuple[str, ...]:
         return tuple(layer.inputs)
     if isinstance(layer, ConvLayer):
         return (layer.input,) + ((layer.residual.tensor,) if layer.residual else ())
-    if isinstance(layer, EltwiseLayer):
+    if isinstance(layer, (EltwiseLayer, ConcatLayer)):
         return tuple(layer.inputs)
     return (layer.input,)
 
@@ -62,6 +63,8 @@ def _shapes(layer) -> dict[str, tuple[int, int, int]]:
         return shapes
     if isinstance(layer, EltwiseLayer):
         return {layer.inputs[0]: layer.shape, layer.inputs[1]: layer.shape, layer.output: layer.shape}
+    if isinstance(layer, ConcatLayer):
+        return dict(zip(layer.inputs, layer.shapes)) | {layer.output: layer.output_shape}
     return {layer.input: layer.input_shape, layer.output: layer.output_shape}
 
 
@@ -74,7 +77,7 @@ def _resolve(layer, aliases: Mapping[str, str]):
         if residual is not None and residual.tensor in aliases:
             residual = dataclasses.replace(residual, tensor=aliases[residual.tensor])
         return dataclasses.replace(layer, input=aliases.get(layer.input, layer.input), residual=residual)
-    if isinstance(layer, (EltwiseLayer, CpuOp)):
+    if isinstance(layer, (EltwiseLayer, ConcatLayer, CpuOp)):
         return dataclasses.replace(layer, inputs=tuple(aliases.get(name, name) for name in layer.inputs))
     return dataclasses.replace(layer, input=aliases.get(layer.input, layer.input))
 
@@ -100,6 +103,15 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
     nodes = []  # the built layers; a conv with a fused LUT activation becomes conv + CPU step (interim)
     copied = False
     for node in graph.nodes:
+        transposed = split_conv_transpose(graph, node)
+        if transposed is not None:
+            if not copied:  # new tensors go into a copy, never into the caller's graph
+                graph, copied = copy.deepcopy(graph), True
+            tensors, conv, move = transposed
+            for tensor in tensors:
+                graph.add_tensor(tensor)
+            nodes += [conv, move]
+            continue
         split = split_lut_activation(graph, node)
         if split is None:
             nodes.append(node)
@@ -117,7 +129,8 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
         if record is not None:
             aliases[record.output] = aliases.get(record.input, record.input)
             records.append(record)
-        elif node.target == "CPU" or _broadcasting_eltwise(graph, node):
+        elif node.target == "CPU" or _broadcasting_eltwise(graph, node) or (
+                node.op_type == "Concat" and not concat_fits_surfaces(graph, node, spec.nc1hwc2.int8)):
             records.append(_resolve(cpu_from_node(graph, node), aliases))
         else:
             records.append(_resolve(layer_from_node(graph, node), aliases))

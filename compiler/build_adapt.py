@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from npuemu.compiler.ir import Graph, Node, QuantParams
-from npuemu.compiler.lower import Activation, ConvLayer, EltwiseLayer, PoolLayer, Quant, Residual
+from npuemu.compiler.ir import FusedOp, Graph, Node, QuantParams, Tensor
+from npuemu.compiler.lower import Activation, ActivationLayer, ConcatLayer, ConvLayer, EltwiseLayer, PoolLayer, Quant, Residual
+from npuemu.compiler.lower.lut import ONNX_LUT_KINDS
 from npuemu.compiler.quant import stored_values
 from npuemu.compiler.quant.affine import round_half_away
 from npuemu.isa.errors import CompileError, UnsupportedOpError
@@ -68,7 +69,19 @@ def _activation(graph: Graph, node: Node, part) -> Activation:
         if low == 0.0 and high == 6.0:
             return Activation("relu6")
         return Activation("clip", low=float(low), high=float(high))
+    if part.op_type in ONNX_LUT_KINDS:
+        return lut_activation(part.op_type, part.attrs)
     raise _fail(node, f"fused {part.op_type} is not lowered yet", UnsupportedOpError)
+
+
+def lut_activation(op_type: str, attrs) -> Activation:
+    """A DPU-LUT activation with its ONNX attributes (Elu alpha; HardSigmoid alpha, beta)."""
+    alpha = attrs.get("alpha") if op_type in ("Elu", "HardSigmoid") else None
+    beta = attrs.get("beta") if op_type == "HardSigmoid" else None
+    # Gelu's tanh approximation (opset 20 ``approximate="tanh"``) differs from the erf form by
+    # < 5e-4 absolute: the erf table serves both.
+    return Activation(ONNX_LUT_KINDS[op_type], alpha=None if alpha is None else float(alpha),
+                      beta=None if beta is None else float(beta))
 
 
 def _conv(graph: Graph, node: Node) -> ConvLayer:
@@ -164,6 +177,24 @@ def _eltwise(graph: Graph, node: Node) -> EltwiseLayer:
                         int8_quant(graph, node.outputs[0], node), activation=activation)
 
 
+def _concat(graph: Graph, node: Node) -> ConcatLayer:
+    rank = len(graph.tensor(node.outputs[0]).shape)
+    axis = int(node.attrs.get("axis", 1))
+    if node.fused or (axis % rank if rank else axis) != 1:
+        raise _fail(node, f"only a channel (axis 1) concat without fused parts is lowered, got axis {axis}")
+    inputs = tuple(node.inputs)
+    if any(graph.tensor(name).is_const for name in inputs):
+        raise _fail(node, "a concat with a constant input is not lowered")
+    return ConcatLayer(node.layer_name, inputs, node.outputs[0], tuple(chw(graph, name, node) for name in inputs),
+                       tuple(int8_quant(graph, name, node) for name in inputs), int8_quant(graph, node.outputs[0], node))
+
+
+def concat_fits_surfaces(graph: Graph, node: Node, c2: int) -> bool:
+    """A channel concat whose inputs (all but the last) fill whole C2 groups: the DPU copies
+    each one to a surface boundary of the output. Others run as a CPU step."""
+    return all(chw(graph, name, node)[0] % c2 == 0 for name in node.inputs[:-1])
+
+
 @dataclass(frozen=True)
 class Alias:
     """A reshape that moves no bytes: a [1, C, 1, 1] feature map viewed as [1, C] (or back).
@@ -210,12 +241,20 @@ def layer_from_node(graph: Graph, node: Node):
         return _pool(graph, node)
     if node.op_type in _ELTWISE and all(not graph.tensor(name).is_const for name in node.inputs[:2]):
         return _eltwise(graph, node)
+    if node.op_type == "Concat":
+        return _concat(graph, node)
+    if node.op_type in ONNX_LUT_KINDS and len(node.inputs) == 1:
+        if node.fused:
+            raise _fail(node, "fused parts after a LUT activation are not lowered")
+        x = node.inputs[0]
+        return ActivationLayer(node.layer_name, x, node.outputs[0], chw(graph, x, node), int8_quant(graph, x, node),
+                               int8_quant(graph, node.outputs[0], node), lut_activation(node.op_type, node.attrs))
     raise _fail(node, f"op {node.op_type} is not lowered to NPU tasks yet", UnsupportedOpError)
 
 
 #: ops a CPU schedule step may name (the runtime's host-side operators, emulator/cpu_ops.py);
 #: the LUT activations and element-wise ops are the interim fallbacks described further down
-CPU_OPS = frozenset({"Softmax", "Sigmoid", "Relu", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose",
+CPU_OPS = frozenset({"Softmax", "Sigmoid", "Relu", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "DepthToSpace",
                      "Resize", "Concat", "ReduceMean", "ReduceMax", "ArgMax",
                      "HardSigmoid", "HardSwish", "Tanh", *ELTWISE_OPS})
 
@@ -263,15 +302,16 @@ def cpu_from_node(graph: Graph, node: Node) -> CpuOp:
     return CpuOp(node.layer_name, node.op_type, inputs, node.outputs[0], _json_value(dict(node.attrs)))
 
 
-# --- interim: LUT activations and broadcasting element-wise ops as CPU steps ---------------
+# --- interim: LUT activations after a residual add, and broadcasting element-wise ops as CPU steps
 #
-# The real NPU applies Sigmoid/HardSigmoid/HardSwish/Tanh after a conv with the DPU LUT; the
-# LUT is not lowered yet. As a documented interim, such a fused activation is split off: the
+# The DPU LUT runs before the EW stage's add (NUMERICS.md 4.4), so a conv whose fused residual
+# Add is followed by Sigmoid/HardSigmoid/HardSwish/Tanh cannot run it in the same task. As a
+# documented interim, such a fused activation is split off: the
 # conv writes its pre-activation result to a new int8 tensor ``<output>_preact`` and a CPU step
 # applies the activation. The pre-activation quantization is derived from the output's range
 # by inverting the (monotonic or saturating) activation, so the split adds one int8 rounding
 # of the pre-activation that the fake-quant evaluation (which keeps fused values in float)
-# does not model. Remove this once the DPU LUT is lowered.
+# does not model. (A second DPU-only LUT task would keep it on the NPU; not lowered yet.)
 
 LUT_ACTIVATIONS = frozenset({"Sigmoid", "HardSigmoid", "HardSwish", "Tanh"})
 
@@ -301,6 +341,8 @@ def split_lut_activation(graph: Graph, node: Node) -> tuple[Node, Node, QuantPar
     if node.target != "NPU" or node.op_type != "Conv" or not node.fused \
             or node.fused[-1].op_type not in LUT_ACTIVATIONS or len(node.outputs) != 1:
         return None
+    if not any(part.op_type == "Add" and part.tag != "bias_add" for part in node.fused[:-1]):
+        return None  # no residual: the DPU LUT runs the activation (lower/lut.py)
     part, output = node.fused[-1], node.outputs[0]
     quant = int8_quant(graph, output, node)
     low, high = quant.scale * (-128 - quant.zero_point), quant.scale * (127 - quant.zero_point)
@@ -315,3 +357,73 @@ def split_lut_activation(graph: Graph, node: Node) -> tuple[Node, Node, QuantPar
     activation = Node(part.source or f"{node.name}_{part.op_type.lower()}", part.op_type, [preact], [output],
                       dict(part.attrs), [], "CPU")
     return conv, activation, QuantParams("int8", np.asarray(scale), np.asarray(zero_point))
+
+
+# --- ConvTranspose with kernel = stride: a 1x1 convolution, then DepthToSpace on the CPU -------
+#
+# A transposed convolution whose kernel equals its stride (no padding, dilation, output padding
+# or groups: the 2x2/s2 upsampling of DBNet heads) writes each input pixel's k x k output
+# block independently: out[co, y*k + i, x*k + j] = sum_ci in[ci, y, x] * W[ci, co, i, j] + b.
+# That is a 1x1 convolution with C_out * k * k output channels ordered (co, i, j), followed by
+# ONNX DepthToSpace (mode CRD), a pure data movement that keeps the quantization. The
+# convolution (with its fused bias/activation) runs on the NPU, the movement as a CPU step.
+
+def _repeated(tensor: Tensor, name: str, repeat: int, data: np.ndarray | None = None) -> Tensor:
+    """A copy of a per-output-channel constant with every channel repeated ``repeat`` times."""
+    quant = tensor.quant
+    if quant is not None and quant.per_channel:
+        quant = QuantParams(quant.dtype, np.repeat(quant.scale, repeat), np.repeat(quant.zero_point, repeat), 0)
+    if data is None:
+        flat = np.asarray(tensor.data).reshape(-1)
+        data = np.repeat(flat, repeat) if flat.size > 1 else flat
+        shape = (data.size,) if len(tensor.shape) <= 1 else (data.size,) + (1,) * (len(tensor.shape) - 1)
+        data = data.reshape(shape)
+    return Tensor(name, tuple(data.shape), tensor.dtype, np.asarray(data), quant)
+
+
+def split_conv_transpose(graph: Graph, node: Node) -> tuple[list[Tensor], Node, Node] | None:
+    """(new tensors, 1x1 conv node, CPU DepthToSpace node) for an NPU ConvTranspose with
+    kernel = stride, else None."""
+    if node.op_type != "ConvTranspose" or node.target != "NPU" or len(node.outputs) != 1:
+        return None
+    attrs = node.attrs
+    weight = graph.tensor(node.inputs[1])
+    if weight.data is None or len(weight.shape) != 4:
+        return None
+    kernel = [int(v) for v in attrs.get("kernel_shape", weight.shape[2:])]
+    strides = [int(v) for v in attrs.get("strides", [1, 1])]
+    plain = (int(attrs.get("group", 1)) == 1 and kernel[0] == kernel[1] == strides[0] == strides[1]
+             and not any(int(v) for v in attrs.get("pads", [0] * 4))
+             and all(int(v) == 1 for v in attrs.get("dilations", [1, 1]))
+             and not any(int(v) for v in attrs.get("output_padding", [0, 0]))
+             and attrs.get("auto_pad", "NOTSET") in ("NOTSET", b"NOTSET") and "output_shape" not in attrs)
+    if not plain:
+        return None
+    k = kernel[0]
+    c_in, c_out = weight.shape[:2]
+    if weight.quant is not None and weight.quant.per_channel and weight.quant.axis != 1:
+        return None
+    base = node.outputs[0]
+    w_data = np.asarray(weight.data).transpose(1, 2, 3, 0).reshape(c_out * k * k, c_in, 1, 1)
+    tensors = [_repeated(weight, f"{base}_d2s_weight", k * k, w_data)]
+    inputs = [node.inputs[0], tensors[0].name]
+    if len(node.inputs) > 2 and node.inputs[2]:
+        tensors.append(_repeated(graph.tensor(node.inputs[2]), f"{base}_d2s_bias", k * k))
+        inputs.append(tensors[-1].name)
+    fused = []
+    for part in node.fused:
+        if part.op_type == "Add" and part.tag == "bias_add" and len(part.inputs) == 1:
+            constant = graph.tensor(part.inputs[0])
+            tensors.append(_repeated(constant, f"{base}_d2s_{part.inputs[0]}", k * k))
+            part = FusedOp(part.op_type, dict(part.attrs), [tensors[-1].name], part.carry_index, part.source, part.tag)
+        elif part.inputs:  # a residual or a per-channel operand would need the same reordering
+            return None
+        fused.append(part)
+    out = graph.tensor(base)
+    _, _, height, width = out.shape
+    tensors.append(Tensor(f"{base}_d2s", (1, c_out * k * k, height // k, width // k), out.dtype, quant=out.quant))
+    conv = Node(node.name, "Conv", inputs, [tensors[-1].name],
+                {"kernel_shape": [1, 1], "strides": [1, 1], "pads": [0, 0, 0, 0], "group": 1}, fused, "NPU")
+    move = Node(f"{node.name}_depth_to_space", "DepthToSpace", [tensors[-1].name], [base],
+                {"blocksize": k, "mode": "CRD"}, [], "CPU")
+    return tensors, conv, move

@@ -143,6 +143,22 @@ def _hard_swish(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
     return [x * np.clip(x / 6.0 + 0.5, 0.0, 1.0)]
 
 
+def _depth_to_space(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
+    """ONNX DepthToSpace on [N, C * b * b, H, W]: DCR (default) or CRD channel order."""
+    x = inputs[0]
+    block = int(params.get("blocksize", 1))
+    mode = params.get("mode", "DCR")
+    n, c, h, w = x.shape
+    if block < 1 or c % (block * block):
+        raise EmulationError(f"DepthToSpace: {c} channels are not a multiple of blocksize^2 = {block * block}")
+    depth = c // (block * block)
+    if mode == "CRD":
+        y = x.reshape(n, depth, block, block, h, w).transpose(0, 1, 4, 2, 5, 3)
+    else:
+        y = x.reshape(n, block, block, depth, h, w).transpose(0, 3, 4, 1, 5, 2)
+    return [y.reshape(n, depth, h * block, w * block)]
+
+
 def _binary(function):
     def run(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
         return [function(inputs[0], inputs[1])]  # numpy broadcasting, as ONNX multidirectional
@@ -153,7 +169,7 @@ def _binary(function):
 OPS: dict[str, Callable[[list[np.ndarray], dict], list[np.ndarray]]] = {
     "Relu": _relu, "Sigmoid": _sigmoid, "Softmax": _softmax,
     "Reshape": _identity, "Flatten": _identity, "Squeeze": _identity, "Unsqueeze": _identity,
-    "Transpose": _transpose, "Concat": _concat, "Resize": _resize,
+    "Transpose": _transpose, "Concat": _concat, "Resize": _resize, "DepthToSpace": _depth_to_space,
     "Tanh": _tanh, "HardSigmoid": _hard_sigmoid, "HardSwish": _hard_swish,
     "Add": _binary(np.add), "Sub": _binary(np.subtract), "Mul": _binary(np.multiply),
     "Max": _binary(np.maximum), "Min": _binary(np.minimum),

@@ -65,7 +65,8 @@ class RowRun:
     reason: str = ""                     # why a row has no NPU figures
     tasks: list[TaskFigures] = field(default_factory=list)
     layers: list[str] = field(default_factory=list)  # the built layers (op types, target)
-    layout: str = ""                     # how npuemu's tensors differ from the vendor's ("" = same bytes)
+    layout: str = ""                     # how npuemu's build differs from the vendor's: tensor sizes,
+                                         # task structure ("" = same bytes and tasks; only those rows are fitted)
 
     @property
     def fit_row(self) -> bool:
@@ -177,6 +178,9 @@ def _run_row(row: CalibrationRow) -> RowRun:
         return RowRun(row, False, f"npuemu's build runs {'/'.join(cpu) or row.op} on the CPU (no NPU tasks)",
                       layers=layers)
     layout = _layout_difference(row, model, graph.inputs, platform)
+    if any(info.op_type in LUT_OPS for info in npu_layers):
+        layout = "; ".join(filter(None, [layout, "task structure: the vendor uploads the LUT in a DPU task of its "
+                                                 "own (rep10), npuemu's build folds it into the layer's task"]))
     runtime = Runtime(model, platform)
     for i, name in enumerate(runtime.inputs):
         runtime.set_input(name, np.zeros((1, *row.inputs[i]), np.float32))
@@ -185,6 +189,10 @@ def _run_row(row: CalibrationRow) -> RowRun:
                          data_read_bytes(record.traffic), record.traffic.write_bytes, record.traffic.regcmd_read)
              for run in runtime.runs for record in run.tasks]
     return RowRun(row, True, tasks=tasks, layers=layers, layout=layout)
+
+
+#: layers whose vendor build has an extra LUT-upload task (vendor-corpus README: Sigmoid = 2 tasks)
+LUT_OPS = frozenset({"Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Elu", "Gelu", "Softplus", "Silu"})
 
 
 def vendor_bytes(shape: tuple[int, int, int], c2: int, packed: bool = False) -> int:

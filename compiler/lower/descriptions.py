@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .lut import LutProgram
+
 # Precision codes: CNA/CORE and DPU/RDMA (rknpu-isa.md 3, TRM): 0 int8, 2 fp16 in both tables.
 PRECISION_CODES = {"int8": 0, "float16": 2}
 # PPU_RDMA DATA_FORMAT.IN_PRECISION: 0/1/2/3 = 4/8/16/32-bit (rknpu-isa.md 3).
@@ -60,6 +62,7 @@ class EwStage:
     relux_value: int = 0
     data_mode: int = 0  # EW_DATA_MODE / ERDMA_DATA_MODE: 1 = per-pixel operand (rep09, rep12)
     data_size: int = 0  # EDATA_SIZE / ERDMA_DATA_SIZE: 1 for the int8 operands of rep09/rep12
+    lut: bool = False  # not EW_LUT_BYPASS: the LUT runs first in this stage (rep10)
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,7 @@ class DpuStages:
     ew: EwStage = field(default_factory=EwStage)
     out_cvt: OutCvt = field(default_factory=OutCvt)
     bs_cpend: bool = False  # BS_OW_CFG: CPEND operand from the BRDMA blob (not OD_BYPASS)
+    lut: LutProgram | None = None  # LUT registers (tables are uploaded by the task marked lut_upload)
 
 
 @dataclass(frozen=True)
@@ -140,6 +144,7 @@ class ConvTask:
     stages: DpuStages
     bias_address: int
     residual: Operand | None = None
+    lut_upload: bool = False  # this task writes stages.lut's tables into the LUT RAM first
 
 
 @dataclass(frozen=True)
@@ -153,6 +158,7 @@ class DpuTask:
     cube: DpuCube
     stages: DpuStages
     operand: Operand | None = None
+    lut_upload: bool = False
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ from npuemu.isa.task import Task
 
 from .descriptions import ConvTask
 from .emit_dpu import (
-    BURST_LEN, INT_CLEAR_ALL, INT_MASK_DPU, RdmaSources, residual_sources, write_dpu_body, write_s_pointers,
+    BURST_LEN, INT_CLEAR_ALL, INT_MASK_DPU, RdmaSources, residual_sources, write_dpu_body, write_lut_upload,
+    write_s_pointers,
 )
 from .fields import RegisterBuilder, signed32
 
@@ -109,6 +110,8 @@ def conv_writes(task: ConvTask, regmap: RegisterMap):
     write_dpu_body(b, task.cube, task.stages, conv_mode=task.conv_mode, flying=False, sources=sources,
                    bias_address=task.bias_address, brdma_use=brdma, erdma=task.residual is not None,
                    residual=task.residual is not None)
+    if task.lut_upload:
+        write_lut_upload(b, task.stages.lut)
     return b.done()
 
 

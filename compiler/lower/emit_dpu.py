@@ -16,6 +16,7 @@ from npuemu.isa.task import Task
 
 from .descriptions import DpuCube, DpuStages, DpuTask, EwStage, Operand, XStage
 from .fields import RegisterBuilder, signed32
+from .lut import LUT_CFG_REP10, LutProgram
 from .placement import ATOM_BYTES
 
 S_POINTER_PP = dict(POINTER_PP_MODE=1, EXECUTER_PP_EN=1, POINTER_PP_EN=1)  # 0xe (rknpu-isa.md 2.5)
@@ -49,7 +50,7 @@ def _write_x_stage(b: RegisterBuilder, prefix: str, stage: XStage) -> None:
 def _ew_cfg(ew: EwStage) -> dict[str, int]:
     return dict(EW_CVT_TYPE=int(not ew.cvt_bypass), EW_CVT_ROUND=0, EW_DATA_MODE=ew.data_mode,
                 EDATA_SIZE=ew.data_size, EW_ALU_ALGO=ew.alu_algo, EW_RELUX_EN=int(ew.relux),
-                EW_RELU_BYPASS=int(not ew.relu), EW_OP_CVT_BYPASS=int(ew.cvt_bypass), EW_LUT_BYPASS=1,
+                EW_RELU_BYPASS=int(not ew.relu), EW_OP_CVT_BYPASS=int(ew.cvt_bypass), EW_LUT_BYPASS=int(not ew.lut),
                 EW_OP_SRC=int(ew.op_from_dma), EW_OP_TYPE=ew.op_type, EW_OP_BYPASS=int(ew.op_bypass),
                 EW_BYPASS=int(ew.bypass))
 
@@ -121,10 +122,7 @@ def write_dpu_body(b: RegisterBuilder, cube: DpuCube, stages: DpuStages, *, conv
         b.write("DPU", f"EW_OP_VALUE_{index}")
     b.write("DPU", "SURFACE_ADD", SURF_ADD=cube.surfaces_per_pass * cube.dst_surface_stride)
     b.write("DPU", "UNDOC_40C4")
-    for register in ("LUT_ACCESS_CFG", "LUT_ACCESS_DATA", "LUT_CFG", "LUT_INFO", "LUT_LE_START", "LUT_LE_END",
-                     "LUT_LO_START", "LUT_LO_END", "LUT_LE_SLOPE_SCALE", "LUT_LE_SLOPE_SHIFT",
-                     "LUT_LO_SLOPE_SCALE", "LUT_LO_SLOPE_SHIFT"):
-        b.write("DPU", register)
+    _write_lut_registers(b, stages.lut)
     b.write("DPU_RDMA", "DATA_CUBE_WIDTH", WIDTH=cube.width - 1)
     b.write("DPU_RDMA", "DATA_CUBE_HEIGHT", HEIGHT=cube.height - 1)
     b.write("DPU_RDMA", "DATA_CUBE_CHANNEL", CHANNEL=cube.channels - 1)
@@ -149,6 +147,35 @@ def write_dpu_body(b: RegisterBuilder, cube: DpuCube, stages: DpuStages, *, conv
     b.write("DPU_RDMA", "EW_SURF_NOTCH", EW_SURF_NOTCH=sources.ew_notch)
 
 
+def _write_lut_registers(b: RegisterBuilder, lut: LutProgram | None) -> None:
+    """LUT_ACCESS_CFG .. LUT_LO_SLOPE_SHIFT in the body (zeros without a LUT, as every
+    listing; rep10's values with one: priorities, index select, table ranges, flat slopes)."""
+    b.write("DPU", "LUT_ACCESS_CFG")
+    b.write("DPU", "LUT_ACCESS_DATA")
+    if lut is None:
+        for register in ("LUT_CFG", "LUT_INFO", "LUT_LE_START", "LUT_LE_END", "LUT_LO_START", "LUT_LO_END",
+                         "LUT_LE_SLOPE_SCALE", "LUT_LE_SLOPE_SHIFT", "LUT_LO_SLOPE_SCALE", "LUT_LO_SLOPE_SHIFT"):
+            b.write("DPU", register)
+        return
+    b.write("DPU", "LUT_CFG", **LUT_CFG_REP10)
+    b.write("DPU", "LUT_INFO", LUT_LO_INDEX_SELECT=lut.index_select, LUT_LE_INDEX_SELECT=lut.index_select)
+    b.write("DPU", "LUT_LE_START", V=lut.le_start)
+    b.write("DPU", "LUT_LE_END", V=lut.le_end)
+    b.write("DPU", "LUT_LO_START", V=lut.lo_start)
+    b.write("DPU", "LUT_LO_END", V=lut.lo_end)
+    for register in ("LUT_LE_SLOPE_SCALE", "LUT_LE_SLOPE_SHIFT", "LUT_LO_SLOPE_SCALE", "LUT_LO_SLOPE_SHIFT"):
+        b.write("DPU", register)  # slopes 0: the tables end where the output is flat (lut.py)
+
+
+def write_lut_upload(b: RegisterBuilder, lut: LutProgram) -> None:
+    """The LUT RAM upload as rep10 does it: LUT_ACCESS_CFG (write access, table, address 0),
+    then one LUT_ACCESS_DATA word per entry, LE (table 0) then LO (table 1)."""
+    for table_id, values in ((0, lut.le), (1, lut.lo)):
+        b.write("DPU", "LUT_ACCESS_CFG", LUT_ACCESS_TYPE=1, LUT_TABLE_ID=table_id, LUT_ADDR=0)
+        for value in values:
+            b.write("DPU", "LUT_ACCESS_DATA", LUT_ACCESS_DATA=int(value) & 0xFFFF)
+
+
 def write_s_pointers(b: RegisterBuilder) -> None:
     b.write("DPU", "S_POINTER", **S_POINTER_PP)
     b.write("DPU_RDMA", "S_POINTER", **S_POINTER_PP)
@@ -161,4 +188,6 @@ def emit_dpu_task(task: DpuTask, regmap: RegisterMap, op_idx: int | None = None)
     sources = flying_sources(task.source_address, task.source_surface_stride, task.cube, task.operand)
     write_dpu_body(b, task.cube, task.stages, conv_mode=0, flying=True, sources=sources,
                    erdma=task.operand is not None)
+    if task.lut_upload:
+        write_lut_upload(b, task.stages.lut)
     return Task(b.done(), ENABLE_DPU_ONLY, int_mask=INT_MASK_DPU, int_clear=INT_CLEAR_ALL, op_idx=op_idx)

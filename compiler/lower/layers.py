@@ -24,11 +24,13 @@ import numpy as np
 
 from npuemu.isa.errors import CompileError
 
+from .lut import LUT_KINDS
+
 INT8 = "int8"
 FLOAT16 = "float16"
 DTYPES = (INT8, FLOAT16)
 
-ACTIVATIONS = ("none", "relu", "relu6", "clip", "leaky_relu")
+ACTIVATIONS = ("none", "relu", "relu6", "clip", "leaky_relu", *LUT_KINDS)
 
 
 @dataclass(frozen=True)
@@ -48,12 +50,19 @@ class Quant:
 @dataclass(frozen=True)
 class Activation:
     """A fused activation. ``clip`` uses ``low``/``high`` (real units); ``relu6`` is clip(0, 6);
-    ``leaky_relu`` multiplies negative values by ``alpha``."""
+    ``leaky_relu`` multiplies negative values by ``alpha``. The look-up-table kinds
+    (``lut.LUT_KINDS``) run in the DPU LUT; ``alpha``/``beta`` are their ONNX attributes
+    (Elu alpha, HardSigmoid alpha and beta; None = ONNX default)."""
 
     kind: str = "none"
     low: float | None = None
     high: float | None = None
-    alpha: float = 0.0
+    alpha: float | None = 0.0
+    beta: float | None = None
+
+    @property
+    def uses_lut(self) -> bool:
+        return self.kind in LUT_KINDS
 
     def __post_init__(self) -> None:
         if self.kind not in ACTIVATIONS:
@@ -280,6 +289,61 @@ class EltwiseLayer:
             raise CompileError(f"layer {self.name}: int8 element-wise layers need input and output quantization")
 
 
+@dataclass(frozen=True)
+class ActivationLayer:
+    """A standalone LUT activation (Sigmoid, Tanh, ...) on one int8 tensor: a DPU-only task
+    (vendor rep10)."""
+
+    name: str
+    input: str
+    output: str
+    shape: tuple[int, int, int]
+    input_quant: Quant
+    output_quant: Quant
+    activation: Activation
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(int(v) for v in self.shape))
+        if not self.activation.uses_lut:
+            raise CompileError(f"layer {self.name}: a standalone activation layer runs a LUT activation, "
+                               f"got {self.activation.kind!r}")
+
+    @property
+    def input_shape(self) -> tuple[int, int, int]:
+        return self.shape
+
+    @property
+    def output_shape(self) -> tuple[int, int, int]:
+        return self.shape
+
+
+@dataclass(frozen=True)
+class ConcatLayer:
+    """Channel concatenation of int8 tensors: one DPU-only copy task per input that requantizes
+    it into its channel slice of the output (every input but the last must fill whole C2
+    groups, so the slices start on surface boundaries)."""
+
+    name: str
+    inputs: tuple[str, ...]
+    output: str
+    shapes: tuple[tuple[int, int, int], ...]
+    input_quants: tuple[Quant, ...]
+    output_quant: Quant
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "inputs", tuple(self.inputs))
+        object.__setattr__(self, "shapes", tuple(tuple(int(v) for v in shape) for shape in self.shapes))
+        object.__setattr__(self, "input_quants", tuple(self.input_quants))
+        if not self.inputs or len(self.inputs) != len(self.shapes) or len(self.inputs) != len(self.input_quants):
+            raise CompileError(f"layer {self.name}: a concat needs one shape and quantization per input")
+        if len({shape[1:] for shape in self.shapes}) != 1:
+            raise CompileError(f"layer {self.name}: concat inputs differ in height/width: {list(self.shapes)}")
+
+    @property
+    def output_shape(self) -> tuple[int, int, int]:
+        return sum(shape[0] for shape in self.shapes), self.shapes[0][1], self.shapes[0][2]
+
+
 POOL_METHODS = ("max", "avg")
 
 
@@ -327,4 +391,4 @@ class PoolLayer:
         return channels, (height + top + bottom - kh) // sy + 1, (width + left + right - kw) // sx + 1
 
 
-Layer = ConvLayer | FcLayer | EltwiseLayer | PoolLayer
+Layer = ConvLayer | FcLayer | EltwiseLayer | PoolLayer | ActivationLayer | ConcatLayer

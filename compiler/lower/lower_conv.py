@@ -18,6 +18,7 @@ Per task (vendor listings rep01-rep06, rep11, rep12; tasks.csv):
 from __future__ import annotations
 
 from collections.abc import Mapping
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +27,7 @@ from npuemu.isa.errors import CompileError
 from npuemu.platforms.model import Platform
 
 from .. import quant_regs, weight_pack
+from . import lut
 from .conv_geometry import feature_grains, kernels_per_pass, pad_value, surfaces_per_pass
 from .descriptions import (
     ALU_ADD, ALU_MAX, CONV_MODE_DEPTHWISE, CONV_MODE_DIRECT, PRECISION_CODES, ConvTask, DpuCube, DpuStages, EwStage,
@@ -131,9 +133,53 @@ def conv_stages(layer: ConvLayer, constants: ConvConstants) -> DpuStages:
                     mul_from_dma=True, mul_shift=requant.mul_shift)
         out = OutCvt(scale=requant.out_cvt.scale, shift=requant.out_cvt.shift, offset=requant.out_offset)
         unit = requant.acc_scale
+    if layer.activation.uses_lut:
+        return _lut_stages(layer, bs, unit)
     bn = XStage() if activation_after_add else _activation_stage(layer, unit)
     ew = _residual_stage(layer, requant, activation_after_add) if layer.residual else EwStage()
     return DpuStages(bs=bs, bn=bn, ew=ew, out_cvt=out, bs_cpend=layer.dtype != FLOAT16)
+
+
+def lut_stages(layer_name: str, activation, unit: float, output_quant, bs: XStage, bn_alu: float = 0.0,
+               residual=None, **stage_options) -> DpuStages:
+    """BN maps the values (``unit`` each, after ``bs``) onto the LUT's inputs, the EW stage runs
+    the LUT (then adds ``residual``, a Residual after the activation, if given), OUT_CVT maps
+    table units to the int8 output (lut.py). ``bn_alu`` (in ``unit``s) is added before the
+    scaling: a standalone activation's -zp_in."""
+    value_range = None
+    if residual is not None:  # act = out - residual: its range follows from the two int8 ranges
+        out_q, res_q = output_quant, residual.quant
+        value_range = (out_q.scale * (-128 - out_q.zero_point) - res_q.scale * (127 - res_q.zero_point),
+                       out_q.scale * (127 - out_q.zero_point) - res_q.scale * (-128 - res_q.zero_point))
+    program, to_lut, out_cvt = lut.lut_program(
+        activation.kind, input_unit=unit, output_scale=output_quant.scale,
+        output_zero_point=output_quant.zero_point, alpha=activation.alpha, beta=activation.beta,
+        value_range=value_range, layer=layer_name)
+    # BN: MUL first, then the ALU, then the shift (NUMERICS.md 4.2, rep10): the ALU operand is
+    # in units of 2^-shift of the product, as rep10's -50550 = -zp_in * 25275.
+    alu = int(round(bn_alu * to_lut.scale))
+    bn = XStage(bypass=False, mul_bypass=False, mul_operand=to_lut.scale, mul_shift=to_lut.shift,
+                alu_bypass=alu == 0, alu_algo=ALU_ADD, alu_operand=alu)
+    ew = EwStage(bypass=False, op_bypass=True, lut=True)
+    if residual is not None:  # the EW converter brings the residual into table units (as rep12 into BS units)
+        convert = quant_regs.operand_convert(residual.quant.scale / program.output_unit, residual.quant.zero_point,
+                                             f"layer {layer_name}: residual scale ratio s_r / LUT output unit")
+        ew = EwStage(bypass=False, op_bypass=False, op_from_dma=True, alu_algo=ALU_ADD, cvt_bypass=False,
+                     cvt_offset=convert.offset, cvt_scale=convert.scale, cvt_shift=convert.shift, data_mode=1,
+                     data_size=1, lut=True)
+    out = OutCvt(scale=out_cvt.scale, shift=out_cvt.shift, offset=output_quant.zero_point)
+    return DpuStages(bs=bs, bn=bn, ew=ew, out_cvt=out, lut=program, **stage_options)
+
+
+def _lut_stages(layer: ConvLayer, bs: XStage, unit: float) -> DpuStages:
+    if layer.dtype == FLOAT16:
+        raise CompileError(f"layer {layer.name}: {layer.activation.kind} runs in the DPU LUT, which is "
+                           "programmed for int8 layers only (NUMERICS.md 4.6: the fp path skips the LUT)")
+    if layer.residual is not None and not layer.residual.after_activation:
+        raise CompileError(f"layer {layer.name}: a LUT activation ({layer.activation.kind}) after a fused "
+                           "residual Add is not lowered in one task (the LUT runs before the EW add)")
+    return lut_stages(layer.name, layer.activation, unit, layer.output_quant, bs, residual=layer.residual,
+                      bs_cpend=True)
 
 
 # -- tasks -----------------------------------------------------------------------------------
@@ -271,4 +317,7 @@ def lower_conv(layer: ConvLayer, placements: Mapping[str, Placement], platform: 
     constants = constants or conv_constants(layer, platform)
     ctx = _context(layer, placements, platform, constants)
     plan = plan_cbuf(cbuf_request(layer, ctx.inp, platform, len(constants.weights)))
-    return tuple(_conv_task(ctx, tile, plan.data_bank, plan.weight_bank) for tile in plan.tasks)
+    tasks = tuple(_conv_task(ctx, tile, plan.data_bank, plan.weight_bank) for tile in plan.tasks)
+    if ctx.stages.lut is not None:  # the first task of the layer uploads its LUT (rep10: before the op)
+        tasks = (dataclasses.replace(tasks[0], lut_upload=True),) + tasks[1:]
+    return tasks

@@ -19,7 +19,8 @@ from npuemu.platforms.model import Platform
 
 from .. import quant_regs
 from .descriptions import ALU_ADD, ALU_MAX, ALU_MIN, ALU_MINUS, PRECISION_CODES, DpuCube, DpuStages, DpuTask, EwStage, Operand, OutCvt, XStage
-from .layers import FLOAT16, EltwiseLayer
+from .layers import FLOAT16, ActivationLayer, ConcatLayer, EltwiseLayer
+from .lower_conv import lut_stages
 from .lookup import check_feature, tensor
 from .placement import Placement, align
 
@@ -69,3 +70,57 @@ def lower_eltwise(layer: EltwiseLayer, placements: Mapping[str, Placement], plat
                    precision=PRECISION_CODES[layer.dtype])
     return (DpuTask(layer.name, first.address, first.surface_stride, cube, eltwise_stages(layer),
                     Operand(second.address, second.surface_stride)),)
+
+
+def lower_activation(layer: ActivationLayer, placements: Mapping[str, Placement], platform: Platform) -> tuple[DpuTask, ...]:
+    """A standalone LUT activation: one DPU-only task that uploads its LUT and runs BN (remove the
+    input zero point, scale onto the LUT inputs) -> LUT -> OUT_CVT, as rep10 (which uploads in a
+    task of its own; here the upload words precede the op in the same task, LOWERING.md)."""
+    source = tensor(placements, layer.input, layer.name)
+    out = tensor(placements, layer.output, layer.name)
+    for what, placement in (("input", source), ("output", out)):
+        check_feature(placement, layer.shape, "int8", what, layer.name)
+        if placement.packed:
+            raise CompileError(f"layer {layer.name}: a LUT activation needs NC1HWC2 tensors, not packed images")
+    channels, height, width = layer.shape
+    cube = DpuCube(width=width, height=height, channels=align(channels, out.c2), orig_channels=channels,
+                   dst_address=out.address, dst_surface_stride=out.surface_stride, surfaces_per_pass=1,
+                   precision=PRECISION_CODES["int8"])
+    stages = lut_stages(layer.name, layer.activation, layer.input_quant.scale, layer.output_quant, XStage(),
+                        bn_alu=-layer.input_quant.zero_point)
+    return (DpuTask(layer.name, source.address, source.surface_stride, cube, stages, lut_upload=True),)
+
+
+def concat_stages(input_quant, output_quant, layer: str) -> DpuStages:
+    """Requantizing copy: BS removes the zero point in units s_in / 2^14 (as rep09's first
+    operand), OUT_CVT scales to the output."""
+    requant = quant_regs.eltwise_requant("add", input_quant.scale, input_quant.zero_point, input_quant.scale,
+                                         input_quant.zero_point, output_quant.scale, output_quant.zero_point, layer)
+    bs = XStage(bypass=False, alu_bypass=False, alu_algo=ALU_ADD, alu_operand=requant.bs_alu,
+                mul_bypass=False, mul_operand=requant.bs_mul, mul_shift=requant.bs_mul_shift)
+    out_cvt = OutCvt(scale=requant.out_cvt.scale, shift=requant.out_cvt.shift, offset=requant.out_offset)
+    return DpuStages(bs=bs, out_cvt=out_cvt)
+
+
+def lower_concat(layer: ConcatLayer, placements: Mapping[str, Placement], platform: Platform) -> tuple[DpuTask, ...]:
+    """One DPU-only task per input, writing its channels at the output's surface for its first
+    channel (the vendor lists Concat among the DPU-only layers; vendor-corpus README 4)."""
+    out = tensor(placements, layer.output, layer.name)
+    check_feature(out, layer.output_shape, "int8", "output", layer.name)
+    tasks, start = [], 0
+    for index, (name, shape, quant) in enumerate(zip(layer.inputs, layer.shapes, layer.input_quants)):
+        source = tensor(placements, name, layer.name)
+        check_feature(source, shape, "int8", f"input {index}", layer.name)
+        if source.packed or out.packed:
+            raise CompileError(f"layer {layer.name}: concat needs NC1HWC2 tensors, not packed images")
+        if start % out.c2:
+            raise CompileError(f"layer {layer.name}: input {index} starts at channel {start}, not on a {out.c2}-channel "
+                               f"surface of the output; only the last input may end part-way through a surface")
+        channels, height, width = shape
+        cube = DpuCube(width=width, height=height, channels=align(channels, out.c2), orig_channels=channels,
+                       dst_address=out.address + (start // out.c2) * out.surface_bytes,
+                       dst_surface_stride=out.surface_stride, surfaces_per_pass=1, precision=PRECISION_CODES["int8"])
+        tasks.append(DpuTask(layer.name, source.address, source.surface_stride, cube,
+                             concat_stages(quant, layer.output_quant, layer.name)))
+        start += channels
+    return tuple(tasks)

@@ -255,11 +255,15 @@ def _quantize_constants(graph: Graph, dtypes: Mapping[str, str], anchors: Mappin
         if node.op_type == convert_op.OP_TYPE:
             continue
         dtype = dtypes[node.name]
-        for role in constant_roles(graph, node):
+        roles = constant_roles(graph, node)
+        bias = next((role for role in roles if role.kind == BIAS), None)
+        for role in roles:
             name = role.slot.read(node)
             if name in anchors:
                 role = ConstantRole(role.slot, SHARED)
             quant = _constant_quant(graph, node, role, dtype, params, anchors, per_channel, weight_clipping)
+            if role.kind == WEIGHT and quant is not None and quant.dtype == INT8:
+                quant = _bias_headroom(graph, node, role, bias, quant)
             _assign(graph, node, role.slot, quant, assigned)
 
 
@@ -281,6 +285,13 @@ def _constant_quant(graph: Graph, node: Node, role: ConstantRole, dtype: str, pa
     return QuantParams("int16", symmetric_scale(max_abs, INT16), 0)
 
 
+#: smallest per-channel weight scale relative to the layer's largest: the BS multiplier is
+#: 2^14 s_w[c] / max(s_w) (quant_regs), so this keeps it >= 16 (relative error <= 3 %) instead
+#: of rounding to 0 for channels whose weights are almost all zero (real models have them)
+MIN_WEIGHT_SCALE_RATIO = 2.0 ** -10
+INT8_RANGE = (-128, 127)
+
+
 def weight_params(weights: np.ndarray, axis: int | None, clipping: str = "minmax") -> QuantParams:
     """int8 asymmetric parameters of a weight tensor, per channel along ``axis`` or per tensor.
 
@@ -294,9 +305,69 @@ def weight_params(weights: np.ndarray, axis: int | None, clipping: str = "minmax
     if empty.any() and not empty.all():
         scale[empty] = scale[~empty].max()
         zero_point[empty] = 0
+    floor = np.float32(scale.max() * MIN_WEIGHT_SCALE_RATIO)
+    tiny = scale < floor
+    if tiny.any():  # near-dead channels: a coarser grid, so their BS multiplier is not ~0
+        scale[tiny] = floor
+        low = np.minimum(np.asarray(lo, np.float64), 0.0)[tiny] if np.ndim(lo) else np.minimum(lo, 0.0)
+        zero_point[tiny] = np.clip(INT8_RANGE[0] - round_half_away(low / np.float64(floor)), *INT8_RANGE)
     if axis is None:
         return QuantParams(INT8, scale[0], zero_point[0])
     return QuantParams(INT8, scale, zero_point, axis)
+
+
+BIAS_HEADROOM = 2.0 ** 30  # |bias| in accumulator units, leaving 2^30 for -zp_in * sum(w_q - zp_w)
+
+
+def _bias_magnitude(graph: Graph, node: Node, bias_role: ConstantRole | None, channels: int) -> np.ndarray:
+    """|bias| per output channel as the build adds it up: the bias input (times the role's
+    factor) plus the constants of fused bias Adds (build_adapt)."""
+    total = np.zeros(channels)
+    parts = [(bias_role.slot.read(node), abs(bias_role.factor))] if bias_role is not None else []
+    parts += [(part.inputs[0], 1.0) for part in node.fused if part.tag == "bias_add" and len(part.inputs) == 1]
+    for name, factor in parts:
+        data = graph.tensors[name].data
+        if data is None:
+            continue
+        values = np.abs(np.asarray(data, np.float64)).reshape(-1) * factor
+        if values.size in (1, channels):
+            total = total + values
+    return total
+
+
+def _bias_headroom(graph: Graph, node: Node, weight_role: ConstantRole, bias_role: ConstantRole | None,
+                   quant: QuantParams) -> QuantParams:
+    """Weight scales large enough that the bias fits the int32 BS ALU operand with room for
+    the zero-point term (quant_regs.conv_requant). A channel whose weights are near zero but
+    whose bias is not (dead channels of real models: PP-OCRv4 det) would otherwise need a bias
+    beyond int32 in units of s_in * s_w[c]; such channels get the symmetric scale
+    max(|b| / (s_in 2^30), max|w| / 127) and zero point 0."""
+    activation = graph.tensors[weight_role.activation].quant if weight_role.activation else None
+    if activation is None or activation.dtype != INT8:
+        return quant
+    weights = np.asarray(graph.tensors[weight_role.slot.read(node)].data, np.float64)
+    scale = np.asarray(quant.scale, np.float64).reshape(-1)
+    channels = weights.shape[quant.axis] if quant.axis is not None else 1
+    if quant.axis is None:
+        channels = weights.shape[weight_role.axis] if weight_role.axis is not None else 1
+    floor = _bias_magnitude(graph, node, bias_role, channels) / (np.float64(activation.scale) * BIAS_HEADROOM)
+    if quant.axis is None:
+        floor = np.asarray([floor.max(initial=0.0)])
+    elif floor.size != scale.size:
+        return quant
+    short = floor > scale
+    if not short.any():
+        return quant
+    axis = quant.axis
+    per_channel = np.moveaxis(weights, axis, 0).reshape(scale.size, -1) if axis is not None else weights.reshape(1, -1)
+    symmetric = np.abs(per_channel).max(axis=1) / 127.0
+    new_scale = np.where(short, np.maximum(floor, symmetric), scale).astype(np.float32)
+    new_zero = np.where(short, 0, np.asarray(quant.zero_point).reshape(-1)).astype(np.int32)
+    log.info("layer '%s': %d weight channel(s) rescaled so the bias fits the int32 ALU operand",
+             node.name, int(short.sum()))
+    if axis is None:
+        return QuantParams(INT8, new_scale[0], new_zero[0])
+    return QuantParams(INT8, new_scale, new_zero, axis)
 
 
 def _bias_params(graph: Graph, node: Node, role: ConstantRole, tensor: Tensor) -> QuantParams:

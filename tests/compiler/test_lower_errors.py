@@ -102,8 +102,8 @@ def test_unsupported_layer_shapes() -> None:
         PoolLayer("p", "avg", "a", "b", (16, 8, 8), 3, 1, (1, 1, 1, 1), Q, count_include_pad=False)
     with pytest.raises(CompileError, match="layer e: element-wise op 'pow' is not lowered"):
         EltwiseLayer("e", "pow", ("a", "b"), "c", (16, 4, 4), (Q, Q), Q)
-    with pytest.raises(CompileError, match="unsupported fused activation 'gelu'"):
-        Activation("gelu")
+    with pytest.raises(CompileError, match="unsupported fused activation 'swish3'"):
+        Activation("swish3")
 
 
 def test_activation_after_residual_add() -> None:

@@ -29,9 +29,10 @@ from npuemu.tools.cli import main
 
 CALIBRATION_MD = SHARED / "docs" / "calibration.md"
 
-NOT_RUNNABLE = {"B8": "Concat is not lowered", "B117": "Sigmoid is not lowered", "B122": "Sigmoid is not lowered",
+NOT_RUNNABLE = {"B8": "Concat is not lowered",
                 "B120": "32-kernel group", "B121": "32-kernel group", "B144": "on the CPU"}
-LAYOUT_DIFFERS = {"A2": "packed uint8 image", "B1": "packed uint8 image", "A5": "output [16, 112, 112] 401408 B"}
+LAYOUT_DIFFERS = {"A2": "packed uint8 image", "B1": "packed uint8 image", "A5": "output [16, 112, 112] 401408 B",
+                  "B117": "uploads the LUT in a DPU task of its own", "B122": "uploads the LUT in a DPU task of its own"}
 DDR_GAP = {"B10": 0.10, "B118": 0.10}  # |error| bound asserted where the 5% target is not met
 
 
@@ -125,7 +126,9 @@ def test_ddr_cycles_within_5_percent_on_every_fitted_row_and_the_gaps_as_they_st
             if not result.run.on_npu:
                 continue
             error = abs(result.error("ddr"))
-            if not result.run.fit_row:
+            if not result.run.fit_row and "task structure" in result.run.layout:
+                assert error <= cal.DDR_TARGET, (name, error)  # same bytes; the time differs by a task
+            elif not result.run.fit_row:
                 assert error > cal.DDR_TARGET, f"{name} now meets the DDR target: make it a fit row"
             elif name in DDR_GAP:
                 assert cal.DDR_TARGET < error <= DDR_GAP[name], (name, error)

@@ -1,0 +1,61 @@
+"""PP-OCRv4 det (models.md) compiled for rk3588 in int8 and run on the emulated NPU: DBNet's
+HardSwish convs in the DPU LUT, SE gates, ConvTranspose upsampling (1x1 conv + DepthToSpace),
+the sigmoid head; Resize, broadcast Mul and the unaligned Concat as host steps."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from npuemu.compiler.build import build_model
+from npuemu.compiler.onnx_import import import_onnx
+from npuemu.compiler.passes import PassContext, optimize
+from npuemu.compiler.quant import InputPreprocess, calibrate, quantize_graph
+from npuemu.compiler.quant.fake_quant import fake_quant_evaluate
+from npuemu.compiler.quant.synthetic import synthetic_batch
+from npuemu.emulator.runtime import Runtime
+
+OCR_PREPROCESS = InputPreprocess((127.5,), (127.5,))
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+@pytest.mark.models
+def test_ppocr_det_int8_runs_on_the_emulated_npu() -> None:
+    import onnxruntime as ort
+
+    spec = importlib.util.find_spec("rapidocr_onnxruntime")
+    if spec is None or spec.origin is None:
+        pytest.skip("rapidocr-onnxruntime is not installed (pip install --no-deps rapidocr-onnxruntime==1.4.4)")
+    path = Path(spec.origin).parent / "models" / "ch_PP-OCRv4_det_infer.onnx"
+    name = onnx.load(str(path), load_external_data=False).graph.input[0].name
+    shape = (1, 3, 320, 320)
+    graph = import_onnx(path, {name: list(shape)})
+    optimize(graph, PassContext.for_chip("rk3588", level=3))
+
+    def sample(seed):
+        return {name: OCR_PREPROCESS.apply(synthetic_batch(shape, seed, "document"), is_image=True)}
+
+    quantize_graph(graph, calibrate(graph, [sample(seed) for seed in range(8)], "mmse", progress=False).ranges)
+    model = build_model(graph)
+    cpu = sorted({step.op for step in model.schedule() if step.kind == "cpu"})
+    assert cpu == ["Concat", "DepthToSpace", "Mul", "Resize"], cpu
+    test = sample(1000)
+    runtime = Runtime(model)
+    runtime.set_input(name, test[name])
+    runtime.run()
+    output = graph.outputs[0]
+    got = runtime.output(output)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    want = session.run(None, test)[0]
+    predicted = fake_quant_evaluate(graph, test)[output]
+    scale, _ = runtime.quantization(output)
+    assert _cosine(got, want) >= 0.99, _cosine(got, want)  # measured 0.9957 (fake-quant 0.9958)
+    assert np.mean(np.abs(got - predicted) <= 1.5 * scale) >= 0.95
