@@ -17,6 +17,8 @@ conv layers of the RK3588 listings (vendor-corpus README 5, ``regcmd/*.quant.jso
   (rep12: 21736 * 2^-6, offset 128).
 - **Add of two tensors** (rep09): BS ALU = -zp_a, MUL = 16384 with shift 0, so the BS unit is
   s_a / 2^14; EW converter offset -zp_b and factor 2^14 s_b / s_a; OUT_CVT s_a / (2^14 s_out).
+  When s_b >= 2 s_a that factor does not fit SCALE < 2^15: the unit becomes s_b / 2^14, the
+  EW converter factor 2^14 (shift 0) and BS MUL * 2^-shift = 2^14 s_a / s_b.
 
 Rounding: ``round`` here is half away from zero [C] (the vendor's ALU values agree with the
 exact quotient to within its own weight-scale error, so they do not decide the tie rule).
@@ -46,6 +48,7 @@ BS_MUL_ONE = 1 << BS_MUL_SHIFT
 SCALE_BITS = 15  # OUT_CVT / EW converter SCALE in [2^14, 2^15): signed 16-bit field, positive
 OUT_CVT_SHIFT_MAX = (1 << 12) - 1  # OUT_CVT_SHIFT[11:0]
 EW_CVT_SHIFT_MAX = (1 << 6) - 1  # EW_OP_CVT_SHIFT[21:16]
+BS_SHIFT_MAX = (1 << 6) - 1  # BS_MUL_CFG.BS_MUL_SHIFT_VALUE[13:8]
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
 
@@ -186,16 +189,27 @@ class EltwiseRequant:
 def eltwise_requant(op: str, scale_a: float, zp_a: int, scale_b: float, zp_b: int, output_scale: float,
                     output_zp: int, layer: str = "?") -> EltwiseRequant:
     """add/sub/max/min: both operands in units s_a / 2^14 (rep09); mul: plain (q - zp) products."""
+    bs_shift = 0
     if op == "mul":
         ew = OperandConvert(-int(zp_b), 1, 0)
         acc_scale = scale_a * scale_b
         bs_mul = 1
-    else:
+    elif scale_b < 2 * scale_a:
         ew = operand_convert(BS_MUL_ONE * scale_b / scale_a, zp_b, f"layer {layer}: operand scale ratio 2^14*s_b/s_a")
         acc_scale = scale_a / BS_MUL_ONE
         bs_mul = BS_MUL_ONE
+    else:
+        # The second operand's steps are at least twice the first's: 2^14 s_b / s_a would need
+        # SCALE >= 2^15. Count in s_b / 2^14 instead: the EW converter multiplies by 2^14 and
+        # BS scales the first operand by 2^14 s_a / s_b (SCALE in [2^14, 2^15), 6-bit shift,
+        # rounded half away at BS, NUMERICS.md 4.1). Found by the testing kit (issue 7).
+        ew = OperandConvert(-int(zp_b), BS_MUL_ONE, 0)
+        acc_scale = scale_b / BS_MUL_ONE
+        first = fixed_point(BS_MUL_ONE * scale_a / scale_b, max_shift=BS_SHIFT_MAX,
+                            what=f"layer {layer}: operand scale ratio 2^14*s_a/s_b")
+        bs_mul, bs_shift = first.scale, first.shift
     out_cvt = fixed_point(acc_scale / output_scale, what=f"layer {layer}: output factor")
-    return EltwiseRequant(-int(zp_a), bs_mul, 0, ew, out_cvt, int(output_zp), acc_scale)
+    return EltwiseRequant(-int(zp_a), bs_mul, bs_shift, ew, out_cvt, int(output_zp), acc_scale)
 
 
 def clamp_threshold(value: float, unit: float) -> int:

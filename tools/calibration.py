@@ -181,6 +181,9 @@ def _run_row(row: CalibrationRow) -> RowRun:
     if any(info.op_type in LUT_OPS for info in npu_layers):
         layout = "; ".join(filter(None, [layout, "task structure: the vendor uploads the LUT in a DPU task of its "
                                                  "own (rep10), npuemu's build folds it into the layer's task"]))
+    if any(info.op_type == "Concat" for info in npu_layers):
+        layout = "; ".join(filter(None, [layout, "task structure: npuemu copies each input with a DPU task; no "
+                                                 "vendor listing shows how its Concat is built"]))
     runtime = Runtime(model, platform)
     for i, name in enumerate(runtime.inputs):
         runtime.set_input(name, np.zeros((1, *row.inputs[i]), np.float32))

@@ -23,6 +23,7 @@ BS_MUL_SHIFT = 14  # NUMERICS.md 9: MUL[c] = round(2^14 s_w[c] / max s_w), shift
 SCALE_BITS = 15  # NUMERICS.md 9: OUT_CVT SCALE in [2^14, 2^15)
 OUT_CVT_SHIFT_MAX = (1 << 12) - 1  # OUT_CVT_SHIFT is 12 bits (NUMERICS.md 4.5)
 EW_CVT_SHIFT_MAX = (1 << 6) - 1  # EW_CVT_SHIFT is 6 bits (rknpu-isa.md 3, EW_CVT_SCALE_VALUE)
+BS_SHIFT_MAX = (1 << 6) - 1  # BS_MUL_SHIFT_VALUE is 6 bits (rknpu-isa.md 3, BS_MUL_CFG)
 
 # --- integer arithmetic (NUMERICS.md 1, 4) ------------------------------------------------------
 
@@ -214,15 +215,22 @@ def reference_eltwise(op: str, a: np.ndarray, b: np.ndarray, *, a_quant: Quant, 
     (6-bit shift); the EW ALU combines (sub = first minus second); OUT_CVT with
     s_a / (2^14 s_out). mul: plain ``(q_a - zp_a) * (q_b - zp_b)`` through the EW multiplier
     (truncate 0), OUT_CVT with s_a s_b / s_out. OUT_CVT rounds half even; saturated to int8.
+    When s_b >= 2 s_a the unit is s_b / 2^14 instead: the converter multiplies by 2^14 and BS
+    scales the first operand by SCALE 2^-SHIFT = 2^14 s_a / s_b, rounding half away.
     """
     s_a, zp_a = float(np.float64(a_quant.scale)), int(a_quant.zero_point)
     s_b, zp_b = float(np.float64(b_quant.scale)), int(b_quant.zero_point)
     s_out, zp_out = float(np.float64(output_quant.scale)), int(output_quant.zero_point)
+    a_shift = 0
     if op == "mul":
         ew_scale, ew_shift, unit, a_factor = 1, 0, s_a * s_b, 1
-    elif op in ("add", "sub", "max", "min"):
+    elif op in ("add", "sub", "max", "min") and s_b < 2 * s_a:
         ew_scale, ew_shift = scale_shift(2**BS_MUL_SHIFT * s_b / s_a, EW_CVT_SHIFT_MAX)
         unit, a_factor = s_a / 2**BS_MUL_SHIFT, 2**BS_MUL_SHIFT
+    elif op in ("add", "sub", "max", "min"):  # the coarser second operand sets the unit
+        ew_scale, ew_shift = 2**BS_MUL_SHIFT, 0
+        unit = s_b / 2**BS_MUL_SHIFT
+        a_factor, a_shift = scale_shift(2**BS_MUL_SHIFT * s_a / s_b, BS_SHIFT_MAX)
     else:
         raise ValueError(f"element-wise op {op!r}: expected add, sub, mul, max or min")
     out_scale, out_shift = scale_shift(unit / s_out, OUT_CVT_SHIFT_MAX)
@@ -232,7 +240,8 @@ def reference_eltwise(op: str, a: np.ndarray, b: np.ndarray, *, a_quant: Quant, 
     result = np.zeros(flat_a.size, np.int64)
     for i, (qa, qb) in enumerate(zip(flat_a.tolist(), flat_b.tolist())):
         operand = clamp(round_shift((qb - zp_b) * ew_scale, ew_shift, "half_even"), INT32)
-        v = clamp(combine((qa - zp_a) * a_factor, operand), INT32)
+        first = clamp(round_shift((qa - zp_a) * a_factor, a_shift, "half_away"), INT32)
+        v = clamp(combine(first, operand), INT32)
         result[i] = clamp(round_shift(v * out_scale, out_shift, "half_even") + zp_out, INT8)
     return result.reshape(np.shape(a)).astype(np.int8)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from npuemu.isa.regmap import RegisterMap
 from npuemu.isa.task import Task
 
-from .descriptions import ConvTask
+from .descriptions import CONV_MODE_DEPTHWISE, ConvTask
 from .emit_dpu import (
     BURST_LEN, INT_CLEAR_ALL, INT_MASK_DPU, RdmaSources, residual_sources, write_dpu_body, write_lut_upload,
     write_s_pointers,
@@ -106,10 +106,20 @@ def conv_writes(task: ConvTask, regmap: RegisterMap):
     _write_cna(b, task)
     _write_core(b, task)
     brdma = BRDMA_ALU_CPEND_MUL if task.precision == 0 else 1
-    sources = residual_sources(task.residual, task.cube) if task.residual else RdmaSources()
+    # A direct conv reads its residual as rep12 does (COMB_USE 5: MRDMA and ERDMA take alternate
+    # surfaces). A depthwise conv writes 4 surfaces per pass (SIZE_E 3), for which no stream
+    # shows the split; it reads the whole residual through the ERDMA alone, as an element-wise
+    # layer reads its second operand (rep09) - our choice, LOWERING.md 6.
+    split = task.residual is not None and task.conv_mode != CONV_MODE_DEPTHWISE
+    if split:
+        sources = residual_sources(task.residual, task.cube)
+    elif task.residual is not None:
+        sources = RdmaSources(ew_address=task.residual.address, ew_surface_stride=task.residual.surface_stride)
+    else:
+        sources = RdmaSources()
     write_dpu_body(b, task.cube, task.stages, conv_mode=task.conv_mode, flying=False, sources=sources,
                    bias_address=task.bias_address, brdma_use=brdma, erdma=task.residual is not None,
-                   residual=task.residual is not None)
+                   residual=split)
     if task.lut_upload:
         write_lut_upload(b, task.stages.lut)
     return b.done()
