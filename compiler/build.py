@@ -27,8 +27,9 @@ import dataclasses
 
 from npuemu.compiler.build_adapt import (
     ELTWISE_OPS, Alias, CpuOp, alias_from_node, chw, concat_fits_surfaces, cpu_from_node, layer_from_node,
-    split_conv_transpose, split_lut_activation,
+    split_conv_transpose, split_lut_activation, stored_dtype,
 )
+from npuemu.compiler.lower.lut import ONNX_LUT_KINDS
 from npuemu.compiler.ir import Graph, Tensor
 from npuemu.compiler.lower import (
     ConcatLayer, ConvLayer, EltwiseLayer, feature_bytes, layer_constants, lower_layer, output_align,
@@ -82,6 +83,18 @@ def _resolve(layer, aliases: Mapping[str, str]):
     return dataclasses.replace(layer, input=aliases.get(layer.input, layer.input))
 
 
+def _host_step(graph: Graph, node, spec) -> bool:
+    """NPU-partitioned nodes the build runs as CPU steps: int8 <-> float16 conversions
+    (DataConvert), channel Concats whose slices do not start on C2 surfaces, and float16
+    Concats and LUT activations (the fp16 DPU path has no LUT; fp16 Concat is not lowered)."""
+    if node.op_type == "DataConvert":
+        return True
+    half = stored_dtype(graph, node.outputs[0]) == "float16"
+    if node.op_type == "Concat":
+        return half or not concat_fits_surfaces(graph, node, spec.nc1hwc2.int8)
+    return half and node.op_type in ONNX_LUT_KINDS
+
+
 def _broadcasting_eltwise(graph: Graph, node) -> bool:
     """An element-wise NPU node with broadcasting feature-map operands (e.g. the SE block's
     [1, C, 1, 1] x [1, C, H, W] Mul): not lowered yet, so it runs as a CPU step (interim)."""
@@ -129,8 +142,7 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
         if record is not None:
             aliases[record.output] = aliases.get(record.input, record.input)
             records.append(record)
-        elif node.target == "CPU" or _broadcasting_eltwise(graph, node) or (
-                node.op_type == "Concat" and not concat_fits_surfaces(graph, node, spec.nc1hwc2.int8)):
+        elif node.target == "CPU" or _broadcasting_eltwise(graph, node) or _host_step(graph, node, spec):
             records.append(_resolve(cpu_from_node(graph, node), aliases))
         else:
             records.append(_resolve(layer_from_node(graph, node), aliases))
@@ -163,7 +175,8 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
             wanted = output_align(layer, spec)
             have = aligns.get(layer.residual.tensor, 1)
             aligns[layer.residual.tensor] = max(wanted, have)
-    sizes = {n: feature_bytes(s, "int8", spec, channel_align=aligns.get(n, 1)) for n, s in shapes.items()}
+    dtypes = {n: stored_dtype(graph, n) for n in shapes}
+    sizes = {n: feature_bytes(s, dtypes[n], spec, channel_align=aligns.get(n, 1)) for n, s in shapes.items()}
     steps = [(_reads(layer), (layer.output,)) for layer in work]
     for output in graph.outputs:
         if output not in produced:
@@ -173,7 +186,7 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
 
     def lower_all(plan):
         placements = {n: plan.constant(n) for n in constants}
-        placements |= {n: plan.feature(n, shapes[n], "int8", spec, channel_align=aligns.get(n, 1)) for n in shapes}
+        placements |= {n: plan.feature(n, shapes[n], dtypes[n], spec, channel_align=aligns.get(n, 1)) for n in shapes}
         lowered = [lower_layer(layer, placements, spec, regmap, op_idx=i) for i, layer in enumerate(layers)]
         return placements, lowered
 
@@ -244,13 +257,15 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
         quant = graph.tensor(tensor).quant
         logical = list(graph.tensor(tensor).shape)
         shape = logical if tensor in aliases or len(logical) == 2 else [1, *shapes[tensor]]
-        tensors.append({
-            "name": tensor, "shape": shape, "dtype": "int8", "layout": "NC1HWC2",
+        record = {
+            "name": tensor, "shape": shape, "dtype": dtypes[storage], "layout": "NC1HWC2",
             "native_shape": list(placement.native_shape), "c2": placement.c2,
             "surface_stride": placement.surface_stride,
-            "quantization": {"scale": float(quant.scale), "zero_point": int(quant.zero_point)},
             "region": plan.region, "address": placement.address, "size": placement.size,
-        })
+        }
+        if dtypes[storage] == "int8":
+            record["quantization"] = {"scale": float(quant.scale), "zero_point": int(quant.zero_point)}
+        tensors.append(record)
     graph_layers, npu_index = [], 0
     for index, (node, record) in enumerate(zip(nodes, records)):
         entry = {"id": index, "name": node.layer_name, "op_type": node.display_op.replace("+", ""),

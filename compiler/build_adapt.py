@@ -36,6 +36,18 @@ def chw(graph: Graph, name: str, node: Node) -> tuple[int, int, int]:
     return int(shape[1]), int(shape[2]), int(shape[3])
 
 
+def stored_dtype(graph: Graph, name: str) -> str:
+    """"float16" for a tensor a float16 layer reads or writes, else "int8" (quantize_graph's
+    storage decision)."""
+    quant = graph.tensor(name).quant
+    return "float16" if quant is not None and quant.dtype == "float16" else "int8"
+
+
+def layer_quant(graph: Graph, name: str, node: Node) -> Quant | None:
+    """The int8 quantization of a tensor, None for a float16 one."""
+    return None if stored_dtype(graph, name) == "float16" else int8_quant(graph, name, node)
+
+
 def int8_quant(graph: Graph, name: str, node: Node) -> Quant:
     quant = graph.tensor(name).quant
     if quant is None or quant.dtype != "int8" or quant.per_channel:
@@ -88,6 +100,8 @@ def _conv(graph: Graph, node: Node) -> ConvLayer:
     x, w = node.inputs[0], node.inputs[1]
     bias_name = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
     weight = graph.tensor(w)
+    if weight.quant is not None and weight.quant.dtype == "float16":
+        return _conv_fp16(graph, node)
     if weight.quant is None or weight.quant.dtype != "int8":
         raise _fail(node, f"weights {w!r} are not int8 quantized")
     out_channels = weight.shape[0]
@@ -117,15 +131,7 @@ def _conv(graph: Graph, node: Node) -> ConvLayer:
             extra = np.broadcast_to(values.reshape(-1), (out_channels,))
             bias = np.clip(bias + round_half_away(extra / unit), -(1 << 31), (1 << 31) - 1).astype(np.int64)
             continue
-        if part.op_type == "Add":
-            if residual is not None or len(part.inputs) != 1:
-                raise _fail(node, "only one fused residual Add with one operand is lowered")
-            residual = Residual(part.inputs[0], int8_quant(graph, part.inputs[0], node),
-                                after_activation=activation.kind != "none")
-        elif activation.kind == "none":
-            activation = _activation(graph, node, part)
-        else:
-            raise _fail(node, f"a second fused activation ({part.op_type}) is not lowered")
+        activation, residual = _fused_part(graph, node, part, activation, residual)
     attrs = node.attrs
     top, left, bottom, right = [int(v) for v in attrs.get("pads", [0, 0, 0, 0])]
     return ConvLayer(
@@ -135,6 +141,45 @@ def _conv(graph: Graph, node: Node) -> ConvLayer:
         weight_zero_point=weight_zp, input_quant=input_quant, output_quant=int8_quant(graph, node.outputs[0], node),
         activation=activation, residual=residual, bias_in_accumulator_units=True,
     )
+
+
+def _fused_part(graph: Graph, node: Node, part, activation: Activation,
+                residual: Residual | None) -> tuple[Activation, Residual | None]:
+    """A conv's fused residual Add or activation (after the bias Adds are taken)."""
+    if part.op_type == "Add":
+        if residual is not None or len(part.inputs) != 1:
+            raise _fail(node, "only one fused residual Add with one operand is lowered")
+        return activation, Residual(part.inputs[0], layer_quant(graph, part.inputs[0], node),
+                                    after_activation=activation.kind != "none")
+    if activation.kind == "none":
+        return _activation(graph, node, part), residual
+    raise _fail(node, f"a second fused activation ({part.op_type}) is not lowered")
+
+
+def _conv_fp16(graph: Graph, node: Node) -> ConvLayer:
+    """A float16 convolution: fp16 weights, fp32 bias (fused bias Adds folded into it)."""
+    x, w = node.inputs[0], node.inputs[1]
+    weight = graph.tensor(w)
+    out_channels = weight.shape[0]
+    bias = np.zeros(out_channels, np.float64)
+    if len(node.inputs) > 2 and node.inputs[2]:
+        bias = bias + np.asarray(graph.tensor(node.inputs[2]).data, np.float64).reshape(-1)
+    activation, residual = Activation("none"), None
+    for part in node.fused:
+        if part.op_type == "Add" and part.tag == "bias_add":
+            values = np.asarray(graph.tensor(part.inputs[0]).data, np.float64).reshape(-1)
+            if activation.kind != "none" or residual is not None or values.size not in (1, out_channels):
+                raise _fail(node, "a fused bias Add after an activation or residual is not folded by the build")
+            bias = bias + np.broadcast_to(values, (out_channels,))
+        else:
+            activation, residual = _fused_part(graph, node, part, activation, residual)
+    attrs = node.attrs
+    top, left, bottom, right = [int(v) for v in attrs.get("pads", [0, 0, 0, 0])]
+    return ConvLayer(
+        node.layer_name, x, node.outputs[0], chw(graph, x, node), stored_values(weight), bias=bias,
+        stride=tuple(attrs.get("strides", [1, 1])), dilation=tuple(attrs.get("dilations", [1, 1])),
+        pads=(top, left, bottom, right), groups=int(attrs.get("group", 1)), activation=activation,
+        residual=residual, dtype="float16")
 
 
 def _pool(graph: Graph, node: Node) -> PoolLayer:
@@ -154,6 +199,9 @@ def _pool(graph: Graph, node: Node) -> PoolLayer:
         include_pad = bool(attrs.get("count_include_pad", 0))
         if attrs.get("ceil_mode", 0):
             raise _fail(node, "ceil_mode pooling is not lowered yet")
+    if stored_dtype(graph, x) == "float16":
+        return PoolLayer(node.layer_name, method, x, node.outputs[0], shape, kernel, stride, pads, None,
+                         count_include_pad=include_pad, dtype="float16")
     in_quant, out_quant = int8_quant(graph, x, node), int8_quant(graph, node.outputs[0], node)
     if in_quant != out_quant:
         raise _fail(node, f"pooling input and output quantization differ ({in_quant} vs {out_quant}); "
@@ -172,6 +220,9 @@ def _eltwise(graph: Graph, node: Node) -> EltwiseLayer:
         if activation.kind != "none":
             raise _fail(node, f"a second fused activation ({part.op_type}) is not lowered")
         activation = _activation(graph, node, part)
+    if stored_dtype(graph, a) == "float16":
+        return EltwiseLayer(node.layer_name, _ELTWISE[node.op_type], (a, b), node.outputs[0], shape,
+                            activation=activation, dtype="float16")
     return EltwiseLayer(node.layer_name, _ELTWISE[node.op_type], (a, b), node.outputs[0], shape,
                         (int8_quant(graph, a, node), int8_quant(graph, b, node)),
                         int8_quant(graph, node.outputs[0], node), activation=activation)
@@ -255,6 +306,7 @@ def layer_from_node(graph: Graph, node: Node):
 #: ops a CPU schedule step may name (the runtime's host-side operators, emulator/cpu_ops.py);
 #: the LUT activations and element-wise ops are the interim fallbacks described further down
 CPU_OPS = frozenset({"Softmax", "Sigmoid", "Relu", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "DepthToSpace",
+                     "DataConvert", "Elu", "Gelu", "Softplus", "Silu",
                      "Resize", "Concat", "ReduceMean", "ReduceMax", "ArgMax",
                      "HardSigmoid", "HardSwish", "Tanh", *ELTWISE_OPS})
 
@@ -297,7 +349,7 @@ def cpu_from_node(graph: Graph, node: Node) -> CpuOp:
         raise _fail(node, f"{len(node.outputs)} outputs; CPU steps are built for single-output layers")
     inputs = tuple(name for name in node.inputs if name and not graph.tensor(name).is_const)
     for name in (*inputs, node.outputs[0]):
-        int8_quant(graph, name, node)
+        layer_quant(graph, name, node)
         chw(graph, name, node)
     return CpuOp(node.layer_name, node.op_type, inputs, node.outputs[0], _json_value(dict(node.attrs)))
 
@@ -313,7 +365,7 @@ def cpu_from_node(graph: Graph, node: Node) -> CpuOp:
 # of the pre-activation that the fake-quant evaluation (which keeps fused values in float)
 # does not model. (A second DPU-only LUT task would keep it on the NPU; not lowered yet.)
 
-LUT_ACTIVATIONS = frozenset({"Sigmoid", "HardSigmoid", "HardSwish", "Tanh"})
+LUT_ACTIVATIONS = frozenset({"Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu", "Gelu", "Softplus", "Silu"})
 
 
 def _preactivation_range(part, low: float, high: float) -> tuple[float, float]:
@@ -341,8 +393,16 @@ def split_lut_activation(graph: Graph, node: Node) -> tuple[Node, Node, QuantPar
     if node.target != "NPU" or node.op_type != "Conv" or not node.fused \
             or node.fused[-1].op_type not in LUT_ACTIVATIONS or len(node.outputs) != 1:
         return None
-    if not any(part.op_type == "Add" and part.tag != "bias_add" for part in node.fused[:-1]):
-        return None  # no residual: the DPU LUT runs the activation (lower/lut.py)
+    half = stored_dtype(graph, node.outputs[0]) == "float16"
+    if not half and not any(part.op_type == "Add" and part.tag != "bias_add" for part in node.fused[:-1]):
+        return None  # int8 without a residual: the DPU LUT runs the activation (lower/lut.py)
+    if half:  # the LUT is not on the fp16 path (NUMERICS.md 4.6): the activation runs on the CPU
+        part, output = node.fused[-1], node.outputs[0]
+        preact = f"{output}_preact"
+        conv = Node(node.name, node.op_type, list(node.inputs), [preact], dict(node.attrs), list(node.fused[:-1]), "NPU")
+        activation = Node(part.source or f"{node.name}_{part.op_type.lower()}", part.op_type, [preact], [output],
+                          dict(part.attrs), [], "CPU")
+        return conv, activation, graph.tensor(output).quant
     part, output = node.fused[-1], node.outputs[0]
     quant = int8_quant(graph, output, node)
     low, high = quant.scale * (-128 - quant.zero_point), quant.scale * (127 - quant.zero_point)

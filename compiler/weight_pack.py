@@ -161,9 +161,18 @@ def bias_blob(alu: np.ndarray, cpend: np.ndarray, mul: np.ndarray, channels: int
 
 
 def float_bias_blob(bias: np.ndarray | None, out_channels: int, channels: int) -> bytes:
-    """float16 layers: fp32 bias bits in the ALU slot, CPEND and MUL 0 [C]."""
+    """float16 layers: only the ALU operand is fetched (BRDMA_DATA_USE 1), so each 8-channel group
+    holds 8 fp32 bias bit patterns, 32 bytes [C] (the emulator reads the groups BRDMA_DATA_USE
+    selects, REGISTER_SEMANTICS; NUMERICS.md 4.6)."""
     values = np.zeros(out_channels, dtype=np.float32) if bias is None else np.asarray(bias, dtype=np.float32)
-    return bias_blob(values.view(np.int32), np.zeros(out_channels, np.int16), np.zeros(out_channels, np.int16), channels)
+    if channels < values.size:
+        raise CompileError(f"bias blob for {channels} channels cannot hold {values.size} operands")
+    padded = np.zeros(-(-channels // BS_GROUP_CHANNELS) * BS_GROUP_CHANNELS, "<f4")
+    padded[:values.size] = values.reshape(-1)
+    return padded.tobytes()
+
+
+FLOAT_BS_CHANNEL_BYTES = 4  # one fp32 ALU operand per channel
 
 
 def unpack_bias_blob(blob: bytes, channels: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -159,6 +159,26 @@ def _depth_to_space(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
     return [y.reshape(n, depth, h * block, w * block)]
 
 
+def _elu(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
+    x, alpha = inputs[0], float(params.get("alpha", 1.0))
+    return [np.where(x >= 0, x, alpha * np.expm1(np.minimum(x, 0.0)))]
+
+
+def _gelu(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
+    import math
+
+    x = inputs[0]
+    return [0.5 * x * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))]
+
+
+def _softplus(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
+    return [np.logaddexp(0.0, inputs[0])]
+
+
+def _silu(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
+    return [inputs[0] / (1.0 + np.exp(-inputs[0]))]
+
+
 def _binary(function):
     def run(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
         return [function(inputs[0], inputs[1])]  # numpy broadcasting, as ONNX multidirectional
@@ -171,6 +191,8 @@ OPS: dict[str, Callable[[list[np.ndarray], dict], list[np.ndarray]]] = {
     "Reshape": _identity, "Flatten": _identity, "Squeeze": _identity, "Unsqueeze": _identity,
     "Transpose": _transpose, "Concat": _concat, "Resize": _resize, "DepthToSpace": _depth_to_space,
     "Tanh": _tanh, "HardSigmoid": _hard_sigmoid, "HardSwish": _hard_swish,
+    "Elu": _elu, "Gelu": _gelu, "Softplus": _softplus, "Silu": _silu,
+    "DataConvert": _identity,  # int8 <-> float16 storage: dequantize, store in the output's type
     "Add": _binary(np.add), "Sub": _binary(np.subtract), "Mul": _binary(np.multiply),
     "Max": _binary(np.maximum), "Min": _binary(np.minimum),
     "ReduceMean": _reduce(np.mean), "ReduceMax": _reduce(np.max), "ArgMax": _argmax,
@@ -178,7 +200,8 @@ OPS: dict[str, Callable[[list[np.ndarray], dict], list[np.ndarray]]] = {
 
 
 def run_step(runtime, step) -> None:
-    """Run one CPU step: dequantize its inputs, apply the op, quantize and store its outputs."""
+    """Run one CPU step: dequantize its inputs, apply the op, quantize and store its outputs
+    (float16 tensors are read and stored as they are)."""
     function = OPS.get(step.op)
     if function is None:
         raise EmulationError(f"CPU step {step.op!r} is not implemented by the runtime "
@@ -193,6 +216,9 @@ def run_step(runtime, step) -> None:
             raise EmulationError(f"CPU step {step.op!r}: result of shape {list(value.shape)} does not fit output "
                                  f"{name!r} of shape {list(shape)}")
         value = np.asarray(value).reshape(shape)
+        if runtime.dtype(name) == "float16":  # fp16 tensors store the value (round to nearest even)
+            runtime.write_native(name, value.astype(np.float16))
+            continue
         scale, zero_point = runtime.quantization(name)
         stored = np.clip(np.rint(value / scale) + zero_point, -128, 127).astype(np.int8)
         runtime.write_native(name, stored)

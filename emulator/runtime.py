@@ -37,6 +37,10 @@ def _tensor_json(model: ModelFile, name: str) -> dict[str, Any]:
     raise InputError(f"the model file has no tensor named {name!r}")
 
 
+#: element types a tensor may be stored in (the model file's tensor "dtype")
+STORED_DTYPES = {"int8": np.dtype(np.int8), "float16": np.dtype(np.float16)}
+
+
 class Runtime:
     """One loaded model: a machine with its memory image, ready to run."""
 
@@ -52,9 +56,9 @@ class Runtime:
 
     def _geometry(self, name: str) -> tuple[dict[str, Any], tuple[int, int, int], int, int, int]:
         info = _tensor_json(self.model, name)
-        if info.get("layout") != "NC1HWC2" or info.get("dtype") != "int8":
+        if info.get("layout") != "NC1HWC2" or info.get("dtype") not in STORED_DTYPES:
             raise EmulationError(f"tensor {name!r}: layout {info.get('layout')} / dtype {info.get('dtype')} is not "
-                                 "handled by the runtime (expected int8 NC1HWC2)")
+                                 "handled by the runtime (expected int8 or float16 NC1HWC2)")
         shape = info["shape"]
         _, c1, height, width, c2 = info["native_shape"]
         if len(shape) == 4 and shape[0] == 1:
@@ -68,17 +72,22 @@ class Runtime:
         surface = int(info.get("surface_stride", height * width))
         return info, chw, int(c1), int(c2), surface
 
+    def dtype(self, name: str) -> str:
+        """How the tensor is stored: "int8" or "float16"."""
+        return str(_tensor_json(self.model, name).get("dtype"))
+
     def write_native(self, name: str, values: np.ndarray) -> None:
-        """Store int8 [C, H, W] (or [1, C, H, W]) values at the tensor's address in NC1HWC2."""
+        """Store int8 (or float16) [C, H, W] (or [1, C, H, W]) values at the tensor's address in NC1HWC2."""
         info, shape, c1, c2, surface = self._geometry(name)
         values = np.asarray(values)
         logical = tuple(info["shape"])
         if values.shape != shape and values.shape != logical:
             raise InputError(f"input {name!r}: expected shape {list(logical)}, got {list(values.shape)}")
-        values = values.reshape(shape).astype(np.int8)
+        dtype = STORED_DTYPES[info["dtype"]]
+        values = values.reshape(shape).astype(dtype)
         channels, height, width = shape
-        buffer = np.zeros((c1, surface, c2), np.int8)
-        padded = np.zeros((c1 * c2, height * width), np.int8)
+        buffer = np.zeros((c1, surface, c2), dtype)
+        padded = np.zeros((c1 * c2, height * width), dtype)
         padded[:channels] = values.reshape(channels, -1)
         buffer[:, :height * width, :] = padded.reshape(c1, c2, height * width).transpose(0, 2, 1)
         self.machine.memory.load(int(info["address"]), buffer.reshape(-1).view(np.uint8))
@@ -87,7 +96,8 @@ class Runtime:
         """The int8 values of a tensor (its logical shape, e.g. [1, C, H, W]), read from its NC1HWC2 bytes."""
         info, shape, c1, c2, surface = self._geometry(name)
         channels, height, width = shape
-        raw = self.machine.memory.dump(int(info["address"]), c1 * surface * c2).view(np.int8)
+        dtype = STORED_DTYPES[info["dtype"]]
+        raw = self.machine.memory.dump(int(info["address"]), c1 * surface * c2 * dtype.itemsize).view(dtype)
         grouped = raw.reshape(c1, surface, c2)[:, :height * width, :].transpose(0, 2, 1)
         return grouped.reshape(c1 * c2, height, width)[:channels].reshape(info["shape"]).copy()
 
@@ -103,6 +113,11 @@ class Runtime:
         if name not in self.inputs:
             raise InputError(f"{name!r} is not an input of the model (inputs: {', '.join(self.inputs)})")
         values = np.asarray(values)
+        if self.dtype(name) == "float16":  # fp16 inputs take real values as they are
+            if not np.issubdtype(values.dtype, np.floating):
+                raise InputError(f"input {name!r} is float16: expected float values, got {values.dtype}")
+            self.write_native(name, values.astype(np.float16))
+            return
         if values.dtype == np.int8:
             self.write_native(name, values)
             return
@@ -116,6 +131,8 @@ class Runtime:
         stored = self.read_native(name)
         if not dequantize:
             return stored
+        if stored.dtype == np.float16:
+            return stored.astype(np.float32)
         scale, zero_point = self.quantization(name)
         return (scale * (stored.astype(np.float64) - zero_point)).astype(np.float32)
 

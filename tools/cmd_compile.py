@@ -263,8 +263,8 @@ def build_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
     from npuemu.compiler.build import build_model
     from npuemu.isa.errors import CompileError
 
-    if context.get("quantization") is None or args.fp16 or args.quant_config is not None:
-        raise CompileError("-o builds int8 models only for now: add --quantize --dataset ds.txt")
+    if context.get("quantization") is None:
+        raise CompileError("-o needs a quantized graph: add --quantize --dataset ds.txt, --fp16 or --quant-config")
     options = {"optimization_level": args.optimization_level, "algorithm": args.algorithm,
                "per_channel": args.per_channel}
     model = build_model(context["graph"], context["platform"], name=args.model.stem, options=options)

@@ -83,8 +83,9 @@ def _activation_stage(layer: ConvLayer, unit: float) -> XStage:
     if act.kind == "none":
         return XStage()
     if act.kind == "leaky_relu":
-        if layer.dtype == FLOAT16:
-            raise CompileError(f"layer {layer.name}: leaky_relu is not lowered for float16 yet")
+        if layer.dtype == FLOAT16:  # the 16-bit MUL field holds the fp16 bits of alpha [C] (NUMERICS.md 4.6)
+            bits = int(np.float16(act.alpha).view(np.uint16))
+            return XStage(bypass=False, mul_bypass=False, mul_operand=bits, mul_prelu=True)
         fixed = quant_regs.leaky_multiplier(act.alpha, layer.name)
         return XStage(bypass=False, mul_bypass=False, mul_operand=fixed.scale, mul_shift=fixed.shift, mul_prelu=True)
     low, high = act.bounds
@@ -250,7 +251,9 @@ def _output_fields(ctx: _ConvContext, tile: TaskTile) -> dict:
         res_offset = (out_start // res.c2) * res.surface_bytes + rows.out_start * res.line_bytes
         residual = Operand(res.address + res_offset, res.surface_stride)
     return dict(out_width=out.width, out_height=rows.out_rows, cube=cube, residual=residual,
-                bias_address=ctx.bias.address + group.start * weight_pack.BS_GROUP_BYTES // weight_pack.BS_GROUP_CHANNELS)
+                bias_address=ctx.bias.address + group.start * (
+                    weight_pack.FLOAT_BS_CHANNEL_BYTES if layer.dtype == FLOAT16
+                    else weight_pack.BS_GROUP_BYTES // weight_pack.BS_GROUP_CHANNELS))
 
 
 def _conv_task(ctx: _ConvContext, tile: TaskTile, data_bank: int, weight_bank: int) -> ConvTask:

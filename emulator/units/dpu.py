@@ -8,6 +8,8 @@ arithmetic of each stage is NUMERICS.md section 4 (``kernels.dpu``, ``kernels.lu
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from npuemu.emulator import kernels
@@ -222,7 +224,7 @@ def run_dpu(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult | Non
                                                          out_cvt_round_mode(cvt.round_bit)),
                               PRECISION_DTYPES[state.out_precision])
     else:
-        data = _float_stages(state, data, where)
+        data = _float_stages(state, rdma, data, dma, where)
         out = kernels.out_cvt_fp16(data) if state.out_precision == FP16 else data.astype(np.float32)
     _write(state, out, dma)
     return out
@@ -376,7 +378,8 @@ def _ew_stage(state: DpuState, rdma: DpuRdmaState | None, data: np.ndarray, dma:
     return kernels.ew_stage(data, config, operand)
 
 
-def _ew_operand(state: DpuState, rdma: DpuRdmaState | None, dma: TaskDma, where: str) -> np.ndarray:
+def _ew_operand(state: DpuState, rdma: DpuRdmaState | None, dma: TaskDma, where: str,
+                floating: bool = False) -> np.ndarray:
     if rdma is None or not rdma.erdma_enabled:
         raise EmulationError(
             f"{where}: DPU.EW_CFG.EW_OP_SRC=1 takes the EW operand from the ERDMA, but "
@@ -385,14 +388,18 @@ def _ew_operand(state: DpuState, rdma: DpuRdmaState | None, dma: TaskDma, where:
     if rdma.erdma_mode != ERDMA_PER_PIXEL or rdma.erdma_size not in ERDMA_SIZES:
         raise EmulationError(f"{where}: ERDMA_CFG ERDMA_DATA_MODE={rdma.erdma_mode} ERDMA_DATA_SIZE="
                              f"{rdma.erdma_size} is not modelled (mode 1 with sizes 1..3)")
-    dtype = ERDMA_SIZES[rdma.erdma_size]
+    dtype = np.dtype(np.float16) if floating and rdma.erdma_size == 2 else ERDMA_SIZES[rdma.erdma_size]
+    if floating and dtype != np.float16:
+        raise EmulationError(f"{where}: an fp16 EW operation takes an fp16 operand (ERDMA_DATA_SIZE 2), "
+                             f"got ERDMA_DATA_SIZE={rdma.erdma_size}")
+    result = np.float32 if floating else np.int32
     shape = (state.channels, state.height, state.width)
     if rdma.comb_use == 0:
         return read_cube(dma, Traffic.EW_READ, rdma.ew_address, rdma.ew_surface_stride,
                          rdma.ew_line_stride, shape, dtype,
-                         f"ERDMA operand (EW_BASE_ADDR={rdma.ew_address:#x})").astype(np.int32)
+                         f"ERDMA operand (EW_BASE_ADDR={rdma.ew_address:#x})").astype(result)
     if rdma.comb_use == COMB_SPLIT and not state.flying and state.size_e == 1 and rdma.main_enabled:
-        return _split_operand(state, rdma, dtype, dma).astype(np.int32)
+        return _split_operand(state, rdma, dtype, dma).astype(result)
     raise EmulationError(
         f"{where}: DPU_RDMA.FEATURE_MODE_CFG.COMB_USE={rdma.comb_use} with MRDMA "
         f"{'enabled' if rdma.main_enabled else 'disabled'} and SIZE_E={state.size_e} is not modelled "
@@ -417,22 +424,49 @@ def _split_operand(state: DpuState, rdma: DpuRdmaState, dtype: np.dtype, dma: Ta
     return surfaces_to_cube(atoms, state.channels)
 
 
-def _float_stages(state: DpuState, data: np.ndarray, where: str) -> np.ndarray:
-    # fp operand encodings in registers and blobs are unknown: only operand-free stages run.
+def _fp32(raw) -> np.ndarray:
+    """Register or blob operands of the fp path, read as fp32 bit patterns [C] (NUMERICS.md 4.6:
+    the compiler writes fp32 bits into the 32-bit ALU / RELUX / EW operand fields and the BRDMA
+    blob's ALU slot)."""
+    return np.asarray(raw, np.int64).astype(np.uint32).view(np.float32)
+
+
+def _float_stages(state: DpuState, rdma: DpuRdmaState | None, data: np.ndarray, dma: TaskDma,
+                  where: str) -> np.ndarray:
     for name, stage in (("BS", state.bs), ("BN", state.bn)):
         if stage.bypass:
             continue
-        if not (stage.alu_bypass and stage.mul_bypass):
-            raise EmulationError(f"{where}: fp16 {name} with an ALU or MUL operand is not modelled "
-                                 f"(the operand encoding for fp is unknown)")
+        mul = None
+        if not stage.mul_bypass:
+            if stage.mul_from_dma:
+                raise EmulationError(f"{where}: fp16 {name} MUL operands from DMA are not modelled")
+            # the 16-bit MUL operand field holds fp16 bits on the fp path [C] (NUMERICS.md 4.6)
+            mul = np.float32(np.uint16(stage.mul_operand & 0xFFFF).view(np.float16))
+        alu = None
+        if not stage.alu_bypass:
+            if name == "BS" and state.bs.alu_from_dma:
+                if rdma is None:
+                    raise EmulationError(f"{where}: the BS stage takes operands from the BRDMA but DPU_RDMA is "
+                                         f"not enabled in the op-enable word: the DPU would wait forever")
+                alu = _fp32(read_bias_blob(dma, rdma, state.channels, where)["ALU"])
+            elif stage.alu_from_dma:
+                raise EmulationError(f"{where}: BN operands from the NRDMA are not modelled")
+            else:
+                alu = _fp32(stage.alu_operand)
+        config = dataclasses.replace(_x_config(stage), relux_value=float(_fp32(stage.relux_value)))
         run = kernels.bs_stage_fp if name == "BS" else kernels.bn_stage_fp
-        data = run(data, _x_config(stage))
+        data = run(data, config, alu=alu, mul=mul)
     if not state.ew.bypass:
         ew = state.ew
-        if not ew.op_bypass or not ew.lut_bypass:
-            raise EmulationError(f"{where}: fp16 EW operations and the LUT are not modelled")
-        config = kernels.EwConfig(relu=not ew.relu_bypass, relux=ew.relux, relux_value=ew.relux_value)
-        data = kernels.ew_stage_fp(data, config, np.zeros((1, 1, 1), np.float32))
+        if not ew.lut_bypass:
+            raise EmulationError(f"{where}: the LUT on the fp16 path is not modelled")
+        operand = np.array(_fp32(ew.op_value), np.float32).reshape(1, 1, 1)
+        if not ew.op_bypass and ew.op_from_dma:
+            operand = _ew_operand(state, rdma, dma, where, floating=True)
+        config = kernels.EwConfig(op_enable=not ew.op_bypass, op_type=ew.op_type, alu_algo=ew.alu_algo,
+                                  prelu=ew.prelu, relu=not ew.relu_bypass, relux=ew.relux,
+                                  relux_value=float(_fp32(ew.relux_value)))
+        data = kernels.ew_stage_fp(data, config, operand)
     return data
 
 

@@ -331,4 +331,9 @@ def test_cli_compile_writes_a_model_file(tmp_path, capsys) -> None:
     # without quantization -o is refused with the reason
     code = main(["compile", str(tmp_path / "net.onnx"), "-o", str(tmp_path / "other.npu")])
     assert code != 0 and not (tmp_path / "other.npu").exists()
-    assert "-o builds int8 models only" in capsys.readouterr().err
+    assert "-o needs a quantized graph" in capsys.readouterr().err
+    # --fp16 builds a float16 model file
+    half = tmp_path / "half.npu"
+    assert main(["compile", str(tmp_path / "net.onnx"), "--fp16", "-o", str(half)]) == 0
+    got = run_model_file(half, {"x": x})["y"]
+    assert cosine(got, onnxruntime_float(model, x)) >= 0.99999
