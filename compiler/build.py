@@ -123,7 +123,14 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
             tensors, conv, move = transposed
             for tensor in tensors:
                 graph.add_tensor(tensor)
-            nodes += [conv, move]
+            split = split_lut_activation(graph, conv)  # an fp16 sigmoid head goes to the host too
+            if split is not None:
+                conv, activation, quant = split
+                source = graph.tensor(activation.outputs[0])
+                graph.add_tensor(Tensor(conv.outputs[0], tuple(source.shape), source.dtype, quant=quant))
+                nodes += [conv, activation, move]
+            else:
+                nodes += [conv, move]
             continue
         split = split_lut_activation(graph, node)
         if split is None:
