@@ -239,7 +239,9 @@ def quantize_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
         if calibration_given:
             raise ConfigError("--quant-config already holds the ranges, preprocessing and weight method: leave out "
                               "--dataset, --algorithm, --mean, --std, --bgr and --per-layer (edit the config instead)")
-        context["quantization"] = quantize_from_config(graph, read_config(args.quant_config, graph))
+        config = read_config(args.quant_config, graph)
+        context["preprocess"] = {name: value.to_plain() for name, value in config.preprocess.items()}
+        context["quantization"] = quantize_from_config(graph, config)
     elif args.fp16:
         if calibration_given:
             raise ConfigError("--fp16 does not calibrate: leave out --dataset, --algorithm, --mean, --std, --bgr and "
@@ -249,6 +251,7 @@ def quantize_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
         if args.dataset is None:
             raise ConfigError("--quantize needs a calibration dataset: --dataset ds.txt")
         preprocess = preprocess_for_inputs(graph, args.mean, args.std, args.bgr)
+        context["preprocess"] = {name: value.to_plain() for name, value in preprocess.items()}
         options = CalibrationOptions(args.algorithm, args.per_channel, progress=not args.no_progress)
         context["quantization"] = quantize_with_dataset(graph, args.dataset, preprocess, options)
     elif calibration_given:
@@ -267,6 +270,8 @@ def build_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
         raise CompileError("-o needs a quantized graph: add --quantize --dataset ds.txt, --fp16 or --quant-config")
     options = {"optimization_level": args.optimization_level, "algorithm": args.algorithm,
                "per_channel": args.per_channel}
+    if context.get("preprocess"):  # what `npuemu run` applies to image inputs
+        options["preprocess"] = context["preprocess"]
     model = build_model(context["graph"], context["platform"], name=args.model.stem, options=options)
     model.write(args.output)
     context["model_file"] = model

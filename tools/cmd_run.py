@@ -23,9 +23,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "host-side layers, and print the dequantised outputs; --output-dir saves them as .npy.",
     )
     parser.add_argument("model", help="path to an npuemu .npu model file or a vendor .rknn file")
-    parser.add_argument("--input", "-i", action="append", default=[], metavar="X.npy",
-                        help="one .npy array per graph input, in graph order (repeat the option); "
-                        "float arrays are quantised, int8 arrays are taken as already quantised")
+    parser.add_argument("--input", "-i", action="append", default=[], metavar="X.npy|IMG.png",
+                        help="one .npy array or image (PNG; JPEG with the images extra) per graph input, in graph "
+                        "order (repeat the option); float arrays are quantised, int8 arrays are taken as already "
+                        "quantised; images get the mean/std the model was compiled with")
     parser.add_argument("--output-dir", "-o", metavar="DIR",
                         help="write each output to DIR/<output name>.npy")
     parser.add_argument("--raw", action="store_true",
@@ -52,10 +53,11 @@ def run_npu(args: argparse.Namespace, out: TextIO) -> int:
     from npuemu.isa.errors import InputError
 
     runtime = Runtime(ModelFile.read(args.model))
-    arrays = load_input_arrays(args.input)
-    if len(arrays) != len(runtime.inputs):
-        raise InputError(f"{args.model}: {len(arrays)} --input file(s) given; the model takes "
+    if len(args.input) != len(runtime.inputs):
+        raise InputError(f"{args.model}: {len(args.input)} --input file(s) given; the model takes "
                          f"{len(runtime.inputs)}: {', '.join(runtime.inputs)} (in that order)")
+    arrays = _npu_inputs(runtime, args.input) if any(not str(p).lower().endswith(".npy") for p in args.input) \
+        else load_input_arrays(args.input)
     for name, array in zip(runtime.inputs, arrays):
         runtime.set_input(name, array)
     runtime.run()
@@ -64,6 +66,24 @@ def run_npu(args: argparse.Namespace, out: TextIO) -> int:
     out.write(timing_line([task for run in runtime.runs for task in run.tasks], runtime.machine.platform) + "\n")
     _report_outputs(args, {name: runtime.output(name, not args.raw) for name in runtime.outputs}, out)
     return 0
+
+
+def _npu_inputs(runtime, paths: list[str]) -> list:
+    """Inputs given as files: .npy arrays as they are; images (PNG, JPEG with the ``images``
+    extra) as NCHW pixel values, preprocessed with the mean/std/BGR the model was calibrated
+    with (recorded by `npuemu compile` in the model file's compiler options)."""
+    from npuemu.compiler.quant.dataset import load_input_file
+    from npuemu.compiler.quant.preprocess import preprocess_from_plain
+
+    recorded = (runtime.model.trailer.get("compiler", {}).get("options", {}) or {}).get("preprocess", {})
+    arrays = []
+    for name, path in zip(runtime.inputs, paths):
+        shape = tuple(runtime.model.tensor(name).shape)
+        array, is_image = load_input_file(path, shape, name)
+        if is_image and name in recorded:
+            array = preprocess_from_plain(recorded[name], f"model preprocess of {name}").apply(array, is_image=True)
+        arrays.append(array)
+    return arrays
 
 
 def run_rknn(args: argparse.Namespace, out: TextIO) -> int:

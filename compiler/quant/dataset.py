@@ -139,6 +139,16 @@ class CalibrationSamples:
         return sample
 
 
+def load_input_file(file: Path | str, shape: tuple[int, ...], name: str) -> tuple[np.ndarray, bool]:
+    """(array, is_image) of one input file as the dataset reads it: a .npy array of the input's
+    shape (or without its batch dimension), or an image (PNG; JPEG with the ``images`` extra)
+    of the input's height and width as float32 NCHW pixel values."""
+    file = Path(file)
+    if file.suffix.lower() == NPY_SUFFIX:
+        return _load_npy(file, tuple(shape), name, str(file)), False
+    return _load_image(file, tuple(shape), name, str(file)), True
+
+
 def _load_npy(file: Path, shape: tuple[int, ...], name: str, where: str) -> np.ndarray:
     try:
         array = np.load(file, allow_pickle=False)
