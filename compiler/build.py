@@ -19,7 +19,7 @@ runtime does not have, or a layer lowering cannot do, raises an error naming the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import copy
@@ -107,9 +107,14 @@ def _broadcasting_eltwise(graph: Graph, node) -> bool:
 
 
 def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
-                options: Mapping[str, Any] | None = None) -> ModelFile:
-    """The model file of ``graph`` (after ``passes.optimize`` and int8 quantization)."""
+                options: Mapping[str, Any] | None = None, cores: Sequence[int] = (0,)) -> ModelFile:
+    """The model file of ``graph`` (after ``passes.optimize`` and quantization); convolutions are
+    split across ``cores`` (physical core indices, lower/multicore.py) where worth it."""
     spec = load_platform(platform) if isinstance(platform, str) else platform
+    cores = tuple(int(c) for c in cores)
+    if not cores or len(set(cores)) != len(cores) or any(not 0 <= c < spec.cores.count for c in cores):
+        raise CompileError(f"cores {list(cores)}: {spec.name} has {spec.cores.count} core(s), numbered "
+                           f"0..{spec.cores.count - 1}; give each at most once")
     regmap = load_regmap(spec.register_map.family)
     if not graph.nodes:
         raise CompileError("the graph has no layers to build")
@@ -194,30 +199,46 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
     def lower_all(plan):
         placements = {n: plan.constant(n) for n in constants}
         placements |= {n: plan.feature(n, shapes[n], dtypes[n], spec, channel_align=aligns.get(n, 1)) for n in shapes}
-        lowered = [lower_layer(layer, placements, spec, regmap, op_idx=i) for i, layer in enumerate(layers)]
+        lowered = [lower_layer(layer, placements, spec, regmap, op_idx=i, cores=len(cores))
+                   for i, layer in enumerate(layers)]
         return placements, lowered
 
-    # the schedule: runs of consecutive NPU layers form one chain each; a CPU layer ends the
-    # current chain and becomes a cpu step between chains
-    segments: list = []  # ("npu", [layer indices into `layers`]) or ("cpu", CpuOp)
+    _, first = lower_all(plan_memory(constant_sizes, lifetimes))
+    # the schedule: runs of consecutive single-core NPU layers form one chain each (on the first
+    # core of the mask); a layer split across cores gets one chain per core, the steps sharing a
+    # group; a CPU layer ends the current chain and becomes a cpu step between chains
+    segments: list = []  # ("npu", [layer indices]), ("split", [layer index]) or ("cpu", CpuOp)
     npu_index = 0
     for record in work:
         if isinstance(record, CpuOp):
             segments.append(("cpu", record))
-        else:
-            if not segments or segments[-1][0] != "npu":
-                segments.append(("npu", []))
+            continue
+        if len(set(first[npu_index].cores)) > 1:
+            segments.append(("split", [npu_index]))
+        elif segments and segments[-1][0] == "npu":
             segments[-1][1].append(npu_index)
-            npu_index += 1
+        else:
+            segments.append(("npu", [npu_index]))
+        npu_index += 1
 
-    def chain_tasks(lowered_items, members):
-        return [task for i in members for task in lowered_items[i].tasks]
+    def chains(lowered_items, kind, members):
+        """(logical core, [(layer index, first task index in the layer, tasks)]) per chain."""
+        if kind == "npu":
+            return [(0, [(i, 0, list(lowered_items[i].tasks)) for i in members])]
+        (i,) = members
+        item = lowered_items[i]
+        out = []
+        for core in sorted(set(item.cores)):
+            picked = [k for k, c in enumerate(item.cores) if c == core]
+            out.append((core, [(i, picked[0], [item.tasks[k] for k in picked])]))
+        return out
 
-    _, first = lower_all(plan_memory(constant_sizes, lifetimes))
     all_tasks = []
     for kind, members in segments:
-        if kind == "npu":
-            chain = chain_tasks(first, members)
+        if kind == "cpu":
+            continue
+        for _, parts in chains(first, kind, members):
+            chain = [task for _, _, tasks in parts for task in tasks]
             if len(chain) > spec.pc.max_tasks_per_submit:
                 raise CompileError(f"{len(chain)} tasks exceed the {spec.pc.max_tasks_per_submit} tasks of one "
                                    "submit; splitting a chain into several NPU steps is not built yet")
@@ -226,26 +247,34 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
     placements, lowered = lower_all(plan)
     regcmd = plan["regcmd"]
     encoded_data = bytearray()
-    schedule, step_of_layer, first_of_layer = [], {}, {}
+    schedule = []
+    ranges: dict[int, list[dict]] = {}  # layer index -> its task ranges (step, first, count)
     layer_ids = {id(record): index for index, record in enumerate(records)}
+    group = 0
     for kind, members in segments:
         if kind == "cpu":
             schedule.append({"kind": "cpu", "op": members.op, "inputs": list(members.inputs),
                              "outputs": [members.output], "params": dict(members.params),
                              "layers": [layer_ids[id(members)]]})
             continue
-        offset = len(encoded_data)
-        encoded = encode_chain(Chain(chain_tasks(lowered, members)), regmap, base_addr=regcmd.address + offset,
-                               scale=spec.pc.data_amount_scale)
-        encoded_data += bytes(encoded.data)
-        task = 0
-        for i in members:
-            step_of_layer[i], first_of_layer[i] = len(schedule), task
-            task += len(lowered[i].tasks)
-        schedule.append({"kind": "npu", "core": 0,
-                         "chain": {"section": REGCMD_SECTION, "offset": offset, "first_amount": encoded.first_amount,
-                                   "tasks": task},
-                         "layers": [layer_ids[id(layers[i])] for i in members]})
+        for core, parts in chains(lowered, kind, members):
+            offset = len(encoded_data)
+            chain = [task for _, _, tasks in parts for task in tasks]
+            encoded = encode_chain(Chain(chain), regmap, base_addr=regcmd.address + offset,
+                                   scale=spec.pc.data_amount_scale)
+            encoded_data += bytes(encoded.data)
+            position = 0
+            for i, _, tasks in parts:
+                ranges.setdefault(i, []).append({"step": len(schedule), "first": position, "count": len(tasks)})
+                position += len(tasks)
+            step = {"kind": "npu", "core": cores[core],
+                    "chain": {"section": REGCMD_SECTION, "offset": offset, "first_amount": encoded.first_amount,
+                              "tasks": len(chain)},
+                    "layers": [layer_ids[id(layers[i])] for i, _, _ in parts]}
+            if kind == "split":
+                step["group"] = group
+            schedule.append(step)
+        group += kind == "split"
 
     weights_area = plan.area("weights")
     image = bytearray(weights_area.size)
@@ -282,10 +311,8 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
             graph_layers.append(entry | {"inputs": list(_reads(record)) if isinstance(record, CpuOp)
                                          else [record.input], "outputs": [record.output], "tasks": []})
             continue
-        count = len(lowered[npu_index].tasks)
         graph_layers.append(entry | {"inputs": list(_reads(record)), "outputs": [record.output],
-                                     "tasks": [{"step": step_of_layer[npu_index], "first": first_of_layer[npu_index],
-                                                "count": count}]})
+                                     "tasks": ranges[npu_index]})
         npu_index += 1
     trailer = {
         "platform": {"chip": spec.name},

@@ -230,7 +230,7 @@ MEMORY_MAP = record(
     {}, {"regions": _list_with_unique_names(MEMORY_REGION), "areas": list_of(MEMORY_AREA)}
 )
 CHAIN = record({"section": text, "offset": unsigned, "first_amount": unsigned, "tasks": unsigned})
-NPU_STEP = record({"core": unsigned, "chain": CHAIN}, {"layers": list_of(integer)})
+NPU_STEP = record({"core": unsigned, "chain": CHAIN}, {"layers": list_of(integer), "group": unsigned})
 CPU_STEP = record(
     {"op": text, "inputs": list_of(text), "outputs": list_of(text)},
     {"params": obj, "layers": list_of(integer)},

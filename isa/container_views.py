@@ -106,10 +106,15 @@ class ChainRef:
 
 @dataclass(frozen=True)
 class NpuStep:
+    """One chain run by one core. Consecutive steps with the same ``group`` start together on
+    their cores and all finish before the next step (one layer split across cores); None: a
+    step of its own."""
+
     core: int
     chain: ChainRef
     layers: tuple[int, ...] = ()
     kind: str = "npu"
+    group: int | None = None
 
 
 @dataclass(frozen=True)
@@ -130,7 +135,7 @@ def step_from_json(value: Mapping[str, Any]) -> Step:
     if value["kind"] == "npu":
         chain = value["chain"]
         ref = ChainRef(chain["section"], chain["offset"], chain["first_amount"], chain["tasks"])
-        return NpuStep(value["core"], ref, layers)
+        return NpuStep(value["core"], ref, layers, group=value.get("group"))
     return CpuStep(value["op"], tuple(value["inputs"]), tuple(value["outputs"]),
                    dict(value.get("params", {})), layers)
 

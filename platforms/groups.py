@@ -137,6 +137,9 @@ class Ddr(Group):
     write_bytes_per_cycle: float = figure(exclusive_minimum=0, maximum=1024)
     # share of the shorter of a task's compute and data DMA hidden under the longer (1: max)
     compute_overlap: float = figure(default=1.0, minimum=0, maximum=1)
+    # bytes per NPU cycle the DDR gives all cores together when a layer is split across cores;
+    # null: no limit beyond each core's own read/write rates (TIMING.md, multi-core)
+    shared_bytes_per_cycle: float | None = figure(default=None, exclusive_minimum=0, maximum=4096)
 
 
 @dataclass(frozen=True, kw_only=True)

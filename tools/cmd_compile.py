@@ -100,8 +100,11 @@ def _add_optimization_options(parser: argparse.ArgumentParser) -> None:
 def _add_output_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model file")
     group.add_argument("-o", "--output", metavar="FILE", type=Path, default=None,
-                       help="write the compiled model file (.npu) to FILE; needs an int8 build "
-                       "(--quantize --dataset ds.txt) whose layers all run on the NPU")
+                       help="write the compiled model file (.npu) to FILE; needs a quantized graph "
+                       "(--quantize --dataset ds.txt, --fp16 or --quant-config)")
+    group.add_argument("--core-mask", default="auto", metavar="MASK",
+                       help="NPU cores the model file splits convolutions across: auto (one core), 0, 1, 2, "
+                       "0_1, 0_1_2 or all (multi-core chips; default auto)")
 
 
 #: Functions adding the option groups of ``compile``, in help order.
@@ -272,7 +275,12 @@ def build_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
                "per_channel": args.per_channel}
     if context.get("preprocess"):  # what `npuemu run` applies to image inputs
         options["preprocess"] = context["preprocess"]
-    model = build_model(context["graph"], context["platform"], name=args.model.stem, options=options)
+    from npuemu.tools.core_mask import parse_core_mask
+
+    platform = context["platform"]
+    cores = parse_core_mask(args.core_mask, platform.cores.count, platform.name)
+    options["core_mask"] = args.core_mask
+    model = build_model(context["graph"], platform, name=args.model.stem, options=options, cores=cores)
     model.write(args.output)
     context["model_file"] = model
     print(f"wrote {args.output}: {len(model.layers())} layers, "

@@ -63,7 +63,11 @@ def run_npu(args: argparse.Namespace, out: TextIO) -> int:
     runtime.run()
     npu_steps = sum(1 for step in runtime.model.schedule() if step.kind == "npu")
     out.write(f"{args.model}: {npu_steps} NPU chain(s) run\n")
-    out.write(timing_line([task for run in runtime.runs for task in run.tasks], runtime.machine.platform) + "\n")
+    from npuemu.emulator.timing.report import report_npu
+
+    report = report_npu(runtime.model, runtime.runs, runtime.machine.platform)
+    out.write(timing_line([task for run in runtime.runs for task in run.tasks], runtime.machine.platform,
+                          cycles=report.totals()["cycles"]) + "\n")
     _report_outputs(args, {name: runtime.output(name, not args.raw) for name in runtime.outputs}, out)
     return 0
 
@@ -112,14 +116,16 @@ def run_rknn(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def timing_line(records, platform) -> str:
-    """Total cycles and time of the task records from the timing model (emulator/TIMING.md).
+def timing_line(records, platform, cycles: int | None = None) -> str:
+    """Total cycles and time of the task records from the timing model (emulator/TIMING.md);
+    ``cycles`` when the caller has them with split layers' cores overlapped (perf report).
 
     Computed from the records the run already produced; the timing model never changes
     numerical results."""
     from npuemu.emulator.timing.task_time import time_task
 
-    cycles = sum(time_task(record, platform).cycles for record in records)
+    if cycles is None:
+        cycles = sum(time_task(record, platform).cycles for record in records)
     mhz = platform.clock.npu_mhz
     return (f"timing: {len(records)} tasks, {cycles} cycles = {cycles / mhz:.1f} us at {mhz:g} MHz "
             f"({platform.name})")

@@ -145,6 +145,7 @@ class ConvTask:
     bias_address: int
     residual: Operand | None = None
     lut_upload: bool = False  # this task writes stages.lut's tables into the LUT RAM first
+    core: int = 0  # which NPU core runs it (multicore.py); not a register
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,11 @@ class LoweredLayer:
     descriptions: tuple[TaskDescription, ...]
     tasks: tuple[Task, ...]
 
+    @property
+    def cores(self) -> tuple[int, ...]:
+        """The core that runs each task (0 unless the layer was split, multicore.py)."""
+        return tuple(getattr(d, "core", 0) for d in self.descriptions)
+
 
 def as_conv(layer: Layer) -> Layer:
     """FC layers are 1x1 convolutions on [1, K, 1, 1] (vendor-corpus README 3.3)."""
@@ -57,10 +62,10 @@ def output_align(layer: Layer, platform: Platform) -> int:
 
 
 def describe_layer(layer: Layer, placements: Mapping[str, Placement], platform: Platform,
-                   constants: ConvConstants | None = None) -> tuple[TaskDescription, ...]:
+                   constants: ConvConstants | None = None, cores: int = 1) -> tuple[TaskDescription, ...]:
     layer = as_conv(layer)
     if isinstance(layer, ConvLayer):
-        return lower_conv(layer, placements, platform, constants)
+        return lower_conv(layer, placements, platform, constants, cores)
     if isinstance(layer, EltwiseLayer):
         return lower_eltwise(layer, placements, platform)
     if isinstance(layer, PoolLayer):
@@ -83,12 +88,14 @@ def emit(description: TaskDescription, regmap: RegisterMap, op_idx: int | None =
 
 
 def lower_layer(layer: Layer, placements: Mapping[str, Placement], platform: Platform, regmap: RegisterMap,
-                *, op_idx: int | None = None, constants: ConvConstants | None = None) -> LoweredLayer:
-    """Lower one layer on ``platform`` to full-register-set tasks for ``regmap``."""
+                *, op_idx: int | None = None, constants: ConvConstants | None = None,
+                cores: int = 1) -> LoweredLayer:
+    """Lower one layer on ``platform`` to full-register-set tasks for ``regmap`` (convolutions
+    split across ``cores`` cores where worth it, multicore.py)."""
     if regmap.family != platform.register_map.family:
         raise CompileError(f"register map {regmap.family!r} does not belong to platform {platform.name} "
                            f"(expects {platform.register_map.family!r})")
-    descriptions = describe_layer(layer, placements, platform, constants)
+    descriptions = describe_layer(layer, placements, platform, constants, cores)
     limit = platform.pc.max_tasks_per_submit
     if len(descriptions) > limit:
         raise CompileError(f"layer {layer.name}: {len(descriptions)} tasks exceed the {limit} tasks of one "

@@ -36,6 +36,7 @@ from .descriptions import (
 from .layers import FLOAT16, ConvLayer
 from .lookup import check_feature, constant, tensor
 from .placement import ELEMENT_BYTES, PLATFORM_DTYPE, ConstPlacement, Placement, TensorPlacement, align
+from .multicore import deal_to_cores
 from .tiling import CbufRequest, TaskTile, entries_per_row, plan_cbuf
 
 SURF_STRIDE_MASK = (1 << 28) - 1  # CNA DMA_CON2.SURF_STRIDE: 28 bits, wraps (rep11 writes -3)
@@ -315,12 +316,19 @@ def cbuf_request(layer: ConvLayer, inp: TensorPlacement, platform: Platform, wei
 
 
 def lower_conv(layer: ConvLayer, placements: Mapping[str, Placement], platform: Platform,
-               constants: ConvConstants | None = None) -> tuple[ConvTask, ...]:
-    """The task descriptions of one convolution (constants are recomputed when not given)."""
+               constants: ConvConstants | None = None, cores: int = 1) -> tuple[ConvTask, ...]:
+    """The task descriptions of one convolution (constants are recomputed when not given),
+    dealt to ``cores`` cores (multicore.py; each task's ``core``)."""
     constants = constants or conv_constants(layer, platform)
     ctx = _context(layer, placements, platform, constants)
-    plan = plan_cbuf(cbuf_request(layer, ctx.inp, platform, len(constants.weights)))
-    tasks = tuple(_conv_task(ctx, tile, plan.data_bank, plan.weight_bank) for tile in plan.tasks)
-    if ctx.stages.lut is not None:  # the first task of the layer uploads its LUT (rep10: before the op)
-        tasks = (dataclasses.replace(tasks[0], lut_upload=True),) + tasks[1:]
-    return tasks
+    request = cbuf_request(layer, ctx.inp, platform, len(constants.weights))
+    plan = plan_cbuf(request)
+    tiles, assignment = deal_to_cores(plan, request, cores)
+    tasks = []
+    for index, (tile, core) in enumerate(zip(tiles, assignment)):
+        task = dataclasses.replace(_conv_task(ctx, tile, plan.data_bank, plan.weight_bank), core=core)
+        first_on_core = index == 0 or assignment[index - 1] != core
+        if ctx.stages.lut is not None and first_on_core:  # each core's LUT RAM gets the table (rep10: before the op)
+            task = dataclasses.replace(task, lut_upload=True)
+        tasks.append(task)
+    return tuple(tasks)

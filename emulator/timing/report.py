@@ -17,6 +17,8 @@ MaxCycles = max(DDR, NPU), Time = MaxCycles at the clock, no launch overhead.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -38,6 +40,41 @@ class LayerTime:
     vendor_ddr: int | None = None  # set in the vendor-estimate mode: librknnc's per-layer DDR cycles
     vendor_npu: int | None = None  # set in the vendor-estimate mode: H1 over the layer's whole plane
     host_us: float = 0.0  # a CPU step's host time (host_model.py); 0 for NPU layers
+    cores: list[int] = field(default_factory=list)  # the core of each task (empty: all on one core)
+    shared_ddr_rate: float | None = None  # platform ddr.shared_bytes_per_cycle (split layers only)
+
+    def _per_core(self, cycles_of) -> dict[int, int]:
+        per_core: dict[int, int] = {}
+        for task, core in zip(self.tasks, self.cores or [0] * len(self.tasks)):
+            per_core[core] = per_core.get(core, 0) + cycles_of(task)
+        return per_core
+
+    @property
+    def split(self) -> bool:
+        return len(set(self.cores)) > 1
+
+    def _concurrent(self, cycles_of) -> int:
+        """Cores run their shares together: the layer takes the longest core, or - with a shared
+        DDR rate on the platform - the time the DDR needs for all the cores' bytes if that is
+        longer (TIMING.md, multi-core)."""
+        if not self.split:
+            return sum(cycles_of(t) for t in self.tasks)
+        longest = max(self._per_core(cycles_of).values())
+        if not self.shared_ddr_rate:
+            return longest
+        moved = sum(t.ddr_read_bytes + t.ddr_write_bytes for t in self.tasks)
+        return max(longest, math.ceil(moved / self.shared_ddr_rate))
+
+    def workload(self) -> dict[int, float]:
+        """Share of the layer's MACs (or, without MACs, of its task cycles) per core, in %."""
+        key = (lambda t: t.macs) if self.macs else (lambda t: t.cycles)
+        per_core = self._per_core(key)
+        total = sum(per_core.values())
+        return {core: 100.0 * value / total for core, value in sorted(per_core.items())} if total else {}
+
+    @property
+    def single_core_cycles(self) -> int:
+        return sum(t.cycles for t in self.tasks) if self.vendor_ddr is None else self.cycles
 
     @property
     def npu_cycles(self) -> int:
@@ -55,13 +92,13 @@ class LayerTime:
     def max_cycles(self) -> int:
         if self.vendor_ddr is not None:
             return max(self.npu_cycles, self.vendor_ddr)
-        return sum(t.max_cycles for t in self.tasks)
+        return self._concurrent(lambda t: t.max_cycles)
 
     @property
     def cycles(self) -> int:
         if self.vendor_ddr is not None:
             return self.max_cycles
-        return sum(t.cycles for t in self.tasks)
+        return self._concurrent(lambda t: t.cycles)
 
     @property
     def ddr_read_bytes(self) -> int:
@@ -116,8 +153,16 @@ class PerfReport:
                 "ddr_read_bytes": sum(t.ddr_read_bytes for t in tasks),
                 "ddr_write_bytes": sum(t.ddr_write_bytes for t in tasks),
                 "time_us": self.time_us(cycles) + sum(self._extra_us(layer) for layer in self.layers),
+                "single_core_cycles": sum(p.single_core_cycles if isinstance(p, LayerTime) else p.cycles
+                                          for p in parts),
                 "cpu_time_us": sum(layer.host_us for layer in self.layers),
                 "tasks": len(tasks), "ddr_model": self.ddr_model}
+
+    def speedup(self) -> float:
+        """Theoretical speed-up of the multi-core split: the model's cycles if every task ran on
+        one core, over its cycles as split (1.0 for a single-core model)."""
+        totals = self.totals()
+        return totals["single_core_cycles"] / totals["cycles"] if totals["cycles"] else 1.0
 
     def to_json(self) -> dict:
         layers = []
@@ -130,29 +175,33 @@ class PerfReport:
                            "ddr_read_bytes": layer.ddr_read_bytes, "ddr_write_bytes": layer.ddr_write_bytes,
                            "macs": layer.macs, "mac_usage_percent": layer.mac_usage(),
                            "time_us": self.layer_time_us(layer), "host_us": layer.host_us,
-                           "tasks": len(layer.tasks)})
+                           "tasks": len(layer.tasks),
+                           "workload": {str(core): share for core, share in layer.workload().items()}})
         return {"model": self.model, "platform": self.platform, "npu_mhz": self.npu_mhz,
                 "ddr_model": self.ddr_model, "layer_overhead_us": self.layer_overhead_us, "layers": layers,
-                "unassigned_tasks": len(self.unassigned), "totals": self.totals(),
+                "unassigned_tasks": len(self.unassigned), "totals": self.totals(), "speedup": self.speedup(),
                 "notes": list(self.notes)}
 
     def format_table(self) -> str:
         header = ["ID", "OpType", "DataType", "Target", "InputShape", "OutputShape", "DDRCycles",
-                  "NPUCycles", "MaxCycles", "Time(us)", "MacUsage(%)", "TaskNumber", "RW(KB)", "FullName"]
+                  "NPUCycles", "MaxCycles", "Time(us)", "MacUsage(%)", "WorkLoad(0/1/2)", "TaskNumber", "RW(KB)",
+                  "FullName"]
         rows = []
         for layer in self.layers:
             usage = layer.mac_usage()
             rows.append([str(layer.id), layer.op_type, layer.data_type, layer.target, layer.input_shapes,
                          layer.output_shape, str(layer.ddr_cycles), str(layer.npu_cycles),
                          str(layer.max_cycles), f"{self.layer_time_us(layer):.1f}",
-                         "" if usage is None else f"{usage:.2f}", str(len(layer.tasks)),
+                         "" if usage is None else f"{usage:.2f}", _workload_text(layer), str(len(layer.tasks)),
                          f"{layer.ddr_read_bytes / 1024:.0f}", layer.full_name])
         totals = self.totals()
+        speedup = self.speedup()
         rows.append(["Total", "", "", "", "", "", str(totals["ddr_cycles"]), str(totals["npu_cycles"]),
-                     str(totals["max_cycles"]), f"{totals['time_us']:.1f}", "", str(totals["tasks"]),
+                     str(totals["max_cycles"]), f"{totals['time_us']:.1f}", "",
+                     f"Up:{speedup:.2f}x" if speedup != 1.0 else "", str(totals["tasks"]),
                      f"{totals['ddr_read_bytes'] / 1024:.0f}", ""])
         widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-        numeric = set(range(6, 13))
+        numeric = set(range(6, 14)) - {11}
 
         def line(cells):
             return "  ".join(c.rjust(w) if i in numeric else c.ljust(w)
@@ -160,6 +209,17 @@ class PerfReport:
         out = [line(header), "-" * len(line(header))]
         out += [line(r) for r in rows[:-1]] + ["-" * len(line(header)), line(rows[-1])]
         return "\n".join(out)
+
+
+def _workload_text(layer: LayerTime) -> str:
+    """The vendor's WorkLoad column: per-core shares of a split layer, "100%" on one core."""
+    shares = layer.workload()
+    if not shares:
+        return ""
+    if len(shares) == 1:
+        (core, _), = shares.items()
+        return f"core{core} 100%"
+    return "/".join(f"{shares.get(core, 0.0):.0f}%" for core in range(max(shares) + 1))
 
 
 def _shape(shape) -> str:
@@ -238,15 +298,17 @@ def report_npu(model, runs: Sequence, platform, ddr_model: str = "board") -> Per
             step_runs[index] = next(runs_iter)
     claimed: set[tuple[int, int]] = set()
     tensors = {t.name: t for t in model.tensors()}
+    steps = model.schedule()
     layers = []
     for info in model.layers():
-        records = []
+        records, cores = [], []
         for task_range in info.tasks:
             run = step_runs.get(task_range.step)
             if run is None:
                 continue
             for i in range(task_range.first, min(task_range.first + task_range.count, len(run.tasks))):
                 records.append(run.tasks[i])
+                cores.append(steps[task_range.step].core)
                 claimed.add((task_range.step, i))
         dtype, rate = _mac_rate(records, platform)
         if not dtype and info.outputs and info.outputs[0] in tensors:
@@ -255,7 +317,8 @@ def report_npu(model, runs: Sequence, platform, ddr_model: str = "board") -> Per
             info.id, info.op_type, dtype, info.target or ("NPU" if records else "CPU"),
             ",".join(_shape(tensors[n].shape if n in tensors else None) for n in info.inputs) or "\\",
             ",".join(_shape(tensors[n].shape if n in tensors else None) for n in info.outputs),
-            info.name, [time_task(r, platform) for r in records], rate)
+            info.name, [time_task(r, platform) for r in records], rate, cores=cores,
+            shared_ddr_rate=platform.ddr.shared_bytes_per_cycle)
         if not records and (info.target or "").upper() == "CPU":
             from npuemu.emulator.timing.host_model import cpu_step_us
             timed.host_us = cpu_step_us([tensors[n].shape for n in info.inputs if n in tensors], platform)

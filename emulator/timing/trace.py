@@ -6,7 +6,8 @@ Input: the tasks in execution order, each with its label (layer name), its emula
 of phase ``"X"`` (complete events, ``ts``/``dur`` in microseconds):
 
 - one track per NPU core (process "NPU", thread ``core N``): one event per task, laid end to end
-  (cores are not overlapped yet: one timeline), duration = task cycles / ``clock.npu_mhz``;
+  on its core; the steps of a layer split across cores (one schedule group) start together and
+  the next step waits for the slowest core; duration = task cycles / ``clock.npu_mhz``;
 - one track per DMA direction (process "DDR", threads ``read`` and ``write``): first the PC's
   regcmd fetch (category ``regcmd``, part of the task's launch cycles), then, after the launch,
   the task's data DDR time split into its read part ``ceil(data read / read rate)`` and the rest
@@ -33,6 +34,7 @@ class TraceTask:
     label: str          # layer name (or "unassigned")
     record: object      # emulator TaskRecord
     time: object        # TaskTime
+    group: int | None = None  # schedule group: the steps of one layer split across cores start together
 
 
 def build_trace(tasks: Iterable[TraceTask], platform, *, model: str = "") -> dict:
@@ -40,11 +42,17 @@ def build_trace(tasks: Iterable[TraceTask], platform, *, model: str = "") -> dic
     read_rate = platform.ddr.read_bytes_per_cycle
     events: list[dict] = []
     cores: set[int] = set()
-    start = 0  # cycles
+    now = 0  # cycles: where the next ungrouped task (or group) starts
+    group, group_start, ends = None, 0, {}  # the running group, its start, each core's end in it
     count = 0
     for task in tasks:
         record, timing = task.record, task.time
         count += 1
+        if task.group != group:  # leaving a group: everything after waits for its slowest core
+            if group is not None:
+                now = max(ends.values(), default=now)
+            group, group_start, ends = task.group, now, {}
+        start = ends.get(timing.core, group_start) if group is not None else now
         cores.add(timing.core)
         args = {"core": timing.core, "task": timing.index, "enable_mask": f"{record.enable_mask:#x}",
                 "blocks": list(record.blocks), "npu_cycles": timing.npu_cycles,
@@ -70,7 +78,13 @@ def build_trace(tasks: Iterable[TraceTask], platform, *, model: str = "") -> dic
             events.append(_event(f"write {task.label} #{timing.index}", "dma", DDR_PID, WRITE_TID,
                                  data_start + read_cycles, write_cycles, mhz,
                                  {"bytes": timing.ddr_write_bytes, "cycles": write_cycles}))
-        start += timing.cycles
+        if group is not None:
+            ends[timing.core] = start + timing.cycles
+        else:
+            now = start + timing.cycles
+    if group is not None:
+        now = max(ends.values(), default=now)
+    start = now
     meta = [_meta("process_name", NPU_PID, 0, "NPU"), _meta("process_name", DDR_PID, 0, "DDR"),
             _meta("thread_name", DDR_PID, READ_TID, "DMA read"),
             _meta("thread_name", DDR_PID, WRITE_TID, "DMA write")]
@@ -120,5 +134,6 @@ def trace_tasks_npu(model, runs, platform) -> list[TraceTask]:
             continue
         run = next(runs_iter)
         for i, record in enumerate(run.tasks):
-            out.append(TraceTask(labels.get((step_index, i), "unassigned"), record, time_task(record, platform)))
+            out.append(TraceTask(labels.get((step_index, i), "unassigned"), record, time_task(record, platform),
+                                 getattr(step, "group", None)))
     return out

@@ -13,7 +13,7 @@ from npuemu.tools.cli import main
 
 FIXTURES = RKNN_FIXTURES
 COLUMNS = ["ID", "OpType", "DataType", "Target", "InputShape", "OutputShape", "DDRCycles", "NPUCycles",
-           "MaxCycles", "Time(us)", "MacUsage(%)", "TaskNumber", "RW(KB)", "FullName"]
+           "MaxCycles", "Time(us)", "MacUsage(%)", "WorkLoad(0/1/2)", "TaskNumber", "RW(KB)", "FullName"]
 
 
 def test_perf_rknn_table_and_json(tmp_path, capsys):
