@@ -32,9 +32,9 @@ from npuemu.compiler.build_adapt import (
 from npuemu.compiler.lower.lut import ONNX_LUT_KINDS
 from npuemu.compiler.ir import Graph, Tensor
 from npuemu.compiler.lower import (
-    ConcatLayer, ConvLayer, EltwiseLayer, feature_bytes, layer_constants, lower_layer, output_align,
+    ConcatLayer, ConvLayer, EltwiseLayer, feature_bytes, feature_placement, layer_constants, lower_layer, output_align,
 )
-from npuemu.compiler.memory_plan import lifetimes_from_steps, plan_memory, regcmd_bytes
+from npuemu.compiler.memory_plan import lifetimes_from_steps, plan_memory, plan_sram, regcmd_bytes
 from npuemu.isa.chain import encode_chain
 from npuemu.isa.container import MemoryRegion, ModelFile, Section, SectionKind
 from npuemu.isa.errors import CompileError
@@ -83,6 +83,15 @@ def _resolve(layer, aliases: Mapping[str, str]):
     return dataclasses.replace(layer, input=aliases.get(layer.input, layer.input))
 
 
+def _memory_map(plan, sram_plan) -> dict:
+    trailer = plan.trailer()
+    if sram_plan is not None and sram_plan.size:
+        trailer["regions"].append(sram_plan.trailer_region())
+        trailer["areas"].append({"name": "sram_internal", "size": sram_plan.size, "region": "sram",
+                                 "base": sram_plan.base})
+    return trailer
+
+
 def _host_step(graph: Graph, node, spec) -> bool:
     """NPU-partitioned nodes the build runs as CPU steps: int8 <-> float16 conversions
     (DataConvert), channel Concats whose slices do not start on C2 surfaces, and float16
@@ -107,9 +116,11 @@ def _broadcasting_eltwise(graph: Graph, node) -> bool:
 
 
 def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
-                options: Mapping[str, Any] | None = None, cores: Sequence[int] = (0,)) -> ModelFile:
+                options: Mapping[str, Any] | None = None, cores: Sequence[int] = (0,),
+                sram: bool = False) -> ModelFile:
     """The model file of ``graph`` (after ``passes.optimize`` and quantization); convolutions are
-    split across ``cores`` (physical core indices, lower/multicore.py) where worth it."""
+    split across ``cores`` (physical core indices, lower/multicore.py) where worth it; with
+    ``sram`` internal tensors go to the chip's SRAM as far as it goes (memory_plan.plan_sram)."""
     spec = load_platform(platform) if isinstance(platform, str) else platform
     cores = tuple(int(c) for c in cores)
     if not cores or len(set(cores)) != len(cores) or any(not 0 <= c < spec.cores.count for c in cores):
@@ -195,10 +206,20 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
             raise CompileError(f"graph output {output!r} is not produced by a layer")
     lifetimes = lifetimes_from_steps(steps, sizes, graph.inputs, [aliases.get(o, o) for o in graph.outputs])
     constant_sizes = {n: len(blob) for n, blob in constants.items()}
+    sram_plan = None
+    if sram:
+        if spec.sram.kind == "none" or not spec.sram.size_bytes:
+            raise CompileError(f"--sram: {spec.name} has no NPU-usable SRAM (platform sram.kind {spec.sram.kind!r})")
+        sram_plan = plan_sram(lifetimes, spec.sram.size_bytes, spec.sram.granule_bytes)
+        lifetimes = [t for t in lifetimes if t.name not in sram_plan.addresses]
 
     def lower_all(plan):
         placements = {n: plan.constant(n) for n in constants}
-        placements |= {n: plan.feature(n, shapes[n], dtypes[n], spec, channel_align=aligns.get(n, 1)) for n in shapes}
+        placements |= {n: (feature_placement(n, sram_plan.addresses[n], shapes[n], dtypes[n], spec,
+                                             channel_align=aligns.get(n, 1))
+                           if sram_plan is not None and n in sram_plan.addresses
+                           else plan.feature(n, shapes[n], dtypes[n], spec, channel_align=aligns.get(n, 1)))
+                       for n in shapes}
         lowered = [lower_layer(layer, placements, spec, regmap, op_idx=i, cores=len(cores))
                    for i, layer in enumerate(layers)]
         return placements, lowered
@@ -297,7 +318,8 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
             "name": tensor, "shape": shape, "dtype": dtypes[storage], "layout": "NC1HWC2",
             "native_shape": list(placement.native_shape), "c2": placement.c2,
             "surface_stride": placement.surface_stride,
-            "region": plan.region, "address": placement.address, "size": placement.size,
+            "region": "sram" if sram_plan is not None and storage in sram_plan.addresses else plan.region,
+            "address": placement.address, "size": placement.size,
         }
         if dtypes[storage] == "int8":
             record["quantization"] = {"scale": float(quant.scale), "zero_point": int(quant.zero_point)}
@@ -320,7 +342,7 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
         "graph": {"name": name or getattr(graph, "name", "") or "model", "inputs": list(graph.inputs),
                   "outputs": list(graph.outputs), "layers": graph_layers},
         "tensors": tensors,
-        "memory_map": plan.trailer(),
+        "memory_map": _memory_map(plan, sram_plan),
         "schedule": schedule,
     }
     return ModelFile(tuple(sections), trailer)

@@ -250,3 +250,34 @@ def lifetimes_from_steps(steps: Sequence[tuple[Sequence[str], Sequence[str]]], s
         kind = "input" if name in graph_inputs else "output" if name in graph_outputs else "internal"
         result.append(TensorLifetime(name, sizes[name], first[name], last[name], kind))
     return result
+
+
+#: where the SRAM window sits in the NPU address space when a build uses it (the emulator's
+#: default window, emulator/memory.py DEFAULT_SRAM_BASE; the memory map records it either way)
+SRAM_BASE = 0xFF000000
+
+
+@dataclass(frozen=True)
+class SramPlan:
+    """Internal tensors placed in SRAM: their addresses and the region's size (granule multiple)."""
+
+    addresses: dict[str, int]
+    size: int
+    base: int = SRAM_BASE
+
+    def trailer_region(self) -> dict:
+        return {"name": "sram", "base": self.base, "size": self.size}
+
+
+def plan_sram(tensors: Sequence[TensorLifetime], capacity: int, granule: int, *, base: int = SRAM_BASE) -> SramPlan:
+    """Internal tensors in SRAM as far as it goes (guide 5.7: internal tensors, not weights):
+    smallest first, each kept if the lifetime-reused SRAM area still fits ``capacity`` - the
+    most tensors, so the most layers hit SRAM. The others stay in DDR."""
+    chosen: list[TensorLifetime] = []
+    for item in sorted((t for t in tensors if t.kind == "internal"), key=lambda t: (t.size, t.first, t.name)):
+        _, extent = reuse_offsets([*chosen, item])
+        if -(-extent // granule) * granule <= capacity:
+            chosen.append(item)
+    offsets, extent = reuse_offsets(chosen)
+    size = -(-extent // granule) * granule if chosen else 0
+    return SramPlan({name: base + offset for name, offset in offsets.items()}, size, base)

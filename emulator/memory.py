@@ -27,6 +27,7 @@ ADDRESS_SPACE = 1 << 32  # every DMA address register is 32-bit (rknpu-isa.md 4)
 #: SRAM window used when no memory map places it: below 4 GiB, clear of a DDR image that
 #: starts at 0. A documented choice, not a hardware fact.
 DEFAULT_SRAM_BASE = 0xFF000000
+SRAM_REGION = "sram"  # the region name of the SRAM window (memory maps, isa/CONTAINER.md 3.4)
 #: Refuse absurd region sizes before allocating (a model file could ask for anything).
 MAX_REGION_BYTES = 1 << 31
 
@@ -187,10 +188,22 @@ class DmaTraffic:
     ppu_read: int = 0
     dpu_write: int = 0
     ppu_write: int = 0
+    # of the bytes above, those that went to the SRAM region instead of DDR (SRAM hits)
+    sram_hit_reads: int = 0
+    sram_hit_writes: int = 0
 
     @property
     def read_bytes(self) -> int:
         return sum(getattr(self, f.name) for f in fields(self) if f.name.endswith("_read"))
+
+    @property
+    def ddr_read_bytes(self) -> int:
+        """Read bytes that went to DDR (all reads but the SRAM hits)."""
+        return self.read_bytes - self.sram_hit_reads
+
+    @property
+    def ddr_write_bytes(self) -> int:
+        return self.write_bytes - self.sram_hit_writes
 
     @property
     def write_bytes(self) -> int:
@@ -212,16 +225,23 @@ class TaskDma:
     memory: Memory
     where: str  # "core 0 task 3"
     counts: dict[Traffic, int] = field(default_factory=dict)
+    sram_reads: int = 0
+    sram_writes: int = 0
 
-    def count(self, stream: Traffic, nbytes: int) -> None:
+    def count(self, stream: Traffic, nbytes: int, region: MemoryRegion | None = None) -> None:
         self.counts[stream] = self.counts.get(stream, 0) + int(nbytes)
+        if region is not None and region.name == SRAM_REGION:
+            if stream.value.endswith("_read"):
+                self.sram_reads += int(nbytes)
+            else:
+                self.sram_writes += int(nbytes)
 
     def read_rows(self, stream: Traffic, starts: np.ndarray, row_bytes: int, what: str) -> np.ndarray:
         """``uint8 [len(starts), row_bytes]``: one contiguous run per start address."""
         starts = _addresses(starts)
         region, offsets = self.memory._locate_rows(starts, row_bytes, f"{self.where}: {what} read")
         index = offsets[:, None] + np.arange(row_bytes, dtype=np.int64)[None, :]
-        self.count(stream, starts.size * row_bytes)
+        self.count(stream, starts.size * row_bytes, region)
         return region.data[index]
 
     def write_rows(self, stream: Traffic, starts: np.ndarray, rows: np.ndarray, what: str) -> None:
@@ -232,13 +252,14 @@ class TaskDma:
         region, offsets = self.memory._locate_rows(starts, row_bytes, f"{self.where}: {what} write")
         index = offsets[:, None] + np.arange(row_bytes, dtype=np.int64)[None, :]
         region.data[index] = rows
-        self.count(stream, starts.size * row_bytes)
+        self.count(stream, starts.size * row_bytes, region)
 
     def read_block(self, stream: Traffic, address: int, nbytes: int, what: str) -> np.ndarray:
         return self.read_rows(stream, np.array([address]), nbytes, what)[0]
 
     def traffic(self) -> DmaTraffic:
-        return DmaTraffic(**{stream.value: n for stream, n in self.counts.items()})
+        return DmaTraffic(**{stream.value: n for stream, n in self.counts.items()},
+                          sram_hit_reads=self.sram_reads, sram_hit_writes=self.sram_writes)
 
 
 def _addresses(starts: np.ndarray | list[int]) -> np.ndarray:

@@ -102,6 +102,9 @@ def _add_output_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("-o", "--output", metavar="FILE", type=Path, default=None,
                        help="write the compiled model file (.npu) to FILE; needs a quantized graph "
                        "(--quantize --dataset ds.txt, --fp16 or --quant-config)")
+    group.add_argument("--sram", action="store_true",
+                       help="place internal tensors in the chip's SRAM as far as it goes (RK3588: 956 KB); "
+                       "`npuemu perf` then reports SRAM hits instead of DDR traffic for them")
     group.add_argument("--core-mask", default="auto", metavar="MASK",
                        help="NPU cores the model file splits convolutions across: auto (one core), 0, 1, 2, "
                        "0_1, 0_1_2 or all (multi-core chips; default auto)")
@@ -280,7 +283,9 @@ def build_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
     platform = context["platform"]
     cores = parse_core_mask(args.core_mask, platform.cores.count, platform.name)
     options["core_mask"] = args.core_mask
-    model = build_model(context["graph"], platform, name=args.model.stem, options=options, cores=cores)
+    options["sram"] = bool(args.sram)
+    model = build_model(context["graph"], platform, name=args.model.stem, options=options, cores=cores,
+                        sram=args.sram)
     model.write(args.output)
     context["model_file"] = model
     print(f"wrote {args.output}: {len(model.layers())} layers, "

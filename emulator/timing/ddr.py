@@ -21,13 +21,14 @@ from npuemu.emulator.memory import DmaTraffic
 
 
 def ddr_bytes(traffic: DmaTraffic) -> tuple[int, int]:
-    """(read bytes, write bytes) the task's DMA moved, regcmd fetch included."""
-    return traffic.read_bytes, traffic.write_bytes
+    """(read bytes, write bytes) the task's DMA moved to and from DDR, regcmd fetch included
+    (SRAM hits are not DDR traffic; TIMING.md, SRAM)."""
+    return traffic.ddr_read_bytes, traffic.ddr_write_bytes
 
 
 def data_read_bytes(traffic: DmaTraffic) -> int:
-    """Read bytes of the task's data streams (all but the regcmd fetch)."""
-    return traffic.read_bytes - traffic.regcmd_read
+    """DDR read bytes of the task's data streams (all but the regcmd fetch and SRAM hits)."""
+    return traffic.ddr_read_bytes - traffic.regcmd_read
 
 
 def ddr_cycles(read_bytes: int, write_bytes: int, platform) -> int:

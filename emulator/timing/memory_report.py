@@ -22,6 +22,8 @@ class MemoryReport:
     other: dict[str, int]  # part name -> bytes (register commands, I/O, ...)
     file_bytes: int
     notes: list[str] = field(default_factory=list)
+    sram_bytes: int = 0  # internal tensors placed in SRAM (npuemu compile --sram); not in the DDR total
+    sram_tensors: list[tuple[str, str, int, int]] = field(default_factory=list)  # name, dtype, address, size
 
     @property
     def other_bytes(self) -> int:
@@ -34,7 +36,9 @@ class MemoryReport:
     def to_json(self) -> dict:
         return {"model": self.model, "weight_bytes": self.weight_bytes, "internal_bytes": self.internal_bytes,
                 "other_bytes": self.other_bytes, "other": dict(self.other), "total_bytes": self.total_bytes,
-                "model_file_bytes": self.file_bytes, "notes": list(self.notes)}
+                "model_file_bytes": self.file_bytes, "sram_bytes": self.sram_bytes,
+                "sram_tensors": [{"name": n, "dtype": d, "address": a, "size": z} for n, d, a, z in self.sram_tensors],
+                "notes": list(self.notes)}
 
     def format_text(self) -> str:
         rule = "=" * 54
@@ -45,6 +49,8 @@ class MemoryReport:
                  f"    Internal Tensor Memory: {_human(self.internal_bytes)}",
                  f"    Other Memory: {_human(self.other_bytes)} ({parts})",
                  f"    Total Memory: {_human(self.total_bytes)}",
+                 *([f"    SRAM (internal tensors): {_human(self.sram_bytes)} in {len(self.sram_tensors)} tensor(s)"]
+                   if self.sram_bytes else []),
                  "",
                  "When evaluating memory usage, we need consider",
                  f"the size of model, current model size is: {_human(self.file_bytes)}",
@@ -75,10 +81,16 @@ def memory_npu(model, path: str) -> MemoryReport:
             weight += area.size
         elif area.name == "internal":
             internal += area.size
+        elif area.region == "sram":
+            continue  # SRAM is not DDR memory: reported on its own line
         else:
             label = {"regcmd": "register commands", "io": "I/O tensors"}.get(area.name, area.name)
             other[label] = other.get(label, 0) + area.size
-    return MemoryReport(path, weight, internal, other, os.path.getsize(path))
+    sram = [(t.name, t.dtype or "", int(t.address or 0), int(t.size or 0)) for t in model.tensors()
+            if getattr(t, "region", None) == "sram"]
+    sram_bytes = sum(area.size for area in areas if area.region == "sram")
+    return MemoryReport(path, weight, internal, other, os.path.getsize(path), sram_bytes=sram_bytes,
+                        sram_tensors=sram)
 
 
 def memory_rknn(model, path: str) -> MemoryReport:

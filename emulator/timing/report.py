@@ -112,6 +112,10 @@ class LayerTime:
     def macs(self) -> int:
         return sum(t.macs for t in self.tasks)
 
+    @property
+    def sram_hit_bytes(self) -> int:
+        return sum(t.sram_hit_bytes for t in self.tasks)
+
     def mac_usage(self) -> float | None:
         if not self.mac_rate or not self.max_cycles:
             return None
@@ -152,6 +156,7 @@ class PerfReport:
                 "max_cycles": sum(p.max_cycles for p in parts), "cycles": cycles,
                 "ddr_read_bytes": sum(t.ddr_read_bytes for t in tasks),
                 "ddr_write_bytes": sum(t.ddr_write_bytes for t in tasks),
+                "sram_hit_bytes": sum(t.sram_hit_bytes for t in tasks),
                 "time_us": self.time_us(cycles) + sum(self._extra_us(layer) for layer in self.layers),
                 "single_core_cycles": sum(p.single_core_cycles if isinstance(p, LayerTime) else p.cycles
                                           for p in parts),
@@ -173,6 +178,7 @@ class PerfReport:
                            "npu_cycles": layer.npu_cycles, "ddr_cycles": layer.ddr_cycles,
                            "max_cycles": layer.max_cycles, "cycles": layer.cycles,
                            "ddr_read_bytes": layer.ddr_read_bytes, "ddr_write_bytes": layer.ddr_write_bytes,
+                           "sram_hit_bytes": layer.sram_hit_bytes,
                            "macs": layer.macs, "mac_usage_percent": layer.mac_usage(),
                            "time_us": self.layer_time_us(layer), "host_us": layer.host_us,
                            "tasks": len(layer.tasks),

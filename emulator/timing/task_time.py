@@ -35,6 +35,7 @@ class TaskTime:
     regcmd_bytes: int = 0
     unit_cycles: int = 0  # DPU/PPU cycles of a task without MAC work (not in the NPUCycles column)
     serial_cycles: int = 0  # the part of min(compute, DDR) not hidden by the overlap
+    sram_hit_bytes: int = 0  # bytes read from or written to SRAM instead of DDR (no DDR cycles)
 
     @property
     def compute_cycles(self) -> int:
@@ -62,7 +63,8 @@ def time_task(record, platform) -> TaskTime:
     ddr = ddr_cycles(data_read_bytes(record.traffic), write, platform)
     return TaskTime(record.core, record.index, npu, ddr, read, write, launch,
                     record.conv.macs if record.conv is not None else 0, regcmd, unit,
-                    serial_part(max(npu, unit), ddr, platform))
+                    serial_part(max(npu, unit), ddr, platform),
+                    record.traffic.sram_hit_reads + record.traffic.sram_hit_writes)
 
 
 def time_tasks(records: Iterable, platform) -> tuple[TaskTime, ...]:
