@@ -27,7 +27,7 @@ import dataclasses
 
 from npuemu.compiler.build_adapt import (
     ELTWISE_OPS, Alias, CpuOp, alias_from_node, chw, concat_fits_surfaces, cpu_from_node, layer_from_node,
-    split_conv_transpose, split_lut_activation, stored_dtype,
+    split_channels, split_conv_transpose, split_lut_activation, stored_dtype,
 )
 from npuemu.compiler.lower.lut import ONNX_LUT_KINDS
 from npuemu.compiler.ir import Graph, Tensor
@@ -132,6 +132,10 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
     nodes = []  # the built layers; a conv with a fused LUT activation becomes conv + CPU step (interim)
     copied = False
     for node in graph.nodes:
+        slices = split_channels(graph, node)
+        if slices is not None:
+            nodes += slices
+            continue
         transposed = split_conv_transpose(graph, node)
         if transposed is not None:
             if not copied:  # new tensors go into a copy, never into the caller's graph

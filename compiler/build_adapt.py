@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from npuemu.compiler.ir import FusedOp, Graph, Node, QuantParams, Tensor
-from npuemu.compiler.lower import Activation, ActivationLayer, ConcatLayer, ConvLayer, EltwiseLayer, PoolLayer, Quant, Residual
+from npuemu.compiler.lower import Activation, ActivationLayer, ConcatLayer, ConvLayer, SliceLayer, EltwiseLayer, PoolLayer, Quant, Residual
 from npuemu.compiler.lower.lut import ONNX_LUT_KINDS
 from npuemu.compiler.quant import stored_values
 from npuemu.compiler.quant.affine import round_half_away
@@ -294,6 +294,10 @@ def layer_from_node(graph: Graph, node: Node):
         return _eltwise(graph, node)
     if node.op_type == "Concat":
         return _concat(graph, node)
+    if node.op_type == CHANNEL_SLICE:
+        x = node.inputs[0]
+        return SliceLayer(node.layer_name, x, node.outputs[0], chw(graph, x, node), int(node.attrs["start"]),
+                          int(node.attrs["size"]), int8_quant(graph, x, node), int8_quant(graph, node.outputs[0], node))
     if node.op_type in ONNX_LUT_KINDS and len(node.inputs) == 1:
         if node.fused:
             raise _fail(node, "fused parts after a LUT activation are not lowered")
@@ -487,3 +491,26 @@ def split_conv_transpose(graph: Graph, node: Node) -> tuple[list[Tensor], Node, 
     move = Node(f"{node.name}_depth_to_space", "DepthToSpace", [tensors[-1].name], [base],
                 {"blocksize": k, "mode": "CRD"}, [], "CPU")
     return tensors, conv, move
+
+
+# --- channel Split as one slice layer per output ---------------------------------------------
+
+CHANNEL_SLICE = "ChannelSlice"  # build-internal op: one output of a channel Split (attrs start, size)
+
+
+def split_channels(graph: Graph, node: Node) -> list[Node] | None:
+    """An NPU Split along channels as one ChannelSlice node per output (each a single-output
+    layer: a DPU copy, lower_eltwise.lower_slice), else None."""
+    if node.op_type != "Split" or node.target != "NPU" or node.fused:
+        return None
+    shape = graph.tensor(node.inputs[0]).shape
+    axis = int(node.attrs.get("axis", 0))
+    if len(shape) != 4 or axis % 4 != 1:
+        return None
+    slices, start = [], 0
+    for index, output in enumerate(node.outputs):
+        size = int(graph.tensor(output).shape[1])
+        slices.append(Node(f"{node.name}_{index}" if len(node.outputs) > 1 else node.name, CHANNEL_SLICE,
+                           [node.inputs[0]], [output], {"start": start, "size": size}, [], "NPU"))
+        start += size
+    return slices

@@ -11,12 +11,12 @@ Read ``LOWERING.md`` next to this package. Entry points:
 from .descriptions import ConvTask, DpuTask, PpuTask, TaskDescription
 from .driver import LoweredLayer, describe_layer, emit, layer_constants, lower_layer, output_align
 from .layers import (
-    NO_ACTIVATION, Activation, ActivationLayer, ConcatLayer, ConvLayer, EltwiseLayer, FcLayer, Layer, PoolLayer, Quant, Residual,
+    NO_ACTIVATION, Activation, ActivationLayer, ConcatLayer, ConvLayer, SliceLayer, EltwiseLayer, FcLayer, Layer, PoolLayer, Quant, Residual,
 )
 from .placement import ConstPlacement, Placement, TensorPlacement, feature_bytes, feature_placement, surface_atoms
 
 __all__ = [
-    "Activation", "ActivationLayer", "ConcatLayer", "ConstPlacement", "ConvLayer", "ConvTask", "DpuTask", "EltwiseLayer", "FcLayer", "Layer",
+    "Activation", "ActivationLayer", "ConcatLayer", "ConstPlacement", "SliceLayer", "ConvLayer", "ConvTask", "DpuTask", "EltwiseLayer", "FcLayer", "Layer",
     "LoweredLayer", "NO_ACTIVATION", "Placement", "PoolLayer", "PpuTask", "Quant", "Residual", "TaskDescription",
     "TensorPlacement", "describe_layer", "emit", "feature_bytes", "feature_placement", "layer_constants",
     "lower_layer", "output_align", "surface_atoms",

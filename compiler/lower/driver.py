@@ -21,9 +21,9 @@ from .descriptions import ConvTask, DpuTask, PpuTask, TaskDescription
 from .emit_conv import emit_conv_task
 from .emit_dpu import emit_dpu_task
 from .emit_ppu import emit_ppu_task
-from .layers import ActivationLayer, ConcatLayer, ConvLayer, EltwiseLayer, FcLayer, Layer, PoolLayer
+from .layers import ActivationLayer, ConcatLayer, ConvLayer, SliceLayer, EltwiseLayer, FcLayer, Layer, PoolLayer
 from .lower_conv import ConvConstants, conv_constants, lower_conv
-from .lower_eltwise import lower_activation, lower_concat, lower_eltwise
+from .lower_eltwise import lower_activation, lower_concat, lower_eltwise, lower_slice
 from .lower_pool import lower_pool
 from .placement import Placement
 
@@ -74,6 +74,8 @@ def describe_layer(layer: Layer, placements: Mapping[str, Placement], platform: 
         return lower_activation(layer, placements, platform)
     if isinstance(layer, ConcatLayer):
         return lower_concat(layer, placements, platform)
+    if isinstance(layer, SliceLayer):
+        return lower_slice(layer, placements, platform)
     raise CompileError(f"no NPU lowering for {type(layer).__name__}")
 
 

@@ -344,6 +344,31 @@ class ConcatLayer:
         return sum(shape[0] for shape in self.shapes), self.shapes[0][1], self.shapes[0][2]
 
 
+@dataclass(frozen=True)
+class SliceLayer:
+    """Channels [start, start + size) of an int8 tensor copied (and requantized) into their own
+    tensor: one output of a channel Split, a DPU-only task (the mirror of ConcatLayer)."""
+
+    name: str
+    input: str
+    output: str
+    input_shape: tuple[int, int, int]
+    start: int
+    size: int
+    input_quant: Quant
+    output_quant: Quant
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "input_shape", tuple(int(v) for v in self.input_shape))
+        if not (0 <= self.start and self.size > 0 and self.start + self.size <= self.input_shape[0]):
+            raise CompileError(f"layer {self.name}: channels [{self.start}, {self.start + self.size}) are not "
+                               f"inside the input's {self.input_shape[0]}")
+
+    @property
+    def output_shape(self) -> tuple[int, int, int]:
+        return self.size, self.input_shape[1], self.input_shape[2]
+
+
 POOL_METHODS = ("max", "avg")
 
 
@@ -391,4 +416,4 @@ class PoolLayer:
         return channels, (height + top + bottom - kh) // sy + 1, (width + left + right - kw) // sx + 1
 
 
-Layer = ConvLayer | FcLayer | EltwiseLayer | PoolLayer | ActivationLayer | ConcatLayer
+Layer = ConvLayer | FcLayer | EltwiseLayer | PoolLayer | ActivationLayer | ConcatLayer | SliceLayer

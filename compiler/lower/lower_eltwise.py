@@ -19,7 +19,7 @@ from npuemu.platforms.model import Platform
 
 from .. import quant_regs
 from .descriptions import ALU_ADD, ALU_MAX, ALU_MIN, ALU_MINUS, PRECISION_CODES, DpuCube, DpuStages, DpuTask, EwStage, Operand, OutCvt, XStage
-from .layers import FLOAT16, ActivationLayer, ConcatLayer, EltwiseLayer
+from .layers import FLOAT16, ActivationLayer, ConcatLayer, EltwiseLayer, SliceLayer
 from .lower_conv import lut_stages
 from .lookup import check_feature, tensor
 from .placement import Placement, align
@@ -124,3 +124,24 @@ def lower_concat(layer: ConcatLayer, placements: Mapping[str, Placement], platfo
                              concat_stages(quant, layer.output_quant, layer.name)))
         start += channels
     return tuple(tasks)
+
+
+def lower_slice(layer: SliceLayer, placements: Mapping[str, Placement], platform: Platform) -> tuple[DpuTask, ...]:
+    """One DPU-only task reading the input's surfaces from the slice's first channel group (the
+    slice must start on a C2 surface) and writing them, requantized, to the output."""
+    source = tensor(placements, layer.input, layer.name)
+    out = tensor(placements, layer.output, layer.name)
+    check_feature(source, layer.input_shape, "int8", "input", layer.name)
+    check_feature(out, layer.output_shape, "int8", "output", layer.name)
+    if source.packed or out.packed:
+        raise CompileError(f"layer {layer.name}: a channel slice needs NC1HWC2 tensors, not packed images")
+    if layer.start % source.c2:
+        raise CompileError(f"layer {layer.name}: the slice starts at channel {layer.start}, not on a "
+                           f"{source.c2}-channel surface of the input")
+    _, height, width = layer.input_shape
+    cube = DpuCube(width=width, height=height, channels=align(layer.size, out.c2), orig_channels=layer.size,
+                   dst_address=out.address, dst_surface_stride=out.surface_stride, surfaces_per_pass=1,
+                   precision=PRECISION_CODES["int8"])
+    address = source.address + (layer.start // source.c2) * source.surface_bytes
+    return (DpuTask(layer.name, address, source.surface_stride, cube,
+                    concat_stages(layer.input_quant, layer.output_quant, layer.name)),)

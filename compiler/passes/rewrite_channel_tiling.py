@@ -6,8 +6,10 @@ its input channels into the fewest parts (multiples of the input-channel group, 
 each fit: ``Split(x)`` -> ``Conv(x_1, W_1, bias)`` -> ``Conv(x_2, W_2) + previous`` -> ... The
 partial sums are added by each part's fused ``add`` (a ConvAdd layer), so the last part
 holds the whole result and takes the original layer's name and activation. The sum only
-reorders float additions. Layers whose fused parts would break the platform's fusion
-patterns after the extra add (e.g. an activation and a residual already) are left alone.
+reorders float additions. A residual Add that precedes the activation (Conv+Add+Relu) moves to
+the first part, whose partial sum it joins; layers whose fused parts would still break the
+platform's fusion patterns after the extra add (e.g. an activation, then a residual) are left
+alone.
 Level 3 only.
 """
 
@@ -40,11 +42,22 @@ def channel_split(ctx: PassContext, geometry: ConvGeometry) -> list[int] | None:
     return None
 
 
+def _leading_residual(node: Node) -> FusedOp | None:
+    """A residual Add that comes first after the bias (Conv+Add(+Relu), ResNet's bottleneck
+    exit): it may move to the first part of the chain, since the partial sums and the residual
+    are all added before the activation."""
+    rest = [part for part in node.fused if part.tag != BIAS_TAG]
+    if rest and rest[0].op_type == "Add" and len(rest[0].inputs) == 1:
+        return rest[0]
+    return None
+
+
 def _chain_allowed(ctx: PassContext, graph: Graph, node: Node) -> bool:
     probe = Node(node.name, node.op_type, node.inputs, node.outputs, node.attrs,
                  [FusedOp("Add", inputs=[node.inputs[0]])])
+    early = _leading_residual(node)
     for part in node.fused:
-        if part.tag == BIAS_TAG:
+        if part.tag == BIAS_TAG or part is early:
             continue
         kind = "Add" if part.op_type == "Add" else part.op_type
         if not may_append(ctx, graph, probe, kind):
@@ -74,15 +87,18 @@ def _build_chain(graph: Graph, node: Node, sizes: list[int]) -> None:
     index = graph.nodes.index(node)
     chain = [Node(graph.unique_node_name(f"{node.name}_split"), "Split", [x], pieces, {"axis": 1, "split": sizes})]
     start, previous = 0, None
+    early = _leading_residual(node)
     for i, size in enumerate(sizes):
         last = i == len(sizes) - 1
         part_weight = new_constant(graph, f"{node.name}_ic{i}_weight", weight[:, start:start + size])
         inputs = [pieces[i], part_weight] + (node.inputs[2:] if i == 0 else [])
         fused = [part for part in node.fused if part.tag == BIAS_TAG] if i == 0 else []
+        if i == 0 and early is not None:  # the residual joins the first partial sum (_leading_residual)
+            fused.append(early)
         if previous is not None:
             fused = [FusedOp("Add", inputs=[previous], carry_index=0, source=node.name)]
         if last:
-            fused += [part for part in node.fused if part.tag != BIAS_TAG]
+            fused += [part for part in node.fused if part.tag != BIAS_TAG and part is not early]
         out = node.outputs[0] if last else add_tensor_like(graph, f"{node.outputs[0]}_ic{i}", out_shape, dtype)
         name = node.name if last else graph.unique_node_name(f"{node.name}_ic{i}")
         chain.append(Node(name, "Conv", inputs, [out], dict(node.attrs), fused))
