@@ -1,0 +1,95 @@
+"""``python -m benchmarks [--models a,b] [--repeat N] [--quick] [--json out.json]`` from the repo root."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+
+from benchmarks import measure, models
+
+COLUMNS = ["model", "macs", "compile_s", "first_run_s", "emu_int8_ms", "emu_fp16_ms", "peak_rss_mb", "ort_ms",
+           "ratio", "gmac_s"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--models", default=",".join(models.ALL),
+                        help=f"comma-separated subset of {','.join(models.ALL)} (tiny: the smoke-test CNN)")
+    parser.add_argument("--repeat", type=int, default=5, help="timed runs per median (default 5)")
+    parser.add_argument("--quick", action="store_true", help="the tiny model only, repeat 2 (smoke test)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                        help="threads for onnxruntime and for the emulator's BLAS/OpenMP/Numba (default: all cores)")
+    parser.add_argument("--json", metavar="OUT", help="also write the rows as JSON")
+    parser.add_argument("--workdir", help="where models are written (default: a temporary directory)")
+    args = parser.parse_args(argv)
+    names = ["tiny"] if args.quick else [n.strip() for n in args.models.split(",") if n.strip()]
+    repeat = 2 if args.quick else args.repeat
+    if repeat < 1:
+        parser.error("--repeat must be >= 1")
+    if args.threads < 1:
+        parser.error("--threads must be >= 1")
+    measure.set_threads(args.threads)
+    for name in names:
+        if name not in models.ALL + ["tiny"]:
+            parser.error(f"unknown model {name!r}; choose from {', '.join(models.ALL + ['tiny'])}")
+
+    rows, skipped = [], {}
+    with tempfile.TemporaryDirectory(prefix="npuemu-bench-") as tmp:
+        workdir = args.workdir or tmp
+        for name in names:
+            print(f"{name}: building", flush=True)
+            model, macs, reason = models.build(name)
+            if model is None:
+                print(f"{name}: skipped: {reason}")
+                skipped[name] = reason
+                continue
+            try:
+                rows.append(measure.measure(name, model, macs, workdir, repeat,
+                                            log=lambda s: print(s, flush=True)))
+            except RuntimeError as exc:
+                print(f"{name}: failed: {exc}")
+                skipped[name] = f"failed: {exc}"
+    print()
+    print(f"threads: {args.threads} (onnxruntime intra-op; emulator BLAS/OpenMP/Numba), repeat {repeat}")
+    print(table(rows))
+    print()
+    print(scaling(rows))
+    for name, reason in skipped.items():
+        print(f"skipped {name}: {reason}")
+    if args.json:
+        meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": " ".join(sys.argv),
+                "cpus": os.cpu_count(), "python": platform.python_version(), "repeat": repeat,
+                "threads": args.threads}
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "columns": COLUMNS, "rows": rows, "skipped": skipped}, f, indent=1)
+    return 0 if rows or skipped else 1
+
+
+def table(rows: list[dict]) -> str:
+    head = (f"{'model':<12} {'GMAC':>6} {'compile s':>9} {'cold run s':>10} {'int8 ms':>9} {'fp16 ms':>30} "
+            f"{'RSS MB':>7} {'ort ms':>8} {'emu/ort':>8}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        fp16 = f"{r['emu_fp16_ms']:.1f}" if r["emu_fp16_ms"] is not None else (r["fp16_note"] or "n/a")[:30]
+        lines.append(f"{r['model']:<12} {r['macs'] / 1e9:>6.2f} {r['compile_s']:>9.2f} {r['first_run_s']:>10.2f} "
+                     f"{r['emu_int8_ms']:>9.1f} {fp16:>30} {r['peak_rss_mb']:>7.0f} {r['ort_ms']:>8.2f} "
+                     f"{r['ratio']:>7.1f}x")
+    return "\n".join(lines)
+
+
+def scaling(rows: list[dict]) -> str:
+    lines = ["scaling (int8 emulation time vs MACs, batch 1):",
+             f"{'model':<12} {'GMAC':>6} {'int8 ms':>9} {'GMAC/s emu':>11} {'GMAC/s ort':>11}"]
+    for r in sorted(rows, key=lambda r: r["macs"]):
+        lines.append(f"{r['model']:<12} {r['macs'] / 1e9:>6.2f} {r['emu_int8_ms']:>9.1f} {r['gmac_s']:>11.2f} "
+                     f"{r['macs'] / (r['ort_ms'] * 1e-3) / 1e9:>11.2f}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

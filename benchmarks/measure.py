@@ -1,0 +1,186 @@
+"""Measure one benchmark model: compile time, cold-process run, steady emulation time, peak RSS,
+onnxruntime float time. Every figure is wall-clock on this machine (time.perf_counter).
+
+What each figure times (see RESULTS.md):
+- compile_s: the whole `npuemu compile model.onnx --quantize --dataset ds.txt -o m.npu` process
+  (interpreter start, ONNX import, passes, int8 calibration on ONE random sample, lowering,
+  model-file write). int8 needs scales, so a single-sample calibration stands in for "no calibration".
+- first_run_s: one cold `npuemu run m.npu --input x.npy` process, end to end, with the Numba cache
+  already warm (one untimed run first).
+- emu_int8_ms: in a worker process, Runtime.run() plus the timing-model report (report_npu),
+  median of --repeat runs after one warm-up run.
+- peak_rss_mb: the worker's own ru_maxrss (RUSAGE_SELF, at exit).
+- ort_ms: onnxruntime CPU float32 on the same ONNX, intra-op threads = --threads (default
+  os.cpu_count()), median of --repeat runs after one warm-up. The emulator processes get the
+  same thread count for BLAS/OpenMP/Numba (set_threads).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+
+def npuemu_exe() -> list[str]:
+    exe = os.path.join(os.path.dirname(sys.executable), "npuemu")
+    return [exe] if os.path.exists(exe) else [sys.executable, "-m", "npuemu.tools.cli"]
+
+
+THREADS = os.cpu_count() or 1
+
+
+def set_threads(n: int) -> None:
+    """Thread count for every measured process: BLAS (numpy's matmul in the MAC kernel), OpenMP,
+    Numba and onnxruntime's intra-op pool all get the same N. Measured here: with other load on the
+    2 cores, 2 OpenBLAS threads made emulation 3-6x slower than 1 (spinning threads fight for cores)."""
+    global THREADS
+    THREADS = n
+
+
+def child_env() -> dict:
+    env = dict(os.environ)
+    for key in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+        env[key] = str(THREADS)
+    return env
+
+
+def _timed(cmd: list[str]) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env())
+    elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()[-800:]}")
+    return elapsed
+
+
+def prepare(name: str, model, workdir: str, seed: int = 0) -> dict:
+    import onnx
+
+    os.makedirs(workdir, exist_ok=True)
+    onnx_path = os.path.join(workdir, f"{name}.onnx")
+    onnx.save(model, onnx_path)
+    dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    x = np.random.default_rng(seed).standard_normal(dims).astype(np.float32)
+    x_path = os.path.join(workdir, f"{name}_x.npy")
+    np.save(x_path, x)
+    ds_path = os.path.join(workdir, f"{name}_ds.txt")
+    with open(ds_path, "w") as f:
+        f.write(os.path.basename(x_path) + "\n")
+    return {"onnx": onnx_path, "x": x_path, "dataset": ds_path, "input_name": model.graph.input[0].name}
+
+
+def compile_int8(paths: dict, out: str) -> float:
+    return _timed(npuemu_exe() + ["compile", paths["onnx"], "-t", "rk3588", "--quantize", "--dataset",
+                                  paths["dataset"], "--no-progress", "-o", out])
+
+
+def compile_fp16(paths: dict, out: str) -> float:
+    return _timed(npuemu_exe() + ["compile", paths["onnx"], "-t", "rk3588", "--fp16", "-o", out])
+
+
+def first_run(npu_path: str, x_path: str) -> float:
+    cmd = npuemu_exe() + ["run", npu_path, "--input", x_path]
+    _timed(cmd)  # warms the Numba cache; not counted
+    return _timed(cmd)
+
+
+def steady(npu_path: str, x_path: str, repeat: int) -> dict:
+    """Run the worker in a fresh process: its median time and its own peak RSS."""
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", npu_path, x_path, str(repeat)],
+                          capture_output=True, text=True, env=child_env())
+    if proc.returncode != 0:
+        raise RuntimeError(f"steady-state worker failed: {proc.stderr.strip()[-800:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_once(runtime, name: str, x) -> None:
+    from npuemu.emulator.timing.report import report_npu
+
+    runtime.set_input(name, x)
+    runtime.run()
+    report_npu(runtime.model, runtime.runs, runtime.machine.platform).totals()  # timing model on
+
+
+def load_runtime(npu_path: str):
+    from npuemu.emulator.runtime import Runtime
+    from npuemu.isa.container import ModelFile
+
+    return Runtime(ModelFile.read(npu_path))
+
+
+def _worker(npu_path: str, x_path: str, repeat: int) -> None:
+    runtime = load_runtime(npu_path)
+    x = np.load(x_path)
+    name = runtime.inputs[0]
+    run_once(runtime, name, x)  # warm-up: Numba load, first-touch allocations
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        run_once(runtime, name, x)
+        times.append(time.perf_counter() - start)
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # Linux: kilobytes
+    print(json.dumps({"median_ms": statistics.median(times) * 1e3, "times_ms": [t * 1e3 for t in times],
+                      "peak_rss_mb": peak_kb / 1024}))
+
+
+def ort_time(onnx_path: str, x_path: str, input_name: str, repeat: int) -> float:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = THREADS
+    options.inter_op_num_threads = 1
+    session = ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
+    feed = {input_name: np.load(x_path)}
+    session.run(None, feed)
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        session.run(None, feed)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def measure(name: str, model, macs: int, workdir: str, repeat: int, log=print) -> dict:
+    paths = prepare(name, model, workdir)
+    row: dict = {"model": name, "macs": macs}
+    npu = os.path.join(workdir, f"{name}.npu")
+    row["compile_s"] = compile_int8(paths, npu)
+    log(f"  {name}: compile {row['compile_s']:.2f} s")
+    row["first_run_s"] = first_run(npu, paths["x"])
+    log(f"  {name}: cold run {row['first_run_s']:.2f} s")
+    result = steady(npu, paths["x"], repeat)
+    row["emu_int8_ms"] = result["median_ms"]
+    row["peak_rss_mb"] = result["peak_rss_mb"]
+    log(f"  {name}: steady int8 {row['emu_int8_ms']:.1f} ms, peak RSS {row['peak_rss_mb']:.0f} MB")
+    row["emu_fp16_ms"] = None
+    row["fp16_note"] = fp16_attempt(paths, workdir, name, repeat, row, log)
+    row["ort_ms"] = ort_time(paths["onnx"], paths["x"], paths["input_name"], repeat)
+    row["ratio"] = row["emu_int8_ms"] / row["ort_ms"]
+    row["gmac_s"] = macs / (row["emu_int8_ms"] * 1e-3) / 1e9
+    log(f"  {name}: onnxruntime {row['ort_ms']:.2f} ms, ratio {row['ratio']:.1f}x")
+    return row
+
+
+def fp16_attempt(paths: dict, workdir: str, name: str, repeat: int, row: dict, log) -> str:
+    """fp16 steady time if an --fp16 build compiles and runs here; otherwise the reason, verbatim."""
+    npu = os.path.join(workdir, f"{name}_fp16.npu")
+    try:
+        compile_fp16(paths, npu)
+        row["emu_fp16_ms"] = steady(npu, paths["x"], repeat)["median_ms"]
+        log(f"  {name}: steady fp16 {row['emu_fp16_ms']:.1f} ms")
+        return ""
+    except RuntimeError as exc:
+        reason = str(exc).splitlines()[-1][:200]
+        log(f"  {name}: fp16 n/a: {reason}")
+        return f"n/a ({reason})"
+
+
+if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "--worker":
+    _worker(sys.argv[2], sys.argv[3], int(sys.argv[4]))

@@ -1,0 +1,51 @@
+"""Smoke test of ``python -m benchmarks --quick``: the command runs end to end on the tiny model
+and its JSON carries every column with plausible values. No timing thresholds."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import onnx
+
+from benchmarks import models
+from benchmarks.__main__ import COLUMNS
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_quick_benchmark_json(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--json", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "emu/ort" in proc.stdout and "scaling" in proc.stdout
+    data = json.loads(out.read_text())
+    assert data["columns"] == COLUMNS
+    (row,) = data["rows"]
+    assert set(COLUMNS) <= set(row)
+    assert row["model"] == "tiny"
+    assert row["macs"] == models.count_macs(models.tiny()[0]) > 0
+    for key in ("compile_s", "first_run_s", "emu_int8_ms", "peak_rss_mb", "ort_ms"):
+        assert row[key] > 0 and math.isfinite(row[key]), key
+    assert math.isclose(row["ratio"], row["emu_int8_ms"] / row["ort_ms"], rel_tol=1e-9)
+    # fp16 is either a measured time or a stated reason, never both missing
+    assert (row["emu_fp16_ms"] is not None and row["emu_fp16_ms"] > 0) or row["fp16_note"].startswith("n/a")
+    assert row["peak_rss_mb"] < 100_000  # kilobytes mistaken for megabytes would show here
+
+
+def test_macs_of_standard_architectures():
+    # Published figures: ResNet-18 1.8 GMAC, ResNet-50 4.1 GMAC, MobileNetV2 300 MMAC (224x224)
+    for build, expected in ((lambda: models.resnet(18), 1.82e9), (lambda: models.resnet(50), 4.09e9),
+                            (models.mobilenetv2, 3.0e8)):
+        model, macs = build()
+        onnx.checker.check_model(model)
+        assert models.count_macs(model) == macs
+        assert abs(macs - expected) / expected < 0.02
+
+
+def test_unknown_model_is_a_clear_error():
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--models", "vgg99"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "unknown model 'vgg99'" in proc.stderr

@@ -1,0 +1,99 @@
+"""`npuemu conformance` (tools/conformance.py): real ONNX node tests compiled for rk3588 and run
+on the emulator; a handful of cases only, so it stays fast."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from npuemu.tools import conformance
+from npuemu.tools.cli import main
+
+
+def _case(name: str):
+    op = conformance._all_node_cases()
+    return next(case for case in op if case.name == name)
+
+
+@pytest.mark.parametrize("name, target", [("test_maxpool_2d_default", "NPU"), ("test_averagepool_2d_default", "NPU"),
+                                          ("test_globalaveragepool", "NPU"), ("test_basic_conv_with_padding", "NPU"),
+                                          # the partition runs Resize as a host step: still a valid run
+                                          ("test_resize_upsample_scales_nearest", "CPU")])
+def test_real_node_tests_pass(name, target):
+    result = conformance.run_case(_case(name), "rk3588", "int8")
+    assert result.status == "pass", result
+    assert result.target == target
+    assert 0 <= result.max_error <= result.tolerance
+
+
+def test_wrong_expectation_fails_with_its_max_error():
+    case = _case("test_maxpool_2d_default")
+    prepared = conformance._prepare(case)
+    wrong = [np.asarray(value) + 1.0 for value in prepared[2]]  # far beyond the int8 tolerance (~0.06)
+    result = conformance.run_case(case, "rk3588", "int8", expected_override=wrong)
+    assert result.status == "fail"
+    assert result.max_error == pytest.approx(1.0, abs=0.1)
+    assert result.max_error > result.tolerance
+
+
+def test_wrong_shape_expectation_is_an_error_not_a_crash():
+    case = _case("test_maxpool_2d_default")
+    result = conformance.run_case(case, "rk3588", "int8", expected_override=[np.zeros(3, np.float32)])
+    assert result.status == "error" and "AssertionError" in result.reason
+
+
+def test_unsupported_case_carries_the_compiler_reason():
+    result = conformance.run_case(_case("test_add"), "rk3588", "int8")  # a [3, 4, 5] tensor, not a feature map
+    assert result.status == "unsupported"
+    assert "[1, C, H, W]" in result.reason and "CompileError" in result.reason
+
+
+def test_json_report_schema(tmp_path):
+    path = tmp_path / "out.json"
+    assert main(["conformance", "--ops", "GlobalMaxPool,Relu", "--json", str(path)]) == 0
+    report = json.loads(path.read_text())
+    assert report["chip"] == "rk3588" and report["dtype"] == "int8"
+    assert set(report["totals"]) == set(conformance.STATUSES)
+    assert set(report["ops"]) == {"GlobalMaxPool", "Relu"}
+    assert report["ops"]["GlobalMaxPool"]["pass"] == 2 and report["ops"]["GlobalMaxPool"]["npu"] == 2
+    for case in report["cases"]:
+        assert set(case) == {"name", "op", "status", "reason", "max_error", "tolerance", "target", "seconds",
+                             "partition_reason"}
+        assert case["status"] in conformance.STATUSES
+        assert case["status"] != "unsupported" or case["reason"]
+    assert sum(report["totals"].values()) == len(report["cases"])
+
+
+def test_cli_exit_codes(capsys):
+    assert main(["conformance", "--ops", "NoSuchOp"]) == 2
+    assert "NoSuchOp" in capsys.readouterr().err
+    assert main(["conformance", "--ops", "GlobalAveragePool", "--list-unsupported"]) == 0
+    assert "GlobalAveragePool" in capsys.readouterr().out
+
+
+def test_cli_exits_1_when_a_case_fails(monkeypatch, capsys):
+    real = conformance.run_case
+
+    def wrong(case, chip, dtype):
+        prepared = conformance._prepare(case)
+        return real(case, chip, dtype, expected_override=[np.asarray(v) + 5.0 for v in prepared[2]])
+
+    monkeypatch.setattr(conformance, "run_case", wrong)
+    assert main(["conformance", "--ops", "GlobalMaxPool"]) == 1
+    assert "fail: test_globalmaxpool" in capsys.readouterr().out
+
+
+def test_cpu_partition_reason_is_in_the_unsupported_reason():
+    result = conformance.run_case(_case("test_maxpool_2d_dilations"), "rk3588", "int8")
+    assert result.status == "unsupported"
+    assert result.reason.startswith("[CPU: ") and "dilation" in result.reason
+
+
+def test_fp16_build_really_runs():
+    result = conformance.run_case(_case("test_basic_conv_with_padding"), "rk3588", "fp16")
+    assert result.status == "pass" and result.target == "NPU", result
+    shifted = [np.asarray(v) + 1.0 for v in conformance._prepare(_case("test_basic_conv_with_padding"))[2]]
+    assert conformance.run_case(_case("test_basic_conv_with_padding"), "rk3588", "fp16",
+                                expected_override=shifted).status == "fail"

@@ -1,0 +1,158 @@
+"""Matmul normal <-> native layout conversion (seed guide table 3-5, digest hardware.md §2).
+
+Normal layouts: A is (M, K), B is (K, N), C is (M, N), row-major.
+Native layouts (divisions round up, padding is zero):
+  A: [K/a, M, a]        native[k1, m, k2]     = A[m, k1*a + k2]
+  B: [N/n, K/k, n, k]   native[n1, k1, n2, k2] = B[k1*k + k2, n1*n + n2]
+  C: [N/c, M, c]        native[n1, m, n2]     = C[m, n1*c + n2]
+The index mapping is our reading of table 3-5's shapes (outer -> inner); it has not yet been
+checked element-by-element against the guide's reference code (not found in the seeds in time).
+B is split along K into T = ceil(K/S) segments, each laid out on its own, when K > S
+(S = 8192 on RK3588, 4096 on RK356x; guide §3.5.4 / table 3-7 notes).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from npuemu.isa.errors import CompileError
+from npuemu.tools.matmul_types import check_type_on_chip, normalize_chip
+
+# Table 3-5: per chip, per element type: A inner block a, B blocks (n, k), C inner block c.
+_A = {
+    "rk3588": {"int4": 32, "int8": 16, "fp16": 8},
+    "rk3576": {"int8": 16, "fp16": 8},
+    "rk3562": {"int8": 16, "fp16": 8},
+    "rk3566": {"int8": 8, "fp16": 4},
+    "rk3568": {"int8": 8, "fp16": 4},
+}
+_B = {
+    "rk3588": {"int4": (64, 32), "int8": (32, 32), "fp16": (16, 32)},
+    "rk3576": {"int8": (32, 32), "fp16": (16, 32)},
+    "rk3562": {"int8": (16, 32), "fp16": (8, 32)},
+    "rk3566": {"int8": (16, 32), "fp16": (8, 16)},
+    "rk3568": {"int8": (16, 32), "fp16": (8, 16)},
+}
+_C = {"rk3588": {"int16": 8, "int32": 4, "fp32": 4}}
+for _c in ("rk3576", "rk3562", "rk3566", "rk3568"):
+    _C[_c] = {"int32": 4, "fp32": 4}
+
+# K above which B is split into segments (hardware.md §2, table 3-7 notes).
+_B_SEGMENT_K = {"rk3588": 8192, "rk3562": 4096, "rk3566": 4096, "rk3568": 4096}
+
+
+class MatmulLayoutError(CompileError):
+    """An array does not fit the layout asked for, or the layout is not defined for this type."""
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def a_block(type_name: str, chip: str) -> int:
+    t = check_type_on_chip(type_name, chip)
+    return _A[normalize_chip(chip)][t.a]
+
+
+def b_blocks(type_name: str, chip: str) -> tuple[int, int]:
+    t = check_type_on_chip(type_name, chip)
+    return _B[normalize_chip(chip)][t.b]
+
+
+def c_block(type_name: str, chip: str) -> int:
+    t = check_type_on_chip(type_name, chip)
+    c = normalize_chip(chip)
+    if t.c not in _C[c]:
+        raise MatmulLayoutError(
+            f"table 3-5 defines no native C layout for {t.c} output ({type_name}) on {chip}")
+    return _C[c][t.c]
+
+
+def b_segment_k(chip: str) -> int | None:
+    return _B_SEGMENT_K.get(normalize_chip(chip))
+
+
+def _check2d(x, name, shape):
+    x = np.asarray(x)
+    if x.shape != shape:
+        raise MatmulLayoutError(f"matmul {name} has shape {x.shape}, expected {shape}")
+    return x
+
+
+# ---- A -------------------------------------------------------------------------------
+def a_to_native(A, M: int, K: int, type_name: str, chip: str) -> np.ndarray:
+    A = _check2d(A, "A", (M, K))
+    a = a_block(type_name, chip)
+    k1 = _ceil(K, a)
+    pad = np.zeros((M, k1 * a), dtype=A.dtype)
+    pad[:, :K] = A
+    return pad.reshape(M, k1, a).transpose(1, 0, 2).copy()
+
+
+def a_from_native(An, M: int, K: int, type_name: str, chip: str) -> np.ndarray:
+    a = a_block(type_name, chip)
+    An = _check2d_n(An, "A", (_ceil(K, a), M, a))
+    return An.transpose(1, 0, 2).reshape(M, -1)[:, :K].copy()
+
+
+def _check2d_n(x, name, shape):
+    x = np.asarray(x)
+    if x.shape != shape:
+        raise MatmulLayoutError(f"native matmul {name} has shape {x.shape}, expected {shape}")
+    return x
+
+
+# ---- B -------------------------------------------------------------------------------
+def _b_one(B, K, N, n, k):
+    n1, k1 = _ceil(N, n), _ceil(K, k)
+    pad = np.zeros((k1 * k, n1 * n), dtype=B.dtype)
+    pad[:K, :N] = B
+    # pad[k1*k + k2, n1*n + n2] -> native[n1, k1, n2, k2]
+    return pad.reshape(k1, k, n1, n).transpose(2, 0, 3, 1).copy()
+
+
+def _b_one_back(Bn, K, N):
+    n1, k1, n, k = Bn.shape
+    return Bn.transpose(1, 3, 0, 2).reshape(k1 * k, n1 * n)[:K, :N].copy()
+
+
+def b_segments(K: int, chip: str) -> list[tuple[int, int]]:
+    """(k_start, k_len) of each B segment along K."""
+    s = b_segment_k(chip)
+    if s is None or K <= s:
+        return [(0, K)]
+    return [(i, min(s, K - i)) for i in range(0, K, s)]
+
+
+def b_to_native(B, K: int, N: int, type_name: str, chip: str) -> list[np.ndarray]:
+    """Return a list of native B segments (one element unless K exceeds the segment size)."""
+    B = _check2d(B, "B", (K, N))
+    n, k = b_blocks(type_name, chip)
+    return [_b_one(B[s:s + L], L, N, n, k) for s, L in b_segments(K, chip)]
+
+
+def b_from_native(segments, K: int, N: int, type_name: str, chip: str) -> np.ndarray:
+    n, k = b_blocks(type_name, chip)
+    segs = b_segments(K, chip)
+    if len(segments) != len(segs):
+        raise MatmulLayoutError(f"native B has {len(segments)} segments, expected {len(segs)} for K={K}")
+    parts = []
+    for Bn, (_s, L) in zip(segments, segs):
+        Bn = _check2d_n(Bn, "B segment", (_ceil(N, n), _ceil(L, k), n, k))
+        parts.append(_b_one_back(Bn, L, N))
+    return np.concatenate(parts, axis=0)
+
+
+# ---- C -------------------------------------------------------------------------------
+def c_to_native(C, M: int, N: int, type_name: str, chip: str) -> np.ndarray:
+    C = _check2d(C, "C", (M, N))
+    c = c_block(type_name, chip)
+    n1 = _ceil(N, c)
+    pad = np.zeros((M, n1 * c), dtype=C.dtype)
+    pad[:, :N] = C
+    return pad.reshape(M, n1, c).transpose(1, 0, 2).copy()
+
+
+def c_from_native(Cn, M: int, N: int, type_name: str, chip: str) -> np.ndarray:
+    c = c_block(type_name, chip)
+    Cn = _check2d_n(Cn, "C", (_ceil(N, c), M, c))
+    return Cn.transpose(1, 0, 2).reshape(M, -1)[:, :N].copy()
