@@ -297,7 +297,8 @@ def layer_from_node(graph: Graph, node: Node):
     if node.op_type == CHANNEL_SLICE:
         x = node.inputs[0]
         return SliceLayer(node.layer_name, x, node.outputs[0], chw(graph, x, node), int(node.attrs["start"]),
-                          int(node.attrs["size"]), int8_quant(graph, x, node), int8_quant(graph, node.outputs[0], node))
+                          int(node.attrs["size"]), layer_quant(graph, x, node), layer_quant(graph, node.outputs[0], node),
+                          dtype=stored_dtype(graph, x))
     if node.op_type in ONNX_LUT_KINDS and len(node.inputs) == 1:
         if node.fused:
             raise _fail(node, "fused parts after a LUT activation are not lowered")

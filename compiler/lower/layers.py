@@ -355,10 +355,12 @@ class SliceLayer:
     input_shape: tuple[int, int, int]
     start: int
     size: int
-    input_quant: Quant
-    output_quant: Quant
+    input_quant: Quant | None  # None for float16
+    output_quant: Quant | None
+    dtype: str = INT8
 
     def __post_init__(self) -> None:
+        _check_dtype(self.dtype, self.name)
         object.__setattr__(self, "input_shape", tuple(int(v) for v in self.input_shape))
         if not (0 <= self.start and self.size > 0 and self.start + self.size <= self.input_shape[0]):
             raise CompileError(f"layer {self.name}: channels [{self.start}, {self.start + self.size}) are not "

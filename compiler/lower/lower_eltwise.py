@@ -131,8 +131,8 @@ def lower_slice(layer: SliceLayer, placements: Mapping[str, Placement], platform
     slice must start on a C2 surface) and writing them, requantized, to the output."""
     source = tensor(placements, layer.input, layer.name)
     out = tensor(placements, layer.output, layer.name)
-    check_feature(source, layer.input_shape, "int8", "input", layer.name)
-    check_feature(out, layer.output_shape, "int8", "output", layer.name)
+    check_feature(source, layer.input_shape, layer.dtype, "input", layer.name)
+    check_feature(out, layer.output_shape, layer.dtype, "output", layer.name)
     if source.packed or out.packed:
         raise CompileError(f"layer {layer.name}: a channel slice needs NC1HWC2 tensors, not packed images")
     if layer.start % source.c2:
@@ -141,7 +141,8 @@ def lower_slice(layer: SliceLayer, placements: Mapping[str, Placement], platform
     _, height, width = layer.input_shape
     cube = DpuCube(width=width, height=height, channels=align(layer.size, out.c2), orig_channels=layer.size,
                    dst_address=out.address, dst_surface_stride=out.surface_stride, surfaces_per_pass=1,
-                   precision=PRECISION_CODES["int8"])
+                   precision=PRECISION_CODES[layer.dtype])
     address = source.address + (layer.start // source.c2) * source.surface_bytes
-    return (DpuTask(layer.name, address, source.surface_stride, cube,
-                    concat_stages(layer.input_quant, layer.output_quant, layer.name)),)
+    stages = (DpuStages(out_cvt=OutCvt(fp32_to_fp16=True)) if layer.dtype == FLOAT16  # a plain fp16 copy
+              else concat_stages(layer.input_quant, layer.output_quant, layer.name))
+    return (DpuTask(layer.name, address, source.surface_stride, cube, stages),)

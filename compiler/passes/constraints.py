@@ -149,7 +149,7 @@ def fits_cbuf(graph: Graph, node: Node, ctx: PassContext) -> str | None:
     split along H if need be; larger ones are split along input channels at optimization level 3."""
     if node.attrs["group"] != 1:
         return None  # depthwise convs are split by channel groups
-    fits, detail = cbuf_fit(ctx.platform, conv_geometry(graph, node))
+    fits, detail = cbuf_fit(ctx.platform, conv_geometry(graph, node), ctx.element_bytes)
     return None if fits else detail
 
 

@@ -14,10 +14,13 @@ class PassContext:
     platform: Platform
     level: int = 3
     limits: NpuLimits = field(init=False)
+    # bytes per element the layers will compute in: 2 when the build is float16 (`--fp16`), so
+    # CBUF-driven rewrites (input-channel tiling) size their parts for fp16 data and weights
+    element_bytes: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "limits", npu_limits(self.platform))
 
     @staticmethod
-    def for_chip(chip: str = "rk3588", level: int = 3) -> "PassContext":
-        return PassContext(load_platform(chip), level)
+    def for_chip(chip: str = "rk3588", level: int = 3, element_bytes: int = 1) -> "PassContext":
+        return PassContext(load_platform(chip), level, element_bytes=element_bytes)

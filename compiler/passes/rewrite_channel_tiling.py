@@ -29,15 +29,18 @@ def _candidate(graph: Graph, node: Node) -> bool:
 
 
 def channel_split(ctx: PassContext, geometry: ConvGeometry) -> list[int] | None:
-    """Sizes of the fewest input-channel parts that each fit, or None (fits whole / never)."""
+    """Sizes of the fewest input-channel parts that each fit (at the build's element size,
+    ctx.element_bytes), or None (fits whole / never)."""
     group = ctx.platform.cycle_model.input_channel_group
-    if cbuf_fit(ctx.platform, geometry)[0]:
+    size_of = ctx.element_bytes
+    if cbuf_fit(ctx.platform, geometry, size_of)[0]:
         return None
     blocks = -(-geometry.channels // group)
     for parts in range(2, blocks + 1):
         per_part = -(-blocks // parts) * group
         sizes = [min(per_part, geometry.channels - start) for start in range(0, geometry.channels, per_part)]
-        if all(cbuf_fit(ctx.platform, ConvGeometry(**{**geometry.__dict__, "channels": size}))[0] for size in sizes):
+        if all(cbuf_fit(ctx.platform, ConvGeometry(**{**geometry.__dict__, "channels": size}), size_of)[0]
+               for size in sizes):
             return sizes
     return None
 

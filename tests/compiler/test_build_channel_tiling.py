@@ -39,3 +39,23 @@ def test_channel_tiled_conv_builds_and_matches(residual, tmp_path) -> None:
     assert any(info.op_type == "ChannelSlice" for info in built.layers())
     assert within >= 0.99, f"only {within:.4f} within 1 LSB of fake-quant"
     assert cos >= 0.999, f"cosine {cos:.5f} against onnxruntime float"
+
+
+def test_channel_tiled_conv_in_float16(tmp_path) -> None:
+    from npuemu.compiler.build import build_model
+    from npuemu.compiler.onnx_import import import_onnx
+    from npuemu.compiler.passes import PassContext, optimize
+    from npuemu.compiler.quant import float16_graph
+    from npuemu.emulator.runtime import Runtime
+    from tests.compiler.test_build_e2e import cosine, onnxruntime_float
+
+    model, shape = big_conv(True)()
+    graph = import_onnx(model, None)
+    optimize(graph, PassContext.for_chip("rk3588", 3, element_bytes=2))  # as `compile --fp16` does
+    float16_graph(graph)
+    assert "Split" in [node.op_type for node in graph.nodes]
+    runtime = Runtime(build_model(graph))
+    x = np.random.default_rng(2).normal(size=shape).astype(np.float32)
+    runtime.set_input("x", x)
+    runtime.run()
+    assert cosine(runtime.output(graph.outputs[0]), onnxruntime_float(model, x)) >= 0.9999
