@@ -151,7 +151,8 @@ def _passes_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
     NPU/CPU partition of the target platform."""
     from npuemu.compiler.passes import PassContext, optimize
 
-    ctx = PassContext(context["platform"], args.optimization_level, element_bytes=2 if args.fp16 else 1)
+    half = getattr(args, "fp16", False)  # quant-config and accuracy share this step without --fp16
+    ctx = PassContext(context["platform"], args.optimization_level, element_bytes=2 if half else 1)
     context["pass_log"], context["partition"] = optimize(context["graph"], ctx)
 
 
