@@ -317,7 +317,7 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
         placement = placements[storage]
         quant = graph.tensor(tensor).quant
         logical = list(graph.tensor(tensor).shape)
-        shape = logical if tensor in aliases or len(logical) == 2 else [1, *shapes[tensor]]
+        shape = logical if tensor in aliases or len(logical) != 4 else [1, *shapes[tensor]]
         record = {
             "name": tensor, "shape": shape, "dtype": dtypes[storage], "layout": "NC1HWC2",
             "native_shape": list(placement.native_shape), "c2": placement.c2,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from npuemu.compiler.ir import FusedOp, Graph, Node, QuantParams, Tensor
+from npuemu.compiler.passes.constraints import as_cube
 from npuemu.compiler.lower import Activation, ActivationLayer, ConcatLayer, ConvLayer, SliceLayer, EltwiseLayer, PoolLayer, Quant, Residual
 from npuemu.compiler.lower.lut import ONNX_LUT_KINDS
 from npuemu.compiler.quant import stored_values
@@ -28,12 +29,14 @@ def _fail(node: Node, what: str, kind: type[CompileError] = CompileError) -> Com
 
 
 def chw(graph: Graph, name: str, node: Node) -> tuple[int, int, int]:
+    """(C, H, W) of a feature map as stored: constraints.as_cube ([1, C, H, W]; [1, C] as C x 1 x 1;
+    fewer dimensions padded with leading ones)."""
     shape = graph.tensor(name).shape
-    if len(shape) == 2 and shape[0] == 1:  # [1, C] (an FC output viewed as 1x1)
-        return int(shape[1]), 1, 1
-    if len(shape) != 4 or shape[0] != 1:
-        raise _fail(node, f"tensor {name!r} has shape {shape}; the build handles [1, C, H, W] feature maps only")
-    return int(shape[1]), int(shape[2]), int(shape[3])
+    cube = as_cube(shape)
+    if cube is None:
+        raise _fail(node, f"tensor {name!r} has shape {shape}; the build handles [1, C, H, W] feature maps "
+                          "(and tensors of fewer dimensions) only")
+    return cube
 
 
 def stored_dtype(graph: Graph, name: str) -> str:
@@ -299,6 +302,13 @@ def layer_from_node(graph: Graph, node: Node):
         return SliceLayer(node.layer_name, x, node.outputs[0], chw(graph, x, node), int(node.attrs["start"]),
                           int(node.attrs["size"]), layer_quant(graph, x, node), layer_quant(graph, node.outputs[0], node),
                           dtype=stored_dtype(graph, x))
+    if node.op_type in ("Relu", "Clip", "LeakyRelu") and stored_dtype(graph, node.inputs[0]) == "int8":
+        if node.fused:
+            raise _fail(node, "fused parts after a standalone activation are not lowered")
+        x = node.inputs[0]
+        part = FusedOp(node.op_type, dict(node.attrs), list(node.inputs[1:]))
+        return ActivationLayer(node.layer_name, x, node.outputs[0], chw(graph, x, node), int8_quant(graph, x, node),
+                               int8_quant(graph, node.outputs[0], node), _activation(graph, node, part))
     if node.op_type in ONNX_LUT_KINDS and len(node.inputs) == 1:
         if node.fused:
             raise _fail(node, "fused parts after a LUT activation are not lowered")

@@ -27,6 +27,7 @@ import numpy as np
 from npuemu.emulator import cpu_ops
 from npuemu.emulator.machine import Machine
 from npuemu.isa.container import CpuStep, ModelFile, NpuStep
+from npuemu.isa.container_views import tensor_cube
 from npuemu.isa.errors import EmulationError, InputError
 
 
@@ -61,12 +62,10 @@ class Runtime:
                                  "handled by the runtime (expected int8 or float16 NC1HWC2)")
         shape = info["shape"]
         _, c1, height, width, c2 = info["native_shape"]
-        if len(shape) == 4 and shape[0] == 1:
-            chw = (int(shape[1]), int(shape[2]), int(shape[3]))
-        elif len(shape) == 2 and shape[0] == 1 and height == width == 1:  # [1, C] view of a 1x1 map
-            chw = (int(shape[1]), 1, 1)
-        else:
-            raise EmulationError(f"tensor {name!r}: shape {shape} is not [1, C, H, W] (or [1, C] of a 1x1 map)")
+        chw = tensor_cube(shape)
+        if chw is None:
+            raise EmulationError(f"tensor {name!r}: shape {shape} is not [1, C, H, W] (or [1, C] of a 1x1 map, or "
+                                 "a tensor of fewer dimensions)")
         if chw[1:] != (height, width) or chw[0] > c1 * c2:
             raise EmulationError(f"tensor {name!r}: shape {shape} does not fit native shape {info['native_shape']}")
         surface = int(info.get("surface_stride", height * width))

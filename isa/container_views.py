@@ -199,3 +199,18 @@ class GraphInfo:
     def from_json(cls, value: Mapping[str, Any]) -> GraphInfo:
         return cls(value.get("name"), tuple(value.get("inputs", ())), tuple(value.get("outputs", ())),
                    tuple(LayerInfo.from_json(layer) for layer in value.get("layers", ())))
+
+
+def tensor_cube(shape) -> tuple[int, int, int] | None:
+    """(C, H, W) of a feature map as the NPU stores it (NC1HWC2 with N = 1): [1, C, H, W]; [1, C]
+    (an FC output) as C x 1 x 1; fewer than 4 dimensions padded with leading ones, [n] -> 1 x 1 x n,
+    [h, w] -> 1 x h x w, [c, h, w] -> c x h x w (the vendor's rank padding to NCHW); None for
+    anything else. The compiler lays tensors out by this rule and the runtime reads them by it."""
+    dims = tuple(int(d) for d in shape)
+    if len(dims) == 4:
+        return dims[1:] if dims[0] == 1 else None
+    if len(dims) == 2 and dims[0] == 1:
+        return dims[1], 1, 1
+    if 1 <= len(dims) <= 3:
+        return (1,) * (3 - len(dims)) + dims
+    return None

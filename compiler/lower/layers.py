@@ -291,8 +291,8 @@ class EltwiseLayer:
 
 @dataclass(frozen=True)
 class ActivationLayer:
-    """A standalone LUT activation (Sigmoid, Tanh, ...) on one int8 tensor: a DPU-only task
-    (vendor rep10)."""
+    """A standalone activation on one int8 tensor: a DPU-only task - LUT kinds as the vendor's
+    rep10, ReLU / clip / LeakyRelu in the BN stage."""
 
     name: str
     input: str
@@ -304,9 +304,8 @@ class ActivationLayer:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(int(v) for v in self.shape))
-        if not self.activation.uses_lut:
-            raise CompileError(f"layer {self.name}: a standalone activation layer runs a LUT activation, "
-                               f"got {self.activation.kind!r}")
+        if self.activation.kind == "none":
+            raise CompileError(f"layer {self.name}: a standalone activation layer needs an activation")
 
     @property
     def input_shape(self) -> tuple[int, int, int]:

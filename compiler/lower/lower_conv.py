@@ -78,24 +78,27 @@ def conv_constants(layer: ConvLayer, platform: Platform) -> ConvConstants:
 
 # -- DPU stages ------------------------------------------------------------------------------
 def _activation_stage(layer: ConvLayer, unit: float) -> XStage:
+    return activation_x_stage(layer.name, layer.activation, unit, layer.dtype)
+
+
+def activation_x_stage(name: str, act, unit: float, dtype: str) -> XStage:
     """BN stage carrying ReLU / clip / leaky (VC 5 and tasks.csv: ConvRelu BN_CFG 0x12,
-    ConvClip 0x92 with RELUX)."""
-    act = layer.activation
+    ConvClip 0x92 with RELUX); ``unit`` is the real value of one step of the stage's input."""
     if act.kind == "none":
         return XStage()
     if act.kind == "leaky_relu":
-        if layer.dtype == FLOAT16:  # the 16-bit MUL field holds the fp16 bits of alpha [C] (NUMERICS.md 4.6)
+        if dtype == FLOAT16:  # the 16-bit MUL field holds the fp16 bits of alpha [C] (NUMERICS.md 4.6)
             bits = int(np.float16(act.alpha).view(np.uint16))
             return XStage(bypass=False, mul_bypass=False, mul_operand=bits, mul_prelu=True)
-        fixed = quant_regs.leaky_multiplier(act.alpha, layer.name)
+        fixed = quant_regs.leaky_multiplier(act.alpha, name)
         return XStage(bypass=False, mul_bypass=False, mul_operand=fixed.scale, mul_shift=fixed.shift, mul_prelu=True)
     low, high = act.bounds
     relu = low == 0.0
     use_max = low is not None and not relu
     return XStage(bypass=False, relu=relu, relux=high is not None,
-                  relux_value=quant_regs.activation_threshold(high, unit, layer.dtype) if high is not None else 0,
+                  relux_value=quant_regs.activation_threshold(high, unit, dtype) if high is not None else 0,
                   alu_bypass=not use_max, alu_algo=ALU_MAX,
-                  alu_operand=quant_regs.activation_threshold(low, unit, layer.dtype) if use_max else 0)
+                  alu_operand=quant_regs.activation_threshold(low, unit, dtype) if use_max else 0)
 
 
 def _residual_stage(layer: ConvLayer, requant: quant_regs.ConvRequant | None, after: bool) -> EwStage:

@@ -86,9 +86,27 @@ def lower_activation(layer: ActivationLayer, placements: Mapping[str, Placement]
     cube = DpuCube(width=width, height=height, channels=align(channels, out.c2), orig_channels=channels,
                    dst_address=out.address, dst_surface_stride=out.surface_stride, surfaces_per_pass=1,
                    precision=PRECISION_CODES["int8"])
+    if not layer.activation.uses_lut:
+        return (DpuTask(layer.name, source.address, source.surface_stride, cube, _plain_activation_stages(layer)),)
     stages = lut_stages(layer.name, layer.activation, layer.input_quant.scale, layer.output_quant, XStage(),
                         bn_alu=-layer.input_quant.zero_point)
     return (DpuTask(layer.name, source.address, source.surface_stride, cube, stages, lut_upload=True),)
+
+
+def _plain_activation_stages(layer: ActivationLayer) -> DpuStages:
+    """ReLU / clip / LeakyRelu alone: BS removes the zero point in units s_in / 2^14 (as rep09's
+    first operand), BN applies the activation in those units (as a conv's BN stage does,
+    lower_conv._activation_stage), OUT_CVT requantizes."""
+    from .lower_conv import activation_x_stage
+
+    requant = quant_regs.eltwise_requant("add", layer.input_quant.scale, layer.input_quant.zero_point,
+                                         layer.input_quant.scale, layer.input_quant.zero_point,
+                                         layer.output_quant.scale, layer.output_quant.zero_point, layer.name)
+    bs = XStage(bypass=False, alu_bypass=False, alu_algo=ALU_ADD, alu_operand=requant.bs_alu,
+                mul_bypass=False, mul_operand=requant.bs_mul, mul_shift=requant.bs_mul_shift)
+    bn = activation_x_stage(layer.name, layer.activation, requant.acc_scale, "int8")
+    out_cvt = OutCvt(scale=requant.out_cvt.scale, shift=requant.out_cvt.shift, offset=requant.out_offset)
+    return DpuStages(bs=bs, bn=bn, out_cvt=out_cvt)
 
 
 def concat_stages(input_quant, output_quant, layer: str) -> DpuStages:

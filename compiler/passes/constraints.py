@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from npuemu.isa.container_views import tensor_cube
+
 from ..ir import Graph, Node
 from .cbuf_fit import cbuf_fit, conv_geometry
 from .context import PassContext
@@ -66,15 +68,30 @@ def feature_maps_4d(graph: Graph, node: Node, ctx: PassContext) -> str | None:
     return None
 
 
+def as_cube(dims: tuple[int, ...]) -> tuple[int, int, int] | None:
+    """(C, H, W) as the NPU lays the tensor out (isa.container_views.tensor_cube)."""
+    return tensor_cube(dims)
+
+
+@Constraint
+def feature_maps_upto_4d(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """Element-wise feature maps are 4-D NCHW with batch N = 1, or have fewer dimensions and are
+    laid out as [1, C, H, W] with leading ones ([n] -> 1x1xn, [h, w] -> 1xhxw, [c, h, w] -> cxhxw)."""
+    for name in [*node.inputs, *node.outputs]:
+        if const(graph, name) is None and as_cube(shape(graph, name)) is None:
+            return f"'{name}' has shape {list(shape(graph, name))}"
+    return None
+
+
 @Constraint
 def cube_size(graph: Graph, node: Node, ctx: PassContext) -> str | None:
     """Feature maps have at most {max_cube_channels} channels and are at most {max_cube_width} wide
     (DPU cube fields)."""
     for name in [*node.inputs, *node.outputs]:
-        dims = shape(graph, name)
-        if const(graph, name) is None and len(dims) == 4 and (dims[1] > ctx.limits.max_cube_channels
-                                                             or dims[3] > ctx.limits.max_cube_width):
-            return f"'{name}' is {list(dims)}"
+        cube = as_cube(shape(graph, name))
+        if const(graph, name) is None and cube is not None and (cube[0] > ctx.limits.max_cube_channels
+                                                               or cube[2] > ctx.limits.max_cube_width):
+            return f"'{name}' is {list(shape(graph, name))}"
     return None
 
 
@@ -204,6 +221,8 @@ def fc_size(graph: Graph, node: Node, ctx: PassContext) -> str | None:
 def _operand_kind(graph: Graph, name: str, out: tuple[int, ...]) -> str | None:
     if shape(graph, name) == out:
         return "tensor"
+    if len(out) != 4:  # below 4-D only same-shape operands have a layout the DPU reads alike
+        return None
     if per_channel(const(graph, name), out, 1) is not None:
         return "constant"
     dims = shape(graph, name)

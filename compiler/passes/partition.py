@@ -25,6 +25,7 @@ from .fusion_rules import LUT_EXTRAS
 
 NPU, CPU = "NPU", "CPU"
 _COMMON = (c.float_tensors, c.feature_maps_4d, c.cube_size)
+_ELEMENTWISE = (c.float_tensors, c.feature_maps_upto_4d, c.cube_size)  # any rank <= 4, laid out as NCHW
 _CONV = (c.constant_weights, c.conv_groups, c.kernel_size, c.conv_strides, c.conv_dilations, c.conv_pads,
          c.conv_widths, c.conv_kernels, c.fits_cbuf, c.fused_parts)
 LUT_ACTIVATIONS = ("Sigmoid", "Tanh", "Elu", composite_ops.SILU, *LUT_EXTRAS, "Gelu", "Softplus")
@@ -45,9 +46,10 @@ NPU_OPS: tuple[NpuOp, ...] = (
           (*_COMMON, c.constant_weights, c.deconv_form, c.kernel_size, c.conv_widths, c.conv_kernels, c.fused_parts)),
     NpuOp((composite_ops.FULLY_CONNECTED,), "CNA 1x1 convolution on [1,K,1,1]",
           (c.float_tensors, c.constant_weights, c.one_row, c.fc_size, c.fused_parts)),
-    NpuOp(("Add", "Sub", "Mul", "Div"), "DPU element-wise (BS/EW stage)", (*_COMMON, c.eltwise_operands)),
-    NpuOp(("Relu", "Clip", "LeakyRelu", "PRelu"), "DPU BS stage (ReLU/clip/PReLU)", (*_COMMON, c.prelu_slope)),
-    NpuOp(LUT_ACTIVATIONS, "DPU look-up table", _COMMON),
+    NpuOp(("Add", "Sub", "Mul", "Div"), "DPU element-wise (BS/EW stage)", (*_ELEMENTWISE, c.eltwise_operands)),
+    NpuOp(("Relu", "Clip", "LeakyRelu"), "DPU BS stage (ReLU/clip)", _ELEMENTWISE),
+    NpuOp(("PRelu",), "DPU BS stage (PReLU)", (*_COMMON, c.prelu_slope)),
+    NpuOp(LUT_ACTIVATIONS, "DPU look-up table", _ELEMENTWISE),
     NpuOp(("MaxPool", "AveragePool"), "PPU pooling", (*_COMMON, c.pool_window, c.pool_ceil_mode, c.average_padding)),
     NpuOp(("GlobalAveragePool", "GlobalMaxPool"), "PPU pooling over the plane", (*_COMMON, c.global_pool_window)),
     NpuOp(("Concat", "Split"), "by address / DPU copy", (*_COMMON, c.channel_axis_only)),

