@@ -322,6 +322,7 @@ def layer_from_node(graph: Graph, node: Node):
 #: the LUT activations and element-wise ops are the interim fallbacks described further down
 CPU_OPS = frozenset({"Softmax", "Sigmoid", "Relu", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "DepthToSpace",
                      "DataConvert", "Elu", "Gelu", "Softplus", "Silu",
+                     "LayerNormalization", "MatMul", "Gemm", "Div", "Pow", "Sqrt", "Exp", "Erf", "ReduceSum", "ReduceMin",
                      "Resize", "Concat", "ReduceMean", "ReduceMax", "ArgMax",
                      "HardSigmoid", "HardSwish", "Tanh", *ELTWISE_OPS})
 
@@ -366,7 +367,35 @@ def cpu_from_node(graph: Graph, node: Node) -> CpuOp:
     for name in (*inputs, node.outputs[0]):
         layer_quant(graph, name, node)
         chw(graph, name, node)
-    return CpuOp(node.layer_name, node.op_type, inputs, node.outputs[0], _json_value(dict(node.attrs)))
+    params = _json_value(dict(node.attrs))
+    if node.op_type in HOST_CONSTANT_OPERANDS:
+        params["operands"] = _host_operands(graph, node)
+    return CpuOp(node.layer_name, node.op_type, inputs, node.outputs[0], params)
+
+
+#: host ops whose constant operands (LayerNorm scale/bias, a MatMul's weights, Pow's exponent, ...)
+#: travel in the step's params: {"operands": [{"tensor": name} | {"constant": {...}} | null, ...]}
+HOST_CONSTANT_OPERANDS = frozenset({"LayerNormalization", "MatMul", "Gemm", "Div", "Pow", "Sqrt", "Exp", "Erf",
+                                    "ReduceSum", "ReduceMin"})
+HOST_CONSTANT_LIMIT = 1 << 20  # elements: a larger constant belongs in a weights section, not the trailer
+
+
+def _host_operands(graph: Graph, node: Node) -> list:
+    operands = []
+    for name in node.inputs:
+        if not name:
+            operands.append(None)
+            continue
+        tensor = graph.tensor(name)
+        if not tensor.is_const:
+            operands.append({"tensor": name})
+            continue
+        values = np.asarray(tensor.data, np.float64)
+        if values.size > HOST_CONSTANT_LIMIT:
+            raise _fail(node, f"constant operand {name!r} of {values.size} elements exceeds the host step's "
+                              f"limit of {HOST_CONSTANT_LIMIT}")
+        operands.append({"constant": {"shape": list(values.shape), "values": values.reshape(-1).tolist()}})
+    return operands
 
 
 # --- interim: LUT activations after a residual add, and broadcasting element-wise ops as CPU steps

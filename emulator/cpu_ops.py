@@ -179,6 +179,38 @@ def _silu(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
     return [inputs[0] / (1.0 + np.exp(-inputs[0]))]
 
 
+def _layer_norm(inputs: list, params: dict) -> list[np.ndarray]:
+    x, scale = inputs[0], inputs[1]
+    bias = inputs[2] if len(inputs) > 2 and inputs[2] is not None else 0.0
+    axis = int(params.get("axis", -1)) % x.ndim
+    axes = tuple(range(axis, x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)
+    variance = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
+    return [(x - mean) / np.sqrt(variance + float(params.get("epsilon", 1e-5))) * scale + bias]
+
+
+def _gemm(inputs: list, params: dict) -> list[np.ndarray]:
+    a, b = inputs[0], inputs[1]
+    a = a.T if params.get("transA", 0) else a
+    b = b.T if params.get("transB", 0) else b
+    out = float(params.get("alpha", 1.0)) * (a @ b)
+    if len(inputs) > 2 and inputs[2] is not None:
+        out = out + float(params.get("beta", 1.0)) * inputs[2]
+    return [out]
+
+
+def _unary(function):
+    def run(inputs: list, params: dict) -> list[np.ndarray]:
+        return [function(inputs[0])]
+    return run
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    import math
+
+    return np.vectorize(math.erf)(x)
+
+
 def _binary(function):
     def run(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
         return [function(inputs[0], inputs[1])]  # numpy broadcasting, as ONNX multidirectional
@@ -193,6 +225,9 @@ OPS: dict[str, Callable[[list[np.ndarray], dict], list[np.ndarray]]] = {
     "Tanh": _tanh, "HardSigmoid": _hard_sigmoid, "HardSwish": _hard_swish,
     "Elu": _elu, "Gelu": _gelu, "Softplus": _softplus, "Silu": _silu,
     "DataConvert": _identity,  # int8 <-> float16 storage: dequantize, store in the output's type
+    "LayerNormalization": _layer_norm, "Gemm": _gemm, "MatMul": _binary(np.matmul),
+    "Div": _binary(np.divide), "Pow": _binary(np.power), "Sqrt": _unary(np.sqrt), "Exp": _unary(np.exp),
+    "Erf": _unary(_erf), "ReduceSum": _reduce(np.sum), "ReduceMin": _reduce(np.min),
     "Add": _binary(np.add), "Sub": _binary(np.subtract), "Mul": _binary(np.multiply),
     "Max": _binary(np.maximum), "Min": _binary(np.minimum),
     "ReduceMean": _reduce(np.mean), "ReduceMax": _reduce(np.max), "ArgMax": _argmax,
@@ -206,8 +241,14 @@ def run_step(runtime, step) -> None:
     if function is None:
         raise EmulationError(f"CPU step {step.op!r} is not implemented by the runtime "
                              f"(known: {', '.join(sorted(OPS))})")
+    params = dict(step.params or {})
     inputs = [runtime.output(name, dequantize=True).astype(np.float64) for name in step.inputs]
-    outputs = function(inputs, dict(step.params or {}))
+    if "operands" in params:  # constant operands travel in the params, in the node's input order
+        tensors = iter(inputs)
+        inputs = [None if operand is None else next(tensors) if "tensor" in operand
+                  else np.asarray(operand["constant"]["values"], np.float64).reshape(operand["constant"]["shape"])
+                  for operand in params.pop("operands")]
+    outputs = function(inputs, params)
     if len(outputs) != len(step.outputs):
         raise EmulationError(f"CPU step {step.op!r}: {len(outputs)} results for {len(step.outputs)} outputs")
     for name, value in zip(step.outputs, outputs):

@@ -45,9 +45,9 @@ def test_wrong_shape_expectation_is_an_error_not_a_crash():
 
 
 def test_unsupported_case_carries_the_compiler_reason():
-    result = conformance.run_case(_case("test_pow"), "rk3588", "int8")  # Pow: no NPU lowering, no host step
+    result = conformance.run_case(_case("test_layer_normalization_4d_axis0"), "rk3588", "int8")  # 3 outputs
     assert result.status == "unsupported"
-    assert "no host-side Pow" in result.reason and "UnsupportedOpError" in result.reason
+    assert "3 outputs" in result.reason and "CompileError" in result.reason
 
 
 def test_element_wise_cases_below_4d_run_on_the_npu():
