@@ -83,6 +83,17 @@ def _resolve(layer, aliases: Mapping[str, str]):
     return dataclasses.replace(layer, input=aliases.get(layer.input, layer.input))
 
 
+def _lut_split(graph: Graph, node) -> tuple[list, Tensor] | None:
+    """([conv, host activation], the pre-activation tensor to add) for a conv whose LUT
+    activation the build runs on the host (build_adapt.split_lut_activation), else None."""
+    split = split_lut_activation(graph, node)
+    if split is None:
+        return None
+    conv, activation, quant = split
+    source = graph.tensor(activation.outputs[0])
+    return [conv, activation], Tensor(conv.outputs[0], tuple(source.shape), source.dtype, quant=quant)
+
+
 def _memory_map(plan, sram_plan) -> dict:
     trailer = plan.trailer()
     if sram_plan is not None and sram_plan.size:
@@ -143,25 +154,19 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
             tensors, conv, move = transposed
             for tensor in tensors:
                 graph.add_tensor(tensor)
-            split = split_lut_activation(graph, conv)  # an fp16 sigmoid head goes to the host too
+            split = _lut_split(graph, conv)  # an fp16 sigmoid head goes to the host too
             if split is not None:
-                conv, activation, quant = split
-                source = graph.tensor(activation.outputs[0])
-                graph.add_tensor(Tensor(conv.outputs[0], tuple(source.shape), source.dtype, quant=quant))
-                nodes += [conv, activation, move]
-            else:
-                nodes += [conv, move]
+                graph.add_tensor(split[1])
+            nodes += [*(split[0] if split else [conv]), move]
             continue
-        split = split_lut_activation(graph, node)
+        split = _lut_split(graph, node)
         if split is None:
             nodes.append(node)
             continue
         if not copied:  # the pre-activation tensors are added to a copy, never to the caller's graph
             graph, copied = copy.deepcopy(graph), True
-        conv, activation, quant = split
-        source = graph.tensor(node.outputs[0])
-        graph.add_tensor(Tensor(conv.outputs[0], tuple(source.shape), source.dtype, quant=quant))
-        nodes += [conv, activation]
+        graph.add_tensor(split[1])
+        nodes += split[0]
     aliases: dict[str, str] = {}  # alias tensor -> the tensor whose bytes it views
     records = []
     for node in nodes:

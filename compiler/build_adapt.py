@@ -440,14 +440,13 @@ def split_lut_activation(graph: Graph, node: Node) -> tuple[Node, Node, QuantPar
     half = stored_dtype(graph, node.outputs[0]) == "float16"
     if not half and not any(part.op_type == "Add" and part.tag != "bias_add" for part in node.fused[:-1]):
         return None  # int8 without a residual: the DPU LUT runs the activation (lower/lut.py)
-    if half:  # the LUT is not on the fp16 path (NUMERICS.md 4.6): the activation runs on the CPU
-        part, output = node.fused[-1], node.outputs[0]
-        preact = f"{output}_preact"
-        conv = Node(node.name, node.op_type, list(node.inputs), [preact], dict(node.attrs), list(node.fused[:-1]), "NPU")
-        activation = Node(part.source or f"{node.name}_{part.op_type.lower()}", part.op_type, [preact], [output],
-                          dict(part.attrs), [], "CPU")
-        return conv, activation, graph.tensor(output).quant
     part, output = node.fused[-1], node.outputs[0]
+    preact = f"{output}_preact"
+    conv = Node(node.name, node.op_type, list(node.inputs), [preact], dict(node.attrs), list(node.fused[:-1]), "NPU")
+    activation = Node(part.source or f"{node.name}_{part.op_type.lower()}", part.op_type, [preact], [output],
+                      dict(part.attrs), [], "CPU")
+    if half:  # the LUT is not on the fp16 path (NUMERICS.md 4.6): the activation runs on the CPU
+        return conv, activation, graph.tensor(output).quant
     quant = int8_quant(graph, output, node)
     low, high = quant.scale * (-128 - quant.zero_point), quant.scale * (127 - quant.zero_point)
     low, high = _preactivation_range(part, low, high)
@@ -456,10 +455,6 @@ def split_lut_activation(graph: Graph, node: Node) -> tuple[Node, Node, QuantPar
         raise _fail(node, f"cannot derive a pre-activation range for the fused {part.op_type}")
     scale = (high - low) / 255.0
     zero_point = int(np.clip(round_half_away(-128.0 - low / scale), -128, 127))
-    preact = f"{output}_preact"
-    conv = Node(node.name, node.op_type, list(node.inputs), [preact], dict(node.attrs), list(node.fused[:-1]), "NPU")
-    activation = Node(part.source or f"{node.name}_{part.op_type.lower()}", part.op_type, [preact], [output],
-                      dict(part.attrs), [], "CPU")
     return conv, activation, QuantParams("int8", np.asarray(scale), np.asarray(zero_point))
 
 

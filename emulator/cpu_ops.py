@@ -13,6 +13,7 @@ stored (so Reshape/Flatten/Squeeze/Unsqueeze only pass their input on). An op no
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -165,10 +166,8 @@ def _elu(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
 
 
 def _gelu(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
-    import math
-
     x = inputs[0]
-    return [0.5 * x * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))]
+    return [0.5 * x * (1.0 + _erf(x / np.sqrt(2.0)))]
 
 
 def _softplus(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
@@ -206,9 +205,7 @@ def _unary(function):
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
-    import math
-
-    return np.vectorize(math.erf)(x)
+    return np.vectorize(math.erf, otypes=[np.float64])(x)
 
 
 def _binary(function):

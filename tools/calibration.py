@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from npuemu.compiler.lower.lut import ONNX_LUT_KINDS
 from npuemu.tools.calibration_rows import CalibrationRow
 
 # Upper bound of the fitted fixed per-task overhead: the PC dispatches a task's register writes
@@ -178,12 +179,8 @@ def _run_row(row: CalibrationRow) -> RowRun:
         return RowRun(row, False, f"npuemu's build runs {'/'.join(cpu) or row.op} on the CPU (no NPU tasks)",
                       layers=layers)
     layout = _layout_difference(row, model, graph.inputs, platform)
-    if any(info.op_type in LUT_OPS for info in npu_layers):
-        layout = "; ".join(filter(None, [layout, "task structure: the vendor uploads the LUT in a DPU task of its "
-                                                 "own (rep10), npuemu's build folds it into the layer's task"]))
-    if any(info.op_type == "Concat" for info in npu_layers):
-        layout = "; ".join(filter(None, [layout, "task structure: npuemu copies each input with a DPU task; no "
-                                                 "vendor listing shows how its Concat is built"]))
+    structure = [reason for ops, reason in TASK_STRUCTURE if any(info.op_type in ops for info in npu_layers)]
+    layout = "; ".join(filter(None, [layout, *structure]))
     runtime = Runtime(model, platform)
     for i, name in enumerate(runtime.inputs):
         runtime.set_input(name, np.zeros((1, *row.inputs[i]), np.float32))
@@ -194,8 +191,13 @@ def _run_row(row: CalibrationRow) -> RowRun:
     return RowRun(row, True, tasks=tasks, layers=layers, layout=layout)
 
 
-#: layers whose vendor build has an extra LUT-upload task (vendor-corpus README: Sigmoid = 2 tasks)
-LUT_OPS = frozenset({"Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Elu", "Gelu", "Softplus", "Silu"})
+#: layers whose tasks differ from the vendor's, so their board rows are not fitted: (op types, why)
+TASK_STRUCTURE = (
+    (frozenset(ONNX_LUT_KINDS), "task structure: the vendor uploads the LUT in a DPU task of its own (rep10), "
+                                "npuemu's build folds it into the layer's task"),
+    (frozenset({"Concat"}), "task structure: npuemu copies each input with a DPU task; no vendor listing shows "
+                            "how its Concat is built"),
+)
 
 
 def vendor_bytes(shape: tuple[int, int, int], c2: int, packed: bool = False) -> int:

@@ -78,20 +78,25 @@ def _check2d(x, name, shape):
     return x
 
 
-# ---- A -------------------------------------------------------------------------------
+# ---- A and C: [rows, cols] <-> [cols / block][rows][block] (zero padded) -------------
+def _to_blocks(x: np.ndarray, block: int) -> np.ndarray:
+    rows, cols = x.shape
+    pad = np.zeros((rows, _ceil(cols, block) * block), dtype=x.dtype)
+    pad[:, :cols] = x
+    return pad.reshape(rows, -1, block).transpose(1, 0, 2).copy()
+
+
+def _from_blocks(xn: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    return xn.transpose(1, 0, 2).reshape(rows, -1)[:, :cols].copy()
+
+
 def a_to_native(A, M: int, K: int, type_name: str, chip: str) -> np.ndarray:
-    A = _check2d(A, "A", (M, K))
-    a = a_block(type_name, chip)
-    k1 = _ceil(K, a)
-    pad = np.zeros((M, k1 * a), dtype=A.dtype)
-    pad[:, :K] = A
-    return pad.reshape(M, k1, a).transpose(1, 0, 2).copy()
+    return _to_blocks(_check2d(A, "A", (M, K)), a_block(type_name, chip))
 
 
 def a_from_native(An, M: int, K: int, type_name: str, chip: str) -> np.ndarray:
     a = a_block(type_name, chip)
-    An = _check2d_n(An, "A", (_ceil(K, a), M, a))
-    return An.transpose(1, 0, 2).reshape(M, -1)[:, :K].copy()
+    return _from_blocks(_check2d_n(An, "A", (_ceil(K, a), M, a)), M, K)
 
 
 def _check2d_n(x, name, shape):
@@ -144,15 +149,9 @@ def b_from_native(segments, K: int, N: int, type_name: str, chip: str) -> np.nda
 
 # ---- C -------------------------------------------------------------------------------
 def c_to_native(C, M: int, N: int, type_name: str, chip: str) -> np.ndarray:
-    C = _check2d(C, "C", (M, N))
-    c = c_block(type_name, chip)
-    n1 = _ceil(N, c)
-    pad = np.zeros((M, n1 * c), dtype=C.dtype)
-    pad[:, :N] = C
-    return pad.reshape(M, n1, c).transpose(1, 0, 2).copy()
+    return _to_blocks(_check2d(C, "C", (M, N)), c_block(type_name, chip))
 
 
 def c_from_native(Cn, M: int, N: int, type_name: str, chip: str) -> np.ndarray:
     c = c_block(type_name, chip)
-    Cn = _check2d_n(Cn, "C", (_ceil(N, c), M, c))
-    return Cn.transpose(1, 0, 2).reshape(M, -1)[:, :N].copy()
+    return _from_blocks(_check2d_n(Cn, "C", (_ceil(N, c), M, c)), M, N)

@@ -77,10 +77,6 @@ def conv_constants(layer: ConvLayer, platform: Platform) -> ConvConstants:
 
 
 # -- DPU stages ------------------------------------------------------------------------------
-def _activation_stage(layer: ConvLayer, unit: float) -> XStage:
-    return activation_x_stage(layer.name, layer.activation, unit, layer.dtype)
-
-
 def activation_x_stage(name: str, act, unit: float, dtype: str) -> XStage:
     """BN stage carrying ReLU / clip / leaky (VC 5 and tasks.csv: ConvRelu BN_CFG 0x12,
     ConvClip 0x92 with RELUX); ``unit`` is the real value of one step of the stage's input."""
@@ -140,7 +136,7 @@ def conv_stages(layer: ConvLayer, constants: ConvConstants) -> DpuStages:
         unit = requant.acc_scale
     if layer.activation.uses_lut:
         return _lut_stages(layer, bs, unit)
-    bn = XStage() if activation_after_add else _activation_stage(layer, unit)
+    bn = XStage() if activation_after_add else activation_x_stage(layer.name, layer.activation, unit, layer.dtype)
     ew = _residual_stage(layer, requant, activation_after_add) if layer.residual else EwStage()
     return DpuStages(bs=bs, bn=bn, ew=ew, out_cvt=out, bs_cpend=layer.dtype != FLOAT16)
 

@@ -12,6 +12,7 @@ float16 [I]: BS bypassed, EW operand converter bypassed, OUT_CVT converts fp32 -
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 from npuemu.isa.errors import CompileError
@@ -20,7 +21,7 @@ from npuemu.platforms.model import Platform
 from .. import quant_regs
 from .descriptions import ALU_ADD, ALU_MAX, ALU_MIN, ALU_MINUS, PRECISION_CODES, DpuCube, DpuStages, DpuTask, EwStage, Operand, OutCvt, XStage
 from .layers import FLOAT16, ActivationLayer, ConcatLayer, EltwiseLayer, SliceLayer
-from .lower_conv import lut_stages
+from .lower_conv import activation_x_stage, lut_stages
 from .lookup import check_feature, tensor
 from .placement import Placement, align
 
@@ -57,6 +58,15 @@ def eltwise_stages(layer: EltwiseLayer) -> DpuStages:
     return DpuStages(bs=bs, ew=ew, out_cvt=out_cvt)
 
 
+def _written_cube(shape: tuple[int, int, int], out, dtype: str, dst_address: int | None = None) -> DpuCube:
+    """The cube a DPU-only task processes and writes: ``shape`` (C, H, W) into ``out``'s surfaces
+    (channels padded to its C2, one surface per pass)."""
+    channels, height, width = shape
+    return DpuCube(width=width, height=height, channels=align(channels, out.c2), orig_channels=channels,
+                   dst_address=out.address if dst_address is None else dst_address,
+                   dst_surface_stride=out.surface_stride, surfaces_per_pass=1, precision=PRECISION_CODES[dtype])
+
+
 def lower_eltwise(layer: EltwiseLayer, placements: Mapping[str, Placement], platform: Platform) -> tuple[DpuTask, ...]:
     first, second = (tensor(placements, name, layer.name) for name in layer.inputs)
     out = tensor(placements, layer.output, layer.name)
@@ -64,10 +74,7 @@ def lower_eltwise(layer: EltwiseLayer, placements: Mapping[str, Placement], plat
         check_feature(placement, layer.shape, layer.dtype, what, layer.name)
     if first.packed or second.packed or out.packed:
         raise CompileError(f"layer {layer.name}: element-wise layers need NC1HWC2 tensors, not packed images")
-    channels, height, width = layer.shape
-    cube = DpuCube(width=width, height=height, channels=align(channels, out.c2), orig_channels=channels,
-                   dst_address=out.address, dst_surface_stride=out.surface_stride, surfaces_per_pass=1,
-                   precision=PRECISION_CODES[layer.dtype])
+    cube = _written_cube(layer.shape, out, layer.dtype)
     return (DpuTask(layer.name, first.address, first.surface_stride, cube, eltwise_stages(layer),
                     Operand(second.address, second.surface_stride)),)
 
@@ -82,10 +89,7 @@ def lower_activation(layer: ActivationLayer, placements: Mapping[str, Placement]
         check_feature(placement, layer.shape, "int8", what, layer.name)
         if placement.packed:
             raise CompileError(f"layer {layer.name}: a LUT activation needs NC1HWC2 tensors, not packed images")
-    channels, height, width = layer.shape
-    cube = DpuCube(width=width, height=height, channels=align(channels, out.c2), orig_channels=channels,
-                   dst_address=out.address, dst_surface_stride=out.surface_stride, surfaces_per_pass=1,
-                   precision=PRECISION_CODES["int8"])
+    cube = _written_cube(layer.shape, out, "int8")
     if not layer.activation.uses_lut:
         return (DpuTask(layer.name, source.address, source.surface_stride, cube, _plain_activation_stages(layer)),)
     stages = lut_stages(layer.name, layer.activation, layer.input_quant.scale, layer.output_quant, XStage(),
@@ -94,19 +98,12 @@ def lower_activation(layer: ActivationLayer, placements: Mapping[str, Placement]
 
 
 def _plain_activation_stages(layer: ActivationLayer) -> DpuStages:
-    """ReLU / clip / LeakyRelu alone: BS removes the zero point in units s_in / 2^14 (as rep09's
-    first operand), BN applies the activation in those units (as a conv's BN stage does,
-    lower_conv._activation_stage), OUT_CVT requantizes."""
-    from .lower_conv import activation_x_stage
-
-    requant = quant_regs.eltwise_requant("add", layer.input_quant.scale, layer.input_quant.zero_point,
-                                         layer.input_quant.scale, layer.input_quant.zero_point,
-                                         layer.output_quant.scale, layer.output_quant.zero_point, layer.name)
-    bs = XStage(bypass=False, alu_bypass=False, alu_algo=ALU_ADD, alu_operand=requant.bs_alu,
-                mul_bypass=False, mul_operand=requant.bs_mul, mul_shift=requant.bs_mul_shift)
-    bn = activation_x_stage(layer.name, layer.activation, requant.acc_scale, "int8")
-    out_cvt = OutCvt(scale=requant.out_cvt.scale, shift=requant.out_cvt.shift, offset=requant.out_offset)
-    return DpuStages(bs=bs, bn=bn, out_cvt=out_cvt)
+    """ReLU / clip / LeakyRelu alone: the requantizing copy of concat_stages (BS removes the zero
+    point in units s_in / 2^14), with the activation in the BN stage in those units (as a conv's
+    BN stage does, lower_conv.activation_x_stage)."""
+    unit = layer.input_quant.scale / quant_regs.BS_MUL_ONE  # eltwise_requant's BS unit (s_b = s_a)
+    stages = concat_stages(layer.input_quant, layer.output_quant, layer.name)
+    return dataclasses.replace(stages, bn=activation_x_stage(layer.name, layer.activation, unit, "int8"))
 
 
 def concat_stages(input_quant, output_quant, layer: str) -> DpuStages:
@@ -134,13 +131,10 @@ def lower_concat(layer: ConcatLayer, placements: Mapping[str, Placement], platfo
         if start % out.c2:
             raise CompileError(f"layer {layer.name}: input {index} starts at channel {start}, not on a {out.c2}-channel "
                                f"surface of the output; only the last input may end part-way through a surface")
-        channels, height, width = shape
-        cube = DpuCube(width=width, height=height, channels=align(channels, out.c2), orig_channels=channels,
-                       dst_address=out.address + (start // out.c2) * out.surface_bytes,
-                       dst_surface_stride=out.surface_stride, surfaces_per_pass=1, precision=PRECISION_CODES["int8"])
+        cube = _written_cube(shape, out, "int8", out.address + (start // out.c2) * out.surface_bytes)
         tasks.append(DpuTask(layer.name, source.address, source.surface_stride, cube,
                              concat_stages(quant, layer.output_quant, layer.name)))
-        start += channels
+        start += shape[0]
     return tuple(tasks)
 
 
@@ -156,10 +150,7 @@ def lower_slice(layer: SliceLayer, placements: Mapping[str, Placement], platform
     if layer.start % source.c2:
         raise CompileError(f"layer {layer.name}: the slice starts at channel {layer.start}, not on a "
                            f"{source.c2}-channel surface of the input")
-    _, height, width = layer.input_shape
-    cube = DpuCube(width=width, height=height, channels=align(layer.size, out.c2), orig_channels=layer.size,
-                   dst_address=out.address, dst_surface_stride=out.surface_stride, surfaces_per_pass=1,
-                   precision=PRECISION_CODES[layer.dtype])
+    cube = _written_cube(layer.output_shape, out, layer.dtype)
     address = source.address + (layer.start // source.c2) * source.surface_bytes
     stages = (DpuStages(out_cvt=OutCvt(fp32_to_fp16=True)) if layer.dtype == FLOAT16  # a plain fp16 copy
               else concat_stages(layer.input_quant, layer.output_quant, layer.name))

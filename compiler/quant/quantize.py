@@ -309,7 +309,7 @@ def weight_params(weights: np.ndarray, axis: int | None, clipping: str = "minmax
     tiny = scale < floor
     if tiny.any():  # near-dead channels: a coarser grid, so their BS multiplier is not ~0
         scale[tiny] = floor
-        low = np.minimum(np.asarray(lo, np.float64), 0.0)[tiny] if np.ndim(lo) else np.minimum(lo, 0.0)
+        low = np.broadcast_to(np.minimum(np.asarray(lo, np.float64), 0.0), scale.shape)[tiny]
         zero_point[tiny] = np.clip(INT8_RANGE[0] - round_half_away(low / np.float64(floor)), *INT8_RANGE)
     if axis is None:
         return QuantParams(INT8, scale[0], zero_point[0])
@@ -347,9 +347,7 @@ def _bias_headroom(graph: Graph, node: Node, weight_role: ConstantRole, bias_rol
         return quant
     weights = np.asarray(graph.tensors[weight_role.slot.read(node)].data, np.float64)
     scale = np.asarray(quant.scale, np.float64).reshape(-1)
-    channels = weights.shape[quant.axis] if quant.axis is not None else 1
-    if quant.axis is None:
-        channels = weights.shape[weight_role.axis] if weight_role.axis is not None else 1
+    channels = weights.shape[weight_role.axis] if weight_role.axis is not None else 1  # output channels
     floor = _bias_magnitude(graph, node, bias_role, channels) / (np.float64(activation.scale) * BIAS_HEADROOM)
     if quant.axis is None:
         floor = np.asarray([floor.max(initial=0.0)])

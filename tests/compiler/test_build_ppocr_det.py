@@ -4,9 +4,6 @@ the sigmoid head; Resize, broadcast Mul and the unaligned Concat as host steps."
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import onnx
 import pytest
@@ -14,29 +11,23 @@ import pytest
 from npuemu.compiler.build import build_model
 from npuemu.compiler.onnx_import import import_onnx
 from npuemu.compiler.passes import PassContext, optimize
-from npuemu.compiler.quant import InputPreprocess, calibrate, quantize_graph
+from npuemu.compiler.quant import calibrate, quantize_graph
 from npuemu.compiler.quant.fake_quant import fake_quant_evaluate
 from npuemu.compiler.quant.synthetic import synthetic_batch
 from npuemu.emulator.runtime import Runtime
+from tests.compiler.test_build_e2e import cosine
+from tests.compiler.test_quant_accuracy import OCR_PREPROCESS
+from tests.compiler.test_real_models import MODELS
 
-OCR_PREPROCESS = InputPreprocess((127.5,), (127.5,))
-
-
-def _cosine(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
 @pytest.mark.models
 def test_ppocr_det_int8_runs_on_the_emulated_npu() -> None:
     import onnxruntime as ort
 
-    spec = importlib.util.find_spec("rapidocr_onnxruntime")
-    if spec is None or spec.origin is None:
-        pytest.skip("rapidocr-onnxruntime is not installed (pip install --no-deps rapidocr-onnxruntime==1.4.4)")
-    path = Path(spec.origin).parent / "models" / "ch_PP-OCRv4_det_infer.onnx"
+    model = MODELS["ppocr_det"]
+    path, shape = model.path(), model.shape  # skips, naming the package, where it is not installed
     name = onnx.load(str(path), load_external_data=False).graph.input[0].name
-    shape = (1, 3, 320, 320)
     graph = import_onnx(path, {name: list(shape)})
     optimize(graph, PassContext.for_chip("rk3588", level=3))
 
@@ -57,5 +48,5 @@ def test_ppocr_det_int8_runs_on_the_emulated_npu() -> None:
     want = session.run(None, test)[0]
     predicted = fake_quant_evaluate(graph, test)[output]
     scale, _ = runtime.quantization(output)
-    assert _cosine(got, want) >= 0.99, _cosine(got, want)  # measured 0.9957 (fake-quant 0.9958)
+    assert cosine(got, want) >= 0.99, cosine(got, want)  # measured 0.9957 (fake-quant 0.9958)
     assert np.mean(np.abs(got - predicted) <= 1.5 * scale) >= 0.95

