@@ -1,4 +1,5 @@
-"""``python -m benchmarks [--models a,b] [--repeat N] [--quick] [--json out.json]`` from the repo root."""
+"""``python -m benchmarks [--models a,b] [--repeat N] [--quick] [--batch-sizes 1,2,3] [--json out.json]``
+from the repo root."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import time
 
 from benchmarks import measure, models
 
-COLUMNS = ["model", "macs", "compile_s", "first_run_s", "emu_int8_ms", "emu_fp16_ms", "peak_rss_mb", "ort_ms",
-           "ratio", "gmac_s"]
+COLUMNS = ["model", "macs", "compile_s", "first_run_s", "emu_int8_ms", "emu_int8_cpu_ms", "emu_fp16_ms",
+           "peak_rss_mb", "ort_ms", "ort_cpu_ms", "ratio", "cpu_ratio", "gmac_s"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="the tiny model only, repeat 2 (smoke test)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                         help="threads for onnxruntime and for the emulator's BLAS/OpenMP/Numba (default: all cores)")
+    parser.add_argument("--batch-sizes", default="1,2,3",
+                        help="batch sizes for the scaling table (npuemu compile --batch-size; '' skips it)")
+    parser.add_argument("--batch-model", default="mobilenetv2", help="model for the batch scaling table")
     parser.add_argument("--json", metavar="OUT", help="also write the rows as JSON")
     parser.add_argument("--workdir", help="where models are written (default: a temporary directory)")
     args = parser.parse_args(argv)
@@ -38,7 +42,16 @@ def main(argv: list[str] | None = None) -> int:
         if name not in models.ALL + ["tiny"]:
             parser.error(f"unknown model {name!r}; choose from {', '.join(models.ALL + ['tiny'])}")
 
-    rows, skipped = [], {}
+    try:
+        sizes = [int(n) for n in args.batch_sizes.split(",") if n.strip()]
+    except ValueError:
+        parser.error(f"--batch-sizes {args.batch_sizes!r}: expected comma-separated integers")
+    if any(n < 1 for n in sizes) or (sizes and args.batch_model not in models.ALL + ["tiny"]):
+        parser.error("--batch-sizes must be >= 1 and --batch-model one of " + ", ".join(models.ALL + ["tiny"]))
+    if args.quick:
+        sizes = []
+
+    rows, skipped, batch_rows = [], {}, []
     with tempfile.TemporaryDirectory(prefix="npuemu-bench-") as tmp:
         workdir = args.workdir or tmp
         for name in names:
@@ -54,11 +67,22 @@ def main(argv: list[str] | None = None) -> int:
             except RuntimeError as exc:
                 print(f"{name}: failed: {exc}")
                 skipped[name] = f"failed: {exc}"
+        if sizes:
+            print(f"{args.batch_model}: batch sizes {sizes}", flush=True)
+            model, _, reason = models.build(args.batch_model)
+            if model is None:
+                skipped[f"{args.batch_model} batch"] = reason
+            else:
+                batch_rows = measure.batch_scaling(args.batch_model, model, workdir, sizes, repeat,
+                                                   log=lambda s: print(s, flush=True))
     print()
     print(f"threads: {args.threads} (onnxruntime intra-op; emulator BLAS/OpenMP/Numba), repeat {repeat}")
     print(table(rows))
     print()
     print(scaling(rows))
+    if batch_rows:
+        print()
+        print(batch_table(batch_rows))
     for name, reason in skipped.items():
         print(f"skipped {name}: {reason}")
     if args.json:
@@ -66,19 +90,33 @@ def main(argv: list[str] | None = None) -> int:
                 "cpus": os.cpu_count(), "python": platform.python_version(), "repeat": repeat,
                 "threads": args.threads}
         with open(args.json, "w") as f:
-            json.dump({"meta": meta, "columns": COLUMNS, "rows": rows, "skipped": skipped}, f, indent=1)
+            json.dump({"meta": meta, "columns": COLUMNS, "rows": rows, "batch_rows": batch_rows,
+                       "skipped": skipped}, f, indent=1)
     return 0 if rows or skipped else 1
 
 
 def table(rows: list[dict]) -> str:
-    head = (f"{'model':<12} {'GMAC':>6} {'compile s':>9} {'cold run s':>10} {'int8 ms':>9} {'fp16 ms':>30} "
-            f"{'RSS MB':>7} {'ort ms':>8} {'emu/ort':>8}")
+    head = (f"{'model':<12} {'GMAC':>6} {'compile s':>9} {'cold run s':>10} {'int8 ms':>9} {'fp16 ms':>9} "
+            f"{'RSS MB':>7} {'ort ms':>8} {'emu/ort':>8} {'int8 cpu':>9} {'ort cpu':>8} {'cpu ratio':>9}")
     lines = [head, "-" * len(head)]
+    notes = []
     for r in rows:
-        fp16 = f"{r['emu_fp16_ms']:.1f}" if r["emu_fp16_ms"] is not None else (r["fp16_note"] or "n/a")[:30]
+        fp16 = f"{r['emu_fp16_ms']:.1f}" if r["emu_fp16_ms"] is not None else "n/a"
+        if r["emu_fp16_ms"] is None:
+            notes.append(f"{r['model']} fp16: {r['fp16_note'] or 'n/a'}")
         lines.append(f"{r['model']:<12} {r['macs'] / 1e9:>6.2f} {r['compile_s']:>9.2f} {r['first_run_s']:>10.2f} "
-                     f"{r['emu_int8_ms']:>9.1f} {fp16:>30} {r['peak_rss_mb']:>7.0f} {r['ort_ms']:>8.2f} "
-                     f"{r['ratio']:>7.1f}x")
+                     f"{r['emu_int8_ms']:>9.1f} {fp16:>9} {r['peak_rss_mb']:>7.0f} {r['ort_ms']:>8.2f} "
+                     f"{r['ratio']:>7.1f}x {r['emu_int8_cpu_ms']:>9.1f} {r['ort_cpu_ms']:>8.2f} "
+                     f"{r['cpu_ratio']:>8.1f}x")
+    return "\n".join(lines + notes)
+
+
+def batch_table(rows: list[dict]) -> str:
+    lines = ["scaling (int8 emulation time vs batch size, npuemu compile --batch-size N):",
+             f"{'model':<12} {'batch':>5} {'int8 ms':>9} {'ms/image':>9} {'cpu ms':>9} {'cpu ms/image':>12}"]
+    for r in rows:
+        lines.append(f"{r['model']:<12} {r['batch']:>5} {r['int8_ms']:>9.1f} {r['int8_ms'] / r['batch']:>9.1f} "
+                     f"{r['cpu_ms']:>9.1f} {r['cpu_ms'] / r['batch']:>12.1f}")
     return "\n".join(lines)
 
 

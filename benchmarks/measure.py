@@ -13,6 +13,9 @@ What each figure times (see RESULTS.md):
 - ort_ms: onnxruntime CPU float32 on the same ONNX, intra-op threads = --threads (default
   os.cpu_count()), median of --repeat runs after one warm-up. The emulator processes get the
   same thread count for BLAS/OpenMP/Numba (set_threads).
+- *_cpu_ms: the same runs' process CPU time (time.process_time). On the shared 2-core box wall
+  times move with other processes' load; CPU times move much less, so the CPU ratio is the
+  steadier comparison at --threads 1.
 """
 
 from __future__ import annotations
@@ -120,14 +123,15 @@ def _worker(npu_path: str, x_path: str, repeat: int) -> None:
     x = np.load(x_path)
     name = runtime.inputs[0]
     run_once(runtime, name, x)  # warm-up: Numba load, first-touch allocations
-    times = []
+    times, cpu = [], []
     for _ in range(repeat):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         run_once(runtime, name, x)
         times.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # Linux: kilobytes
     print(json.dumps({"median_ms": statistics.median(times) * 1e3, "times_ms": [t * 1e3 for t in times],
-                      "peak_rss_mb": peak_kb / 1024}))
+                      "cpu_ms": statistics.median(cpu) * 1e3, "peak_rss_mb": peak_kb / 1024}))
 
 
 def ort_time(onnx_path: str, x_path: str, input_name: str, repeat: int) -> float:
@@ -139,12 +143,13 @@ def ort_time(onnx_path: str, x_path: str, input_name: str, repeat: int) -> float
     session = ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
     feed = {input_name: np.load(x_path)}
     session.run(None, feed)
-    times = []
+    times, cpu = [], []
     for _ in range(repeat):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         session.run(None, feed)
         times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+        cpu.append(time.process_time() - start_cpu)
+    return statistics.median(times) * 1e3, statistics.median(cpu) * 1e3
 
 
 def measure(name: str, model, macs: int, workdir: str, repeat: int, log=print) -> dict:
@@ -157,15 +162,39 @@ def measure(name: str, model, macs: int, workdir: str, repeat: int, log=print) -
     log(f"  {name}: cold run {row['first_run_s']:.2f} s")
     result = steady(npu, paths["x"], repeat)
     row["emu_int8_ms"] = result["median_ms"]
+    row["emu_int8_cpu_ms"] = result["cpu_ms"]
     row["peak_rss_mb"] = result["peak_rss_mb"]
     log(f"  {name}: steady int8 {row['emu_int8_ms']:.1f} ms, peak RSS {row['peak_rss_mb']:.0f} MB")
     row["emu_fp16_ms"] = None
     row["fp16_note"] = fp16_attempt(paths, workdir, name, repeat, row, log)
-    row["ort_ms"] = ort_time(paths["onnx"], paths["x"], paths["input_name"], repeat)
+    row["ort_ms"], row["ort_cpu_ms"] = ort_time(paths["onnx"], paths["x"], paths["input_name"], repeat)
     row["ratio"] = row["emu_int8_ms"] / row["ort_ms"]
+    row["cpu_ratio"] = row["emu_int8_cpu_ms"] / row["ort_cpu_ms"]
     row["gmac_s"] = macs / (row["emu_int8_ms"] * 1e-3) / 1e9
     log(f"  {name}: onnxruntime {row['ort_ms']:.2f} ms, ratio {row['ratio']:.1f}x")
     return row
+
+
+def batch_scaling(name: str, model, workdir: str, sizes: list[int], repeat: int, log=print) -> list[dict]:
+    """int8 steady time of `npuemu compile --batch-size N` builds of one model, fed N copies of the
+    benchmark input: time per run and per image."""
+    paths = prepare(name, model, workdir)
+    x = np.load(paths["x"])
+    rows = []
+    for size in sizes:
+        npu = os.path.join(workdir, f"{name}_b{size}.npu")
+        x_path = os.path.join(workdir, f"{name}_x_b{size}.npy")
+        np.save(x_path, np.concatenate([x] * size))
+        try:
+            _timed(npuemu_exe() + ["compile", paths["onnx"], "-t", "rk3588", "--quantize", "--dataset",
+                                   paths["dataset"], "--no-progress", "--batch-size", str(size), "-o", npu])
+            result = steady(npu, x_path, repeat)
+        except RuntimeError as exc:
+            log(f"  {name} batch {size}: n/a: {str(exc).splitlines()[-1][:200]}")
+            continue
+        rows.append({"model": name, "batch": size, "int8_ms": result["median_ms"], "cpu_ms": result["cpu_ms"]})
+        log(f"  {name} batch {size}: {result['median_ms']:.1f} ms")
+    return rows
 
 
 def fp16_attempt(paths: dict, workdir: str, name: str, repeat: int, row: dict, log) -> str:

@@ -13,8 +13,11 @@ after another in the regcmd section). A layer the partition sends to the CPU end
 chain and becomes a ``cpu`` step (op, inputs, outputs, params = the node's attributes); the
 following NPU layers start a new chain. Tensors crossing the boundary live in memory as int8
 NC1HWC2 with their quantization recorded; the runtime dequantizes, runs the float op and
-requantizes (emulator/cpu_ops.py), as the fake-quant evaluation models it. A CPU op the
-runtime does not have, or a layer lowering cannot do, raises an error naming the layer.
+requantizes (emulator/cpu_ops.py), as the fake-quant evaluation models it. Tensors only host
+steps touch are stored row-major in their ONNX shape and element type (layout ``ND``,
+compiler/build_host.py, isa/CONTAINER.md 3.3). A CPU op the runtime does not have, or a layer
+lowering cannot do, raises an error naming the layer. ``batch`` > 1 copies the single-batch
+build per slice (compiler/batch.py).
 """
 
 from __future__ import annotations
@@ -26,8 +29,9 @@ import copy
 import dataclasses
 
 from npuemu.compiler.build_adapt import (
-    ELTWISE_OPS, Alias, CpuOp, alias_from_node, chw, concat_fits_surfaces, cpu_from_node, layer_from_node,
-    split_channels, split_conv_transpose, split_lut_activation, stored_dtype,
+    ELTWISE_OPS, Alias, CpuOp, alias_from_node, chw, concat_fits_surfaces, constant_outputs, cpu_from_node,
+    host_tensors, layer_from_node, layer_quant, split_channels, split_conv_transpose, split_lut_activation,
+    stored_dtype,
 )
 from npuemu.compiler.lower.lut import ONNX_LUT_KINDS
 from npuemu.compiler.ir import Graph, Tensor
@@ -105,14 +109,18 @@ def _memory_map(plan, sram_plan) -> dict:
 
 def _host_step(graph: Graph, node, spec) -> bool:
     """NPU-partitioned nodes the build runs as CPU steps: int8 <-> float16 conversions
-    (DataConvert), channel Concats whose slices do not start on C2 surfaces, and float16
-    Concats and LUT activations (the fp16 DPU path has no LUT; fp16 Concat is not lowered)."""
+    (DataConvert), element-wise ops with a constant operand, channel Concats whose slices do
+    not start on C2 surfaces, and float16 Concats, LUT activations and standalone
+    ReLU/Clip/LeakyRelu (the fp16 DPU path has no LUT; fp16 Concat and standalone activations
+    are not lowered)."""
     if node.op_type == "DataConvert":
         return True
+    if node.op_type in ELTWISE_OPS and any(graph.tensor(name).is_const for name in node.inputs[:2]):
+        return True  # a constant operand that no fusion folded: not lowered (layer_from_node)
     half = stored_dtype(graph, node.outputs[0]) == "float16"
     if node.op_type == "Concat":
         return half or not concat_fits_surfaces(graph, node, spec.nc1hwc2.int8)
-    return half and node.op_type in ONNX_LUT_KINDS
+    return half and (node.op_type in ONNX_LUT_KINDS or node.op_type in ("Relu", "Clip", "LeakyRelu"))
 
 
 def _broadcasting_eltwise(graph: Graph, node) -> bool:
@@ -128,19 +136,24 @@ def _broadcasting_eltwise(graph: Graph, node) -> bool:
 
 def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
                 options: Mapping[str, Any] | None = None, cores: Sequence[int] = (0,),
-                sram: bool = False) -> ModelFile:
+                sram: bool = False, batch: int = 1) -> ModelFile:
     """The model file of ``graph`` (after ``passes.optimize`` and quantization); convolutions are
     split across ``cores`` (physical core indices, lower/multicore.py) where worth it; with
-    ``sram`` internal tensors go to the chip's SRAM as far as it goes (memory_plan.plan_sram)."""
+    ``sram`` internal tensors go to the chip's SRAM as far as it goes (memory_plan.plan_sram);
+    ``batch`` > 1 builds that many slices from the single-batch build (compiler/batch.py)."""
     spec = load_platform(platform) if isinstance(platform, str) else platform
+    if batch != 1:
+        from npuemu.compiler.batch import build_batched
+        return build_batched(build_model, graph, spec, batch, sram=sram, name=name, options=options, cores=cores)
     cores = tuple(int(c) for c in cores)
     if not cores or len(set(cores)) != len(cores) or any(not 0 <= c < spec.cores.count for c in cores):
         raise CompileError(f"cores {list(cores)}: {spec.name} has {spec.cores.count} core(s), numbered "
                            f"0..{spec.cores.count - 1}; give each at most once")
     regmap = load_regmap(spec.register_map.family)
-    if not graph.nodes:
+    nodes = constant_outputs(graph)  # graph outputs the import folded to constants: host steps writing them
+    if not graph.nodes and not nodes:
         raise CompileError("the graph has no layers to build")
-    nodes = []  # the built layers; a conv with a fused LUT activation becomes conv + CPU step (interim)
+    # the built layers; a conv with a fused LUT activation becomes conv + CPU step (interim)
     copied = False
     for node in graph.nodes:
         slices = split_channels(graph, node)
@@ -195,9 +208,14 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
         for tensor, shape in _shapes(layer).items():
             if shapes.setdefault(tensor, shape) != shape:
                 raise CompileError(f"tensor {tensor!r} is used with shapes {shapes[tensor]} and {shape}")
-    for op in cpu_ops:  # host-side tensors: stored NC1HWC2 int8 like NPU feature maps
+    # tensors only host steps touch: ND records (build_host); the others NC1HWC2 like NPU feature maps
+    host = host_tensors(graph, cpu_ops, set(shapes) | set(aliases.values()))
+    for op in cpu_ops:
         node = next(n for n in nodes if n.layer_name == op.name)
         for tensor in (*op.inputs, op.output):
+            if tensor in host:
+                continue
+            layer_quant(graph, tensor, node)
             shape = chw(graph, tensor, node)
             if shapes.setdefault(tensor, shape) != shape:
                 raise CompileError(f"tensor {tensor!r} is used with shapes {shapes[tensor]} and {shape}")
@@ -209,6 +227,7 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
             aligns[layer.residual.tensor] = max(wanted, have)
     dtypes = {n: stored_dtype(graph, n) for n in shapes}
     sizes = {n: feature_bytes(s, dtypes[n], spec, channel_align=aligns.get(n, 1)) for n, s in shapes.items()}
+    sizes |= {n: record["size"] for n, record in host.items()}
     steps = [(_reads(layer), (layer.output,)) for layer in work]
     for output in graph.outputs:
         if output not in produced:
@@ -333,6 +352,10 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
         if dtypes[storage] == "int8":
             record["quantization"] = {"scale": float(quant.scale), "zero_point": int(quant.zero_point)}
         tensors.append(record)
+    for tensor, record in host.items():
+        in_sram = sram_plan is not None and tensor in sram_plan.addresses
+        tensors.append(record | {"region": "sram" if in_sram else plan.region,
+                                 "address": sram_plan.addresses[tensor] if in_sram else plan.address(tensor)})
     graph_layers, npu_index = [], 0
     for index, (node, record) in enumerate(zip(nodes, records)):
         entry = {"id": index, "name": node.layer_name, "op_type": node.display_op.replace("+", ""),

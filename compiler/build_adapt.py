@@ -12,6 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from npuemu.compiler.build_host import (  # noqa: F401 (names build.py imports from here)
+    CpuOp, constant_outputs, cpu_from_node, host_tensors, split_outputs,
+)
 from npuemu.compiler.ir import FusedOp, Graph, Node, QuantParams, Tensor
 from npuemu.compiler.passes.constraints import as_cube
 from npuemu.compiler.lower import Activation, ActivationLayer, ConcatLayer, ConvLayer, SliceLayer, EltwiseLayer, PoolLayer, Quant, Residual
@@ -43,7 +46,14 @@ def stored_dtype(graph: Graph, name: str) -> str:
     """"float16" for a tensor a float16 layer reads or writes, else "int8" (quantize_graph's
     storage decision)."""
     quant = graph.tensor(name).quant
+    if quant is not None and quant.dtype in WIDE_STORED:  # a conv's wide output (the Matmul API's C)
+        return quant.dtype
     return "float16" if quant is not None and quant.dtype == "float16" else "int8"
+
+
+#: the wide output dtypes a conv may write (lower.layers.WIDE_OUTPUTS): raw int32 accumulator
+#: sums (scale = s_in * s_w) and fp32 results
+WIDE_STORED = ("int32", "float32")
 
 
 def layer_quant(graph: Graph, name: str, node: Node) -> Quant | None:
@@ -77,16 +87,29 @@ def _activation(graph: Graph, node: Node, part) -> Activation:
         operands = [*part.inputs, "", ""]  # Clip(x, min, max): the operands besides the running result
         low = _const_scalar(graph, operands[0], part.attrs.get("min", float("-inf")))
         high = _const_scalar(graph, operands[1], part.attrs.get("max", float("inf")))
-        if low is not None and high is not None and not (np.isfinite(low) and np.isfinite(high)):
-            raise _fail(node, "a fused Clip with an open end is not lowered yet")
         if low is None or high is None:
             raise _fail(node, "a fused Clip needs constant min and max")
+        low, high = _closed_clip(graph, node.outputs[0], low, high)
         if low == 0.0 and high == 6.0:
             return Activation("relu6")
         return Activation("clip", low=float(low), high=float(high))
     if part.op_type in ONNX_LUT_KINDS:
         return lut_activation(part.op_type, part.attrs)
     raise _fail(node, f"fused {part.op_type} is not lowered yet", UnsupportedOpError)
+
+
+def _closed_clip(graph: Graph, output: str, low: float, high: float) -> tuple[float, float]:
+    """Finite Clip bounds with the same effect: an open end becomes the end of what the output
+    can hold (its int8 range, or the float16 maximum), so clamping there changes nothing; with
+    min > max ONNX Clip gives max everywhere (max(x, min) then min(., max)), a clip to [max, max]."""
+    quant = graph.tensor(output).quant
+    if quant is not None and quant.dtype == "int8" and not quant.per_channel:
+        ends = (float(quant.scale) * (-128 - int(quant.zero_point)), float(quant.scale) * (127 - int(quant.zero_point)))
+    else:
+        ends = (-65504.0, 65504.0)
+    low = low if np.isfinite(low) else min(ends[0], high if np.isfinite(high) else ends[0])
+    high = high if np.isfinite(high) else max(ends[1], low)
+    return (high, high) if low > high else (low, high)
 
 
 def lut_activation(op_type: str, attrs) -> Activation:
@@ -137,12 +160,15 @@ def _conv(graph: Graph, node: Node) -> ConvLayer:
         activation, residual = _fused_part(graph, node, part, activation, residual)
     attrs = node.attrs
     top, left, bottom, right = [int(v) for v in attrs.get("pads", [0, 0, 0, 0])]
+    wide = stored_dtype(graph, node.outputs[0]) == "int32"
     return ConvLayer(
         node.layer_name, x, node.outputs[0], chw(graph, x, node), stored_values(weight),
         bias=bias, stride=tuple(attrs.get("strides", [1, 1])), dilation=tuple(attrs.get("dilations", [1, 1])),
         pads=(top, left, bottom, right), groups=int(attrs.get("group", 1)), weight_scale=weight_scale,
-        weight_zero_point=weight_zp, input_quant=input_quant, output_quant=int8_quant(graph, node.outputs[0], node),
+        weight_zero_point=weight_zp, input_quant=input_quant,
+        output_quant=None if wide else int8_quant(graph, node.outputs[0], node),
         activation=activation, residual=residual, bias_in_accumulator_units=True,
+        output_dtype="int32" if wide else "",
     )
 
 
@@ -182,7 +208,8 @@ def _conv_fp16(graph: Graph, node: Node) -> ConvLayer:
         node.layer_name, x, node.outputs[0], chw(graph, x, node), stored_values(weight), bias=bias,
         stride=tuple(attrs.get("strides", [1, 1])), dilation=tuple(attrs.get("dilations", [1, 1])),
         pads=(top, left, bottom, right), groups=int(attrs.get("group", 1)), activation=activation,
-        residual=residual, dtype="float16")
+        residual=residual, dtype="float16",
+        output_dtype="float32" if stored_dtype(graph, node.outputs[0]) == "float32" else "")
 
 
 def _pool(graph: Graph, node: Node) -> PoolLayer:
@@ -200,8 +227,11 @@ def _pool(graph: Graph, node: Node) -> PoolLayer:
         pads = (top, left, bottom, right)
         method = "max" if node.op_type == "MaxPool" else "avg"
         include_pad = bool(attrs.get("count_include_pad", 0))
-        if attrs.get("ceil_mode", 0):
-            raise _fail(node, "ceil_mode pooling is not lowered yet")
+        if attrs.get("ceil_mode", 0):  # the PPU pools in floor mode: fine where ceil mode adds no window
+            floor = tuple((size + pads[i] + pads[i + 2] - kernel[i]) // stride[i] + 1
+                          for i, size in enumerate(shape[1:]))
+            if floor != tuple(graph.tensor(node.outputs[0]).shape[2:]):
+                raise _fail(node, "ceil_mode pooling with a window past the pads is not lowered")
     if stored_dtype(graph, x) == "float16":
         return PoolLayer(node.layer_name, method, x, node.outputs[0], shape, kernel, stride, pads, None,
                          count_include_pad=include_pad, dtype="float16")
@@ -316,86 +346,6 @@ def layer_from_node(graph: Graph, node: Node):
         return ActivationLayer(node.layer_name, x, node.outputs[0], chw(graph, x, node), int8_quant(graph, x, node),
                                int8_quant(graph, node.outputs[0], node), lut_activation(node.op_type, node.attrs))
     raise _fail(node, f"op {node.op_type} is not lowered to NPU tasks yet", UnsupportedOpError)
-
-
-#: ops a CPU schedule step may name (the runtime's host-side operators, emulator/cpu_ops.py);
-#: the LUT activations and element-wise ops are the interim fallbacks described further down
-CPU_OPS = frozenset({"Softmax", "Sigmoid", "Relu", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "DepthToSpace",
-                     "DataConvert", "Elu", "Gelu", "Softplus", "Silu",
-                     "LayerNormalization", "MatMul", "Gemm", "Div", "Pow", "Sqrt", "Exp", "Erf", "ReduceSum", "ReduceMin",
-                     "Resize", "Concat", "ReduceMean", "ReduceMax", "ArgMax",
-                     "HardSigmoid", "HardSwish", "Tanh", *ELTWISE_OPS})
-
-
-def _json_value(value):
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (np.floating,)):
-        return float(value)
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, (list, tuple)):
-        return [_json_value(item) for item in value]
-    if isinstance(value, dict):
-        return {str(key): _json_value(item) for key, item in value.items()}
-    return value
-
-
-@dataclass(frozen=True)
-class CpuOp:
-    """A layer the partition sent to the host: one ``cpu`` schedule step (isa/CONTAINER.md 3.5)."""
-
-    name: str
-    op: str
-    inputs: tuple[str, ...]
-    output: str
-    params: dict
-
-
-def cpu_from_node(graph: Graph, node: Node) -> CpuOp:
-    """The CPU step record of a node partitioned to the CPU, or a CompileError naming it."""
-    if node.op_type not in CPU_OPS:
-        raise _fail(node, f"the partition sent {node.op_type} to the CPU, but the runtime has no host-side "
-                          f"{node.op_type} (CPU ops: {', '.join(sorted(CPU_OPS))})", UnsupportedOpError)
-    if node.fused:
-        raise _fail(node, "fused parts on a CPU layer are not built", UnsupportedOpError)
-    if len(node.outputs) != 1:
-        raise _fail(node, f"{len(node.outputs)} outputs; CPU steps are built for single-output layers")
-    inputs = tuple(name for name in node.inputs if name and not graph.tensor(name).is_const)
-    for name in (*inputs, node.outputs[0]):
-        layer_quant(graph, name, node)
-        chw(graph, name, node)
-    params = _json_value(dict(node.attrs))
-    if node.op_type in HOST_CONSTANT_OPERANDS:
-        params["operands"] = _host_operands(graph, node)
-    return CpuOp(node.layer_name, node.op_type, inputs, node.outputs[0], params)
-
-
-#: host ops whose constant operands (LayerNorm scale/bias, a MatMul's weights, Pow's exponent, ...)
-#: travel in the step's params: {"operands": [{"tensor": name} | {"constant": {...}} | null, ...]}
-HOST_CONSTANT_OPERANDS = frozenset({"LayerNormalization", "MatMul", "Gemm", "Div", "Pow", "Sqrt", "Exp", "Erf",
-                                    "ReduceSum", "ReduceMin"})
-HOST_CONSTANT_LIMIT = 1 << 20  # elements: a larger constant belongs in a weights section, not the trailer
-
-
-def _host_operands(graph: Graph, node: Node) -> list:
-    operands = []
-    for name in node.inputs:
-        if not name:
-            operands.append(None)
-            continue
-        tensor = graph.tensor(name)
-        if not tensor.is_const:
-            operands.append({"tensor": name})
-            continue
-        values = np.asarray(tensor.data, np.float64)
-        if values.size > HOST_CONSTANT_LIMIT:
-            raise _fail(node, f"constant operand {name!r} of {values.size} elements exceeds the host step's "
-                              f"limit of {HOST_CONSTANT_LIMIT}")
-        operands.append({"constant": {"shape": list(values.shape), "values": values.reshape(-1).tolist()}})
-    return operands
 
 
 # --- interim: LUT activations after a residual add, and broadcasting element-wise ops as CPU steps
@@ -535,7 +485,10 @@ CHANNEL_SLICE = "ChannelSlice"  # build-internal op: one output of a channel Spl
 
 def split_channels(graph: Graph, node: Node) -> list[Node] | None:
     """An NPU Split along channels as one ChannelSlice node per output (each a single-output
-    layer: a DPU copy, lower_eltwise.lower_slice), else None."""
+    layer: a DPU copy, lower_eltwise.lower_slice); a multi-output CPU node as one host node per
+    output (build_host.split_outputs); else None."""
+    if node.target == "CPU":
+        return split_outputs(node)
     if node.op_type != "Split" or node.target != "NPU" or node.fused:
         return None
     shape = graph.tensor(node.inputs[0]).shape

@@ -74,8 +74,17 @@ INT8_DEPTHWISE = DepthwiseBlocking(channel_block=64, channel_align=16)
 FP16_DEPTHWISE = DepthwiseBlocking(channel_block=32, channel_align=8)
 
 
-def conv_blocking(dtype: str) -> ConvBlocking:
-    return FP16_CONV if dtype == "float16" else INT8_CONV
+def conv_blocking(dtype: str, kernels_per_pass: int | None = None) -> ConvBlocking:
+    """The weight blocking of a direct conv. ``kernels_per_pass``: the chip's MAC-array kernel
+    group (Platform.atom_k) when it differs from RK3588's (32 int8, 16 fp16). RK3588's groups
+    are the vendor's (VC 5); on 16- and 8-kernel chips (RK3562, RK356x, RV1106) the blob keeps
+    RK3588's order with output groups of that size [C] - RK356x's matmul B layout
+    [N/16][K/32][16][32] (hardware.md 2) has the same shape; the emulator reads the same."""
+    base = FP16_CONV if dtype == "float16" else INT8_CONV
+    if kernels_per_pass is None or kernels_per_pass == base.oc_block:
+        return base
+    return ConvBlocking(oc_block=kernels_per_pass, ic_block=base.ic_block, ic_align=base.ic_align,
+                        oc_align=min(base.oc_align, kernels_per_pass))
 
 
 def depthwise_blocking(dtype: str) -> DepthwiseBlocking:

@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 #: PC INTERRUPT bit of group 0 for each block (group 1 is the next bit; rknpu-isa.md 2.4).
 #: The CNA raises its feature, weight and CSC pairs together here.
 _INTERRUPT_GROUP0 = {"CNA": (0, 2, 4), "CORE": (6,), "DPU": (8,), "PPU": (10,)}
+_DECODED_ENTRIES = 4096  # per-core cache sizes (resolved writes, decoded states) before they start over
 
 
 @dataclass(frozen=True)
@@ -81,16 +82,23 @@ class NpuCore:
     """PC, register file, CBUF contents and LUT RAM of one core; memory is shared."""
 
     def __init__(self, index: int, regmap: RegisterMap, memory: Memory, cbuf_banks: int,
-                 fetch_scale: int | None = None) -> None:
+                 fetch_scale: int | None = None, kernel_atoms: dict[int, int] | None = None) -> None:
         self.index = index
         self.regmap = regmap
         self.memory = memory
         self.cbuf_banks = cbuf_banks
+        self.kernel_atoms = kernel_atoms  # kernels per MAC pass by precision (None: RK3588's)
         self.scale = regmap.pc_amount_scale if fetch_scale is None else fetch_scale
         self.regfile = RegisterFile(regmap)
         self.cbuf = Cbuf()
         self.tasks_run = 0  # TASK_STATUS counter across chains
         self.interrupt_raw = 0
+        # Per task of a cached chain: its writes resolved to register-file steps (the task
+        # object is kept with them, so the id cannot be reused while the entry lives).
+        self._resolved: dict[int, tuple[Task, tuple | None]] = {}
+        # Decoded unit states by the register values of the started blocks (decoding is a
+        # pure function of them; see _decode).
+        self._decoded: dict[tuple, dict[str, object]] = {}
 
     # -- the PC -----------------------------------------------------------------------------
     def run_chain(self, start_address: int, first_amount: int, *,
@@ -119,17 +127,35 @@ class NpuCore:
             raise DmaError(f"{where}: PC_DATA_AMOUNT {first_amount} fetches [{start_address:#x}, "
                            f"{start_address + nbytes:#x}), outside the memory ({self.memory.describe()}); "
                            f"the NPU raises its DMA read error (PC INTERRUPT bit 12)")
+        # A chain is decoded once per contents: the memory drops the entry when any write
+        # touches the bytes its tasks span (regcmd buffers are normally written once).
+        key = ("regcmd chain", id(self.regmap), self.scale, start_address, first_amount)
+        cached = self.memory.derived.get(key)
+        if cached is not None and cached[0] is self.regmap:
+            return cached[1]
         try:
-            return decode_chain(region.data, self.regmap, region.base, start_address, first_amount,
-                                self.scale)
+            chain = decode_chain(region.data, self.regmap, region.base, start_address, first_amount,
+                                 self.scale)
         except EncodingError as error:
             raise EmulationError(f"core {self.index}: the PC cannot run the chain at {start_address:#x}: "
                                  f"{error}. A real NPU hangs here (rknpu-isa.md 7.1)") from None
+        ends = [a + fetch_words(n, self.scale) * WORD_BYTES for a, n in zip(chain.task_addresses, chain.amounts)]
+        self.memory.derived.put(key, min(chain.task_addresses), max(ends), (self.regmap, chain))
+        return chain
 
     def _run_task(self, index: int, task: Task, address: int, amount: int) -> TaskRecord:
         where = f"core {self.index} task {index} (regcmd at {address:#x})"
-        for write in task.writes:
-            self.regfile.write(write.block, write.register, write.value, where)
+        steps = self._resolved.get(id(task))
+        if steps is None or steps[0] is not task:
+            if len(self._resolved) >= _DECODED_ENTRIES:
+                self._resolved.clear()
+            steps = (task, self.regfile.resolve(task.writes))
+            self._resolved[id(task)] = steps
+        if steps[1] is None:
+            for write in task.writes:
+                self.regfile.write(write.block, write.register, write.value, where)
+        else:
+            self.regfile.apply(steps[1], where)
         blocks = tuple(self.regmap.op_enable_names(task.enable_mask))
         if not blocks:
             raise EmulationError(f"{where}: the op-enable word has mask 0 and starts no block; the PC "
@@ -137,7 +163,8 @@ class NpuCore:
         views = {name: self.regfile.view(name) for name in blocks}
         dma = TaskDma(self.memory, where)
         dma.count(Traffic.REGCMD_READ, fetch_words(amount, self.scale) * WORD_BYTES)
-        states = _dispatch(views, dma, self.cbuf, self.cbuf_banks, self.regfile.lut.tables, where)
+        states = self._decode(views, where)
+        _run_units(states, dma, self.cbuf, self.regfile.lut.tables, where)
         self.regfile.started(blocks)
         self.tasks_run += 1
         groups = {name: view.group for name, view in views.items()}
@@ -145,7 +172,21 @@ class NpuCore:
         self.interrupt_raw |= interrupts
         return TaskRecord(self.index, index, address, amount, task.enable_mask, blocks, groups,
                           len(task.writes), traffic=dma.traffic(), interrupts=interrupts,
-                          registers=views, **states)
+                          registers=views, conv=states["conv"], dpu=states["dpu"],
+                          dpu_rdma=states["dpu_rdma"], ppu=states["ppu"], ppu_rdma=states["ppu_rdma"])
+
+
+    def _decode(self, views: dict[str, RegisterView], where: str) -> dict[str, object]:
+        # Decoding checks and interprets only the views' values, so equal values give equal
+        # states; a task that fails to decode raises and is never cached.
+        key = tuple((name, tuple(view.values.items())) for name, view in views.items())
+        states = self._decoded.get(key)
+        if states is None:
+            if len(self._decoded) >= _DECODED_ENTRIES:
+                self._decoded.clear()
+            states = _decode_units(views, self.cbuf_banks, where, self.kernel_atoms)
+            self._decoded[key] = states
+        return states
 
 
 def _interrupts(groups: Mapping[str, int]) -> int:
@@ -159,24 +200,29 @@ def _interrupts(groups: Mapping[str, int]) -> int:
 # ---------------------------------------------------------------------------------------------
 # Dispatch: which units run, in pipeline order, with which decoded state
 # ---------------------------------------------------------------------------------------------
-def _dispatch(views: dict[str, RegisterView], dma: TaskDma, cbuf: Cbuf, cbuf_banks: int,
-              lut_tables: np.ndarray, where: str) -> dict[str, object]:
+def _decode_units(views: dict[str, RegisterView], cbuf_banks: int, where: str,
+                  kernel_atoms: dict[int, int] | None = None) -> dict[str, object]:
     started = set(views)
-    conv = _decode_conv_blocks(views, started, cbuf_banks, where)
+    conv = _decode_conv_blocks(views, started, cbuf_banks, where, kernel_atoms)
     dpu, rdma = _decode_dpu_blocks(views, started, conv, where)
     ppu, ppu_rdma, ppu_kind = _decode_ppu_blocks(views, started, where)
+    return {"conv": conv, "dpu": dpu, "dpu_rdma": rdma, "ppu": ppu, "ppu_rdma": ppu_rdma,
+            "ppu_kind": ppu_kind}
+
+
+def _run_units(states: dict[str, object], dma: TaskDma, cbuf: Cbuf, lut_tables: np.ndarray,
+               where: str) -> None:
     source: CoreResult | None = None
-    if conv is not None:
-        source = run_cna_core(conv, dma, cbuf, where)
-    if dpu is not None:
-        run_dpu(dpu, rdma, source, dma, lut_tables, where)
-    if ppu is not None:
-        run_ppu(ppu, ppu_rdma, ppu_kind, dma)
-    return {"conv": conv, "dpu": dpu, "dpu_rdma": rdma, "ppu": ppu, "ppu_rdma": ppu_rdma}
+    if states["conv"] is not None:
+        source = run_cna_core(states["conv"], dma, cbuf, where)
+    if states["dpu"] is not None:
+        run_dpu(states["dpu"], states["dpu_rdma"], source, dma, lut_tables, where)
+    if states["ppu"] is not None:
+        run_ppu(states["ppu"], states["ppu_rdma"], states["ppu_kind"], dma)
 
 
 def _decode_conv_blocks(views: dict[str, RegisterView], started: set[str], cbuf_banks: int,
-                        where: str) -> ConvState | None:
+                        where: str, kernel_atoms: dict[int, int] | None = None) -> ConvState | None:
     pair = started & {"CNA", "CORE"}
     if not pair:
         return None
@@ -188,7 +234,7 @@ def _decode_conv_blocks(views: dict[str, RegisterView], started: set[str], cbuf_
     if "DPU" not in started:
         raise EmulationError(f"{where}: CNA and CORE start but the DPU does not: the CORE's output has "
                              f"nowhere to go and the task never completes")
-    return decode_conv(views["CNA"], views["CORE"], cbuf_banks, where)
+    return decode_conv(views["CNA"], views["CORE"], cbuf_banks, where, kernel_atoms)
 
 
 def _decode_dpu_blocks(views: dict[str, RegisterView], started: set[str], conv: ConvState | None,

@@ -2,13 +2,18 @@
 
 A CPU step names its op, its input and output tensors (addresses, layouts and quantization in
 the model file's ``tensors``) and its parameters. The runtime calls :func:`run_step`, which
-reads the inputs from memory, computes in float and writes the quantized outputs back.
+reads the inputs from memory (int8 dequantized, float16 and float as float64, integer and
+bool tensors as they are), computes, and stores the output in its tensor's type (int8
+requantized, round half to even). Tensors only host steps touch are ``ND`` (row-major, any
+rank and type: cpu_ops_tensors.py); the others NC1HWC2 feature maps.
 
-Parameters are the ONNX node's attributes (e.g. Softmax ``axis``, Transpose ``perm``, Resize
-``scales``/``sizes``/``mode``/``coordinate_transformation_mode``/``nearest_mode``, Reduce*
-``axes``/``keepdims``). A result is reshaped to the output tensor's logical shape before it is
-stored (so Reshape/Flatten/Squeeze/Unsqueeze only pass their input on). An op not listed in
-:data:`OPS` is refused with its name.
+Parameters are the compiler's canonical attributes of the ONNX node (e.g. Softmax ``axis``,
+Transpose ``perm``, Reduce* ``axes``/``keepdims``); constant inputs travel as ``operands``
+(node input order), ``output_index`` picks one output of a multi-output op. A result is
+reshaped to the output tensor's logical shape before it is stored (so Reshape/Flatten/
+Squeeze/Unsqueeze only pass their input on). The ops live here and in cpu_ops_math.py
+(element-wise, comparison, logic), cpu_ops_move.py (data movement, pooling), cpu_ops_conv.py
+(convolutions) and cpu_ops_resize.py; an op not in :data:`OPS` is refused with its name.
 """
 
 from __future__ import annotations
@@ -18,6 +23,11 @@ from collections.abc import Callable
 
 import numpy as np
 
+from npuemu.emulator.cpu_ops_conv import CONV_OPS
+from npuemu.emulator.cpu_ops_math import MATH_OPS
+from npuemu.emulator.cpu_ops_move import MOVE_OPS
+from npuemu.emulator.cpu_ops_resize import resize
+from npuemu.emulator.cpu_ops_tensors import ND_LAYOUT
 from npuemu.isa.errors import EmulationError
 
 
@@ -40,6 +50,11 @@ def _identity(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
     return [inputs[0]]  # Reshape/Flatten/Squeeze/Unsqueeze: run_step reshapes to the output shape
 
 
+def _dropout(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
+    """Inference Dropout: the input, and an all-true mask (params ``mask``: the mask is used)."""
+    return [inputs[0]] + ([np.ones(inputs[0].shape, bool)] if params.get("mask") else [])
+
+
 def _transpose(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
     perm = params.get("perm")
     return [np.transpose(inputs[0], None if perm is None else [int(a) for a in perm])]
@@ -50,19 +65,33 @@ def _concat(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
 
 
 def _axes(params: dict, rank: int):
+    """The canonical ``axes`` (compiler/ops/reduce.py): an empty list means no reduction (the
+    ``noop_with_empty_axes`` case); absent means every axis."""
     axes = params.get("axes")
-    if axes is None or len(axes) == 0:
-        return None if not params.get("noop_with_empty_axes", 0) else ()
+    if axes is None:
+        return None
     return tuple(int(a) % rank for a in axes)
 
 
-def _reduce(function):
+def _reduce(function, empty=None):
+    """A Reduce* op; ``empty(dtype)``: the value of a reduction over no elements (Max/Min)."""
     def run(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
         axes = _axes(params, inputs[0].ndim)
         if axes == ():
             return [inputs[0]]
-        return [function(inputs[0], axis=axes, keepdims=bool(params.get("keepdims", 1)))]
+        keep = bool(params.get("keepdims", 1))
+        if empty is not None and inputs[0].size == 0:
+            return [function(inputs[0], axis=axes, keepdims=keep, initial=empty(inputs[0].dtype))]
+        return [function(inputs[0], axis=axes, keepdims=keep)]
     return run
+
+
+def _lowest(dtype: np.dtype):
+    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min if dtype.kind in "iu" else False
+
+
+def _highest(dtype: np.dtype):
+    return np.inf if dtype.kind == "f" else np.iinfo(dtype).max if dtype.kind in "iu" else True
 
 
 def _argmax(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
@@ -76,58 +105,6 @@ def _argmax(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
     if params.get("keepdims", 1):
         index = np.expand_dims(index, axis)
     return [index.astype(np.float64)]
-
-
-def _nearest_index(out_size: int, in_size: int, scale: float, transform: str, rounding: str) -> np.ndarray:
-    x = np.arange(out_size, dtype=np.float64)
-    if transform == "half_pixel":
-        source = (x + 0.5) / scale - 0.5
-    elif transform == "pytorch_half_pixel":
-        source = (x + 0.5) / scale - 0.5 if out_size > 1 else np.zeros_like(x)
-    elif transform == "align_corners":
-        source = x * (in_size - 1) / (out_size - 1) if out_size > 1 else np.zeros_like(x)
-    elif transform == "asymmetric":
-        source = x / scale
-    else:
-        raise EmulationError(f"CPU step 'Resize': coordinate_transformation_mode {transform!r} is not implemented")
-    if rounding == "round_prefer_floor":
-        index = np.where(source - np.floor(source) == 0.5, np.floor(source), np.floor(source + 0.5))
-    elif rounding == "round_prefer_ceil":
-        index = np.floor(source + 0.5)
-    elif rounding == "floor":
-        index = np.floor(source)
-    elif rounding == "ceil":
-        index = np.ceil(source)
-    else:
-        raise EmulationError(f"CPU step 'Resize': nearest_mode {rounding!r} is not implemented")
-    return np.clip(index, 0, in_size - 1).astype(np.int64)
-
-
-def _resize(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
-    data = inputs[0]
-    mode = params.get("mode", "nearest")
-    if mode != "nearest":
-        raise EmulationError(f"CPU step 'Resize': mode {mode!r} is not implemented (nearest only)")
-    scales, sizes = params.get("scales"), params.get("sizes")
-    if sizes:
-        sizes = [int(v) for v in sizes]
-        if not scales:
-            scales = [out / size for out, size in zip(sizes, data.shape)]
-    elif scales:
-        sizes = [int(np.floor(size * float(scale))) for size, scale in zip(data.shape, scales)]
-    else:
-        raise EmulationError("CPU step 'Resize': neither scales nor sizes in params")
-    if len(sizes) != data.ndim:
-        raise EmulationError(f"CPU step 'Resize': {len(sizes)} sizes for a rank-{data.ndim} input")
-    transform = params.get("coordinate_transformation_mode", "half_pixel")
-    rounding = params.get("nearest_mode", "round_prefer_floor")
-    result = data
-    for axis, (out_size, scale) in enumerate(zip(sizes, scales)):
-        if out_size == data.shape[axis] and float(scale) == 1.0:
-            continue
-        index = _nearest_index(out_size, data.shape[axis], float(scale), transform, rounding)
-        result = np.take(result, index, axis=axis)
-    return [result]
 
 
 def _tanh(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
@@ -179,13 +156,15 @@ def _silu(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
 
 
 def _layer_norm(inputs: list, params: dict) -> list[np.ndarray]:
+    """Y, and the Mean and InvStdDev outputs (over the axes from ``axis`` on)."""
     x, scale = inputs[0], inputs[1]
     bias = inputs[2] if len(inputs) > 2 and inputs[2] is not None else 0.0
     axis = int(params.get("axis", -1)) % x.ndim
     axes = tuple(range(axis, x.ndim))
     mean = x.mean(axis=axes, keepdims=True)
     variance = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
-    return [(x - mean) / np.sqrt(variance + float(params.get("epsilon", 1e-5))) * scale + bias]
+    inverse = 1.0 / np.sqrt(variance + float(params.get("epsilon", 1e-5)))
+    return [(x - mean) * inverse * scale + bias, mean, inverse]
 
 
 def _gemm(inputs: list, params: dict) -> list[np.ndarray]:
@@ -218,45 +197,90 @@ def _binary(function):
 OPS: dict[str, Callable[[list[np.ndarray], dict], list[np.ndarray]]] = {
     "Relu": _relu, "Sigmoid": _sigmoid, "Softmax": _softmax,
     "Reshape": _identity, "Flatten": _identity, "Squeeze": _identity, "Unsqueeze": _identity,
-    "Transpose": _transpose, "Concat": _concat, "Resize": _resize, "DepthToSpace": _depth_to_space,
+    "Transpose": _transpose, "Concat": _concat, "Resize": resize, "DepthToSpace": _depth_to_space,
     "Tanh": _tanh, "HardSigmoid": _hard_sigmoid, "HardSwish": _hard_swish,
     "Elu": _elu, "Gelu": _gelu, "Softplus": _softplus, "Silu": _silu,
     "DataConvert": _identity,  # int8 <-> float16 storage: dequantize, store in the output's type
     "LayerNormalization": _layer_norm, "Gemm": _gemm, "MatMul": _binary(np.matmul),
-    "Div": _binary(np.divide), "Pow": _binary(np.power), "Sqrt": _unary(np.sqrt), "Exp": _unary(np.exp),
-    "Erf": _unary(_erf), "ReduceSum": _reduce(np.sum), "ReduceMin": _reduce(np.min),
+    "Pow": _binary(np.power), "Sqrt": _unary(np.sqrt), "Exp": _unary(np.exp),
+    "Erf": _unary(_erf), "ReduceSum": _reduce(np.sum), "ReduceMin": _reduce(np.min, _highest),
     "Add": _binary(np.add), "Sub": _binary(np.subtract), "Mul": _binary(np.multiply),
-    "Max": _binary(np.maximum), "Min": _binary(np.minimum),
-    "ReduceMean": _reduce(np.mean), "ReduceMax": _reduce(np.max), "ArgMax": _argmax,
+    "ReduceMean": _reduce(np.mean), "ReduceMax": _reduce(np.max, _lowest), "ReduceProd": _reduce(np.prod),
+    "ArgMax": _argmax, "Dropout": _dropout, "Constant": _identity, "Identity": _identity, **MATH_OPS, **MOVE_OPS, **CONV_OPS,
 }
 
 
+def _operand(operand) -> np.ndarray:
+    """A constant operand of the params: values (non-finite floats as "nan"/"inf" strings) in
+    its element type (float64 before element types were recorded)."""
+    constant = operand["constant"]
+    dtype = np.dtype(constant.get("dtype", "float64"))
+    values = np.asarray(constant["values"], dtype=object)
+    values = values.astype(np.float64).astype(dtype) if dtype.kind == "f" else values.astype(dtype)
+    return _computing(values.reshape(constant["shape"]))
+
+
+def _operands(operands: list, tensors) -> list:
+    """Operand records ({"tensor"} | {"constant"} | None) as values, tensors taken in order."""
+    return [None if operand is None else next(tensors) if "tensor" in operand else _operand(operand)
+            for operand in operands]
+
+
+def _computing(values: np.ndarray) -> np.ndarray:
+    """Float values compute in float64; integer and bool ones in their own type."""
+    return values.astype(np.float64) if values.dtype.kind == "f" else values
+
+
+def _read(runtime, name: str) -> np.ndarray:
+    info = runtime.tensor_info(name)
+    if "quantization" in info or info.get("layout") != ND_LAYOUT:
+        return runtime.output(name, dequantize=True).astype(np.float64)
+    return _computing(runtime.read_native(name))
+
+
+def _store(runtime, name: str, value: np.ndarray, op: str) -> None:
+    info = runtime.tensor_info(name)
+    shape = tuple(info["shape"])
+    value = np.asarray(value)
+    if value.size != int(np.prod(shape, dtype=np.int64)):
+        raise EmulationError(f"CPU step {op!r}: result of shape {list(value.shape)} does not fit output "
+                             f"{name!r} of shape {list(shape)}")
+    value = value.reshape(shape)
+    if "quantization" in info:  # int8: quantize (round half to even, saturate)
+        scale, zero_point = runtime.quantization(name)
+        value = np.clip(np.rint(value.astype(np.float64) / scale) + zero_point, -128, 127)
+    runtime.write_native(name, value.astype(np.dtype(info["dtype"])))  # float16: round to nearest even
+
+
 def run_step(runtime, step) -> None:
-    """Run one CPU step: dequantize its inputs, apply the op, quantize and store its outputs
-    (float16 tensors are read and stored as they are)."""
+    """Run one CPU step: read its inputs (dequantized int8, float16 and float as float64;
+    integer and bool host tensors as they are), apply the op, store its output in the output
+    tensor's type (int8 quantized, float16 or the ND tensor's element type). A step of a
+    multi-output op keeps output ``output_index`` (params)."""
     function = OPS.get(step.op)
     if function is None:
         raise EmulationError(f"CPU step {step.op!r} is not implemented by the runtime "
                              f"(known: {', '.join(sorted(OPS))})")
     params = dict(step.params or {})
-    inputs = [runtime.output(name, dequantize=True).astype(np.float64) for name in step.inputs]
+    fused = params.pop("fused", [])
+    tensors = iter([_read(runtime, name) for name in step.inputs])
     if "operands" in params:  # constant operands travel in the params, in the node's input order
-        tensors = iter(inputs)
-        inputs = [None if operand is None else next(tensors) if "tensor" in operand
-                  else np.asarray(operand["constant"]["values"], np.float64).reshape(operand["constant"]["shape"])
-                  for operand in params.pop("operands")]
-    outputs = function(inputs, params)
+        inputs = _operands(params.pop("operands"), tensors)
+    else:
+        inputs = [next(tensors) for _ in range(len(step.inputs) - sum(
+            "tensor" in operand for part in fused for operand in part["operands"] if operand))]
+    index = params.pop("output_index", None)
+    try:
+        outputs = function(inputs, params)
+        for part in fused:  # fused parts on output 0: the running result is operand "carry"
+            operands = _operands(part["operands"], tensors)
+            operands.insert(int(part.get("carry", 0)), outputs[0])
+            outputs[0] = OPS[part["op"]](operands, dict(part.get("attrs", {})))[0]
+    except (ValueError, IndexError, TypeError, KeyError) as error:  # e.g. an out-of-range Gather index
+        raise EmulationError(f"CPU step {step.op!r}: {type(error).__name__}: {error}") from None
+    if index is not None:
+        outputs = outputs[int(index):int(index) + 1]
     if len(outputs) != len(step.outputs):
         raise EmulationError(f"CPU step {step.op!r}: {len(outputs)} results for {len(step.outputs)} outputs")
     for name, value in zip(step.outputs, outputs):
-        shape = tuple(runtime.model.tensor(name).shape)
-        if value.size != int(np.prod(shape)):
-            raise EmulationError(f"CPU step {step.op!r}: result of shape {list(value.shape)} does not fit output "
-                                 f"{name!r} of shape {list(shape)}")
-        value = np.asarray(value).reshape(shape)
-        if runtime.dtype(name) == "float16":  # fp16 tensors store the value (round to nearest even)
-            runtime.write_native(name, value.astype(np.float16))
-            continue
-        scale, zero_point = runtime.quantization(name)
-        stored = np.clip(np.rint(value / scale) + zero_point, -128, 127).astype(np.int8)
-        runtime.write_native(name, stored)
+        _store(runtime, name, value, step.op)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from npuemu.emulator.core import NpuCore, TaskRecord
 from npuemu.emulator.memory import Memory
+from npuemu.emulator.units.state import ATOM_BYTES, FP16, INT8
 from npuemu.isa.container import ModelFile, NpuStep
 from npuemu.isa.errors import EmulationError
 from npuemu.isa.regmap import RegisterMap
@@ -65,9 +66,18 @@ class Machine:
         if not 1 <= count <= self.platform.cores.count:
             raise EmulationError(f"{self.platform.name} has {self.platform.cores.count} cores; "
                                  f"cannot build a machine with {count}")
+        if self.platform.c2("int8") != ATOM_BYTES:
+            # RK356x: C2 int8 = 8 (hardware.md 2), so lines, surfaces and every DMA stride count
+            # 8-byte atoms; the units here are written for 16-byte atoms and would compute wrong values
+            raise EmulationError(f"{self.platform.name}: NC1HWC2 atoms of {self.platform.c2('int8')} bytes "
+                                 f"(C2 int8 = {self.platform.c2('int8')}) are not modelled by the emulator; "
+                                 f"it runs chips with {ATOM_BYTES}-byte atoms (RK3588, RK3576, RK3562, RV1106)")
         self.memory = memory
+        # kernels per MAC pass: the same figure the compiler groups output channels by
+        atoms = {code: self.platform.atom_k(name) for code, name in ((INT8, "int8"), (FP16, "fp16"))
+                 if getattr(self.platform.macs, name)}  # RV1106 has no fp16 MAC path
         self.cores = tuple(NpuCore(i, self.regmap, memory, self.platform.cbuf.banks,
-                                   self.platform.pc.data_amount_scale) for i in range(count))
+                                   self.platform.pc.data_amount_scale, atoms) for i in range(count))
 
     @classmethod
     def for_platform(cls, platform="rk3588", ddr_size: int = 64 << 20, ddr_base: int = 0,

@@ -17,9 +17,12 @@ timing model can use exactly what the DMA moved.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
+from numba import njit
 
 from npuemu.isa.errors import DmaError, EmulationError
 
@@ -30,6 +33,8 @@ DEFAULT_SRAM_BASE = 0xFF000000
 SRAM_REGION = "sram"  # the region name of the SRAM window (memory maps, isa/CONTAINER.md 3.4)
 #: Refuse absurd region sizes before allocating (a model file could ask for anything).
 MAX_REGION_BYTES = 1 << 31
+#: Entries the derived-value cache keeps before it starts over (bounds its memory).
+DERIVED_CACHE_ENTRIES = 4096
 
 
 @dataclass
@@ -65,6 +70,7 @@ class Memory:
     def __init__(self, ddr_size: int, ddr_base: int = 0, sram_size: int = 0,
                  sram_base: int | None = None) -> None:
         self.regions: list[MemoryRegion] = []
+        self.derived = DerivedCache()
         self._add_region("ddr", ddr_base, ddr_size)
         if sram_size:
             self._add_region("sram", DEFAULT_SRAM_BASE if sram_base is None else sram_base, sram_size)
@@ -74,6 +80,7 @@ class Memory:
         """Regions given as ``(name, base, size)``, e.g. a model's ``memory_map().regions``."""
         memory = cls.__new__(cls)
         memory.regions = []
+        memory.derived = DerivedCache()
         for name, base, size in regions:
             memory._add_region(name, base, size)
         if not memory.regions:
@@ -122,6 +129,7 @@ class Memory:
         region = self._host_region(address, raw.size, "write")
         offset = address - region.base
         region.data[offset:offset + raw.size] = raw
+        self.derived.invalidate(address, address + raw.size)
 
     def dump(self, address: int, length: int) -> np.ndarray:
         """Host read: a copy of ``length`` bytes."""
@@ -240,9 +248,10 @@ class TaskDma:
         """``uint8 [len(starts), row_bytes]``: one contiguous run per start address."""
         starts = _addresses(starts)
         region, offsets = self.memory._locate_rows(starts, row_bytes, f"{self.where}: {what} read")
-        index = offsets[:, None] + np.arange(row_bytes, dtype=np.int64)[None, :]
+        rows = np.empty((starts.size, row_bytes), np.uint8)
+        _gather_rows(region.data, offsets, rows)
         self.count(stream, starts.size * row_bytes, region)
-        return region.data[index]
+        return rows
 
     def write_rows(self, stream: Traffic, starts: np.ndarray, rows: np.ndarray, what: str) -> None:
         """Write ``uint8 [len(starts), row_bytes]`` rows at the start addresses."""
@@ -250,16 +259,108 @@ class TaskDma:
         rows = np.ascontiguousarray(rows).view(np.uint8).reshape(starts.size, -1)
         row_bytes = rows.shape[1]
         region, offsets = self.memory._locate_rows(starts, row_bytes, f"{self.where}: {what} write")
-        index = offsets[:, None] + np.arange(row_bytes, dtype=np.int64)[None, :]
-        region.data[index] = rows
+        _scatter_rows(rows, offsets, region.data)
+        self.memory.derived.invalidate_rows(starts, row_bytes)
         self.count(stream, starts.size * row_bytes, region)
 
     def read_block(self, stream: Traffic, address: int, nbytes: int, what: str) -> np.ndarray:
         return self.read_rows(stream, np.array([address]), nbytes, what)[0]
 
+    def derived_from_block(self, stream: Traffic, address: int, nbytes: int, what: str,
+                           key: Hashable, build: Callable[[np.ndarray], Any]) -> Any:
+        """``build(read_block(...))``, counted as the same read, but built once per contents:
+        the value is kept until a DMA or host write touches ``[address, address + nbytes)``.
+        ``build`` must depend on nothing but the bytes and ``key`` (e.g. the weight layout)."""
+        address %= ADDRESS_SPACE
+        region, _ = self.memory._locate_rows(np.array([address], np.int64), nbytes,
+                                             f"{self.where}: {what} read")
+        self.count(stream, nbytes, region)
+        full_key = (address, nbytes, key)
+        value = self.memory.derived.get(full_key)
+        if value is None:
+            offset = address - region.base
+            value = build(region.data[offset:offset + nbytes].copy())
+            self.memory.derived.put(full_key, address, address + nbytes, value)
+        return value
+
     def traffic(self) -> DmaTraffic:
         return DmaTraffic(**{stream.value: n for stream, n in self.counts.items()},
                           sram_hit_reads=self.sram_reads, sram_hit_writes=self.sram_writes)
+
+
+class DerivedCache:
+    """Values computed from memory bytes (unpacked weights, decoded regcmd chains), each valid
+    while no write touches the byte range it came from. Every write path (``Memory.load``,
+    ``TaskDma.write_rows``) calls :meth:`invalidate` or :meth:`invalidate_rows`, so a cached
+    value always equals what recomputing it from the current bytes would give."""
+
+    def __init__(self) -> None:
+        self._entries: dict[Hashable, tuple[int, int, Any]] = {}
+        self._index: tuple[list, np.ndarray, np.ndarray] | None = None  # keys, starts, ends
+
+    def get(self, key: Hashable) -> Any:
+        entry = self._entries.get(key)
+        return None if entry is None else entry[2]
+
+    def put(self, key: Hashable, low: int, high: int, value: Any) -> None:
+        if len(self._entries) >= DERIVED_CACHE_ENTRIES:
+            self.clear()
+        self._entries[key] = (low, high, value)
+        self._index = None
+
+    def _overlapping(self, low: int, high: int) -> tuple[list, np.ndarray, np.ndarray]:
+        """Keys and byte ranges of the entries that overlap ``[low, high)``."""
+        if self._index is None:
+            keys = list(self._entries)
+            bounds = np.array([self._entries[k][:2] for k in keys], np.int64).reshape(-1, 2)
+            self._index = (keys, bounds[:, 0].copy(), bounds[:, 1].copy())
+        keys, starts, ends = self._index
+        hits = np.flatnonzero((starts < high) & (ends > low))
+        return [keys[i] for i in hits], starts[hits], ends[hits]
+
+    def invalidate(self, low: int, high: int) -> None:
+        """Drop every value whose bytes overlap ``[low, high)``."""
+        if self._entries:
+            self._drop(self._overlapping(low, high)[0])
+
+    def invalidate_rows(self, starts: np.ndarray, row_bytes: int) -> None:
+        """Drop every value whose bytes overlap one of the rows ``[start, start + row_bytes)``."""
+        if not self._entries:
+            return
+        keys, lows, highs = self._overlapping(int(starts.min()), int(starts.max()) + row_bytes)
+        self._drop([key for key, low, high in zip(keys, lows, highs)
+                    if np.any((starts < high) & (starts + row_bytes > low))])
+
+    def _drop(self, keys: list) -> None:
+        for key in keys:
+            del self._entries[key]
+        if keys:
+            self._index = None
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._index = None
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+@njit(cache=True)
+def _gather_rows(data, offsets, rows):
+    row_bytes = rows.shape[1]
+    for r in range(offsets.size):
+        start = offsets[r]
+        rows[r, :] = data[start:start + row_bytes]
+
+
+@njit(cache=True)
+def _scatter_rows(rows, offsets, data):
+    # Rows are written in order: where two rows overlap, the later one wins (as the fancy
+    # index assignment did).
+    row_bytes = rows.shape[1]
+    for r in range(offsets.size):
+        start = offsets[r]
+        data[start:start + row_bytes] = rows[r, :]
 
 
 def _addresses(starts: np.ndarray | list[int]) -> np.ndarray:

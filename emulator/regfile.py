@@ -40,6 +40,7 @@ S_POINTER_OFFSET = 0x004  # block-relative (rknpu-isa.md 2.5)
 DRIVER_S_POINTER = 0xE
 DRIVER_S_POINTER_BLOCKS = ("CNA", "CORE")
 LUT_TABLES = ("LE", "LO")  # LUT_TABLE_ID 0 and 1 (rep10)
+_GROUP, _PC, _S_POINTER, _LUT_DATA, _SLOW = range(5)  # kinds of RegisterFile.resolve steps
 
 
 @dataclass
@@ -128,6 +129,16 @@ class LutPort:
         self.tables[self.table, self.address] = np.int16(np.uint16(value & 0xFFFF).view(np.int16))
         self.address += 1
 
+    def data_run(self, values: np.ndarray, where: str) -> bool:
+        """:meth:`data` for each of ``values`` (int64 words) in one assignment, when all of them
+        are stored and fit the table; False (nothing done) otherwise."""
+        end = self.address + values.size
+        if self.access_type != 1 or end > LUT_ENTRIES:
+            return False
+        self.tables[self.table, self.address:end] = (values & 0xFFFF).astype(np.uint16).view(np.int16)
+        self.address = end
+        return True
+
 
 class RegisterFile:
     """All ping-pong register groups of one core, plus its LUT port."""
@@ -161,6 +172,52 @@ class RegisterFile:
             self.lut.configure(reg.unpack(value))
         elif block == "DPU" and register == "LUT_ACCESS_DATA":
             self.lut.data(value, where)
+
+    def resolve(self, writes: Iterable) -> tuple[tuple, ...] | None:
+        """The writes of a task as ``(kind, target, key, value)`` steps for :meth:`apply`, looked
+        up once; None if one of them needs :meth:`write`'s error (a block the core lacks)."""
+        steps = []
+        for write in writes:
+            block, register, value = write.block, write.register, write.value
+            if block == "PC":
+                steps.append((_PC, self.pc, register, value))
+                continue
+            pingpong = self.blocks.get(block)
+            if pingpong is None:
+                return None
+            reg = pingpong.block.register(register)
+            if reg.offset - pingpong.block.base == S_POINTER_OFFSET:
+                steps.append((_S_POINTER, pingpong, None, value))
+            elif block == "DPU" and register == "LUT_ACCESS_DATA":
+                # a run of table uploads (513 words per table) becomes one step
+                if steps and steps[-1][0] == _LUT_DATA:
+                    steps[-1][2].append(value)
+                else:
+                    steps.append((_LUT_DATA, pingpong, [value], reg.offset))
+            elif block == "DPU" and register == "LUT_ACCESS_CFG":
+                steps.append((_SLOW, block, register, value))
+            else:
+                steps.append((_GROUP, pingpong, reg.offset, value))
+        return tuple((kind, target, np.array(key, np.int64), value) if kind == _LUT_DATA
+                     else (kind, target, key, value) for kind, target, key, value in steps)
+
+    def apply(self, steps: tuple[tuple, ...], where: str) -> None:
+        """Apply :meth:`resolve`'s steps: the same effect as :meth:`write` for each write."""
+        for kind, target, key, value in steps:
+            if kind == _GROUP:
+                target.groups[target.pointer][key] = value
+            elif kind == _PC:
+                target[key] = value
+            elif kind == _S_POINTER:
+                target.write_s_pointer(value)
+            elif kind == _LUT_DATA:  # key: the data words; value: the register's offset
+                if not self.lut.data_run(key, where):
+                    for word in key:  # one at a time, to the error at the right word
+                        self.write("DPU", "LUT_ACCESS_DATA", int(word), where)
+                    continue
+                target.groups[target.pointer][value] = int(key[-1])
+            else:
+                self.write(target, key, value, where)
 
     def view(self, block: str) -> RegisterView:
         """The executing group of ``block`` as it stands now."""

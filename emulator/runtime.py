@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from npuemu.emulator import cpu_ops
+from npuemu.emulator.cpu_ops_tensors import is_nd, read_nd, write_nd
 from npuemu.emulator.machine import Machine
 from npuemu.isa.container import CpuStep, ModelFile, NpuStep
 from npuemu.isa.container_views import tensor_cube
@@ -71,12 +72,20 @@ class Runtime:
         surface = int(info.get("surface_stride", height * width))
         return info, chw, int(c1), int(c2), surface
 
+    def tensor_info(self, name: str) -> dict[str, Any]:
+        """The tensor's trailer record (isa/CONTAINER.md 3.3)."""
+        return _tensor_json(self.model, name)
+
     def dtype(self, name: str) -> str:
         """How the tensor is stored: "int8" or "float16"."""
         return str(_tensor_json(self.model, name).get("dtype"))
 
     def write_native(self, name: str, values: np.ndarray) -> None:
-        """Store int8 (or float16) [C, H, W] (or [1, C, H, W]) values at the tensor's address in NC1HWC2."""
+        """Store int8 (or float16) [C, H, W] (or [1, C, H, W]) values at the tensor's address in NC1HWC2
+        (an ND host tensor: its values row-major, cpu_ops_tensors)."""
+        if is_nd(_tensor_json(self.model, name)):
+            write_nd(self.machine.memory, _tensor_json(self.model, name), values)
+            return
         info, shape, c1, c2, surface = self._geometry(name)
         values = np.asarray(values)
         logical = tuple(info["shape"])
@@ -93,6 +102,8 @@ class Runtime:
 
     def read_native(self, name: str) -> np.ndarray:
         """The int8 values of a tensor (its logical shape, e.g. [1, C, H, W]), read from its NC1HWC2 bytes."""
+        if is_nd(_tensor_json(self.model, name)):
+            return read_nd(self.machine.memory, _tensor_json(self.model, name))
         info, shape, c1, c2, surface = self._geometry(name)
         channels, height, width = shape
         dtype = STORED_DTYPES[info["dtype"]]
@@ -108,10 +119,31 @@ class Runtime:
             raise EmulationError(f"tensor {name!r} has no quantization in the model file")
         return float(quant["scale"]), int(quant["zero_point"])
 
+    def _slices(self, name: str) -> list[str] | None:
+        """The per-slice tensor names of a multi-batch input/output (compiler/batch.py), else None."""
+        batch = _tensor_json(self.model, name).get("batch")
+        return list(batch["tensors"]) if batch else None
+
     def set_input(self, name: str, values: np.ndarray) -> None:
         if name not in self.inputs:
             raise InputError(f"{name!r} is not an input of the model (inputs: {', '.join(self.inputs)})")
+        if not any(tensor["name"] == name for tensor in self.model.trailer.get("tensors", ())):
+            return  # an input no step reads (e.g. an inference Dropout's ratio): nothing to store
         values = np.asarray(values)
+        slices = self._slices(name)
+        if slices is not None:  # [N, ...]: slice i goes to its own address
+            if values.ndim == 0 or values.shape[0] != len(slices):
+                raise InputError(f"input {name!r}: the model has batch size {len(slices)}, got shape "
+                                 f"{list(values.shape)} (expected [{len(slices)}, ...])")
+            for part, slice_name in zip(values, slices):
+                self._store_input(slice_name, part[None])
+            return
+        self._store_input(name, values)
+
+    def _store_input(self, name: str, values: np.ndarray) -> None:
+        if is_nd(_tensor_json(self.model, name)) and "quantization" not in _tensor_json(self.model, name):
+            self.write_native(name, values)  # a host tensor of its own element type (int64, bool, float32...)
+            return
         if self.dtype(name) == "float16":  # fp16 inputs take real values as they are
             if not np.issubdtype(values.dtype, np.floating):
                 raise InputError(f"input {name!r} is float16: expected float values, got {values.dtype}")
@@ -127,11 +159,16 @@ class Runtime:
         self.write_native(name, stored.astype(np.int8))
 
     def output(self, name: str, dequantize: bool = True) -> np.ndarray:
+        slices = self._slices(name)
+        if slices is not None:  # a multi-batch output: the slices stacked along axis 0
+            return np.concatenate([self.output(part, dequantize) for part in slices])
         stored = self.read_native(name)
         if not dequantize:
             return stored
         if stored.dtype == np.float16:
             return stored.astype(np.float32)
+        if "quantization" not in _tensor_json(self.model, name) and is_nd(_tensor_json(self.model, name)):
+            return stored
         scale, zero_point = self.quantization(name)
         return (scale * (stored.astype(np.float64) - zero_point)).astype(np.float32)
 
@@ -154,7 +191,8 @@ class Runtime:
 def run_model_file(path: str | os.PathLike[str], inputs: Mapping[str, np.ndarray], *,
                    dequantize: bool = True) -> dict[str, np.ndarray]:
     """Load ``path``, set ``inputs`` (float, or int8 stored values), run, return the outputs
-    by name (float32 when ``dequantize``, else int8), shaped [1, C, H, W]."""
+    by name (float32 when ``dequantize``, else int8), shaped [1, C, H, W] ([N, ...] for a model
+    built with ``--batch-size N``)."""
     runtime = Runtime(ModelFile.read(path))
     missing = [name for name in runtime.inputs if name not in inputs]
     if missing:

@@ -212,10 +212,30 @@ QUANTIZATION = record(
      "axis": integer},
     _quantization_lengths,
 )
+#: layout of a tensor only host steps touch: row-major in its logical ``shape`` (the ONNX
+#: layout, any rank), elements of ``dtype`` (one of ND_DTYPES), ``size`` >= the bytes it holds
+ND_LAYOUT = "ND"
+ND_DTYPES = ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+             "float16", "float32", "float64")
+
+
+def _nd_tensor(value: dict[str, Any], path: str) -> None:
+    if value.get("layout") != ND_LAYOUT:
+        return
+    if value.get("dtype") not in ND_DTYPES:
+        _fail(f"{path}.dtype", f"one of {', '.join(ND_DTYPES)} for an {ND_LAYOUT} tensor", value.get("dtype"))
+    if "shape" not in value:
+        raise SchemaViolation(f"{path}: an {ND_LAYOUT} tensor needs its 'shape'")
+
+
+#: a multi-batch graph input/output: slice i at ``addresses[i]``, also listed as tensor ``tensors[i]``
+TENSOR_BATCH = record({"size": unsigned, "addresses": list_of(unsigned)}, {"tensors": list_of(text)})
 TENSOR = record(
     {"name": text},
     {"shape": list_of(unsigned), "dtype": text, "layout": text, "native_shape": list_of(unsigned),
-     "c2": unsigned, "quantization": QUANTIZATION, "region": text, "address": unsigned, "size": unsigned},
+     "c2": unsigned, "quantization": QUANTIZATION, "region": text, "address": unsigned, "size": unsigned,
+     "batch": TENSOR_BATCH},
+    _nd_tensor,
 )
 TASK_RANGE = record({"step": unsigned, "first": unsigned, "count": unsigned})
 LAYER = record(
@@ -240,7 +260,8 @@ TRAILER = record(
     {},
     {"format": FORMAT, "platform": PLATFORM, "compiler": COMPILER, "graph": GRAPH,
      "tensors": _list_with_unique_names(TENSOR), "memory_map": MEMORY_MAP,
-     "schedule": list_of(_step), "extra": obj},
+     "schedule": list_of(_step), "extra": obj,
+     "batch": record({"size": unsigned, "contexts": unsigned})},
 )
 
 

@@ -108,6 +108,9 @@ def _add_output_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--core-mask", default="auto", metavar="MASK",
                        help="NPU cores the model file splits convolutions across: auto (one core), 0, 1, 2, "
                        "0_1, 0_1_2 or all (multi-core chips; default auto)")
+    group.add_argument("--batch-size", type=int, default=1, metavar="N",
+                       help="build N batch slices (guide 5.6): internal memory duplicated per context (at most "
+                       "3 on RK3588, 2 on RK3576, each on its own core), weights shared; inputs and outputs [N, ...]")
 
 
 #: Functions adding the option groups of ``compile``, in help order.
@@ -271,7 +274,7 @@ def build_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
     if getattr(args, "output", None) is None:
         return
     from npuemu.compiler.build import build_model
-    from npuemu.isa.errors import CompileError
+    from npuemu.isa.errors import CompileError, ConfigError
 
     if context.get("quantization") is None:
         raise CompileError("-o needs a quantized graph: add --quantize --dataset ds.txt, --fp16 or --quant-config")
@@ -283,10 +286,14 @@ def build_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
 
     platform = context["platform"]
     cores = parse_core_mask(args.core_mask, platform.cores.count, platform.name)
+    if args.batch_size != 1 and args.core_mask != "auto":
+        raise ConfigError(f"--batch-size {args.batch_size} cannot be combined with --core-mask {args.core_mask}: "
+                          "every batch context runs with core mask auto, one context per core (guide 5.6.1)")
     options["core_mask"] = args.core_mask
     options["sram"] = bool(args.sram)
+    options["batch_size"] = args.batch_size
     model = build_model(context["graph"], platform, name=args.model.stem, options=options, cores=cores,
-                        sram=args.sram)
+                        sram=args.sram, batch=args.batch_size)
     model.write(args.output)
     context["model_file"] = model
     print(f"wrote {args.output}: {len(model.layers())} layers, "

@@ -17,6 +17,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("model", help="path to an npuemu .npu model file or a vendor .rknn file")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--sram", action="store_true",
+                        help="add the per-layer SRAM table and the predicted internal, weight and SRAM-hit RW "
+                        "amounts per frame (guide 5.7.3.4; .npu files)")
     parser.set_defaults(func=run)
 
 
@@ -26,17 +29,25 @@ def run(args: argparse.Namespace) -> int:
     from npuemu.tools.cmd_run import _model_kind
 
     kind = _model_kind(args.model)
+    sram = None
     if kind == "rknn":
+        if args.sram:
+            raise ModelFileError(f"{args.model}: --sram reads the SRAM placement of an npuemu .npu build; a vendor "
+                                 ".rknn file does not record one")
         from npuemu.isa.rknn import load_rknn
         report = memory_rknn(load_rknn(args.model), args.model)
     elif kind == "npu":
+        from npuemu.emulator.timing.sram_report import sram_npu
         from npuemu.isa.container import ModelFile
-        report = memory_npu(ModelFile.read(args.model), args.model)
+        model = ModelFile.read(args.model)
+        report = memory_npu(model, args.model)
+        sram = sram_npu(model) if args.sram else None
     else:
         raise ModelFileError(f"{args.model}: not a .rknn file (no 'RKNN' magic) and not a .npu model file")
     if args.json:
-        json.dump(report.to_json(), sys.stdout, indent=1)
+        figures = report.to_json() | ({"sram_table": sram.to_json()} if sram else {})
+        json.dump(figures, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(report.format_text() + "\n")
+        sys.stdout.write(report.format_text() + "\n" + (sram.format_text() + "\n" if sram else ""))
     return 0

@@ -25,6 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--input", "-i", action="append", default=[], metavar="X.npy",
                         help="one .npy array per graph input, in graph order (optional)")
     parser.add_argument("--json", action="store_true", help="print raw figures as JSON instead of the table")
+    parser.add_argument("--csv", action="store_true",
+                        help="print the layers' raw figures as CSV (the JSON's names, emulator/TIMING.md)")
     parser.add_argument("--ddr-model", choices=("board", "vendor"), default="board",
                         help="board (default): DDR cycles from the bytes the DMA moved at the board-fitted rates; "
                         "vendor: librknnc's static estimate (its byte count at its assumed rate, "
@@ -45,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
         from npuemu.isa.errors import ConfigError
         raise ConfigError("--profile-layers adds the board's per-layer host overhead; --ddr-model vendor "
                           "reproduces the vendor's static estimate, which has none: use one of them")
+    if args.json and args.csv:
+        from npuemu.isa.errors import ConfigError
+        raise ConfigError("--json and --csv are two formats of the same figures: give one of them")
     kind = _model_kind(args.model)
     if kind == "rknn":
         report = _perf_rknn(args)
@@ -58,6 +63,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         json.dump(report.to_json(), out, indent=1)
         out.write("\n")
+        return 0
+    if args.csv:
+        out.write(report.to_csv())
         return 0
     for note in report.notes:
         out.write(f"note: {note}\n")
@@ -133,5 +141,5 @@ def _perf_npu(args):
     runtime.run()
     report = report_npu(model, runtime.runs, runtime.machine.platform, args.ddr_model)
     report.model = args.model
-    report.notes = notes
+    report.notes = notes + report.notes
     return report

@@ -19,12 +19,15 @@ Three parts:
   within the chip's limits (``compiler.passes.hw_limits``: kernel, stride, dilation, pad and
   channel fields of the chip's register map) and a small default size so an example runs in
   well under a second;
-- **references** (``testing_reference.py``, re-exported here: :func:`reference_conv`,
-  :func:`reference_pool`, :func:`reference_eltwise`, :func:`reference_graph`): the int8 layer
-  semantics of ``emulator/NUMERICS.md`` (sections 1, 4, 6, 9) in plain numpy and Python
-  integers, given the layer's quantization (scales, zero points, int8 weights). They use
-  neither the emulator's kernels nor the compiler's register code: the requantization factors
-  are derived again from the documented formulas;
+- **references** (``testing_reference.py``, re-exported here: :func:`reference_conv` (with
+  LUT activations, :class:`LutTables`, :func:`lut_lookup`), :func:`reference_pool`,
+  :func:`reference_eltwise`, :func:`reference_copy`, :func:`reference_host` (host steps),
+  :func:`reference_graph`): the int8 layer semantics of ``emulator/NUMERICS.md`` (sections 1,
+  4, 5, 6, 9) in numpy int64 arrays and Python integers, given the layer's quantization
+  (scales, zero points, int8 weights). They use neither the emulator's kernels nor the
+  compiler's register code: the requantization factors are derived again from the documented
+  formulas (a LUT's table contents are the compiler's data). ``reference_graph(...,
+  layer_inputs=...)`` checks a whole compiled model layer by layer (tests/networks);
 - :func:`check_layer`: builds the layer as a one-node ONNX model, calibrates it on random
   float inputs, runs the compiler (passes, quantization, lowering, model file), feeds the
   emulator random int8 inputs and compares its int8 output with the reference, returning a
@@ -48,9 +51,9 @@ from typing import Any, Union
 import numpy as np
 
 from npuemu.tools.testing_reference import (  # noqa: F401 (the kit's public references, re-exported)
-    EW_CVT_SHIFT_MAX, OUT_CVT_SHIFT_MAX, Quant, clamp, pool_average, ppu_pool, reference_add, reference_conv,
-    reference_eltwise,
-    reference_graph, reference_pool, round_half_away, round_shift, scale_shift,
+    EW_CVT_SHIFT_MAX, OUT_CVT_SHIFT_MAX, LutTables, Quant, clamp, lut_lookup, pool_average, ppu_pool, reference_add,
+    reference_conv, reference_copy, reference_eltwise, reference_graph, reference_host, reference_pool,
+    round_half_away, round_shift, round_shift_array, scale_shift,
 )
 
 ACTIVATIONS = ("none", "relu", "relu6")
@@ -459,9 +462,10 @@ def reference_for(config: LayerConfig, graph, stored: dict[str, np.ndarray]) -> 
 
 
 __all__ = [
-    "ConvConfig", "EltwiseConfig", "FcConfig", "LayerReport", "PoolConfig", "Quant", "add_configs", "check_layer",
-    "chip_limits", "clamp", "compare", "compile_layer", "conv_configs", "depthwise_configs", "eltwise_configs",
-    "fc_configs", "layer_configs", "layer_model", "pool_average", "pool_configs", "ppu_pool", "quantize_layer",
-    "reference_add", "reference_conv", "reference_eltwise", "reference_for", "reference_graph", "reference_pool",
-    "round_half_away", "round_shift", "scale_shift", "set_register_field",
+    "ConvConfig", "EltwiseConfig", "FcConfig", "LayerReport", "LutTables", "PoolConfig", "Quant", "add_configs",
+    "check_layer", "chip_limits", "clamp", "compare", "compile_layer", "conv_configs", "depthwise_configs",
+    "eltwise_configs", "fc_configs", "layer_configs", "layer_model", "lut_lookup", "pool_average", "pool_configs",
+    "ppu_pool", "quantize_layer", "reference_add", "reference_conv", "reference_copy", "reference_eltwise",
+    "reference_for", "reference_graph", "reference_host", "reference_pool", "round_half_away", "round_shift",
+    "round_shift_array", "scale_shift", "set_register_field",
 ]

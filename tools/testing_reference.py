@@ -1,11 +1,17 @@
 """Independent int8 references of the testing kit (``npuemu.tools.testing``): the NPU's
 integer arithmetic (NUMERICS.md 1, 4, 6) and the int8 layer semantics built on it (NUMERICS.md
 9: conv with per-channel weights, fused activation and residual add; pooling; element-wise
-add/sub/mul/max/min), plus :func:`reference_graph`, which walks a compiled int8 graph node by node.
+add/sub/mul/max/min; DPU LUT activations), plus :func:`reference_graph`, which walks a compiled
+int8 graph node by node, host steps included.
 
-Written from the documented formulas, in Python integers and fractions: nothing here uses the
-emulator's kernels or the compiler's register code (quant_regs), so the two are checked, not
-restated. The project's own kernel tests import the shared pieces (tests/emulator/reference).
+Written from the documented formulas: the scalar helpers in Python integers and fractions, the
+layer references vectorized over int64 arrays (exact: accumulators through float64 matrix
+products stay below 2^53, products of a 32-bit value and a 16-bit factor below 2^47). Nothing
+here uses the emulator's kernels or the compiler's register code (quant_regs), so the two are
+checked, not restated. One thing is taken from the compiler as data: the contents of a LUT
+activation's tables (lower/lut.py's choice, LOWERING.md 4.1); the arithmetic around them (BN
+map, interpolation, priorities, OUT_CVT) is this module's. The project's own kernel tests
+import the shared pieces (tests/emulator/reference).
 """
 
 from __future__ import annotations
@@ -64,32 +70,63 @@ def pool_average(total: int, recip_w: int, recip_h: int, bounds) -> int:
     return clamp(round_shift(total * recip_w * recip_h, 32, "half_away"), bounds)
 
 
+def round_shift_array(values, shift, mode: str) -> np.ndarray:
+    """:func:`round_shift` over int64 arrays (``shift`` a scalar or an array that broadcasts).
+    Shifts above 62 act as 62: every value used here is below 2^61 in magnitude, so the result
+    rounds to 0 (or -1 for 'floor') either way."""
+    v = np.asarray(values, np.int64)
+    s = np.clip(np.asarray(shift, np.int64), 0, 62)
+    low = v >> s
+    if mode == "floor":
+        return low
+    twice_rest, one = 2 * (v - (low << s)), np.left_shift(np.int64(1), s)
+    if mode == "half_up":
+        tie_up = np.ones_like(low, bool)
+    elif mode == "half_even":
+        tie_up = (low & 1) == 1
+    elif mode == "half_away":
+        tie_up = low >= 0
+    else:
+        raise ValueError(mode)
+    return low + ((twice_rest > one) | ((twice_rest == one) & tie_up))
+
+
+def round_half_away_array(values) -> np.ndarray:
+    """:func:`round_half_away` of float64 arrays, exactly (the fraction ``a - floor(a)`` of a
+    float is exact, unlike ``floor(a + 0.5)``)."""
+    magnitude = np.abs(np.asarray(values, np.float64))
+    low = np.floor(magnitude)
+    return (np.sign(values) * (low + (magnitude - low >= 0.5))).astype(np.int64)
+
+
+def clamp_array(values, bounds) -> np.ndarray:
+    return np.clip(np.asarray(values, np.int64), bounds[0], bounds[1])
+
+
 def ppu_pool(x: np.ndarray, cfg: dict, bounds) -> np.ndarray:
     """PPU pooling of [C][H][W] from register-level settings (NUMERICS.md 6): ``cfg`` has
     method (0 average, 1 max, 2 min), kernel_h/w, stride_y/x, pad_top/left, out_h/w,
     pad_value and recip_w/h. Max/min skip padded positions; average counts them at pad_value."""
+    x = np.asarray(x, np.int64)
     channels, height, width = x.shape
-    out = np.zeros((channels, cfg["out_h"], cfg["out_w"]), np.int64)
-    for c in range(channels):
-        for oy in range(cfg["out_h"]):
-            for ox in range(cfg["out_w"]):
-                inside, padding = [], 0
-                for ky in range(cfg["kernel_h"]):
-                    for kx in range(cfg["kernel_w"]):
-                        y = oy * cfg["stride_y"] + ky - cfg["pad_top"]
-                        xx = ox * cfg["stride_x"] + kx - cfg["pad_left"]
-                        if 0 <= y < height and 0 <= xx < width:
-                            inside.append(int(x[c, y, xx]))
-                        else:
-                            padding += 1
-                if cfg["method"] == 0:
-                    total = sum(inside) + padding * cfg["pad_value"]
-                    out[c, oy, ox] = pool_average(total, cfg["recip_w"], cfg["recip_h"], bounds)
-                elif not inside:
-                    out[c, oy, ox] = clamp(cfg["pad_value"], bounds)
-                else:
-                    out[c, oy, ox] = max(inside) if cfg["method"] == 1 else min(inside)
-    return out
+    out_h, out_w = cfg["out_h"], cfg["out_w"]
+    total = np.zeros((channels, out_h, out_w), np.int64)
+    best = np.full((channels, out_h, out_w), np.iinfo(np.int64).min if cfg["method"] == 1 else np.iinfo(np.int64).max)
+    seen = np.zeros((out_h, out_w), np.int64)
+    ys = np.arange(out_h) * cfg["stride_y"] - cfg["pad_top"]
+    xs = np.arange(out_w) * cfg["stride_x"] - cfg["pad_left"]
+    for ky in range(cfg["kernel_h"]):
+        for kx in range(cfg["kernel_w"]):
+            y, xx = ys + ky, xs + kx
+            inside = ((y >= 0) & (y < height))[:, None] & ((xx >= 0) & (xx < width))[None, :]
+            taps = x[:, np.clip(y, 0, height - 1)][:, :, np.clip(xx, 0, width - 1)]
+            total += np.where(inside, taps, cfg["pad_value"])
+            seen += inside
+            pick = np.maximum if cfg["method"] == 1 else np.minimum
+            best = np.where(inside, pick(best, taps), best)
+    if cfg["method"] == 0:
+        return clamp_array(round_shift_array(total * cfg["recip_w"] * cfg["recip_h"], 32, "half_away"), bounds)
+    return clamp_array(np.where(seen > 0, best, cfg["pad_value"]), bounds)
 
 
 def scale_shift(factor: float, max_shift: int) -> tuple[int, int]:
@@ -126,14 +163,52 @@ class Quant:
         return scale, zero
 
 
+@dataclass(frozen=True)
+class LutTables:
+    """A DPU LUT activation as programmed (LOWERING.md 4.1): LE over LUT inputs [-16384, 0],
+    LO over [0, 16384], 513 int16 entries each, index select 5; ``input_step`` is the real
+    value of one LUT input step, ``output_unit`` of one table unit."""
+
+    le: np.ndarray
+    lo: np.ndarray
+    input_step: float
+    output_unit: float
+
+
+LUT_SPAN, LUT_INDEX_SELECT, BN_SHIFT_MAX = 16384, 5, (1 << 6) - 1  # rep10 (LOWERING.md 4.1); BN shift 6 bits
+
+
+def lut_lookup(x: np.ndarray, tables: LutTables) -> np.ndarray:
+    """NUMERICS.md 5 with the registers of LOWERING.md 4.1: slopes 0 (an out-of-range input
+    reads the end entry), hybrid and overflow priority LO, underflow priority LE."""
+    x = np.asarray(x, np.int64)
+
+    def one(table, start, end):
+        table = np.asarray(table, np.int64)
+        offset = np.clip(x - start, 0, end - start)
+        index = offset >> LUT_INDEX_SELECT
+        fraction = offset - (index << LUT_INDEX_SELECT)
+        upper = table[np.minimum(index + 1, table.size - 1)]
+        hit = table[index] + round_shift_array((upper - table[index]) * fraction, LUT_INDEX_SELECT, "half_away")
+        return np.where(x < start, table[0], np.where(x > end, table[-1], hit)), x < start, x > end
+
+    le, le_under, le_over = one(tables.le, -LUT_SPAN, 0)
+    lo, lo_under, lo_over = one(tables.lo, 0, LUT_SPAN)
+    le_hit, lo_hit = ~(le_under | le_over), ~(lo_under | lo_over)
+    pick_le = (le_hit & ~lo_hit) | (le_under & lo_under)  # one hit: that table; both under: LE; else LO
+    return np.where(pick_le, le, lo)
+
+
 def reference_conv(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None, *, input_quant: Quant,
                    weight_quant: Quant, output_quant: Quant, stride=(1, 1), pads=(0, 0, 0, 0), dilation=(1, 1),
                    groups: int = 1, activation: str = "none", residual: np.ndarray | None = None,
-                   residual_quant: Quant | None = None) -> np.ndarray:
+                   residual_quant: Quant | None = None, bias_units: np.ndarray | None = None,
+                   lut: LutTables | None = None) -> np.ndarray:
     """int8 convolution [C, H, W] -> [O, OH, OW] (NUMERICS.md 3, 4.1, 4.5, 9).
 
     ``weights``: int8 [O, C/groups, KH, KW]; ``bias``: float [O] (real units, stored as
-    round(b / (s_in s_w[c])) accumulator units). Padding is the input zero point. Per output:
+    round(b / (s_in s_w[c])) accumulator units), or ``bias_units`` already in those units.
+    Padding is the input zero point. Per output:
     ``v = sum((x - zp_in)(w - zp_w)) + bias_q``, ``v = round_half_away(v * MUL[c] / 2^14)``
     with ``MUL[c] = round(2^14 s_w[c] / max s_w)``, the activation in those units (relu: max 0;
     relu6 also min round(6 / (s_in max s_w))), then OUT_CVT ``round_half_even(v * SCALE /
@@ -142,6 +217,11 @@ def reference_conv(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None, 
     ``residual`` (int8 [O, OH, OW], Conv+Add, vendor rep12): before the activation, add
     ``round_half_even((q_r - zp_r) * SCALE_r / 2^SHIFT_r)`` with SCALE_r 2^-SHIFT_r =
     s_r / (s_in max s_w) (the EW operand converter, 6-bit shift; NUMERICS.md 4.4, 9).
+
+    ``lut`` (a LUT ``activation``, LOWERING.md 4.1): BN maps the BS units onto LUT inputs,
+    ``round_half_away(v * S / 2^T)`` with S 2^-T = s_in max s_w / input_step (6-bit shift),
+    the LUT (:func:`lut_lookup`), then a ``residual`` in table units (converter factor
+    s_r / output_unit: the add after the activation) and OUT_CVT with output_unit / s_out.
     """
     x = np.asarray(x, np.int64)
     w = np.asarray(weights, np.int64)
@@ -150,43 +230,55 @@ def reference_conv(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None, 
     s_in, zp_in = float(np.float64(input_quant.scale)), int(input_quant.zero_point)
     s_w, zp_w = weight_quant.per_channel(outputs)
     s_out, zp_out = float(np.float64(output_quant.scale)), int(output_quant.zero_point)
+    s_max = float(s_w.max())
+    v = _accumulate(x - zp_in, w - zp_w.reshape(-1, 1, 1, 1), stride, pads, dilation, groups)
+    if bias_units is not None:
+        v += np.asarray(bias_units, np.int64).reshape(-1, 1, 1)
+    elif bias is not None:
+        v += round_half_away_array(np.asarray(bias, np.float64) / (s_in * s_w)).reshape(-1, 1, 1)
+    mul = np.array([round_half_away(2**BS_MUL_SHIFT * float(c) / s_max) for c in s_w], np.int64).reshape(-1, 1, 1)
+    v = clamp_array(round_shift_array(v * mul, BS_MUL_SHIFT, "half_away"), INT32)
+    unit = s_in * s_max  # real value of one BS unit
+    if lut is not None:
+        to_lut = scale_shift(unit / lut.input_step, BN_SHIFT_MAX)
+        v = clamp_array(round_shift_array(v * to_lut[0], to_lut[1], "half_away"), INT32)
+        v = lut_lookup(v, lut)
+        unit = lut.output_unit
+    elif activation not in ("none", "relu", "relu6"):
+        raise ValueError(f"activation {activation!r}: a LUT activation needs its tables (lut=)")
+    if residual is not None:
+        r_scale, r_shift = scale_shift(float(np.float64(residual_quant.scale)) / unit, EW_CVT_SHIFT_MAX)
+        operand = round_shift_array((np.asarray(residual, np.int64) - int(residual_quant.zero_point)) * r_scale,
+                                    r_shift, "half_even")
+        v = clamp_array(v + clamp_array(operand, INT32), INT32)
+    if activation in ("relu", "relu6"):
+        v = np.maximum(v, 0)
+    if activation == "relu6":
+        v = np.minimum(v, round_half_away(6.0 / unit))
+    scale, shift = scale_shift(unit / s_out, OUT_CVT_SHIFT_MAX)
+    return clamp_array(round_shift_array(v * scale, shift, "half_even") + zp_out, INT8).astype(np.int8)
+
+
+def _accumulate(centred: np.ndarray, taps: np.ndarray, stride, pads, dilation, groups: int) -> np.ndarray:
+    """``sum(centred * taps)`` per output [O, OH, OW] with zero (= the input zero point before
+    centring) padding, as a float64 matrix product per group: exact, every partial sum of
+    products of 9-bit values stays far below 2^53."""
+    channels, height, width = centred.shape
+    outputs, group_inputs, kh, kw = taps.shape
     top, left, bottom, right = pads
-    padded = np.full((channels, height + top + bottom, width + left + right), zp_in, np.int64)
-    padded[:, top:top + height, left:left + width] = x
+    padded = np.zeros((channels, height + top + bottom, width + left + right), np.float64)
+    padded[:, top:top + height, left:left + width] = centred
     out_h = (padded.shape[1] - (kh - 1) * dilation[0] - 1) // stride[0] + 1
     out_w = (padded.shape[2] - (kw - 1) * dilation[1] - 1) // stride[1] + 1
-    s_max = float(s_w.max())
-    scale, shift = scale_shift(s_in * s_max / s_out, OUT_CVT_SHIFT_MAX)
-    six = round_half_away(6.0 / (s_in * s_max))
-    if residual is not None:
-        residual = np.asarray(residual, np.int64)
-        r_scale, r_shift = scale_shift(float(np.float64(residual_quant.scale)) / (s_in * s_max), EW_CVT_SHIFT_MAX)
-        r_zero = int(residual_quant.zero_point)
-    result = np.zeros((outputs, out_h, out_w), np.int64)
-    per_group = outputs // groups
-    for o in range(outputs):
-        first = (o // per_group) * group_inputs
-        centred = padded[first:first + group_inputs] - zp_in
-        taps = w[o] - zp_w[o]
-        bias_q = round_half_away(float(bias[o]) / (s_in * float(s_w[o]))) if bias is not None else 0
-        mul = round_half_away(2**BS_MUL_SHIFT * float(s_w[o]) / s_max)
-        for oy in range(out_h):
-            for ox in range(out_w):
-                y0, x0 = oy * stride[0], ox * stride[1]
-                window = centred[:, y0:y0 + (kh - 1) * dilation[0] + 1:dilation[0],
-                                 x0:x0 + (kw - 1) * dilation[1] + 1:dilation[1]]
-                v = int((window * taps).sum()) + bias_q
-                v = clamp(round_shift(v * mul, BS_MUL_SHIFT, "half_away"), INT32)
-                if residual is not None:
-                    operand = clamp(round_shift((int(residual[o, oy, ox]) - r_zero) * r_scale, r_shift,
-                                                "half_even"), INT32)
-                    v = clamp(v + operand, INT32)
-                if activation in ("relu", "relu6"):
-                    v = max(v, 0)
-                if activation == "relu6":
-                    v = min(v, six)
-                result[o, oy, ox] = clamp(round_shift(v * scale, shift, "half_even") + zp_out, INT8)
-    return result.astype(np.int8)
+    columns = np.empty((channels, kh, kw, out_h, out_w), np.float64)
+    for ky in range(kh):
+        for kx in range(kw):
+            y0, x0 = ky * dilation[0], kx * dilation[1]
+            columns[:, ky, kx] = padded[:, y0:y0 + (out_h - 1) * stride[0] + 1:stride[0],
+                                        x0:x0 + (out_w - 1) * stride[1] + 1:stride[1]]
+    columns = columns.reshape(groups, group_inputs * kh * kw, out_h * out_w)
+    product = np.matmul(taps.reshape(groups, outputs // groups, -1).astype(np.float64), columns)
+    return np.rint(product).astype(np.int64).reshape(outputs, out_h, out_w)
 
 
 def reference_pool(x: np.ndarray, *, method: str, kernel, stride, pads=(0, 0, 0, 0), zero_point: int = 0) -> np.ndarray:
@@ -234,16 +326,21 @@ def reference_eltwise(op: str, a: np.ndarray, b: np.ndarray, *, a_quant: Quant, 
     else:
         raise ValueError(f"element-wise op {op!r}: expected add, sub, mul, max or min")
     out_scale, out_shift = scale_shift(unit / s_out, OUT_CVT_SHIFT_MAX)
-    combine = {"add": lambda v, e: v + e, "sub": lambda v, e: v - e, "max": max, "min": min,
-               "mul": lambda v, e: v * e}[op]
-    flat_a, flat_b = np.asarray(a, np.int64).reshape(-1), np.asarray(b, np.int64).reshape(-1)
-    result = np.zeros(flat_a.size, np.int64)
-    for i, (qa, qb) in enumerate(zip(flat_a.tolist(), flat_b.tolist())):
-        operand = clamp(round_shift((qb - zp_b) * ew_scale, ew_shift, "half_even"), INT32)
-        first = clamp(round_shift((qa - zp_a) * a_factor, a_shift, "half_away"), INT32)
-        v = clamp(combine(first, operand), INT32)
-        result[i] = clamp(round_shift(v * out_scale, out_shift, "half_even") + zp_out, INT8)
-    return result.reshape(np.shape(a)).astype(np.int8)
+    combine = {"add": np.add, "sub": np.subtract, "max": np.maximum, "min": np.minimum, "mul": np.multiply}[op]
+    operand = clamp_array(round_shift_array((np.asarray(b, np.int64) - zp_b) * ew_scale, ew_shift, "half_even"), INT32)
+    first = clamp_array(round_shift_array((np.asarray(a, np.int64) - zp_a) * a_factor, a_shift, "half_away"), INT32)
+    v = clamp_array(combine(first, operand), INT32)
+    return clamp_array(round_shift_array(v * out_scale, out_shift, "half_even") + zp_out, INT8).astype(np.int8)
+
+
+def reference_copy(x: np.ndarray, *, input_quant: Quant, output_quant: Quant) -> np.ndarray:
+    """A requantizing DPU copy (NPU Concat slices; NUMERICS.md 4.1, 4.5): BS ``(q - zp_in) * 2^14``,
+    OUT_CVT with s_in / (2^14 s_out), rounded half even, + zp_out, saturated."""
+    s_in, s_out = float(np.float64(input_quant.scale)), float(np.float64(output_quant.scale))
+    scale, shift = scale_shift(s_in / (2**BS_MUL_SHIFT * s_out), OUT_CVT_SHIFT_MAX)
+    v = (np.asarray(x, np.int64) - int(input_quant.zero_point)) * 2**BS_MUL_SHIFT
+    return clamp_array(round_shift_array(v * scale, shift, "half_even") + int(output_quant.zero_point),
+                       INT8).astype(np.int8)
 
 
 def reference_add(a: np.ndarray, b: np.ndarray, *, a_quant: Quant, b_quant: Quant, output_quant: Quant) -> np.ndarray:
@@ -255,65 +352,274 @@ def reference_add(a: np.ndarray, b: np.ndarray, *, a_quant: Quant, b_quant: Quan
 ELTWISE_OPS = {"Add": "add", "Sub": "sub", "Mul": "mul", "Max": "max", "Min": "min"}
 #: Shape-only ops: the bytes are reused as they are (the build aliases them).
 VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+#: ONNX LUT activations and the compiler's name for their tables (LOWERING.md 4.1)
+LUT_OPS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "HardSigmoid": "hard_sigmoid", "HardSwish": "hard_swish",
+           "Silu": "silu", "Elu": "elu", "Gelu": "gelu", "Softplus": "softplus"}
 
 
-def reference_graph(graph, stored: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def reference_graph(graph, stored: dict[str, np.ndarray], *, layer_inputs=None, host_layers=(),
+                    float_tensors=()) -> dict[str, np.ndarray]:
     """Every tensor of a fused, int8-quantized graph from int8 ``stored`` inputs, node by node
     with the references above (the graph is walked as compiled, so the vendor rewrites of
     optimization level 3 - FC as a 1x1 conv, identity convs before element-wise inputs - are
     followed). Values keep the graph's NCHW shapes. NotImplementedError names an op the kit
-    has no reference for."""
+    has no reference for.
+
+    ``layer_inputs`` (tensor name -> stored int8 values, e.g. the runtime's own tensors): each
+    node reads its inputs from there instead of from this walk, so every layer is checked on
+    its own and a difference does not spread. Nodes the partition sent to the CPU, broadcasting
+    element-wise nodes and the layers named in ``host_layers`` (the build's host steps, e.g. a
+    Concat whose slices are not C2-aligned) are host steps: :func:`reference_host`; the
+    tensors named in ``float_tensors`` are stored as real values, not quantized (the build's
+    host-only tensors, isa/CONTAINER.md 3.3).
+    """
     values = {name: np.asarray(stored[name]).reshape(graph.tensors[name].shape) for name in graph.inputs}
+
+    def read(name: str) -> np.ndarray:
+        if layer_inputs is not None and name in layer_inputs:
+            return np.asarray(layer_inputs[name]).reshape(graph.tensors[name].shape)
+        return values[name]
+
     for node in graph.nodes:
         output = node.outputs[0]
         shape = graph.tensors[output].shape
+        inputs = [name for name in node.inputs if name and not graph.tensors[name].is_const]
         if node.op_type in VIEW_OPS:
-            values[output] = values[node.inputs[0]].reshape(shape)
+            values[output] = read(node.inputs[0]).reshape(shape)
+        elif _on_host(graph, node, host_layers):
+            if node.fused:
+                raise NotImplementedError(f"the testing kit has no reference for the fused host layer {node.name}")
+            values[output] = reference_host(node.op_type, node.attrs, [read(name) for name in inputs],
+                                            [_quant(graph.tensors[name]) for name in inputs],
+                                            None if output in float_tensors else _quant(graph.tensors[output]),
+                                            shape, graph.tensors[output].dtype)
         elif node.op_type == "Conv":
-            values[output] = _conv_node(graph, node, values).reshape(shape)
-        elif node.op_type in ELTWISE_OPS and not node.fused and len(node.inputs) == 2:
-            a, b = (values[name][0] for name in node.inputs)
+            values[output] = _conv_node(graph, node, read).reshape(shape)
+        elif node.op_type == "ConvTranspose":  # NPU 1x1 conv, then a DepthToSpace host step
+            values[output] = _conv_transpose_node(graph, node, read).reshape(shape)
+            if output in float_tensors:  # the host step writes a host-only tensor: real values
+                values[output] = host_real(values[output], _quant(graph.tensors[output])).astype(
+                    graph.tensors[output].dtype)
+        elif node.op_type in ELTWISE_OPS and not node.fused and len(inputs) == 2:
+            a, b = (read(name)[0] for name in inputs)
             values[output] = reference_eltwise(ELTWISE_OPS[node.op_type], a, b,
-                                               a_quant=_quant(graph.tensors[node.inputs[0]]),
-                                               b_quant=_quant(graph.tensors[node.inputs[1]]),
+                                               a_quant=_quant(graph.tensors[inputs[0]]),
+                                               b_quant=_quant(graph.tensors[inputs[1]]),
                                                output_quant=_quant(graph.tensors[output])).reshape(shape)
+        elif node.op_type == "Concat" and not node.fused and int(node.attrs.get("axis", 1)) in (1, -3):
+            out_quant = _quant(graph.tensors[output])
+            values[output] = np.concatenate([reference_copy(read(name), input_quant=_quant(graph.tensors[name]),
+                                                            output_quant=out_quant) for name in inputs], axis=1)
         elif node.op_type in ("MaxPool", "AveragePool") and not node.fused:
-            values[output] = _pool_node(graph, node, values).reshape(shape)
+            values[output] = _pool_node(graph, node, read).reshape(shape)
         else:
             raise NotImplementedError(f"the testing kit has no reference for {node.display_op} (layer {node.name})")
     return values
 
 
-def _conv_node(graph, node, values) -> np.ndarray:
-    activation, residual = "none", None
+def _on_host(graph, node, host_layers) -> bool:
+    if node.target == "CPU":
+        return True
+    if node.op_type != "ConvTranspose" and (node.layer_name in host_layers or node.name in host_layers):
+        return True  # (a ConvTranspose's output is written by its DepthToSpace host step)
+    operands = [graph.tensors[name] for name in node.inputs[:2] if name]
+    return (node.op_type in ELTWISE_OPS and len(operands) == 2 and not any(t.is_const for t in operands)
+            and tuple(operands[0].shape) != tuple(operands[1].shape))
+
+
+# --- host steps ----------------------------------------------------------------------------------
+
+def reference_host(op: str, attrs: dict, inputs: list[np.ndarray], input_quants: list[Quant],
+                   output_quant: Quant | None, shape, dtype="float32") -> np.ndarray:
+    """A host (CPU) step, the runtime's convention (emulator/cpu_ops.py run_step): each int8
+    input dequantized to float32 ``s (q - zp)`` (a float input taken as it is), the op in
+    float64 with ONNX semantics, the result quantized ``clip(round_half_even(v / s_out) +
+    zp_out)``, or, without ``output_quant``, stored as ``dtype``."""
+    real = [np.asarray(x, np.float64) if np.issubdtype(np.asarray(x).dtype, np.floating) else
+            host_real(x, q).astype(np.float64) for x, q in zip(inputs, input_quants)]
+    value = _host_op(op, attrs, real).reshape(shape)
+    if output_quant is None:
+        return value.astype(dtype)
+    s_out = float(np.float64(output_quant.scale))
+    return np.clip(np.rint(value / s_out) + int(output_quant.zero_point), *INT8).astype(np.int8)
+
+
+def host_real(x: np.ndarray, quant: Quant) -> np.ndarray:
+    """The float32 real value ``s (q - zp)`` the host reads of an int8 tensor."""
+    return (float(np.float64(quant.scale)) * (np.asarray(x, np.float64) - int(quant.zero_point))).astype(np.float32)
+
+
+def _host_op(op: str, attrs: dict, x: list[np.ndarray]) -> np.ndarray:
+    if op in ELTWISE_OPS:
+        return {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Max": np.maximum, "Min": np.minimum}[op](*x)
+    if op == "Concat":
+        return np.concatenate(x, axis=int(attrs.get("axis", 0)))
+    if op == "Softmax":
+        axis = int(attrs.get("axis", -1))
+        exp = np.exp(x[0] - x[0].max(axis=axis, keepdims=True))
+        return exp / exp.sum(axis=axis, keepdims=True)
+    if op == "Relu":
+        return np.maximum(x[0], 0.0)
+    if op == "Sigmoid":
+        return 1.0 / (1.0 + np.exp(-x[0]))
+    if op == "HardSigmoid":
+        return np.clip(float(attrs.get("alpha", 0.2)) * x[0] + float(attrs.get("beta", 0.5)), 0.0, 1.0)
+    if op == "HardSwish":
+        return x[0] * np.clip(x[0] / 6.0 + 0.5, 0.0, 1.0)
+    if op == "DepthToSpace":
+        return _depth_to_space(x[0], int(attrs["blocksize"]), attrs.get("mode", "DCR"))
+    if op == "Resize":
+        return _resize_nearest(x[0], attrs)
+    raise NotImplementedError(f"the testing kit has no reference for the host step {op}")
+
+
+def _depth_to_space(x: np.ndarray, block: int, mode: str) -> np.ndarray:
+    n, c, h, w = x.shape
+    depth = c // (block * block)
+    if mode == "CRD":
+        y = x.reshape(n, depth, block, block, h, w).transpose(0, 1, 4, 2, 5, 3)
+    else:
+        y = x.reshape(n, block, block, depth, h, w).transpose(0, 3, 4, 1, 5, 2)
+    return y.reshape(n, depth, h * block, w * block)
+
+
+def _resize_nearest(x: np.ndarray, attrs: dict) -> np.ndarray:
+    """ONNX Resize, mode nearest, per axis: the output coordinate mapped back by the
+    coordinate transformation, then rounded by nearest_mode and clamped to the input."""
+    if attrs.get("mode", "nearest") != "nearest":
+        raise NotImplementedError(f"the testing kit has no reference for Resize mode {attrs.get('mode')}")
+    scales, sizes = attrs.get("scales"), attrs.get("sizes")
+    if sizes and not scales:
+        scales = [out / size for out, size in zip(sizes, x.shape)]
+    if not sizes:
+        sizes = [int(math.floor(size * float(scale))) for size, scale in zip(x.shape, scales)]
+    transform = attrs.get("coordinate_transformation_mode", "half_pixel")
+    rounding = attrs.get("nearest_mode", "round_prefer_floor")
+    for axis, (out_size, scale) in enumerate(zip(sizes, scales)):
+        out_size, size, scale = int(out_size), x.shape[axis], float(scale)
+        if out_size == size and scale == 1.0:
+            continue
+        o = np.arange(out_size, dtype=np.float64)
+        source = {"asymmetric": o / scale, "half_pixel": (o + 0.5) / scale - 0.5,
+                  "tf_half_pixel_for_nn": (o + 0.5) / scale,
+                  "align_corners": o * (size - 1) / max(out_size - 1, 1),
+                  "pytorch_half_pixel": (o + 0.5) / scale - 0.5 if out_size > 1 else 0 * o}[transform]
+        index = {"floor": np.floor, "ceil": np.ceil, "round_prefer_floor": lambda v: np.ceil(v - 0.5),
+                 "round_prefer_ceil": lambda v: np.floor(v + 0.5)}[rounding](source)
+        x = np.take(x, np.clip(index, 0, size - 1).astype(np.int64), axis=axis)
+    return x
+
+
+# --- NPU layers of the graph ---------------------------------------------------------------------
+
+def _conv_parts(graph, node, unit: np.ndarray):
+    """(activation, ONNX LUT op or None, its attrs, residual tensor, extra bias units per channel,
+    residual after the activation) of a conv's fused parts. Bias Adds of a constant fold into the
+    bias as the build folds them: the constant's stored value in units ``unit`` (s_in s_w[c])."""
+    activation, lut_op, lut_attrs, residual, after = "none", None, {}, None, False
+    extra = np.zeros(unit.size, np.int64)
     for part in node.fused:
-        if part.op_type == "Relu":
+        if part.op_type == "Add" and getattr(part, "tag", None) == "bias_add" and activation == "none" \
+                and residual is None:
+            constant = graph.tensors[part.inputs[0]]
+            data = np.asarray(constant.data, np.float64)
+            if constant.quant is not None:
+                q_scale, q_zero = _axis_params(constant, data.ndim)
+                bounds = INT32 if constant.quant.dtype == "int32" else INT8
+                data = q_scale * (_stored(data, q_scale, q_zero, bounds) - q_zero)
+            data = data.reshape(-1)
+            if data.size not in (1, unit.size):  # a ConvTranspose's per-co bias over its (co, i, j) channels
+                data = np.repeat(data, unit.size // data.size)
+            extra += round_half_away_array(np.broadcast_to(data, unit.shape) / unit)
+        elif part.op_type == "Relu" and activation == "none":
             activation = "relu"
-        elif part.op_type == "Clip" and part.attrs.get("min") == 0.0 and part.attrs.get("max") == 6.0:
+        elif part.op_type == "Clip" and activation == "none" and part.attrs.get("min") == 0.0 \
+                and part.attrs.get("max") == 6.0:
             activation = "relu6"
-        elif part.op_type == "Add" and activation == "none" and residual is None:
-            residual = part.inputs[0]
+        elif part.op_type in LUT_OPS and activation == "none" and residual is None:
+            activation, lut_op, lut_attrs = LUT_OPS[part.op_type], part.op_type, part.attrs
+        elif part.op_type == "Add" and residual is None and (activation == "none" or lut_op is not None):
+            residual, after = part.inputs[0], activation != "none"
         else:
             raise NotImplementedError(f"the testing kit has no reference for the fused {part.op_type} of {node.name}")
+    return activation, lut_op, lut_attrs, residual, extra, after
+
+
+def _lut_tables(kind: str, attrs: dict, unit: float, output: Quant, value_range) -> LutTables:
+    """The compiler's table contents for this activation (data, not arithmetic: module docstring)."""
+    from npuemu.compiler.lower.lut import lut_program
+
+    alpha = attrs.get("alpha") if kind in ("elu", "hard_sigmoid") else None
+    beta = attrs.get("beta") if kind == "hard_sigmoid" else None
+    program, _, _ = lut_program(kind, input_unit=unit, output_scale=float(np.float64(output.scale)),
+                                output_zero_point=int(output.zero_point), alpha=alpha, beta=beta,
+                                value_range=value_range)
+    return LutTables(program.le, program.lo, program.domain / LUT_SPAN, program.output_unit)
+
+
+def _conv_node(graph, node, read, weights=None, weight_quant=None, bias=None) -> np.ndarray:
+    """One int8 conv (or, given ``weights``, the 1x1 conv a ConvTranspose becomes)."""
     weight = graph.tensors[node.inputs[1]]
-    bias = graph.tensors[node.inputs[2]] if len(node.inputs) > 2 and node.inputs[2] else None
+    weights = _weights(weight) if weights is None else weights
+    weight_quant = _quant(weight) if weight_quant is None else weight_quant
+    input_quant, output_quant = _quant(graph.tensors[node.inputs[0]]), _quant(graph.tensors[node.outputs[0]])
+    s_in = float(np.float64(input_quant.scale))
+    s_w, _ = weight_quant.per_channel(weights.shape[0])
+    unit = s_in * s_w
+    activation, lut_op, lut_attrs, residual, extra, after = _conv_parts(graph, node, unit)
+    if residual is not None and lut_op is not None and not after:
+        raise NotImplementedError(f"{node.name}: a LUT activation after a residual Add is a host step of the build")
+    if bias is None and len(node.inputs) > 2 and node.inputs[2]:
+        bias = np.asarray(graph.tensors[node.inputs[2]].data, np.float64).reshape(-1)
+    units = extra + (0 if bias is None else round_half_away_array(bias / unit))
+    residual_quant = None if residual is None else _quant(graph.tensors[residual])
+    tables = None
+    if lut_op is not None:
+        value_range = None
+        if residual is not None:  # act = out - residual (LOWERING.md 4.1)
+            o, r = output_quant, residual_quant
+            s_o, z_o, s_r, z_r = float(o.scale), int(o.zero_point), float(r.scale), int(r.zero_point)
+            value_range = (s_o * (-128 - z_o) - s_r * (127 - z_r), s_o * (127 - z_o) - s_r * (-128 - z_r))
+        tables = _lut_tables(activation, lut_attrs, s_in * float(s_w.max()), output_quant, value_range)
+    attrs = node.attrs if node.op_type == "Conv" else {}  # a ConvTranspose's 1x1 conv: stride 1, no pads
+    return reference_conv(read(node.inputs[0])[0], weights, None, input_quant=input_quant, weight_quant=weight_quant,
+                          output_quant=output_quant, stride=tuple(attrs.get("strides", (1, 1))),
+                          pads=tuple(attrs.get("pads", (0, 0, 0, 0))), dilation=tuple(attrs.get("dilations", (1, 1))),
+                          groups=int(attrs.get("group", 1)), activation=activation,
+                          residual=None if residual is None else read(residual)[0], residual_quant=residual_quant,
+                          bias_units=units, lut=tables)
+
+
+def _conv_transpose_node(graph, node, read) -> np.ndarray:
+    """ConvTranspose with kernel = stride (no pads, groups, dilation): each input pixel writes
+    its own k x k block, ``out[co, y k + i, x k + j] = sum_ci in[ci, y, x] W[ci, co, i, j]``:
+    the int8 conv arithmetic on the products, per output channel co."""
     attrs = node.attrs
-    return reference_conv(values[node.inputs[0]][0], _weights(weight),
-                          None if bias is None else np.asarray(bias.data, np.float64).reshape(-1),
-                          input_quant=_quant(graph.tensors[node.inputs[0]]), weight_quant=_quant(weight),
-                          output_quant=_quant(graph.tensors[node.outputs[0]]), stride=tuple(attrs["strides"]),
-                          pads=tuple(attrs["pads"]), dilation=tuple(attrs["dilations"]), groups=int(attrs["group"]),
-                          activation=activation,
-                          residual=None if residual is None else values[residual][0],
-                          residual_quant=None if residual is None else _quant(graph.tensors[residual]))
+    kernel, strides = tuple(attrs["kernel_shape"]), tuple(attrs.get("strides", (1, 1)))
+    if kernel != strides or any(attrs.get("pads", (0,))) or int(attrs.get("group", 1)) != 1 \
+            or any(d != 1 for d in attrs.get("dilations", (1, 1))) or any(attrs.get("output_padding", (0,))):
+        raise NotImplementedError(f"the testing kit has no reference for {node.name}: ConvTranspose other than "
+                                  "kernel = stride")
+    weight = graph.tensors[node.inputs[1]]
+    w = _weights(weight)  # [Ci, Co, kh, kw]
+    inputs, outputs, kh, kw = w.shape
+    scale, zero = _quant(weight).per_channel(outputs)
+    repeat = kh * kw
+    bias = np.asarray(graph.tensors[node.inputs[2]].data, np.float64).reshape(-1) if len(node.inputs) > 2 \
+        and node.inputs[2] else None
+    conv = w.transpose(1, 2, 3, 0).reshape(outputs * repeat, inputs, 1, 1)
+    result = _conv_node(graph, node, read, conv, Quant(np.repeat(scale, repeat), np.repeat(zero, repeat)),
+                        None if bias is None else np.repeat(bias, repeat))
+    _, height, width = result.shape
+    return _depth_to_space(result.reshape(1, outputs * repeat, height, width), kh, "CRD")
 
 
-def _pool_node(graph, node, values) -> np.ndarray:
+def _pool_node(graph, node, read) -> np.ndarray:
     source, output = _quant(graph.tensors[node.inputs[0]]), _quant(graph.tensors[node.outputs[0]])
     if (float(source.scale), int(source.zero_point)) != (float(output.scale), int(output.zero_point)):
         raise NotImplementedError(f"{node.name}: pooling with different input and output quantization")
     attrs = node.attrs
-    return reference_pool(values[node.inputs[0]][0], method="max" if node.op_type == "MaxPool" else "average",
+    return reference_pool(read(node.inputs[0])[0], method="max" if node.op_type == "MaxPool" else "average",
                           kernel=tuple(attrs["kernel_shape"]), stride=tuple(attrs["strides"]),
                           pads=tuple(attrs["pads"]), zero_point=int(source.zero_point))
 
@@ -322,16 +628,22 @@ def _quant(tensor) -> Quant:
     return Quant(np.asarray(tensor.quant.scale, np.float64), np.asarray(tensor.quant.zero_point, np.int64))
 
 
-def _weights(tensor) -> np.ndarray:
-    """int8 weights as stored: round half away of w / s_w[c], plus zp_w[c], saturated (NUMERICS.md 9)."""
-    data = np.asarray(tensor.data, np.float64)
+def _axis_params(tensor, rank: int) -> tuple[np.ndarray, np.ndarray]:
+    """A quantized constant's scale and zero point, shaped to broadcast along its axis."""
     quant = tensor.quant
-    scale = np.asarray(quant.scale, np.float64)
-    zero = np.asarray(quant.zero_point, np.int64)
-    if quant.axis is not None:
-        shape = [1] * data.ndim
+    scale, zero = np.asarray(quant.scale, np.float64), np.asarray(quant.zero_point, np.int64)
+    if quant.axis is not None and scale.size > 1:
+        shape = [1] * rank
         shape[quant.axis] = -1
         scale, zero = scale.reshape(shape), zero.reshape(shape)
-    ratio = data / scale
-    rounded = np.sign(ratio) * np.floor(np.abs(ratio) + 0.5)
-    return np.clip(rounded + zero, *INT8).astype(np.int64)
+    return scale, zero
+
+
+def _stored(data: np.ndarray, scale, zero, bounds=INT8) -> np.ndarray:
+    """A constant as stored: round half away of v / s, plus zp, saturated (NUMERICS.md 9)."""
+    return np.clip(round_half_away_array(data / scale) + zero, *bounds).astype(np.int64)
+
+
+def _weights(tensor) -> np.ndarray:
+    data = np.asarray(tensor.data, np.float64)
+    return _stored(data, *_axis_params(tensor, data.ndim))

@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 
 from .lut import LutProgram
 
-# Precision codes: CNA/CORE and DPU/RDMA (rknpu-isa.md 3, TRM): 0 int8, 2 fp16 in both tables.
+# Precision codes: CNA/CORE and DPU/RDMA (rknpu-isa.md 3, TRM): 0 int8, 2 fp16 in both tables;
+# DPU/RDMA only: 4 int32, 5 fp32 (the wide outputs, DATA_FORMAT OUT_PRECISION).
 PRECISION_CODES = {"int8": 0, "float16": 2}
+OUT_PRECISION_CODES = PRECISION_CODES | {"int32": 4, "float32": 5}
 # PPU_RDMA DATA_FORMAT.IN_PRECISION: 0/1/2/3 = 4/8/16/32-bit (rknpu-isa.md 3).
 PPU_IN_PRECISION = {"int8": 1, "float16": 2}
 
@@ -94,7 +96,12 @@ class DpuCube:
     dst_address: int
     dst_surface_stride: int  # in 16-byte atoms
     surfaces_per_pass: int  # SIZE_E + 1; SURFACE_ADD = this x dst_surface_stride
-    precision: int  # DPU precision code of in/proc/out
+    precision: int  # DPU precision code of in/proc (and out unless out_precision says otherwise)
+    out_precision: int | None = None  # DATA_FORMAT OUT_PRECISION when wider (int32 4, fp32 5)
+
+    @property
+    def output_precision(self) -> int:
+        return self.precision if self.out_precision is None else self.out_precision
 
 
 @dataclass(frozen=True)

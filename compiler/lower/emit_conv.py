@@ -68,7 +68,10 @@ def _write_cna(b: RegisterBuilder, task: ConvTask) -> None:
     b.write("CNA", "DMA_CON1", LINE_STRIDE=task.line_stride)
     b.write("CNA", "DMA_CON2", SURF_STRIDE=task.surface_stride)
     b.write("CNA", "FC_DATA_SIZE0", DMA_WIDTH=task.in_width, DMA_HEIGHT=task.in_height)
-    b.write("CNA", "FC_DATA_SIZE1", DMA_CHANNEL=task.in_channels)
+    if b.has("CNA", "FC_DATA_SIZE1"):
+        # RK3576 keeps its feature address at this offset and has no known place for the DMA
+        # channel count: left unwritten there (REGISTERS.md, RK3576 deviations)
+        b.write("CNA", "FC_DATA_SIZE1", DMA_CHANNEL=task.in_channels)
     b.write("CNA", "DCOMP_CTRL")
     b.write("CNA", "DCOMP_REGNUM")
     b.write("CNA", "DCOMP_ADDR0", DECOMPRESS_ADDR0=task.weight_address)
@@ -109,8 +112,10 @@ def conv_writes(task: ConvTask, regmap: RegisterMap):
     # A direct conv reads its residual as rep12 does (COMB_USE 5: MRDMA and ERDMA take alternate
     # surfaces). A depthwise conv writes 4 surfaces per pass (SIZE_E 3), for which no stream
     # shows the split; it reads the whole residual through the ERDMA alone, as an element-wise
-    # layer reads its second operand (rep09) - our choice, LOWERING.md 6.
-    split = task.residual is not None and task.conv_mode != CONV_MODE_DEPTHWISE
+    # layer reads its second operand (rep09) - our choice, LOWERING.md 6. So does a direct conv
+    # on a chip whose MAC pass writes one surface (SIZE_E 0: RK3562's 16 int8 kernels).
+    split = (task.residual is not None and task.conv_mode != CONV_MODE_DEPTHWISE
+             and task.cube.surfaces_per_pass == 2)
     if split:
         sources = residual_sources(task.residual, task.cube)
     elif task.residual is not None:

@@ -92,7 +92,7 @@ def write_dpu_body(b: RegisterBuilder, cube: DpuCube, stages: DpuStages, *, conv
     bs, bn, ew, out = stages.bs, stages.bn, stages.ew, stages.out_cvt
     b.write("DPU", "FEATURE_MODE_CFG", BURST_LEN=BURST_LEN, CONV_MODE=conv_mode, OUTPUT_MODE=OUTPUT_TO_MEMORY,
             FLYING_MODE=int(flying))
-    b.write("DPU", "DATA_FORMAT", OUT_PRECISION=cube.precision, IN_PRECISION=cube.precision,
+    b.write("DPU", "DATA_FORMAT", OUT_PRECISION=cube.output_precision, IN_PRECISION=cube.precision,
             EW_TRUNCATE_NEG=ew.truncate, BN_MUL_SHIFT_VALUE_NEG=bn.mul_shift,
             BS_MUL_SHIFT_VALUE_NEG=bs.mul_shift, PROC_PRECISION=cube.precision)
     b.write("DPU", "OFFSET_PEND")
@@ -119,7 +119,8 @@ def write_dpu_body(b: RegisterBuilder, cube: DpuCube, stages: DpuStages, *, conv
     b.write("DPU", "OUT_CVT_SCALE", FP32TOFP16_EN=int(out.fp32_to_fp16), OUT_CVT_SCALE=out.scale)
     b.write("DPU", "OUT_CVT_SHIFT", OUT_CVT_SHIFT=out.shift)
     for index in range(8):
-        b.write("DPU", f"EW_OP_VALUE_{index}")
+        if b.has("DPU", f"EW_OP_VALUE_{index}"):  # RK3576: EW_OP_VALUE_7's offset holds OUT_CVT_OFFSET
+            b.write("DPU", f"EW_OP_VALUE_{index}")
     b.write("DPU", "SURFACE_ADD", SURF_ADD=cube.surfaces_per_pass * cube.dst_surface_stride)
     b.write("DPU", "UNDOC_40C4")
     _write_lut_registers(b, stages.lut)

@@ -89,6 +89,10 @@ class RegisterBuilder:
             raise CompileError(f"layer {self.layer}: {error}") from None
         self.writes.append(RegisterWrite(block, register, value))
 
+    def has(self, block: str, register: str) -> bool:
+        """Whether the map has the register (a partial map, e.g. rk3576, lacks some)."""
+        return any(r.name == register for r in self.regmap.block(block).registers)
+
     def _check(self, block: str, register: str, fld, value: int) -> None:
         if fld.minimum <= value <= fld.maximum:
             return

@@ -29,6 +29,8 @@ from .lut import LUT_KINDS
 INT8 = "int8"
 FLOAT16 = "float16"
 DTYPES = (INT8, FLOAT16)
+#: the wider output a conv may write instead of its dtype (DPU OUT_PRECISION int32 / fp32)
+WIDE_OUTPUTS = {INT8: "int32", FLOAT16: "float32"}
 
 ACTIVATIONS = ("none", "relu", "relu6", "clip", "leaky_relu", *LUT_KINDS)
 
@@ -145,9 +147,14 @@ class ConvLayer:
     bias_in_accumulator_units: bool = False
     weight_tensor: str = ""  # name of the packed weight blob (default "<name>:weights")
     bias_tensor: str = ""  # name of the bias/requant blob (default "<name>:bias")
+    # the DPU's OUT_PRECISION when it is wider than ``dtype`` (WIDE_OUTPUTS): int8 -> "int32"
+    # (accumulator + bias, no requantization), float16 -> "float32" (no fp16 rounding)
+    output_dtype: str = ""
 
     def __post_init__(self) -> None:
         _check_dtype(self.dtype, self.name)
+        object.__setattr__(self, "output_dtype", self.output_dtype or self.dtype)
+        self._check_output_dtype()
         object.__setattr__(self, "stride", _pair(self.stride, "stride", self.name))
         object.__setattr__(self, "dilation", _pair(self.dilation, "dilation", self.name))
         object.__setattr__(self, "pads", _pads(self.pads, self.name))
@@ -177,10 +184,24 @@ class ConvLayer:
         if self.output_shape[1] < 1 or self.output_shape[2] < 1:
             raise CompileError(f"layer {self.name}: the kernel does not fit the padded input (output {self.output_shape})")
 
+    def _check_output_dtype(self) -> None:
+        if self.output_dtype == self.dtype:
+            return
+        if WIDE_OUTPUTS.get(self.dtype) != self.output_dtype:
+            raise CompileError(f"layer {self.name}: output_dtype {self.output_dtype!r} is not available to "
+                               f"{self.dtype} layers (they write {self.dtype} or {WIDE_OUTPUTS.get(self.dtype)})")
+        if self.activation.kind != "none" or self.residual is not None:
+            raise CompileError(f"layer {self.name}: an {self.output_dtype} output takes no fused activation or "
+                               f"residual (lowered for the Matmul API's plain product only)")
+
+    @property
+    def wide_output(self) -> bool:
+        return self.output_dtype != self.dtype
+
     def _check_int8(self, weights: np.ndarray) -> None:
         if weights.dtype != np.int8:
             raise CompileError(f"layer {self.name}: int8 layers need int8 weights, got {weights.dtype}")
-        if self.input_quant is None or self.output_quant is None:
+        if self.input_quant is None or (self.output_quant is None and not self.wide_output):
             raise CompileError(f"layer {self.name}: int8 layers need input and output quantization")
         for what, value in (("weight_scale", self.weight_scale), ("weight_zero_point", self.weight_zero_point)):
             if value is None or np.shape(value) != (weights.shape[0],):

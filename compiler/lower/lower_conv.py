@@ -30,10 +30,10 @@ from .. import quant_regs, weight_pack
 from . import lut
 from .conv_geometry import feature_grains, kernels_per_pass, pad_value, surfaces_per_pass
 from .descriptions import (
-    ALU_ADD, ALU_MAX, CONV_MODE_DEPTHWISE, CONV_MODE_DIRECT, PRECISION_CODES, ConvTask, DpuCube, DpuStages, EwStage,
+    ALU_ADD, ALU_MAX, CONV_MODE_DEPTHWISE, CONV_MODE_DIRECT, OUT_PRECISION_CODES, PRECISION_CODES, ConvTask, DpuCube, DpuStages, EwStage,
     Operand, OutCvt, XStage,
 )
-from .layers import FLOAT16, ConvLayer
+from .layers import FLOAT16, ConvLayer, Quant
 from .lookup import check_feature, constant, tensor
 from .placement import ELEMENT_BYTES, PLATFORM_DTYPE, ConstPlacement, Placement, TensorPlacement, align
 from .multicore import deal_to_cores
@@ -59,19 +59,24 @@ def conv_constants(layer: ConvLayer, platform: Platform) -> ConvConstants:
     if layer.dtype == FLOAT16:
         bits = weights.astype(np.float16).view(np.uint16)
         packed = (weight_pack.pack_depthwise_weights(bits, weight_pack.FP16_DEPTHWISE) if layer.depthwise
-                  else weight_pack.pack_conv_weights(bits, 0, weight_pack.FP16_CONV))
+                  else weight_pack.pack_conv_weights(
+                      bits, 0, weight_pack.conv_blocking(layer.dtype, kernels_per_pass(layer, platform))))
         bias = weight_pack.float_bias_blob(layer.bias, layer.out_channels, dpu_channels)
         return ConvConstants(packed.astype("<u2").tobytes(), bias, None, dpu_channels)
     zp_w = np.asarray(layer.weight_zero_point, dtype=np.int64)
+    # a wide (int32) output is not requantized: OUT_CVT is the identity (conv_stages), so the
+    # output scale only has to be valid
+    out_q = layer.output_quant or Quant(float(layer.input_quant.scale) * float(np.max(layer.weight_scale)), 0)
     requant = quant_regs.conv_requant(
         input_scale=layer.input_quant.scale, input_zero_point=layer.input_quant.zero_point, weights=weights,
         weight_scale=layer.weight_scale, weight_zero_point=zp_w, bias=layer.bias,
-        output_scale=layer.output_quant.scale, output_zero_point=layer.output_quant.zero_point,
+        output_scale=out_q.scale, output_zero_point=out_q.zero_point,
         bias_in_accumulator_units=layer.bias_in_accumulator_units, layer=layer.name)
     if layer.depthwise:
         packed = weight_pack.pack_depthwise_weights(weights, weight_pack.INT8_DEPTHWISE)
     else:
-        packed = weight_pack.pack_conv_weights(weights, zp_w.astype(np.int8), weight_pack.INT8_CONV)
+        packed = weight_pack.pack_conv_weights(weights, zp_w.astype(np.int8),
+                                               weight_pack.conv_blocking(layer.dtype, kernels_per_pass(layer, platform)))
     bias = weight_pack.bias_blob(requant.alu, requant.cpend, requant.mul, dpu_channels)
     return ConvConstants(packed.astype(np.int8).tobytes(), bias, requant, dpu_channels)
 
@@ -127,8 +132,14 @@ def conv_stages(layer: ConvLayer, constants: ConvConstants) -> DpuStages:
     activation_after_add = layer.residual is not None and not layer.residual.after_activation
     if layer.dtype == FLOAT16:
         bs = XStage(bypass=False, alu_bypass=False, alu_algo=ALU_ADD, alu_from_dma=True)
-        out = OutCvt(scale=1, shift=0, offset=0, fp32_to_fp16=True)
+        out = OutCvt(scale=1, shift=0, offset=0, fp32_to_fp16=not layer.wide_output)
         unit = 1.0
+    elif layer.wide_output:
+        # int32 output: accumulator + bias + CPEND (the weight zero point's term), no BS MUL and
+        # an identity OUT_CVT, so C is the exact sum in units of s_in * s_w[c] (LOWERING.md 12)
+        bs = XStage(bypass=False, alu_bypass=False, alu_algo=ALU_ADD, alu_from_dma=True)
+        out = OutCvt(scale=1, shift=0, offset=0)
+        unit = requant.acc_scale
     else:
         bs = XStage(bypass=False, alu_bypass=False, alu_algo=ALU_ADD, alu_from_dma=True, mul_bypass=False,
                     mul_from_dma=True, mul_shift=requant.mul_shift)
@@ -184,6 +195,13 @@ def _lut_stages(layer: ConvLayer, bs: XStage, unit: float) -> DpuStages:
 
 
 # -- tasks -----------------------------------------------------------------------------------
+def packed_image(inp: TensorPlacement) -> bool:
+    """A 1-4 channel int8 image stored with C2 = C (read in ARGB mode). Not every pixel below
+    16 bytes: RK3566/68 store int8 with 8-byte atoms (C2 8), which TensorPlacement.packed
+    counts as packed although the tensor has the chip's ordinary layout."""
+    return inp.packed and inp.dtype == "int8" and inp.c1 == 1 and inp.c2 == inp.channels <= 4
+
+
 @dataclass(frozen=True)
 class _ConvContext:
     layer: ConvLayer
@@ -202,7 +220,7 @@ def _input_fields(ctx: _ConvContext, tile: TaskTile) -> dict:
     layer, inp = ctx.layer, ctx.inp
     rows, group = tile.rows, tile.channels
     element = ELEMENT_BYTES[layer.dtype]
-    if inp.packed:
+    if packed_image(inp):
         line_stride = inp.width
         entries = rows.in_rows * align(inp.width, 16)
         in_channels = 16
@@ -229,7 +247,7 @@ def _weight_fields(ctx: _ConvContext, tile: TaskTile) -> dict:
         size = stored * taps * element
         return dict(kernels=1, weight_bytes=size, weight_bytes_per_kernel=size,
                     weight_address=ctx.weights.address + tile.channels.start * taps * element)
-    blocking = weight_pack.conv_blocking(layer.dtype)
+    blocking = weight_pack.conv_blocking(layer.dtype, ctx.kernels_per_pass)
     per_kernel = blocking.stored_channels(layer.in_channels) * taps * element
     return dict(kernels=blocking.stored_kernels(layer.out_channels), weight_bytes=len(ctx.constants.weights),
                 weight_bytes_per_kernel=per_kernel, weight_address=ctx.weights.address)
@@ -244,7 +262,8 @@ def _output_fields(ctx: _ConvContext, tile: TaskTile) -> dict:
     cube = DpuCube(width=out.width, height=rows.out_rows, channels=align(out_channels, ctx.kernels_per_pass),
                    orig_channels=out_channels, dst_address=out.address + offset,
                    dst_surface_stride=out.surface_stride, surfaces_per_pass=ctx.surfaces_per_pass,
-                   precision=PRECISION_CODES[layer.dtype])
+                   precision=PRECISION_CODES[layer.dtype],
+                   out_precision=OUT_PRECISION_CODES[layer.output_dtype] if layer.wide_output else None)
     residual = None
     if ctx.residual is not None:
         res = ctx.residual
@@ -260,7 +279,7 @@ def _conv_task(ctx: _ConvContext, tile: TaskTile, data_bank: int, weight_bank: i
     layer = ctx.layer
     zero_point = layer.input_quant.zero_point if layer.input_quant else 0
     kernel_h, kernel_w = layer.kernel
-    packed_channels = ctx.inp.channels if ctx.inp.packed else 0
+    packed_channels = ctx.inp.channels if packed_image(ctx.inp) else 0
     return ConvTask(
         layer=layer.name, conv_mode=CONV_MODE_DEPTHWISE if layer.depthwise else CONV_MODE_DIRECT,
         precision=PRECISION_CODES[layer.dtype], argb_in=7 + packed_channels if packed_channels else 0,
@@ -277,7 +296,7 @@ def _context(layer: ConvLayer, placements: Mapping[str, Placement], platform: Pl
     inp = tensor(placements, layer.input, layer.name)
     out = tensor(placements, layer.output, layer.name)
     check_feature(inp, layer.input_shape, layer.dtype, "input", layer.name)
-    check_feature(out, layer.output_shape, layer.dtype, "output", layer.name)
+    check_feature(out, layer.output_shape, layer.output_dtype, "output", layer.name)
     per_pass = kernels_per_pass(layer, platform)
     if out.c1 * out.c2 < align(layer.out_channels, per_pass):
         raise CompileError(
@@ -285,7 +304,7 @@ def _context(layer: ConvLayer, placements: Mapping[str, Placement], platform: Pl
             f"{align(layer.out_channels, per_pass)} (output channels rounded up to {per_pass}); allocate it "
             f"with channel_align={per_pass}"
         )
-    if inp.packed and (layer.depthwise or layer.dtype == FLOAT16):
+    if packed_image(inp) and (layer.depthwise or layer.dtype == FLOAT16):
         raise CompileError(f"layer {layer.name}: a packed (ARGB) input needs an int8 direct convolution")
     residual = None
     if layer.residual is not None:
@@ -301,7 +320,15 @@ def _context(layer: ConvLayer, placements: Mapping[str, Placement], platform: Pl
         layer, inp, out, residual,
         constant(placements, layer.weight_tensor, len(constants.weights), layer.name),
         constant(placements, layer.bias_tensor, len(constants.bias), layer.name),
-        constants, conv_stages(layer, constants), per_pass, surfaces_per_pass(layer, platform))
+        constants, conv_stages(layer, constants), per_pass, _surfaces_per_pass(layer, platform))
+
+
+def _surfaces_per_pass(layer: ConvLayer, platform: Platform) -> int:
+    """conv_geometry's rule (kernels per pass x output element bytes / 16) with the written
+    element: an int32 output makes SIZE_E 7, an fp32 one 3 (MTX, rknpu-isa.md 4)."""
+    if not layer.wide_output:
+        return surfaces_per_pass(layer, platform)
+    return max(1, kernels_per_pass(layer, platform) * ELEMENT_BYTES[layer.output_dtype] // 16)
 
 
 def cbuf_request(layer: ConvLayer, inp: TensorPlacement, platform: Platform, weight_bytes: int) -> CbufRequest:
@@ -310,7 +337,7 @@ def cbuf_request(layer: ConvLayer, inp: TensorPlacement, platform: Platform, wei
         element_bytes=ELEMENT_BYTES[layer.dtype], kernel_h=layer.effective_kernel[0], stride_y=layer.stride[0],
         pad_top=layer.pads[0], out_height=layer.output_shape[1], weight_bytes=weight_bytes,
         depthwise=layer.depthwise, depthwise_group=platform.alignment(PLATFORM_DTYPE[layer.dtype]).depthwise,
-        packed_channels=inp.channels if inp.packed else 0, banks=platform.cbuf.banks,
+        packed_channels=inp.channels if packed_image(inp) else 0, banks=platform.cbuf.banks,
         bank_bytes=platform.cbuf.bank_bytes)
 
 

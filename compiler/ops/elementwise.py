@@ -1,5 +1,5 @@
 """Broadcasting arithmetic and unary math: Add, Sub, Mul, Div, Pow, Sqrt, Exp, Erf, and the
-comparison/selection ops that shape-computing subgraphs use (folded at import only)."""
+comparison, logic and selection ops (folded at import when constant, else CPU steps)."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def erf_array(x: np.ndarray) -> np.ndarray:
     return like(_erf(as_float(x)).astype(np.float64), x)
 
 
-# ---- fold-only: the integer/bool arithmetic of shape-computing subgraphs -------------------
+# ---- unary math, comparison, logic, Min/Max, Where: folded when constant, else host steps (emulator/cpu_ops_math.py) -------------------
 
 def _bool_infer(attrs: dict[str, Any], inputs: list[TensorInfo]) -> list[TensorInfo]:
     return [TensorInfo.of(broadcast_infer(attrs, inputs)[0].shape, np.bool_)]
@@ -80,11 +80,11 @@ _COMPARE = {"Equal": np.equal, "Less": np.less, "Greater": np.greater, "LessOrEq
 
 
 def _register_unary(op_type: str, function: Any) -> None:
-    register(op_type, infer=same_as_input, fold_only=True)(lambda attrs, x: function(x[0]))
+    register(op_type, infer=same_as_input)(lambda attrs, x: function(x[0]))
 
 
 def _register_compare(op_type: str, function: Any) -> None:
-    register(op_type, infer=_bool_infer, fold_only=True)(lambda attrs, x: function(x[0], x[1]))
+    register(op_type, infer=_bool_infer)(lambda attrs, x: function(x[0], x[1]))
 
 
 for _name, _function in _UNARY.items():
@@ -94,7 +94,7 @@ for _name, _function in _COMPARE.items():
 
 
 def _register_variadic(op_type: str, function: Any) -> None:
-    register(op_type, infer=broadcast_infer, fold_only=True)(lambda attrs, x: function.reduce(np.broadcast_arrays(*x)))
+    register(op_type, infer=broadcast_infer)(lambda attrs, x: function.reduce(np.broadcast_arrays(*x)))
 
 
 _register_variadic("Min", np.minimum)
@@ -105,6 +105,6 @@ def _where_infer(attrs: dict[str, Any], inputs: list[TensorInfo]) -> list[Tensor
     return [TensorInfo.of(broadcast_infer(attrs, inputs)[0].shape, inputs[1].dtype)]
 
 
-@register("Where", infer=_where_infer, fold_only=True)
+@register("Where", infer=_where_infer)
 def where(attrs: dict[str, Any], x: list[np.ndarray]) -> np.ndarray:
     return np.where(x[0], x[1], x[2])

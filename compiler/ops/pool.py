@@ -1,7 +1,8 @@
 """MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool.
 
 Canonical attributes of the windowed pools: ``kernel_shape``, ``strides``, ``dilations``,
-explicit ``pads``, ``ceil_mode``; AveragePool adds ``count_include_pad``.
+explicit ``pads``, ``ceil_mode``; AveragePool adds ``count_include_pad``; a MaxPool whose
+Indices output is used adds ``indices`` and ``storage_order``.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Canonical, NodeView, TensorInfo, Unsupported, as_float, like, register, resolve_pads
+from .base import Canonical, NodeView, TensorInfo, as_float, like, register, resolve_pads
 from .conv import spatial_params, window_extent, windows
 
 
@@ -33,8 +34,6 @@ def _out_sizes(attrs: dict[str, Any], in_sizes: tuple[int, ...]) -> list[int]:
 def _canonical_pool(view: NodeView) -> Canonical:
     if view.attr("kernel_shape") is None:
         raise view.fail("attribute kernel_shape is required")
-    if view.op_type == "MaxPool" and view.output_used(1):
-        raise Unsupported("MaxPool with an Indices output")
     params = spatial_params(view, [])
     x = view.info(0)
     pads = resolve_pads(view.attr("auto_pad", "NOTSET"), x.shape[2:], params, view.attr("pads"))
@@ -42,12 +41,15 @@ def _canonical_pool(view: NodeView) -> Canonical:
                              "dilations": params.dilations, "ceil_mode": int(view.attr("ceil_mode", 0))}
     if view.op_type == "AveragePool":
         attrs["count_include_pad"] = int(view.attr("count_include_pad", 0))
+    if view.op_type == "MaxPool" and view.output_used(1):  # the Indices output: flat input positions
+        attrs |= {"indices": 1, "storage_order": int(view.attr("storage_order", 0))}
     return Canonical(attrs, [view.input_names[0]])
 
 
 def _infer_pool(attrs: dict[str, Any], inputs: list[TensorInfo]) -> list[TensorInfo]:
     x = inputs[0]
-    return [TensorInfo.of((*x.shape[:2], *_out_sizes(attrs, x.shape[2:])), x.dtype)]
+    shape = (*x.shape[:2], *_out_sizes(attrs, x.shape[2:]))
+    return [TensorInfo.of(shape, x.dtype)] + ([TensorInfo.of(shape, np.int64)] if attrs.get("indices") else [])
 
 
 def _pooling_windows(data: np.ndarray, attrs: dict[str, Any], fill: float, extra_fill: float | None = None) -> np.ndarray:
@@ -74,7 +76,18 @@ def max_pool(attrs: dict[str, Any], x: list[np.ndarray]) -> np.ndarray:
     lowest = np.iinfo(data.dtype).min if np.issubdtype(data.dtype, np.integer) else -np.inf
     cols = _pooling_windows(data, attrs, lowest)
     rank = len(attrs["kernel_shape"])
-    return cols.max(axis=tuple(range(-rank, 0)))
+    if not attrs.get("indices"):
+        return cols.max(axis=tuple(range(-rank, 0)))
+    # Indices: the flat position (N, C, then the spatial axes row-major, or column-major with
+    # storage_order 1) of each window's first maximum
+    n, c, *spatial = data.shape
+    order = "F" if attrs.get("storage_order") else "C"
+    plane = np.arange(int(np.prod(spatial)), dtype=np.int64).reshape(spatial, order=order)
+    positions = (np.arange(n * c, dtype=np.int64).reshape(n, c, *[1] * rank) * plane.size + plane)
+    flat_cols = cols.reshape(*cols.shape[:-rank], -1)
+    picked = flat_cols.argmax(axis=-1)[..., None]
+    index_cols = _pooling_windows(positions, attrs, -1).reshape(flat_cols.shape)
+    return [cols.max(axis=tuple(range(-rank, 0))), np.take_along_axis(index_cols, picked, axis=-1)[..., 0]]
 
 
 @register("AveragePool", infer=_infer_pool, canonicalize=_canonical_pool)

@@ -65,8 +65,8 @@ def _extreme(function: Any, lowest: bool):
 for _op, _compute, _fold_only in [("ReduceMean", _reduction(np.mean, True), False),
                                   ("ReduceSum", _reduction(np.sum, True), False),
                                   ("ReduceMax", _extreme(np.max, True), False),
-                                  ("ReduceMin", _extreme(np.min, False), True),
-                                  ("ReduceProd", _reduction(np.prod, True), True)]:
+                                  ("ReduceMin", _extreme(np.min, False), False),
+                                  ("ReduceProd", _reduction(np.prod, True), False)]:
     register(_op, infer=_infer_reduce, canonicalize=_canonical_reduce, fold_only=_fold_only,
              is_noop=_is_noop_reduce)(_compute)
 

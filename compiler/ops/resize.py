@@ -1,10 +1,12 @@
-"""Resize (nearest and linear, every ONNX coordinate mode but tf_crop_and_resize) and the
+"""Resize (nearest, linear and cubic, with antialias; every ONNX coordinate mode) and the
 legacy Upsample, which becomes a Resize.
 
-Canonical attributes: ``mode`` ("nearest" or "linear"), ``coordinate_transformation_mode``,
+Canonical attributes: ``mode`` ("nearest", "linear" or "cubic"), ``coordinate_transformation_mode``,
 ``nearest_mode`` (the ONNX ones plus "simple", the rule of Upsample and Resize-10: truncate
 when upsampling, ceil when downsampling), ``scales`` (per axis, as used to map coordinates)
-and ``sizes`` (the output shape). Coordinates are computed in float32, as onnxruntime does,
+and ``sizes`` (the output shape); linear and cubic add ``cubic_coeff_a``, ``exclude_outside``
+and ``antialias``; tf_crop_and_resize adds ``roi`` (starts then ends, every axis) and
+``extrapolation_value``. Coordinates are computed in float32, as onnxruntime does,
 so that nearest-neighbour ties pick the same pixel.
 """
 
@@ -17,7 +19,7 @@ import numpy as np
 from .base import Canonical, NodeView, TensorInfo, Unsupported, int_list, normalize_axis, register
 
 _COORDINATE_MODES = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_half_pixel_for_nn",
-                     "half_pixel_symmetric"}
+                     "half_pixel_symmetric", "tf_crop_and_resize"}
 _NEAREST_MODES = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "simple"}
 _F = np.float32
 
@@ -25,7 +27,7 @@ _F = np.float32
 def _mode(view: NodeView) -> str:
     mode = view.attr("mode", "nearest")
     mode = "linear" if mode == "bilinear" else mode  # Upsample-7 spelling
-    if mode not in ("nearest", "linear"):
+    if mode not in ("nearest", "linear", "cubic"):
         raise Unsupported(f"{view.op_type} mode '{mode}'")
     return mode
 
@@ -61,8 +63,6 @@ def _canonical_resize(view: NodeView) -> Canonical:
     in_shape = view.info(0).shape
     rank = len(in_shape)
     mode = _mode(view)
-    if int(view.attr("antialias", 0)):
-        raise Unsupported("Resize with antialias")
     legacy = view.op_type == "Upsample" or view.opset < 11
     if legacy:
         coordinate, nearest = "asymmetric", "simple"
@@ -87,6 +87,16 @@ def _canonical_resize(view: NodeView) -> Canonical:
             raise view.fail("needs constant scales or sizes once input shapes are fixed")
     attrs = {"mode": mode, "coordinate_transformation_mode": coordinate, "nearest_mode": nearest,
              "scales": scales, "sizes": out}
+    if coordinate == "tf_crop_and_resize":  # the crop box per axis (fractions of in - 1) and the fill outside
+        roi = view.require_const(1, "roi").astype(np.float64).reshape(-1)
+        starts, ends = [0.0] * rank, [1.0] * rank
+        for i, axis in enumerate(axes):
+            starts[axis], ends[axis] = float(roi[i]), float(roi[len(axes) + i])
+        attrs |= {"roi": starts + ends, "extrapolation_value": float(view.attr("extrapolation_value", 0.0))}
+    if mode != "nearest":  # the kernel's options (Resize-11+; defaults for the legacy forms)
+        attrs |= {"cubic_coeff_a": float(view.attr("cubic_coeff_a", -0.75)),
+                  "exclude_outside": int(view.attr("exclude_outside", 0)),
+                  "antialias": int(view.attr("antialias", 0))}
     return Canonical(attrs, [view.input_names[0]], op_type="Resize")
 
 
@@ -139,11 +149,35 @@ def nearest_indices(coordinates: np.ndarray, mode: str, in_size: int, scale: flo
     return np.clip(index, 0, in_size - 1).astype(np.int64)
 
 
+def _crop_coordinates(attrs: dict[str, Any], axis: int, in_size: int, out_size: int) -> np.ndarray:
+    """tf_crop_and_resize: the output spans the ROI [start, end] (fractions of in - 1)."""
+    rank = len(attrs["sizes"])
+    start, end = attrs["roi"][axis], attrs["roi"][rank + axis]
+    if out_size == 1:
+        return np.full(1, (end - start) * (in_size - 1) / 2 + start * (in_size - 1))
+    return start * (in_size - 1) + np.arange(out_size) * (end - start) * (in_size - 1) / (out_size - 1)
+
+
 def _resize_axis(data: np.ndarray, axis: int, attrs: dict[str, Any]) -> np.ndarray:
     in_size, out_size, scale = data.shape[axis], attrs["sizes"][axis], attrs["scales"][axis]
+    if attrs["coordinate_transformation_mode"] == "tf_crop_and_resize":
+        coordinates = _crop_coordinates(attrs, axis, in_size, out_size)
+        outside = (coordinates < 0) | (coordinates > in_size - 1)
+        inner = dict(attrs, coordinate_transformation_mode="asymmetric")  # any: the coordinates are given
+        result = _interpolate_axis(data, axis, coordinates.astype(_F), inner)
+        shape = [1] * data.ndim
+        shape[axis] = out_size
+        return np.where(outside.reshape(shape), attrs["extrapolation_value"], result)
     coordinates = source_coordinates(attrs["coordinate_transformation_mode"], in_size, out_size, scale)
+    return _interpolate_axis(data, axis, coordinates, attrs)
+
+
+def _interpolate_axis(data: np.ndarray, axis: int, coordinates: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
+    in_size, out_size, scale = data.shape[axis], attrs["sizes"][axis], attrs["scales"][axis]
     if attrs["mode"] == "nearest":
         return np.take(data, nearest_indices(coordinates, attrs["nearest_mode"], in_size, scale), axis=axis)
+    if attrs["mode"] == "cubic" or attrs.get("antialias") or attrs.get("exclude_outside"):
+        return _filter_axis(data, axis, coordinates.astype(np.float64), attrs)
     coordinates = np.clip(coordinates, 0, in_size - 1).astype(np.float64)
     low = np.floor(coordinates).astype(np.int64)
     high = np.minimum(low + 1, in_size - 1)
@@ -153,13 +187,53 @@ def _resize_axis(data: np.ndarray, axis: int, attrs: dict[str, Any]) -> np.ndarr
     return np.take(data, low, axis=axis) * (1.0 - weight) + np.take(data, high, axis=axis) * weight
 
 
+def _filter_coefficients(attrs: dict[str, Any], ratio: float, scale: float) -> np.ndarray:
+    """ONNX Resize's coefficients for the neighbours ``floor(x) + i`` (i from ``1 - n/2``),
+    ratio in (0, 1]; antialias (downsampling) stretches the kernel by 1/scale."""
+    a = attrs.get("cubic_coeff_a", -0.75)
+    cubic = attrs["mode"] == "cubic"
+    stretch = min(scale, 1.0) if attrs.get("antialias") else 1.0
+    first = int(np.floor((-2.0 if cubic else -1.0) / stretch)) + 1
+    coefficients = []
+    for i in range(first, 2 - first):
+        d = abs((i - ratio) * stretch)
+        if not cubic:
+            coefficients.append(max(0.0, 1.0 - d))
+        elif d <= 1:
+            coefficients.append((a + 2) * d ** 3 - (a + 3) * d ** 2 + 1)
+        else:
+            coefficients.append(a * d ** 3 - 5 * a * d ** 2 + 8 * a * d - 4 * a if d < 2 else 0.0)
+    return np.asarray(coefficients)
+
+
+def _filter_axis(data: np.ndarray, axis: int, coordinates: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
+    """Cubic, or linear with antialias / exclude_outside, along one axis: per output index, the
+    coefficient-weighted neighbours (edge pixels repeat outside the input)."""
+    in_size, scale = data.shape[axis], attrs["scales"][axis]
+    moved = np.moveaxis(data.astype(np.float64), axis, 0)
+    if attrs["mode"] == "linear":
+        coordinates = np.clip(coordinates, 0, in_size - 1)
+    rows = []
+    for x in coordinates:
+        left = int(np.ceil(x)) - 1  # ratio in (0, 1]: an integer x takes the pixel on its left as base
+        coefficients = _filter_coefficients(attrs, x - left, scale)
+        first = left + 1 - len(coefficients) // 2
+        neighbours = np.arange(first, first + len(coefficients))
+        if attrs.get("exclude_outside"):
+            coefficients = np.where((neighbours >= 0) & (neighbours < in_size), coefficients, 0.0)
+        coefficients = coefficients / coefficients.sum()
+        rows.append(np.tensordot(coefficients, moved[np.clip(neighbours, 0, in_size - 1)], axes=1))
+    return np.moveaxis(np.stack(rows), 0, axis)
+
+
 @register("Resize", "Upsample", infer=_infer_resize, canonicalize=_canonical_resize, is_noop=_unchanged)
 def resize(attrs: dict[str, Any], x: list[np.ndarray]) -> np.ndarray:
-    if list(x[0].shape) == attrs["sizes"]:
+    crop = attrs["coordinate_transformation_mode"] == "tf_crop_and_resize"
+    if list(x[0].shape) == attrs["sizes"] and not crop:
         return x[0]  # onnxruntime copies when the shape does not change, whatever the scales
     # separable: one axis at a time gives the ONNX n-linear / nearest result
     data = x[0] if attrs["mode"] == "nearest" else x[0].astype(np.float64)
     for axis in range(data.ndim):
-        if attrs["sizes"][axis] != data.shape[axis] or attrs["scales"][axis] != 1.0:
+        if attrs["sizes"][axis] != data.shape[axis] or attrs["scales"][axis] != 1.0 or crop:
             data = _resize_axis(data, axis, attrs)
     return data.astype(x[0].dtype, copy=False)

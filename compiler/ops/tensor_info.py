@@ -2,7 +2,7 @@
 ConstantOfShape, Range, Expand, Tile, Identity, Dropout.
 
 Shape and Size fold as soon as the input shape is known (always, once dynamic dims are
-fixed); ConstantOfShape, Range and Tile must fold to constants; Expand (canonical attribute
+fixed); ConstantOfShape and Range must fold to constants; Tile and Expand (canonical attribute
 ``shape``, the broadcast output shape) may stay; Identity and Dropout are removed by the
 import clean-up.
 """
@@ -120,7 +120,7 @@ def _canonical_tile(view: NodeView) -> Canonical:
 
 @register("Tile", infer=lambda attrs, inputs: [TensorInfo.of(
     [d * r for d, r in zip(inputs[0].shape, attrs["repeats"])], inputs[0].dtype)],
-    canonicalize=_canonical_tile, fold_only=True)
+    canonicalize=_canonical_tile)
 def tile(attrs: dict[str, Any], x: list[np.ndarray]) -> np.ndarray:
     return np.tile(x[0], attrs["repeats"])
 
@@ -130,10 +130,19 @@ def _always(attrs: dict[str, Any], inputs: list[TensorInfo], outputs: list[Tenso
 
 
 def _canonical_dropout(view: NodeView) -> Canonical:
+    """Inference Dropout: the input, and (attribute ``mask``) an all-true mask when it is used."""
     training = view.const(2) if view.opset >= 12 and view.has_input(2) else np.array(False)
-    if view.output_used(1) or training is None or bool(training.reshape(())):
-        raise Unsupported("Dropout in training mode (or not constant inference mode) or with a used mask output")
-    return Canonical({}, [view.input_names[0]])
+    if training is None or bool(training.reshape(())):
+        raise Unsupported("Dropout in training mode (or not constant inference mode)")
+    return Canonical({"mask": int(view.output_used(1))}, [view.input_names[0]])
+
+
+def _infer_dropout(attrs: dict[str, Any], inputs: list[TensorInfo]) -> list[TensorInfo]:
+    return [inputs[0]] + ([TensorInfo.of(inputs[0].shape, np.bool_)] if attrs.get("mask") else [])
+
+
+def _dropout(attrs: dict[str, Any], x: list[np.ndarray]) -> list[np.ndarray]:
+    return [x[0]] + ([np.ones(x[0].shape, np.bool_)] if attrs.get("mask") else [])
 
 
 @register("Identity", infer=same_as_input, is_noop=_always)
@@ -141,4 +150,4 @@ def identity(attrs: dict[str, Any], x: list[np.ndarray]) -> np.ndarray:
     return x[0]
 
 
-register("Dropout", infer=same_as_input, canonicalize=_canonical_dropout, is_noop=_always)(identity)
+register("Dropout", infer=_infer_dropout, canonicalize=_canonical_dropout, is_noop=_always)(_dropout)

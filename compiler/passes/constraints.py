@@ -199,6 +199,24 @@ def deconv_form(graph: Graph, node: Node, ctx: PassContext) -> str | None:
 
 
 @Constraint
+def pool_values_only(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """The PPU writes the pooled values only; a MaxPool's Indices output (positions of the maxima)
+    runs on the host."""
+    return "the Indices output is used" if len(node.outputs) > 1 and node.outputs[1] else None
+
+
+@Constraint
+def deconv_lowered(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """The deconvolution is lowered where kernel = stride without pads (a 1x1 conv whose outputs
+    DepthToSpace spreads, build_adapt.split_conv_transpose); other forms run on the host."""
+    attrs = node.attrs
+    kernel, strides = list(attrs["kernel_shape"]), list(attrs["strides"])
+    if kernel != strides or len(set(kernel)) != 1 or any(attrs["pads"]):
+        return f"kernel {kernel}, strides {strides}, pads {attrs['pads']}"
+    return None
+
+
+@Constraint
 def one_row(graph: Graph, node: Node, ctx: PassContext) -> str | None:
     """A fully connected layer has one row (M = 1) and runs as a 1x1 conv; more rows need the matmul
     unit, which is not lowered."""

@@ -24,6 +24,7 @@ class MemoryReport:
     notes: list[str] = field(default_factory=list)
     sram_bytes: int = 0  # internal tensors placed in SRAM (npuemu compile --sram); not in the DDR total
     sram_tensors: list[tuple[str, str, int, int]] = field(default_factory=list)  # name, dtype, address, size
+    batch: tuple[int, int] = (1, 1)  # (slices, contexts) of a multi-batch build (compiler/batch.py)
 
     @property
     def other_bytes(self) -> int:
@@ -37,6 +38,7 @@ class MemoryReport:
         return {"model": self.model, "weight_bytes": self.weight_bytes, "internal_bytes": self.internal_bytes,
                 "other_bytes": self.other_bytes, "other": dict(self.other), "total_bytes": self.total_bytes,
                 "model_file_bytes": self.file_bytes, "sram_bytes": self.sram_bytes,
+                "batch_size": self.batch[0], "batch_contexts": self.batch[1],
                 "sram_tensors": [{"name": n, "dtype": d, "address": a, "size": z} for n, d, a, z in self.sram_tensors],
                 "notes": list(self.notes)}
 
@@ -51,6 +53,8 @@ class MemoryReport:
                  f"    Total Memory: {_human(self.total_bytes)}",
                  *([f"    SRAM (internal tensors): {_human(self.sram_bytes)} in {len(self.sram_tensors)} tensor(s)"]
                    if self.sram_bytes else []),
+                 *([f"    Batch: {self.batch[0]} slices in {self.batch[1]} context(s): internal memory x{self.batch[1]}, "
+                    f"I/O x{self.batch[0]}, weights shared"] if self.batch[0] > 1 else []),
                  "",
                  "When evaluating memory usage, we need consider",
                  f"the size of model, current model size is: {_human(self.file_bytes)}",
@@ -89,8 +93,9 @@ def memory_npu(model, path: str) -> MemoryReport:
     sram = [(t.name, t.dtype or "", int(t.address or 0), int(t.size or 0)) for t in model.tensors()
             if getattr(t, "region", None) == "sram"]
     sram_bytes = sum(area.size for area in areas if area.region == "sram")
+    batch = model.trailer.get("batch") or {"size": 1, "contexts": 1}
     return MemoryReport(path, weight, internal, other, os.path.getsize(path), sram_bytes=sram_bytes,
-                        sram_tensors=sram)
+                        sram_tensors=sram, batch=(int(batch["size"]), int(batch["contexts"])))
 
 
 def memory_rknn(model, path: str) -> MemoryReport:

@@ -65,6 +65,10 @@ class LayerTime:
         moved = sum(t.ddr_read_bytes + t.ddr_write_bytes for t in self.tasks)
         return max(longest, math.ceil(moved / self.shared_ddr_rate))
 
+    def speedup(self) -> float:
+        """A split layer's theoretical speed-up: its tasks' cycles on one core over its cycles as split."""
+        return self.single_core_cycles / self.cycles if self.split and self.cycles else 1.0
+
     def workload(self) -> dict[int, float]:
         """Share of the layer's MACs (or, without MACs, of its task cycles) per core, in %."""
         key = (lambda t: t.macs) if self.macs else (lambda t: t.cycles)
@@ -133,6 +137,8 @@ class PerfReport:
     ddr_model: str = "board"  # "board": fitted board model; "vendor": librknnc's static estimate
     host_submit_overhead_us: float = 0.0  # the platform's launch.host_submit_overhead_us
     layer_overhead_us: float = 0.0  # added per NPU layer (perf --profile-layers: per-layer profiling)
+    batch: dict = field(default_factory=lambda: {"size": 1, "contexts": 1})  # trailer "batch" (multi-batch builds)
+    core_count: int = 3  # the chip's NPU cores: the WorkLoad column's title (guide: 0/1/2 on RK3588, 0/1 on RK3576)
 
     def _extra_us(self, layer: LayerTime) -> float:
         """Time beyond the layer's task cycles: the profiled host submit and a CPU step's host time."""
@@ -169,28 +175,71 @@ class PerfReport:
         totals = self.totals()
         return totals["single_core_cycles"] / totals["cycles"] if totals["cycles"] else 1.0
 
-    def to_json(self) -> dict:
-        layers = []
+    def ranking(self) -> list[dict]:
+        """The vendor's "Operator Time Consuming Ranking Table": per OpType the layers (CallNumber),
+        host and NPU time, total and its share of the frame, longest first (no GPU: 0)."""
+        rows: dict[str, dict] = {}
         for layer in self.layers:
-            layers.append({"id": layer.id, "op_type": layer.op_type, "data_type": layer.data_type,
-                           "target": layer.target, "input_shapes": layer.input_shapes,
-                           "output_shape": layer.output_shape, "full_name": layer.full_name,
-                           "npu_cycles": layer.npu_cycles, "ddr_cycles": layer.ddr_cycles,
-                           "max_cycles": layer.max_cycles, "cycles": layer.cycles,
-                           "ddr_read_bytes": layer.ddr_read_bytes, "ddr_write_bytes": layer.ddr_write_bytes,
-                           "sram_hit_bytes": layer.sram_hit_bytes,
-                           "macs": layer.macs, "mac_usage_percent": layer.mac_usage(),
-                           "time_us": self.layer_time_us(layer), "host_us": layer.host_us,
-                           "tasks": len(layer.tasks),
-                           "workload": {str(core): share for core, share in layer.workload().items()}})
+            row = rows.setdefault(layer.op_type, {"op_type": layer.op_type, "calls": 0, "cpu_time_us": 0.0,
+                                                  "gpu_time_us": 0.0, "npu_time_us": 0.0})
+            row["calls"] += 1
+            spent = self.layer_time_us(layer)
+            row["cpu_time_us" if layer.target.upper() == "CPU" and not layer.tasks else "npu_time_us"] += spent
+        frame = sum(row["cpu_time_us"] + row["npu_time_us"] for row in rows.values())
+        for row in rows.values():
+            row["total_time_us"] = row["cpu_time_us"] + row["gpu_time_us"] + row["npu_time_us"]
+            row["time_ratio_percent"] = 100.0 * row["total_time_us"] / frame if frame else 0.0
+        return sorted(rows.values(), key=lambda row: (-row["total_time_us"], row["op_type"]))
+
+    def layer_json(self, layer: LayerTime) -> dict:
+        """One layer's raw figures under the plain names of the JSON/CSV schema (TIMING.md, reports)."""
+        return {"id": layer.id, "op_type": layer.op_type, "data_type": layer.data_type,
+                "target": layer.target, "input_shapes": layer.input_shapes,
+                "output_shape": layer.output_shape, "full_name": layer.full_name,
+                "npu_cycles": layer.npu_cycles, "ddr_cycles": layer.ddr_cycles,
+                "max_cycles": layer.max_cycles, "cycles": layer.cycles,
+                "ddr_read_bytes": layer.ddr_read_bytes, "ddr_write_bytes": layer.ddr_write_bytes,
+                "sram_hit_bytes": layer.sram_hit_bytes,
+                "macs": layer.macs, "mac_usage_percent": layer.mac_usage(),
+                "time_us": self.layer_time_us(layer), "host_us": layer.host_us,
+                "tasks": len(layer.tasks),
+                "workload": {str(core): share for core, share in layer.workload().items()},
+                "speedup": layer.speedup()}
+
+    def to_csv(self) -> str:
+        """The JSON's layers as CSV rows (same names; ``workload`` as one ``workload_core<k>`` column per
+        core), then a ``total`` row with the totals' figures under the same column names."""
+        import csv
+        import io
+
+        cores = sorted({int(c) for layer in self.layers for c in layer.workload()}) or [0]
+        rows = []
+        for layer in self.layers:
+            row = self.layer_json(layer)
+            workload = row.pop("workload")
+            rows.append(row | {f"workload_core{c}": workload.get(str(c), "") for c in cores})
+        columns = list(rows[0]) if rows else list(self.layer_json(LayerTime(0, "", "", "", "", "", "")))
+        totals = self.totals()
+        rows.append({key: totals.get(key, "") for key in columns} | {"id": "total", "speedup": self.speedup()})
+        out = io.StringIO()
+        writer = csv.DictWriter(out, columns, extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({key: "" if row.get(key) is None else row.get(key, "") for key in columns})
+        return out.getvalue()
+
+    def to_json(self) -> dict:
+        layers = [self.layer_json(layer) for layer in self.layers]
         return {"model": self.model, "platform": self.platform, "npu_mhz": self.npu_mhz,
                 "ddr_model": self.ddr_model, "layer_overhead_us": self.layer_overhead_us, "layers": layers,
                 "unassigned_tasks": len(self.unassigned), "totals": self.totals(), "speedup": self.speedup(),
+                "batch": dict(self.batch), "ranking": self.ranking(),
                 "notes": list(self.notes)}
 
     def format_table(self) -> str:
         header = ["ID", "OpType", "DataType", "Target", "InputShape", "OutputShape", "DDRCycles",
-                  "NPUCycles", "MaxCycles", "Time(us)", "MacUsage(%)", "WorkLoad(0/1/2)", "TaskNumber", "RW(KB)",
+                  "NPUCycles", "MaxCycles", "Time(us)", "MacUsage(%)",
+                  f"WorkLoad({'/'.join(str(core) for core in range(self.core_count))})", "TaskNumber", "RW(KB)",
                   "FullName"]
         rows = []
         for layer in self.layers:
@@ -214,6 +263,18 @@ class PerfReport:
                              for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
         out = [line(header), "-" * len(line(header))]
         out += [line(r) for r in rows[:-1]] + ["-" * len(line(header)), line(rows[-1])]
+        out += [f"Total Operator Elapsed Per Frame Time(us): {totals['time_us']:.1f}",
+                "Total Memory Read/Write Per Frame Size(KB): "
+                f"{(totals['ddr_read_bytes'] + totals['ddr_write_bytes']) / 1024:.1f}", "",
+                "Operator Time Consuming Ranking Table"]
+        ranking = [["OpType", "CallNumber", "CPUTime(us)", "GPUTime(us)", "NPUTime(us)", "TotalTime(us)",
+                    "TimeRatio(%)"]]
+        ranking += [[row["op_type"], str(row["calls"]), f"{row['cpu_time_us']:.1f}", f"{row['gpu_time_us']:.1f}",
+                     f"{row['npu_time_us']:.1f}", f"{row['total_time_us']:.1f}", f"{row['time_ratio_percent']:.2f}%"]
+                    for row in self.ranking()]
+        rank_widths = [max(len(r[i]) for r in ranking) for i in range(len(ranking[0]))]
+        out += ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, rank_widths))).rstrip()
+                for r in ranking]
         return "\n".join(out)
 
 
@@ -225,7 +286,9 @@ def _workload_text(layer: LayerTime) -> str:
     if len(shares) == 1:
         (core, _), = shares.items()
         return f"core{core} 100%"
-    return "/".join(f"{shares.get(core, 0.0):.0f}%" for core in range(max(shares) + 1))
+    text = "/".join(f"{shares.get(core, 0.0):.1f}%" for core in range(max(shares) + 1))
+    # the guide's "50.0%/50.0%/0.0% - Up:50.0%": the split's gain over one core
+    return f"{text} - Up:{100.0 * (layer.speedup() - 1.0):.1f}%" if layer.split else text
 
 
 def _shape(shape) -> str:
@@ -291,7 +354,8 @@ def report_rknn(model, run, platform, ddr_model: str = "board") -> PerfReport:
                                            platform)
         layers.append(timed)
     return PerfReport(model.source, platform.name, platform.clock.npu_mhz, layers, unassigned, ddr_model=ddr_model,
-                      host_submit_overhead_us=platform.launch.host_submit_overhead_us)
+                      host_submit_overhead_us=platform.launch.host_submit_overhead_us,
+                      core_count=platform.cores.count)
 
 
 def report_npu(model, runs: Sequence, platform, ddr_model: str = "board") -> PerfReport:
@@ -305,6 +369,8 @@ def report_npu(model, runs: Sequence, platform, ddr_model: str = "board") -> Per
     claimed: set[tuple[int, int]] = set()
     tensors = {t.name: t for t in model.tensors()}
     steps = model.schedule()
+    batch = model.trailer.get("batch") or {"size": 1, "contexts": 1}  # compiler/batch.py
+    waves = -(-int(batch["size"]) // int(batch["contexts"]))
     layers = []
     for info in model.layers():
         records, cores = [], []
@@ -327,7 +393,8 @@ def report_npu(model, runs: Sequence, platform, ddr_model: str = "board") -> Per
             shared_ddr_rate=platform.ddr.shared_bytes_per_cycle)
         if not records and (info.target or "").upper() == "CPU":
             from npuemu.emulator.timing.host_model import cpu_step_us
-            timed.host_us = cpu_step_us([tensors[n].shape for n in info.inputs if n in tensors], platform)
+            # a batch runs the host step once per slice, the contexts' slices side by side (waves)
+            timed.host_us = waves * cpu_step_us([tensors[n].shape for n in info.inputs if n in tensors], platform)
         if ddr_model == "vendor":
             from npuemu.emulator.timing.vendor_estimate import npu_layer_bytes, vendor_layer_npu_cycles
             timed.vendor_npu = vendor_layer_npu_cycles(records, platform)
@@ -336,6 +403,11 @@ def report_npu(model, runs: Sequence, platform, ddr_model: str = "board") -> Per
         layers.append(timed)
     unassigned = [time_task(record, platform) for step, run in step_runs.items()
                   for i, record in enumerate(run.tasks) if (step, i) not in claimed]
-    return PerfReport(str(getattr(model, "path", "")) or "model", platform.name, platform.clock.npu_mhz,
-                      layers, unassigned, ddr_model=ddr_model,
-                      host_submit_overhead_us=platform.launch.host_submit_overhead_us)
+    report = PerfReport(str(getattr(model, "path", "")) or "model", platform.name, platform.clock.npu_mhz,
+                        layers, unassigned, ddr_model=ddr_model,
+                        host_submit_overhead_us=platform.launch.host_submit_overhead_us, batch=dict(batch),
+                        core_count=platform.cores.count)
+    if batch["size"] > 1:
+        report.notes.append(f"batch {batch['size']}: {batch['contexts']} context(s) on as many cores, the slices of a "
+                            "wave overlapped per layer with the DDR shared (TIMING.md, multi-batch)")
+    return report

@@ -24,7 +24,8 @@ CONV_DIRECT, CONV_DEPTHWISE = 0, 3  # CONV_CON1.CONV_MODE (rknpu-isa.md 3)
 ARGB_FIRST, ARGB_LAST = 8, 11  # ARGB_IN 8..11 = 1..4 image channels (rknpu-isa.md 3)
 #: Kernels the MAC array produces per pass: the CORE's output channel count must be a whole
 #: number of them, or the hardware hangs (rknpu-isa.md 4 and 7.1 [3P]; CONV_CON2 "16 kernels
-#: per group for 16-bit types"). Every vendor task has a multiple of 32 (int8).
+#: per group for 16-bit types"). Every vendor task has a multiple of 32 (int8). RK3588's figures;
+#: other chips pass their own (Platform.atom_k: 16 int8 on RK3562/RK356x, 8 on RV1106).
 KERNEL_ATOM = {INT8: 32, FP16: 16}
 REAL_CHANNEL_SLICE = 64  # DATAIN_CHANNEL_REAL counts the last 64-channel slice (REGISTER_SEMANTICS 2.2)
 
@@ -37,9 +38,11 @@ _WEIGHT_LAYOUTS = {
 # ---------------------------------------------------------------------------------------------
 # Decoding
 # ---------------------------------------------------------------------------------------------
-def decode_conv(cna: RegisterView, core: RegisterView, cbuf_banks: int, where: str) -> ConvState:
+def decode_conv(cna: RegisterView, core: RegisterView, cbuf_banks: int, where: str,
+                kernel_atoms: dict[int, int] | None = None) -> ConvState:
     """ConvState from the executing CNA and CORE groups; EmulationError for a configuration a
-    real NPU would hang on or that the emulator does not model."""
+    real NPU would hang on or that the emulator does not model. ``kernel_atoms``: the chip's
+    kernels per MAC pass by precision (default RK3588's KERNEL_ATOM)."""
     con1 = cna.fields("CONV_CON1")
     mode = con1["CONV_MODE"]
     if mode not in (CONV_DIRECT, CONV_DEPTHWISE):
@@ -83,6 +86,7 @@ def decode_conv(cna: RegisterView, core: RegisterView, cbuf_banks: int, where: s
         out_channels=core.field("DATAOUT_SIZE_1", "DATAOUT_CHANNEL") + 1,
         clip_truncate=core.field("CLIP_TRUNCATE", "CLIP_TRUNCATE"),
         round_type=core.field("CLIP_TRUNCATE", "ROUND_TYPE"),
+        kernel_group=(kernel_atoms or KERNEL_ATOM)[precision],
     )
     _check_banks(state, cna, cbuf_banks, where)
     _check_output(state, cna, core, where)
@@ -126,8 +130,10 @@ def _argb_channels(argb_in: int, precision: int, where: str, cna: RegisterView) 
 
 def _check_dma_sizes(cna: RegisterView, width: int, height: int, channels: int, where: str) -> None:
     # FC_DATA_SIZE0/1 repeat the input cube for the DMA (Mesa writes them equal; so does RKNN).
+    # RK3576's map has no FC_DATA_SIZE1 (its offset holds the feature address): no channel check
+    has_channel = any(r.name == "FC_DATA_SIZE1" for r in cna.block.registers)
     dma = (cna.field("FC_DATA_SIZE0", "DMA_WIDTH"), cna.field("FC_DATA_SIZE0", "DMA_HEIGHT"),
-           cna.field("FC_DATA_SIZE1", "DMA_CHANNEL"))
+           cna.field("FC_DATA_SIZE1", "DMA_CHANNEL") if has_channel else channels)
     if dma != (width, height, channels):
         raise EmulationError(
             f"{where}: CNA sizes disagree: DATA_SIZE0/1 give {width}x{height}x{channels} but "
@@ -210,7 +216,7 @@ def _check_output(state: ConvState, cna: RegisterView, core: RegisterView, where
         raise EmulationError(
             f"{where}: {cna.show('DATA_SIZE3', 'DATAOUT_ATOMICS')} is not the CORE's output "
             f"{state.out_width} x {state.out_height} = {state.out_width * state.out_height} pixels")
-    atom = KERNEL_ATOM[state.precision]
+    atom = state.kernel_group
     if state.out_channels % atom:
         raise EmulationError(
             f"{where}: {core.show('DATAOUT_SIZE_1', 'DATAOUT_CHANNEL')} ({state.out_channels} channels) "
@@ -232,11 +238,22 @@ def _check_output(state: ConvState, cna: RegisterView, core: RegisterView, where
                 f"(pad {pad}): CORE DATAOUT_SIZE_0 does not fit CNA DATA_SIZE0")
 
 
+def _weight_layout(state: ConvState):
+    """The weight blob's blocking: RK3588's, with output groups of the chip's kernel group on
+    16- and 8-kernel chips (the same order, a choice shared with compiler/weight_pack.py;
+    REGISTER_SEMANTICS.md 2.5)."""
+    layout = _WEIGHT_LAYOUTS[(state.precision, state.depthwise)]
+    if state.depthwise or layout.oc_block == state.kernel_group:
+        return layout
+    return kernels.ConvWeightLayout(oc_block=state.kernel_group, ic_block=layout.ic_block,
+                                    ic_align=layout.ic_align, oc_align=min(layout.oc_align, state.kernel_group))
+
+
 def _check_weights(state: ConvState, cna: RegisterView, where: str) -> None:
     if state.depthwise and state.kernels != 1:
         raise EmulationError(f"{where}: depthwise with {cna.show('WEIGHT_SIZE2', 'WEIGHT_KERNELS')}; "
                              f"the vendor and Mesa program 1 kernel of all channels")
-    layout = _WEIGHT_LAYOUTS[(state.precision, state.depthwise)]
+    layout = _weight_layout(state)
     size = PRECISION_DTYPES[state.precision].itemsize
     taps = state.kernel_h * state.kernel_w
     if state.depthwise:
@@ -333,9 +350,9 @@ def run_cna_core(state: ConvState, dma: TaskDma, cbuf: Cbuf, where: str) -> Core
     if state.precision == FP16:
         data = kernels.conv2d_fp16(padded, weights, geometry)
         return CoreResult(_pad_channels(data, state.out_channels), None)
-    exact = kernels.conv2d_int8_exact(padded, weights, geometry)
-    data = kernels.core_outputs(exact, state.clip_truncate, core_round_mode(state.round_type))
-    sums = kernels.window_sums(padded, geometry)
+    data, sums = kernels.mac.conv2d_int8_with_window_sums(
+        padded, weights, geometry, clip_truncate=state.clip_truncate,
+        round_mode=core_round_mode(state.round_type))
     if state.depthwise:
         sums = _pad_channels(sums, state.out_channels)
     return CoreResult(_pad_channels(data, state.out_channels), sums)
@@ -396,15 +413,22 @@ def _weights(state: ConvState, dma: TaskDma, cbuf: Cbuf, where: str) -> np.ndarr
     if state.weight_reuse:
         return cbuf.take("weights", key, "WEIGHT_REUSE", where)
     dtype = PRECISION_DTYPES[state.precision]
-    blob = dma.read_block(Traffic.WEIGHT_READ, state.weight_address, state.weight_bytes,
-                          f"CNA weights (DCOMP_ADDR0={state.weight_address:#x}, WEIGHT_BYTES="
-                          f"{state.weight_bytes})").view(dtype)
-    layout = _WEIGHT_LAYOUTS[(state.precision, state.depthwise)]
-    if state.depthwise:
-        weights = kernels.unpack_depthwise_weights(blob, state.in_channels, state.kernel_h,
-                                                   state.kernel_w, layout)
-    else:
-        weights = kernels.unpack_conv_weights(blob, state.kernels, state.in_channels, state.kernel_h,
-                                              state.kernel_w, layout)
+    layout = _weight_layout(state)
+    shape = (state.kernels, state.in_channels, state.kernel_h, state.kernel_w)
+
+    def unpack(raw: np.ndarray) -> np.ndarray:
+        blob = raw.view(dtype)
+        if state.depthwise:
+            weights = kernels.unpack_depthwise_weights(blob, *shape[1:], layout)
+        else:
+            weights = kernels.unpack_conv_weights(blob, *shape, layout)
+        weights.flags.writeable = False  # shared by every task that reads these bytes
+        return weights
+
+    # Unpacked once per weight bytes: the memory drops the entry when a write touches them.
+    weights = dma.derived_from_block(
+        Traffic.WEIGHT_READ, state.weight_address, state.weight_bytes,
+        f"CNA weights (DCOMP_ADDR0={state.weight_address:#x}, WEIGHT_BYTES={state.weight_bytes})",
+        ("CNA weights", np.dtype(dtype).str, layout, state.depthwise, shape), unpack)
     cbuf.keep("weights", key, weights, where)
     return weights

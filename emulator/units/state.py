@@ -67,6 +67,8 @@ class ConvState:
     out_channels: int  # CORE DATAOUT_CHANNEL + 1
     clip_truncate: int
     round_type: int
+    #: Kernels the chip's MAC array produces per pass at this precision (NpuCore's kernel_atoms).
+    kernel_group: int = 32
 
     @property
     def surfaces(self) -> int:

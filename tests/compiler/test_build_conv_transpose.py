@@ -41,18 +41,18 @@ def test_kernel_equal_stride_runs_as_conv_and_depth_to_space(kernel, activation,
     assert cos >= 0.999, f"cosine {cos:.5f} against onnxruntime float"
 
 
-def test_other_transposed_convolutions_stay_errors(tmp_path) -> None:
-    from npuemu.compiler.build import build_model
-    from npuemu.isa.errors import UnsupportedOpError
-    from tests.compiler.test_build_e2e import compile_graph
-
+def test_other_transposed_convolutions_run_on_the_host(tmp_path) -> None:
+    """A deconvolution form not lowered (kernel 3, stride 2, pads) is a host ConvTranspose step
+    (partition: deconv_lowered), matching the fake-quant model."""
     net = Net(6)
     net.conv("c1", "x", "a", 3, 16)
-    net.inits.append(numpy_helper.from_array(np.ones((16, 8, 3, 3), np.float32), "tw"))
+    net.inits.append(numpy_helper.from_array(np.random.default_rng(1).normal(0, 0.2, (16, 8, 3, 3)).astype(np.float32),
+                                             "tw"))
     net.node("ConvTranspose", ["a", "tw"], ["y"], "up", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
-    graph = compile_graph(net.model([1, 3, 6, 8], "y"), (1, 3, 6, 8))
-    with pytest.raises(UnsupportedOpError, match="layer up.*ConvTranspose is not lowered"):
-        build_model(graph)
+    within, cos, _, _ = compare(net.model([1, 3, 6, 8], "y"), (1, 3, 6, 8), tmp_path / "up.npu")
+    steps = ModelFile.read(tmp_path / "up.npu").schedule()
+    assert [(step.kind, getattr(step, "op", None)) for step in steps] == [("npu", None), ("cpu", "ConvTranspose")]
+    assert within >= 0.99 and cos >= 0.999
 
 
 @pytest.mark.parametrize("mode", ["DCR", "CRD"])

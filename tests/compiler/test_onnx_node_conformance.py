@@ -24,7 +24,7 @@ import pytest
 from npuemu.compiler.float_eval import evaluate
 from npuemu.compiler.onnx_import import import_onnx
 from npuemu.compiler.ops import REGISTRY
-from npuemu.tools.conformance import importable_model
+from npuemu.tools.conformance import DEVIATIONS, importable_model
 from npuemu.isa.errors import CompileError, UnsupportedOpError
 
 #: Ops whose inputs after the first configure the op and must be constant for the compiler.
@@ -34,17 +34,11 @@ CONFIG_INPUT_OPS = {"Reshape", "Slice", "Split", "Squeeze", "Unsqueeze", "Reduce
 ALL_CONFIG_OPS = {"ConstantOfShape", "Range"}
 
 UNSUPPORTED_REASONS = [
-    r"only supported where it folds to a constant",  # comparison/selection ops on runtime data
-    r"Resize mode 'cubic'", r"tf_crop_and_resize", r"Resize with antialias",
-    r"BatchNormalization in training mode", r"Dropout in training mode", r"MaxPool with an Indices output",
+    r"BatchNormalization in training mode", r"Dropout in training mode",
     r"element type (BFLOAT16|FLOAT8\w*|U?INT[24]|FLOAT4E2M1)",
 ]
 REJECTED_INPUTS = [r"element type (BFLOAT16|FLOAT8\w*|U?INT[24]|FLOAT4E2M1|STRING)", r"is not a tensor"]
-DEVIATIONS = {
-    # onnxruntime (the float reference of the project) maps align_corners coordinates with
-    # the lengths, x * (in - 1) / (out - 1); onnx's reference implementation uses the scale.
-    "test_resize_downsample_scales_linear_align_corners": "align_corners follows onnxruntime",
-}
+# DEVIATIONS (tools/conformance.py): where npuemu follows onnxruntime, not onnx's reference
 
 
 @functools.cache

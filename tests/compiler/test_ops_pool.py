@@ -72,11 +72,9 @@ def test_global_pools(onnx_case, rand, op, shape):
     onnx_case.check_node(helper.make_node(op, ["x"], ["y"]), {"x": rand(shape)})
 
 
-def test_max_pool_with_used_indices_is_unsupported(onnx_case, rand):
-    from npuemu.compiler.onnx_import import import_onnx
-    from npuemu.isa.errors import UnsupportedOpError
-
-    node = helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2])
-    model = onnx_case.model([node], {"x": [1, 1, 4, 4]}, ["y", "i"])
-    with pytest.raises(UnsupportedOpError, match="MaxPool with an Indices output"):
-        import_onnx(model)
+@pytest.mark.parametrize("storage_order", [0, 1])
+def test_max_pool_indices_match_onnxruntime(onnx_case, rand, storage_order):
+    node = helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 3], strides=[2, 1], pads=[1, 0, 0, 1],
+                            storage_order=storage_order)
+    model = onnx_case.model([node], {"x": [2, 3, 5, 6]}, ["y", "i"])
+    onnx_case.check(model, {"x": rand([2, 3, 5, 6])})

@@ -83,11 +83,10 @@ def test_upsample_opset_9_and_resize_opset_10(onnx_case, rand, mode, scales):
         assert graph.nodes[0].attrs["coordinate_transformation_mode"] == "asymmetric"
 
 
-def test_cubic_is_reported_unsupported(onnx_case):
-    from npuemu.compiler.onnx_import import import_onnx
-    from npuemu.isa.errors import UnsupportedOpError
-
-    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="cubic")
-    model = onnx_case.model([node], {"x": [1, 1, 4, 4]}, ["y"], {"scales": np.array([1, 1, 2, 2], np.float32)})
-    with pytest.raises(UnsupportedOpError, match="Resize mode 'cubic'"):
-        import_onnx(model)
+@pytest.mark.parametrize("attrs", [{"mode": "cubic"}, {"mode": "cubic", "exclude_outside": 1, "cubic_coeff_a": -0.5},
+                                   {"mode": "linear", "antialias": 1}, {"mode": "cubic", "antialias": 1}])
+def test_cubic_and_antialias_match_onnxruntime(onnx_case, attrs):
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], **attrs)
+    scales = np.array([1, 1, 0.6, 1.75], np.float32)
+    model = onnx_case.model([node], {"x": [1, 2, 5, 4]}, ["y"], {"scales": scales}, opset=18)
+    onnx_case.check(model, {"x": np.random.default_rng(0).normal(size=(1, 2, 5, 4)).astype(np.float32)})

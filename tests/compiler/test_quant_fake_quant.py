@@ -15,6 +15,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
 from onnx import helper
 
 from npuemu.compiler.float_eval import evaluate
@@ -25,6 +26,7 @@ from npuemu.compiler.quant.fake_quant import fake_quant_evaluate
 from npuemu.compiler.quant.quantize import bias_values, float16_graph, quantize_graph, stored_values
 from npuemu.compiler.quant.roles import BIAS, constant_roles
 from npuemu.compiler.quant_regs import conv_requant
+from npuemu.tools import testing
 
 
 def round_shift(value: int, shift: int, mode: str) -> int:
@@ -181,3 +183,75 @@ def test_activation_rounding_is_the_out_cvt_default():
     assert ours.tolist() == theirs
     constants = quantize(odd / 2.0, 1.0, 0, qrange=(-1000, 1000), half_even=False)
     assert constants.tolist() == [numerics.rshift_round(int(v), 1, numerics.ROUND_HALF_AWAY) for v in odd]
+
+
+# --- exact mode: the prediction of the built model (fake_quant_exact.py) ------------------------
+
+def _run_both(graph, inputs):
+    """(emulator output, exact prediction) of the graph's first output, both dequantized."""
+    from npuemu.compiler.build import build_model
+    from npuemu.emulator.runtime import Runtime
+
+    model = build_model(graph)
+    runtime = Runtime(model)
+    for name, value in inputs.items():
+        runtime.set_input(name, value)
+    runtime.run()
+    output = graph.outputs[0]
+    return runtime.output(output), fake_quant_evaluate(graph, inputs, exact=True, model=model)[output]
+
+
+@pytest.mark.parametrize("activation", ["LeakyRelu", "Clip", "Tanh", "HardSwish", "Sigmoid+Add", "Add+Sigmoid",
+                                        "Sigmoid", "MaxPool", "Mul"])
+def test_exact_mode_predicts_the_emulator_bit_for_bit(activation):
+    """Fused and standalone activations (LUT and BN paths), a residual before and after a LUT
+    activation (the latter a host step of the build), pooling and an element-wise Mul."""
+    from onnx import TensorProto, numpy_helper
+
+    from npuemu.compiler.passes import PassContext, optimize
+    from npuemu.compiler.quant import calibrate
+
+    rng = np.random.default_rng(7)
+    shape = [1, 8, 6, 6]
+    weight = numpy_helper.from_array(rng.normal(0, 0.3, (8, 8, 3, 3)).astype(np.float32), "w")
+    bias = numpy_helper.from_array(rng.normal(0, 0.2, 8).astype(np.float32), "b")
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1])]
+    constants = [weight, bias]
+    first, *rest = activation.split("+")
+    if activation == "Sigmoid":  # standalone: after a max so nothing fuses it
+        nodes += [helper.make_node("Max", ["c", "x"], ["m"]), helper.make_node("Sigmoid", ["m"], ["y"])]
+    elif activation == "MaxPool":
+        nodes.append(helper.make_node("MaxPool", ["c"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]))
+    elif activation == "Mul":
+        nodes.append(helper.make_node("Mul", ["c", "x"], ["y"]))
+    elif activation == "Clip":
+        constants += [numpy_helper.from_array(np.float32(-0.5), "lo"), numpy_helper.from_array(np.float32(1.5), "hi")]
+        nodes.append(helper.make_node("Clip", ["c", "lo", "hi"], ["y"]))
+    elif not rest:
+        nodes.append(helper.make_node(first, ["c"], ["y"]))
+    else:
+        middle = "a"
+        nodes.append(helper.make_node(first, ["c", "x"] if first == "Add" else ["c"], [middle]))
+        nodes.append(helper.make_node(rest[0], [middle, "x"] if rest[0] == "Add" else [middle], ["y"]))
+    graph_proto = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], constants)
+    model = helper.make_model(graph_proto, opset_imports=[helper.make_opsetid("", 17)])
+    graph = import_onnx(model)
+    optimize(graph, PassContext.for_chip("rk3588", 3))
+    samples = [{"x": rng.normal(0.2, 1.0, shape).astype(np.float32)} for _ in range(3)]
+    quantize_graph(graph, calibrate(graph, samples, "normal", progress=False).ranges)
+    got, predicted = _run_both(graph, {"x": rng.normal(0.2, 1.0, shape).astype(np.float32)})
+    assert np.array_equal(got, predicted)
+    plain = fake_quant_evaluate(graph, {"x": samples[0]["x"]})["y"]  # the float mode still runs on the same graph
+    assert plain.shape == predicted.shape
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(testing.layer_configs("rk3588"))
+def test_exact_mode_predicts_generated_layers(config):
+    """The testing kit's generated conv / depthwise / FC / pool / element-wise layers."""
+    graph = testing.quantize_layer(config)
+    rng = np.random.default_rng(config.seed)
+    inputs = {name: rng.normal(0.0, 1.0, graph.tensors[name].shape).astype(np.float32) for name in graph.inputs}
+    got, predicted = _run_both(graph, inputs)
+    assert np.array_equal(got, predicted)

@@ -193,3 +193,32 @@ def test_run_prints_timing_and_outputs_unchanged_rknn(tmp_path, capsys):
     assert result.outputs
     for name, array in result.outputs.items():
         np.testing.assert_array_equal(np.load(tmp_path / "out" / f"{_file_name(name)}.npy"), array)
+
+
+def test_mem_sram_table_predicts_the_sram_hits(tmp_path, capsys):
+    """`npuemu mem --sram` (guide 5.7.3.4): a row per layer output, SramHit = the bytes of the
+    tensors placed in SRAM, and predicted per-frame RW amounts (sram_report.py)."""
+    from npuemu.compiler.build import build_model
+    from tests.compiler.test_build_e2e import MODELS, compile_graph
+
+    model, shape = MODELS["small_cnn"]()
+    graph = compile_graph(model, shape)
+    for sram in (False, True):
+        path = tmp_path / f"m{int(sram)}.npu"
+        build_model(graph, sram=sram).write(path)
+        assert main(["mem", str(path), "--sram", "--json"]) == 0
+        table = json.loads(capsys.readouterr().out)["sram_table"]
+        built = {t["name"]: t for t in json.loads(json.dumps(build_model(graph, sram=sram).trailer))["tensors"]}
+        assert [row["tensor"] for row in table["layers"]] == [n.outputs[0] for n in graph.nodes]
+        for row in table["layers"]:
+            tensor = built[row["tensor"]]
+            expected = None if row["tensor"] in graph.outputs else (tensor["size"] if tensor["region"] == "sram" else 0)
+            assert row["sram_hit"] == expected and row["end"] - row["start"] == tensor["size"]
+        hits = table["predict_sram_hit_rw_bytes"]
+        assert (hits > 0) == sram and hits <= table["predict_internal_rw_bytes"]
+        assert (table["sram_area"]["size"] > 0) == sram
+    assert main(["mem", str(path), "--sram"]) == 0
+    out = capsys.readouterr().out
+    assert "Total allocated Internal SRAM Size" in out and "Predict SRAM Hit RW Amount" in out
+    assert main(["mem", str(REP12 / "model.rknn"), "--sram"]) == 2
+    assert "does not record one" in capsys.readouterr().err

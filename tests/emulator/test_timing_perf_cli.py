@@ -59,3 +59,54 @@ def test_perf_npu_and_user_errors(tmp_path, capsys):
     (tmp_path / "junk.bin").write_bytes(b"nothing")
     assert main(["perf", str(tmp_path / "junk.bin")]) == 2
     assert "not a .rknn file" in capsys.readouterr().err
+
+
+def test_perf_csv_has_the_json_names_and_the_ranking_adds_up(tmp_path, capsys):
+    """The issue's report list: --csv with the JSON's raw names (one schema), the frame totals and the
+    "Operator Time Consuming Ranking Table" under the layer table."""
+    import csv
+    import io
+
+    model = str(FIXTURES / "rep12_resblock_convadd_3x3_64_56" / "model.rknn")
+    assert main(["perf", model, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert main(["perf", model, "--csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [row["id"] for row in rows] == [str(layer["id"]) for layer in report["layers"]] + ["total"]
+    flat = set(report["layers"][0]) - {"workload"}
+    assert flat <= set(rows[0]) and any(name.startswith("workload_core") for name in rows[0])
+    for row, layer in zip(rows, report["layers"]):
+        for key in ("npu_cycles", "ddr_cycles", "ddr_read_bytes", "ddr_write_bytes", "sram_hit_bytes", "tasks"):
+            assert int(row[key]) == layer[key]
+        assert float(row["time_us"]) == layer["time_us"]
+    assert int(rows[-1]["npu_cycles"]) == report["totals"]["npu_cycles"]
+    ranking = report["ranking"]
+    assert sum(row["calls"] for row in ranking) == len(report["layers"])
+    assert abs(sum(row["time_ratio_percent"] for row in ranking) - 100.0) < 1e-6
+    assert [row["total_time_us"] for row in ranking] == sorted((row["total_time_us"] for row in ranking), reverse=True)
+    assert main(["perf", model]) == 0
+    out = capsys.readouterr().out
+    assert "Total Operator Elapsed Per Frame Time(us)" in out and "Operator Time Consuming Ranking Table" in out
+    lines = out.splitlines()
+    title = lines.index("Operator Time Consuming Ranking Table")
+    assert lines[title + 1].split() == ["OpType", "CallNumber", "CPUTime(us)", "GPUTime(us)", "NPUTime(us)",
+                                        "TotalTime(us)", "TimeRatio(%)"]
+    assert [line.split()[0] for line in lines[title + 2:title + 2 + len(ranking)]] == [r["op_type"] for r in ranking]
+    assert main(["perf", model, "--json", "--csv"]) == 2
+    assert "give one of them" in capsys.readouterr().err
+
+
+def test_perf_workload_column_follows_the_chip(tmp_path, capsys):
+    """WorkLoad(0/1) on a 2-core chip (guide 3.2.3), and a batch of 2 on rk3576 shares every layer
+    50/50 between its cores with the gain over one core."""
+    from npuemu.compiler.build import build_model
+    from tests.compiler.test_build_e2e import MODELS, compile_graph
+
+    model, shape = MODELS["conv_relu"]()
+    path = tmp_path / "b2.npu"
+    build_model(compile_graph(model, shape), "rk3576", batch=2).write(path)
+    assert main(["perf", str(path)]) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.startswith("ID"))
+    assert "WorkLoad(0/1)" in header.split() and "WorkLoad(0/1/2)" not in header
+    assert "50.0%/50.0% - Up:100.0%" in out

@@ -45,9 +45,15 @@ def test_wrong_shape_expectation_is_an_error_not_a_crash():
 
 
 def test_unsupported_case_carries_the_compiler_reason():
-    result = conformance.run_case(_case("test_layer_normalization_4d_axis0"), "rk3588", "int8")  # 3 outputs
+    result = conformance.run_case(_case("test_cast_FLOAT_to_FLOAT8E4M3FN"), "rk3588", "int8")
     assert result.status == "unsupported"
-    assert "3 outputs" in result.reason and "CompileError" in result.reason
+    assert "element type FLOAT8E4M3FN" in result.reason and "UnsupportedOpError" in result.reason
+
+
+def test_multi_output_host_op_runs_one_step_per_output():
+    """LayerNormalization with its Mean and InvStdDev outputs: three host steps."""
+    result = conformance.run_case(_case("test_layer_normalization_4d_axis0"), "rk3588", "int8")
+    assert result.status == "pass" and result.target == "CPU", result
 
 
 def test_element_wise_cases_below_4d_run_on_the_npu():
@@ -92,10 +98,35 @@ def test_cli_exits_1_when_a_case_fails(monkeypatch, capsys):
     assert "fail: test_globalmaxpool" in capsys.readouterr().out
 
 
-def test_cpu_partition_reason_is_in_the_unsupported_reason():
+def test_cpu_partition_reason_is_in_the_unsupported_reason(monkeypatch):
+    from npuemu.compiler import build_host
+
+    monkeypatch.setattr(build_host, "CPU_OPS", build_host.CPU_OPS - {"MaxPool"})  # as if the host had none
     result = conformance.run_case(_case("test_maxpool_2d_dilations"), "rk3588", "int8")
     assert result.status == "unsupported"
     assert result.reason.startswith("[CPU: ") and "dilation" in result.reason
+
+
+def test_host_steps_run_what_the_npu_cannot():
+    """A dilated MaxPool (PPU has no dilation), an int64 Gather, a batched 5-D pool, a bool
+    comparison: host steps with ND tensors of their own types and ranks."""
+    for name in ("test_maxpool_2d_dilations", "test_gather_0", "test_averagepool_3d_default", "test_equal",
+                 "test_shape"):
+        result = conformance.run_case(_case(name), "rk3588", "int8")
+        assert result.status == "pass" and result.target == "CPU", (name, result)
+
+
+def test_deviation_is_compared_with_onnxruntime():
+    pytest.importorskip("onnxruntime")
+    result = conformance.run_case(_case("test_resize_downsample_scales_linear_align_corners"), "rk3588", "int8")
+    assert result.status == "pass" and result.reason.startswith("deviation"), result
+
+
+def test_nan_in_the_output_must_match():
+    case = _case("test_abs")
+    prepared = conformance._prepare(case)
+    wrong = [np.full_like(np.asarray(value, np.float64), np.nan) for value in prepared[2]]
+    assert conformance.run_case(case, "rk3588", "int8", expected_override=wrong).status == "fail"
 
 
 def test_fp16_build_really_runs():

@@ -301,3 +301,40 @@ def test_given_inputs_are_used():
     reference = testing.reference_for(CONV, graph, real_zeros)
     # only the bias is left: one value per output channel, padding included
     assert all(len(np.unique(channel)) == 1 for channel in reference[0])
+
+
+# --- the vectorized pieces of the reference (issue 4: whole real models layer by layer) -----------
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.lists(st.integers(-(2**46), 2**46), min_size=1, max_size=20), st.integers(0, 70),
+       st.sampled_from(["half_away", "half_even", "half_up", "floor"]))
+def test_round_shift_array_is_round_shift_element_by_element(values, shift, mode):
+    got = testing.round_shift_array(np.array(values, np.int64), shift, mode)
+    assert got.tolist() == [testing.round_shift(v, shift, mode) for v in values]
+
+
+def _ramp_tables(le_end_offset=0):
+    """LE entries i, LO entries 1000 + 2 i: every result says which table and entry it came from."""
+    index = np.arange(513)
+    return testing.LutTables(index + le_end_offset, 1000 + 2 * index, 1.0, 1.0)
+
+
+def test_lut_lookup_interpolates_and_follows_the_priorities():
+    tables = _ramp_tables()
+    x = np.array([-20000, -16384, -16384 + 16, -16384 + 48, -1, 0, 16, 16384, 20000])
+    # below both tables: LE's first entry (underflow priority LE); [-16384, 0): LE, one entry
+    # per 32 inputs, interpolated and rounded half away; 0 hits both: LO (hybrid priority);
+    # above both: LO's last entry (overflow priority LO); slopes 0 at both ends
+    assert testing.lut_lookup(x, tables).tolist() == [0, 0, 1, 2, 512, 1000, 1001, 2024, 2024]
+
+
+def test_reference_host_resize_and_concat_follow_onnx():
+    q = testing.Quant(0.5, 3)
+    x = np.arange(12, dtype=np.int64).reshape(1, 1, 3, 4) - 6
+    attrs = {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor",
+             "scales": [1.0, 1.0, 2.0, 2.0]}
+    got = testing.reference_host("Resize", attrs, [x], [q], q, (1, 1, 6, 8))
+    assert np.array_equal(got, x.repeat(2, axis=2).repeat(2, axis=3))
+    out = testing.Quant(1.0, 0)  # requantized half even: real (q - 3) / 2 -> 1 step per 2 input steps
+    got = testing.reference_host("Concat", {"axis": 1}, [x, x], [q, q], out, (1, 2, 3, 4))
+    assert np.array_equal(got[0, 1], np.rint((x[0, 0] - 3) / 2))

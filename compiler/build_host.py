@@ -1,0 +1,188 @@
+"""Host (CPU) steps of a built model: the step records and the storage of host-only tensors.
+
+A node the partition gives to the CPU (or an NPU node the build runs on the host, build.py
+``_host_step``) becomes one ``cpu`` schedule step (isa/CONTAINER.md 3.5): op, input and
+output tensor names and params (the node's canonical attributes). Constant inputs travel in
+the params as ``operands`` (node input order), so a step is self-contained.
+
+Storage (CONTAINER.md 3.3): a tensor only host steps read or write (and a graph input or
+output of such steps) is stored in the ``ND`` layout, row-major in its ONNX shape, of any rank,
+in its own element type: a float tensor as the quantized graph stores it (int8 with its
+quantization, or float16; the host dequantizes, computes in float and requantizes, as the
+fake-quant model predicts), any other in its ONNX type (int64, bool, int32, ...). A tensor an
+NPU layer also touches is an NC1HWC2 feature map like every NPU tensor.
+
+A node with several outputs becomes one step per output, each computing the op and keeping
+output ``output_index`` (params): steps have one output tensor each. Fused parts (a bias Add,
+an activation) travel as ``fused``: [{"op", "attrs", "carry", "operands"}], applied in order to
+output 0 with the running result as operand ``carry``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from npuemu.compiler.ir import Graph, Node
+from npuemu.isa.errors import CompileError, UnsupportedOpError
+
+ND_LAYOUT = "ND"
+#: element types of ND tensors (isa/container_trailer.py ND_DTYPES)
+ND_DTYPES = frozenset({"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+                       "float16", "float32", "float64"})
+
+#: ops a CPU schedule step may name (the runtime's host-side operators, emulator/cpu_ops*.py)
+CPU_OPS = frozenset({
+    "Softmax", "Sigmoid", "Relu", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "DepthToSpace",
+    "DataConvert", "Elu", "Gelu", "Softplus", "Silu", "LayerNormalization", "MatMul", "Gemm", "Div", "Pow",
+    "Sqrt", "Exp", "Erf", "ReduceSum", "ReduceMin", "Resize", "Concat", "ReduceMean", "ReduceMax", "ArgMax",
+    "HardSigmoid", "HardSwish", "Tanh", "Add", "Sub", "Mul", "Max", "Min",
+    # host math, comparison and logic (emulator/cpu_ops_math.py)
+    "Abs", "Neg", "Floor", "Ceil", "Round", "Reciprocal", "Log", "Sign", "Not", "Equal", "Less", "Greater",
+    "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Where", "Cast", "Clip", "LeakyRelu", "PRelu",
+    "ReduceProd",
+    "BatchNormalization",
+    # data movement (emulator/cpu_ops_move.py)
+    "Slice", "Pad", "Gather", "Expand", "Tile", "Split", "Identity", "MaxPool", "AveragePool",
+    "GlobalAveragePool", "GlobalMaxPool", "Dropout",
+    # convolutions of forms the NPU does not run (emulator/cpu_ops_conv.py)
+    "Conv", "ConvTranspose", "FullyConnected",
+    "Constant",
+})
+HOST_CONSTANT_LIMIT = 1 << 20  # elements: a larger constant belongs in a weights section, not the trailer
+
+
+@dataclass(frozen=True)
+class CpuOp:
+    """A layer the partition sent to the host: one ``cpu`` schedule step (isa/CONTAINER.md 3.5)."""
+
+    name: str
+    op: str
+    inputs: tuple[str, ...]
+    output: str
+    params: dict
+
+
+def _fail(node: Node, what: str, kind: type[CompileError] = CompileError) -> CompileError:
+    return kind(f"layer {node.layer_name} ({node.display_op}): {what}")
+
+
+def json_value(value):
+    """An attribute value as JSON: arrays as lists, non-finite floats as "nan"/"inf"/"-inf"."""
+    if isinstance(value, np.ndarray):
+        return json_value(value.tolist())
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else str(float(value))
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, (list, tuple)):
+        return [json_value(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): json_value(item) for key, item in value.items()}
+    if isinstance(value, np.dtype):
+        return value.name
+    return value
+
+
+def split_outputs(node: Node) -> list[Node] | None:
+    """One single-output node per used output of a multi-output CPU node (``output_index`` in
+    its attributes), else None."""
+    if node.target != "CPU" or len(node.outputs) < 2:
+        return None
+    return [Node(f"{node.name}_{index}", node.op_type, list(node.inputs), [output],
+                 dict(node.attrs) | {"output_index": index}, list(node.fused), "CPU")
+            for index, output in enumerate(node.outputs) if output]
+
+
+CONSTANT = "Constant"  # build-internal host op: writes the constant value in its params
+
+
+def constant_outputs(graph: Graph) -> list[Node]:
+    """A CPU ``Constant`` node for each graph output the import folded to a constant (a Shape,
+    Size, Range... of known shapes): the model still has to deliver it."""
+    nodes = []
+    for name in dict.fromkeys(graph.outputs):
+        if graph.tensor(name).is_const:
+            nodes.append(Node(f"{name}_constant", CONSTANT, [], [name], {}, [], "CPU"))
+    return nodes
+
+
+def cpu_from_node(graph: Graph, node: Node) -> CpuOp:
+    """The CPU step record of a node partitioned to the CPU, or a CompileError naming it."""
+    if node.op_type not in CPU_OPS:
+        raise _fail(node, f"the partition sent {node.op_type} to the CPU, but the runtime has no host-side "
+                          f"{node.op_type} (CPU ops: {', '.join(sorted(CPU_OPS))})", UnsupportedOpError)
+    unknown = [part.op_type for part in node.fused if part.op_type not in CPU_OPS]
+    if unknown:
+        raise _fail(node, f"fused {', '.join(unknown)} on a CPU layer: no host-side op", UnsupportedOpError)
+    if len(node.outputs) != 1:
+        raise _fail(node, f"{len(node.outputs)} outputs; CPU steps are built for single-output layers")
+    inputs = tuple(name for name in node.inputs if name and not graph.tensor(name).is_const)
+    params = json_value(dict(node.attrs))
+    if len(inputs) != len(node.inputs):
+        params["operands"] = _host_operands(graph, node, node.inputs)
+    if node.fused:  # applied in order to the running result; their tensor operands follow the op's inputs
+        params["fused"] = [{"op": part.op_type, "attrs": json_value(dict(part.attrs)), "carry": part.carry_index,
+                            "operands": _host_operands(graph, node, part.inputs)} for part in node.fused]
+        inputs += tuple(name for part in node.fused for name in part.inputs if not graph.tensor(name).is_const)
+    if node.op_type == CONSTANT:
+        params["operands"] = _host_operands(graph, node, node.outputs)
+    return CpuOp(node.layer_name, node.op_type, inputs, node.outputs[0], params)
+
+
+def _host_operands(graph: Graph, node: Node, names) -> list:
+    """{"tensor": name} | {"constant": {"shape", "dtype", "values"}} | None per name."""
+    operands = []
+    for name in names:
+        if not name:
+            operands.append(None)
+            continue
+        tensor = graph.tensor(name)
+        if not tensor.is_const:
+            operands.append({"tensor": name})
+            continue
+        values = np.asarray(tensor.data)
+        if values.size > HOST_CONSTANT_LIMIT:
+            raise _fail(node, f"constant operand {name!r} of {values.size} elements exceeds the host step's "
+                              f"limit of {HOST_CONSTANT_LIMIT}")
+        if values.dtype.name not in ND_DTYPES:
+            raise _fail(node, f"constant operand {name!r} has element type {values.dtype.name}")
+        operands.append({"constant": {"shape": list(values.shape), "dtype": values.dtype.name,
+                                      "values": json_value(values.reshape(-1))}})
+    return operands
+
+
+def host_tensors(graph: Graph, cpu_ops, npu_tensors) -> dict[str, dict]:
+    """The ND trailer records (without region and address) of the tensors only host steps
+    touch: every CPU step input/output not in ``npu_tensors``."""
+    records = {}
+    for name in (name for op in cpu_ops for name in (*op.inputs, op.output)):
+        if name not in npu_tensors and name not in records:
+            records[name] = nd_record(graph, name)
+    return records
+
+
+def nd_record(graph: Graph, name: str) -> dict:
+    """A host-only tensor stored as the quantized graph decided (int8 with its quantization, or
+    float16) when it is a float tensor, else in its ONNX element type (int64, bool, ...)."""
+    tensor = graph.tensor(name)
+    quant = tensor.quant if tensor.dtype.startswith("float") else None  # integers and bools keep their values
+    record = {"name": name, "shape": list(tensor.shape), "layout": ND_LAYOUT}
+    if quant is not None and quant.dtype == "float16":
+        record["dtype"] = "float16"
+    elif quant is not None and quant.dtype == "int8" and not quant.per_channel:
+        record["dtype"] = "int8"
+        record["quantization"] = {"scale": float(quant.scale), "zero_point": int(quant.zero_point)}
+    elif quant is None and tensor.dtype in ND_DTYPES:
+        record["dtype"] = tensor.dtype
+    else:
+        got = tensor.dtype if quant is None else f"{quant.dtype}{' per-channel' if quant.per_channel else ''}"
+        raise CompileError(f"tensor {name!r}: the runtime stores no host tensors of type {got}")
+    record["size"] = max(1, int(np.prod(tensor.shape, dtype=np.int64)) * np.dtype(record["dtype"]).itemsize)
+    return record

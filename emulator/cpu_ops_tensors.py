@@ -1,0 +1,47 @@
+"""Host-only tensors in the ``ND`` layout (isa/CONTAINER.md 3.3): row-major in their logical
+shape, any rank, any of the trailer's ND element types. The runtime reads and writes them
+here; NC1HWC2 feature maps stay in runtime.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from npuemu.isa.errors import EmulationError, InputError
+
+ND_LAYOUT = "ND"
+
+
+def is_nd(info: dict[str, Any]) -> bool:
+    return info.get("layout") == ND_LAYOUT
+
+
+def nd_dtype(info: dict[str, Any]) -> np.dtype:
+    try:
+        return np.dtype(str(info["dtype"]))
+    except TypeError:
+        raise EmulationError(f"tensor {info['name']!r}: dtype {info.get('dtype')!r} is not an element type") from None
+
+
+def write_nd(memory, info: dict[str, Any], values: np.ndarray) -> None:
+    """Store ``values`` (the tensor's shape, any castable type) at its address, row-major."""
+    shape, dtype = tuple(int(d) for d in info["shape"]), nd_dtype(info)
+    values = np.asarray(values)
+    if values.shape != shape:
+        raise InputError(f"tensor {info['name']!r}: expected shape {list(shape)}, got {list(values.shape)}")
+    data = np.ascontiguousarray(values.astype(dtype).astype(dtype.newbyteorder("<")))
+    if data.nbytes > int(info["size"]):
+        raise EmulationError(f"tensor {info['name']!r}: {data.nbytes} bytes do not fit its {info['size']} bytes")
+    if data.nbytes:
+        memory.load(int(info["address"]), data.reshape(-1).view(np.uint8))
+
+
+def read_nd(memory, info: dict[str, Any]) -> np.ndarray:
+    """The tensor's values in its shape and element type."""
+    shape, dtype = tuple(int(d) for d in info["shape"]), nd_dtype(info)
+    count = int(np.prod(shape, dtype=np.int64))
+    if count == 0:
+        return np.zeros(shape, dtype)
+    raw = memory.dump(int(info["address"]), count * dtype.itemsize)
+    return raw.view(dtype.newbyteorder("<")).astype(dtype).reshape(shape).copy()
