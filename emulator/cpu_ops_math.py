@@ -5,6 +5,7 @@ tensor's type."""
 
 from __future__ import annotations
 
+import ml_dtypes  # noqa: F401 - registers bfloat16, int4 and uint4 with numpy
 import numpy as np
 
 

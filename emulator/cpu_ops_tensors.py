@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import ml_dtypes  # noqa: F401 - registers bfloat16, int4 and uint4 with numpy (ND host tensors)
 import numpy as np
 
 from npuemu.isa.errors import EmulationError, InputError

@@ -216,7 +216,8 @@ QUANTIZATION = record(
 #: layout, any rank), elements of ``dtype`` (one of ND_DTYPES), ``size`` >= the bytes it holds
 ND_LAYOUT = "ND"
 ND_DTYPES = ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
-             "float16", "float32", "float64")
+             "float16", "float32", "float64",
+             "bfloat16", "int4", "uint4")  # ml_dtypes' types: 2, 1 and 1 byte per element
 
 
 def _nd_tensor(value: dict[str, Any], path: str) -> None:

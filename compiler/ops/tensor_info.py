@@ -41,12 +41,15 @@ def size(attrs: dict[str, Any], x: list[np.ndarray]) -> np.ndarray:
 
 
 _NUMPY_TYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-                "float16", "float32", "float64"}
+                "float16", "float32", "float64",
+                # ml_dtypes' types (onnx maps BFLOAT16/INT4/UINT4 to them): host tensors only, one
+                # element per 2/1/1 bytes, never quantized (their numpy kind is not "f")
+                "bfloat16", "int4", "uint4"}
 
 
 def numpy_dtype(onnx_type: int) -> str:
-    """numpy name of an ONNX element type; the float8/bfloat16/int4 families and strings are
-    not supported (nothing on the NPU path uses them)."""
+    """numpy name of an ONNX element type; the float8/float4/int2 families and strings are
+    not supported (no NPU precision and no runtime tensor type)."""
     try:
         name = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(onnx_type)).name
     except (KeyError, TypeError, ValueError):

@@ -38,7 +38,7 @@ def test_nd_write_checks_the_shape():
 def test_trailer_checks_nd_records():
     validate_trailer({"tensors": [{"name": "t", "shape": [2, 1, 3, 1, 2], "dtype": "bool", "layout": "ND"}]})
     with pytest.raises(SchemaViolation, match=r"tensors\[0\]\.dtype"):
-        validate_trailer({"tensors": [{"name": "t", "shape": [2], "dtype": "bfloat16", "layout": "ND"}]})
+        validate_trailer({"tensors": [{"name": "t", "shape": [2], "dtype": "float8e4m3fn", "layout": "ND"}]})
     with pytest.raises(SchemaViolation, match="needs its 'shape'"):
         validate_trailer({"tensors": [{"name": "t", "dtype": "int64", "layout": "ND"}]})
 

@@ -135,3 +135,13 @@ def test_fp16_build_really_runs():
     shifted = [np.asarray(v) + 1.0 for v in conformance._prepare(_case("test_basic_conv_with_padding"))[2]]
     assert conformance.run_case(_case("test_basic_conv_with_padding"), "rk3588", "fp16",
                                 expected_override=shifted).status == "fail"
+
+
+@pytest.mark.parametrize("name", ["test_cast_FLOAT_to_BFLOAT16", "test_cast_BFLOAT16_to_FLOAT",
+                                  "test_cast_FLOAT_to_INT4", "test_cast_UINT4_to_FLOAT16",
+                                  "test_range_bfloat16_type_positive_delta"])
+def test_bfloat16_and_int4_host_tensors_run(name):
+    # ml_dtypes' bfloat16/int4/uint4 as ND host tensors (isa/CONTAINER.md 3.3)
+    result = conformance.run_case(_case(name), "rk3588", "int8")
+    assert result.status == "pass", result
+    assert result.target == "CPU"
