@@ -280,6 +280,8 @@ def run_step(runtime, step) -> None:
         raise EmulationError(f"CPU step {step.op!r}: {type(error).__name__}: {error}") from None
     if index is not None:
         outputs = outputs[int(index):int(index) + 1]
+    elif 0 < len(step.outputs) < len(outputs):  # ONNX's optional trailing outputs, not asked for
+        outputs = outputs[:len(step.outputs)]
     if len(outputs) != len(step.outputs):
         raise EmulationError(f"CPU step {step.op!r}: {len(outputs)} results for {len(step.outputs)} outputs")
     for name, value in zip(step.outputs, outputs):

