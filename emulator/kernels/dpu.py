@@ -1,7 +1,8 @@
 """DPU stages on [C][H][W] arrays: BS, BN, EW, OUT_CVT (the LUT is in ``lut.py``).
 
-Each integer stage reads int32 values and writes int32 values, applying the per-element
-formulas of ``npuemu.emulator.numerics`` (NUMERICS.md section 4). Stage settings arrive as
+The integer stages run fused (``int_stages``: BS -> BN -> EW -> OUT_CVT, each optional, in one
+pass over the cube), applying the per-element formulas of ``npuemu.emulator.numerics``
+(NUMERICS.md section 4); ``bs_stage`` etc. run one stage alone. Stage settings arrive as
 small frozen dataclasses holding decoded register fields; per-channel operands (BRDMA/NRDMA
 blobs, or a register value repeated) as int32 [C] arrays; the EW operand as an int32 array
 [C][H][W], [C][1][1] or [1][1][1] (per pixel, per channel, per tensor).
@@ -121,53 +122,112 @@ def _broadcast_operand(operand: np.ndarray, shape: tuple, dtype: type) -> np.nda
 # ---------------------------------------------------------------------------------------------
 # The loops below take [C][H*W] (or flat) views made by numpy: Numba vectorises plain 1-D and
 # 2-D loops far better than loops over its own reshape of a 3-D array.
+# Integer stage parameters travel as small int64 vectors (fewer kernel arguments, one layout).
+(XP_ALGO, XP_ALU_ON, XP_CPEND_ON, XP_MUL_ON, XP_SHIFT_POS, XP_SHIFT_NEG, XP_PRELU, XP_RELU,
+ XP_RELUX, XP_RELUX_VALUE, XP_COUNT) = range(11)
+(EP_CVT_ON, EP_CVT_OFFSET, EP_CVT_SCALE, EP_CVT_SHIFT, EP_CVT_MODE, EP_OP_ON, EP_OP_TYPE, EP_ALGO,
+ EP_TRUNC_POS, EP_TRUNC_NEG, EP_PRELU, EP_RELU, EP_RELUX, EP_RELUX_VALUE, EP_COUNT) = range(15)
+(CP_SCALE, CP_SHIFT, CP_OFFSET, CP_MODE, CP_LOW, CP_HIGH, CP_COUNT) = range(7)
+
+
+#: Pixels per block of the stage loops: the int64 block (16 KiB) stays in L1 between stages.
+BLOCK = 2048
+
+
 @njit(cache=True)
-def _bs_int(data, window_sum, kernels_per_group, alu, cpend, mul, shift_positive, shift_negative,
-            alu_algo, alu_on, cpend_on, mul_on, prelu, relu_on, relux_on, relux_value, out):
+def _bs_block(block, sums, bs, alu, cpend, mul):
+    algo, alu_on, cpend_on, mul_on = bs[XP_ALGO], bs[XP_ALU_ON] != 0, bs[XP_CPEND_ON] != 0, \
+        bs[XP_MUL_ON] != 0
+    pos, neg, prelu = bs[XP_SHIFT_POS], bs[XP_SHIFT_NEG], bs[XP_PRELU] != 0
+    relu, relux, relux_value = bs[XP_RELU] != 0, bs[XP_RELUX] != 0, bs[XP_RELUX_VALUE]
+    # Two copies of one loop: LLVM vectorises the second only because it knows there that no
+    # integer division (which cannot be speculated into a select) is ever executed.
+    if algo == nm.ALU_DIV:
+        for p in range(block.shape[0]):
+            block[p] = nm.bs_value(block[p], sums[p], alu, cpend, mul, pos, neg, algo, alu_on,
+                                   cpend_on, mul_on, prelu, relu, relux, relux_value)
+        return
+    for p in range(block.shape[0]):
+        block[p] = nm.bs_value(block[p], sums[p], alu, cpend, mul, pos, neg, algo, alu_on,
+                               cpend_on, mul_on, prelu, relu, relux, relux_value)
+
+
+@njit(cache=True)
+def _bn_block(block, bn, alu, mul):
+    algo, alu_on, mul_on = bn[XP_ALGO], bn[XP_ALU_ON] != 0, bn[XP_MUL_ON] != 0
+    pos, neg, prelu = bn[XP_SHIFT_POS], bn[XP_SHIFT_NEG], bn[XP_PRELU] != 0
+    relu, relux, relux_value = bn[XP_RELU] != 0, bn[XP_RELUX] != 0, bn[XP_RELUX_VALUE]
+    if algo == nm.ALU_DIV:  # see _bs_block
+        for p in range(block.shape[0]):
+            block[p] = nm.bn_value(block[p], alu, mul, pos, neg, algo, alu_on, mul_on, prelu,
+                                   relu, relux, relux_value)
+        return
+    for p in range(block.shape[0]):
+        block[p] = nm.bn_value(block[p], alu, mul, pos, neg, algo, alu_on, mul_on, prelu, relu,
+                               relux, relux_value)
+
+
+@njit(cache=True)
+def _ew_block(block, operand, ew):
+    cvt_on, offset, scale = ew[EP_CVT_ON] != 0, ew[EP_CVT_OFFSET], ew[EP_CVT_SCALE]
+    shift, mode, op_on, op_type = ew[EP_CVT_SHIFT], ew[EP_CVT_MODE], ew[EP_OP_ON] != 0, \
+        ew[EP_OP_TYPE]
+    algo, pos, neg, prelu = ew[EP_ALGO], ew[EP_TRUNC_POS], ew[EP_TRUNC_NEG], ew[EP_PRELU] != 0
+    relu, relux, relux_value = ew[EP_RELU] != 0, ew[EP_RELUX] != 0, ew[EP_RELUX_VALUE]
+    if algo == nm.ALU_DIV:  # see _bs_block
+        for p in range(block.shape[0]):
+            other = nm.ew_operand_value(operand[p], cvt_on, offset, scale, shift, mode)
+            block[p] = nm.ew_value(block[p], other, op_on, op_type, algo, pos, neg, prelu, relu,
+                                   relux, relux_value)
+        return
+    for p in range(block.shape[0]):
+        other = nm.ew_operand_value(operand[p], cvt_on, offset, scale, shift, mode)
+        block[p] = nm.ew_value(block[p], other, op_on, op_type, algo, pos, neg, prelu, relu,
+                               relux, relux_value)
+
+
+@njit(cache=True)
+def _stages_int(data, sums, kernels_per_group, bs, bs_operands, bn, bn_operands, operand, ew,
+                cvt, out):
+    """BS -> BN -> EW -> OUT_CVT over [C][H*W]; a stage whose settings are None is bypassed
+    (Numba compiles each combination of stages on its own, without the others' code).
+
+    Each channel goes through in blocks: one read of the input, one write of the output, the
+    stages in between on an int64 block in L1, one simple loop per stage (simple loops are
+    what LLVM vectorises; writing NC1HWC2 atoms directly, with strided stores, was 3x slower).
+    ``bs_operands`` is int64 [C][3] (ALU, CPEND, MUL), ``bn_operands`` [C][2] (ALU, MUL),
+    ``sums`` [G][H*W] (one zero row without CPEND), ``operand`` [C or 1][H*W]; the settings
+    vectors follow the XP_/EP_/CP_ layouts above."""
     channels, pixels = data.shape
+    cpend_on = False
+    if bs is not None:
+        cpend_on = bs[XP_CPEND_ON] != 0
+    scratch = np.empty(BLOCK, np.int64)
     for c in range(channels):
-        group = c // kernels_per_group
-        alu_c, cpend_c, mul_c = alu[c], cpend[c], mul[c]
-        for p in range(pixels):
-            total = window_sum[group, p] if cpend_on else 0
-            out[c, p] = nm.bs_value(
-                data[c, p], total, alu_c, cpend_c, mul_c, shift_positive, shift_negative,
-                alu_algo, alu_on, cpend_on, mul_on, prelu, relu_on, relux_on, relux_value)
-
-
-@njit(cache=True)
-def _bn_int(data, alu, mul, shift_positive, shift_negative, alu_algo, alu_on, mul_on, prelu,
-            relu_on, relux_on, relux_value, out):
-    channels, pixels = data.shape
-    for c in range(channels):
-        alu_c, mul_c = alu[c], mul[c]
-        for p in range(pixels):
-            out[c, p] = nm.bn_value(data[c, p], alu_c, mul_c, shift_positive, shift_negative,
-                                    alu_algo, alu_on, mul_on, prelu, relu_on, relux_on,
-                                    relux_value)
-
-
-@njit(cache=True)
-def _ew_int(data, operand, cvt_on, cvt_offset, cvt_scale, cvt_shift, cvt_mode, op_on, op_type,
-            alu_algo, truncate_positive, truncate_negative, prelu, relu_on, relux_on,
-            relux_value, out):
-    channels, height, width = data.shape
-    per_c, per_y, per_x = operand.shape[0] > 1, operand.shape[1] > 1, operand.shape[2] > 1
-    for c in range(channels):
-        for y in range(height):
-            for x in range(width):
-                raw = operand[c if per_c else 0, y if per_y else 0, x if per_x else 0]
-                converted = nm.ew_operand_value(raw, cvt_on, cvt_offset, cvt_scale, cvt_shift,
-                                                cvt_mode)
-                out[c, y, x] = nm.ew_value(
-                    data[c, y, x], converted, op_on, op_type, alu_algo, truncate_positive,
-                    truncate_negative, prelu, relu_on, relux_on, relux_value)
-
-
-@njit(cache=True)
-def _out_cvt_int(data, scale, shift, offset, mode, low, high, out):
-    for i in range(data.shape[0]):
-        out[i] = nm.out_cvt_value(data[i], scale, shift, offset, mode, low, high)
+        sums_row = sums[c // kernels_per_group] if cpend_on else sums[0]
+        operand_row = operand[c if operand.shape[0] > 1 else 0]
+        for start in range(0, pixels, BLOCK):
+            stop = min(start + BLOCK, pixels)
+            block = scratch[:stop - start]
+            source = data[c, start:stop]
+            for p in range(block.shape[0]):
+                block[p] = source[p]
+            if bs is not None:
+                _bs_block(block, sums_row[start:stop], bs, bs_operands[c, 0], bs_operands[c, 1],
+                          bs_operands[c, 2])
+            if bn is not None:
+                _bn_block(block, bn, bn_operands[c, 0], bn_operands[c, 1])
+            if ew is not None:
+                _ew_block(block, operand_row[start:stop], ew)
+            target = out[c, start:stop]
+            if cvt is not None:
+                scale, shift, offset = cvt[CP_SCALE], cvt[CP_SHIFT], cvt[CP_OFFSET]
+                mode, low, high = cvt[CP_MODE], cvt[CP_LOW], cvt[CP_HIGH]
+                for p in range(block.shape[0]):
+                    target[p] = nm.out_cvt_value(block[p], scale, shift, offset, mode, low, high)
+            else:
+                for p in range(block.shape[0]):
+                    target[p] = block[p]
 
 
 @njit(cache=True)
@@ -208,68 +268,123 @@ def _ew_fp(data, operand, op_on, op_type, alu_algo, prelu, relu_on, relux_on, re
 # ---------------------------------------------------------------------------------------------
 # Stage entry points
 # ---------------------------------------------------------------------------------------------
-def bs_stage(data: np.ndarray, config: XStageConfig, alu=None, mul=None, cpend=None,
-             window_sum: np.ndarray | None = None) -> np.ndarray:
-    """BS stage on int32 [C][H][W]. ``window_sum`` (int64 [G][H][W], from
-    ``mac.window_sums``) is needed when CPEND is enabled; channel c uses group c*G//C."""
-    data = _check_cube(data, np.int32, "BS input")
-    channels = data.shape[0]
-    if config.cpend_enable:
+def _x_params(config: XStageConfig | None) -> np.ndarray:
+    params = np.zeros(XP_COUNT, np.int64)
+    if config is not None:
+        params[:] = (config.alu_algo, config.alu_enable, config.cpend_enable, config.mul_enable,
+                     config.shift_positive, config.shift_negative, config.prelu, config.relu,
+                     config.relux, config.relux_value)
+    return params
+
+
+def _ew_params(config: EwConfig | None) -> np.ndarray:
+    params = np.zeros(EP_COUNT, np.int64)
+    if config is not None:
+        params[:] = (config.cvt_enable, config.cvt_offset, config.cvt_scale, config.cvt_shift,
+                     config.cvt_round, config.op_enable, config.op_type, config.alu_algo,
+                     config.truncate_positive, config.truncate_negative, config.prelu,
+                     config.relu, config.relux, config.relux_value)
+    return params
+
+
+def _operand_planes(operand: np.ndarray, shape: tuple) -> np.ndarray:
+    """EW operand -> [C or 1][H*W], spatial broadcasts expanded: one loop shape (a per-pixel
+    load) keeps the stage loop vectorisable; a loop-invariant operand variant was 3x slower."""
+    operand = _broadcast_operand(operand, shape, np.int32)
+    operand = np.broadcast_to(operand, (operand.shape[0],) + shape[1:])
+    return np.ascontiguousarray(operand.reshape(operand.shape[0], -1))
+
+
+_zero_rows: dict[np.dtype, np.ndarray] = {}
+
+
+def _zero_row(length: int, dtype: type) -> np.ndarray:
+    """A [1][length] row of zeros, shared between calls and never written: the stage loops
+    read the window sums and the EW operand unconditionally, and zeroing a fresh row each call
+    cost about as much as the stages themselves. (Left writeable: a read-only array is another
+    Numba type, which would double the kernel's compiled variants.)"""
+    dtype = np.dtype(dtype)
+    row = _zero_rows.get(dtype)
+    if row is None or row.shape[1] < length:
+        row = np.zeros((1, max(length, 1 << 16)), dtype)
+        _zero_rows[dtype] = row
+    return row[:, :max(length, 1)]
+
+
+def int_stages(data: np.ndarray, *, bs: XStageConfig | None = None, bs_alu=None, bs_mul=None,
+               bs_cpend=None, window_sum: np.ndarray | None = None,
+               bn: XStageConfig | None = None, bn_alu=None, bn_mul=None,
+               ew: EwConfig | None = None, ew_operand: np.ndarray | None = None,
+               cvt: OutCvtConfig | None = None, out_dtype: type = np.int8) -> np.ndarray:
+    """The integer DPU stages BS -> BN -> EW -> OUT_CVT on int32 [C][H][W] in one pass; a stage
+    given no config is bypassed. Without OUT_CVT the result is int32, otherwise ``out_dtype``
+    (int8, int16 or int32). ``window_sum`` (int64 [G][H][W], from ``mac.window_sums``) is
+    needed when BS has CPEND enabled; channel c uses group c*G//C. The EW operand is raw
+    (unconverted), shaped [C][H][W] or broadcastable to it."""
+    data = _check_cube(data, np.int32, "DPU input")
+    channels, pixels = data.shape[0], data.shape[1] * data.shape[2]
+    sums = _zero_row(pixels, np.int64)
+    kernels_per_group = 1
+    if bs is not None and bs.cpend_enable:
         if window_sum is None or window_sum.ndim != 3 or window_sum.shape[1:] != data.shape[1:] \
                 or channels % window_sum.shape[0]:
             raise EmulationError(
                 f"CPEND needs window sums [G][H][W] matching {data.shape}, got "
                 f"{None if window_sum is None else window_sum.shape}")
-        sums = np.ascontiguousarray(window_sum, dtype=np.int64)
-    else:
-        sums = np.zeros((1, 1, 1), np.int64)
-    out = np.empty_like(data)
-    kernels_per_group = channels // sums.shape[0] if config.cpend_enable else channels
-    _bs_int(_planes(data), _planes(sums), kernels_per_group,
-            _per_channel(alu, channels, np.int32, "BS ALU operand"),
-            _per_channel(cpend, channels, np.int32, "CPEND operand"),
-            _per_channel(mul, channels, np.int32, "BS MUL operand"),
-            config.shift_positive, config.shift_negative, config.alu_algo, config.alu_enable,
-            config.cpend_enable, config.mul_enable, config.prelu, config.relu, config.relux,
-            config.relux_value, _planes(out))
+        sums = _planes(np.ascontiguousarray(window_sum, dtype=np.int64))
+        kernels_per_group = channels // window_sum.shape[0]
+    bs_operands = np.zeros((channels, 3), np.int64)
+    if bs is not None:
+        for column, (values, name) in enumerate(((bs_alu, "BS ALU operand"),
+                                                 (bs_cpend, "CPEND operand"),
+                                                 (bs_mul, "BS MUL operand"))):
+            bs_operands[:, column] = _per_channel(values, channels, np.int32, name)
+    bn_operands = np.zeros((channels, 2), np.int64)
+    if bn is not None:
+        bn_operands[:, 0] = _per_channel(bn_alu, channels, np.int32, "BN ALU operand")
+        bn_operands[:, 1] = _per_channel(bn_mul, channels, np.int32, "BN MUL operand")
+    operand = _zero_row(pixels, np.int32)
+    if ew is not None:
+        if ew_operand is None:
+            raise EmulationError("the EW stage needs an operand")
+        operand = _operand_planes(ew_operand, data.shape)
+    cvt_params = np.zeros(CP_COUNT, np.int64)
+    dtype = np.dtype(np.int32)
+    if cvt is not None:
+        dtype = np.dtype(out_dtype)
+        if dtype not in _OUTPUT_RANGES:
+            raise EmulationError(f"integer OUT_CVT writes int8, int16 or int32, not {dtype}")
+        cvt_params[:] = (cvt.scale, cvt.shift, cvt.offset, cvt.round_mode) + _OUTPUT_RANGES[dtype]
+    out = np.empty(data.shape, dtype)
+    _stages_int(_planes(data), sums, kernels_per_group, None if bs is None else _x_params(bs),
+                bs_operands, None if bn is None else _x_params(bn), bn_operands, operand,
+                None if ew is None else _ew_params(ew), None if cvt is None else cvt_params,
+                _planes(out))
     return out
+
+
+def bs_stage(data: np.ndarray, config: XStageConfig, alu=None, mul=None, cpend=None,
+             window_sum: np.ndarray | None = None) -> np.ndarray:
+    """BS stage alone on int32 [C][H][W] (see ``int_stages``)."""
+    return int_stages(data, bs=config, bs_alu=alu, bs_mul=mul, bs_cpend=cpend,
+                      window_sum=window_sum)
 
 
 def bn_stage(data: np.ndarray, config: XStageConfig, alu=None, mul=None) -> np.ndarray:
-    """BN stage on int32 [C][H][W] (MUL, then ALU, then the shift; NUMERICS.md 4.2)."""
-    data = _check_cube(data, np.int32, "BN input")
-    channels = data.shape[0]
-    out = np.empty_like(data)
-    _bn_int(_planes(data), _per_channel(alu, channels, np.int32, "BN ALU operand"),
-            _per_channel(mul, channels, np.int32, "BN MUL operand"), config.shift_positive,
-            config.shift_negative, config.alu_algo, config.alu_enable, config.mul_enable,
-            config.prelu, config.relu, config.relux, config.relux_value, _planes(out))
-    return out
+    """BN stage alone on int32 [C][H][W] (MUL, then ALU, then the shift; NUMERICS.md 4.2)."""
+    return int_stages(data, bn=config, bn_alu=alu, bn_mul=mul)
 
 
 def ew_stage(data: np.ndarray, config: EwConfig, operand: np.ndarray) -> np.ndarray:
-    """EW stage on int32 [C][H][W] with a raw (unconverted) operand."""
-    data = _check_cube(data, np.int32, "EW input")
-    out = np.empty_like(data)
-    _ew_int(data, _broadcast_operand(operand, data.shape, np.int32), config.cvt_enable,
-            config.cvt_offset, config.cvt_scale, config.cvt_shift, config.cvt_round,
-            config.op_enable, config.op_type, config.alu_algo, config.truncate_positive,
-            config.truncate_negative, config.prelu, config.relu, config.relux,
-            config.relux_value, out)
-    return out
+    """EW stage alone on int32 [C][H][W] with a raw (unconverted) operand."""
+    return int_stages(data, ew=config, ew_operand=operand)
 
 
 def out_cvt(data: np.ndarray, config: OutCvtConfig, out_dtype: type = np.int8) -> np.ndarray:
-    """OUT_CVT and saturation to the output precision (int8, int16 or int32)."""
-    dtype = np.dtype(out_dtype)
-    if dtype not in _OUTPUT_RANGES:
-        raise EmulationError(f"integer OUT_CVT writes int8, int16 or int32, not {dtype}")
-    data = np.ascontiguousarray(data, dtype=np.int32)
-    low, high = _OUTPUT_RANGES[dtype]
-    out = np.empty(data.shape, dtype)
-    _out_cvt_int(data.reshape(-1), config.scale, config.shift, config.offset, config.round_mode,
-                 low, high, out.reshape(-1))
-    return out
+    """OUT_CVT and saturation to the output precision (int8, int16 or int32), any shape."""
+    data = np.asarray(data)
+    flat = np.ascontiguousarray(data, dtype=np.int32).reshape(1, 1, -1)
+    return int_stages(flat, cvt=config, out_dtype=out_dtype).reshape(data.shape)
 
 
 def bs_stage_fp(data: np.ndarray, config: XStageConfig, alu=None, mul=None) -> np.ndarray:

@@ -13,6 +13,7 @@ import dataclasses
 import numpy as np
 
 from npuemu.emulator import kernels
+from npuemu.emulator.kernels.dpu import int_stages
 from npuemu.emulator.memory import TaskDma, Traffic
 from npuemu.emulator.numerics import out_cvt_round_mode
 from npuemu.emulator.regfile import RegisterView
@@ -218,15 +219,12 @@ def run_dpu(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult | Non
     """Run the DPU for one task and write its output; returns the output cube [C][H][W]."""
     data, window_sums = _main_input(state, rdma, source, dma, where)
     if state.proc_precision in INTEGER_PROCESSING:
-        data = _integer_stages(state, rdma, data, window_sums, dma, lut_tables, where)
-        cvt = state.out_cvt
-        out = kernels.out_cvt(data, kernels.OutCvtConfig(cvt.scale, cvt.shift, cvt.offset,
-                                                         out_cvt_round_mode(cvt.round_bit)),
-                              PRECISION_DTYPES[state.out_precision])
+        out = _integer_stages(state, rdma, data, window_sums, dma, lut_tables, where)
     else:
         data = _float_stages(state, rdma, data, dma, where)
         out = kernels.out_cvt_fp16(data) if state.out_precision == FP16 else data.astype(np.float32)
-    _write(state, out, dma)
+    # lanes past the channel count are written as 0 [C]
+    _write(state, kernels.nchw_to_nc1hwc2(out, c2_of(state.out_precision)), dma)
     return out
 
 
@@ -240,7 +238,8 @@ def _main_input(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult |
                 f"{where}: the CORE delivers a {source.data.shape[2]}x{source.data.shape[1]}x"
                 f"{source.data.shape[0]} cube (CORE DATAOUT_SIZE_0/1) but the DPU expects "
                 f"{state.width}x{state.height}x{state.channels} (DPU DATA_CUBE_WIDTH/HEIGHT/CHANNEL)")
-        data = source.data.astype(np.float32 if state.proc_precision == FP16 else np.int32)
+        data = source.data.astype(np.float32 if state.proc_precision == FP16 else np.int32,
+                                  copy=False)
         return data, source.window_sums
     assert rdma is not None
     if rdma.in_precision != state.in_precision:
@@ -284,6 +283,9 @@ def read_cube(dma: TaskDma, stream: Traffic, address: int, surface_stride: int, 
 def _integer_stages(state: DpuState, rdma: DpuRdmaState | None, data: np.ndarray,
                     window_sums: np.ndarray | None, dma: TaskDma, lut_tables: np.ndarray,
                     where: str) -> np.ndarray:
+    """BS -> BN -> EW (LUT, then the EW operation) -> OUT_CVT in one fused pass, or two around
+    the LUT when it is on; returns the output cube in the output precision."""
+    stages: dict = {}
     if not state.bs.bypass:
         alu, cpend, mul = _bs_operands(state, rdma, dma, where)
         bs = state.bs
@@ -291,16 +293,26 @@ def _integer_stages(state: DpuState, rdma: DpuRdmaState | None, data: np.ndarray
         if config.cpend_enable and window_sums is None:
             raise EmulationError(f"{where}: DPU.BS_OW_CFG.OD_BYPASS=0 asks for the CPEND term, which "
                                  f"needs the CNA's window sums; a flying-mode task has none")
-        data = kernels.bs_stage(data, config, alu=alu, mul=mul, cpend=cpend, window_sum=window_sums)
+        stages.update(bs=config, bs_alu=alu, bs_mul=mul, bs_cpend=cpend, window_sum=window_sums)
     if not state.bn.bypass:
         bn = state.bn
         if bn.alu_from_dma or bn.mul_from_dma:
             raise EmulationError(f"{where}: BN operands from the NRDMA (DPU.BN_CFG.BN_ALU_SRC / "
                                  f"BN_MUL_CFG.BN_MUL_SRC) are not modelled: no stream shows their layout")
-        data = kernels.bn_stage(data, _x_config(bn), alu=bn.alu_operand, mul=bn.mul_operand)
+        stages.update(bn=_x_config(bn), bn_alu=bn.alu_operand, bn_mul=bn.mul_operand)
+    cvt = state.out_cvt
+    tail = {"cvt": kernels.OutCvtConfig(cvt.scale, cvt.shift, cvt.offset, out_cvt_round_mode(cvt.round_bit)),
+            "out_dtype": PRECISION_DTYPES[state.out_precision]}
     if not state.ew.bypass:
-        data = _ew_stage(state, rdma, data, dma, lut_tables, where)
-    return data
+        tail.update(_ew_settings(state, rdma, dma, where))
+        if not state.ew.lut_bypass:
+            # The LUT runs before the EW operation [I]: rep10 (Sigmoid) keeps EW max(v, 0)
+            # enabled with its LUT, which only computes a sigmoid if the max clamps the LUT's
+            # output (REGISTER_SEMANTICS 3.5).
+            data = kernels.lut_stage(int_stages(data, **stages), _lut_config(state.lut),
+                                     lut_tables[0], lut_tables[1])
+            stages = {}
+    return int_stages(data, **stages, **tail)
 
 
 def _x_config(stage: XStageState, cpend: bool = False) -> kernels.XStageConfig:
@@ -341,31 +353,35 @@ def read_bias_blob(dma: TaskDma, rdma: DpuRdmaState, channels: int, where: str) 
     parts = [(name, dtype) for bit, name, dtype in _BRDMA_PARTS if rdma.brdma_use & bit]
     group_bytes = sum(BRDMA_GROUP * dtype.itemsize for _, dtype in parts)
     groups = -(-channels // BRDMA_GROUP)
-    raw = dma.read_block(Traffic.BIAS_READ, rdma.bs_address, groups * group_bytes,
-                         f"BRDMA bias blob (BS_BASE_ADDR={rdma.bs_address:#x}, {groups} groups of "
-                         f"{group_bytes} B)").reshape(groups, group_bytes)
-    out, offset = {}, 0
-    for name, dtype in parts:
-        size = BRDMA_GROUP * dtype.itemsize
-        values = np.ascontiguousarray(raw[:, offset:offset + size]).view(dtype).reshape(-1)
-        out[name] = values[:channels].astype(np.int32)
-        offset += size
-    return out
+
+    def split(raw: np.ndarray) -> dict[str, np.ndarray]:
+        raw = raw.reshape(groups, group_bytes)
+        out, offset = {}, 0
+        for name, dtype in parts:
+            size = BRDMA_GROUP * dtype.itemsize
+            values = np.ascontiguousarray(raw[:, offset:offset + size]).view(dtype).reshape(-1)
+            out[name] = values[:channels].astype(np.int32)
+            out[name].flags.writeable = False  # shared by every task reading this blob
+            offset += size
+        return out
+
+    # decoded once per blob contents (a network runs the same blobs every inference)
+    return dma.derived_from_block(
+        Traffic.BIAS_READ, rdma.bs_address, groups * group_bytes,
+        f"BRDMA bias blob (BS_BASE_ADDR={rdma.bs_address:#x}, {groups} groups of {group_bytes} B)",
+        ("brdma", rdma.brdma_use, channels), split)
 
 
-def _ew_stage(state: DpuState, rdma: DpuRdmaState | None, data: np.ndarray, dma: TaskDma,
-              lut_tables: np.ndarray, where: str) -> np.ndarray:
+def _lut_config(lut: LutState) -> kernels.LutConfig:
+    return kernels.LutConfig(
+        le=kernels.LutTableConfig(**vars(lut.le)), lo=kernels.LutTableConfig(**vars(lut.lo)),
+        hybrid_priority=lut.hybrid_priority, uflow_priority=lut.uflow_priority,
+        oflow_priority=lut.oflow_priority)
+
+
+def _ew_settings(state: DpuState, rdma: DpuRdmaState | None, dma: TaskDma, where: str) -> dict:
+    """The EW operation's settings and raw operand, as ``int_stages`` keywords."""
     ew = state.ew
-    if not ew.lut_bypass:
-        # The LUT runs before the EW operation [I]: rep10 (Sigmoid) keeps EW max(v, 0) enabled
-        # with its LUT, which only computes a sigmoid if the max clamps the LUT's output
-        # (REGISTER_SEMANTICS 3.5).
-        lut = state.lut
-        config = kernels.LutConfig(
-            le=kernels.LutTableConfig(**vars(lut.le)), lo=kernels.LutTableConfig(**vars(lut.lo)),
-            hybrid_priority=lut.hybrid_priority, uflow_priority=lut.uflow_priority,
-            oflow_priority=lut.oflow_priority)
-        data = kernels.lut_stage(data, config, lut_tables[0], lut_tables[1])
     operand = np.array(ew.op_value, np.int32).reshape(1, 1, 1)
     if not ew.op_bypass and ew.op_from_dma:
         operand = _ew_operand(state, rdma, dma, where)
@@ -375,7 +391,7 @@ def _ew_stage(state: DpuState, rdma: DpuRdmaState | None, data: np.ndarray, dma:
         op_enable=not ew.op_bypass, op_type=ew.op_type, alu_algo=ew.alu_algo,
         truncate_positive=ew.truncate_positive, truncate_negative=ew.truncate_negative,
         prelu=ew.prelu, relu=not ew.relu_bypass, relux=ew.relux, relux_value=ew.relux_value)
-    return kernels.ew_stage(data, config, operand)
+    return {"ew": config, "ew_operand": operand}
 
 
 def _ew_operand(state: DpuState, rdma: DpuRdmaState | None, dma: TaskDma, where: str,
@@ -470,21 +486,18 @@ def _float_stages(state: DpuState, rdma: DpuRdmaState | None, data: np.ndarray, 
     return data
 
 
-def _write(state: DpuState, out: np.ndarray, dma: TaskDma) -> None:
+
+
+def _write(state: DpuState, atoms: np.ndarray, dma: TaskDma) -> None:
     """WDMA: surfaces of C2 channels, SIZE_E + 1 of them DST_SURF_STRIDE apart per group,
     groups SURFACE_ADD apart, lines width * 16 bytes apart (REGISTER_SEMANTICS 3.3)."""
-    channels, height, width = out.shape
-    c2 = c2_of(state.out_precision)
-    surfaces = -(-channels // c2)
-    lanes = np.zeros((surfaces * c2, height, width), out.dtype)
-    lanes[:channels] = out  # lanes past the channel count are written as 0 [C]
-    atoms = np.ascontiguousarray(lanes.reshape(surfaces, c2, height, width).transpose(0, 2, 3, 1))
+    surfaces, height, width, _ = atoms.shape
     per_group = state.size_e + 1
     surface = np.arange(surfaces, dtype=np.int64)
     surface_start = (state.dst_address + (surface // per_group) * state.surface_add
                      + (surface % per_group) * state.dst_surface_stride)
     starts = (surface_start[:, None] + np.arange(height, dtype=np.int64)[None, :] * width * ATOM_BYTES)
     dma.write_rows(Traffic.DPU_WRITE, starts.reshape(-1),
-                   atoms.reshape(surfaces * height, width * ATOM_BYTES // out.dtype.itemsize),
+                   atoms.reshape(surfaces * height, width * ATOM_BYTES // atoms.dtype.itemsize),
                    f"DPU WDMA (DST_BASE_ADDR={state.dst_address:#x}, DST_SURF_STRIDE="
                    f"{state.dst_surface_stride} B, SURFACE_ADD={state.surface_add} B, SIZE_E={state.size_e})")

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from npuemu.emulator import numerics as nm
@@ -38,13 +38,34 @@ def test_lut_matches_reference(le, lo, hybrid, uflow, oflow, seed):
                                                       max(le.end, lo.end) + 2**14, 200)])
     x = np.clip(x, -(2**31), 2**31 - 1).astype(np.int32)
     got = lut_stage(x, config, le_table, lo_table)
-    cfg = {"le": (le.start, le.end, le.index_select, le.uflow_scale, le.uflow_shift,
-                  le.oflow_scale, le.oflow_shift),
-           "lo": (lo.start, lo.end, lo.index_select, lo.uflow_scale, lo.uflow_shift,
-                  lo.oflow_scale, lo.oflow_shift),
-           "hybrid_priority": hybrid, "uflow_priority": uflow, "oflow_priority": oflow}
-    expected = [ref.lut(int(v), le_table, lo_table, cfg) for v in x]
+    expected = [ref.lut(int(v), le_table, lo_table, reference_config(config)) for v in x]
     assert got.tolist() == expected
+
+
+def reference_config(config: LutConfig) -> dict:
+    le, lo = config.le, config.lo
+    return {"le": (le.start, le.end, le.index_select, le.uflow_scale, le.uflow_shift,
+                   le.oflow_scale, le.oflow_shift),
+            "lo": (lo.start, lo.end, lo.index_select, lo.uflow_scale, lo.uflow_shift,
+                   lo.oflow_scale, lo.oflow_shift),
+            "hybrid_priority": config.hybrid_priority, "uflow_priority": config.uflow_priority,
+            "oflow_priority": config.oflow_priority}
+
+
+@settings(max_examples=30, deadline=None)
+@given(tables(), tables(), st.integers(0, 1), st.integers(0, 2**32 - 1), st.integers(1, 600))
+def test_dense_inputs_match_reference(le, lo, hybrid, seed, width):
+    # more elements than distinct values: the kernel evaluates each value once and looks the
+    # elements up (lut.py); the range straddles a table start so all three cases occur
+    rng = np.random.default_rng(seed)
+    le_table = rng.integers(-(2**15), 2**15, nm.LUT_ENTRIES).astype(np.int16)
+    lo_table = rng.integers(-(2**15), 2**15, nm.LUT_ENTRIES).astype(np.int16)
+    config = LutConfig(le=le, lo=lo, hybrid_priority=hybrid)
+    centre = rng.choice([le.start, lo.start, le.end, lo.end])
+    x = rng.integers(centre - width, centre + width + 1, 4 * width + 8).astype(np.int32)
+    got = lut_stage(x, config, le_table, lo_table)
+    cfg = reference_config(config)
+    assert got.tolist() == [ref.lut(int(v), le_table, lo_table, cfg) for v in x]
 
 
 def test_entries_are_hit_exactly_and_interpolated_between():
