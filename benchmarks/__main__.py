@@ -38,16 +38,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads < 1:
         parser.error("--threads must be >= 1")
     measure.set_threads(args.threads)
+    known = models.ALL + ["tiny"]
     for name in names:
-        if name not in models.ALL + ["tiny"]:
-            parser.error(f"unknown model {name!r}; choose from {', '.join(models.ALL + ['tiny'])}")
+        if name not in known:
+            parser.error(f"unknown model {name!r}; choose from {', '.join(known)}")
 
     try:
         sizes = [int(n) for n in args.batch_sizes.split(",") if n.strip()]
     except ValueError:
         parser.error(f"--batch-sizes {args.batch_sizes!r}: expected comma-separated integers")
-    if any(n < 1 for n in sizes) or (sizes and args.batch_model not in models.ALL + ["tiny"]):
-        parser.error("--batch-sizes must be >= 1 and --batch-model one of " + ", ".join(models.ALL + ["tiny"]))
+    if any(n < 1 for n in sizes) or (sizes and args.batch_model not in known):
+        parser.error("--batch-sizes must be >= 1 and --batch-model one of " + ", ".join(known))
     if args.quick:
         sizes = []
 

@@ -79,9 +79,9 @@ def prepare(name: str, model, workdir: str, seed: int = 0) -> dict:
     return {"onnx": onnx_path, "x": x_path, "dataset": ds_path, "input_name": model.graph.input[0].name}
 
 
-def compile_int8(paths: dict, out: str) -> float:
+def compile_int8(paths: dict, out: str, extra: tuple[str, ...] = ()) -> float:
     return _timed(npuemu_exe() + ["compile", paths["onnx"], "-t", "rk3588", "--quantize", "--dataset",
-                                  paths["dataset"], "--no-progress", "-o", out])
+                                  paths["dataset"], "--no-progress", *extra, "-o", out])
 
 
 def compile_fp16(paths: dict, out: str) -> float:
@@ -186,8 +186,7 @@ def batch_scaling(name: str, model, workdir: str, sizes: list[int], repeat: int,
         x_path = os.path.join(workdir, f"{name}_x_b{size}.npy")
         np.save(x_path, np.concatenate([x] * size))
         try:
-            _timed(npuemu_exe() + ["compile", paths["onnx"], "-t", "rk3588", "--quantize", "--dataset",
-                                   paths["dataset"], "--no-progress", "--batch-size", str(size), "-o", npu])
+            compile_int8(paths, npu, ("--batch-size", str(size)))
             result = steady(npu, x_path, repeat)
         except RuntimeError as exc:
             log(f"  {name} batch {size}: n/a: {str(exc).splitlines()[-1][:200]}")

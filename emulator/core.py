@@ -175,7 +175,6 @@ class NpuCore:
                           registers=views, conv=states["conv"], dpu=states["dpu"],
                           dpu_rdma=states["dpu_rdma"], ppu=states["ppu"], ppu_rdma=states["ppu_rdma"])
 
-
     def _decode(self, views: dict[str, RegisterView], where: str) -> dict[str, object]:
         # Decoding checks and interprets only the views' values, so equal values give equal
         # states; a task that fails to decode raises and is never cached.

@@ -271,9 +271,9 @@ class TaskDma:
         """``build(read_block(...))``, counted as the same read, but built once per contents:
         the value is kept until a DMA or host write touches ``[address, address + nbytes)``.
         ``build`` must depend on nothing but the bytes and ``key`` (e.g. the weight layout)."""
-        address %= ADDRESS_SPACE
-        region, _ = self.memory._locate_rows(np.array([address], np.int64), nbytes,
-                                             f"{self.where}: {what} read")
+        starts = _addresses([address])
+        address = int(starts[0])
+        region, _ = self.memory._locate_rows(starts, nbytes, f"{self.where}: {what} read")
         self.count(stream, nbytes, region)
         full_key = (address, nbytes, key)
         value = self.memory.derived.get(full_key)

@@ -32,11 +32,6 @@ from npuemu.isa.container_views import tensor_cube
 from npuemu.isa.errors import EmulationError, InputError
 
 
-def _tensor_json(model: ModelFile, name: str) -> dict[str, Any]:
-    for tensor in model.trailer.get("tensors", ()):
-        if tensor["name"] == name:
-            return tensor
-    raise InputError(f"the model file has no tensor named {name!r}")
 
 
 #: element types a tensor may be stored in (the model file's tensor "dtype")
@@ -53,11 +48,13 @@ class Runtime:
         self.inputs = tuple(graph.inputs)
         self.outputs = tuple(graph.outputs)
         self.runs: tuple = ()
+        # trailer records by name, indexed once: host steps look tensors up on every run
+        self._tensors = {tensor["name"]: tensor for tensor in model.trailer.get("tensors", ())}
 
     # --- layout ---------------------------------------------------------------------------
 
     def _geometry(self, name: str) -> tuple[dict[str, Any], tuple[int, int, int], int, int, int]:
-        info = _tensor_json(self.model, name)
+        info = self.tensor_info(name)
         if info.get("layout") != "NC1HWC2" or info.get("dtype") not in STORED_DTYPES:
             raise EmulationError(f"tensor {name!r}: layout {info.get('layout')} / dtype {info.get('dtype')} is not "
                                  "handled by the runtime (expected int8 or float16 NC1HWC2)")
@@ -74,17 +71,20 @@ class Runtime:
 
     def tensor_info(self, name: str) -> dict[str, Any]:
         """The tensor's trailer record (isa/CONTAINER.md 3.3)."""
-        return _tensor_json(self.model, name)
+        info = self._tensors.get(name)
+        if info is None:
+            raise InputError(f"the model file has no tensor named {name!r}")
+        return info
 
     def dtype(self, name: str) -> str:
         """How the tensor is stored: "int8" or "float16"."""
-        return str(_tensor_json(self.model, name).get("dtype"))
+        return str(self.tensor_info(name).get("dtype"))
 
     def write_native(self, name: str, values: np.ndarray) -> None:
         """Store int8 (or float16) [C, H, W] (or [1, C, H, W]) values at the tensor's address in NC1HWC2
         (an ND host tensor: its values row-major, cpu_ops_tensors)."""
-        if is_nd(_tensor_json(self.model, name)):
-            write_nd(self.machine.memory, _tensor_json(self.model, name), values)
+        if is_nd(self.tensor_info(name)):
+            write_nd(self.machine.memory, self.tensor_info(name), values)
             return
         info, shape, c1, c2, surface = self._geometry(name)
         values = np.asarray(values)
@@ -102,8 +102,8 @@ class Runtime:
 
     def read_native(self, name: str) -> np.ndarray:
         """The int8 values of a tensor (its logical shape, e.g. [1, C, H, W]), read from its NC1HWC2 bytes."""
-        if is_nd(_tensor_json(self.model, name)):
-            return read_nd(self.machine.memory, _tensor_json(self.model, name))
+        if is_nd(self.tensor_info(name)):
+            return read_nd(self.machine.memory, self.tensor_info(name))
         info, shape, c1, c2, surface = self._geometry(name)
         channels, height, width = shape
         dtype = STORED_DTYPES[info["dtype"]]
@@ -114,20 +114,20 @@ class Runtime:
     # --- quantization ---------------------------------------------------------------------
 
     def quantization(self, name: str) -> tuple[float, int]:
-        quant = _tensor_json(self.model, name).get("quantization")
+        quant = self.tensor_info(name).get("quantization")
         if quant is None:
             raise EmulationError(f"tensor {name!r} has no quantization in the model file")
         return float(quant["scale"]), int(quant["zero_point"])
 
     def _slices(self, name: str) -> list[str] | None:
         """The per-slice tensor names of a multi-batch input/output (compiler/batch.py), else None."""
-        batch = _tensor_json(self.model, name).get("batch")
+        batch = self.tensor_info(name).get("batch")
         return list(batch["tensors"]) if batch else None
 
     def set_input(self, name: str, values: np.ndarray) -> None:
         if name not in self.inputs:
             raise InputError(f"{name!r} is not an input of the model (inputs: {', '.join(self.inputs)})")
-        if not any(tensor["name"] == name for tensor in self.model.trailer.get("tensors", ())):
+        if name not in self._tensors:
             return  # an input no step reads (e.g. an inference Dropout's ratio): nothing to store
         values = np.asarray(values)
         slices = self._slices(name)
@@ -141,7 +141,7 @@ class Runtime:
         self._store_input(name, values)
 
     def _store_input(self, name: str, values: np.ndarray) -> None:
-        if is_nd(_tensor_json(self.model, name)) and "quantization" not in _tensor_json(self.model, name):
+        if is_nd(self.tensor_info(name)) and "quantization" not in self.tensor_info(name):
             self.write_native(name, values)  # a host tensor of its own element type (int64, bool, float32...)
             return
         if self.dtype(name) == "float16":  # fp16 inputs take real values as they are
@@ -167,7 +167,7 @@ class Runtime:
             return stored
         if stored.dtype == np.float16:
             return stored.astype(np.float32)
-        if "quantization" not in _tensor_json(self.model, name) and is_nd(_tensor_json(self.model, name)):
+        if "quantization" not in self.tensor_info(name) and is_nd(self.tensor_info(name)):
             return stored
         scale, zero_point = self.quantization(name)
         return (scale * (stored.astype(np.float64) - zero_point)).astype(np.float32)

@@ -486,11 +486,10 @@ def _float_stages(state: DpuState, rdma: DpuRdmaState | None, data: np.ndarray, 
     return data
 
 
-
-
 def _write(state: DpuState, atoms: np.ndarray, dma: TaskDma) -> None:
     """WDMA: surfaces of C2 channels, SIZE_E + 1 of them DST_SURF_STRIDE apart per group,
-    groups SURFACE_ADD apart, lines width * 16 bytes apart (REGISTER_SEMANTICS 3.3)."""
+    groups SURFACE_ADD apart, lines width * 16 bytes apart (REGISTER_SEMANTICS 3.3).
+    ``atoms``: the output as NC1HWC2 [C1][H][W][C2] (kernels.nchw_to_nc1hwc2)."""
     surfaces, height, width, _ = atoms.shape
     per_group = state.size_e + 1
     surface = np.arange(surfaces, dtype=np.int64)
