@@ -157,6 +157,10 @@ class Block:
         object.__setattr__(self, "_by_name", {r.name: r for r in self.registers})
         object.__setattr__(self, "_by_offset", {r.offset: r for r in self.registers})
 
+    def has(self, name: str) -> bool:
+        """Whether the block has the register (a partial map, e.g. rk3576, lacks some)."""
+        return name in self._by_name
+
     def register(self, name: str) -> Register:
         try:
             return self._by_name[name]

@@ -87,10 +87,11 @@ class MatmulContext:
             self.shapes.insert(0, (M, K, N))
         for m, k, n in self.shapes:
             check_shape(m, k, n, self.type, self.chip)
-            if len(b_segments(k, self.chip)) > 1 and self.t.c in ("int8", "fp16"):
+            segments = b_segments(k, self.chip)
+            if len(segments) > 1 and self.t.c in ("int8", "fp16"):
                 raise MatmulLimitError(
-                    f"matmul K={k} splits B into {len(b_segments(k, self.chip))} segments on {self.chip} "
-                    f"(K > {b_segments(k, self.chip)[0][1]}); their partial C must be added, which a {self.t.c} C "
+                    f"matmul K={k} splits B into {len(segments)} segments on {self.chip} "
+                    f"(K > {segments[0][1]}); their partial C must be added, which a {self.t.c} C "
                     f"cannot hold: use the ->int32 / ->fp32 type (tools/MATMUL.md)")
         if self.chip in _NOT_RUNNABLE:
             raise MatmulNotLoweredError(f"matmul on {self.chip}: {_NOT_RUNNABLE[self.chip]}")
@@ -270,7 +271,7 @@ class MatmulContext:
 def _read_output(runtime, name: str, M: int, N: int) -> np.ndarray:
     """C (M, N) from the output tensor's NC1HWC2 bytes [1][N/C2][M][1][C2] in emulated memory
     (int8, fp16, or the wide int32 / fp32 a matmul writes; the Runtime reads int8/fp16 only)."""
-    info = next(t for t in runtime.model.trailer["tensors"] if t["name"] == name)
+    info = runtime.tensor_info(name)
     _, c1, height, width, c2 = info["native_shape"]
     dtype = np.dtype(_STORED[info["dtype"]])
     surface = int(info["surface_stride"])

@@ -91,7 +91,7 @@ class RegisterBuilder:
 
     def has(self, block: str, register: str) -> bool:
         """Whether the map has the register (a partial map, e.g. rk3576, lacks some)."""
-        return any(r.name == register for r in self.regmap.block(block).registers)
+        return self.regmap.block(block).has(register)
 
     def _check(self, block: str, register: str, fld, value: int) -> None:
         if fld.minimum <= value <= fld.maximum:

@@ -320,15 +320,7 @@ def _context(layer: ConvLayer, placements: Mapping[str, Placement], platform: Pl
         layer, inp, out, residual,
         constant(placements, layer.weight_tensor, len(constants.weights), layer.name),
         constant(placements, layer.bias_tensor, len(constants.bias), layer.name),
-        constants, conv_stages(layer, constants), per_pass, _surfaces_per_pass(layer, platform))
-
-
-def _surfaces_per_pass(layer: ConvLayer, platform: Platform) -> int:
-    """conv_geometry's rule (kernels per pass x output element bytes / 16) with the written
-    element: an int32 output makes SIZE_E 7, an fp32 one 3 (MTX, rknpu-isa.md 4)."""
-    if not layer.wide_output:
-        return surfaces_per_pass(layer, platform)
-    return max(1, kernels_per_pass(layer, platform) * ELEMENT_BYTES[layer.output_dtype] // 16)
+        constants, conv_stages(layer, constants), per_pass, surfaces_per_pass(layer, platform))
 
 
 def cbuf_request(layer: ConvLayer, inp: TensorPlacement, platform: Platform, weight_bytes: int) -> CbufRequest:

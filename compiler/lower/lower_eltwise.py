@@ -90,11 +90,16 @@ def lower_activation(layer: ActivationLayer, placements: Mapping[str, Placement]
         if placement.packed:
             raise CompileError(f"layer {layer.name}: a LUT activation needs NC1HWC2 tensors, not packed images")
     cube = _written_cube(layer.shape, out, "int8")
-    if not layer.activation.uses_lut:
-        return (DpuTask(layer.name, source.address, source.surface_stride, cube, _plain_activation_stages(layer)),)
-    stages = lut_stages(layer.name, layer.activation, layer.input_quant.scale, layer.output_quant, XStage(),
-                        bn_alu=-layer.input_quant.zero_point)
-    return (DpuTask(layer.name, source.address, source.surface_stride, cube, stages, lut_upload=True),)
+    return (DpuTask(layer.name, source.address, source.surface_stride, cube, activation_stages(layer),
+                    lut_upload=layer.activation.uses_lut),)
+
+
+def activation_stages(layer: ActivationLayer) -> DpuStages:
+    """The DPU stages of a standalone activation: a LUT, or plain ReLU/Clip/LeakyRelu."""
+    if layer.activation.uses_lut:
+        return lut_stages(layer.name, layer.activation, layer.input_quant.scale, layer.output_quant, XStage(),
+                          bn_alu=-layer.input_quant.zero_point)
+    return _plain_activation_stages(layer)
 
 
 def _plain_activation_stages(layer: ActivationLayer) -> DpuStages:

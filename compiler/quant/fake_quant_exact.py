@@ -295,7 +295,9 @@ class _Evaluator:
             x = self.values[layer.input].reshape(layer.input_shape)[layer.start:layer.start + layer.size]
             result = dpu_pipeline(x, concat_stages(layer.input_quant, layer.output_quant, layer.name))
         elif isinstance(layer, ActivationLayer):
-            result = dpu_pipeline(self.values[layer.input].reshape(layer.shape), _activation_stages(layer))
+            from npuemu.compiler.lower.lower_eltwise import activation_stages
+
+            result = dpu_pipeline(self.values[layer.input].reshape(layer.shape), activation_stages(layer))
         elif isinstance(layer, PoolLayer):
             result = _pool(self.values[layer.input].reshape(layer.input_shape), layer)
         else:  # pragma: no cover - layer_from_node knows these kinds
@@ -321,15 +323,6 @@ class _Evaluator:
         return dpu_pipeline(v, stages, alu=0, mul=mul, operand=residual)
 
 
-def _activation_stages(layer):
-    from npuemu.compiler.lower.lower_conv import lut_stages
-    from npuemu.compiler.lower.descriptions import XStage
-    from npuemu.compiler.lower import lower_eltwise
-
-    if layer.activation.uses_lut:
-        return lut_stages(layer.name, layer.activation, layer.input_quant.scale, layer.output_quant, XStage(),
-                          bn_alu=-layer.input_quant.zero_point)
-    return lower_eltwise._plain_activation_stages(layer)
 
 
 def _pool(x: np.ndarray, layer) -> np.ndarray:
