@@ -117,9 +117,10 @@ class _Relocation:
         if self.sram[0] <= value < self.sram[1]:
             return value + context * self.sram_stride
         if self.io_area[0] <= value < self.io_area[1]:
-            for old, size, new in self.slots:
-                if old <= value < old + size:
-                    return new + index * size + (value - old)
+            found = self.slot(value)
+            if found is not None:
+                size, new = found
+                return new + index * size
             raise CompileError(f"--batch-size: address {value:#x} lies in the I/O area but in no I/O tensor")
         return value  # weights and constants: shared by every slice
 
@@ -180,9 +181,9 @@ def _slice_tensors(trailer: dict, relocation: _Relocation, batch: int) -> list[d
     return tensors + copies
 
 
-def _cpu_names(trailer: dict, relocation: _Relocation, index: int) -> Callable[[str], str]:
-    """Tensor name -> the name slice ``index``'s host step uses (its own copy, see _slice_tensors)."""
-    kinds = {t["name"]: _kind(t, relocation) for t in trailer["tensors"]}
+def _cpu_names(kinds: dict[str, str], index: int) -> Callable[[str], str]:
+    """Tensor name -> the name slice ``index``'s host step uses (its own copy, see _slice_tensors);
+    ``kinds``: each tensor's _kind."""
 
     def name(tensor: str) -> str:
         kind = kinds.get(tensor, "shared")
@@ -206,21 +207,23 @@ def batch_model(model: ModelFile, spec, batch: int) -> ModelFile:
     new_steps: dict[tuple[int, int], int] = {}  # (old step, slice) -> new step
     group = max([s.get("group", -1) for s in trailer["schedule"]] + [-1]) + 1
     regcmd_name = None
+    kinds = {t["name"]: _kind(t, relocation) for t in trailer["tensors"]}
     for old, step in enumerate(trailer["schedule"]):
+        if step["kind"] != "cpu":  # one decode per chain; _relocated_chain copies the tasks per slice
+            section = sections[step["chain"]["section"]]
+            regcmd_name = section.name
+            decoded = decode_chain(section.data, regmap, section.load_address,
+                                   section.load_address + step["chain"]["offset"],
+                                   step["chain"]["first_amount"], scale)
         for wave in range(0, batch, contexts):
             members = range(wave, min(wave + contexts, batch))
             for index in members:
                 new_steps[(old, index)] = len(schedule)
                 if step["kind"] == "cpu":
-                    rename = _cpu_names(trailer, relocation, index)
+                    rename = _cpu_names(kinds, index)
                     schedule.append(step | {"inputs": [rename(n) for n in step["inputs"]],
                                             "outputs": [rename(n) for n in step["outputs"]]})
                     continue
-                section = sections[step["chain"]["section"]]
-                regcmd_name = section.name
-                decoded = decode_chain(section.data, regmap, section.load_address,
-                                       section.load_address + step["chain"]["offset"],
-                                       step["chain"]["first_amount"], scale)
                 offset = len(encoded_data)
                 encoded = encode_chain(_relocated_chain(decoded.chain, relocation, index), regmap,
                                        base_addr=regcmd_base + offset, scale=scale)

@@ -26,12 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from npuemu.compiler.ir import Graph, Node
+from npuemu.isa.container_trailer import ND_DTYPES, ND_LAYOUT  # the trailer schema's layout and element types
 from npuemu.isa.errors import CompileError, UnsupportedOpError
 
-ND_LAYOUT = "ND"
-#: element types of ND tensors (isa/container_trailer.py ND_DTYPES)
-ND_DTYPES = frozenset({"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
-                       "float16", "float32", "float64", "bfloat16", "int4", "uint4"})
 
 #: ops a CPU schedule step may name (the runtime's host-side operators, emulator/cpu_ops*.py)
 CPU_OPS = frozenset({

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import numpy as np
 
 from npuemu.emulator.cpu_ops_conv import CONV_OPS
-from npuemu.emulator.cpu_ops_math import MATH_OPS
+from npuemu.emulator.cpu_ops_math import MATH_OPS, binary, unary
 from npuemu.emulator.cpu_ops_move import MOVE_OPS
 from npuemu.emulator.cpu_ops_resize import resize
 from npuemu.emulator.cpu_ops_tensors import ND_LAYOUT
@@ -177,20 +177,8 @@ def _gemm(inputs: list, params: dict) -> list[np.ndarray]:
     return [out]
 
 
-def _unary(function):
-    def run(inputs: list, params: dict) -> list[np.ndarray]:
-        return [function(inputs[0])]
-    return run
-
-
 def _erf(x: np.ndarray) -> np.ndarray:
     return np.vectorize(math.erf, otypes=[np.float64])(x)
-
-
-def _binary(function):
-    def run(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
-        return [function(inputs[0], inputs[1])]  # numpy broadcasting, as ONNX multidirectional
-    return run
 
 
 #: op name -> function(list of float inputs, params) -> list of float outputs
@@ -201,10 +189,10 @@ OPS: dict[str, Callable[[list[np.ndarray], dict], list[np.ndarray]]] = {
     "Tanh": _tanh, "HardSigmoid": _hard_sigmoid, "HardSwish": _hard_swish,
     "Elu": _elu, "Gelu": _gelu, "Softplus": _softplus, "Silu": _silu,
     "DataConvert": _identity,  # int8 <-> float16 storage: dequantize, store in the output's type
-    "LayerNormalization": _layer_norm, "Gemm": _gemm, "MatMul": _binary(np.matmul),
-    "Pow": _binary(np.power), "Sqrt": _unary(np.sqrt), "Exp": _unary(np.exp),
-    "Erf": _unary(_erf), "ReduceSum": _reduce(np.sum), "ReduceMin": _reduce(np.min, _highest),
-    "Add": _binary(np.add), "Sub": _binary(np.subtract), "Mul": _binary(np.multiply),
+    "LayerNormalization": _layer_norm, "Gemm": _gemm, "MatMul": binary(np.matmul),
+    "Pow": binary(np.power), "Sqrt": unary(np.sqrt), "Exp": unary(np.exp),
+    "Erf": unary(_erf), "ReduceSum": _reduce(np.sum), "ReduceMin": _reduce(np.min, _highest),
+    "Add": binary(np.add), "Sub": binary(np.subtract), "Mul": binary(np.multiply),
     "ReduceMean": _reduce(np.mean), "ReduceMax": _reduce(np.max, _lowest), "ReduceProd": _reduce(np.prod),
     "ArgMax": _argmax, "Dropout": _dropout, "Constant": _identity, "Identity": _identity, **MATH_OPS, **MOVE_OPS, **CONV_OPS,
 }

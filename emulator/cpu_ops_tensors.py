@@ -9,9 +9,8 @@ from typing import Any
 import ml_dtypes  # noqa: F401 - registers bfloat16, int4 and uint4 with numpy (ND host tensors)
 import numpy as np
 
+from npuemu.isa.container_trailer import ND_LAYOUT
 from npuemu.isa.errors import EmulationError, InputError
-
-ND_LAYOUT = "ND"
 
 
 def is_nd(info: dict[str, Any]) -> bool:

@@ -32,8 +32,6 @@ from npuemu.isa.container_views import tensor_cube
 from npuemu.isa.errors import EmulationError, InputError
 
 
-
-
 #: element types a tensor may be stored in (the model file's tensor "dtype")
 STORED_DTYPES = {"int8": np.dtype(np.int8), "float16": np.dtype(np.float16)}
 
