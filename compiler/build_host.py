@@ -33,7 +33,7 @@ from npuemu.isa.errors import CompileError, UnsupportedOpError
 #: ops a CPU schedule step may name (the runtime's host-side operators, emulator/cpu_ops*.py)
 CPU_OPS = frozenset({
     "Softmax", "Sigmoid", "Relu", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "DepthToSpace",
-    "DataConvert", "Elu", "Gelu", "Softplus", "Silu", "LayerNormalization", "MatMul", "Gemm", "Div", "Pow",
+    "DataConvert", "Elu", "Gelu", "Softplus", "Silu", "Glu", "LayerNormalization", "MatMul", "Gemm", "Div", "Pow",
     "Sqrt", "Exp", "Erf", "ReduceSum", "ReduceMin", "Resize", "Concat", "ReduceMean", "ReduceMax", "ArgMax",
     "HardSigmoid", "HardSwish", "Tanh", "Add", "Sub", "Mul", "Max", "Min",
     # host math, comparison and logic (emulator/cpu_ops_math.py)

@@ -155,6 +155,12 @@ def _silu(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
     return [inputs[0] / (1.0 + np.exp(-inputs[0]))]
 
 
+def _glu(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
+    """GLU (compiler/passes/composite_ops.py): halves ``a, b`` of X along ``axis``; ``a * sigmoid(b)``."""
+    a, b = np.split(inputs[0], 2, axis=int(params.get("axis", -1)))
+    return [a / (1.0 + np.exp(-b))]
+
+
 def _layer_norm(inputs: list, params: dict) -> list[np.ndarray]:
     """Y, and the Mean and InvStdDev outputs (over the axes from ``axis`` on)."""
     x, scale = inputs[0], inputs[1]
@@ -187,7 +193,7 @@ OPS: dict[str, Callable[[list[np.ndarray], dict], list[np.ndarray]]] = {
     "Reshape": _identity, "Flatten": _identity, "Squeeze": _identity, "Unsqueeze": _identity,
     "Transpose": _transpose, "Concat": _concat, "Resize": resize, "DepthToSpace": _depth_to_space,
     "Tanh": _tanh, "HardSigmoid": _hard_sigmoid, "HardSwish": _hard_swish,
-    "Elu": _elu, "Gelu": _gelu, "Softplus": _softplus, "Silu": _silu,
+    "Elu": _elu, "Gelu": _gelu, "Softplus": _softplus, "Silu": _silu, "Glu": _glu,
     "DataConvert": _identity,  # int8 <-> float16 storage: dequantize, store in the output's type
     "LayerNormalization": _layer_norm, "Gemm": _gemm, "MatMul": binary(np.matmul),
     "Pow": binary(np.power), "Sqrt": unary(np.sqrt), "Exp": unary(np.exp),

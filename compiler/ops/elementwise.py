@@ -74,7 +74,7 @@ def _bool_infer(attrs: dict[str, Any], inputs: list[TensorInfo]) -> list[TensorI
 
 
 _UNARY = {"Neg": np.negative, "Abs": np.abs, "Floor": np.floor, "Ceil": np.ceil, "Not": np.logical_not,
-          "Reciprocal": np.reciprocal, "Log": np.log, "Round": np.round}
+          "Reciprocal": np.reciprocal, "Log": np.log, "Round": np.round, "Sign": np.sign}
 _COMPARE = {"Equal": np.equal, "Less": np.less, "Greater": np.greater, "LessOrEqual": np.less_equal,
             "GreaterOrEqual": np.greater_equal, "And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor}
 

@@ -1,7 +1,8 @@
-"""Ops that only rearrange data: Reshape, Flatten, Squeeze, Unsqueeze, Transpose.
+"""Ops that only rearrange data: Reshape, Flatten, Squeeze, Unsqueeze, Transpose, DepthToSpace.
 
 Canonical attributes: Reshape ``shape`` (resolved: no 0 or -1 left), Flatten ``axis``,
-Squeeze/Unsqueeze ``axes`` (non-negative, sorted), Transpose ``perm``.
+Squeeze/Unsqueeze ``axes`` (non-negative, sorted), Transpose ``perm``, DepthToSpace
+``blocksize`` and ``mode`` (DCR or CRD).
 """
 
 from __future__ import annotations
@@ -137,3 +138,35 @@ def _identity_perm(attrs: dict[str, Any], inputs: list[TensorInfo], outputs: lis
 @register("Transpose", infer=_infer_transpose, canonicalize=_canonical_transpose, is_noop=_identity_perm)
 def transpose(attrs: dict[str, Any], x: list[np.ndarray]) -> np.ndarray:
     return np.transpose(x[0], attrs["perm"])
+
+
+def _canonical_depth_to_space(view: NodeView) -> Canonical:
+    block, mode = int(view.attr("blocksize", 0)), view.attr("mode", "DCR")
+    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    if view.rank(0) != 4:
+        raise view.fail(f"DepthToSpace needs a 4-D input, not rank {view.rank(0)}")
+    if block < 1 or view.info(0).shape[1] % (block * block):
+        raise view.fail(f"blocksize {block}: {view.info(0).shape[1]} channels are not a multiple of blocksize^2")
+    if mode not in ("DCR", "CRD"):
+        raise view.fail(f"mode {mode!r} is neither DCR nor CRD")
+    return Canonical({"blocksize": block, "mode": mode}, [view.input_names[0]])
+
+
+def _infer_depth_to_space(attrs: dict[str, Any], inputs: list[TensorInfo]) -> list[TensorInfo]:
+    n, c, h, w = inputs[0].shape
+    block = attrs["blocksize"]
+    return [TensorInfo.of([n, c // (block * block), h * block, w * block], inputs[0].dtype)]
+
+
+@register("DepthToSpace", infer=_infer_depth_to_space, canonicalize=_canonical_depth_to_space)
+def depth_to_space(attrs: dict[str, Any], x: list[np.ndarray]) -> np.ndarray:
+    """Output pixel (y*b + i, x*b + j) of channel d takes input channel (i*b + j)*D + d (DCR) or
+    d*b*b + i*b + j (CRD), D the output depth."""
+    n, c, h, w = x[0].shape
+    b = attrs["blocksize"]
+    depth = c // (b * b)
+    if attrs["mode"] == "CRD":
+        blocks = x[0].reshape(n, depth, b, b, h, w)  # [n][d][i][j][y][x]
+        return blocks.transpose(0, 1, 4, 2, 5, 3).reshape(n, depth, h * b, w * b)
+    blocks = x[0].reshape(n, b, b, depth, h, w)  # [n][i][j][d][y][x]
+    return blocks.transpose(0, 3, 4, 1, 5, 2).reshape(n, depth, h * b, w * b)

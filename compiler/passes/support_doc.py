@@ -10,6 +10,9 @@ import sys
 
 from npuemu.platforms import list_platforms, load_platform
 
+from npuemu.compiler.build_host import CONSTANT, CPU_OPS
+from npuemu.compiler.ops import supported_ops
+
 from .context import PassContext
 from .fusion_rules import LUT_EXTRAS
 from .hw_limits import npu_limits
@@ -85,6 +88,26 @@ def _npu_ops() -> list[str]:
     return lines
 
 
+def _host_ops() -> list[str]:
+    """The ops a model file can run as host steps (build_host.CPU_OPS, emulator/cpu_ops*.py)."""
+    internal = {CONSTANT: "a graph output the import folded to a constant",
+                "DataConvert": "int8 <-> float16 storage at the boundaries of hybrid builds"}
+    npu = {op for entry in NPU_OPS for op in entry.ops}
+    fold_only = sorted(set(supported_ops(include_fold_only=True)) - set(supported_ops()))
+    public = sorted(CPU_OPS - set(internal))
+    lines = ["## Host steps", "",
+             "Layers the partition sends to the CPU run as host steps between NPU chains, on the tensors in "
+             "the emulated memory (any rank; element types as `tools/CONFORMANCE.md` lists). Ops with a "
+             "host-side implementation:", "",
+             ", ".join(f"`{op}`" for op in public), "",
+             "Of these, " + ", ".join(f"`{op}`" for op in public if op in npu)
+             + " also have NPU lowerings and run on the host when an NPU rule above fails.", "",
+             "Build-internal host steps: " + "; ".join(f"`{op}` ({why})" for op, why in internal.items()) + ".", "",
+             "Accepted only when the import folds them to constants: "
+             + ", ".join(f"`{op}`" for op in fold_only) + ".", ""]
+    return lines
+
+
 def _limits_table() -> list[str]:
     rows = [npu_limits(load_platform(chip)) for chip in list_platforms()]
     keys = [key for key in rows[0].as_dict() if key not in ("chip", "source")]
@@ -98,7 +121,7 @@ def _limits_table() -> list[str]:
 
 def support_markdown() -> str:
     parts = [_HEADER, "\n".join(_levels()), _FUSION_NOTES.format(extras=", ".join(LUT_EXTRAS)),
-             "\n".join(_npu_ops()), "\n".join(_limits_table())]
+             "\n".join(_npu_ops()), "\n".join(_host_ops()), "\n".join(_limits_table())]
     return "\n".join(parts)
 
 

@@ -46,8 +46,20 @@ def conv_transpose_conv():
     return net.model([1, 3, 6, 10], "y"), (1, 3, 6, 10)
 
 
+def conv_glu_conv():
+    """conv (NPU) -> Split+Sigmoid+Mul, fused into one Glu (CPU) -> conv (NPU)."""
+    net = Net(6)
+    net.conv("c1", "x", "a", 3, 16)
+    net.inits.append(numpy_helper.from_array(np.array([8, 8], np.int64), "halves"))
+    net.node("Split", ["a", "halves"], ["a0", "a1"], "split", axis=1)
+    net.node("Sigmoid", ["a1"], ["s"], "gate")
+    net.node("Mul", ["a0", "s"], ["g"], "glu")
+    net.conv("c2", "g", "y", 8, 8)
+    return net.model([1, 3, 6, 6], "y"), (1, 3, 6, 6)
+
+
 CASES = {"classifier_softmax": classifier_softmax, "conv_resize_conv": conv_resize_conv,
-         "conv_transpose_conv": conv_transpose_conv}
+         "conv_transpose_conv": conv_transpose_conv, "conv_glu_conv": conv_glu_conv}
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -55,6 +67,8 @@ def test_cpu_step_models_match_fake_quant_and_float(case, tmp_path) -> None:
     model, shape = CASES[case]()
     within, cos, stored, graph = compare(model, shape, tmp_path / f"{case}.npu")
     assert any(node.target == "CPU" for node in graph.nodes), f"{case}: nothing was partitioned to the CPU"
+    if case == "conv_glu_conv":  # the fusion happened, and its layer runs as one host step
+        assert [node.op_type for node in graph.nodes if node.target == "CPU"] == ["Glu"]
     assert stored.shape == tuple(graph.tensor(graph.outputs[0]).shape)
     assert within >= 0.99, f"{case}: only {within:.4f} of the elements within 1 LSB of fake-quant"
     assert cos >= 0.99, f"{case}: cosine {cos:.5f} against onnxruntime float"
@@ -121,6 +135,8 @@ def test_cpu_op_functions_against_numpy() -> None:
     assert np.allclose(cpu_ops.OPS["ReduceMean"]([x], {"axes": [2, 3], "keepdims": 1})[0], x.mean((2, 3), keepdims=True))
     assert np.allclose(cpu_ops.OPS["ReduceMax"]([x], {"axes": [1], "keepdims": 0})[0], x.max(1))
     assert np.array_equal(cpu_ops.OPS["ArgMax"]([x], {"axis": 1, "keepdims": 1})[0], x.argmax(1)[:, None])
+    y = rng.normal(size=(1, 4, 3, 6))
+    assert np.allclose(cpu_ops.OPS["Glu"]([y], {"axis": 3})[0], y[..., :3] / (1 + np.exp(-y[..., 3:])))
     up = cpu_ops.OPS["Resize"]([x], {"mode": "nearest", "scales": [1, 1, 2, 2]})[0]
     assert np.array_equal(up, x.repeat(2, axis=2).repeat(2, axis=3))
     up = cpu_ops.OPS["Resize"]([x], {"mode": "nearest", "scales": [1, 1, 2, 2],
