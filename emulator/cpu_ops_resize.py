@@ -22,9 +22,12 @@ _F = np.float32
 
 
 def _half_pixel_symmetric(x, in_size: int, out_size: int, scale):
-    """half_pixel centred on the implicit ROI (evaluated in float64, as onnxruntime does)."""
-    adjustment = float(_F(out_size) / (scale * _F(in_size)))
-    return (in_size / 2.0 * (1.0 - adjustment) + (x.astype(np.float64) + 0.5) / float(scale) - 0.5).astype(_F)
+    """half_pixel centred on the implicit ROI, with onnxruntime's mixed precision: the offset in
+    float32, ``(x + 0.5) / scale - 0.5`` in float64 (double literals), the sum rounded to float32.
+    Pure float32 or pure float64 pick a different nearest pixel on some sizes (tests/emulator)."""
+    adjustment = _F(out_size) / (_F(scale) * _F(in_size))
+    offset = _F(in_size) / _F(2) * (_F(1) - adjustment)
+    return (np.float64(offset) + (x.astype(_F).astype(np.float64) + 0.5) / np.float64(_F(scale)) - 0.5).astype(_F)
 
 
 #: output index -> input coordinate, per coordinate_transformation_mode (x, in, out, scale: float32);
@@ -60,8 +63,8 @@ def _nearest(coordinates: np.ndarray, rounding: str, scale: float) -> np.ndarray
     floor = np.floor(coordinates)
     if rounding == "round_prefer_floor":
         return np.where(coordinates - floor > 0.5, floor + 1, floor)
-    if rounding == "round_prefer_ceil":
-        return np.where(coordinates - floor >= 0.5, floor + 1, floor)
+    if rounding == "round_prefer_ceil":  # onnxruntime: floor(x + 0.5f), the sum rounded to float32
+        return np.floor(coordinates.astype(_F) + _F(0.5))
     if rounding == "floor":
         return floor
     if rounding == "ceil":

@@ -240,6 +240,24 @@ def test_layer_normalization_statistics_outputs():
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("transform", ["half_pixel", "half_pixel_symmetric", "asymmetric"])
+def test_resize_nearest_picks_onnxruntimes_pixel_on_rounding_ties(transform):
+    """Coordinates that land within float32 rounding of .5 or of an integer (e.g. 2 -> 1 pixel at
+    scale 0.75 in half_pixel_symmetric): the pixel follows onnxruntime's float32/float64 mix."""
+    for size in range(1, 7):
+        x = np.arange(size, dtype=np.float32).reshape(1, 1, 1, size)
+        for scale in (0.3, 0.5, 0.6, 0.75, 1.3, 1.7, 2.5):
+            out = int(np.float32(scale) * np.float32(size))
+            if out == 0:
+                continue
+            for rounding in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"):
+                attrs = {"mode": "nearest", "coordinate_transformation_mode": transform, "nearest_mode": rounding}
+                want = reference("Resize", {"x": x, "roi": np.zeros(0, np.float32),
+                                            "scales": np.array([1, 1, 1, scale], np.float32)}, attrs)[0]
+                got = run("Resize", [x], attrs | {"scales": [1.0, 1.0, 1.0, scale], "sizes": [1, 1, 1, out]})[0]
+                assert np.array_equal(got, want), f"{size} x{scale} {rounding}: {got.ravel()} != {want.ravel()}"
+
+
 def test_resize_refuses_what_it_does_not_implement():
     x = _array(0, [1, 1, 2, 2])
     with pytest.raises(EmulationError, match="area"):
