@@ -38,7 +38,10 @@ from npuemu.compiler.ir import Graph, Tensor
 from npuemu.compiler.lower import (
     ConcatLayer, ConvLayer, EltwiseLayer, feature_bytes, feature_placement, layer_constants, lower_layer, output_align,
 )
-from npuemu.compiler.memory_plan import lifetimes_from_steps, plan_memory, plan_sram, regcmd_bytes
+from npuemu.compiler.lower.driver import copy_views
+from npuemu.compiler.memory_plan import (
+    TensorView, fold_views, lifetimes_from_steps, plan_memory, plan_sram, regcmd_bytes, view_roots,
+)
 from npuemu.isa.chain import encode_chain
 from npuemu.isa.container import MemoryRegion, ModelFile, Section, SectionKind
 from npuemu.isa.errors import CompileError
@@ -58,6 +61,22 @@ def _reads(layer) -> tuple[str, ...]:
     if isinstance(layer, (EltwiseLayer, ConcatLayer)):
         return tuple(layer.inputs)
     return (layer.input,)
+
+
+def _packed_inputs(inputs, work, shapes, dtypes) -> set[str]:
+    """Graph inputs stored as a packed image (C2 = C, 1 to 4 int8 channels, the vendor's
+    first-layer format, rknpu-isa.md 4): those read only as the feature input of int8 direct
+    convolutions, which fetch them in ARGB mode (lower_conv.packed_image). Any other reader
+    (depthwise, element-wise, pooling, a host step, a residual) keeps NC1HWC2."""
+    packed = set()
+    for name in inputs:
+        if name not in shapes or dtypes[name] != "int8" or not 1 <= shapes[name][0] <= 4:
+            continue
+        readers = [record for record in work if name in _reads(record)]
+        if readers and all(isinstance(r, ConvLayer) and r.input == name and not r.depthwise and r.dtype == "int8"
+                           and (r.residual is None or r.residual.tensor != name) for r in readers):
+            packed.add(name)
+    return packed
 
 
 def _shapes(layer) -> dict[str, tuple[int, int, int]]:
@@ -110,16 +129,15 @@ def _memory_map(plan, sram_plan) -> dict:
 def _host_step(graph: Graph, node, spec) -> bool:
     """NPU-partitioned nodes the build runs as CPU steps: int8 <-> float16 conversions
     (DataConvert), element-wise ops with a constant operand, channel Concats whose slices do
-    not start on C2 surfaces, and float16 Concats, LUT activations and standalone
-    ReLU/Clip/LeakyRelu (the fp16 DPU path has no LUT; fp16 Concat and standalone activations
-    are not lowered)."""
+    not start on C2 surfaces, and float16 LUT activations and standalone ReLU/Clip/LeakyRelu
+    (the fp16 DPU path has no LUT; fp16 standalone activations are not lowered)."""
     if node.op_type == "DataConvert":
         return True
     if node.op_type in ELTWISE_OPS and any(graph.tensor(name).is_const for name in node.inputs[:2]):
         return True  # a constant operand that no fusion folded: not lowered (layer_from_node)
     half = stored_dtype(graph, node.outputs[0]) == "float16"
     if node.op_type == "Concat":
-        return half or not concat_fits_surfaces(graph, node, spec.nc1hwc2.int8)
+        return not concat_fits_surfaces(graph, node, spec)
     return half and (node.op_type in ONNX_LUT_KINDS or node.op_type in ("Relu", "Clip", "LeakyRelu"))
 
 
@@ -136,15 +154,21 @@ def _broadcasting_eltwise(graph: Graph, node) -> bool:
 
 def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
                 options: Mapping[str, Any] | None = None, cores: Sequence[int] = (0,),
-                sram: bool = False, batch: int = 1) -> ModelFile:
+                sram: bool = False, batch: int = 1, elide_copies: bool = True,
+                pack_inputs: bool = True) -> ModelFile:
     """The model file of ``graph`` (after ``passes.optimize`` and quantization); convolutions are
     split across ``cores`` (physical core indices, lower/multicore.py) where worth it; with
     ``sram`` internal tensors go to the chip's SRAM as far as it goes (memory_plan.plan_sram);
-    ``batch`` > 1 builds that many slices from the single-batch build (compiler/batch.py)."""
+    ``batch`` > 1 builds that many slices from the single-batch build (compiler/batch.py);
+    ``elide_copies`` stores Concat inputs and Split outputs inside their neighbour where the
+    layout allows (no task, LOWERING.md 10.1; False keeps every DPU copy); ``pack_inputs``
+    stores a 1-4 channel int8 graph input read only by direct convs as a packed image (C2 = C,
+    the vendor's first-layer format; False keeps NC1HWC2)."""
     spec = load_platform(platform) if isinstance(platform, str) else platform
     if batch != 1:
         from npuemu.compiler.batch import build_batched
-        return build_batched(build_model, graph, spec, batch, sram=sram, name=name, options=options, cores=cores)
+        return build_batched(build_model, graph, spec, batch, sram=sram, name=name, options=options, cores=cores,
+                             elide_copies=elide_copies, pack_inputs=pack_inputs)
     cores = tuple(int(c) for c in cores)
     if not cores or len(set(cores)) != len(cores) or any(not 0 <= c < spec.cores.count for c in cores):
         raise CompileError(f"cores {list(cores)}: {spec.name} has {spec.cores.count} core(s), numbered "
@@ -164,13 +188,13 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
         if transposed is not None:
             if not copied:  # new tensors go into a copy, never into the caller's graph
                 graph, copied = copy.deepcopy(graph), True
-            tensors, conv, move = transposed
+            tensors, conv, moves = transposed
             for tensor in tensors:
                 graph.add_tensor(tensor)
             split = _lut_split(graph, conv)  # an fp16 sigmoid head goes to the host too
             if split is not None:
                 graph.add_tensor(split[1])
-            nodes += [*(split[0] if split else [conv]), move]
+            nodes += [*(split[0] if split else [conv]), *moves]
             continue
         split = _lut_split(graph, node)
         if split is None:
@@ -226,13 +250,25 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
             have = aligns.get(layer.residual.tensor, 1)
             aligns[layer.residual.tensor] = max(wanted, have)
     dtypes = {n: stored_dtype(graph, n) for n in shapes}
-    sizes = {n: feature_bytes(s, dtypes[n], spec, channel_align=aligns.get(n, 1)) for n, s in shapes.items()}
+    packed = _packed_inputs(graph.inputs, work, shapes, dtypes) if pack_inputs else set()
+    sizes = {n: feature_bytes(s, dtypes[n], spec, channel_align=aligns.get(n, 1), packed=n in packed)
+             for n, s in shapes.items()}
     sizes |= {n: record["size"] for n, record in host.items()}
     steps = [(_reads(layer), (layer.output,)) for layer in work]
     for output in graph.outputs:
         if output not in produced:
             raise CompileError(f"graph output {output!r} is not produced by a layer")
     lifetimes = lifetimes_from_steps(steps, sizes, graph.inputs, [aliases.get(o, o) for o in graph.outputs])
+    views, elided = {}, set()  # no-copy Concat/Split: tensor -> (tensor holding it, byte offset)
+    if elide_copies:
+        internal = {t.name for t in lifetimes if t.kind == "internal"}
+        views, skipped = copy_views(layers, shapes, dtypes, aligns, internal, spec)
+        elided = {id(layer) for layer in skipped}
+        layers = [layer for layer in layers if id(layer) not in elided]
+        work = [record for record in work if id(record) not in elided]
+    tensor_views = [TensorView(n, parent, offset, sizes[n]) for n, (parent, offset) in views.items()]
+    lifetimes = fold_views(lifetimes, tensor_views)  # a root lives and extends over its views
+    roots = view_roots(tensor_views)
     constant_sizes = {n: len(blob) for n, blob in constants.items()}
     sram_plan = None
     if sram:
@@ -241,13 +277,18 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
         sram_plan = plan_sram(lifetimes, spec.sram.size_bytes, spec.sram.granule_bytes)
         lifetimes = [t for t in lifetimes if t.name not in sram_plan.addresses]
 
+    def feature(plan, n):
+        """A feature map's placement: its own allocation, or (a view) inside its root's, in DDR or SRAM."""
+        root, offset = roots.get(n, (n, 0))
+        in_sram = sram_plan is not None and root in sram_plan.addresses
+        if not in_sram and n not in roots:
+            return plan.feature(n, shapes[n], dtypes[n], spec, channel_align=aligns.get(n, 1), packed=n in packed)
+        base = sram_plan.addresses[root] if in_sram else plan.address(root)
+        return feature_placement(n, base + offset, shapes[n], dtypes[n], spec, channel_align=aligns.get(n, 1))
+
     def lower_all(plan):
         placements = {n: plan.constant(n) for n in constants}
-        placements |= {n: (feature_placement(n, sram_plan.addresses[n], shapes[n], dtypes[n], spec,
-                                             channel_align=aligns.get(n, 1))
-                           if sram_plan is not None and n in sram_plan.addresses
-                           else plan.feature(n, shapes[n], dtypes[n], spec, channel_align=aligns.get(n, 1)))
-                       for n in shapes}
+        placements |= {n: feature(plan, n) for n in shapes}
         lowered = [lower_layer(layer, placements, spec, regmap, op_idx=i, cores=len(cores))
                    for i, layer in enumerate(layers)]
         return placements, lowered
@@ -346,11 +387,14 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
             "name": tensor, "shape": shape, "dtype": dtypes[storage], "layout": "NC1HWC2",
             "native_shape": list(placement.native_shape), "c2": placement.c2,
             "surface_stride": placement.surface_stride,
-            "region": "sram" if sram_plan is not None and storage in sram_plan.addresses else plan.region,
+            "region": "sram" if sram_plan is not None and roots.get(storage, (storage,))[0] in sram_plan.addresses
+            else plan.region,
             "address": placement.address, "size": placement.size,
         }
         if dtypes[storage] == "int8":
             record["quantization"] = {"scale": float(quant.scale), "zero_point": int(quant.zero_point)}
+        if storage in roots:  # stored inside another tensor: a no-copy Concat input or Split output
+            record["view_of"] = roots[storage][0]
         tensors.append(record)
     for tensor, record in host.items():
         in_sram = sram_plan is not None and tensor in sram_plan.addresses
@@ -361,9 +405,10 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
         entry = {"id": index, "name": node.layer_name, "op_type": node.display_op.replace("+", ""),
                  "fused": [node.name, *(part.source for part in node.fused if part.source)],
                  "target": "CPU" if isinstance(record, CpuOp) else "NPU"}
-        if isinstance(record, (Alias, CpuOp)):  # a view (no bytes moved) or a host step: no task
-            graph_layers.append(entry | {"inputs": list(_reads(record)) if isinstance(record, CpuOp)
-                                         else [record.input], "outputs": [record.output], "tasks": []})
+        if isinstance(record, (Alias, CpuOp)) or id(record) in elided:  # a view (no bytes moved) or a host step
+            graph_layers.append(entry | {"inputs": list(_reads(record)) if not isinstance(record, Alias)
+                                         else [record.input], "outputs": [record.output], "tasks": []}
+                                | ({"no_copy": True} if id(record) in elided else {}))
             continue
         graph_layers.append(entry | {"inputs": list(_reads(record)), "outputs": [record.output],
                                      "tasks": ranges[npu_index]})

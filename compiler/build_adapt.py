@@ -16,6 +16,7 @@ from npuemu.compiler.build_host import (  # noqa: F401 (names build.py imports f
     CpuOp, constant_outputs, cpu_from_node, host_tensors, split_outputs,
 )
 from npuemu.compiler.ir import FusedOp, Graph, Node, QuantParams, Tensor
+from npuemu.compiler.deconv_phases import phase_conv, phase_weights
 from npuemu.compiler.passes.constraints import as_cube
 from npuemu.compiler.lower import Activation, ActivationLayer, ConcatLayer, ConvLayer, SliceLayer, EltwiseLayer, PoolLayer, Quant, Residual
 from npuemu.compiler.lower.lut import ONNX_LUT_KINDS
@@ -269,14 +270,24 @@ def _concat(graph: Graph, node: Node) -> ConcatLayer:
     inputs = tuple(node.inputs)
     if any(graph.tensor(name).is_const for name in inputs):
         raise _fail(node, "a concat with a constant input is not lowered")
-    return ConcatLayer(node.layer_name, inputs, node.outputs[0], tuple(chw(graph, name, node) for name in inputs),
+    shapes = tuple(chw(graph, name, node) for name in inputs)
+    dtype = stored_dtype(graph, node.outputs[0])
+    if dtype == "float16":
+        if any(stored_dtype(graph, name) != dtype for name in inputs):
+            raise _fail(node, "a float16 concat with int8 inputs is not lowered (a DataConvert goes first)")
+        return ConcatLayer(node.layer_name, inputs, node.outputs[0], shapes, (None,) * len(inputs), None, dtype)
+    return ConcatLayer(node.layer_name, inputs, node.outputs[0], shapes,
                        tuple(int8_quant(graph, name, node) for name in inputs), int8_quant(graph, node.outputs[0], node))
 
 
-def concat_fits_surfaces(graph: Graph, node: Node, c2: int) -> bool:
-    """A channel concat whose inputs (all but the last) fill whole C2 groups: the DPU copies
-    each one to a surface boundary of the output. Others run as a CPU step."""
-    return all(chw(graph, name, node)[0] % c2 == 0 for name in node.inputs[:-1])
+def concat_fits_surfaces(graph: Graph, node: Node, platform) -> bool:
+    """A channel concat whose inputs (all but the last) fill whole C2 groups of its dtype and are
+    stored in that dtype: the DPU copies each one to a surface boundary of the output. Others
+    run as a CPU step."""
+    dtype = stored_dtype(graph, node.outputs[0])
+    c2 = platform.c2("fp16" if dtype == "float16" else "int8")
+    return all(stored_dtype(graph, name) == dtype for name in node.inputs) \
+        and all(chw(graph, name, node)[0] % c2 == 0 for name in node.inputs[:-1])
 
 
 @dataclass(frozen=True)
@@ -408,14 +419,14 @@ def split_lut_activation(graph: Graph, node: Node) -> tuple[Node, Node, QuantPar
     return conv, activation, QuantParams("int8", np.asarray(scale), np.asarray(zero_point))
 
 
-# --- ConvTranspose with kernel = stride: a 1x1 convolution, then DepthToSpace on the CPU -------
+# --- ConvTranspose: a conv of its stride phases on the NPU, then DepthToSpace (and a crop) --------
 #
-# A transposed convolution whose kernel equals its stride (no padding, dilation, output padding
-# or groups: the 2x2/s2 upsampling of DBNet heads) writes each input pixel's k x k output
-# block independently: out[co, y*k + i, x*k + j] = sum_ci in[ci, y, x] * W[ci, co, i, j] + b.
-# That is a 1x1 convolution with C_out * k * k output channels ordered (co, i, j), followed by
-# ONNX DepthToSpace (mode CRD), a pure data movement that keeps the quantization. The
-# convolution (with its fused bias/activation) runs on the NPU, the movement as a CPU step.
+# compiler/deconv_phases.py: the s*s phases of a transposed conv (group 1, dilation 1, equal
+# strides) are one ordinary conv with s*s*C_out output channels ordered (co, ry, rx), kernel
+# ceil(k/s), stride 1; ONNX DepthToSpace (mode CRD) interleaves them and a Slice crops the pads.
+# Both move bytes only and keep the quantization. The conv (with its fused bias/activation) runs
+# on the NPU, the moves as CPU steps. Kernel = stride (the 2x2/s2 upsampling of DBNet heads) is
+# the 1x1 case with nothing to crop.
 
 def _repeated(tensor: Tensor, name: str, repeat: int, data: np.ndarray | None = None) -> Tensor:
     """A copy of a per-output-channel constant with every channel repeated ``repeat`` times."""
@@ -430,52 +441,69 @@ def _repeated(tensor: Tensor, name: str, repeat: int, data: np.ndarray | None = 
     return Tensor(name, tuple(data.shape), tensor.dtype, np.asarray(data), quant)
 
 
-def split_conv_transpose(graph: Graph, node: Node) -> tuple[list[Tensor], Node, Node] | None:
-    """(new tensors, 1x1 conv node, CPU DepthToSpace node) for an NPU ConvTranspose with
-    kernel = stride, else None."""
-    if node.op_type != "ConvTranspose" or node.target != "NPU" or len(node.outputs) != 1:
-        return None
+def conv_transpose_phases(graph: Graph, node: Node):
+    """The phase conv of a ConvTranspose the NPU can run (deconv_phases.PhaseConv), else None."""
     attrs = node.attrs
     weight = graph.tensor(node.inputs[1])
-    if weight.data is None or len(weight.shape) != 4:
+    if weight.data is None or len(weight.shape) != 4 or int(attrs.get("group", 1)) != 1 \
+            or any(int(v) != 1 for v in attrs.get("dilations", [1, 1])):
         return None
     kernel = [int(v) for v in attrs.get("kernel_shape", weight.shape[2:])]
-    strides = [int(v) for v in attrs.get("strides", [1, 1])]
-    plain = (int(attrs.get("group", 1)) == 1 and kernel[0] == kernel[1] == strides[0] == strides[1]
-             and not any(int(v) for v in attrs.get("pads", [0] * 4))
-             and all(int(v) == 1 for v in attrs.get("dilations", [1, 1]))
-             and not any(int(v) for v in attrs.get("output_padding", [0, 0]))
-             and attrs.get("auto_pad", "NOTSET") in ("NOTSET", b"NOTSET") and "output_shape" not in attrs)
-    if not plain:
+    in_hw = graph.tensor(node.inputs[0]).shape[2:]
+    return phase_conv(kernel, [int(v) for v in attrs.get("strides", [1, 1])],
+                      [int(v) for v in attrs.get("pads", [0] * 4)], [int(v) for v in attrs.get("output_padding", [0, 0])],
+                      in_hw)
+
+
+def split_conv_transpose(graph: Graph, node: Node) -> tuple[list[Tensor], Node, list[Node]] | None:
+    """(new tensors, the phase conv node, the CPU nodes after it: DepthToSpace and, where the
+    pads crop, a Slice) for an NPU ConvTranspose, else None."""
+    if node.op_type != "ConvTranspose" or node.target != "NPU" or len(node.outputs) != 1:
         return None
-    k = kernel[0]
-    c_in, c_out = weight.shape[:2]
-    if weight.quant is not None and weight.quant.per_channel and weight.quant.axis != 1:
+    phases = conv_transpose_phases(graph, node)
+    weight = graph.tensor(node.inputs[1])
+    if phases is None or (weight.quant is not None and weight.quant.per_channel and weight.quant.axis != 1):
         return None
+    s = phases.stride
+    repeat = s * s
+    c_out = weight.shape[1]
     base = node.outputs[0]
-    w_data = np.asarray(weight.data).transpose(1, 2, 3, 0).reshape(c_out * k * k, c_in, 1, 1)
-    tensors = [_repeated(weight, f"{base}_d2s_weight", k * k, w_data)]
+    tensors = [_repeated(weight, f"{base}_d2s_weight", repeat, phase_weights(np.asarray(weight.data), phases))]
     inputs = [node.inputs[0], tensors[0].name]
     if len(node.inputs) > 2 and node.inputs[2]:
-        tensors.append(_repeated(graph.tensor(node.inputs[2]), f"{base}_d2s_bias", k * k))
+        tensors.append(_repeated(graph.tensor(node.inputs[2]), f"{base}_d2s_bias", repeat))
         inputs.append(tensors[-1].name)
     fused = []
     for part in node.fused:
         if part.op_type == "Add" and part.tag == "bias_add" and len(part.inputs) == 1:
             constant = graph.tensor(part.inputs[0])
-            tensors.append(_repeated(constant, f"{base}_d2s_{part.inputs[0]}", k * k))
+            tensors.append(_repeated(constant, f"{base}_d2s_{part.inputs[0]}", repeat))
             part = FusedOp(part.op_type, dict(part.attrs), [tensors[-1].name], part.carry_index, part.source, part.tag)
         elif part.inputs:  # a residual or a per-channel operand would need the same reordering
             return None
         fused.append(part)
     out = graph.tensor(base)
-    _, _, height, width = out.shape
-    tensors.append(Tensor(f"{base}_d2s", (1, c_out * k * k, height // k, width // k), out.dtype, quant=out.quant))
+    (height, width), (y0, x0, crop_h, crop_w) = phases.out_hw, phases.crop
+    tensors.append(Tensor(f"{base}_d2s", (1, c_out * repeat, height, width), out.dtype, quant=out.quant))
     conv = Node(node.name, "Conv", inputs, [tensors[-1].name],
-                {"kernel_shape": [1, 1], "strides": [1, 1], "pads": [0, 0, 0, 0], "group": 1}, fused, "NPU")
-    move = Node(f"{node.name}_depth_to_space", "DepthToSpace", [tensors[-1].name], [base],
-                {"blocksize": k, "mode": "CRD"}, [], "CPU")
-    return tensors, conv, move
+                {"kernel_shape": list(phases.kernel), "strides": [1, 1], "pads": list(phases.pads),
+                 "dilations": [1, 1], "group": 1}, fused, "NPU")
+    moves, source = [], tensors[-1].name
+    if s > 1:  # stride 1: the phase conv's output is the uncropped image already
+        spread = base if not phases.cropped else f"{base}_uncropped"
+        if phases.cropped:
+            tensors.append(Tensor(spread, (1, c_out, s * height, s * width), out.dtype, quant=out.quant))
+        moves.append(Node(f"{node.name}_depth_to_space", "DepthToSpace", [source], [spread],
+                          {"blocksize": s, "mode": "CRD"}, [], "CPU"))
+        source = spread
+    if phases.cropped:
+        moves.append(Node(f"{node.name}_crop", "Slice", [source], [base],
+                          {"starts": [y0, x0], "ends": [y0 + crop_h, x0 + crop_w], "axes": [2, 3], "steps": [1, 1]},
+                          [], "CPU"))
+    if not moves:  # stride 1 without pads to crop: the conv writes the layer's output itself
+        conv.outputs[0] = base
+        tensors.pop()
+    return tensors, conv, moves
 
 
 # --- channel Split as one slice layer per output ---------------------------------------------

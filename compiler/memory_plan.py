@@ -11,7 +11,9 @@ README 4.2 "Total Weight / Internal Memory"):
    the step that writes it to the last step that reads it (inclusive, so a step's inputs and
    output never share bytes); a greedy first-fit, largest tensors first, places each at the
    lowest 64-byte-aligned offset that no simultaneously live tensor occupies. The area is as
-   large as the highest end, far below the sum for chains of layers.
+   large as the highest end, far below the sum for chains of layers. A *view* (``TensorView``:
+   a no-copy Concat input or Split output) has no bytes of its own: ``fold_views`` removes it
+   and stretches its root's lifetime and size over it before planning.
 3. ``io`` - graph inputs and outputs, one slot each (the host writes and reads them while the
    NPU runs other work, so they are never reused), 64-byte aligned.
 4. ``regcmd`` - the register-command buffer, 64-byte aligned (task segments are 64-byte
@@ -221,6 +223,69 @@ def plan_memory(constants: Mapping[str, int] | Sequence[tuple[str, int]], tensor
     if cursor > ADDRESS_LIMIT:
         raise CompileError(f"memory plan: {cursor - base} bytes from base {base:#x} exceed the 32-bit NPU address space")
     return MemoryPlan(base, tuple(areas), tuple(allocations), tuple(tensors), region)
+
+
+@dataclass(frozen=True)
+class TensorView:
+    """A tensor stored inside ``parent`` from byte ``offset`` on, ``size`` bytes (a no-copy
+    Concat input or Split output, LOWERING.md 10.1): it has no allocation of its own."""
+
+    name: str
+    parent: str
+    offset: int
+    size: int
+
+    def __post_init__(self) -> None:
+        if self.offset < 0 or self.offset % 16 or self.size <= 0:
+            raise CompileError(f"view {self.name}: offset {self.offset} must be a non-negative multiple of 16 and "
+                               f"size {self.size} positive")
+
+
+def view_roots(views: Iterable[TensorView]) -> dict[str, tuple[str, int]]:
+    """name -> (the tensor that owns the bytes, offset in it) for every view, through views of views."""
+    by_name = {view.name: view for view in views}
+    roots = {}
+    for name in by_name:
+        current, offset, seen = name, 0, set()
+        while current in by_name:
+            if current in seen:
+                raise CompileError(f"memory plan: views of {name!r} form a cycle")
+            seen.add(current)
+            offset += by_name[current].offset
+            current = by_name[current].parent
+        roots[name] = (current, offset)
+    return roots
+
+
+def fold_views(tensors: Sequence[TensorLifetime], views: Iterable[TensorView]) -> list[TensorLifetime]:
+    """``tensors`` without the views, each root living from the earliest write to the last read
+    of itself and its views and large enough for every view's end - so no other tensor reuses a
+    view's bytes while any of them is live. Views and roots must be internal tensors."""
+    views = list(views)
+    roots = view_roots(views)
+    by_name = {t.name: t for t in tensors}
+    spans: dict[str, list[int]] = {}
+    for view in views:
+        root, offset = roots[view.name]
+        for name in (view.name, root):
+            if name in by_name and by_name[name].kind != "internal":
+                raise CompileError(f"memory plan: view {view.name!r} involves {name!r}, a graph "
+                                   f"{by_name[name].kind}; only internal tensors share bytes")
+        if root not in by_name:
+            raise CompileError(f"memory plan: view {view.name!r} lies in {root!r}, which has no lifetime")
+        span = spans.setdefault(root, [by_name[root].first, by_name[root].last, by_name[root].size])
+        if view.name in by_name:
+            span[0], span[1] = min(span[0], by_name[view.name].first), max(span[1], by_name[view.name].last)
+        span[2] = max(span[2], offset + view.size)
+    folded = []
+    for item in tensors:
+        if item.name in roots:
+            continue
+        if item.name in spans:
+            first, last, size = spans[item.name]
+            item = TensorLifetime(item.name, size, first, last, item.kind)
+        folded.append(item)
+    return folded
 
 
 def regcmd_bytes(tasks: Iterable[Task]) -> int:

@@ -70,6 +70,9 @@ class DepthwiseBlocking:
 
 INT8_CONV = ConvBlocking(oc_block=32, ic_block=32, ic_align=16, oc_align=2)
 FP16_CONV = ConvBlocking(oc_block=16, ic_block=32, ic_align=8, oc_align=2)
+#: int4 (RK3588 precision 6): 64 kernels x 32 channels per block, whole blocks (the Matmul API's
+#: N and K are 64- and 32-aligned for int4, table 3-7; rknpu-isa.md 4 [N/64][K/32][64][32])
+INT4_CONV = ConvBlocking(oc_block=64, ic_block=32, ic_align=32, oc_align=64)
 INT8_DEPTHWISE = DepthwiseBlocking(channel_block=64, channel_align=16)
 FP16_DEPTHWISE = DepthwiseBlocking(channel_block=32, channel_align=8)
 
@@ -85,6 +88,17 @@ def conv_blocking(dtype: str, kernels_per_pass: int | None = None) -> ConvBlocki
         return base
     return ConvBlocking(oc_block=kernels_per_pass, ic_block=base.ic_block, ic_align=base.ic_align,
                         oc_align=min(base.oc_align, kernels_per_pass))
+
+
+def pack_int4_conv_weights(weights: np.ndarray) -> bytes:
+    """int4 values [OC][IC][KH][KW] (held in int8) -> the INT4_CONV blob, two values per byte,
+    the even element in the high nibble: the order of the guide's native B (rknn-toolkit2
+    rknn_matmul_api_demo norm_layout_to_native_layout; REGISTER_SEMANTICS.md 2.7)."""
+    weights = np.asarray(weights)
+    if weights.dtype != np.int8 or (weights.size and (weights.min() < -8 or weights.max() > 7)):
+        raise CompileError("int4 weights must be int8 arrays of values in [-8, 7]")
+    flat = pack_conv_weights(weights, 0, INT4_CONV).reshape(-1, 2).astype(np.uint8) & 0xF
+    return ((flat[:, 0] << 4) | flat[:, 1]).astype(np.uint8).tobytes()
 
 
 def depthwise_blocking(dtype: str) -> DepthwiseBlocking:

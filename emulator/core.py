@@ -99,6 +99,7 @@ class NpuCore:
         # Decoded unit states by the register values of the started blocks (decoding is a
         # pure function of them; see _decode).
         self._decoded: dict[tuple, dict[str, object]] = {}
+        self._blocks: dict[int, tuple[str, ...]] = {}  # op-enable mask -> started blocks
 
     # -- the PC -----------------------------------------------------------------------------
     def run_chain(self, start_address: int, first_amount: int, *,
@@ -156,7 +157,9 @@ class NpuCore:
                 self.regfile.write(write.block, write.register, write.value, where)
         else:
             self.regfile.apply(steps[1], where)
-        blocks = tuple(self.regmap.op_enable_names(task.enable_mask))
+        blocks = self._blocks.get(task.enable_mask)
+        if blocks is None:  # an unknown bit raises here and is never cached
+            blocks = self._blocks[task.enable_mask] = tuple(self.regmap.op_enable_names(task.enable_mask))
         if not blocks:
             raise EmulationError(f"{where}: the op-enable word has mask 0 and starts no block; the PC "
                                  f"waits for an interrupt that never comes")

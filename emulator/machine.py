@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 from npuemu.emulator.core import NpuCore, TaskRecord
 from npuemu.emulator.memory import Memory
-from npuemu.emulator.units.state import ATOM_BYTES, FP16, INT8
+from npuemu.emulator.units.state import (
+    FP16, INT8, PRECISION_DTYPES, PRECISION_NAMES, c2_of, chip_atoms,
+)
 from npuemu.isa.container import ModelFile, NpuStep
 from npuemu.isa.errors import EmulationError
 from npuemu.isa.regmap import RegisterMap
@@ -66,12 +68,10 @@ class Machine:
         if not 1 <= count <= self.platform.cores.count:
             raise EmulationError(f"{self.platform.name} has {self.platform.cores.count} cores; "
                                  f"cannot build a machine with {count}")
-        if self.platform.c2("int8") != ATOM_BYTES:
-            # RK356x: C2 int8 = 8 (hardware.md 2), so lines, surfaces and every DMA stride count
-            # 8-byte atoms; the units here are written for 16-byte atoms and would compute wrong values
-            raise EmulationError(f"{self.platform.name}: NC1HWC2 atoms of {self.platform.c2('int8')} bytes "
-                                 f"(C2 int8 = {self.platform.c2('int8')}) are not modelled by the emulator; "
-                                 f"it runs chips with {ATOM_BYTES}-byte atoms (RK3588, RK3576, RK3562, RV1106)")
+        # the NC1HWC2 atom: C2 int8 x 1 byte (16; 8 on RK356x, hardware.md 2); every stride
+        # register counts it (REGISTER_SEMANTICS.md 9)
+        self.atom_bytes = self.platform.c2("int8")
+        _check_atoms(self.platform, self.atom_bytes)
         self.memory = memory
         # kernels per MAC pass: the same figure the compiler groups output channels by
         atoms = {code: self.platform.atom_k(name) for code, name in ((INT8, "int8"), (FP16, "fp16"))
@@ -110,7 +110,8 @@ class Machine:
     def run_chain(self, address: int, first_amount: int, core: int = 0) -> ChainRun:
         if not 0 <= core < len(self.cores):
             raise EmulationError(f"core {core} does not exist ({len(self.cores)} cores)")
-        run = ChainRun(core, address, first_amount, self.cores[core].run_chain(address, first_amount))
+        with chip_atoms(self.atom_bytes):
+            run = ChainRun(core, address, first_amount, self.cores[core].run_chain(address, first_amount))
         log.info("core %d ran %d tasks from %#x: %d bytes read, %d written", core, len(run.tasks),
                  address, run.read_bytes, run.write_bytes)
         return run
@@ -130,3 +131,16 @@ class Machine:
             runs.append(self.run_chain(section.load_address + step.chain.offset,
                                        step.chain.first_amount, step.core))
         return tuple(runs)
+
+
+def _check_atoms(platform, atom_bytes: int) -> None:
+    """The units derive every precision's C2 from the int8 atom (state.c2_of); a platform whose
+    table says otherwise would be computed with the wrong layout, so it is refused."""
+    for code in PRECISION_DTYPES:
+        name = PRECISION_NAMES[code]
+        listed = getattr(platform.nc1hwc2, name, None)
+        if listed is not None and listed != c2_of(code, atom_bytes):
+            raise EmulationError(
+                f"{platform.name}: nc1hwc2.{name} = {listed} but the emulator's units store {name} "
+                f"{c2_of(code, atom_bytes)} per pixel with {atom_bytes}-byte int8 atoms "
+                f"(C2 int8 = {atom_bytes}); such a layout is not modelled")

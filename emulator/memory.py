@@ -16,6 +16,7 @@ timing model can use exactly what the DMA moved.
 
 from __future__ import annotations
 
+import bisect
 import enum
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, fields
@@ -202,7 +203,7 @@ class DmaTraffic:
 
     @property
     def read_bytes(self) -> int:
-        return sum(getattr(self, f.name) for f in fields(self) if f.name.endswith("_read"))
+        return sum(getattr(self, name) for name in _READ_STREAMS)
 
     @property
     def ddr_read_bytes(self) -> int:
@@ -219,6 +220,9 @@ class DmaTraffic:
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+_READ_STREAMS = tuple(f.name for f in fields(DmaTraffic) if f.name.endswith("_read"))
 
 
 @dataclass
@@ -263,6 +267,39 @@ class TaskDma:
         self.memory.derived.invalidate_rows(starts, row_bytes)
         self.count(stream, starts.size * row_bytes, region)
 
+    def write_planes(self, stream: Traffic, starts: np.ndarray, planes: np.ndarray, c2: int,
+                     what: str) -> None:
+        """Write a cube ``[C][H][W]`` as NC1HWC2 rows of C2-lane atoms: ``starts`` holds the
+        address of each surface's rows, surface-major ([S][H], S = ceil(C / C2)); lanes past C
+        are written 0. The same bytes and order as ``write_rows`` of the converted atoms,
+        without building them (one pass from the planes into memory)."""
+        channels, height, width = planes.shape
+        starts = _addresses(starts)
+        itemsize = planes.dtype.itemsize
+        if starts.size != -(-channels // c2) * height:
+            raise EmulationError(f"{self.where}: {what} write: {starts.size} row addresses for "
+                                 f"{channels} channels of {height} rows in {c2}-lane atoms")
+        row_bytes = width * c2 * itemsize
+        region, offsets = self.memory._locate_rows(starts, row_bytes, f"{self.where}: {what} write")
+        # elements move as unsigned integers of their size (one compiled kernel per size);
+        # memory is viewed in that unit when every row starts on a multiple of it
+        unsigned = np.dtype(f"u{itemsize}")
+        data = region.data
+        if itemsize > 1 and np.any(offsets % itemsize):  # rare: build the atoms, copy bytes
+            surfaces = starts.size // height
+            lanes = np.zeros((surfaces * c2, height, width), planes.dtype)
+            lanes[:channels] = planes
+            atoms = lanes.reshape(surfaces, c2, height, width).transpose(0, 2, 3, 1)
+            _scatter_rows(np.ascontiguousarray(atoms).view(np.uint8).reshape(starts.size, -1),
+                          offsets, data)
+        else:
+            if itemsize > 1:
+                data = data[:data.size - data.size % itemsize].view(unsigned)
+                offsets = offsets // itemsize
+            _scatter_planes(np.ascontiguousarray(planes).view(unsigned), c2, offsets, data)
+        self.memory.derived.invalidate_rows(starts, row_bytes)
+        self.count(stream, starts.size * row_bytes, region)
+
     def read_block(self, stream: Traffic, address: int, nbytes: int, what: str) -> np.ndarray:
         return self.read_rows(stream, np.array([address]), nbytes, what)[0]
 
@@ -296,7 +333,9 @@ class DerivedCache:
 
     def __init__(self) -> None:
         self._entries: dict[Hashable, tuple[int, int, Any]] = {}
-        self._index: tuple[list, np.ndarray, np.ndarray] | None = None  # keys, starts, ends
+        # keys sorted by start, their starts (a list, for bisect) and ends, and the running
+        # maximum of the ends: most writes (feature maps) overlap no entry, found in O(log n)
+        self._index: tuple[list, list, np.ndarray, np.ndarray] | None = None
 
     def get(self, key: Hashable) -> Any:
         entry = self._entries.get(key)
@@ -311,12 +350,16 @@ class DerivedCache:
     def _overlapping(self, low: int, high: int) -> tuple[list, np.ndarray, np.ndarray]:
         """Keys and byte ranges of the entries that overlap ``[low, high)``."""
         if self._index is None:
-            keys = list(self._entries)
+            keys = sorted(self._entries, key=lambda k: self._entries[k][0])
             bounds = np.array([self._entries[k][:2] for k in keys], np.int64).reshape(-1, 2)
-            self._index = (keys, bounds[:, 0].copy(), bounds[:, 1].copy())
-        keys, starts, ends = self._index
-        hits = np.flatnonzero((starts < high) & (ends > low))
-        return [keys[i] for i in hits], starts[hits], ends[hits]
+            ends = bounds[:, 1].copy()
+            self._index = (keys, bounds[:, 0].tolist(), ends, np.maximum.accumulate(ends))
+        keys, starts, ends, reach = self._index
+        count = bisect.bisect_left(starts, high)  # entries that start before ``high``
+        if count == 0 or reach[count - 1] <= low:
+            return [], np.empty(0, np.int64), np.empty(0, np.int64)
+        hits = np.flatnonzero(ends[:count] > low)
+        return [keys[i] for i in hits], np.asarray(starts, np.int64)[hits], ends[hits]
 
     def invalidate(self, low: int, high: int) -> None:
         """Drop every value whose bytes overlap ``[low, high)``."""
@@ -361,6 +404,23 @@ def _scatter_rows(rows, offsets, data):
     for r in range(offsets.size):
         start = offsets[r]
         data[start:start + row_bytes] = rows[r, :]
+
+
+@njit(cache=True)
+def _scatter_planes(planes, c2, offsets, data):
+    # row r of the atoms is surface r // H, line r % H; lane l of surface s is channel s*C2 + l
+    channels, height, width = planes.shape
+    line = width * c2
+    for r in range(offsets.size):
+        first, y = (r // height) * c2, r % height
+        row = data[offsets[r]:offsets[r] + line]
+        if first + c2 > channels:
+            row[:] = 0
+        for lane in range(min(c2, channels - first)):
+            source = planes[first + lane, y]
+            target = row[lane:]
+            for x in range(width):
+                target[x * c2] = source[x]
 
 
 def _addresses(starts: np.ndarray | list[int]) -> np.ndarray:

@@ -166,6 +166,9 @@ class CycleModel(Group):
     pixel_granule: int = figure(minimum=1, maximum=1024)
     # DPU/PPU-only tasks (no MAC work): bytes of their data cube streamed per cycle
     dpu_bytes_per_cycle: int = figure(default=16, minimum=1, maximum=1024)
+    # conv tasks: bytes the DPU writes out per cycle at most (null: never the limit); fitted
+    # where board rows show DDR-bound convs timed by their output (emulator/TIMING.md)
+    conv_write_bytes_per_cycle: float | None = figure(default=None, exclusive_minimum=0, maximum=1024)
     input_channel_group: int = figure(minimum=1, maximum=1024)
     atom_k_int8: int = figure(minimum=1, maximum=1024)
     depthwise_group: int = figure(minimum=1, maximum=1024)

@@ -13,14 +13,19 @@ own cycles (emulator/timing/task_time.py) plus one host submit per layer.
 - DDR: ``ddr = data read bytes / r + write bytes / w`` by least squares on the relative error
   over the chip's fit rows (unknowns 1/r and 1/w);
 - time: ``time - sum(max(compute, DDR) + regcmd fetch) / f = s * sum(min(compute, DDR)) / f +
-  tasks * c / f + h`` by least squares on the relative error, with the fitted DDR rates; unknowns
+  tasks * c / f + h`` by least squares on the relative error, with the fitted DDR rates (the min
+  summed over conv tasks only: a task without a conv overlaps fully, task_time.py); unknowns
   s = 1 - ddr.compute_overlap in [0, 1], c = launch.task_overhead_cycles in [0, TASK_OVERHEAD_MAX]
   and h = launch.host_submit_overhead_us >= 0 (an unknown leaving its range is fixed at the bound
-  and the others refitted).
+  and the others refitted);
+- a conv task's output bound ``cycle_model.conv_write_bytes_per_cycle`` (compute = max(MAC
+  cycles, written bytes / rate)): it enters through a max, so each candidate rate (and none) gets
+  the time fit above and the one with the smallest squared relative residual wins; tried only
+  with more fit rows than the four time unknowns.
 
 Fit rows are the NPU rows whose tensors npuemu's build stores in the vendor's sizes (NC1HWC2 with
 C padded to C2; a "uint8 input" first layer packed at 1 B per channel and pixel): where they
-differ (today: packed first-layer images, and 16-channel conv outputs padded to 32 on rk3588)
+differ (today: 16-channel conv outputs padded to 32 on rk3588)
 the bytes moved differ by construction. Rows npuemu cannot build or run have no figures. The
 report lists every row, with its errors or the reason it has none.
 """
@@ -34,6 +39,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from npuemu.compiler.lower.lut import ONNX_LUT_KINDS
+from npuemu.emulator.timing.unit_cycles import conv_output_cycles
 from npuemu.tools.calibration_rows import CalibrationRow
 
 # Upper bound of the fitted fixed per-task overhead: the PC dispatches a task's register writes
@@ -57,6 +63,12 @@ class TaskFigures:
     data_read_bytes: int
     write_bytes: int
     regcmd_bytes: int
+    conv: bool = True  # a CNA/CORE task; without one, unit and DMA overlap fully (task_time.py)
+
+    def compute(self, fig: Figures) -> int:
+        """Compute cycles with ``fig``: MAC cycles, or the unit's; a conv's output bound if ``fig`` has one."""
+        unit = conv_output_cycles(self.write_bytes, fig.conv_write_bytes_per_cycle) if self.conv else self.unit_cycles
+        return max(self.npu_cycles, unit)
 
 
 @dataclass
@@ -185,8 +197,10 @@ def _run_row(row: CalibrationRow) -> RowRun:
     for i, name in enumerate(runtime.inputs):
         runtime.set_input(name, np.zeros((1, *row.inputs[i]), np.float32))
     runtime.run()
-    tasks = [TaskFigures(task_npu_cycles(record, platform), unit_cycles(record, platform),
-                         data_read_bytes(record.traffic), record.traffic.write_bytes, record.traffic.regcmd_read)
+    # a conv task's output bound depends on the figure being fitted: Figures carries it (TaskFigures.compute)
+    tasks = [TaskFigures(task_npu_cycles(record, platform), unit_cycles(record, platform) if record.conv is None else 0,
+                         data_read_bytes(record.traffic), record.traffic.write_bytes, record.traffic.regcmd_read,
+                         record.conv is not None)
              for run in runtime.runs for record in run.tasks]
     return RowRun(row, True, tasks=tasks, layers=layers, layout=layout)
 
@@ -238,12 +252,13 @@ class Figures:
     host_submit_overhead_us: float
     npu_mhz: float
     compute_overlap: float = 1.0
+    conv_write_bytes_per_cycle: float | None = None  # cycle_model: a conv task's output bound (None: none)
 
     @classmethod
     def of(cls, platform) -> Figures:
         return cls(platform.ddr.read_bytes_per_cycle, platform.ddr.write_bytes_per_cycle,
                    platform.launch.task_overhead_cycles, platform.launch.host_submit_overhead_us,
-                   platform.clock.npu_mhz, platform.ddr.compute_overlap)
+                   platform.clock.npu_mhz, platform.ddr.compute_overlap, platform.cycle_model.conv_write_bytes_per_cycle)
 
 
 def model_row(run: RowRun, fig: Figures) -> RowResult:
@@ -255,8 +270,8 @@ def model_row(run: RowRun, fig: Figures) -> RowResult:
         task_ddr = math.ceil(task.data_read_bytes / fig.read_bytes_per_cycle
                              + task.write_bytes / fig.write_bytes_per_cycle)
         launch = fig.task_overhead_cycles + math.ceil(task.regcmd_bytes / fig.read_bytes_per_cycle)
-        compute = max(task.npu_cycles, task.unit_cycles)
-        core = max(compute, task_ddr) + round((1.0 - fig.compute_overlap) * min(compute, task_ddr))
+        compute = task.compute(fig)
+        core = max(compute, task_ddr) + (round((1.0 - fig.compute_overlap) * min(compute, task_ddr)) if task.conv else 0)
         npu += task.npu_cycles
         ddr += task_ddr
         top += core
@@ -293,12 +308,13 @@ def _bounded_lstsq(a: np.ndarray, b: np.ndarray, lower, upper) -> np.ndarray:
 
 
 def _sums(run: RowRun, fig: Figures) -> tuple[int, int]:
-    """(sum of max(compute, DDR), sum of min(compute, DDR)) over the row's tasks with ``fig``."""
+    """(sum of max(compute, DDR), sum of min(compute, DDR) of the conv tasks - the part the
+    overlap figure acts on) over the row's tasks with ``fig``."""
     top = low = 0
     for task in run.tasks:
         ddr = math.ceil(task.data_read_bytes / fig.read_bytes_per_cycle + task.write_bytes / fig.write_bytes_per_cycle)
-        compute = max(task.npu_cycles, task.unit_cycles)
-        top, low = top + max(compute, ddr), low + min(compute, ddr)
+        compute = task.compute(fig)
+        top, low = top + max(compute, ddr), low + (min(compute, ddr) if task.conv else 0)
     return top, low
 
 
@@ -317,9 +333,23 @@ def fit(runs: list[RowRun], start: Figures) -> Figures:
     if inv_r <= 0 or inv_w <= 0:  # one direction unidentifiable from these rows: one shared rate
         inv_r = inv_w = float(np.linalg.lstsq(a.sum(axis=1, keepdims=True), np.ones(len(rows)), rcond=None)[0][0])
     fig = replace(start, read_bytes_per_cycle=round(1 / inv_r, 3), write_bytes_per_cycle=round(1 / inv_w, 3),
-                  task_overhead_cycles=0, host_submit_overhead_us=0.0, compute_overlap=1.0)
-    # time: relative residual after the fully overlapped tasks and their regcmd fetch; unknowns
-    # s = 1 - overlap (on the sum of min(compute, DDR)), c (cycles per task), h (us per layer)
+                  task_overhead_cycles=0, host_submit_overhead_us=0.0, compute_overlap=1.0,
+                  conv_write_bytes_per_cycle=None)
+    # the conv output bound enters through a max(), so it is chosen from candidates, each with the
+    # linear time fit below; only with more rows than the 4 unknowns it adds up to
+    candidates = [None] + (list(CONV_WRITE_RATES) if len(rows) > 4 else [])
+    fits = [_fit_time(rows, replace(fig, conv_write_bytes_per_cycle=rate)) for rate in candidates]
+    return min(fits, key=lambda pair: pair[1])[0]
+
+
+#: candidate conv output rates (bytes/cycle) for the fit: 0.25 .. 16 in steps of 5%
+CONV_WRITE_RATES = tuple(round(0.25 * 1.05 ** k, 3) for k in range(86))
+
+
+def _fit_time(rows: list[RowRun], fig: Figures) -> tuple[Figures, float]:
+    """Overlap and launch overheads fitted with ``fig``'s DDR rates and output bound, and the sum
+    of squared relative time residuals they leave. Unknowns: s = 1 - overlap (on the sum of
+    min(compute, DDR)), c (cycles per task), h (us per layer)."""
     f = fig.npu_mhz
     a, b = [], []
     for r in rows:
@@ -328,8 +358,9 @@ def fit(runs: list[RowRun], start: Figures) -> Figures:
         a.append([low / f / t, len(r.tasks) / f / t, 1 / t])
         b.append((t - model_row(r, fig).time_us) / t)
     s, c, h = _bounded_lstsq(np.array(a), np.array(b), [0, 0, 0], [1, TASK_OVERHEAD_MAX, np.inf])
-    return replace(fig, compute_overlap=round(1 - float(s), 3), task_overhead_cycles=int(round(c)),
-                   host_submit_overhead_us=round(float(h), 1))
+    fitted = replace(fig, compute_overlap=round(1 - float(s), 3), task_overhead_cycles=int(round(c)),
+                     host_submit_overhead_us=round(float(h), 1))
+    return fitted, sum(((model_row(r, fitted).time_us - r.row.time_us) / r.row.time_us) ** 2 for r in rows)
 
 
 # --- the report ------------------------------------------------------------------------------
@@ -365,6 +396,7 @@ class ChipReport:
                                               "launch.task_overhead_cycles": f.task_overhead_cycles,
                                               "launch.host_submit_overhead_us": f.host_submit_overhead_us,
                                               "ddr.compute_overlap": f.compute_overlap,
+                                              "cycle_model.conv_write_bytes_per_cycle": f.conv_write_bytes_per_cycle,
                                               "clock.npu_mhz": f.npu_mhz},
                 "rows": rows, "median_abs_error": self.medians()}
 
@@ -372,7 +404,8 @@ class ChipReport:
         f = self.figures
         lines = [f"{self.chip}: DDR read {f.read_bytes_per_cycle:g} B/cycle, write {f.write_bytes_per_cycle:g} "
                  f"B/cycle, overlap {f.compute_overlap:g}; launch {f.task_overhead_cycles} cycles/task + "
-                 f"{f.host_submit_overhead_us:g} us/layer; NPU {f.npu_mhz:g} MHz",
+                 f"{f.host_submit_overhead_us:g} us/layer; NPU {f.npu_mhz:g} MHz"
+                 + (f"; conv output {f.conv_write_bytes_per_cycle:g} B/cycle" if f.conv_write_bytes_per_cycle else ""),
                  f"{'row':<6}{'op':<13}{'tasks':>5}  {'NPU model/board':>19} {'err':>7}  {'DDR model/board':>17} "
                  f"{'err':>7}  {'time us model/board':>20} {'err':>7}"]
 

@@ -77,4 +77,6 @@ def _yaml_lines(chip_report) -> str:
         "launch:",
         f"  task_overhead_cycles: {f.task_overhead_cycles}",
         f"  host_submit_overhead_us: {f.host_submit_overhead_us:g}",
+        "cycle_model:",
+        f"  conv_write_bytes_per_cycle: {'null' if f.conv_write_bytes_per_cycle is None else f'{f.conv_write_bytes_per_cycle:g}'}",
     ])

@@ -33,6 +33,11 @@ def register(subparsers: Any) -> None:
 
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", type=Path, help="the ONNX model file")
+    add_target_options(parser)
+
+
+def add_target_options(parser: argparse.ArgumentParser) -> None:
+    """The chip and fixed input shapes (shared with ``perf``, which compiles an ONNX model in memory)."""
     parser.add_argument("-t", "--target", metavar="CHIP", default="rk3588",
                         help="target chip: a platform name or alias (see `npuemu platforms`) or a platform "
                         "YAML file; default rk3588")
@@ -73,6 +78,14 @@ def add_calibration_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_quant_mode_options(parser: argparse.ArgumentParser) -> None:
+    add_precision_options(parser)
+    # The model-file output belongs with the precision modes: quant-config leaves this group out
+    # (it has an -o of its own, for the YAML config).
+    _add_output_options(parser)
+
+
+def add_precision_options(parser: argparse.ArgumentParser) -> None:
+    """--quantize / --fp16 / --quant-config (shared with ``perf``)."""
     group = parser.add_argument_group("precision")
     modes = group.add_mutually_exclusive_group()
     modes.add_argument("--quantize", action="store_true",
@@ -81,9 +94,6 @@ def _add_quant_mode_options(parser: argparse.ArgumentParser) -> None:
     modes.add_argument("--quant-config", metavar="FILE", type=Path, default=None,
                        help="build from a per-layer quantization config written by `npuemu quant-config` "
                        "(hybrid int8/float16; no dataset needed)")
-    # The model-file output belongs with the precision modes: quant-config leaves this group out
-    # (it has an -o of its own, for the YAML config).
-    _add_output_options(parser)
 
 
 def _add_optimization_options(parser: argparse.ArgumentParser) -> None:
@@ -102,6 +112,11 @@ def _add_output_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("-o", "--output", metavar="FILE", type=Path, default=None,
                        help="write the compiled model file (.npu) to FILE; needs a quantized graph "
                        "(--quantize --dataset ds.txt, --fp16 or --quant-config)")
+    add_build_options(group)
+
+
+def add_build_options(group) -> None:
+    """What the model file compiles in: SRAM, core mask, batch (shared with ``perf``)."""
     group.add_argument("--sram", action="store_true",
                        help="place internal tensors in the chip's SRAM as far as it goes (RK3588: 956 KB); "
                        "`npuemu perf` then reports SRAM hits instead of DDR traffic for them")
@@ -273,6 +288,23 @@ def build_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
     """Lower, plan memory, encode and write the model file when ``-o`` is given."""
     if getattr(args, "output", None) is None:
         return
+    model = build_model_file(args, context)
+    model.write(args.output)
+    context["model_file"] = model
+    print(f"wrote {args.output}: {len(model.layers())} layers, "
+          f"{sum(step.chain.tasks for step in model.schedule() if step.kind == 'npu')} NPU tasks")
+
+
+def compile_in_memory(args: argparse.Namespace):
+    """The model file ``compile -o`` would write, without writing it (``perf MODEL.onnx``)."""
+    context: dict[str, Any] = {}
+    for step in (_platform_step, _import_step, _passes_step, quantize_step):
+        step(args, context)
+    return build_model_file(args, context)
+
+
+def build_model_file(args: argparse.Namespace, context: dict[str, Any]):
+    """Lower, plan memory and encode the quantized graph of ``context`` (a ModelFile)."""
     from npuemu.compiler.build import build_model
     from npuemu.isa.errors import CompileError, ConfigError
 
@@ -292,12 +324,8 @@ def build_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
     options["core_mask"] = args.core_mask
     options["sram"] = bool(args.sram)
     options["batch_size"] = args.batch_size
-    model = build_model(context["graph"], platform, name=args.model.stem, options=options, cores=cores,
-                        sram=args.sram, batch=args.batch_size)
-    model.write(args.output)
-    context["model_file"] = model
-    print(f"wrote {args.output}: {len(model.layers())} layers, "
-          f"{sum(step.chain.tasks for step in model.schedule() if step.kind == 'npu')} NPU tasks")
+    return build_model(context["graph"], platform, name=Path(args.model).stem, options=options, cores=cores,
+                       sram=args.sram, batch=args.batch_size)
 
 
 def _write(destination: str, text: str) -> None:

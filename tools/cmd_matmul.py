@@ -60,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
     for M, K, N in shapes:
         ctx, err, peak, mhz = _one(M, K, N, args)
         p = ctx.perf
-        line = (f"M={M} K={K} N={N} {ctx.type} on {ctx.chip} (cores {list(ctx.cores)}): max |C - numpy| = "
+        line = (f"M={M} K={K} N={N} {ctx.type} on {ctx.chip} (cores {list(ctx.cores)}, {ctx.path} path): "
+                f"max |C - numpy| = "
                 f"{err:.4g} (|C| <= {peak:.4g}); {p.cycles} cycles, DDR {p.ddr_read_bytes} B read / "
                 f"{p.ddr_write_bytes} B written, MAC usage {p.mac_usage if p.mac_usage is None else round(p.mac_usage, 1)}%")
         if args.bench:

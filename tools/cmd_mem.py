@@ -44,10 +44,26 @@ def run(args: argparse.Namespace) -> int:
         sram = sram_npu(model) if args.sram else None
     else:
         raise ModelFileError(f"{args.model}: not a .rknn file (no 'RKNN' magic) and not a .npu model file")
+    no_copy = _no_copy(model) if kind == "npu" else None
     if args.json:
-        figures = report.to_json() | ({"sram_table": sram.to_json()} if sram else {})
+        figures = report.to_json() | ({"sram_table": sram.to_json()} if sram else {}) | (
+            {"no_copy": no_copy} if no_copy else {})
         json.dump(figures, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         sys.stdout.write(report.format_text() + "\n" + (sram.format_text() + "\n" if sram else ""))
+        if no_copy:
+            sys.stdout.write(f"No-copy Concat/Split: {no_copy['layers']} layer(s) without a task, "
+                             f"{no_copy['view_tensors']} tensor(s) stored inside another ({no_copy['view_bytes']} B "
+                             f"neither allocated nor copied; compiler/LOWERING.md 10.1)\n")
     return 0
+
+
+def _no_copy(model) -> dict | None:
+    """The build's elided Concat/Split copies: layers marked ``no_copy`` and the tensors stored as
+    views (``view_of``) with their bytes, which a copy would have allocated and moved."""
+    layers = sum(1 for layer in model.trailer.get("graph", {}).get("layers", ()) if layer.get("no_copy"))
+    views = [t for t in model.trailer.get("tensors", ()) if t.get("view_of") and "#b" not in t["name"]]
+    if not layers:
+        return None
+    return {"layers": layers, "view_tensors": len(views), "view_bytes": sum(int(t["size"]) for t in views)}

@@ -1,9 +1,16 @@
 """``npuemu perf MODEL [--input x.npy ...] [--json]``: run a model on the emulator and print the
 per-layer timing table in the vendor's perf-report columns (emulator/TIMING.md).
 
-Works for npuemu ``.npu`` files and vendor ``.rknn`` files. Timing depends only on the
-register state and the DMA byte counts, never on data values, so inputs are optional: without
-``--input`` every graph input is zeros of its shape, and the output says so.
+Works for npuemu ``.npu`` files, vendor ``.rknn`` files and ONNX models. Timing depends only on
+the register state and the DMA byte counts, never on data values, so inputs are optional:
+without ``--input`` every graph input is zeros of its shape, and the output says so.
+
+``--core-mask``, ``--sram`` and ``--batch-size`` are compiled into a ``.npu`` file (the split
+across cores, the SRAM placement, the batch contexts): given with a ``.npu`` they are checked
+against what the file was built with, and a mismatch names the build's setting and the compile
+command that makes the asked one. Given an ONNX model, perf compiles it in memory with them (the
+options of ``npuemu compile``: ``-t``, ``--input-shape``, ``--quantize --dataset`` / ``--fp16`` /
+``--quant-config``) and reports that build: a what-if study in one command.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "time at the platform's NPU clock. Without --input, zero inputs are used (timing does not "
         "depend on values).",
     )
-    parser.add_argument("model", help="path to an npuemu .npu model file or a vendor .rknn file")
+    parser.add_argument("model", help="path to an npuemu .npu model file, a vendor .rknn file or an ONNX model")
     parser.add_argument("--input", "-i", action="append", default=[], metavar="X.npy",
                         help="one .npy array per graph input, in graph order (optional)")
     parser.add_argument("--json", action="store_true", help="print raw figures as JSON instead of the table")
@@ -36,7 +44,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "to each NPU layer's time, as a board measures with per-layer profiling on")
     parser.add_argument("--platform", default=None,
                         help="platform name or YAML (default: the model's chip, else rk3588)")
+    _add_build_options(parser)
     parser.set_defaults(func=run)
+
+
+def _add_build_options(parser: argparse.ArgumentParser) -> None:
+    """The compile options: checked against a .npu's build, applied to an ONNX model."""
+    from npuemu.tools import cmd_compile
+
+    group = parser.add_argument_group(
+        "build (compiled into a .npu: checked against its build; an ONNX model is compiled with them)")
+    cmd_compile.add_build_options(group)
+    onnx = parser.add_argument_group("ONNX model (compiled in memory as `npuemu compile` would)")
+    cmd_compile.add_target_options(onnx)
+    cmd_compile.add_precision_options(parser)
+    cmd_compile.add_calibration_options(parser)
+    # None: not given (a .npu runs as built; an ONNX model gets compile's defaults)
+    parser.set_defaults(target=None, core_mask=None, batch_size=None, optimization_level=3)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,13 +74,18 @@ def run(args: argparse.Namespace) -> int:
     if args.json and args.csv:
         from npuemu.isa.errors import ConfigError
         raise ConfigError("--json and --csv are two formats of the same figures: give one of them")
-    kind = _model_kind(args.model)
+    kind = "onnx" if args.model.lower().endswith(".onnx") else _model_kind(args.model)
+    if kind != "onnx":
+        _refuse_onnx_options(args, kind)
     if kind == "rknn":
         report = _perf_rknn(args)
     elif kind == "npu":
         report = _perf_npu(args)
+    elif kind == "onnx":
+        report = _perf_onnx(args)
     else:
-        raise ModelFileError(f"{args.model}: not a .rknn file (no 'RKNN' magic) and not a .npu model file")
+        raise ModelFileError(f"{args.model}: not a .rknn file (no 'RKNN' magic), not a .npu model file and "
+                             "not an .onnx model")
     if args.profile_layers:
         report.layer_overhead_us = report.host_submit_overhead_us
     out = sys.stdout
@@ -122,12 +151,110 @@ def _perf_rknn(args):
 
 
 def _perf_npu(args):
-    from npuemu.emulator.runtime import Runtime
-    from npuemu.emulator.timing.report import report_npu
     from npuemu.isa.container import ModelFile
-    from npuemu.isa.errors import ModelFileError
 
     model = ModelFile.read(args.model)
+    _check_build(model, args)
+    return _perf_model_file(args, model)
+
+
+def _perf_onnx(args):
+    from npuemu.isa.errors import ConfigError
+    from npuemu.tools import cmd_compile
+
+    if args.platform:
+        raise ConfigError(f"{args.model}: an ONNX model is compiled for the chip given with -t CHIP; --platform "
+                          "applies to .npu and .rknn files")
+    if not (args.quantize or args.dataset or args.fp16 or args.quant_config):
+        raise ConfigError(f"{args.model}: perf compiles an ONNX model before it runs it, which needs a precision: "
+                          "--quantize --dataset ds.txt, --fp16 or --quant-config FILE (as npuemu compile)")
+    build = argparse.Namespace(**vars(args))
+    build.model, build.target = Path(args.model), args.target or "rk3588"
+    build.core_mask, build.batch_size = args.core_mask or "auto", args.batch_size or 1
+    model = cmd_compile.compile_in_memory(build)
+    report = _perf_model_file(args, model)
+    built = _describe(_mask_cores(build.core_mask, model), build.sram, build.batch_size, build.core_mask)
+    report.notes = [f"compiled in memory for {build.target} with {built} (nothing written; "
+                    "`npuemu compile ... -o FILE` keeps the build)", *report.notes]
+    return report
+
+
+# --- what a .npu file compiles in ------------------------------------------------------------
+
+#: options of `npuemu compile` that only make sense for an ONNX model: (attribute, "not given")
+_ONNX_ONLY = (("target", None), ("input_shape", []), ("quantize", False), ("fp16", False), ("quant_config", None),
+              ("dataset", None), ("algorithm", "normal"), ("mean", []), ("std", []), ("bgr", False),
+              ("per_channel", True))
+
+
+def _refuse_onnx_options(args, kind: str) -> None:
+    from npuemu.isa.errors import ConfigError
+
+    given = [name for name, unset in _ONNX_ONLY if getattr(args, name) != unset]
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") if name != "per_channel" else "--per-layer" for name in given)
+        raise ConfigError(f"{args.model}: {flags}: options for compiling an ONNX model, and this file is already "
+                          "compiled (give perf the .onnx model to study another build)")
+    if kind == "rknn" and (args.core_mask or args.sram or args.batch_size):
+        raise ConfigError(f"{args.model}: --core-mask, --sram and --batch-size apply to .npu files and ONNX models; "
+                          "a vendor .rknn file runs as built (its chain 0)")
+
+
+def _mask_cores(mask: str, model) -> tuple[int, ...]:
+    from npuemu.platforms import load_platform
+    from npuemu.tools.core_mask import parse_core_mask
+
+    chip = model.platform().chip
+    return parse_core_mask(mask, load_platform(chip).cores.count, chip)
+
+
+def _built_with(model) -> tuple[str, tuple[int, ...], bool, int]:
+    """(core mask, its cores, SRAM on, batch size) of a model file's build: the compiler options
+    in its trailer, else (a file built through the Python API) what its schedule and memory map say."""
+    options = model.compiler().options
+    if "core_mask" in options:
+        mask = options["core_mask"]
+        cores = _mask_cores(mask, model)
+    else:
+        cores = tuple(sorted({step.core for step in model.schedule() if step.kind == "npu"})) or (0,)
+        mask = "_".join(map(str, cores)) if cores != (0,) else "auto"
+    sram = options["sram"] if "sram" in options else any(area.region == "sram" for area in model.memory_map().areas)
+    return mask, cores, bool(sram), int(options.get("batch_size", 1))
+
+
+def _describe(cores: tuple[int, ...], sram: bool, batch: int, mask: str) -> str:
+    core_text = f"core {cores[0]}" if len(cores) == 1 else "cores " + ", ".join(map(str, cores))
+    return (f"--core-mask {mask} ({core_text}), {'with' if sram else 'without'} --sram"
+            + (f", --batch-size {batch}" if batch != 1 else ""))
+
+
+def _check_build(model, args) -> None:
+    """A .npu runs as built: the asked --core-mask / --sram / --batch-size must be its own."""
+    from npuemu.isa.errors import ConfigError
+
+    mask, cores, sram, batch = _built_with(model)
+    asked_mask = args.core_mask or mask
+    asked_cores = _mask_cores(asked_mask, model) if args.core_mask else cores
+    asked_sram = sram or args.sram
+    asked_batch = args.batch_size or batch
+    if (asked_cores, asked_sram, asked_batch) == (cores, sram, batch):
+        return
+    chip = model.platform().chip
+    flags = f"-t {chip} --core-mask {asked_mask}" + (" --sram" if asked_sram else "") + \
+        (f" --batch-size {asked_batch}" if asked_batch != 1 else "")
+    raise ConfigError(
+        f"{args.model} was built with {_describe(cores, sram, batch, mask)}; the core split, SRAM placement and "
+        f"batch contexts are compiled into the model file, so perf cannot run it with "
+        f"{_describe(asked_cores, asked_sram, asked_batch, asked_mask)}. Build that variant with "
+        f"`npuemu compile MODEL.onnx {flags} <precision options as before> -o {Path(args.model).stem}_whatif.npu`, "
+        f"or study it in one step with `npuemu perf MODEL.onnx {flags} <precision options>`")
+
+
+def _perf_model_file(args, model):
+    from npuemu.emulator.runtime import Runtime
+    from npuemu.emulator.timing.report import report_npu
+    from npuemu.isa.errors import ModelFileError
+
     runtime = Runtime(model, args.platform)
     shapes = []
     for name in runtime.inputs:

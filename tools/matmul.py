@@ -6,13 +6,15 @@ calibration + quantization, lowering, build_model with the core mask) and the em
 the result comes from register-command tasks, not numpy. Fully connected with M > 1 is sent to
 the CPU partition by the compiler, hence the 1x1 conv.
 
-Each type runs on one of the two MAC paths the emulator models (tools/MATMUL.md, "Types"):
-int8 (int8/int4 operands; int4 values widened to int8 when B/A are packed, exact) or fp16
-(fp16 A; int8/int4 B converted to fp16 weights times b_scale). The DPU writes C as int8
-(requantized), int32 (exact sums), fp16 or fp32 (DATA_FORMAT OUT_PRECISION). int4xint4->int16
-saturates the int32 sums to int16 on the host. When K exceeds the chip's B segment
-(RK3588 8192, RK3562 4096), each K segment runs as its own build and the int32/fp32 partial C
-are added on the host (int64 then saturated to int32; fp32 in segment order).
+Each type runs on one of three paths (tools/MATMUL.md, "Types"): int8 x int8 and fp16 x fp16
+through build_model and the Runtime; int4 B (int4 x int4 -> int16, int8 x int4 -> int32) and
+fp16 x int8/int4 natively: the compiler's conv lowering of a stand-in layer with the real int4 /
+int8 weight blob, tasks with CNA IN_PRECISION = A's and PROC_PRECISION = B's precision, run as
+chains on the Machine (int4 at the int4 MAC rate, the mixed path's b_scale in the DPU's BS MUL).
+The DPU writes C as int8 (requantized, per-layer or per-channel C scale), int16, int32, fp16 or
+fp32. When K exceeds the chip's B segment (RK3588 8192, RK3562 4096), each K segment runs on its
+own and the int32/fp32 partial C are added on the host (int64 then saturated; fp32 in segment
+order).
 """
 from __future__ import annotations
 
@@ -25,19 +27,20 @@ from npuemu.tools.matmul_layout import a_from_native, b_from_native, b_segments,
 from npuemu.tools.matmul_limits import MatmulLimitError, check_shape
 from npuemu.tools.matmul_types import check_type_on_chip, get_type, normalize_chip
 
-#: element type of A -> the MAC path that runs it
+#: element type of A -> the MAC path that runs it (an int4 B, or an fp16 A with an integer B:
+#: the native paths, MatmulContext._run_native)
 _MAC_PATH = {"int8": "int8", "int4": "int8", "fp16": "fp16"}
+#: CNA/CORE/DPU precision codes of the native paths (rknpu-isa.md 3), element bits, C's numpy
+#: type and the placement dtype the stand-in layer's C takes (int16 C is read from an int32 one)
+_CODE = {"int8": 0, "int16": 1, "fp16": 2, "int32": 4, "fp32": 5, "int4": 6}
+_BITS = {"int4": 4, "int8": 8}
+_C_DTYPES = {"int16": np.int16, "int32": np.int32, "fp16": np.float16, "fp32": np.float32}
+_OUT_PLACEMENT = {"int16": "int32", "int32": "int32", "fp16": "float16", "fp32": "float32"}
 #: numpy element type of each stored tensor dtype the model file may name
 _STORED = {"int8": np.int8, "float16": np.float16, "int32": np.int32, "float32": np.float32}
 _RANGES = {"int4": (-8, 7), "int8": (-128, 127)}
 #: C element types with a native layout in table 3-5; an int8 / fp16 C is returned normal
 C_NATIVE_TYPES = ("int16", "int32", "fp32")
-#: chips whose runs the emulator cannot do yet, and why
-_NOT_RUNNABLE = {
-    c: "the emulator's CNA/DPU read and write 16-byte NC1HWC2 atoms, but RK3566/RK3568 store int8/fp16 "
-       "features in 8-byte atoms (C2 8/4, hardware.md 1); lowering works, running does not"
-    for c in ("rk3566", "rk3568")
-}
 
 
 class MatmulNotLoweredError(CompileError):
@@ -67,7 +70,7 @@ class MatmulContext:
     def __init__(self, M: int, K: int, N: int, type: str = "int8xint8->int8", *, chip: str = "rk3588",
                  b_layout: str = "normal", ac_layout: str = "normal", core_mask: str = "auto",
                  shapes: list[tuple[int, int, int]] | None = None,
-                 a_scale: float = 1.0, b_scale=1.0, c_scale: float | None = None, c_zero_point: int = 0,
+                 a_scale: float = 1.0, b_scale=1.0, c_scale=None, c_zero_point: int = 0,
                  a_zero_point: int = 0, b_zero_point=0):
         from npuemu.platforms import load_platform
         from npuemu.tools.core_mask import parse_core_mask
@@ -93,11 +96,9 @@ class MatmulContext:
                     f"matmul K={k} splits B into {len(segments)} segments on {self.chip} "
                     f"(K > {segments[0][1]}); their partial C must be added, which a {self.t.c} C "
                     f"cannot hold: use the ->int32 / ->fp32 type (tools/MATMUL.md)")
-        if self.chip in _NOT_RUNNABLE:
-            raise MatmulNotLoweredError(f"matmul on {self.chip}: {_NOT_RUNNABLE[self.chip]}")
         self.shape = (M, K, N)
         self.a_scale, self.b_scale = float(a_scale), b_scale
-        for name, value in (("b_scale", b_scale), ("b_zero_point", b_zero_point)):
+        for name, value in (("b_scale", b_scale), ("b_zero_point", b_zero_point), ("c_scale", c_scale)):
             for n in {n for _, _, n in self.shapes}:
                 if np.ndim(value) > 0 and np.shape(value) != (n,):
                     raise InputError(f"matmul {name} has shape {np.shape(value)}; per-channel needs ({n},)")
@@ -108,7 +109,13 @@ class MatmulContext:
         self.a_zero_point, self.b_zero_point = int(a_zero_point), b_zero_point
         if self.t.c != "int8" and c_scale is not None:
             raise InputError(f"matmul c_scale applies to an int8 C only, not {self.type}")
+        if c_scale is not None and np.any(np.asarray(c_scale, np.float64) <= 0):
+            raise InputError(f"matmul c_scale must be positive, got {c_scale}")
+        if np.ndim(c_zero_point) > 0:
+            raise InputError("matmul c_zero_point is per layer (one value): the DPU's OUT_CVT offset is one "
+                             "register (tools/MATMUL.md, per-channel C)")
         self.c_scale_given, self.c_zero_given = c_scale, c_zero_point
+        self._c_per_channel = self.t.c == "int8" and np.ndim(c_scale) > 0
         self.perf: MatmulPerf | None = None
         self.c_scale = self.c_zero_point = None
 
@@ -148,7 +155,13 @@ class MatmulContext:
         perf, parts = None, []
         for start, length in b_segments(K, self.chip):
             a, b = A[:, start:start + length], B[start:start + length]
-            part = self._run_fp16(a, b, bs) if _MAC_PATH[self.t.a] == "fp16" else self._run_int8(a, b, bs)
+            self.path = "native" if self._native_path() else "fp16" if _MAC_PATH[self.t.a] == "fp16" else "int8"
+            if self.path == "native":
+                part = self._run_native(a, b, bs)
+            elif self.path == "fp16":
+                part = self._run_fp16(a, b, bs)
+            else:
+                part = self._run_int8(a, b, bs)
             parts.append(part)
             perf = self.perf if perf is None else perf + self.perf
         self.perf = perf
@@ -161,7 +174,8 @@ class MatmulContext:
         """C from the segments' partial C (one part unless K was split), with last_float."""
         if self.t.c == "int8":
             (c,) = parts
-            self.last_float = (self.c_scale * (c.astype(np.float32) - self.c_zero_point)).astype(np.float32)
+            scale = np.asarray(self.c_scale, np.float32)  # per layer, or per column of C
+            self.last_float = (scale * (c.astype(np.float32) - self.c_zero_point)).astype(np.float32)
             return c
         if self.t.c in ("fp16", "fp32"):
             c = parts[0]
@@ -211,13 +225,8 @@ class MatmulContext:
         runtime = Runtime(model)
         runtime.set_input("x", x)
         runtime.run()
-        report = report_npu(model, runtime.runs, runtime.machine.platform, "board")
-        t = report.totals()
-        usages = [u for u in (layer.mac_usage() for layer in report.layers) if u is not None]
-        self.perf = MatmulPerf(t["cycles"], t["ddr_read_bytes"], t["ddr_write_bytes"],
-                               sum(task.macs for task in report.all_tasks), max(usages) if usages else None,
-                               t["time_us"])
-        self.last_model = model
+        self.perf = _perf(report_npu(model, runtime.runs, runtime.machine.platform, "board"))
+        self.last_model, self.last_model_runs = model, runtime.runs
         return _read_output(runtime, graph.outputs[0], x.shape[2], N)
 
     def _run_fp16(self, A, B, bs):
@@ -244,10 +253,16 @@ class MatmulContext:
         if "x" not in graph.tensors or "w" not in graph.tensors or graph.outputs[0] not in graph.tensors:
             raise CompileError("matmul: the compiled graph lost its x/w tensors; cannot set the given scales")
         graph.tensors["x"].quant = QuantParams("int8", np.float32(self.a_scale), self.a_zero_point)
-        per_channel = np.ndim(self.b_scale) > 0 or np.ndim(self.b_zero_point) > 0
+        c_per_channel = self._c_per_channel
+        per_channel = np.ndim(self.b_scale) > 0 or np.ndim(self.b_zero_point) > 0 or c_per_channel
         graph.tensors["w"].quant = (QuantParams("int8", bs, self._bzp, 0) if per_channel
                                     else QuantParams("int8", bs[0], int(self._bzp[0])))
         out = graph.tensors[graph.outputs[0]]
+        if c_per_channel:
+            out.quant = QuantParams("int8", np.float32(1.0), int(self.c_zero_given))
+            self.c_scale = np.asarray(self.c_scale_given, np.float32)
+            self.c_zero_point = int(self.c_zero_given)
+            return
         if self.t.c != "int8":  # C = the exact int32 sums A @ B (units a_scale * b_scale[n]): no requantization
             out.quant = QuantParams("int32", np.float32(self.a_scale * bs.max()), 0)
             return
@@ -260,12 +275,176 @@ class MatmulContext:
         from npuemu.compiler.quant import calibrate, quantize_graph
 
         K, N = B.shape
+        if self._c_per_channel:
+            # per-channel C: the DPU's per-channel factor a_s b_s[n] / c_s[n] goes through the BS
+            # MUL operands (BRDMA) as a weight scale r[n] = b_s[n] / c_s[n] with C's scale 1
+            # (tools/MATMUL.md, "Per-channel C")
+            bs = (bs / np.asarray(self.c_scale_given, np.float32)).astype(np.float32)
         graph = self._graph((B.astype(np.float32) - self._bzp) * bs[None, :])
         xf = ((A.astype(np.float32) - self.a_zero_point) * self.a_scale).T.reshape(1, K, -1, 1)
         ranges = calibrate(graph, [{"x": xf}, {"x": -xf}], "normal", progress=False).ranges
         quantize_graph(graph, ranges)
         self._set_given_scales(graph, bs)
         return self._execute(graph, np.ascontiguousarray(A.T.reshape(1, K, -1, 1)), N)
+
+    def _native_path(self) -> bool:
+        """int4 B with an integer A, and fp16 A with an integer B (the mixed path) run natively;
+        a mixed type with a B zero point takes the fp16-weights path: the fp DPU path has no
+        CPEND term to remove it (tools/MATMUL.md)."""
+        if self.t.b == "fp16":
+            return False
+        if self.t.a == "fp16":
+            return not np.any(self._bzp)
+        return self.t.b == "int4"
+
+    def _run_native(self, A, B, bs) -> np.ndarray:
+        """The native int4 and mixed fp16 x int paths (tools/MATMUL.md "Native int4", "Mixed"):
+        the compiler's conv lowering (tiling, cores, DPU stages) of a stand-in layer whose input
+        has A's bytes per row, given the real weight blob and BS operands; the tasks then get
+        the real precisions (CNA IN_PRECISION = A's, PROC_PRECISION = B's) and run as
+        register-command chains on the machine."""
+        from npuemu.compiler.lower.placement import ConstPlacement, align, feature_placement
+
+        (M, K), N = A.shape, B.shape[1]
+        layer, constants, in_dtype = self._stand_in(A, B, bs)
+        page = 4096
+        inp = feature_placement("x", page, (layer.input_shape[0], M, 1), in_dtype, self.platform)
+        w_at = align(inp.address + inp.size, page)
+        b_at = align(w_at + len(constants.weights), page)
+        out_at = align(b_at + len(constants.bias), page)
+        out = feature_placement("c", out_at, (N, M, 1), _OUT_PLACEMENT[self.t.c], self.platform, channel_align=32)
+        placements = {"x": inp, "c": out,
+                      layer.weight_tensor: ConstPlacement(layer.weight_tensor, w_at, len(constants.weights)),
+                      layer.bias_tensor: ConstPlacement(layer.bias_tensor, b_at, len(constants.bias))}
+        tasks = self._native_tasks(layer, constants, placements, K)
+        loads = {inp.address: _feature_bytes(A, inp, self.t.a), w_at: constants.weights, b_at: constants.bias}
+        machine = self._run_chains(tasks, loads, align(out_at + out.size, page))
+        dtype = np.dtype(_C_DTYPES[self.t.c])
+        c2 = out.pixel_bytes // dtype.itemsize
+        c1 = -(-N // c2)
+        raw = machine.memory.dump(out_at, c1 * out.surface_stride * c2 * dtype.itemsize).view(dtype)
+        return _from_surfaces(raw, c1, out.surface_stride, c2, M, N)
+
+    def _native_tasks(self, layer, constants, placements, K: int) -> list:
+        """lower_conv's tasks of the stand-in layer with the real precisions, channel count and
+        weight bytes per kernel (the MAC runs at A's precision, REGISTER_SEMANTICS 2.7)."""
+        import dataclasses
+
+        from npuemu.compiler.lower.lower_conv import lower_conv
+
+        mac, stand_in = _CODE[self.t.a], layer.input_shape[0]
+        tasks = []
+        for task in lower_conv(layer, placements, self.platform, constants, cores=len(self.cores)):
+            stages = task.stages
+            if self.t.a == "fp16":  # B's per-channel scale: BS MUL from the BRDMA blob, fp16 bits
+                stages = dataclasses.replace(stages, bs=dataclasses.replace(stages.bs, mul_bypass=False,
+                                                                            mul_from_dma=True))
+            cube = dataclasses.replace(task.cube, precision=mac, out_precision=_CODE[self.t.c])
+            tasks.append(dataclasses.replace(
+                task, precision=mac, in_channels=task.in_channels * K // stand_in,
+                in_channels_real=task.in_channels_real * K // stand_in,
+                weight_bytes_per_kernel=K * _BITS[self.t.b] // 8, cube=cube, stages=stages))
+        return tasks
+
+    def _run_chains(self, tasks: list, loads: dict[int, bytes], chain_at: int):
+        """Emit the tasks (PROC_PRECISION = B's), one chain per core from ``chain_at`` on, load the
+        operands and run the chains on a Machine; sets .perf and .last_records."""
+        from npuemu.compiler.lower.emit_conv import emit_conv_task
+        from npuemu.compiler.lower.placement import align
+        from npuemu.emulator.machine import Machine
+        from npuemu.isa.chain import encode_chain
+        from npuemu.isa.regmap_loader import load_regmap
+        from npuemu.isa.task import Chain
+
+        regmap = load_regmap(self.platform.register_map.family)
+        chains: dict[int, list] = {}
+        for task in tasks:
+            chains.setdefault(task.core, []).append(emit_conv_task(task, regmap, weight_precision=_CODE[self.t.b]))
+        encoded = []
+        for core, chain in sorted(chains.items()):
+            encoded.append((self.cores[core], chain_at, encode_chain(Chain(tuple(chain)), regmap, base_addr=chain_at)))
+            chain_at = align(chain_at + len(encoded[-1][2].data), 4096)
+        machine = Machine.for_platform(self.platform, ddr_size=chain_at + 4096)
+        for address, data in loads.items():
+            machine.memory.load(address, data)
+        records, cores = [], []
+        for core, address, chain in encoded:
+            machine.memory.load(address, chain.data)
+            run = machine.run_chain(address, chain.first_amount, core)
+            records += run.tasks
+            cores += [core] * len(run.tasks)
+        self.perf = _perf(_chain_report(records, cores, self.platform, self.t.a.upper()))
+        self.last_records = records  # the machine's task records (precisions, DMA traffic)
+        return machine
+
+    def _stand_in(self, A, B, bs):
+        """The layer lower_conv tiles (its input has A's bytes per row: K/2 int8 channels for an
+        int4 A), the real constants (int4/int8 weight blob, BS operands) and its input dtype."""
+        from npuemu.compiler import quant_regs, weight_pack
+        from npuemu.compiler.lower.layers import FLOAT16, ConvLayer, Quant
+        from npuemu.compiler.lower.lower_conv import ConvConstants
+
+        (M, K), N = A.shape, B.shape[1]
+        weights = np.ascontiguousarray(B.T.reshape(N, K, 1, 1))
+        blob = (weight_pack.pack_int4_conv_weights(weights) if self.t.b == "int4"
+                else weight_pack.pack_conv_weights(weights, 0, weight_pack.conv_blocking(
+                    "int8", self.platform.atom_k("int8"))).astype(np.int8).tobytes())
+        if self.t.a == "fp16":
+            # fp path: ALU 0, MUL = fp16(b_scale[n]) in the blob's 16-bit MUL slot (REGISTER_SEMANTICS 2.7)
+            mul = np.asarray(bs, np.float32).astype(np.float16).view(np.int16)
+            bias = weight_pack.bias_blob(np.zeros(N, np.int32), np.zeros(N, np.int16), mul, N)
+            layer = ConvLayer(name="matmul", input="x", output="c", input_shape=(K, M, 1),
+                              weights=np.zeros((N, K, 1, 1), np.float16), dtype=FLOAT16,
+                              output_dtype="float32" if self.t.c == "fp32" else "")
+            return layer, ConvConstants(blob, bias, None, N), "float16"
+        requant = quant_regs.conv_requant(
+            input_scale=1.0, input_zero_point=self.a_zero_point, weights=weights, weight_scale=np.ones(N),
+            weight_zero_point=self._bzp.astype(np.int64), bias=None, output_scale=1.0, output_zero_point=0,
+            layer="matmul")
+        bias = weight_pack.bias_blob(requant.alu, requant.cpend, requant.mul, N)
+        k_bytes = K // 2 if self.t.a == "int4" else K
+        layer = ConvLayer(name="matmul", input="x", output="c", input_shape=(k_bytes, M, 1),
+                          weights=np.zeros((N, k_bytes, 1, 1), np.int8), weight_scale=np.ones(N),
+                          weight_zero_point=np.zeros(N, np.int64), input_quant=Quant(1.0, self.a_zero_point),
+                          output_dtype="int32")
+        return layer, ConvConstants(blob, bias, requant, N), "int8"
+
+
+def _feature_bytes(A: np.ndarray, placement, element: str) -> bytes:
+    """A (M, K) as the CNA reads it: NC1HWC2 with the chip's atoms in the placement's surfaces;
+    int4 two values per byte, the even element in the low nibble (the guide's native A order)."""
+    from npuemu.tools.matmul_layout import INT4_HIGH_FIRST, pack_int4
+
+    M, K = A.shape
+    pixel = placement.pixel_bytes  # the chip's atom: 16 bytes, 8 on RK356x
+    per_atom = {"int4": 2 * pixel, "int8": pixel, "fp16": pixel // 2}[element]
+    atoms = np.zeros((M, -(-K // per_atom) * per_atom), A.dtype)
+    atoms[:, :K] = A
+    atoms = np.ascontiguousarray(atoms.reshape(M, -1, per_atom).transpose(1, 0, 2))  # [C1][M][elements]
+    data = pack_int4(atoms, INT4_HIGH_FIRST["A"]) if element == "int4" else atoms.view(np.uint8)
+    out = np.zeros((placement.c1, placement.surface_stride, pixel), np.uint8)
+    out[:data.shape[0], :M] = data
+    return out.tobytes()
+
+
+def _chain_report(records, cores, platform, dtype: str):
+    """The timing model's report of one layer's task records (one chain per core)."""
+    from npuemu.emulator.timing.report import LayerTime, PerfReport
+    from npuemu.emulator.timing.task_time import time_task
+
+    layer = LayerTime(0, "MatMul", dtype, "NPU", "", "", "matmul", [time_task(r, platform) for r in records],
+                      int(getattr(platform.macs, dtype.lower())), cores=cores,
+                      shared_ddr_rate=platform.ddr.shared_bytes_per_cycle)
+    return PerfReport("matmul", platform.name, platform.clock.npu_mhz, [layer], [], ddr_model="board",
+                      host_submit_overhead_us=platform.launch.host_submit_overhead_us,
+                      batch={"size": 1, "contexts": 1}, core_count=platform.cores.count)
+
+
+def _perf(report) -> MatmulPerf:
+    t = report.totals()
+    usages = [u for u in (layer.mac_usage() for layer in report.layers) if u is not None]
+    return MatmulPerf(t["cycles"], t["ddr_read_bytes"], t["ddr_write_bytes"],
+                      sum(task.macs for task in report.all_tasks), max(usages) if usages else None, t["time_us"])
 
 
 def _read_output(runtime, name: str, M: int, N: int) -> np.ndarray:
@@ -276,5 +455,10 @@ def _read_output(runtime, name: str, M: int, N: int) -> np.ndarray:
     dtype = np.dtype(_STORED[info["dtype"]])
     surface = int(info["surface_stride"])
     raw = runtime.machine.memory.dump(int(info["address"]), c1 * surface * c2 * dtype.itemsize).view(dtype)
-    grouped = raw.reshape(c1, surface, c2)[:, :height * width, :].transpose(0, 2, 1)
-    return np.ascontiguousarray(grouped.reshape(c1 * c2, height * width)[:N].T.reshape(M, N))
+    return _from_surfaces(raw, c1, surface, c2, height * width, N).reshape(M, N)
+
+
+def _from_surfaces(raw: np.ndarray, c1: int, surface: int, c2: int, pixels: int, N: int) -> np.ndarray:
+    """(pixels, N) from C1 surfaces of ``surface`` pixels of C2 channels (NC1HWC2 elements)."""
+    grouped = raw.reshape(c1, surface, c2)[:, :pixels, :].transpose(0, 2, 1)
+    return np.ascontiguousarray(grouped.reshape(c1 * c2, pixels)[:N].T)

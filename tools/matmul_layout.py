@@ -5,8 +5,14 @@ Native layouts (divisions round up, padding is zero):
   A: [K/a, M, a]        native[k1, m, k2]     = A[m, k1*a + k2]
   B: [N/n, K/k, n, k]   native[n1, k1, n2, k2] = B[k1*k + k2, n1*n + n2]
   C: [N/c, M, c]        native[n1, m, n2]     = C[m, n1*c + n2]
-The index mapping is our reading of table 3-5's shapes (outer -> inner); it has not yet been
-checked element-by-element against the guide's reference code (not found in the seeds in time).
+The mapping is the element mapping of the guide's reference code (rknn-toolkit2
+rknpu2/examples/rknn_matmul_api_demo/src/matmul_utils.cpp: norm_layout_to_perf_layout for A,
+norm_layout_to_native_layout for B, perf_layout_to_norm_layout for C), checked element by
+element in tests/tools/test_matmul_layout_reference.py.
+
+int4 native operands may also be given packed, two values per byte (``packed=True``), with the
+reference code's nibble orders, which differ between A and B: A puts the even element (inner
+index) in the low nibble, B in the high nibble (``INT4_HIGH_FIRST``).
 B is split along K into T = ceil(K/S) segments, each laid out on its own, when K > S
 (S = 8192 on RK3588, 4096 on RK356x; guide §3.5.4 / table 3-7 notes).
 """
@@ -38,6 +44,12 @@ for _c in ("rk3576", "rk3562", "rk3566", "rk3568"):
 
 # K above which B is split into segments (hardware.md §2, table 3-7 notes).
 _B_SEGMENT_K = {"rk3588": 8192, "rk3562": 4096, "rk3566": 4096, "rk3568": 4096}
+
+
+#: int4 nibble order of packed native operands, from the guide's reference code (module
+#: docstring): A's norm_layout_to_perf_layout writes an even output index to the low nibble,
+#: B's norm_layout_to_native_layout writes it shifted left by 4 (high nibble).
+INT4_HIGH_FIRST = {"A": False, "B": True}
 
 
 class MatmulLayoutError(CompileError):
@@ -90,12 +102,15 @@ def _from_blocks(xn: np.ndarray, rows: int, cols: int) -> np.ndarray:
     return xn.transpose(1, 0, 2).reshape(rows, -1)[:, :cols].copy()
 
 
-def a_to_native(A, M: int, K: int, type_name: str, chip: str) -> np.ndarray:
-    return _to_blocks(_check2d(A, "A", (M, K)), a_block(type_name, chip))
+def a_to_native(A, M: int, K: int, type_name: str, chip: str, packed: bool = False) -> np.ndarray:
+    """[K/a, M, a]; int4 with ``packed``: uint8 [K/a, M, a/2] (low nibble first)."""
+    return _pack_if(_to_blocks(_check2d(A, "A", (M, K)), a_block(type_name, chip)), "A", packed, type_name, chip)
 
 
 def a_from_native(An, M: int, K: int, type_name: str, chip: str) -> np.ndarray:
+    """A (M, K) from native A (int4 also packed, as a_to_native(packed=True) gives it)."""
     a = a_block(type_name, chip)
+    An = unpack_native(An, "A", a, type_name, chip)
     return _from_blocks(_check2d_n(An, "A", (_ceil(K, a), M, a)), M, K)
 
 
@@ -128,11 +143,12 @@ def b_segments(K: int, chip: str) -> list[tuple[int, int]]:
     return [(i, min(s, K - i)) for i in range(0, K, s)]
 
 
-def b_to_native(B, K: int, N: int, type_name: str, chip: str) -> list[np.ndarray]:
-    """Return a list of native B segments (one element unless K exceeds the segment size)."""
+def b_to_native(B, K: int, N: int, type_name: str, chip: str, packed: bool = False) -> list[np.ndarray]:
+    """Return a list of native B segments (one element unless K exceeds the segment size);
+    int4 with ``packed``: uint8 [N/n, K/k, n, k/2] (high nibble first)."""
     B = _check2d(B, "B", (K, N))
     n, k = b_blocks(type_name, chip)
-    return [_b_one(B[s:s + L], L, N, n, k) for s, L in b_segments(K, chip)]
+    return [_pack_if(_b_one(B[s:s + L], L, N, n, k), "B", packed, type_name, chip) for s, L in b_segments(K, chip)]
 
 
 def b_from_native(segments, K: int, N: int, type_name: str, chip: str) -> np.ndarray:
@@ -142,7 +158,7 @@ def b_from_native(segments, K: int, N: int, type_name: str, chip: str) -> np.nda
         raise MatmulLayoutError(f"native B has {len(segments)} segments, expected {len(segs)} for K={K}")
     parts = []
     for Bn, (_s, L) in zip(segments, segs):
-        Bn = _check2d_n(Bn, "B segment", (_ceil(N, n), _ceil(L, k), n, k))
+        Bn = _check2d_n(unpack_native(Bn, "B", k, type_name, chip), "B segment", (_ceil(N, n), _ceil(L, k), n, k))
         parts.append(_b_one_back(Bn, L, N))
     return np.concatenate(parts, axis=0)
 
@@ -155,3 +171,48 @@ def c_to_native(C, M: int, N: int, type_name: str, chip: str) -> np.ndarray:
 def c_from_native(Cn, M: int, N: int, type_name: str, chip: str) -> np.ndarray:
     c = c_block(type_name, chip)
     return _from_blocks(_check2d_n(Cn, "C", (_ceil(N, c), M, c)), M, N)
+
+
+# ---- int4 packing (two values per byte) ------------------------------------------------
+def pack_int4(values, high_first: bool) -> np.ndarray:
+    """int4 values (int8 array, last axis even) -> uint8 bytes, two values per byte along the
+    last axis; ``high_first`` puts the even element in the high nibble."""
+    v = np.asarray(values)
+    if v.shape[-1] % 2:
+        raise MatmulLayoutError(f"int4 packing needs an even last axis, got shape {v.shape}")
+    if v.size and (v.min() < -8 or v.max() > 7):
+        raise MatmulLayoutError("int4 packing: values outside [-8, 7]")
+    nib = (v.astype(np.int16) & 0xF).astype(np.uint8)
+    even, odd = nib[..., 0::2], nib[..., 1::2]
+    return ((even << 4) | odd if high_first else even | (odd << 4)).astype(np.uint8)
+
+
+def unpack_int4(packed, high_first: bool) -> np.ndarray:
+    """uint8 bytes -> int4 values as int8 (sign-extended), two per byte along the last axis."""
+    p = np.asarray(packed).astype(np.uint8)
+    low, high = p & 0xF, p >> 4
+    even, odd = (high, low) if high_first else (low, high)
+    out = np.stack([even, odd], axis=-1).reshape(p.shape[:-1] + (2 * p.shape[-1],)).astype(np.int8)
+    return np.where(out > 7, out - 16, out).astype(np.int8)
+
+
+def _is_int4(operand: str, type_name: str, chip: str) -> bool:
+    t = check_type_on_chip(type_name, chip)
+    return (t.a if operand == "A" else t.b) == "int4"
+
+
+def _pack_if(x: np.ndarray, operand: str, packed: bool, type_name: str, chip: str):
+    if not packed:
+        return x
+    if not _is_int4(operand, type_name, chip):
+        raise MatmulLayoutError(f"packed=True applies to int4 operands only; {operand} of {type_name} is not int4")
+    return pack_int4(x, INT4_HIGH_FIRST[operand])
+
+
+def unpack_native(x, operand: str, block: int, type_name: str, chip: str) -> np.ndarray:
+    """A native int4 operand given packed (uint8, innermost axis block / 2) -> one value per
+    int8 element; anything else is returned as it is."""
+    x = np.asarray(x)
+    if _is_int4(operand, type_name, chip) and x.dtype == np.uint8 and x.ndim and x.shape[-1] == block // 2:
+        return unpack_int4(x, INT4_HIGH_FIRST[operand])
+    return x

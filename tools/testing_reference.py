@@ -395,7 +395,7 @@ def reference_graph(graph, stored: dict[str, np.ndarray], *, layer_inputs=None, 
                                             shape, graph.tensors[output].dtype)
         elif node.op_type == "Conv":
             values[output] = _conv_node(graph, node, read).reshape(shape)
-        elif node.op_type == "ConvTranspose":  # NPU 1x1 conv, then a DepthToSpace host step
+        elif node.op_type == "ConvTranspose":  # NPU phase conv, then DepthToSpace / crop host steps
             values[output] = _conv_transpose_node(graph, node, read).reshape(shape)
             if output in float_tensors:  # the host step writes a host-only tensor: real values
                 values[output] = host_real(values[output], _quant(graph.tensors[output])).astype(
@@ -421,7 +421,7 @@ def _on_host(graph, node, host_layers) -> bool:
     if node.target == "CPU":
         return True
     if node.op_type != "ConvTranspose" and (node.layer_name in host_layers or node.name in host_layers):
-        return True  # (a ConvTranspose's output is written by its DepthToSpace host step)
+        return True  # (a ConvTranspose's output is written by its DepthToSpace or crop host step)
     operands = [graph.tensors[name] for name in node.inputs[:2] if name]
     return (node.op_type in ELTWISE_OPS and len(operands) == 2 and not any(t.is_const for t in operands)
             and tuple(operands[0].shape) != tuple(operands[1].shape))
@@ -557,8 +557,9 @@ def _lut_tables(kind: str, attrs: dict, unit: float, output: Quant, value_range)
     return LutTables(program.le, program.lo, program.domain / LUT_SPAN, program.output_unit)
 
 
-def _conv_node(graph, node, read, weights=None, weight_quant=None, bias=None) -> np.ndarray:
-    """One int8 conv (or, given ``weights``, the 1x1 conv a ConvTranspose becomes)."""
+def _conv_node(graph, node, read, weights=None, weight_quant=None, bias=None, *, source=None,
+               attrs=None) -> np.ndarray:
+    """One int8 conv (or, given ``weights``, ``source`` and ``attrs``, the conv a ConvTranspose is)."""
     weight = graph.tensors[node.inputs[1]]
     weights = _weights(weight) if weights is None else weights
     weight_quant = _quant(weight) if weight_quant is None else weight_quant
@@ -581,8 +582,8 @@ def _conv_node(graph, node, read, weights=None, weight_quant=None, bias=None) ->
             s_o, z_o, s_r, z_r = float(o.scale), int(o.zero_point), float(r.scale), int(r.zero_point)
             value_range = (s_o * (-128 - z_o) - s_r * (127 - z_r), s_o * (127 - z_o) - s_r * (-128 - z_r))
         tables = _lut_tables(activation, lut_attrs, s_in * float(s_w.max()), output_quant, value_range)
-    attrs = node.attrs if node.op_type == "Conv" else {}  # a ConvTranspose's 1x1 conv: stride 1, no pads
-    return reference_conv(read(node.inputs[0])[0], weights, None, input_quant=input_quant, weight_quant=weight_quant,
+    attrs = (node.attrs if node.op_type == "Conv" else {}) if attrs is None else attrs
+    return reference_conv(read(node.inputs[0])[0] if source is None else source, weights, None, input_quant=input_quant, weight_quant=weight_quant,
                           output_quant=output_quant, stride=tuple(attrs.get("strides", (1, 1))),
                           pads=tuple(attrs.get("pads", (0, 0, 0, 0))), dilation=tuple(attrs.get("dilations", (1, 1))),
                           groups=int(attrs.get("group", 1)), activation=activation,
@@ -591,27 +592,34 @@ def _conv_node(graph, node, read, weights=None, weight_quant=None, bias=None) ->
 
 
 def _conv_transpose_node(graph, node, read) -> np.ndarray:
-    """ConvTranspose with kernel = stride (no pads, groups, dilation): each input pixel writes
-    its own k x k block, ``out[co, y k + i, x k + j] = sum_ci in[ci, y, x] W[ci, co, i, j]``:
-    the int8 conv arithmetic on the products, per output channel co."""
+    """ConvTranspose (group 1, dilation 1) as its textbook form, independent of the build's phase
+    conv: the input spread s apart with the input zero point between (a real 0), then the int8
+    conv arithmetic with the kernel flipped and its in/out axes swapped, padded k - 1 - pad
+    (output_padding added after), cropped where a pad exceeds k - 1."""
     attrs = node.attrs
-    kernel, strides = tuple(attrs["kernel_shape"]), tuple(attrs.get("strides", (1, 1)))
-    if kernel != strides or any(attrs.get("pads", (0,))) or int(attrs.get("group", 1)) != 1 \
-            or any(d != 1 for d in attrs.get("dilations", (1, 1))) or any(attrs.get("output_padding", (0,))):
-        raise NotImplementedError(f"the testing kit has no reference for {node.name}: ConvTranspose other than "
-                                  "kernel = stride")
+    if int(attrs.get("group", 1)) != 1 or any(d != 1 for d in attrs.get("dilations", (1, 1))):
+        raise NotImplementedError(f"the testing kit has no reference for {node.name}: grouped or dilated "
+                                  "ConvTranspose")
     weight = graph.tensors[node.inputs[1]]
     w = _weights(weight)  # [Ci, Co, kh, kw]
-    inputs, outputs, kh, kw = w.shape
-    scale, zero = _quant(weight).per_channel(outputs)
-    repeat = kh * kw
+    _, outputs, kh, kw = w.shape
+    sy, sx = (int(v) for v in attrs.get("strides", (1, 1)))
+    top, left, bottom, right = (int(v) for v in attrs.get("pads", (0, 0, 0, 0)))
+    extra_y, extra_x = (int(v) for v in attrs.get("output_padding", (0, 0)))
+    x = read(node.inputs[0])[0]
+    channels, height, width = x.shape
+    spread = np.full((channels, (height - 1) * sy + 1, (width - 1) * sx + 1),
+                     int(np.asarray(_quant(graph.tensors[node.inputs[0]]).zero_point)), x.dtype)
+    spread[:, ::sy, ::sx] = x
+    pads = (kh - 1 - top, kw - 1 - left, kh - 1 - bottom + extra_y, kw - 1 - right + extra_x)
     bias = np.asarray(graph.tensors[node.inputs[2]].data, np.float64).reshape(-1) if len(node.inputs) > 2 \
         and node.inputs[2] else None
-    conv = w.transpose(1, 2, 3, 0).reshape(outputs * repeat, inputs, 1, 1)
-    result = _conv_node(graph, node, read, conv, Quant(np.repeat(scale, repeat), np.repeat(zero, repeat)),
-                        None if bias is None else np.repeat(bias, repeat))
-    _, height, width = result.shape
-    return _depth_to_space(result.reshape(1, outputs * repeat, height, width), kh, "CRD")
+    conv = np.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
+    result = _conv_node(graph, node, read, conv, _quant(weight), bias, source=spread,
+                        attrs={"pads": tuple(max(p, 0) for p in pads)})
+    _, rows, cols = result.shape
+    crop = [max(-p, 0) for p in pads]  # a pad beyond k - 1 removes output rows instead
+    return result[:, crop[0]:rows - crop[2], crop[1]:cols - crop[3]]
 
 
 def _pool_node(graph, node, read) -> np.ndarray:

@@ -5,7 +5,9 @@
   rknpu-isa.md 3 CONV_CON2); depthwise: the platform's depthwise channel alignment, 64 int8 /
   32 fp16 (hardware.md 3). The DPU processes and writes the output channels rounded up to
   this (tasks.csv DATA_CUBE_CHANNEL: 1000 -> 1024, depthwise 32 -> 64), so an output tensor
-  must be allocated with that many channels.
+  must be allocated with that many channels. Fewer than 32 int8 channels too: the vendor
+  writes 16 as 32 (all 265 corpus tasks with Cout % 32 != 0, and mobilenet_v2 conv_18, the
+  layer of calibration row A5; LOWERING.md 15).
 - **Surfaces per pass** = kernels per pass x output element bytes / 16: 2 for int8 conv, 4 for
   int8 depthwise. BS_OW_CFG SIZE_E = this - 1 and SURFACE_ADD = this x the surface stride
   (rknpu-isa.md 4: SIZE_E 1 / x2 for int8, 3 / x4 depthwise; MTX int8 -> int32: 7 / x8,

@@ -25,7 +25,7 @@ from .layers import ActivationLayer, ConcatLayer, ConvLayer, SliceLayer, Eltwise
 from .lower_conv import ConvConstants, conv_constants, lower_conv
 from .lower_eltwise import lower_activation, lower_concat, lower_eltwise, lower_slice
 from .lower_pool import lower_pool
-from .placement import Placement
+from .placement import Placement, feature_placement
 
 
 @dataclass(frozen=True, eq=False)
@@ -103,3 +103,69 @@ def lower_layer(layer: Layer, placements: Mapping[str, Placement], platform: Pla
         raise CompileError(f"layer {layer.name}: {len(descriptions)} tasks exceed the {limit} tasks of one "
                            f"submit on {platform.name} (pc.max_tasks_per_submit)")
     return LoweredLayer(layer.name, descriptions, tuple(emit(d, regmap, op_idx) for d in descriptions))
+
+
+def copy_views(layers, shapes: Mapping[str, tuple[int, int, int]], dtypes: Mapping[str, str],
+               aligns: Mapping[str, int], internal: set[str],
+               platform: Platform) -> tuple[dict[str, tuple[str, int]], list[Layer]]:
+    """No-copy Concat and Split (LOWERING.md 10.1): ``views`` maps a tensor stored inside another
+    to (that tensor, byte offset), and ``elided`` lists the Concat/Split layers that thereby
+    need no task. ``layers`` in execution order; ``internal``: tensors of the internal area
+    (not graph inputs/outputs: each is written by an NPU layer or a host step of the build,
+    both through its placement). Any layer whose conditions fail keeps its copy."""
+    views: dict[str, tuple[str, int]] = {}
+    elided: list[Layer] = []
+
+    def geometry(name):
+        return feature_placement(name, 0, shapes[name], dtypes[name], platform, channel_align=aligns.get(name, 1))
+
+    def free(name):  # may become a view: internal and not already stored inside another tensor
+        return name in internal and name not in views
+
+    def extent(name):  # bytes from the tensor's start that it and the views inside it may touch
+        inner = [offset + extent(child) for child, (parent, offset) in views.items() if parent == name]
+        return max([geometry(name).size, *inner])
+
+    for layer in layers:
+        if isinstance(layer, ConcatLayer):
+            found = _concat_views(layer, geometry, free, dtypes, extent)
+        elif isinstance(layer, SliceLayer):
+            found = _slice_view(layer, geometry, free, internal)
+        else:
+            continue
+        if found:
+            views.update(found)
+            elided.append(layer)
+    return views, elided
+
+
+def _concat_views(layer: ConcatLayer, geometry, free, dtypes, extent) -> dict[str, tuple[str, int]]:
+    """Each input at its channel slice of the output, when every input is a free tensor of the
+    output's dtype and quantization and all but the last fill exactly their C2 surfaces: a
+    producer's channel-rounded write - or that of a view inside the input (a nested Concat's
+    last input) - must not reach into the next input's surfaces."""
+    out = layer.output
+    if not free(out) or len(set(layer.inputs)) != len(layer.inputs):
+        return {}
+    target = geometry(out)
+    found, start = {}, 0
+    for index, (name, shape, quant) in enumerate(zip(layer.inputs, layer.shapes, layer.input_quants)):
+        if not free(name) or dtypes[name] != dtypes[out] or quant != layer.output_quant:
+            return {}
+        last = index == len(layer.inputs) - 1
+        if not last and (shape[0] % target.c2 or extent(name) > shape[0] // target.c2 * target.surface_bytes):
+            return {}
+        found[name] = (out, start // target.c2 * target.surface_bytes)
+        start += shape[0]
+    return found
+
+
+def _slice_view(layer: SliceLayer, geometry, free, internal) -> dict[str, tuple[str, int]]:
+    """The output at the input's surface of its first channel, when both are internal, the
+    quantization is kept and the slice starts on a C2 surface."""
+    if layer.input not in internal or not free(layer.output) or layer.input_quant != layer.output_quant:
+        return {}
+    source = geometry(layer.input)
+    if layer.start % source.c2:
+        return {}
+    return {layer.output: (layer.input, layer.start // source.c2 * source.surface_bytes)}

@@ -26,6 +26,7 @@ from .fields import RegisterBuilder, signed32
 ENABLE_CONV = 0x1D  # CNA, CORE, DPU, DPU_RDMA (rep01; rknpu-isa.md 2.1)
 BRDMA_ALU_CPEND_MUL = 7  # BRDMA_DATA_USE bits ALU, CPEND, MUL (VC 5: BRDMA_CFG = 0xe)
 DCOMP_AMOUNTS = 16
+PRECISION_INT8, PRECISION_INT4 = 0, 6  # CNA/CORE precision codes (rknpu-isa.md 3)
 
 
 def _cbuf_con0(b: RegisterBuilder, task: ConvTask) -> None:
@@ -33,15 +34,15 @@ def _cbuf_con0(b: RegisterBuilder, task: ConvTask) -> None:
             WEIGHT_BANK=task.weight_bank, DATA_BANK=task.data_bank)
 
 
-def _conv_con1(b: RegisterBuilder, task: ConvTask) -> None:
+def _conv_con1(b: RegisterBuilder, task: ConvTask, weight_precision: int) -> None:
     packed = int(task.argb_in > 0)
     b.write("CNA", "CONV_CON1", NONALIGN_DMA=packed, GROUP_LINE_OFF=packed, ARGB_IN=task.argb_in,
-            PROC_PRECISION=task.precision, IN_PRECISION=task.precision, CONV_MODE=task.conv_mode)
+            PROC_PRECISION=weight_precision, IN_PRECISION=task.precision, CONV_MODE=task.conv_mode)
 
 
-def _write_cna(b: RegisterBuilder, task: ConvTask) -> None:
+def _write_cna(b: RegisterBuilder, task: ConvTask, weight_precision: int) -> None:
     (stride_x, stride_y), (dil_x, dil_y) = task.stride, task.dilation
-    _conv_con1(b, task)
+    _conv_con1(b, task, weight_precision)
     b.write("CNA", "CONV_CON2", KERNEL_GROUP=0, FEATURE_GRAINS=task.feature_grains)
     b.write("CNA", "CONV_CON3", ATROUS_Y_DILATION=dil_y - 1, ATROUS_X_DILATION=dil_x - 1,
             CONV_Y_STRIDE=stride_y, CONV_X_STRIDE=stride_x)
@@ -90,25 +91,31 @@ def _write_cbuf_con1(b: RegisterBuilder, task: ConvTask) -> None:
         b.write("CNA", "CBUF_CON1", DATA_ENTRIES=task.data_entries)
 
 
-def _write_core(b: RegisterBuilder, task: ConvTask) -> None:
-    b.write("CORE", "MISC_CFG", PROC_PRECISION=task.precision, DW_EN=int(task.conv_mode == 3), QD_EN=1)
+def _write_core(b: RegisterBuilder, task: ConvTask, weight_precision: int) -> None:
+    b.write("CORE", "MISC_CFG", PROC_PRECISION=weight_precision, DW_EN=int(task.conv_mode == 3), QD_EN=1)
     b.write("CORE", "DATAOUT_SIZE_0", DATAOUT_HEIGHT=task.out_height - 1, DATAOUT_WIDTH=task.out_width - 1)
     b.write("CORE", "DATAOUT_SIZE_1", DATAOUT_CHANNEL=task.cube.channels - 1)
     b.write("CORE", "CLIP_TRUNCATE", ROUND_TYPE=0, CLIP_TRUNCATE=0)
     b.write("CORE", "UNDOC_3030")
 
 
-def conv_writes(task: ConvTask, regmap: RegisterMap):
-    """The 126 register writes of one convolution task."""
+def conv_writes(task: ConvTask, regmap: RegisterMap, weight_precision: int | None = None):
+    """The 126 register writes of one convolution task. ``weight_precision``: CNA/CORE
+    PROC_PRECISION when the weights are narrower than the features (the Matmul API's int8 x
+    int4, REGISTER_SEMANTICS.md 2.7); None: the task's precision."""
+    weight = task.precision if weight_precision is None else weight_precision
     b = RegisterBuilder(regmap, task.layer)
     _cbuf_con0(b, task)
     b.write("CNA", "DCOMP_REGNUM")
     b.write("CNA", "DCOMP_CTRL")
-    _conv_con1(b, task)
+    _conv_con1(b, task, weight)
     write_s_pointers(b)
-    _write_cna(b, task)
-    _write_core(b, task)
-    brdma = BRDMA_ALU_CPEND_MUL if task.precision == 0 else 1
+    _write_cna(b, task, weight)
+    _write_core(b, task, weight)
+    # integer paths (int8, int4) take ALU, CPEND and MUL from the BRDMA; fp16 the ALU only,
+    # unless its BS MUL reads per-channel operands (the Matmul API's mixed fp16 x int path)
+    full = task.precision in (PRECISION_INT8, PRECISION_INT4) or task.stages.bs.mul_from_dma
+    brdma = BRDMA_ALU_CPEND_MUL if full else 1
     # A direct conv reads its residual as rep12 does (COMB_USE 5: MRDMA and ERDMA take alternate
     # surfaces). A depthwise conv writes 4 surfaces per pass (SIZE_E 3), for which no stream
     # shows the split; it reads the whole residual through the ERDMA alone, as an element-wise
@@ -130,6 +137,7 @@ def conv_writes(task: ConvTask, regmap: RegisterMap):
     return b.done()
 
 
-def emit_conv_task(task: ConvTask, regmap: RegisterMap, op_idx: int | None = None) -> Task:
-    return Task(conv_writes(task, regmap), ENABLE_CONV, int_mask=INT_MASK_DPU, int_clear=INT_CLEAR_ALL,
+def emit_conv_task(task: ConvTask, regmap: RegisterMap, op_idx: int | None = None,
+                   weight_precision: int | None = None) -> Task:
+    return Task(conv_writes(task, regmap, weight_precision), ENABLE_CONV, int_mask=INT_MASK_DPU, int_clear=INT_CLEAR_ALL,
                 op_idx=op_idx)

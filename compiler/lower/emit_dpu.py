@@ -81,6 +81,8 @@ def residual_sources(residual: Operand, cube: DpuCube) -> RdmaSources:
     SRC_BASE at the residual and EW_BASE 50176 bytes further, notches 3136 = 2 x 3136 - 56 x 56;
     emulator/REGISTER_SEMANTICS.md 3.4)."""
     notch = 2 * residual.surface_stride - cube.width * cube.height
+    # 16-byte atoms: SIZE_E 1 with int8 needs 32-kernel passes of 16-channel surfaces; an
+    # RK356x pass (16 kernels, 8-byte atoms) writes SIZE_E 0 and reads through the ERDMA alone
     return RdmaSources(residual.address, notch, residual.address + residual.surface_stride * ATOM_BYTES,
                        residual.surface_stride, notch)
 

@@ -339,23 +339,28 @@ class ActivationLayer:
 
 @dataclass(frozen=True)
 class ConcatLayer:
-    """Channel concatenation of int8 tensors: one DPU-only copy task per input that requantizes
-    it into its channel slice of the output (every input but the last must fill whole C2
-    groups, so the slices start on surface boundaries)."""
+    """Channel concatenation: one DPU-only copy task per input that writes it (int8: requantized)
+    into its channel slice of the output (every input but the last must fill whole C2 groups,
+    so the slices start on surface boundaries). float16 concats copy without quantization
+    (``input_quants`` all None, ``output_quant`` None)."""
 
     name: str
     inputs: tuple[str, ...]
     output: str
     shapes: tuple[tuple[int, int, int], ...]
-    input_quants: tuple[Quant, ...]
-    output_quant: Quant
+    input_quants: tuple[Quant | None, ...]
+    output_quant: Quant | None
+    dtype: str = INT8
 
     def __post_init__(self) -> None:
+        _check_dtype(self.dtype, self.name)
         object.__setattr__(self, "inputs", tuple(self.inputs))
         object.__setattr__(self, "shapes", tuple(tuple(int(v) for v in shape) for shape in self.shapes))
         object.__setattr__(self, "input_quants", tuple(self.input_quants))
         if not self.inputs or len(self.inputs) != len(self.shapes) or len(self.inputs) != len(self.input_quants):
             raise CompileError(f"layer {self.name}: a concat needs one shape and quantization per input")
+        if self.dtype == INT8 and (self.output_quant is None or None in self.input_quants):
+            raise CompileError(f"layer {self.name}: an int8 concat needs the quantization of every input and the output")
         if len({shape[1:] for shape in self.shapes}) != 1:
             raise CompileError(f"layer {self.name}: concat inputs differ in height/width: {list(self.shapes)}")
 

@@ -12,7 +12,7 @@ Per task (vendor listings rep01-rep06, rep11, rep12; tasks.csv):
 - depthwise channel groups also offset the weights (stored channels x taps) and the BS blob
   (8 bytes per channel: rep05 DCOMP_ADDR0 576, BS_BASE_ADDR 512);
 - a packed first-layer image is read in ARGB mode: ARGB_IN = 7 + C, NONALIGN_DMA,
-  GROUP_LINE_OFF, DATAIN_CHANNEL 16, LINE_STRIDE = W (rep03).
+  GROUP_LINE_OFF, DATAIN_CHANNEL 16 (one int8 atom; 8 on RK356x), LINE_STRIDE = W (rep03).
 """
 
 from __future__ import annotations
@@ -196,9 +196,8 @@ def _lut_stages(layer: ConvLayer, bs: XStage, unit: float) -> DpuStages:
 
 # -- tasks -----------------------------------------------------------------------------------
 def packed_image(inp: TensorPlacement) -> bool:
-    """A 1-4 channel int8 image stored with C2 = C (read in ARGB mode). Not every pixel below
-    16 bytes: RK3566/68 store int8 with 8-byte atoms (C2 8), which TensorPlacement.packed
-    counts as packed although the tensor has the chip's ordinary layout."""
+    """A 1-4 channel int8 image stored with C2 = C (read in ARGB mode): pixels narrower than the
+    chip's atom (TensorPlacement.packed; RK3566/68's 8-byte int8 pixels are ordinary)."""
     return inp.packed and inp.dtype == "int8" and inp.c1 == 1 and inp.c2 == inp.channels <= 4
 
 
@@ -221,19 +220,20 @@ def _input_fields(ctx: _ConvContext, tile: TaskTile) -> dict:
     rows, group = tile.rows, tile.channels
     element = ELEMENT_BYTES[layer.dtype]
     if packed_image(inp):
-        line_stride = inp.width
+        line_stride, surface = inp.width, inp.surface_stride  # pixels (rep03)
         entries = rows.in_rows * align(inp.width, 16)
-        in_channels = 16
+        in_channels = inp.atom_bytes  # one int8 atom: 16 (rep03); 8 on RK356x [C]
         grains = feature_grains(rows.in_rows, rows.pad_top, layer.effective_kernel[0], layer.stride[1], 0, True)
     else:
-        line_stride = inp.line_bytes // 4
+        # the chip's atoms; a DMA line spans 4 rows (GROUP_LINE_OFF 0)
+        line_stride, surface = 4 * inp.line_stride_atoms, inp.surface_stride_atoms
         entries = entries_per_row(inp.width, group.count * element)
         in_channels = align(group.count, inp.c2)
         grains = feature_grains(rows.in_rows, rows.pad_top, layer.effective_kernel[0], layer.stride[1], entries, False)
     address = inp.address + (group.start // inp.c2) * inp.surface_bytes + rows.in_start * inp.line_bytes
     return dict(in_width=inp.width, in_height=rows.in_rows, in_channels=in_channels, in_channels_real=group.count,
                 feature_address=address, line_stride=line_stride,
-                surface_stride=(inp.surface_stride - line_stride) & SURF_STRIDE_MASK, data_entries=entries,
+                surface_stride=(surface - line_stride) & SURF_STRIDE_MASK, data_entries=entries,
                 feature_grains=grains)
 
 
@@ -261,14 +261,14 @@ def _output_fields(ctx: _ConvContext, tile: TaskTile) -> dict:
     offset = (out_start // out.c2) * out.surface_bytes + rows.out_start * out.line_bytes
     cube = DpuCube(width=out.width, height=rows.out_rows, channels=align(out_channels, ctx.kernels_per_pass),
                    orig_channels=out_channels, dst_address=out.address + offset,
-                   dst_surface_stride=out.surface_stride, surfaces_per_pass=ctx.surfaces_per_pass,
+                   dst_surface_stride=out.surface_stride_atoms, surfaces_per_pass=ctx.surfaces_per_pass,
                    precision=PRECISION_CODES[layer.dtype],
                    out_precision=OUT_PRECISION_CODES[layer.output_dtype] if layer.wide_output else None)
     residual = None
     if ctx.residual is not None:
         res = ctx.residual
         res_offset = (out_start // res.c2) * res.surface_bytes + rows.out_start * res.line_bytes
-        residual = Operand(res.address + res_offset, res.surface_stride)
+        residual = Operand(res.address + res_offset, res.surface_stride_atoms)
     return dict(out_width=out.width, out_height=rows.out_rows, cube=cube, residual=residual,
                 bias_address=ctx.bias.address + group.start * (
                     weight_pack.FLOAT_BS_CHANNEL_BYTES if layer.dtype == FLOAT16
@@ -324,11 +324,15 @@ def _context(layer: ConvLayer, placements: Mapping[str, Placement], platform: Pl
 
 
 def cbuf_request(layer: ConvLayer, inp: TensorPlacement, platform: Platform, weight_bytes: int) -> CbufRequest:
+    # depthwise channel groups start on a weight block (64 int8 / 32 fp16 channels): a group
+    # address is the block's, so RK356x's 32-channel int8 alignment is not a split point
+    group = max(platform.alignment(PLATFORM_DTYPE[layer.dtype]).depthwise,
+                weight_pack.depthwise_blocking(layer.dtype).channel_block)
     return CbufRequest(
         layer=layer.name, height=inp.height, width=inp.width, channels=inp.channels,
         element_bytes=ELEMENT_BYTES[layer.dtype], kernel_h=layer.effective_kernel[0], stride_y=layer.stride[0],
         pad_top=layer.pads[0], out_height=layer.output_shape[1], weight_bytes=weight_bytes,
-        depthwise=layer.depthwise, depthwise_group=platform.alignment(PLATFORM_DTYPE[layer.dtype]).depthwise,
+        depthwise=layer.depthwise, depthwise_group=group,
         packed_channels=inp.channels if packed_image(inp) else 0, banks=platform.cbuf.banks,
         bank_bytes=platform.cbuf.bank_bytes)
 

@@ -126,19 +126,19 @@ def lower_concat(layer: ConcatLayer, placements: Mapping[str, Placement], platfo
     """One DPU-only task per input, writing its channels at the output's surface for its first
     channel (the vendor lists Concat among the DPU-only layers; vendor-corpus README 4)."""
     out = tensor(placements, layer.output, layer.name)
-    check_feature(out, layer.output_shape, "int8", "output", layer.name)
+    check_feature(out, layer.output_shape, layer.dtype, "output", layer.name)
     tasks, start = [], 0
     for index, (name, shape, quant) in enumerate(zip(layer.inputs, layer.shapes, layer.input_quants)):
         source = tensor(placements, name, layer.name)
-        check_feature(source, shape, "int8", f"input {index}", layer.name)
+        check_feature(source, shape, layer.dtype, f"input {index}", layer.name)
         if source.packed or out.packed:
             raise CompileError(f"layer {layer.name}: concat needs NC1HWC2 tensors, not packed images")
         if start % out.c2:
             raise CompileError(f"layer {layer.name}: input {index} starts at channel {start}, not on a {out.c2}-channel "
                                f"surface of the output; only the last input may end part-way through a surface")
-        cube = _written_cube(shape, out, "int8", out.address + (start // out.c2) * out.surface_bytes)
+        cube = _written_cube(shape, out, layer.dtype, out.address + (start // out.c2) * out.surface_bytes)
         tasks.append(DpuTask(layer.name, source.address, source.surface_stride, cube,
-                             concat_stages(quant, layer.output_quant, layer.name)))
+                             copy_stages(quant, layer.output_quant, layer.name, layer.dtype)))
         start += shape[0]
     return tuple(tasks)
 
@@ -157,6 +157,13 @@ def lower_slice(layer: SliceLayer, placements: Mapping[str, Placement], platform
                            f"{source.c2}-channel surface of the input")
     cube = _written_cube(layer.output_shape, out, layer.dtype)
     address = source.address + (layer.start // source.c2) * source.surface_bytes
-    stages = (DpuStages(out_cvt=OutCvt(fp32_to_fp16=True)) if layer.dtype == FLOAT16  # a plain fp16 copy
-              else concat_stages(layer.input_quant, layer.output_quant, layer.name))
+    stages = copy_stages(layer.input_quant, layer.output_quant, layer.name, layer.dtype)
     return (DpuTask(layer.name, address, source.surface_stride, cube, stages),)
+
+
+def copy_stages(input_quant, output_quant, layer: str, dtype: str) -> DpuStages:
+    """A Concat input's or Split output's copy: float16 a plain copy (fp16 -> fp32 -> fp16 is
+    exact), int8 the requantizing copy of concat_stages."""
+    if dtype == FLOAT16:
+        return DpuStages(out_cvt=OutCvt(fp32_to_fp16=True))
+    return concat_stages(input_quant, output_quant, layer)

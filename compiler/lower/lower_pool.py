@@ -54,7 +54,7 @@ def lower_pool(layer: PoolLayer, placements: Mapping[str, Placement], platform: 
               needed_pad(out_width, kernel_w, stride_x, width, left)),
         pad_value=layer.quant.zero_point if (average and layer.quant is not None) else 0,
         recip=(pool_reciprocal(kernel_w), pool_reciprocal(kernel_h)) if average else (0, 0),
-        source_address=inp.address, source_line_stride=inp.line_bytes // 16,
-        source_surface_stride=inp.surface_stride, dst_address=out.address,
-        dst_surface_stride=out.surface_stride, precision=PRECISION_CODES[layer.dtype],
+        source_address=inp.address, source_line_stride=inp.line_stride_atoms,
+        source_surface_stride=inp.surface_stride_atoms, dst_address=out.address,
+        dst_surface_stride=out.surface_stride_atoms, precision=PRECISION_CODES[layer.dtype],
         in_precision=PPU_IN_PRECISION[layer.dtype]),)

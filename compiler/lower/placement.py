@@ -1,13 +1,17 @@
 """Where a tensor lives: its NPU address and NC1HWC2 geometry, as the registers see it.
 
 Feature maps are NC1HWC2: C1 groups ("surfaces") of H x W pixel atoms of C2 channels, one atom
-16 bytes (rknpu-isa.md 4; hardware.md 2). Two vendor facts shape the geometry here:
+16 bytes (rknpu-isa.md 4; hardware.md 2) - 8 on RK3566/68 (C2 int8 8, fp16 4; 32-bit elements
+keep 16-byte pixels, C2 4). Every stride register counts the chip's atom, C2 int8 bytes
+(emulator/REGISTER_SEMANTICS.md 9), so a shape gets the same register values on every chip:
+``line_stride_atoms`` / ``surface_stride_atoms`` give them. Two vendor facts shape the geometry:
 
 - **Surface stride.** Surfaces are ``align(H*W, 4)`` atoms apart (64-byte multiples), except a
   1x1 surface which is 1 atom: vendor-corpus tasks.csv, DPU DST_SURF_STRIDE on all 628 rk3588
   conv tasks (e.g. 75x75 -> 5628, 7x7 -> 52, 1x1 -> 1) and the CNA SURF_STRIDE of internal
   tensors. (RKNN keeps graph *inputs* compact, H*W; our model writer converts inputs into the
-  placement's layout, so one rule serves every tensor.)
+  placement's layout, so one rule serves every tensor.) With 8-byte atoms a 1x1 surface is 2
+  atoms, so surfaces stay on the 16-byte boundaries address registers need (bits 31:4) [C].
 - **Packed first-layer input.** A 1-4 channel int8 image may be stored with C2 = C, i.e. 3 bytes
   per pixel (vendor-corpus 5, rep03; hardware.md 2); the CNA reads it in ARGB mode.
 
@@ -23,7 +27,7 @@ from dataclasses import dataclass
 from npuemu.isa.errors import CompileError
 from npuemu.platforms.model import Platform
 
-ATOM_BYTES = 16
+ATOM_BYTES = 16  # RK3588-class atom; a placement carries its chip's (``atom_bytes``)
 ADDRESS_ALIGN = 16  # DST/DCOMP/PPU/PC addresses are bits 31:4 (rknpu-isa.md 4)
 ADDRESS_LIMIT = 1 << 32  # every register address is 32-bit (rknpu-isa.md 4)
 ELEMENT_BYTES = {"int8": 1, "float16": 2, "int32": 4, "float32": 4}
@@ -34,10 +38,10 @@ def align(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
-def surface_atoms(height: int, width: int) -> int:
-    """Atoms from one C1 surface to the next (see the module docstring)."""
+def surface_atoms(height: int, width: int, pixel_bytes: int = ATOM_BYTES) -> int:
+    """Pixels from one C1 surface to the next (see the module docstring)."""
     pixels = height * width
-    return pixels if pixels == 1 else align(pixels, 4)
+    return max(1, ADDRESS_ALIGN // pixel_bytes) if pixels == 1 else align(pixels, 4)
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,7 @@ class TensorPlacement:
     c2: int
     c1: int
     surface_stride: int  # in pixels (atoms) between consecutive C1 groups
+    atom_bytes: int = ATOM_BYTES  # the chip's NC1HWC2 atom (C2 int8 bytes): what stride registers count
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(int(v) for v in self.shape))
@@ -82,8 +87,8 @@ class TensorPlacement:
 
     @property
     def packed(self) -> bool:
-        """True for a first-layer image stored with fewer than 16 bytes per pixel."""
-        return self.pixel_bytes < ATOM_BYTES
+        """True for a first-layer image stored with fewer bytes per pixel than the chip's atom."""
+        return self.pixel_bytes < self.atom_bytes
 
     @property
     def line_bytes(self) -> int:
@@ -92,6 +97,16 @@ class TensorPlacement:
     @property
     def surface_bytes(self) -> int:
         return self.surface_stride * self.pixel_bytes
+
+    @property
+    def line_stride_atoms(self) -> int:
+        """One row in the chip's atoms (the unit of line-stride registers)."""
+        return self.line_bytes // self.atom_bytes
+
+    @property
+    def surface_stride_atoms(self) -> int:
+        """One surface in the chip's atoms (the unit of surface-stride registers)."""
+        return self.surface_bytes // self.atom_bytes
 
     @property
     def size(self) -> int:
@@ -136,13 +151,16 @@ def feature_placement(name: str, address: int, shape: tuple[int, int, int], dtyp
     1-4 channel int8 image with C2 = C (first-layer ARGB input).
     """
     channels, height, width = (int(v) for v in shape)
+    atom = platform.c2("int8")  # bytes: int8 elements are 1 byte
     if packed:
         if dtype != "int8" or not 1 <= channels <= 4:
             raise CompileError(f"tensor {name}: only 1-4 channel int8 images can be stored packed, got {channels} {dtype}")
-        return TensorPlacement(name, address, (channels, height, width), dtype, channels, 1, height * width)
+        return TensorPlacement(name, address, (channels, height, width), dtype, channels, 1, height * width,
+                               atom)
     c2 = platform.c2(PLATFORM_DTYPE[dtype])
     c1 = -(-align(channels, channel_align) // c2)
-    return TensorPlacement(name, address, (channels, height, width), dtype, c2, c1, surface_atoms(height, width))
+    surface = surface_atoms(height, width, c2 * ELEMENT_BYTES[dtype])
+    return TensorPlacement(name, address, (channels, height, width), dtype, c2, c1, surface, atom)
 
 
 def feature_bytes(shape: tuple[int, int, int], dtype: str, platform: Platform, *, channel_align: int = 1,

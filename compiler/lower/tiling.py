@@ -19,6 +19,19 @@ tasks.csv; ``tests/compiler/test_lower_tiling.py`` scores them on every corpus c
   rows per task = floor(DATA_BANK entries / entries per row); neighbouring tasks overlap by
   kernel - stride rows; pad-top belongs to the first task. Weights stay resident: tasks 2..n
   set WEIGHT_REUSE (rep06: banks 10/2, 34 rows, 5 tasks).
+- **Small CBUFs stream big weights on an H split**: with at most ``SMALL_CBUF_BANKS`` banks,
+  weights needing more than ``STREAMED_WEIGHT_BANKS`` banks are not kept: WEIGHT_BANK = 2,
+  the rest holds data, every task fetches the weights again (no WEIGHT_REUSE), so there are
+  fewer, taller tasks. The one-task streaming case above also leaves the weights at least 2
+  banks there (conv_015, 8 x 112 x 112, 7 banks of weights: 2 tasks, not 1). Inferred from
+  task counts only (no decoded RK3562 registers): on the rk3562 corpus it predicts 152 of 175
+  conv-type layers (148 with the resident rule), among the 40 normal convs with weights over
+  one bank 38 (34): conv_023 14 tasks, conv_133 10, conv_090 1, conv_015 2 all match;
+  conv_121 (7 weight banks, input 17 banks), which the resident rule cannot place, runs in 4
+  tasks (vendor 5). RK3588's 12 banks keep up to 10 weight banks resident (corpus conv_022),
+  so large CBUFs keep the resident rule. rk3566 (also 8 x 32 KB) fits 1 streamed bank better
+  (148 of 175 layers against 137): the figure belongs in the platform's ``cbuf`` group once it
+  has a field for it.
 - **Depthwise too big for the CBUF**: tasks take as many whole 64-channel groups with full H
   as fit (960 ch at 28 x 28: 448 + 448 + 64), DATA_BANK from that many groups; if one group
   does not fit, H is split with the rows of one group and the groups alternate inside each
@@ -36,6 +49,9 @@ from dataclasses import dataclass
 from npuemu.isa.errors import CompileError
 
 ENTRY_BYTES = 64  # one CBUF data entry (DATA_ENTRIES unit; see the module docstring)
+# Small-CBUF weight streaming (module docstring): fitted to the rk3562 corpus task counts.
+SMALL_CBUF_BANKS = 8
+STREAMED_WEIGHT_BANKS = 2
 
 
 def atoms_per_pixel(channel_bytes: int) -> int:
@@ -165,10 +181,16 @@ def plan_cbuf(request: CbufRequest) -> CbufPlan:
         return CbufPlan(data_banks, banks - data_banks, whole_rows, all_channels, False, False)
     if request.depthwise:
         return _plan_depthwise(request, weight_banks)
-    if data_banks < banks and weight_banks >= data_banks:
+    small_cbuf = banks <= SMALL_CBUF_BANKS
+    stream_banks = STREAMED_WEIGHT_BANKS if small_cbuf else 1  # the least weights stream through
+    if data_banks <= banks - stream_banks and weight_banks >= data_banks:
         # weights at least as big as the input: one task, the weights stream through the
         # banks left over (rep11 FC: 1/11; tasks.csv conv_000 5/7, conv_015 7/5)
         return CbufPlan(data_banks, banks - data_banks, whole_rows, all_channels, False, True)
+    if small_cbuf and weight_banks > STREAMED_WEIGHT_BANKS:
+        data_bank = banks - STREAMED_WEIGHT_BANKS
+        rows = data_bank * bank_entries // request.row_entries()
+        return CbufPlan(data_bank, STREAMED_WEIGHT_BANKS, split_rows(request, rows), all_channels, False, True)
     if weight_banks < banks:
         data_bank = banks - weight_banks
         rows = data_bank * bank_entries // request.row_entries()

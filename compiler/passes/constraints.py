@@ -15,6 +15,7 @@ import numpy as np
 
 from npuemu.isa.container_views import tensor_cube
 
+from ..deconv_phases import phase_conv
 from ..ir import Graph, Node
 from .cbuf_fit import cbuf_fit, conv_geometry
 from .context import PassContext
@@ -188,12 +189,12 @@ def fused_parts(graph: Graph, node: Node, ctx: PassContext) -> str | None:
 
 @Constraint
 def deconv_form(graph: Graph, node: Node, ctx: PassContext) -> str | None:
-    """A transposed conv runs in the CNA's deconvolution mode: group 1, dilation 1, strides at most
-    {max_deconv_stride} (CONV_CON3 deconv fields), no output padding, pads 0 to {max_pad}."""
+    """A transposed conv runs as one conv of its stride phases (compiler/deconv_phases.py): group 1,
+    dilation 1, equal strides (DepthToSpace has one blocksize), pads >= 0."""
     attrs = node.attrs
-    if attrs["group"] != 1 or max(attrs["dilations"]) != 1 or any(attrs["output_padding"]):
-        return f"group {attrs['group']}, dilations {attrs['dilations']}, output_padding {attrs['output_padding']}"
-    if max(attrs["strides"]) > ctx.limits.max_deconv_stride or min(attrs["pads"]) < 0 or max(attrs["pads"]) > ctx.limits.max_pad:
+    if attrs["group"] != 1 or max(attrs["dilations"]) != 1:
+        return f"group {attrs['group']}, dilations {attrs['dilations']}"
+    if len(set(attrs["strides"])) != 1 or min(attrs["pads"]) < 0:
         return f"strides {attrs['strides']}, pads {attrs['pads']}"
     return None
 
@@ -207,12 +208,18 @@ def pool_values_only(graph: Graph, node: Node, ctx: PassContext) -> str | None:
 
 @Constraint
 def deconv_lowered(graph: Graph, node: Node, ctx: PassContext) -> str | None:
-    """The deconvolution is lowered where kernel = stride without pads (a 1x1 conv whose outputs
-    DepthToSpace spreads, build_adapt.split_conv_transpose); other forms run on the host."""
+    """The phase conv fits the CNA: kernel ceil(k/s) at most {max_kernel}, pads at most {max_pad},
+    s*s*C_out kernels at most {max_kernels} (build_adapt.split_conv_transpose; DepthToSpace and the
+    crop of the pads are host steps)."""
     attrs = node.attrs
-    kernel, strides = list(attrs["kernel_shape"]), list(attrs["strides"])
-    if kernel != strides or len(set(kernel)) != 1 or any(attrs["pads"]):
-        return f"kernel {kernel}, strides {strides}, pads {attrs['pads']}"
+    phases = phase_conv(attrs["kernel_shape"], attrs["strides"], attrs["pads"], attrs["output_padding"],
+                        shape(graph, node.inputs[0])[2:])
+    if phases is None:
+        return f"kernel {attrs['kernel_shape']}, strides {attrs['strides']}, pads {attrs['pads']}: no output"
+    kernels = phases.stride ** 2 * shape(graph, node.inputs[1])[1]
+    if max(phases.kernel) > ctx.limits.max_kernel or max(phases.pads) > ctx.limits.max_pad \
+            or kernels > ctx.limits.max_kernels:
+        return f"phase conv kernel {list(phases.kernel)}, pads {list(phases.pads)}, {kernels} kernels"
     return None
 
 

@@ -42,7 +42,7 @@ class NpuOp:
 
 NPU_OPS: tuple[NpuOp, ...] = (
     NpuOp(("Conv",), "CNA convolution, DPU bias/activation/residual", (*_COMMON, *_CONV)),
-    NpuOp(("ConvTranspose",), "CNA deconvolution mode, DPU bias/activation",
+    NpuOp(("ConvTranspose",), "CNA conv of its stride phases, DPU bias/activation; DepthToSpace and crop on the host",
           (*_COMMON, c.constant_weights, c.deconv_form, c.deconv_lowered, c.kernel_size, c.conv_widths, c.conv_kernels,
            c.fused_parts)),
     NpuOp((composite_ops.FULLY_CONNECTED,), "CNA 1x1 convolution on [1,K,1,1]",

@@ -16,7 +16,7 @@ built model (built here unless given).
 
 Covered: int8 Conv (direct, depthwise, grouped, dilated; fused bias Adds, relu / relu6 /
 clip / leaky, LUT activations, residual Add before or after the activation), ConvTranspose
-with kernel = stride (1x1 conv + DepthToSpace), element-wise Add/Sub/Mul/Max/Min, max/average
+(the conv of its stride phases + DepthToSpace and crop, compiler/deconv_phases.py), element-wise Add/Sub/Mul/Max/Min, max/average
 pooling, channel Concat and Split copies, standalone activations, and the host steps. A
 float16 NPU layer (hybrid builds) is evaluated in float with fp16 storage, as plain fake quant
 does: not exact.
@@ -32,6 +32,7 @@ import numpy as np
 
 from ..float_eval import run_node
 from ..ir import Graph, Node
+from ..ops import get_op
 
 INT8 = (-128, 127)
 INT32 = (-(1 << 31), (1 << 31) - 1)
@@ -218,15 +219,14 @@ class _Evaluator:
         if transposed is not None:
             graph = copy.copy(self.graph)
             graph.tensors = dict(self.graph.tensors)
-            tensors, conv, move = transposed
+            tensors, conv, moves = transposed
             for tensor in tensors:
                 graph.tensors[tensor.name] = tensor
             self.conv_with_split(graph, conv)
-            block, source = int(move.attrs["blocksize"]), self.real(conv.outputs[0])
-            channels, height, width = graph.tensors[conv.outputs[0]].shape[1:]
-            depth = channels // (block * block)  # DepthToSpace, mode CRD (build_adapt)
-            moved = source.reshape(depth, block, block, height, width).transpose(0, 3, 1, 4, 2)
-            self.store(move.outputs[0], moved.astype(np.float64).reshape(graph.tensors[move.outputs[0]].shape))
+            for move in moves:  # DepthToSpace and the crop move values; the quantization stays
+                source = self.real(move.inputs[0]).reshape(graph.tensors[move.inputs[0]].shape)
+                moved = get_op(move.op_type).compute(move.attrs, [source])
+                self.store(move.outputs[0], np.asarray(moved, np.float64).reshape(graph.tensors[move.outputs[0]].shape))
             return
         if node.outputs[0] in self.host and node.op_type == "Conv":
             self.conv_with_split(self.graph, node)

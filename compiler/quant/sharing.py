@@ -10,8 +10,9 @@
   would waste most of the output's levels.
 - **Concat** is unified where that is cheap: an input joins the output's group (and the
   concatenation is only a matter of addresses: each input written into its slice of the output
-  buffer) when its own range is at least 1/``CONCAT_MAX_GROWTH`` of the group's, i.e. unifying
-  coarsens its scale by at most that factor. A narrower input keeps its own parameters and is
+  buffer, no task - compiler/LOWERING.md 10.1) when its own range is at least
+  1/``CONCAT_MAX_GROWTH`` of the group's, i.e. unifying coarsens its scale by at most that
+  factor. A narrower input keeps its own parameters and is
   requantized into the output buffer by a DPU pass, as the vendor does (vendor-corpus
   ``tensors.csv``, concat_002: the output's scale differs from both inputs'). Unifying a
   narrow input would coarsen it for every other reader too (through the value-preserving

@@ -15,6 +15,7 @@ size (rknpu-isa.md 3, PAD_CON0 note), every padded position holding the pad valu
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import weakref
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from npuemu.emulator.kernels import tap_gemm
 from npuemu.emulator.numerics import EXACT_FLOAT32_REDUCTION, ROUND_HALF_AWAY, core_output
 from npuemu.isa.errors import EmulationError
 
@@ -82,18 +84,27 @@ class ConvGeometry:
 # ---------------------------------------------------------------------------------------------
 @njit(cache=True)
 def _fetch_padded(feature, channels, pad_top, pad_left, pad_value, padded):
-    _, height, width, c2 = feature.shape
+    groups, height, width, c2 = feature.shape
     _, padded_h, padded_w = padded.shape
+    # the pad value on the border and wherever the output reaches past the input
     for c in range(channels):
-        group, lane = c // c2, c % c2
         for py in range(padded_h):
             y = py - pad_top
-            for px in range(padded_w):
-                x = px - pad_left
-                if 0 <= y < height and 0 <= x < width:
-                    padded[c, py, px] = feature[group, y, x, lane]
-                else:
-                    padded[c, py, px] = pad_value
+            if y < 0 or y >= height:
+                padded[c, py, :] = pad_value
+            else:
+                padded[c, py, :min(pad_left, padded_w)] = pad_value
+                if pad_left + width < padded_w:
+                    padded[c, py, pad_left + width:] = pad_value
+    # then the input, an atom row at a time (its lanes go to C2 planes)
+    rows, columns = min(height, padded_h - pad_top), min(width, padded_w - pad_left)
+    for group in range(groups):
+        for y in range(rows):
+            source = feature[group, y]
+            for lane in range(min(c2, channels - group * c2)):
+                target = padded[group * c2 + lane, y + pad_top]
+                for x in range(columns):
+                    target[x + pad_left] = source[x, lane]
 
 
 def fetch_padded_input(feature: np.ndarray, channels: int, geometry: ConvGeometry,
@@ -427,16 +438,37 @@ class _GemmOperands:
     matrices: np.ndarray
     bounds: tuple[int, ...]
     sums_row: bool
+    #: [taps][M][C] for the per-tap products (kernels/tap_gemm.py): a single group of a
+    #: kernel wider than 1x1 whose reduction is one exact chunk; None otherwise
+    taps: np.ndarray | None = None
+    #: the operands of the first input channels alone, when every later channel has only zero
+    #: weights (the image input's padding lanes): their products are all 0, so the products
+    #: skip them (the window sums still count them); None otherwise
+    trimmed: _GemmOperands | None = None
 
     @classmethod
     def build(cls, weights: np.ndarray, groups: int) -> _GemmOperands:
-        out_channels = weights.shape[0]
+        operands = cls._make(weights, groups, sums_row=groups == 1)
+        if groups == 1:
+            used = np.flatnonzero(weights.any(axis=(0, 2, 3)))
+            live = int(used[-1]) + 1 if used.size else 1
+            if live < weights.shape[1]:
+                trimmed = cls._make(np.ascontiguousarray(weights[:, :live]), 1, sums_row=False)
+                return dataclasses.replace(operands, trimmed=trimmed)
+        return operands
+
+    @classmethod
+    def _make(cls, weights: np.ndarray, groups: int, sums_row: bool) -> _GemmOperands:
+        out_channels, group_inputs, kernel_h, kernel_w = weights.shape
         matrices = weights.reshape(groups, out_channels // groups, -1).astype(np.float32)
-        sums_row = groups == 1
         if sums_row:
             matrices = np.concatenate([matrices, np.ones((1, 1, matrices.shape[2]), np.float32)],
                                       axis=1)
-        return cls(matrices, exact_chunk_bounds(matrices.reshape(-1, matrices.shape[2])), sums_row)
+        bounds = exact_chunk_bounds(matrices.reshape(-1, matrices.shape[2]))
+        taps = None
+        if groups == 1 and len(bounds) == 2 and kernel_h * kernel_w > 1 and tap_gemm.available():
+            taps = tap_gemm.tap_weights(matrices[0], group_inputs, kernel_h * kernel_w)
+        return cls(matrices, bounds, sums_row, taps)
 
 
 class _OperandCache:
@@ -498,13 +530,28 @@ def _conv_int8_sums(padded: np.ndarray, weights: np.ndarray, geometry: ConvGeome
                          geometry.dilation_y, geometry.dilation_x, acc)
         return acc, window_sums(padded, geometry) if with_window_sums else None
     operands = _OPERANDS.get(weights, geometry.groups)
-    single = len(operands.bounds) == 2
-    result = _conv_gemm(padded, operands.matrices, geometry, np.float32 if single else np.float64,
-                        operands.bounds, integer=True)
+    if operands.trimmed is not None:
+        live = operands.trimmed.matrices.shape[2] // (kernel_h * kernel_w)
+        result = _gemm_sums(padded[:live], operands.trimmed, geometry)
+        return result, window_sums(padded, geometry) if with_window_sums else None
+    result = _gemm_sums(padded, operands, geometry)
     if operands.sums_row:
         sums = result[out_channels:] if with_window_sums else None
         return result[:out_channels], sums
     return result, window_sums(padded, geometry) if with_window_sums else None
+
+
+def _gemm_sums(padded: np.ndarray, operands: _GemmOperands, geometry: ConvGeometry) -> np.ndarray:
+    """The products of the GEMM operands with the padded input: [groups * M][OH][OW]."""
+    if operands.taps is not None and geometry.stride_y == geometry.stride_x == 1 \
+            and padded.dtype == np.float32 and padded.flags.c_contiguous:
+        # stride 1: one accumulating product per tap, no im2col (tap_gemm.py; exact: one chunk)
+        choose_blas_threads()
+        return tap_gemm.tap_products(padded, operands.taps, geometry.kernel_w, geometry.dilation_y,
+                                     geometry.dilation_x, geometry.out_h, geometry.out_w)
+    single = len(operands.bounds) == 2
+    return _conv_gemm(padded, operands.matrices, geometry, np.float32 if single else np.float64,
+                      operands.bounds, integer=True)
 
 
 def conv2d_int8_exact(padded: np.ndarray, weights: np.ndarray, geometry: ConvGeometry,

@@ -67,6 +67,10 @@ INT8_CONV_RK3588 = ConvWeightLayout(oc_block=32, ic_block=32, ic_align=16, oc_al
 #: RK3588 fp16 convolution: 16 kernels per group (CONV_CON2 "16 kernels per group for 16-bit
 #: types", MTX weight_fp16 [N/16][K/32][16][32]); IC rounded to one 16-byte atom (a choice).
 FP16_CONV_RK3588 = ConvWeightLayout(oc_block=16, ic_block=32, ic_align=8, oc_align=2)
+#: RK3588 int4 (precision 6): 64 kernels x 32 channels per block (rknpu-isa.md 4, matmul B int4
+#: [N/64][K/32][64][32], hardware.md 2); whole blocks only (Matmul N and K are 64- and 32-aligned
+#: for int4, table 3-7), a choice where no conv stream shows a partial int4 group.
+INT4_CONV_RK3588 = ConvWeightLayout(oc_block=64, ic_block=32, ic_align=32, oc_align=64)
 #: RK3566/RK3568 int8: 16 kernels per group (hardware.md 2, matmul B int8 [N/16,K/32,16,32]).
 INT8_CONV_RK3566 = ConvWeightLayout(oc_block=16, ic_block=32, ic_align=16, oc_align=2)
 #: RK3588 int8 depthwise: 64-channel groups, tail rounded to 16 (vendor-corpus 4.3 and 5).
@@ -215,3 +219,13 @@ def pack_depthwise_weights(weights: np.ndarray,
     _pack_depthwise(_bits(weights), fill_bits, _bits(blob), layout.stored_channels(channels),
                     layout.channel_block)
     return blob
+
+
+def unpack_int4_bytes(raw: np.ndarray, high_first: bool) -> np.ndarray:
+    """Packed int4 bytes -> one sign-extended value per int8, two per byte in memory order;
+    ``high_first``: the even element is the high nibble (weights, REGISTER_SEMANTICS.md 2.7)."""
+    raw = np.asarray(raw).view(np.uint8)
+    low = (raw & 0xF).astype(np.int8)
+    high = (raw >> 4).astype(np.int8)
+    pairs = np.stack((high, low) if high_first else (low, high), axis=-1).reshape(raw.shape[:-1] + (-1,))
+    return np.where(pairs > 7, pairs - 16, pairs).astype(np.int8)

@@ -1,9 +1,12 @@
 """Cycles of one task: ``max(compute, DDR) + (1 - overlap) * min(compute, DDR) + launch``.
 
 compute = the MAC cycles (model H1, npu_cycles.py) of a conv task, or the DPU/PPU unit cycles of
-a task without MAC work (unit_cycles.py). The units and the data DMA overlap by the platform's
-``ddr.compute_overlap`` (1 = fully, the vendor's estimator's Total = max(DDR, NPU) on all 4284
-corpus rows, vendor-corpus README §4.1; fitted per chip to calibration.md). ``launch`` is what
+a task without MAC work (unit_cycles.py). In a conv task the CORE and the data DMA overlap by the
+platform's ``ddr.compute_overlap`` (1 = fully, the vendor's estimator's Total = max(DDR, NPU) on
+all 4284 corpus rows, vendor-corpus README §4.1; fitted per chip to calibration.md). A task
+without a conv overlaps fully: its DPU/PPU consumes the read stream and feeds the write stream as
+they flow (no CBUF staging), so its time is max(unit, DDR) on every chip (emulator/TIMING.md
+"Per task"; the RK3562 Add row takes 0.90 x its DDR cycles, not DDR + unit). ``launch`` is what
 the task costs before its units start: the PC fetching its register commands (``regcmd`` bytes at the DDR read rate,
 ddr.py) plus the platform's fixed ``launch.task_overhead_cycles`` (dispatch; fitted to
 calibration.md by ``npuemu calibrate --fit``). DDR cycles count the data streams only, so the
@@ -50,9 +53,9 @@ class TaskTime:
         return self.max_cycles + self.overhead_cycles
 
 
-def serial_part(compute: int, ddr: int, platform) -> int:
-    """Cycles of the shorter of compute and DMA that the overlap does not hide."""
-    return round((1.0 - platform.ddr.compute_overlap) * min(compute, ddr))
+def serial_part(compute: int, ddr: int, platform, conv: bool = True) -> int:
+    """Cycles of the shorter of compute and DMA that the overlap does not hide (none without a conv)."""
+    return round((1.0 - platform.ddr.compute_overlap) * min(compute, ddr)) if conv else 0
 
 
 def time_task(record, platform) -> TaskTime:
@@ -63,7 +66,7 @@ def time_task(record, platform) -> TaskTime:
     ddr = ddr_cycles(data_read_bytes(record.traffic), write, platform)
     return TaskTime(record.core, record.index, npu, ddr, read, write, launch,
                     record.conv.macs if record.conv is not None else 0, regcmd, unit,
-                    serial_part(max(npu, unit), ddr, platform),
+                    serial_part(max(npu, unit), ddr, platform, record.conv is not None),
                     record.traffic.sram_hit_reads + record.traffic.sram_hit_writes)
 
 

@@ -5,8 +5,11 @@ public source gives the DPU/PPU throughput, so this is our documented assumption
 (emulator/TIMING.md): the unit streams one ``cycle_model.dpu_bytes_per_cycle`` (16 B, one
 NC1HWC2 atom of int8) of its input cube per cycle. Read from the task's decoded state only:
 DPU ``DATA_CUBE_WIDTH/HEIGHT/CHANNEL`` and the input precision; PPU input width/height/channels
-and its precision. A task with a conv gets 0 here: its DPU/PPU work is pipelined behind the
-CORE and the MAC cycles (npu_cycles.py) decide.
+and its precision. A task with a conv is pipelined behind the CORE, so the MAC cycles
+(npu_cycles.py) decide - unless the platform bounds the rate at which a conv task's output
+leaves the DPU (``cycle_model.conv_write_bytes_per_cycle``, fitted to board rows where
+DDR-bound convs take time in proportion to the bytes they write, emulator/TIMING.md); then the
+unit cycles are the task's written bytes at that rate.
 """
 
 from __future__ import annotations
@@ -21,10 +24,15 @@ def _itemsize(precision: int) -> int:
     return dtype.itemsize if dtype is not None else 1
 
 
+def conv_output_cycles(write_bytes: int, rate: float | None) -> int:
+    """Cycles a conv task's DPU needs to write ``write_bytes`` at ``rate`` bytes/cycle (0: no bound)."""
+    return math.ceil(write_bytes / rate) if rate else 0
+
+
 def unit_cycles(record, platform) -> int:
-    """Cycles of a DPU-only or PPU-only task's unit; 0 for conv tasks and empty tasks."""
+    """Cycles of a DPU-only or PPU-only task's unit; for a conv task the output bound (0 without one)."""
     if record.conv is not None:
-        return 0
+        return conv_output_cycles(record.traffic.write_bytes, platform.cycle_model.conv_write_bytes_per_cycle)
     rate = platform.cycle_model.dpu_bytes_per_cycle
     cycles = 0
     if record.dpu is not None:

@@ -16,7 +16,7 @@ from npuemu.emulator.memory import ADDRESS_SPACE, TaskDma, Traffic
 from npuemu.emulator.numerics import core_round_mode
 from npuemu.emulator.regfile import RegisterView
 from npuemu.emulator.units.state import (
-    ATOM_BYTES, FP16, INT8, PRECISION_DTYPES, ConvState, c2_of, precision_name,
+    FP16, INT4, INT8, PRECISION_DTYPES, ConvState, chip_atom_bytes, precision_name,
 )
 from npuemu.isa.errors import EmulationError
 
@@ -27,11 +27,19 @@ ARGB_FIRST, ARGB_LAST = 8, 11  # ARGB_IN 8..11 = 1..4 image channels (rknpu-isa.
 #: per group for 16-bit types"). Every vendor task has a multiple of 32 (int8). RK3588's figures;
 #: other chips pass their own (Platform.atom_k: 16 int8 on RK3562/RK356x, 8 on RV1106).
 KERNEL_ATOM = {INT8: 32, FP16: 16}
+#: int4 weights come in 64-kernel blocks ([N/64][K/32][64][32], rknpu-isa.md 4): RK3588 only
+INT4_KERNEL_GROUP = 64
+#: (CNA IN_PRECISION, PROC_PRECISION) pairs the CNA runs: features x weights, and the MAC
+#: precision that sets the rate (REGISTER_SEMANTICS.md 2.7: int4 x int4 at the int4 rate, an
+#: int8 or fp16 feature at its own rate whatever the narrower weights)
+PRECISION_PAIRS = {(INT8, INT8): INT8, (FP16, FP16): FP16, (INT4, INT4): INT4,
+                   (INT8, INT4): INT8, (FP16, INT8): FP16, (FP16, INT4): FP16}
 REAL_CHANNEL_SLICE = 64  # DATAIN_CHANNEL_REAL counts the last 64-channel slice (REGISTER_SEMANTICS 2.2)
 
 _WEIGHT_LAYOUTS = {
     (INT8, False): kernels.INT8_CONV_RK3588, (INT8, True): kernels.INT8_DEPTHWISE_RK3588,
     (FP16, False): kernels.FP16_CONV_RK3588, (FP16, True): kernels.FP16_DEPTHWISE_RK3588,
+    (INT4, False): kernels.weights.INT4_CONV_RK3588,
 }
 
 
@@ -39,10 +47,12 @@ _WEIGHT_LAYOUTS = {
 # Decoding
 # ---------------------------------------------------------------------------------------------
 def decode_conv(cna: RegisterView, core: RegisterView, cbuf_banks: int, where: str,
-                kernel_atoms: dict[int, int] | None = None) -> ConvState:
+                kernel_atoms: dict[int, int] | None = None, atom_bytes: int | None = None) -> ConvState:
     """ConvState from the executing CNA and CORE groups; EmulationError for a configuration a
     real NPU would hang on or that the emulator does not model. ``kernel_atoms``: the chip's
-    kernels per MAC pass by precision (default RK3588's KERNEL_ATOM)."""
+    kernels per MAC pass by precision (default RK3588's KERNEL_ATOM); ``atom_bytes``: its
+    NC1HWC2 atom (default: the machine's, state.chip_atom_bytes)."""
+    atom = atom_bytes or chip_atom_bytes()
     con1 = cna.fields("CONV_CON1")
     mode = con1["CONV_MODE"]
     if mode not in (CONV_DIRECT, CONV_DEPTHWISE):
@@ -53,8 +63,11 @@ def decode_conv(cna: RegisterView, core: RegisterView, cbuf_banks: int, where: s
     if not cna.field("CVT_CON0", "CVT_BYPASS"):
         raise EmulationError(f"{where}: {cna.show('CVT_CON0')} enables the CNA input converter, which "
                              f"is not modelled (every vendor stream bypasses it)")
-    precision = _conv_precision(cna, core, con1, where)
+    precision, feature, weight = _conv_precision(cna, core, con1, where)
     depthwise = mode == CONV_DEPTHWISE
+    if depthwise and (feature != weight or feature == INT4):
+        raise EmulationError(f"{where}: a depthwise convolution in {precision_name(feature)} x "
+                             f"{precision_name(weight)} is not modelled (int8 or fp16 only)")
     if bool(core.field("MISC_CFG", "DW_EN")) != depthwise:
         raise EmulationError(f"{where}: {core.show('MISC_CFG', 'DW_EN')} disagrees with "
                              f"{cna.show('CONV_CON1', 'CONV_MODE')}")
@@ -70,9 +83,9 @@ def decode_conv(cna: RegisterView, core: RegisterView, cbuf_banks: int, where: s
         in_width=width, in_height=height, in_channels=channels,
         real_channels=_real_channels(cna, channels, argb, where),
         feature_address=cna.raw("FEATURE_DATA_ADDR"),
-        **_feature_strides(cna, argb),
+        **_feature_strides(cna, argb, atom),
         pad_top=cna.field("PAD_CON0", "PAD_TOP"), pad_left=cna.field("PAD_CON0", "PAD_LEFT"),
-        pad_value=_pad_value(cna.raw("PAD_CON1"), precision),
+        pad_value=_pad_value(cna.raw("PAD_CON1"), feature),
         **_geometry(cna, where),
         kernels=cna.field("WEIGHT_SIZE2", "WEIGHT_KERNELS"),
         weight_address=cna.raw("DCOMP_ADDR0"),
@@ -86,7 +99,9 @@ def decode_conv(cna: RegisterView, core: RegisterView, cbuf_banks: int, where: s
         out_channels=core.field("DATAOUT_SIZE_1", "DATAOUT_CHANNEL") + 1,
         clip_truncate=core.field("CLIP_TRUNCATE", "CLIP_TRUNCATE"),
         round_type=core.field("CLIP_TRUNCATE", "ROUND_TYPE"),
-        kernel_group=(kernel_atoms or KERNEL_ATOM)[precision],
+        kernel_group=_kernel_group(weight, kernel_atoms), atom_bytes=atom,
+        feature_precision=None if feature == precision else feature,
+        weight_precision=None if weight == precision else weight,
     )
     _check_banks(state, cna, cbuf_banks, where)
     _check_output(state, cna, core, where)
@@ -106,17 +121,27 @@ def _require_positive(where: str, values: dict[str, int]) -> None:
         raise EmulationError(f"{where}: {', '.join(bad)}: sizes must be at least 1")
 
 
-def _conv_precision(cna: RegisterView, core: RegisterView, con1: dict[str, int], where: str) -> int:
-    codes = {con1["IN_PRECISION"], con1["PROC_PRECISION"], core.field("MISC_CFG", "PROC_PRECISION")}
-    if len(codes) != 1:
+def _conv_precision(cna: RegisterView, core: RegisterView, con1: dict[str, int],
+                    where: str) -> tuple[int, int, int]:
+    """(MAC, feature, weight) precision: CNA IN_PRECISION is the feature's, CNA PROC_PRECISION
+    the weights' and must equal CORE PROC_PRECISION (REGISTER_SEMANTICS.md 2.1, 2.7)."""
+    feature, weight = con1["IN_PRECISION"], con1["PROC_PRECISION"]
+    if weight != core.field("MISC_CFG", "PROC_PRECISION"):
         raise EmulationError(
-            f"{where}: precisions disagree: {cna.show('CONV_CON1', 'IN_PRECISION')}, "
-            f"{cna.show('CONV_CON1', 'PROC_PRECISION')}, {core.show('MISC_CFG', 'PROC_PRECISION')}")
-    code = codes.pop()
-    if code not in KERNEL_ATOM:
-        raise EmulationError(f"{where}: convolution precision {precision_name(code)} "
-                             f"({cna.show('CONV_CON1', 'IN_PRECISION')}) is not modelled (int8, fp16)")
-    return code
+            f"{where}: precisions disagree: {cna.show('CONV_CON1', 'PROC_PRECISION')} but "
+            f"{core.show('MISC_CFG', 'PROC_PRECISION')}")
+    if (feature, weight) not in PRECISION_PAIRS:
+        pairs = ", ".join(f"{precision_name(f)} x {precision_name(w)}" for f, w in PRECISION_PAIRS)
+        raise EmulationError(f"{where}: convolution precision {precision_name(feature)} x {precision_name(weight)} "
+                             f"({cna.show('CONV_CON1', 'IN_PRECISION')}, {cna.show('CONV_CON1', 'PROC_PRECISION')}) "
+                             f"is not modelled ({pairs})")
+    return PRECISION_PAIRS[(feature, weight)], feature, weight
+
+
+def _kernel_group(weight: int, kernel_atoms: dict[int, int] | None) -> int:
+    if weight == INT4:
+        return INT4_KERNEL_GROUP
+    return (kernel_atoms or KERNEL_ATOM)[weight]
 
 
 def _argb_channels(argb_in: int, precision: int, where: str, cna: RegisterView) -> int:
@@ -152,8 +177,9 @@ def _real_channels(cna: RegisterView, channels: int, argb: int, where: str) -> i
     return real
 
 
-def _feature_strides(cna: RegisterView, argb: int) -> dict[str, int]:
-    """Row and surface strides in bytes (REGISTER_SEMANTICS 2.3).
+def _feature_strides(cna: RegisterView, argb: int, atom: int) -> dict[str, int]:
+    """Row and surface strides in bytes (REGISTER_SEMANTICS 2.3; they count the chip's
+    ``atom``-byte atoms, REGISTER_SEMANTICS 9).
 
     The feature DMA reads a surface in DMA lines of 4 rows (GROUP_LINE_OFF = 0; LINE_STRIDE
     then spans the 4 rows, 4 * W atoms) or of 1 row (GROUP_LINE_OFF = 1; LINE_STRIDE is the row
@@ -171,9 +197,14 @@ def _feature_strides(cna: RegisterView, argb: int) -> dict[str, int]:
         row_atoms, rows_per_line = line, 1
     else:
         row_atoms, rows_per_line = line / 4, 4
-    row = int(round(row_atoms * ATOM_BYTES))
-    first_line_end = (rows_per_line - 1) * row + width * ATOM_BYTES
-    return {"line_stride": row, "surface_stride": (ATOM_BYTES * surface + first_line_end) % ADDRESS_SPACE}
+    bits = cna.block.register("DMA_CON2").field("SURF_STRIDE").width
+    if surface >> (bits - 1):
+        # a negative stride in the field's two's complement (rep11 writes -3): with 16-byte
+        # atoms the same as wrapping the byte address; with 8-byte atoms only this is
+        surface -= 1 << bits
+    row = int(round(row_atoms * atom))
+    first_line_end = (rows_per_line - 1) * row + width * atom
+    return {"line_stride": row, "surface_stride": (atom * surface + first_line_end) % ADDRESS_SPACE}
 
 
 def _pad_value(raw: int, precision: int) -> int | float:
@@ -181,6 +212,8 @@ def _pad_value(raw: int, precision: int) -> int | float:
     # 0x0303 for zero point 3, rep01 0xfffffffe for -2), fp16 its low 16 bits.
     if precision == FP16:
         return float(np.uint16(raw & 0xFFFF).view(np.float16))
+    if precision == INT4:  # its low nibble, sign-extended (a choice, REGISTER_SEMANTICS 2.7)
+        return (raw & 0xF) - 16 if raw & 0x8 else raw & 0xF
     return int(np.uint8(raw & 0xFF).view(np.int8))
 
 
@@ -242,7 +275,7 @@ def _weight_layout(state: ConvState):
     """The weight blob's blocking: RK3588's, with output groups of the chip's kernel group on
     16- and 8-kernel chips (the same order, a choice shared with compiler/weight_pack.py;
     REGISTER_SEMANTICS.md 2.5)."""
-    layout = _WEIGHT_LAYOUTS[(state.precision, state.depthwise)]
+    layout = _WEIGHT_LAYOUTS[(state.weight_type, state.depthwise)]
     if state.depthwise or layout.oc_block == state.kernel_group:
         return layout
     return kernels.ConvWeightLayout(oc_block=state.kernel_group, ic_block=layout.ic_block,
@@ -254,18 +287,18 @@ def _check_weights(state: ConvState, cna: RegisterView, where: str) -> None:
         raise EmulationError(f"{where}: depthwise with {cna.show('WEIGHT_SIZE2', 'WEIGHT_KERNELS')}; "
                              f"the vendor and Mesa program 1 kernel of all channels")
     layout = _weight_layout(state)
-    size = PRECISION_DTYPES[state.precision].itemsize
+    bits = 4 if state.weight_type == INT4 else 8 * PRECISION_DTYPES[state.weight_type].itemsize
     taps = state.kernel_h * state.kernel_w
     if state.depthwise:
-        per_kernel = total = layout.elements(state.in_channels, state.kernel_h, state.kernel_w) * size
+        per_kernel = total = layout.elements(state.in_channels, state.kernel_h, state.kernel_w) * bits // 8
     else:
-        per_kernel = taps * layout.stored_input_channels(state.in_channels) * size
-        total = layout.elements(state.kernels, state.in_channels, state.kernel_h, state.kernel_w) * size
+        per_kernel = taps * layout.stored_input_channels(state.in_channels) * bits // 8
+        total = layout.elements(state.kernels, state.in_channels, state.kernel_h, state.kernel_w) * bits // 8
     if (state.weight_bytes_per_kernel, state.weight_bytes) != (per_kernel, total):
         raise EmulationError(
             f"{where}: weight sizes disagree with the geometry: {cna.show('WEIGHT_SIZE1')} and "
             f"{cna.show('WEIGHT_SIZE0')} but {state.kernels} kernels of {state.kernel_h}x{state.kernel_w}x"
-            f"{state.in_channels} {precision_name(state.precision)} need {per_kernel} bytes per kernel, "
+            f"{state.in_channels} {precision_name(state.weight_type)} need {per_kernel} bytes per kernel, "
             f"{total} in all")
 
 
@@ -315,7 +348,7 @@ def _describe_key(key: tuple) -> str:
 def _weight_key(state: ConvState) -> tuple:
     return (("address", state.weight_address), ("bytes", state.weight_bytes),
             ("kernels", state.kernels), ("kernel", f"{state.kernel_h}x{state.kernel_w}"),
-            ("channels", state.in_channels), ("precision", state.precision),
+            ("channels", state.in_channels), ("precision", state.weight_type),
             ("depthwise", state.depthwise), ("banks", f"{state.data_bank}/{state.weight_bank}"))
 
 
@@ -323,7 +356,7 @@ def _feature_key(state: ConvState) -> tuple:
     return (("address", state.feature_address), ("line_stride", state.line_stride),
             ("surface_stride", state.surface_stride),
             ("cube", f"{state.in_width}x{state.in_height}x{state.in_channels}"),
-            ("precision", state.precision), ("argb", state.argb_channels),
+            ("precision", state.feature_type), ("argb", state.argb_channels),
             ("banks", f"{state.data_bank}/{state.weight_bank}"))
 
 
@@ -346,9 +379,16 @@ def run_cna_core(state: ConvState, dma: TaskDma, cbuf: Cbuf, where: str) -> Core
         out_w=state.out_width, stride_y=state.stride_y, stride_x=state.stride_x,
         dilation_y=state.dilation_y, dilation_x=state.dilation_x, pad_top=state.pad_top,
         pad_left=state.pad_left, groups=state.in_channels if state.depthwise else 1)
+    if state.depthwise and state.precision == INT8 and weights.dtype == np.int8:
+        # straight from the atoms, same values as the padded-planes path (kernels/depthwise.py)
+        data, sums = kernels.depthwise.depthwise_int8_atoms(
+            feature, weights, geometry, state.pad_value, state.clip_truncate,
+            core_round_mode(state.round_type), state.out_channels)
+        return CoreResult(data, sums)
     padded = kernels.fetch_padded_input(feature, state.in_channels, geometry, state.pad_value)
     if state.precision == FP16:
-        data = kernels.conv2d_fp16(padded, weights, geometry)
+        # integer weights of the mixed path enter the fp16 MAC as exact fp16 values (REGISTER_SEMANTICS 2.7)
+        data = kernels.conv2d_fp16(padded, weights.astype(np.float16, copy=False), geometry)
         return CoreResult(_pad_channels(data, state.out_channels), None)
     data, sums = kernels.mac.conv2d_int8_with_window_sums(
         padded, weights, geometry, clip_truncate=state.clip_truncate,
@@ -382,19 +422,21 @@ def _read_feature(state: ConvState, dma: TaskDma) -> np.ndarray:
             f"{state.in_height}x{state.in_channels}, line {state.line_stride} B, surface "
             f"{state.surface_stride} B)")
     rows = np.arange(state.in_height, dtype=np.int64) * state.line_stride
-    dtype = PRECISION_DTYPES[state.precision]
+    dtype = PRECISION_DTYPES.get(state.feature_type, np.dtype(np.uint8))  # int4: bytes, unpacked below
     if state.argb_channels:
         raw = dma.read_rows(Traffic.FEATURE_READ, state.feature_address + rows,
                             state.in_width * state.argb_channels, what)
         pixels = raw.view(np.int8).reshape(state.in_height, state.in_width, state.argb_channels)
-        feature = np.zeros((1, state.in_height, state.in_width, c2_of(INT8)), np.int8)
+        feature = np.zeros((1, state.in_height, state.in_width, state.c2), np.int8)
         feature[0, :, :, :state.argb_channels] = pixels
     else:
         surfaces = np.arange(state.surfaces, dtype=np.int64) * state.surface_stride
         starts = state.feature_address + (surfaces[:, None] + rows[None, :]).reshape(-1)
-        raw = dma.read_rows(Traffic.FEATURE_READ, starts, state.in_width * ATOM_BYTES, what)
-        c2 = c2_of(state.precision)
-        feature = raw.view(dtype).reshape(state.surfaces, state.in_height, state.in_width, c2).copy()
+        raw = dma.read_rows(Traffic.FEATURE_READ, starts, state.in_width * state.atom_bytes, what)
+        if state.feature_type == INT4:  # even channel in the low nibble (REGISTER_SEMANTICS 2.7)
+            raw = kernels.weights.unpack_int4_bytes(raw.reshape(1, -1), high_first=False)
+        feature = raw.view(dtype if state.feature_type != INT4 else np.int8).reshape(
+            state.surfaces, state.in_height, state.in_width, state.c2).copy()
     _mask_channels(feature, state.real_channels)
     return feature
 
@@ -412,12 +454,15 @@ def _weights(state: ConvState, dma: TaskDma, cbuf: Cbuf, where: str) -> np.ndarr
     key = _weight_key(state)
     if state.weight_reuse:
         return cbuf.take("weights", key, "WEIGHT_REUSE", where)
-    dtype = PRECISION_DTYPES[state.precision]
+    int4 = state.weight_type == INT4
+    dtype = np.dtype(np.int8) if int4 else PRECISION_DTYPES[state.weight_type]
     layout = _weight_layout(state)
     shape = (state.kernels, state.in_channels, state.kernel_h, state.kernel_w)
 
     def unpack(raw: np.ndarray) -> np.ndarray:
-        blob = raw.view(dtype)
+        # int4: the even element of each byte is the high nibble (REGISTER_SEMANTICS 2.7)
+        blob = kernels.weights.unpack_int4_bytes(raw.reshape(1, -1), high_first=True).reshape(-1) if int4 \
+            else raw.view(dtype)
         if state.depthwise:
             weights = kernels.unpack_depthwise_weights(blob, *shape[1:], layout)
         else:
@@ -429,6 +474,6 @@ def _weights(state: ConvState, dma: TaskDma, cbuf: Cbuf, where: str) -> np.ndarr
     weights = dma.derived_from_block(
         Traffic.WEIGHT_READ, state.weight_address, state.weight_bytes,
         f"CNA weights (DCOMP_ADDR0={state.weight_address:#x}, WEIGHT_BYTES={state.weight_bytes})",
-        ("CNA weights", np.dtype(dtype).str, layout, state.depthwise, shape), unpack)
+        ("CNA weights", "int4" if int4 else np.dtype(dtype).str, layout, state.depthwise, shape), unpack)
     cbuf.keep("weights", key, weights, where)
     return weights

@@ -19,12 +19,13 @@ from npuemu.emulator.numerics import out_cvt_round_mode
 from npuemu.emulator.regfile import RegisterView
 from npuemu.emulator.units.cna_core import CoreResult
 from npuemu.emulator.units.state import (
-    ATOM_BYTES, FP16, FP32, INT8, INT16, INT32, PRECISION_DTYPES, DpuRdmaState, DpuState, EwState,
-    LutState, LutTableState, OutCvtState, XStageState, c2_of, precision_name,
+    ATOM_BYTES, FP16, FP32, INT4, INT8, INT16, INT32, PRECISION_DTYPES, DpuRdmaState, DpuState, EwState,
+    LutState, LutTableState, OutCvtState, XStageState, c2_of, chip_atom_bytes, precision_name,
 )
 from npuemu.isa.errors import EmulationError
 
-INTEGER_PROCESSING = (INT8, INT16)
+#: int4 convs hand the DPU int32 accumulators like int8 (REGISTER_SEMANTICS.md 2.7)
+INTEGER_PROCESSING = (INT8, INT16, INT4)
 INTEGER_OUTPUTS = (INT8, INT16, INT32)
 #: BRDMA_DATA_USE bits and the bytes each operand takes in an 8-channel group: the vendor's
 #: blob with DATA_USE = 7 is int32 ALU[8], int16 CPEND[8], int16 MUL[8] (vendor-corpus 5);
@@ -40,6 +41,9 @@ ERDMA_PER_PIXEL = 1  # ERDMA_DATA_MODE of a full operand cube (rep09, rep12)
 COMB_SPLIT = 5  # DPU_RDMA COMB_USE: MRDMA and ERDMA share the EW operand (rep12, Mesa ConvAdd)
 
 
+_PRECISION_OF = {dtype: code for code, dtype in PRECISION_DTYPES.items()}
+
+
 def _signed16(value: int) -> int:
     return value - (1 << 16) if value & 0x8000 else value
 
@@ -51,7 +55,9 @@ def _signed32(value: int) -> int:
 # ---------------------------------------------------------------------------------------------
 # Decoding
 # ---------------------------------------------------------------------------------------------
-def decode_dpu(dpu: RegisterView, where: str) -> DpuState:
+def decode_dpu(dpu: RegisterView, where: str, atom_bytes: int | None = None) -> DpuState:
+    """``atom_bytes``: the chip's NC1HWC2 atom, the unit of the strides (default: the machine's)."""
+    atom = atom_bytes or chip_atom_bytes()
     mode = dpu.fields("FEATURE_MODE_CFG")
     fmt = dpu.fields("DATA_FORMAT")
     _reject(dpu, where, ("FEATURE_MODE_CFG", "TP_EN"), ("FEATURE_MODE_CFG", "COMB_USE"),
@@ -63,7 +69,7 @@ def decode_dpu(dpu: RegisterView, where: str) -> DpuState:
         raise EmulationError(f"{where}: {dpu.show('BS_OW_CFG')} has different SIZE_E_0/1/2; only equal "
                              f"values are modelled (every vendor and Mesa stream writes them equal)")
     dst = dpu.raw("DST_BASE_ADDR")
-    if dst % ATOM_BYTES:
+    if dst % ATOM_BYTES:  # the address field is bits 31:4 on every chip, whatever its atom
         raise EmulationError(f"{where}: {dpu.show('DST_BASE_ADDR')} is not 16-byte aligned (rknpu-isa.md 4)")
     state = DpuState(
         flying=bool(mode["FLYING_MODE"]), to_memory=bool(mode["OUTPUT_MODE"] & 2),
@@ -73,10 +79,10 @@ def decode_dpu(dpu: RegisterView, where: str) -> DpuState:
         width=dpu.field("DATA_CUBE_WIDTH", "WIDTH") + 1, height=dpu.field("DATA_CUBE_HEIGHT", "HEIGHT") + 1,
         channels=dpu.field("DATA_CUBE_CHANNEL", "CHANNEL") + 1,
         orig_channels=dpu.field("DATA_CUBE_CHANNEL", "ORIG_CHANNEL") + 1,
-        dst_address=dst, dst_surface_stride=dpu.field("DST_SURF_STRIDE", "DST_SURF_STRIDE") * ATOM_BYTES,
-        surface_add=dpu.field("SURFACE_ADD", "SURF_ADD") * ATOM_BYTES, size_e=ow["SIZE_E_0"],
+        dst_address=dst, dst_surface_stride=dpu.field("DST_SURF_STRIDE", "DST_SURF_STRIDE") * atom,
+        surface_add=dpu.field("SURFACE_ADD", "SURF_ADD") * atom, size_e=ow["SIZE_E_0"],
         bs=_x_stage(dpu, "BS", fmt, ow), bn=_x_stage(dpu, "BN", fmt, None),
-        ew=_ew(dpu, fmt), lut=_lut(dpu), out_cvt=_out_cvt(dpu))
+        ew=_ew(dpu, fmt), lut=_lut(dpu), out_cvt=_out_cvt(dpu), atom_bytes=atom)
     _check_dpu(state, dpu, where)
     return state
 
@@ -159,7 +165,7 @@ def _check_dpu(state: DpuState, dpu: RegisterView, where: str) -> None:
     integer = state.proc_precision in INTEGER_PROCESSING
     if not integer and state.proc_precision != FP16:
         raise EmulationError(f"{where}: {dpu.show('DATA_FORMAT', 'PROC_PRECISION')} "
-                             f"({precision_name(state.proc_precision)}) is not modelled (int8, int16, fp16)")
+                             f"({precision_name(state.proc_precision)}) is not modelled (int8, int16, int4, fp16)")
     allowed = INTEGER_OUTPUTS if integer else (FP16, FP32)
     if state.out_precision not in allowed:
         raise EmulationError(f"{where}: {dpu.show('DATA_FORMAT', 'OUT_PRECISION')} "
@@ -167,7 +173,8 @@ def _check_dpu(state: DpuState, dpu: RegisterView, where: str) -> None:
                              f"{precision_name(state.proc_precision)} is not modelled")
 
 
-def decode_dpu_rdma(rdma: RegisterView, where: str) -> DpuRdmaState:
+def decode_dpu_rdma(rdma: RegisterView, where: str, atom_bytes: int | None = None) -> DpuRdmaState:
+    atom = atom_bytes or chip_atom_bytes()
     mode = rdma.fields("FEATURE_MODE_CFG")
     src_dma = rdma.fields("SRC_DMA_CFG")
     if any(v for k, v in src_dma.items() if k != "LINE_NOTCH_ADDR") or \
@@ -186,15 +193,16 @@ def decode_dpu_rdma(rdma: RegisterView, where: str) -> DpuRdmaState:
         width=width, height=height, channels=rdma.field("DATA_CUBE_CHANNEL", "CHANNEL") + 1,
         main_enabled=not mode["MRDMA_DISABLE"], flying=bool(mode["FLYING_MODE"]),
         comb_use=mode["COMB_USE"], in_precision=mode["IN_PRECISION"],
-        src_address=rdma.raw("SRC_BASE_ADDR"), line_stride=line * ATOM_BYTES,
-        surface_stride=(line * height + rdma.field("SURF_NOTCH", "SURF_NOTCH_ADDR")) * ATOM_BYTES,
+        src_address=rdma.raw("SRC_BASE_ADDR"), line_stride=line * atom,
+        surface_stride=(line * height + rdma.field("SURF_NOTCH", "SURF_NOTCH_ADDR")) * atom,
         brdma_use=rdma.field("BRDMA_CFG", "BRDMA_DATA_USE"), bs_address=rdma.raw("BS_BASE_ADDR"),
         nrdma_use=rdma.field("NRDMA_CFG", "NRDMA_DATA_USE"), bn_address=rdma.raw("BN_BASE_ADDR"),
         erdma_enabled=not erdma["ERDMA_DISABLE"], erdma_mode=erdma["ERDMA_DATA_MODE"],
         erdma_size=erdma["ERDMA_DATA_SIZE"], ew_address=rdma.raw("EW_BASE_ADDR"),
-        ew_line_stride=ew_line * ATOM_BYTES,
-        ew_surface_stride=rdma.field("EW_SURF_STRIDE", "EW_SURF_STRIDE") * ATOM_BYTES,
-        ew_notch_stride=(ew_line * height + rdma.field("EW_SURF_NOTCH", "EW_SURF_NOTCH")) * ATOM_BYTES)
+        ew_line_stride=ew_line * atom,
+        ew_surface_stride=rdma.field("EW_SURF_STRIDE", "EW_SURF_STRIDE") * atom,
+        ew_notch_stride=(ew_line * height + rdma.field("EW_SURF_NOTCH", "EW_SURF_NOTCH")) * atom,
+        atom_bytes=atom)
 
 
 def check_rdma_matches(state: DpuState, rdma: DpuRdmaState, views: tuple[RegisterView, RegisterView],
@@ -224,7 +232,7 @@ def run_dpu(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult | Non
         data = _float_stages(state, rdma, data, dma, where)
         out = kernels.out_cvt_fp16(data) if state.out_precision == FP16 else data.astype(np.float32)
     # lanes past the channel count are written as 0 [C]
-    _write(state, kernels.nchw_to_nc1hwc2(out, c2_of(state.out_precision)), dma)
+    _write(state, out, c2_of(state.out_precision, state.atom_bytes), dma)
     return out
 
 
@@ -250,17 +258,18 @@ def _main_input(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult |
                              f"is not modelled")
     cube = read_cube(dma, Traffic.MAIN_READ, rdma.src_address, rdma.surface_stride, rdma.line_stride,
                      (state.channels, state.height, state.width), PRECISION_DTYPES[rdma.in_precision],
-                     f"DPU_RDMA main cube (SRC_BASE_ADDR={rdma.src_address:#x})")
+                     f"DPU_RDMA main cube (SRC_BASE_ADDR={rdma.src_address:#x})", rdma.atom_bytes)
     return cube.astype(np.float32 if state.proc_precision == FP16 else np.int32), None
 
 
 def read_surfaces(dma: TaskDma, stream: Traffic, address: int, surface_stride: int, line_stride: int,
-                  surfaces: int, height: int, width: int, dtype: np.dtype, what: str) -> np.ndarray:
-    """Read ``surfaces`` NC1HWC2 surfaces (C2 = 16 bytes / element): [S][H][W][C2]."""
-    c2 = ATOM_BYTES // dtype.itemsize
+                  surfaces: int, height: int, width: int, dtype: np.dtype, what: str,
+                  atom_bytes: int) -> np.ndarray:
+    """Read ``surfaces`` NC1HWC2 surfaces (C2 = state.c2_of: atom bytes / element): [S][H][W][C2]."""
+    c2 = c2_of(_PRECISION_OF[dtype], atom_bytes)
     starts = (address + np.arange(surfaces, dtype=np.int64)[:, None] * surface_stride
               + np.arange(height, dtype=np.int64)[None, :] * line_stride).reshape(-1)
-    raw = dma.read_rows(stream, starts, width * ATOM_BYTES, what)
+    raw = dma.read_rows(stream, starts, width * c2 * dtype.itemsize, what)
     return raw.view(dtype).reshape(surfaces, height, width, c2)
 
 
@@ -271,12 +280,12 @@ def surfaces_to_cube(atoms: np.ndarray, channels: int) -> np.ndarray:
 
 
 def read_cube(dma: TaskDma, stream: Traffic, address: int, surface_stride: int, line_stride: int,
-              shape: tuple[int, int, int], dtype: np.dtype, what: str) -> np.ndarray:
-    """Read an NC1HWC2 cube (C2 = 16 bytes / element) into [C][H][W]."""
+              shape: tuple[int, int, int], dtype: np.dtype, what: str, atom_bytes: int) -> np.ndarray:
+    """Read an NC1HWC2 cube (C2 = state.c2_of: atom bytes / element) into [C][H][W]."""
     channels, height, width = shape
-    surfaces = -(-channels // (ATOM_BYTES // dtype.itemsize))
+    surfaces = -(-channels // c2_of(_PRECISION_OF[dtype], atom_bytes))
     atoms = read_surfaces(dma, stream, address, surface_stride, line_stride, surfaces, height, width,
-                          dtype, what)
+                          dtype, what, atom_bytes)
     return surfaces_to_cube(atoms, channels)
 
 
@@ -413,7 +422,7 @@ def _ew_operand(state: DpuState, rdma: DpuRdmaState | None, dma: TaskDma, where:
     if rdma.comb_use == 0:
         return read_cube(dma, Traffic.EW_READ, rdma.ew_address, rdma.ew_surface_stride,
                          rdma.ew_line_stride, shape, dtype,
-                         f"ERDMA operand (EW_BASE_ADDR={rdma.ew_address:#x})").astype(result)
+                         f"ERDMA operand (EW_BASE_ADDR={rdma.ew_address:#x})", rdma.atom_bytes).astype(result)
     if rdma.comb_use == COMB_SPLIT and not state.flying and state.size_e == 1 and rdma.main_enabled:
         return _split_operand(state, rdma, dtype, dma).astype(result)
     raise EmulationError(
@@ -424,16 +433,17 @@ def _ew_operand(state: DpuState, rdma: DpuRdmaState | None, dma: TaskDma, where:
 
 def _split_operand(state: DpuState, rdma: DpuRdmaState, dtype: np.dtype, dma: TaskDma) -> np.ndarray:
     """COMB_USE = 5: the MRDMA reads the first surface of each 2-surface group from SRC_BASE_ADDR,
-    the ERDMA the second from EW_BASE_ADDR, both stepping (line * height + notch) * 16 bytes
+    the ERDMA the second from EW_BASE_ADDR, both stepping (line * height + notch) atoms
     (REGISTER_SEMANTICS 3.4: rep12 relocates both to the residual, EW one surface further)."""
-    c2 = ATOM_BYTES // dtype.itemsize
-    surfaces = -(-state.channels // c2)
+    surfaces = -(-state.channels // c2_of(_PRECISION_OF[dtype], rdma.atom_bytes))
     first = read_surfaces(dma, Traffic.MAIN_READ, rdma.src_address, rdma.surface_stride, rdma.line_stride,
                           -(-surfaces // 2), state.height, state.width, dtype,
-                          f"MRDMA operand surfaces (SRC_BASE_ADDR={rdma.src_address:#x}, COMB_USE=5)")
+                          f"MRDMA operand surfaces (SRC_BASE_ADDR={rdma.src_address:#x}, COMB_USE=5)",
+                          rdma.atom_bytes)
     second = read_surfaces(dma, Traffic.EW_READ, rdma.ew_address, rdma.ew_notch_stride, rdma.ew_line_stride,
                            surfaces // 2, state.height, state.width, dtype,
-                           f"ERDMA operand surfaces (EW_BASE_ADDR={rdma.ew_address:#x}, COMB_USE=5)")
+                           f"ERDMA operand surfaces (EW_BASE_ADDR={rdma.ew_address:#x}, COMB_USE=5)",
+                           rdma.atom_bytes)
     atoms = np.empty((surfaces,) + first.shape[1:], dtype)
     atoms[0::2] = first
     atoms[1::2] = second
@@ -452,19 +462,26 @@ def _float_stages(state: DpuState, rdma: DpuRdmaState | None, data: np.ndarray, 
     for name, stage in (("BS", state.bs), ("BN", state.bn)):
         if stage.bypass:
             continue
+        blob = None
+        if name == "BS" and ((stage.alu_from_dma and not stage.alu_bypass)
+                             or (stage.mul_from_dma and not stage.mul_bypass)):
+            if rdma is None:
+                raise EmulationError(f"{where}: the BS stage takes operands from the BRDMA but DPU_RDMA is "
+                                     f"not enabled in the op-enable word: the DPU would wait forever")
+            blob = read_bias_blob(dma, rdma, state.channels, where)
         mul = None
         if not stage.mul_bypass:
-            if stage.mul_from_dma:
+            if stage.mul_from_dma and blob is None:
                 raise EmulationError(f"{where}: fp16 {name} MUL operands from DMA are not modelled")
-            # the 16-bit MUL operand field holds fp16 bits on the fp path [C] (NUMERICS.md 4.6)
-            mul = np.float32(np.uint16(stage.mul_operand & 0xFFFF).view(np.float16))
+            # the 16-bit MUL operand field (and the BRDMA blob's 16-bit MUL slot, per channel:
+            # the mixed fp16 x int path's B scales, REGISTER_SEMANTICS 2.7) holds fp16 bits on the
+            # fp path [C] (NUMERICS.md 4.6)
+            bits = blob["MUL"] if stage.mul_from_dma else stage.mul_operand
+            mul = (np.asarray(bits, np.int64) & 0xFFFF).astype(np.uint16).view(np.float16).astype(np.float32)
         alu = None
         if not stage.alu_bypass:
             if name == "BS" and state.bs.alu_from_dma:
-                if rdma is None:
-                    raise EmulationError(f"{where}: the BS stage takes operands from the BRDMA but DPU_RDMA is "
-                                         f"not enabled in the op-enable word: the DPU would wait forever")
-                alu = _fp32(read_bias_blob(dma, rdma, state.channels, where)["ALU"])
+                alu = _fp32(blob["ALU"])
             elif stage.alu_from_dma:
                 raise EmulationError(f"{where}: BN operands from the NRDMA are not modelled")
             else:
@@ -486,17 +503,18 @@ def _float_stages(state: DpuState, rdma: DpuRdmaState | None, data: np.ndarray, 
     return data
 
 
-def _write(state: DpuState, atoms: np.ndarray, dma: TaskDma) -> None:
+def _write(state: DpuState, out: np.ndarray, c2: int, dma: TaskDma) -> None:
     """WDMA: surfaces of C2 channels, SIZE_E + 1 of them DST_SURF_STRIDE apart per group,
-    groups SURFACE_ADD apart, lines width * 16 bytes apart (REGISTER_SEMANTICS 3.3).
-    ``atoms``: the output as NC1HWC2 [C1][H][W][C2] (kernels.nchw_to_nc1hwc2)."""
-    surfaces, height, width, _ = atoms.shape
+    groups SURFACE_ADD apart, lines width pixels apart (REGISTER_SEMANTICS 3.3, 9).
+    ``out``: the output [C][H][W], written as NC1HWC2 atoms of ``c2`` lanes (lanes past C: 0)."""
+    channels, height, width = out.shape
+    surfaces = -(-channels // c2)
     per_group = state.size_e + 1
     surface = np.arange(surfaces, dtype=np.int64)
     surface_start = (state.dst_address + (surface // per_group) * state.surface_add
                      + (surface % per_group) * state.dst_surface_stride)
-    starts = (surface_start[:, None] + np.arange(height, dtype=np.int64)[None, :] * width * ATOM_BYTES)
-    dma.write_rows(Traffic.DPU_WRITE, starts.reshape(-1),
-                   atoms.reshape(surfaces * height, width * ATOM_BYTES // atoms.dtype.itemsize),
-                   f"DPU WDMA (DST_BASE_ADDR={state.dst_address:#x}, DST_SURF_STRIDE="
-                   f"{state.dst_surface_stride} B, SURFACE_ADD={state.surface_add} B, SIZE_E={state.size_e})")
+    line = width * c2 * out.dtype.itemsize  # 16 bytes for 32-bit elements on every chip
+    starts = (surface_start[:, None] + np.arange(height, dtype=np.int64)[None, :] * line)
+    dma.write_planes(Traffic.DPU_WRITE, starts.reshape(-1), out, c2,
+                     f"DPU WDMA (DST_BASE_ADDR={state.dst_address:#x}, DST_SURF_STRIDE="
+                     f"{state.dst_surface_stride} B, SURFACE_ADD={state.surface_add} B, SIZE_E={state.size_e})")

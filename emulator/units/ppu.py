@@ -14,7 +14,8 @@ from npuemu.emulator.numerics import POOL_AVERAGE, POOL_MAX, POOL_MIN
 from npuemu.emulator.regfile import RegisterView
 from npuemu.emulator.units.dpu import read_cube
 from npuemu.emulator.units.state import (
-    ATOM_BYTES, FP16, INT8, INT16, INT32, PRECISION_DTYPES, PpuRdmaState, PpuState, precision_name,
+    FP16, INT8, INT16, INT32, PRECISION_DTYPES, PpuRdmaState, PpuState, c2_of, chip_atom_bytes,
+    precision_name,
 )
 from npuemu.isa.errors import EmulationError
 
@@ -24,7 +25,9 @@ ELEMENT_BITS = {0: 4, 1: 8, 2: 16, 3: 32}
 _PPU_TYPES = {(8, INT8): INT8, (16, INT16): INT16, (16, FP16): FP16, (32, INT32): INT32}
 
 
-def decode_ppu(ppu: RegisterView, where: str) -> PpuState:
+def decode_ppu(ppu: RegisterView, where: str, atom_bytes: int | None = None) -> PpuState:
+    """``atom_bytes``: the chip's NC1HWC2 atom, the unit of the strides (default: the machine's)."""
+    atom = atom_bytes or chip_atom_bytes()
     mode = ppu.fields("OPERATION_MODE_CFG")
     kernel = ppu.fields("POOLING_KERNEL_CFG")
     pads = ppu.fields("POOLING_PADDING_CFG")
@@ -48,7 +51,7 @@ def decode_ppu(ppu: RegisterView, where: str) -> PpuState:
         recip_kernel_w=ppu.field("RECIP_KERNEL_WIDTH", "RECIP_KERNEL_WIDTH"),
         recip_kernel_h=ppu.field("RECIP_KERNEL_HEIGHT", "RECIP_KERNEL_HEIGHT"),
         dst_address=dst & ~0xF,
-        dst_surface_stride=ppu.field("DST_SURF_STRIDE", "DST_SURF_STRIDE") * ATOM_BYTES)
+        dst_surface_stride=ppu.field("DST_SURF_STRIDE", "DST_SURF_STRIDE") * atom, atom_bytes=atom)
     if dst & 0xF:
         raise EmulationError(f"{where}: {ppu.show('DST_BASE_ADDR')} is not 16-byte aligned (field 31:4)")
     if state.out_channels != state.in_channels:
@@ -73,16 +76,17 @@ def _check_windows(state: PpuState, ppu: RegisterView, where: str) -> None:
                 f"({ppu.show('POOLING_KERNEL_CFG')})")
 
 
-def decode_ppu_rdma(rdma: RegisterView, where: str) -> PpuRdmaState:
+def decode_ppu_rdma(rdma: RegisterView, where: str, atom_bytes: int | None = None) -> PpuRdmaState:
     code = rdma.field("DATA_FORMAT", "IN_PRECISION")
+    atom = atom_bytes or chip_atom_bytes()
     return PpuRdmaState(
         width=rdma.field("CUBE_IN_WIDTH", "CUBE_IN_WIDTH") + 1,
         height=rdma.field("CUBE_IN_HEIGHT", "CUBE_IN_HEIGHT") + 1,
         channels=rdma.field("CUBE_IN_CHANNEL", "CUBE_IN_CHANNEL") + 1,
         src_address=rdma.raw("SRC_BASE_ADDR"),
-        line_stride=rdma.field("SRC_LINE_STRIDE", "SRC_LINE_STRIDE") * ATOM_BYTES,
-        surface_stride=rdma.field("SRC_SURF_STRIDE", "SRC_SURF_STRIDE") * ATOM_BYTES,
-        element_bits=ELEMENT_BITS[code])
+        line_stride=rdma.field("SRC_LINE_STRIDE", "SRC_LINE_STRIDE") * atom,
+        surface_stride=rdma.field("SRC_SURF_STRIDE", "SRC_SURF_STRIDE") * atom,
+        element_bits=ELEMENT_BITS[code], atom_bytes=atom)
 
 
 def check_ppu_source(state: PpuState, rdma: PpuRdmaState | None, ppu: RegisterView, where: str) -> int:
@@ -110,8 +114,8 @@ def run_ppu(state: PpuState, rdma: PpuRdmaState, kind: int, dma: TaskDma) -> np.
     dtype = PRECISION_DTYPES[kind]
     cube = read_cube(dma, Traffic.PPU_READ, rdma.src_address, rdma.surface_stride, rdma.line_stride,
                      (state.in_channels, state.in_height, state.in_width), dtype,
-                     f"PPU_RDMA source (SRC_BASE_ADDR={rdma.src_address:#x})")
-    c2 = ATOM_BYTES // dtype.itemsize
+                     f"PPU_RDMA source (SRC_BASE_ADDR={rdma.src_address:#x})", rdma.atom_bytes)
+    c2 = c2_of(kind, state.atom_bytes)
     surfaces = -(-state.in_channels // c2)
     feature = kernels.nchw_to_nc1hwc2(cube, c2, surfaces)
     config = kernels.PoolConfig(
@@ -122,7 +126,7 @@ def run_ppu(state: PpuState, rdma: PpuRdmaState, kind: int, dma: TaskDma) -> np.
         recip_kernel_w=state.recip_kernel_w, recip_kernel_h=state.recip_kernel_h)
     pooled = kernels.pool_nc1hwc2(feature, config)
     starts = (state.dst_address + np.arange(surfaces, dtype=np.int64)[:, None] * state.dst_surface_stride
-              + np.arange(state.out_height, dtype=np.int64)[None, :] * state.out_width * ATOM_BYTES)
+              + np.arange(state.out_height, dtype=np.int64)[None, :] * state.out_width * c2 * dtype.itemsize)
     dma.write_rows(Traffic.PPU_WRITE, starts.reshape(-1),
                    pooled.reshape(surfaces * state.out_height, -1),
                    f"PPU write (DST_BASE_ADDR={state.dst_address:#x}, DST_SURF_STRIDE="

@@ -8,6 +8,9 @@ read, and they never change after decoding.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,16 +22,42 @@ PRECISION_NAMES = {INT8: "int8", INT16: "int16", FP16: "fp16", BF16: "bf16", INT
 #: numpy element type of a precision as stored in memory (fp16 as float16).
 PRECISION_DTYPES = {INT8: np.dtype(np.int8), INT16: np.dtype(np.int16), FP16: np.dtype(np.float16),
                     INT32: np.dtype(np.int32), FP32: np.dtype(np.float32)}
-ATOM_BYTES = 16  # one NC1HWC2 pixel atom (rknpu-isa.md 4)
+ATOM_BYTES = 16  # one NC1HWC2 pixel atom on RK3588-class chips (rknpu-isa.md 4); RK356x: 8
+# The atom of the chip whose registers are being decoded: the Machine sets it from its platform
+# (C2 int8 x 1 byte) around each chain, so the decoders need no extra argument from the core
+# (REGISTER_SEMANTICS.md 9). Outside a machine it is RK3588's.
+_CHIP_ATOM = ContextVar("npuemu_chip_atom_bytes", default=ATOM_BYTES)
+
+
+def chip_atom_bytes() -> int:
+    """Bytes of one NC1HWC2 pixel atom on the chip being emulated (16, or 8 on RK356x)."""
+    return _CHIP_ATOM.get()
+
+
+@contextmanager
+def chip_atoms(atom_bytes: int) -> Iterator[None]:
+    """Decode and run with ``atom_bytes``-byte atoms (Machine.run_chain)."""
+    token = _CHIP_ATOM.set(atom_bytes)
+    try:
+        yield
+    finally:
+        _CHIP_ATOM.reset(token)
 
 
 def precision_name(code: int) -> str:
     return PRECISION_NAMES.get(code, f"code {code}")
 
 
-def c2_of(code: int) -> int:
-    """Channels per 16-byte atom for a precision (C2 = 16 bytes / element size)."""
-    return ATOM_BYTES // PRECISION_DTYPES[code].itemsize
+#: C2 of 32-bit elements on every chip: 16-byte pixels even where 8- and 16-bit atoms are 8 bytes
+#: (guide table 3-5: RK3566/68 int32/fp32 matmul output [N/4, M, 4]; platforms/rk3568.yaml nc1hwc2).
+WIDE_C2 = 4
+
+
+def c2_of(code: int, atom_bytes: int = ATOM_BYTES) -> int:
+    """Channels per pixel for a precision: atom bytes / element size, at least WIDE_C2."""
+    if code == INT4:  # two elements per byte: C2 = 32 in a 16-byte atom (rknpu-isa.md 4)
+        return max(2 * atom_bytes, WIDE_C2)
+    return max(atom_bytes // PRECISION_DTYPES[code].itemsize, WIDE_C2)
 
 
 @dataclass(frozen=True)
@@ -69,15 +98,32 @@ class ConvState:
     round_type: int
     #: Kernels the chip's MAC array produces per pass at this precision (NpuCore's kernel_atoms).
     kernel_group: int = 32
+    atom_bytes: int = ATOM_BYTES  # the chip's NC1HWC2 atom (8 on RK356x)
+    #: CNA IN_PRECISION (features) and PROC_PRECISION (weights) where they differ from the MAC
+    #: precision above (int8 x int4, fp16 x int8/int4; REGISTER_SEMANTICS.md 2.7); None: the same
+    feature_precision: int | None = None
+    weight_precision: int | None = None
+
+    @property
+    def feature_type(self) -> int:
+        return self.precision if self.feature_precision is None else self.feature_precision
+
+    @property
+    def weight_type(self) -> int:
+        return self.precision if self.weight_precision is None else self.weight_precision
+
+    @property
+    def c2(self) -> int:
+        return c2_of(self.feature_type, self.atom_bytes)
 
     @property
     def surfaces(self) -> int:
         """Input surfaces the feature DMA reads (1 in image mode)."""
-        return 1 if self.argb_channels else -(-self.in_channels // c2_of(self.precision))
+        return 1 if self.argb_channels else -(-self.in_channels // self.c2)
 
     @property
     def pixel_bytes(self) -> int:
-        return self.argb_channels if self.argb_channels else ATOM_BYTES
+        return self.argb_channels if self.argb_channels else self.atom_bytes
 
     @property
     def macs(self) -> int:
@@ -186,6 +232,7 @@ class DpuState:
     ew: EwState
     lut: LutState
     out_cvt: OutCvtState
+    atom_bytes: int = ATOM_BYTES  # the chip's NC1HWC2 atom: the unit of lines written
 
 
 @dataclass(frozen=True)
@@ -213,6 +260,7 @@ class DpuRdmaState:
     ew_line_stride: int  # bytes
     ew_surface_stride: int  # bytes, from EW_SURF_STRIDE
     ew_notch_stride: int  # bytes, (line * height + EW_SURF_NOTCH) * 16: the stride with COMB_USE = 5
+    atom_bytes: int = ATOM_BYTES  # the chip's NC1HWC2 atom (strides above count it)
 
 
 @dataclass(frozen=True)
@@ -242,6 +290,7 @@ class PpuState:
     recip_kernel_h: int
     dst_address: int
     dst_surface_stride: int  # bytes
+    atom_bytes: int = ATOM_BYTES  # the chip's NC1HWC2 atom: the unit of lines written
 
 
 @dataclass(frozen=True)
@@ -253,3 +302,4 @@ class PpuRdmaState:
     line_stride: int  # bytes
     surface_stride: int  # bytes
     element_bits: int  # IN_PRECISION 0/1/2/3 = 4/8/16/32-bit
+    atom_bytes: int = ATOM_BYTES  # the chip's NC1HWC2 atom (strides above count it)

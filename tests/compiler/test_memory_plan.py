@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from npuemu.compiler.memory_plan import (
-    ALIGN, DEFAULT_BASE, TensorLifetime, lifetimes_from_steps, plan_memory, reuse_offsets,
+    ALIGN, DEFAULT_BASE, TensorLifetime, TensorView, fold_views, lifetimes_from_steps, plan_memory, reuse_offsets,
+    view_roots,
 )
 from npuemu.isa.errors import CompileError
 
@@ -76,3 +77,52 @@ def test_first_fit_fills_gaps() -> None:
     offsets, extent = reuse_offsets(tensors)
     assert offsets["a"] == 0 and offsets["b"] == 0  # b reuses a's bytes
     assert offsets["c"] == 1024 and extent == 1472
+
+
+@st.composite
+def lifetimes_with_views(draw):
+    """Random lifetimes, some tensors made views (at 16-byte offsets) of an earlier tensor, so
+    views of views occur and no cycle does."""
+    tensors = draw(lifetimes)
+    views = []
+    for index, tensor in enumerate(tensors[1:], start=1):
+        if draw(st.booleans()):
+            parent = draw(st.integers(0, index - 1))
+            views.append(TensorView(tensor.name, f"t{parent}", 16 * draw(st.integers(0, 200)), tensor.size))
+    return tensors, views
+
+
+@settings(max_examples=60, deadline=None)
+@given(lifetimes_with_views())
+def test_views_never_share_bytes_with_other_live_tensors(case) -> None:
+    """A view's bytes (inside its root) are never reused while the view - or its root - is
+    live: the root's lifetime and size cover its views (fold_views)."""
+    tensors, views = case
+    roots = view_roots(views)
+    plan = plan_memory({}, fold_views(tensors, views))
+    area = plan.area("internal")
+
+    def span(name, size):
+        root, offset = roots.get(name, (name, 0))
+        return root, plan.address(root) + offset, plan.address(root) + offset + size
+
+    placed = [(t, *span(t.name, t.size)) for t in tensors]
+    for t, root, start, end in placed:
+        assert area.base <= start and end <= area.base + area.size
+        assert end <= plan[root].end, (t, root)  # inside the root's allocation
+    for i, (a, root_a, start_a, end_a) in enumerate(placed):
+        for b, root_b, start_b, end_b in placed[i + 1:]:
+            if root_a != root_b and a.overlaps(b):
+                assert not (start_a < end_b and start_b < end_a), (a, b)
+
+
+def test_view_limits() -> None:
+    live = [TensorLifetime("x", 64, kind="input"), TensorLifetime("a", 64, 0, 1), TensorLifetime("b", 64, 1, 2)]
+    with pytest.raises(CompileError, match="graph input"):
+        fold_views(live, [TensorView("a", "x", 0, 64)])
+    with pytest.raises(CompileError, match="cycle"):
+        view_roots([TensorView("a", "b", 0, 64), TensorView("b", "a", 0, 64)])
+    with pytest.raises(CompileError, match="multiple of 16"):
+        TensorView("a", "b", 8, 64)
+    folded = fold_views(live, [TensorView("a", "b", 128, 64)])
+    assert [(t.name, t.size, t.first, t.last) for t in folded] == [("x", 64, 0, 0), ("b", 192, 0, 2)]

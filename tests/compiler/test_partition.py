@@ -57,10 +57,12 @@ def test_batch_of_two_runs_on_the_cpu(onnx_case):
 
 
 @pytest.mark.parametrize("attrs, target, reason", [
-    ({"strides": [2, 2]}, "NPU", "CNA deconvolution"),
-    ({"strides": [2, 2], "output_padding": [1, 1]}, "CPU", "output_padding [1, 1]"),
+    ({"strides": [2, 2]}, "NPU", "stride phases"),
+    ({"strides": [2, 2], "output_padding": [1, 1]}, "NPU", "stride phases"),
     ({"strides": [2, 2], "group": 2}, "CPU", "group 2"),
-], ids=["2x2-s2", "output-padding", "grouped"])
+    ({"strides": [2, 1]}, "CPU", "strides [2, 1]"),
+    ({"strides": [1, 1], "dilations": [2, 2]}, "CPU", "dilations [2, 2]"),
+], ids=["2x2-s2", "output-padding", "grouped", "unequal-strides", "dilated"])
 def test_transposed_convolutions(onnx_case, attrs, target, reason):
     node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], kernel_shape=[2, 2], **attrs)
     shape = [8, 8 // attrs.get("group", 1), 2, 2]

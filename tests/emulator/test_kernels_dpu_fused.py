@@ -33,13 +33,15 @@ def wide_cubes(draw):
                                                      st.integers(0, 40),
                                                      st.integers(-(2**31), 2**31 - 1)),
        st.sampled_from([nm.ROUND_HALF_EVEN, nm.ROUND_HALF_AWAY]),
-       st.sampled_from([np.int8, np.int16, np.int32]), st.sampled_from(["pixel", "tensor"]))
-def test_fused_stages_match_the_reference_chain(cube, bs, bn, ew, cvt, mode, dtype, source):
+       st.sampled_from([np.int8, np.int16, np.int32]), st.sampled_from(["pixel", "tensor"]),
+       st.sampled_from([np.int64, np.int32]))  # int32 window sums come from the depthwise path
+def test_fused_stages_match_the_reference_chain(cube, bs, bn, ew, cvt, mode, dtype, source,
+                                                sums_dtype):
     data, rng = cube
     channels = data.shape[0]
     alu, mul, cpend = (rng.integers(-(2**15), 2**15, channels) for _ in range(3))
     bn_alu, bn_mul = int(rng.integers(-(2**20), 2**20)), int(rng.integers(-(2**15), 2**15))
-    sums = rng.integers(-(2**20), 2**20, (1,) + data.shape[1:])
+    sums = rng.integers(-(2**20), 2**20, (1,) + data.shape[1:]).astype(sums_dtype)
     operand = rng.integers(-(2**31), 2**31, data.shape if source == "pixel" else (1, 1, 1))
     config = None if cvt is None else OutCvtConfig(*cvt, mode)
     got = int_stages(data, bs=bs, bs_alu=alu, bs_mul=mul, bs_cpend=cpend, window_sum=sums,

@@ -16,8 +16,9 @@ from tests.emulator.reference import convolution as ref
 
 
 @st.composite
-def conv_cases(draw, values="int8"):
-    kind = draw(st.sampled_from(["direct", "direct", "grouped", "depthwise"]))
+def conv_cases(draw, values="int8", kinds=("direct", "direct", "grouped", "depthwise"),
+               depthwise_multipliers=(1, 2)):
+    kind = draw(st.sampled_from(kinds))
     if kind == "direct":
         groups, channels, kernels = 1, draw(st.integers(1, 40)), draw(st.integers(1, 40))
     elif kind == "grouped":
@@ -26,7 +27,7 @@ def conv_cases(draw, values="int8"):
         kernels = groups * draw(st.integers(1, 6))
     else:
         channels = groups = draw(st.integers(1, 24))
-        kernels = channels * draw(st.integers(1, 2))
+        kernels = channels * draw(st.sampled_from(depthwise_multipliers))
     kh, kw = draw(st.integers(1, 4)), draw(st.integers(1, 4))
     sy, sx = draw(st.integers(1, 3)), draw(st.integers(1, 3))
     dy, dx = draw(st.integers(1, 3)), draw(st.integers(1, 3))

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from npuemu.emulator import numerics as nm
 from npuemu.emulator.kernels import ConvGeometry, core_outputs, fetch_padded_input, nchw_to_nc1hwc2
 from npuemu.emulator.kernels.mac import _MAX_CHUNK as MAX_CHUNK
-from npuemu.emulator.kernels.mac import conv2d_int8_with_window_sums, exact_chunk_bounds
+from npuemu.emulator.kernels.mac import _OPERANDS, conv2d_int8_with_window_sums, exact_chunk_bounds
 from tests.emulator.reference import convolution as ref
 from tests.emulator.test_kernels_mac import as_dict, conv_cases, reference_padded
 
@@ -129,3 +129,23 @@ def test_cached_operands_follow_the_array_not_its_address():
         w = read_only(np.full((40, 2, 1, 1), scale, np.int8))
         data, _ = conv2d_int8_with_window_sums(padded, w, geometry)
         assert np.all(data == scale * np.array([10, -3]))
+
+
+@settings(max_examples=30, deadline=None)
+@given(conv_cases(kinds=("direct",)), st.integers(0, 2**32 - 1))
+def test_trailing_zero_weight_channels_are_skipped_exactly(case, seed):
+    # the image input's padding lanes: input channels past the real ones have all-zero weights
+    # (but the pad value in the padded border); products skip them, window sums do not
+    x, w, geometry, c2, pad_value = case
+    live = int(np.random.default_rng(seed).integers(0, x.shape[0]))
+    w = w.copy()
+    w[:, live:] = 0
+    weights = read_only(w)
+    padded = fetch_padded_input(nchw_to_nc1hwc2(x, c2), x.shape[0], geometry, pad_value)
+    reference = reference_padded(x, geometry, pad_value)
+    got, sums = conv2d_int8_with_window_sums(padded, weights, geometry)
+    expected = ref.conv(reference, w, as_dict(geometry))
+    assert np.array_equal(got, core_outputs(expected, 0))
+    assert np.array_equal(sums, ref.window_sums(reference, as_dict(geometry)))
+    # (all-zero weights keep one channel)
+    assert (_OPERANDS.get(weights, 1).trimmed is not None) == (max(live, 1) < x.shape[0])

@@ -4,12 +4,11 @@ Every row is compiled and emulated once (module fixture, ~6 s). Targets of the i
 within 2% on every conv row, DDR cycles within 5% on every row, time within 25% median. What is
 not met is asserted as it stands, row by row, with the reason (emulator/TIMING.md "Calibration"):
 - rows npuemu cannot build or run yet have no figures (B144's broadcasting Mul runs on the CPU);
-- rows whose tensors npuemu's build stores in other sizes than the vendor's are not fitted and
-  miss the DDR target by construction (packed uint8 first layers; a 16-channel rk3588 output);
-- rk3562 B10 and B118 (H-split convs with 3 and 5 weight banks) read ~10% fewer bytes than the
-  board's DDR cycles imply;
-- rk3562's time median (30.9%) misses the 25% target: its small DPU-only and 3-task rows are off
-  by 30-50% in both directions with one set of launch/overlap figures (TIMING.md Calibration).
+- A5 is not fitted and misses the DDR target: its 16-channel output is written as 32 channels,
+  by npuemu's build and by the vendor's own 2.5.0 build of that layer (mobilenet_v2 conv_18,
+  compiler/LOWERING.md 15), while the board's DDR figure fits 16 (tools/calibration.py reports
+  it as a layout difference against 16 channels);
+- rows whose tasks the vendor builds otherwise (LUT upload task, Concat) are not fitted.
 """
 
 from __future__ import annotations
@@ -31,11 +30,11 @@ from npuemu.tools.cli import main
 CALIBRATION_MD = SHARED / "docs" / "calibration.md"
 
 NOT_RUNNABLE = {"B144": "on the CPU"}
-LAYOUT_DIFFERS = {"A2": "packed uint8 image", "B1": "packed uint8 image", "A5": "output [16, 112, 112] 401408 B",
+LAYOUT_DIFFERS = {"A5": "output [16, 112, 112] 401408 B",
                   "B117": "uploads the LUT in a DPU task of its own", "B122": "uploads the LUT in a DPU task of its own",
                   "B8": "no vendor listing shows how its Concat is built"}
-DDR_GAP = {"B10": 0.11, "B118": 0.10}  # |error| bound asserted where the 5% target is not met
-TIME_MEDIAN_GAP = {"rk3562": 0.32}  # median |time error| bound asserted where the 25% target is not met
+DDR_GAP: dict[str, float] = {}  # |error| bound asserted where the 5% target is not met (none today)
+TIME_MEDIAN_GAP: dict[str, float] = {}  # median |time error| bound asserted where the 25% target is not met
 
 
 def label(row) -> str:
@@ -149,7 +148,7 @@ def test_time_within_25_percent_median_per_chip(runs):
 
 
 def test_the_yaml_figures_are_the_fit_of_these_rows(runs):
-    for chip, rows in (("rk3588", "A3, A4"), ("rk3562", "B2, B3, B4, B5, B6, B7, B9, B10, B11, B118, B120, B121")):
+    for chip, rows in (("rk3588", "A2, A3, A4"), ("rk3562", "B1, B2, B3, B4, B5, B6, B7, B9, B10, B11, B118, B120, B121")):
         platform = load_platform(chip)
         fitted = cal.fit(chip_runs(runs, chip), cal.Figures.of(platform))
         assert fitted == cal.Figures.of(platform), \
@@ -186,6 +185,31 @@ def test_fit_recovers_known_figures_from_synthetic_rows():
     assert got.host_submit_overhead_us == pytest.approx(120.0, abs=1.0)
 
 
+def test_fit_recovers_a_conv_output_bound_and_leaves_it_out_when_there_is_none():
+    """Synthetic conv rows whose compute is max(MAC cycles, written bytes / 1.2): the fit picks the
+    candidate rate next to 1.2 and the other figures; the same rows without the bound give none."""
+    def rows(rate):
+        rng = np.random.default_rng(9)
+        runs = []
+        for i in range(12):
+            tasks = [cal.TaskFigures(int(rng.integers(0, 300000)), 0, int(rng.integers(50000, 900000)),
+                                     int(rng.integers(20000, 600000)), 1040) for _ in range(int(rng.integers(1, 9)))]
+            ddr = npu = cycles = 0
+            for t in tasks:
+                d = int(np.ceil(t.data_read_bytes / 4.0 + t.write_bytes / 2.5))
+                compute = max(t.npu_cycles, int(np.ceil(t.write_bytes / rate)) if rate else 0)
+                ddr, npu = ddr + d, npu + t.npu_cycles
+                cycles += max(compute, d) + round(0.5 * min(compute, d)) + 300 + int(np.ceil(1040 / 4.0))
+            row = replace(ROWS[1], id=200 + i, ddr=ddr, npu=npu, max=0, time_us=cycles / 1000.0 + 120.0)
+            runs.append(cal.RowRun(row, True, tasks=tasks))
+        return runs
+    got = cal.fit(rows(1.2), cal.Figures(1.0, 1.0, 0, 0.0, 1000.0, 1.0))
+    assert got.conv_write_bytes_per_cycle == pytest.approx(1.2, rel=0.03)
+    assert got.compute_overlap == pytest.approx(0.5, abs=0.05)
+    assert got.host_submit_overhead_us == pytest.approx(120.0, abs=5.0)
+    assert cal.fit(rows(None), cal.Figures(1.0, 1.0, 0, 0.0, 1000.0, 1.0)).conv_write_bytes_per_cycle is None
+
+
 def test_bounded_least_squares_holds_its_bounds():
     a = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
     assert cal._bounded_lstsq(a, np.array([2.0, -1.0, 1.0]), [0, 0], [10, 10]) == pytest.approx([1.5, 0.0])
@@ -212,7 +236,7 @@ def test_calibrate_fit_prints_the_yaml_lines(capsys):
     assert main(["calibrate", "-t", "rk3588", "--fit"]) == 0
     out = capsys.readouterr().out
     platform = load_platform("rk3588")
-    assert "fitted figures for platforms/rk3588.yaml (fitted to calibration.md rows A3, A4 by npuemu calibrate --fit)" in out
+    assert "fitted figures for platforms/rk3588.yaml (fitted to calibration.md rows A2, A3, A4 by npuemu calibrate --fit)" in out
     assert f"  read_bytes_per_cycle: {platform.ddr.read_bytes_per_cycle:g}\n" in out
     assert f"  host_submit_overhead_us: {platform.launch.host_submit_overhead_us:g}\n" in out
     assert re.search(r"^A3\s+ConvRelu\s+2\s+50176/50176\s+\+0\.0%", out, re.M)

@@ -101,6 +101,19 @@ def test_dpu_and_ppu_only_tasks_get_unit_cycles_from_their_cubes(fixture_runs):
     assert conv_tasks and all(t.unit_cycles == 0 for t in conv_tasks)
 
 
+def test_tasks_without_a_conv_overlap_fully_whatever_the_platform_overlap(fixture_runs):
+    """DPU/PPU-only tasks stream (no CBUF staging): max(unit, DDR) even where conv tasks add
+    compute and DMA up (compute_overlap 0, rk3562's fit; emulator/TIMING.md Per task)."""
+    serial = replace(RK3588, ddr=replace(RK3588.ddr, compute_overlap=0.0))
+    for case in ("rep09_add_64_56", "rep07_maxpool_k3s2p1_64_112"):
+        tasks = [time_task(r, serial) for r in fixture_runs[case][1].chain.tasks if r.conv is None and (r.dpu or r.ppu)]
+        assert tasks and all(t.unit_cycles > 0 and t.ddr_cycles > 0 for t in tasks), case
+        assert all(t.serial_cycles == 0 and t.max_cycles == max(t.unit_cycles, t.ddr_cycles) for t in tasks), case
+    conv = [time_task(r, serial) for r in fixture_runs["rep01_conv3x3s1_32to32_56_relu"][1].chain.tasks
+            if r.conv is not None]
+    assert conv and all(t.max_cycles == t.npu_cycles + t.ddr_cycles for t in conv)
+
+
 @settings(max_examples=60, deadline=None)
 @given(overlap=st.floats(0, 1), npu=st.integers(0, 10**6), read=st.integers(0, 10**7), write=st.integers(0, 10**7))
 def test_overlap_puts_task_cycles_between_max_and_sum(overlap, npu, read, write):
@@ -177,3 +190,23 @@ def test_a_cpu_step_gets_its_host_time_in_the_report(tmp_path, capsys):
     assert report["totals"]["cpu_time_us"] == pytest.approx(cpu[0]["host_us"])
     npu_time = sum(layer["time_us"] for layer in report["layers"] if layer["target"] != "CPU")
     assert report["totals"]["time_us"] == pytest.approx(npu_time + cpu[0]["host_us"])
+
+
+@settings(max_examples=40, deadline=None)
+@given(rate=st.floats(0.1, 64), npu=st.integers(0, 10**6), write=st.integers(0, 10**7))
+def test_a_conv_output_bound_makes_compute_at_least_the_written_bytes_at_its_rate(rate, npu, write):
+    """cycle_model.conv_write_bytes_per_cycle (rk3562's fit): a conv task computes for
+    max(MAC cycles, written bytes / rate); the NPUCycles column keeps the MAC cycles; none: no bound."""
+    from npuemu.emulator.core import TaskRecord
+    from tests.emulator.timing_support import BASE
+
+    side = 4 * max(1, int(math.isqrt(npu // 16 + 1)))
+    conv = replace(BASE, out_width=side, out_height=side, in_width=side, in_height=side)
+    record = TaskRecord(0, 0, 0, 0, 0x0d, ("CNA", "CORE", "DPU"), {}, 100, conv=conv,
+                        traffic=DmaTraffic(regcmd_read=1000, feature_read=1000, dpu_write=write))
+    unbounded = time_task(record, RK3588)
+    bounded = time_task(record, replace(RK3588, cycle_model=replace(RK3588.cycle_model, conv_write_bytes_per_cycle=rate)))
+    assert RK3588.cycle_model.conv_write_bytes_per_cycle is None and unbounded.unit_cycles == 0
+    assert bounded.npu_cycles == unbounded.npu_cycles
+    assert bounded.unit_cycles == math.ceil(write / rate)
+    assert bounded.compute_cycles == max(unbounded.npu_cycles, math.ceil(write / rate)) >= unbounded.compute_cycles

@@ -16,9 +16,23 @@ exact mode (``fake_quant_evaluate(..., exact=True)``, QUANTIZATION.md 7.1) compu
 compiler programs and predicts every output element exactly. The emulator is as close to the
 float network as the float mode is (last two columns).
 
-float16 builds of the same networks: cosine vs onnxruntime 0.9999995 (v1), 0.99987 (v2; the
-compiler's fp16-storage prediction gives 0.99988, so the shortfall from 0.9999 is fp16 storage
-over 55 random layers, not the emulator: emulator vs prediction 0.999992), 0.9999999 (ResNet-18).
+float16 builds of the same networks, cosine vs onnxruntime float, and the same network run by
+onnxruntime with fp16 storage (tests/networks/fp16_storage.py: BN folded by hand, fp16 weights
+and stored activations, fp32 bias and arithmetic; independent of compiler and emulator):
+| network | emulator | fp16 storage | weights fp16 only | activations fp16 only | emulator vs storage |
+| mobilenet_v1 | 0.9999994 | 0.9999995 | 0.9999998 | 0.9999996 | 0.9999998 |
+| mobilenet_v2 | 0.9998728 | 0.9998845 | 0.9999383 | 0.9999298 | 0.9999914 |
+| resnet18 | 0.9999998 | 0.9999998 | 0.9999999 | 0.9999999 | 0.9999998 |
+MobileNetV2 misses the issue's 0.9999 bar because fp16 storage itself does on this network:
+with fp32 bias, fp32 accumulation and round-to-nearest-even conversions, the storage model
+reaches 0.99988, as does the compiler's prediction (0.99988). Per layer (relative L2 error
+vs the fp32 graph) the emulator and the prediction grow alike, 3.6e-4 after the first conv
+(about the fp16 rounding of one tensor) to 2.6e-2 at the last conv and 1.6e-2 at the logits
+(cosine ~ 1 - err^2 / 2): 55 layers of random weights without trained structure amplify each
+layer's fresh rounding. Emulator and prediction round at different points of differently
+ordered fp32 sums, so they differ from each other by 4e-3 - less than either differs from
+float. Rounding the biases to fp16 too would cost more (0.99987); fp16 weights alone or fp16
+storage alone each cost about half the loss.
 """
 
 from __future__ import annotations
@@ -38,6 +52,7 @@ from npuemu.emulator.runtime import Runtime
 from npuemu.tools.testing_reference import reference_graph
 from tests.compiler.test_build_e2e import cosine
 from tests.networks.builders import NETWORKS
+from tests.networks.fp16_storage import fp16_storage_model
 
 SIZE = 64
 #: (layers, minimum share of output elements within 1 LSB of fake-quant) as measured
@@ -95,10 +110,13 @@ def test_float16_network_matches_onnxruntime(key) -> None:
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     got = runtime.output(graph.outputs[0])
     fake = fake_quant_evaluate(graph, {"x": x})[graph.outputs[0]]  # the compiler's fp16-storage prediction
-    # measured cosine vs onnxruntime: v1 0.9999995, resnet18 0.9999999; mobilenet_v2 0.99987
-    # (fake-quant 0.99988: fp16 storage over 55 layers of random weights, not the emulator)
-    assert cosine(got, want) >= (0.9998 if key == "mobilenet_v2" else 0.9999)
-    assert cosine(got, fake) >= 0.99999
+    storage = ort.InferenceSession(fp16_storage_model(model).SerializeToString(),
+                                   providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    # the emulator is as close to the float network as fp16 storage allows (module table)
+    assert cosine(got, want) >= cosine(storage, want) - 2e-5
+    assert cosine(got, storage) >= 0.99998 and cosine(got, fake) >= 0.99999
+    # the 0.9999 bar: met by v1 and ResNet-18; on MobileNetV2 fp16 storage alone misses it
+    assert cosine(got, want) >= 0.9999 or cosine(storage, want) < 0.9999
 
 
 def test_resnet50_builds_and_tracks_the_float_network() -> None:

@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from npuemu.isa.errors import InputError
-from npuemu.tools.matmul import MatmulContext, MatmulNotLoweredError
+from npuemu.tools.matmul import MatmulContext
 from npuemu.tools.matmul_layout import a_to_native, b_to_native
 from npuemu.tools.matmul_limits import MatmulLimitError
 from npuemu.tools.testing_reference import OUT_CVT_SHIFT_MAX, clamp, round_shift, scale_shift
@@ -79,8 +79,6 @@ def test_dynamic_shapes_and_errors():
         ctx.run(np.zeros((2, 32), np.int8), np.zeros((32, 32), np.int8))
     with pytest.raises(MatmulLimitError, match="N=33"):
         MatmulContext(2, 32, 33)
-    with pytest.raises(MatmulNotLoweredError, match="8-byte atoms"):
-        MatmulContext(2, 32, 32, "fp16xfp16->fp32", chip="rk3566")
 
 
 @settings(max_examples=8, deadline=None)

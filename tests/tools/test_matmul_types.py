@@ -6,11 +6,11 @@ from hypothesis import given, settings, strategies as st
 
 from npuemu.isa.errors import CompileError, InputError
 from npuemu.tools import matmul_layout as L
-from npuemu.tools.matmul import MatmulContext, MatmulNotLoweredError
+from npuemu.tools.matmul import MatmulContext
 from npuemu.tools.matmul_limits import MatmulLimitError, limits
 from npuemu.tools.matmul_types import MatmulTypeError, TYPES, get_type, types_for_chip
 
-RUN_CHIPS = ["rk3588", "rk3576"]  # rk3562: test_rk3562_runs_every_type_without_int4
+RUN_CHIPS = ["rk3588", "rk3576", "rk3568"]  # rk3562: test_rk3562_runs_every_type_without_int4
 PAIRS = [(chip, t) for chip in RUN_CHIPS for t in types_for_chip(chip)]
 _INT = {"int4": 8, "int8": 128}
 
@@ -105,9 +105,17 @@ def test_core_mask_spreads_rows_over_cores():
     assert [step["core"] for step in one.last_model.trailer["schedule"]] == [1]
 
 
+def test_rk356x_splits_b_at_k_4096():
+    """RK3566/68 (8-byte atoms) split B at K = 4096: two builds, int32 partial C added (exact)."""
+    rng = np.random.default_rng(7)
+    M, K, N = 2, 4096 + 32, 16
+    A, B = _operand(rng, "int8", (M, K)), _operand(rng, "int8", (K, N))
+    ctx = MatmulContext(M, K, N, "int8xint8->int32", chip="rk3566")
+    assert len(L.b_segments(K, "rk3566")) == 2
+    np.testing.assert_array_equal(ctx.run(A, B), A.astype(np.int64) @ B.astype(np.int64))
+
+
 def test_refusals_name_the_reason():
-    with pytest.raises(MatmulNotLoweredError, match="8-byte atoms"):
-        MatmulContext(2, 32, 32, "int8xint8->int32", chip="rk3568")
     with pytest.raises(MatmulTypeError, match="no Matmul API"):
         MatmulContext(2, 32, 32, chip="rv1106")
     with pytest.raises(MatmulTypeError, match="only RK3588"):
@@ -158,4 +166,5 @@ def test_cli_prints_the_error_and_perf(capsys):
 
     assert main(["matmul", "--type", "int4xint4->int16", "-M", "8", "-K", "64", "-N", "64", "--core-mask", "0_1"]) == 0
     out = capsys.readouterr().out
-    assert "int4xint4->int16 on rk3588 (cores [0, 1])" in out and "max |C - numpy| = 0 " in out and "cycles" in out
+    assert "int4xint4->int16 on rk3588 (cores [0, 1], native path)" in out and "max |C - numpy| = 0 " in out
+    assert "cycles" in out

@@ -1,0 +1,80 @@
+"""A transposed convolution as one ordinary convolution of its stride phases.
+
+Output pixel ``s*q + r`` (per axis; stride s, phase r < s) of the uncropped ConvTranspose output
+only sees the kernel taps ``r, r + s, r + 2s, ...``: it is ``sum_m x[q - m] * W[r + s*m]``, a
+correlation of the input with the phase's sub-kernel reversed. So all s*s phases are one conv
+with ``s*s*C_out`` output channels, kernel ``kp = ceil(k / s)``, stride 1, padded ``kp - 1``
+before (less the whole phase rows the pads crop) and after as far as the crop needs, followed by
+DepthToSpace (blocksize s, mode CRD:
+channel ``(co*s + ry)*s + rx`` goes to output pixel ``(s*qy + ry, s*qx + rx)`` of channel co) and
+a crop of the ConvTranspose's pads. The conv runs on the NPU with the layer's bias, activation and
+quantization; DepthToSpace and the crop move bytes only (host steps, build_adapt). With kernel =
+stride this is the 1x1 conv of the DBNet upsampling heads and nothing is cropped.
+
+Used by the partition (passes/constraints.py: does the phase conv fit the CNA?) and by the build
+(build_adapt.split_conv_transpose); the arithmetic is the ONNX definition (compiler/ops/conv.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class PhaseConv:
+    stride: int                           # s (both axes)
+    kernel: tuple[int, int]               # kp per axis
+    pads: tuple[int, int, int, int]       # top, left, bottom, right of the phase conv
+    out_hw: tuple[int, int]               # the phase conv's output (per phase)
+    crop: tuple[int, int, int, int]       # start y, start x, height, width in the s*out_hw image
+
+    @property
+    def cropped(self) -> bool:
+        s = self.stride
+        return self.crop != (0, 0, s * self.out_hw[0], s * self.out_hw[1])
+
+
+def phase_conv(kernel, strides, pads, output_padding, in_hw) -> PhaseConv | None:
+    """The phase conv of a 2-D ConvTranspose (canonical attributes: pads top, left, bottom,
+    right), or None where the form has none: unequal strides (DepthToSpace has one blocksize),
+    negative pads."""
+    if len(kernel) != 2 or strides[0] != strides[1] or min(pads) < 0:
+        return None
+    s = int(strides[0])
+    taps, before, after, size, crop = [], [], [], [], []
+    for axis in range(2):
+        k, n, pad_begin, pad_end = int(kernel[axis]), int(in_hw[axis]), int(pads[axis]), int(pads[axis + 2])
+        kp = -(-k // s)
+        end = s * (n - 1) + int(output_padding[axis]) + k - pad_end  # crop end in the uncropped output
+        if end <= pad_begin:
+            return None
+        # whole phase rows the crop drops at the start are not computed: fewer pads before
+        drop = min(pad_begin // s, kp - 1)
+        # phase-conv output rows: what the crop needs, at least n - drop (no negative pad after)
+        rows = max(n, -(-end // s)) - drop
+        taps.append(kp)
+        before.append(kp - 1 - drop)
+        after.append(rows - n + drop)
+        size.append(rows)
+        crop.append((pad_begin - s * drop, end - pad_begin))
+    return PhaseConv(s, (taps[0], taps[1]), (before[0], before[1], after[0], after[1]), (size[0], size[1]),
+                     (crop[0][0], crop[1][0], crop[0][1], crop[1][1]))
+
+
+def phase_weights(weights: np.ndarray, phases: PhaseConv) -> np.ndarray:
+    """ConvTranspose weights [C_in, C_out, kh, kw] as the phase conv's [s*s*C_out, C_in, kph, kpw]:
+    channel (co*s + ry)*s + rx, tap (ty, tx) = W[ci, co, ry + s*(kph-1-ty), rx + s*(kpw-1-tx)],
+    zero where that index passes the kernel."""
+    c_in, c_out, kh, kw = weights.shape
+    s, (kph, kpw) = phases.stride, phases.kernel
+    out = np.zeros((c_out, s, s, c_in, kph, kpw), weights.dtype)
+    for ry in range(s):
+        for rx in range(s):
+            for ty in range(kph):
+                for tx in range(kpw):
+                    y, x = ry + s * (kph - 1 - ty), rx + s * (kpw - 1 - tx)
+                    if y < kh and x < kw:
+                        out[:, ry, rx, :, ty, tx] = weights[:, :, y, x].T
+    return out.reshape(c_out * s * s, c_in, kph, kpw)

@@ -1,0 +1,84 @@
+"""Stride-1 convolutions as one accumulating float32 product per kernel tap (issue 8).
+
+On the padded planes [C][Hp][Wp] flattened per channel, output pixel (oy, ox) of tap (ky, kx)
+reads element ``(oy + ky*dy) * Wp + ox + kx*dx``: for a fixed tap, all output pixels form one
+run of ``L = (OH - 1) * Wp + OW`` elements at a fixed offset (the columns past OW of each row
+are junk, dropped at the end). So the convolution is ``sum over taps of W_tap [M][C] @ X_tap
+[C][L]``, where X_tap is the planes themselves seen with a row stride of Hp * Wp: no im2col
+copy. The products accumulate in the BLAS output (beta = 1), which needs the CBLAS entry point
+of the OpenBLAS numpy loaded (``scipy_cblas_sgemm64_``, 64-bit integers); without it callers
+keep the im2col path.
+
+Exactness: used only for int8 weights whose whole reduction is one exact chunk
+(``mac.exact_chunk_bounds``): every partial sum of a row's products, in any order, is an
+integer of magnitude <= 128 * sum(|w|) <= 2**24, so the float32 accumulation across taps is
+exact, like the single product it replaces (NUMERICS.md 3.5).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+_ROW_MAJOR, _NO_TRANS = 101, 111  # CBLAS enums
+#: CBLAS sgemm symbols with 64-bit integer arguments (numpy's scipy-openblas64 build).
+_SGEMM_NAMES = ("scipy_cblas_sgemm64_", "cblas_sgemm64_")
+_sgemm = None
+_looked_up = False
+
+
+def _find_sgemm():
+    global _sgemm, _looked_up
+    if _looked_up:
+        return _sgemm
+    _looked_up = True
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = sorted({line.split()[-1] for line in maps
+                            if "openblas" in line.lower() and "/" in line})
+        for path in paths:
+            library = ctypes.CDLL(path)
+            for name in _SGEMM_NAMES:
+                if hasattr(library, name):
+                    function = getattr(library, name)
+                    i64, pointer = ctypes.c_int64, ctypes.c_void_p
+                    function.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, i64, i64, i64,
+                                         ctypes.c_float, pointer, i64, pointer, i64, ctypes.c_float,
+                                         pointer, i64]
+                    function.restype = None
+                    _sgemm = function
+                    return _sgemm
+    except OSError:
+        pass  # no /proc or the library will not load: the im2col path stays
+    return None
+
+
+def available() -> bool:
+    return _find_sgemm() is not None
+
+
+def tap_weights(matrix: np.ndarray, channels: int, taps: int) -> np.ndarray:
+    """[M][C * taps] in (c, ky, kx) order -> float32 [taps][M][C], contiguous."""
+    rows = matrix.shape[0]
+    return np.ascontiguousarray(matrix.reshape(rows, channels, taps).transpose(2, 0, 1),
+                                dtype=np.float32)
+
+
+def tap_products(padded: np.ndarray, weights: np.ndarray, kernel_w: int, dilation_y: int,
+                 dilation_x: int, out_h: int, out_w: int) -> np.ndarray:
+    """sum over taps of weights[tap] @ the tap's run of ``padded`` (float32 [C][Hp][Wp],
+    C-contiguous, at least the padded size the output needs): float32 [M][OH][OW] (a view)."""
+    sgemm = _find_sgemm()
+    channels, padded_h, padded_w = padded.shape
+    taps, rows, _ = weights.shape
+    plane = padded_h * padded_w
+    run = (out_h - 1) * padded_w + out_w
+    out = np.empty((rows, out_h * padded_w), np.float32)
+    for tap in range(taps):
+        ky, kx = divmod(tap, kernel_w)
+        offset = (ky * dilation_y * padded_w + kx * dilation_x) * 4  # bytes into each plane
+        sgemm(_ROW_MAJOR, _NO_TRANS, _NO_TRANS, rows, run, channels, 1.0,
+              weights[tap].ctypes.data, channels, padded.ctypes.data + offset, plane,
+              0.0 if tap == 0 else 1.0, out.ctypes.data, out_h * padded_w)
+    return out.reshape(rows, out_h, padded_w)[:, :, :out_w]
