@@ -192,11 +192,13 @@ def _run_row(row: CalibrationRow) -> RowRun:
                       layers=layers)
     layout = _layout_difference(row, model, graph.inputs, platform)
     structure = [reason for ops, reason in TASK_STRUCTURE if any(info.op_type in ops for info in npu_layers)]
-    layout = "; ".join(filter(None, [layout, *structure]))
     runtime = Runtime(model, platform)
     for i, name in enumerate(runtime.inputs):
         runtime.set_input(name, np.zeros((1, *row.inputs[i]), np.float32))
     runtime.run()
+    written = sum(record.traffic.write_bytes for run in runtime.runs for record in run.tasks
+                  if record.dpu is not None or record.ppu is not None)
+    layout = "; ".join(filter(None, [layout, _output_difference(row, written, platform), *structure]))
     # a conv task's output bound depends on the figure being fitted: Figures carries it (TaskFigures.compute)
     tasks = [TaskFigures(task_npu_cycles(record, platform), unit_cycles(record, platform) if record.conv is None else 0,
                          data_read_bytes(record.traffic), record.traffic.write_bytes, record.traffic.regcmd_read,
@@ -234,10 +236,14 @@ def _layout_difference(row: CalibrationRow, model, inputs, platform) -> str:
         if name in sizes and sizes[name] != want:
             diffs.append(f"input {list(shape)} {sizes[name]} B (vendor {want} B"
                          f"{', packed uint8 image' if row.uint8_input else ''})")
-    want = vendor_bytes(row.out, c2)
-    if "y" in sizes and sizes["y"] != want:
-        diffs.append(f"output {list(row.out)} {sizes['y']} B (vendor {want} B)")
     return "; ".join(diffs)
+
+
+def _output_difference(row: CalibrationRow, written: int, platform) -> str:
+    """Where the row's tasks write other bytes than the vendor's output size ("" if the same):
+    what the DPU writes (its real-channel surfaces, REGISTER_SEMANTICS 3.3), not the allocation."""
+    want = vendor_bytes(row.out, platform.nc1hwc2.int8)
+    return f"output {list(row.out)} written {written} B (vendor {want} B)" if written != want else ""
 
 
 # --- the model with given figures ------------------------------------------------------------

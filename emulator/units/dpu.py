@@ -508,7 +508,10 @@ def _write(state: DpuState, out: np.ndarray, c2: int, dma: TaskDma) -> None:
     groups SURFACE_ADD apart, lines width pixels apart (REGISTER_SEMANTICS 3.3, 9).
     ``out``: the output [C][H][W], written as NC1HWC2 atoms of ``c2`` lanes (lanes past C: 0)."""
     channels, height, width = out.shape
-    surfaces = -(-channels // c2)
+    # only the surfaces that hold real channels (below ORIG_CHANNEL + 1) are written: a surface of
+    # padding channels alone is not (REGISTER_SEMANTICS 3.3; inferred from calibration.md A5)
+    surfaces = -(-min(channels, state.orig_channels) // c2)
+    out = out[:surfaces * c2]
     per_group = state.size_e + 1
     surface = np.arange(surfaces, dtype=np.int64)
     surface_start = (state.dst_address + (surface // per_group) * state.surface_add

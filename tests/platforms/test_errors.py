@@ -140,7 +140,7 @@ def test_duplicate_key_is_an_error_with_its_line(raw_platform, write_yaml):
     text = (write_yaml(raw_platform("rk3588"), "base.yaml")).read_text()
     text = text.replace("ddr:\n", "ddr:\n  read_bytes_per_cycle: 99\n", 1)
     path = write_yaml(text)
-    line = text.splitlines().index("  read_bytes_per_cycle: 5.821") + 1
+    line = text.splitlines().index("  read_bytes_per_cycle: 5.887") + 1
     assert f"{path}: line {line}, column 3: invalid YAML: duplicate key 'read_bytes_per_cycle'" in error_of(path)
 
 
