@@ -58,7 +58,7 @@ def batch_contexts(batch: int, spec) -> int:
     return min(batch, spec.cores.parallel_batch_contexts)
 
 
-def check_batch(batch: int, spec, cores) -> None:
+def check_batch(batch: int, cores) -> None:
     """Refuse a batch size the build cannot honour, naming the limit."""
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise CompileError(f"--batch-size {batch!r}: expected an integer >= 1")
@@ -70,7 +70,7 @@ def check_batch(batch: int, spec, cores) -> None:
 
 def build_batched(build: Callable[..., ModelFile], graph, spec, batch: int, *, sram: bool, **kwargs) -> ModelFile:
     """``build`` (build.build_model) once for one slice, then the batch of ``batch`` slices."""
-    check_batch(batch, spec, kwargs.get("cores", (0,)))
+    check_batch(batch, kwargs.get("cores", (0,)))
     contexts = batch_contexts(batch, spec)
     single_spec = spec
     if sram and contexts > 1 and spec.sram.size_bytes:
