@@ -405,14 +405,11 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
         entry = {"id": index, "name": node.layer_name, "op_type": node.display_op.replace("+", ""),
                  "fused": [node.name, *(part.source for part in node.fused if part.source)],
                  "target": "CPU" if isinstance(record, CpuOp) else "NPU"}
-        if isinstance(record, (Alias, CpuOp)) or id(record) in elided:  # a view (no bytes moved) or a host step
-            graph_layers.append(entry | {"inputs": list(_reads(record)) if not isinstance(record, Alias)
-                                         else [record.input], "outputs": [record.output], "tasks": []}
-                                | ({"no_copy": True} if id(record) in elided else {}))
-            continue
+        no_task = isinstance(record, (Alias, CpuOp)) or id(record) in elided  # a view, a host step, an elided copy
         graph_layers.append(entry | {"inputs": list(_reads(record)), "outputs": [record.output],
-                                     "tasks": ranges[npu_index]})
-        npu_index += 1
+                                     "tasks": [] if no_task else ranges[npu_index]}
+                            | ({"no_copy": True} if id(record) in elided else {}))
+        npu_index += not no_task
     trailer = {
         "platform": {"chip": spec.name},
         "compiler": {"version": "npuemu", "options": dict(options or {})},

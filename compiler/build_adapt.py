@@ -20,6 +20,7 @@ from npuemu.compiler.deconv_phases import phase_conv, phase_weights
 from npuemu.compiler.passes.constraints import as_cube
 from npuemu.compiler.lower import Activation, ActivationLayer, ConcatLayer, ConvLayer, SliceLayer, EltwiseLayer, PoolLayer, Quant, Residual
 from npuemu.compiler.lower.lut import ONNX_LUT_KINDS
+from npuemu.compiler.lower.placement import PLATFORM_DTYPE
 from npuemu.compiler.quant import stored_values
 from npuemu.compiler.quant.affine import round_half_away
 from npuemu.isa.errors import CompileError, UnsupportedOpError
@@ -285,7 +286,7 @@ def concat_fits_surfaces(graph: Graph, node: Node, platform) -> bool:
     stored in that dtype: the DPU copies each one to a surface boundary of the output. Others
     run as a CPU step."""
     dtype = stored_dtype(graph, node.outputs[0])
-    c2 = platform.c2("fp16" if dtype == "float16" else "int8")
+    c2 = platform.c2(PLATFORM_DTYPE[dtype])
     return all(stored_dtype(graph, name) == dtype for name in node.inputs) \
         and all(chw(graph, name, node)[0] % c2 == 0 for name in node.inputs[:-1])
 
@@ -484,11 +485,14 @@ def split_conv_transpose(graph: Graph, node: Node) -> tuple[list[Tensor], Node, 
         fused.append(part)
     out = graph.tensor(base)
     (height, width), (y0, x0, crop_h, crop_w) = phases.out_hw, phases.crop
-    tensors.append(Tensor(f"{base}_d2s", (1, c_out * repeat, height, width), out.dtype, quant=out.quant))
-    conv = Node(node.name, "Conv", inputs, [tensors[-1].name],
+    direct = s == 1 and not phases.cropped  # the conv writes the layer's output itself
+    source = base if direct else f"{base}_d2s"
+    if not direct:
+        tensors.append(Tensor(source, (1, c_out * repeat, height, width), out.dtype, quant=out.quant))
+    conv = Node(node.name, "Conv", inputs, [source],
                 {"kernel_shape": list(phases.kernel), "strides": [1, 1], "pads": list(phases.pads),
                  "dilations": [1, 1], "group": 1}, fused, "NPU")
-    moves, source = [], tensors[-1].name
+    moves = []
     if s > 1:  # stride 1: the phase conv's output is the uncropped image already
         spread = base if not phases.cropped else f"{base}_uncropped"
         if phases.cropped:
@@ -500,9 +504,6 @@ def split_conv_transpose(graph: Graph, node: Node) -> tuple[list[Tensor], Node, 
         moves.append(Node(f"{node.name}_crop", "Slice", [source], [base],
                           {"starts": [y0, x0], "ends": [y0 + crop_h, x0 + crop_w], "axes": [2, 3], "steps": [1, 1]},
                           [], "CPU"))
-    if not moves:  # stride 1 without pads to crop: the conv writes the layer's output itself
-        conv.outputs[0] = base
-        tensors.pop()
     return tensors, conv, moves
 
 

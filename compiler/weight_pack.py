@@ -90,17 +90,6 @@ def conv_blocking(dtype: str, kernels_per_pass: int | None = None) -> ConvBlocki
                         oc_align=min(base.oc_align, kernels_per_pass))
 
 
-def pack_int4_conv_weights(weights: np.ndarray) -> bytes:
-    """int4 values [OC][IC][KH][KW] (held in int8) -> the INT4_CONV blob, two values per byte,
-    the even element in the high nibble: the order of the guide's native B (rknn-toolkit2
-    rknn_matmul_api_demo norm_layout_to_native_layout; REGISTER_SEMANTICS.md 2.7)."""
-    weights = np.asarray(weights)
-    if weights.dtype != np.int8 or (weights.size and (weights.min() < -8 or weights.max() > 7)):
-        raise CompileError("int4 weights must be int8 arrays of values in [-8, 7]")
-    flat = pack_conv_weights(weights, 0, INT4_CONV).reshape(-1, 2).astype(np.uint8) & 0xF
-    return ((flat[:, 0] << 4) | flat[:, 1]).astype(np.uint8).tobytes()
-
-
 def depthwise_blocking(dtype: str) -> DepthwiseBlocking:
     return FP16_DEPTHWISE if dtype == "float16" else INT8_DEPTHWISE
 

@@ -23,7 +23,7 @@ from npuemu.emulator.units.cna_core import Cbuf, CoreResult, decode_conv, run_cn
 from npuemu.emulator.units.dpu import check_rdma_matches, decode_dpu, decode_dpu_rdma, run_dpu
 from npuemu.emulator.units.ppu import check_ppu_source, decode_ppu, decode_ppu_rdma, run_ppu
 from npuemu.emulator.units.state import (
-    ConvState, DpuRdmaState, DpuState, PpuRdmaState, PpuState,
+    ATOM_BYTES, ConvState, DpuRdmaState, DpuState, PpuRdmaState, PpuState,
 )
 from npuemu.isa.chain import DecodedChain, decode_chain, fetch_words
 from npuemu.isa.errors import DmaError, EmulationError, EncodingError
@@ -82,12 +82,14 @@ class NpuCore:
     """PC, register file, CBUF contents and LUT RAM of one core; memory is shared."""
 
     def __init__(self, index: int, regmap: RegisterMap, memory: Memory, cbuf_banks: int,
-                 fetch_scale: int | None = None, kernel_atoms: dict[int, int] | None = None) -> None:
+                 fetch_scale: int | None = None, kernel_atoms: dict[int, int] | None = None,
+                 atom_bytes: int = ATOM_BYTES) -> None:
         self.index = index
         self.regmap = regmap
         self.memory = memory
         self.cbuf_banks = cbuf_banks
         self.kernel_atoms = kernel_atoms  # kernels per MAC pass by precision (None: RK3588's)
+        self.atom_bytes = atom_bytes  # the NC1HWC2 atom, the unit of stride registers (REGISTER_SEMANTICS 9)
         self.scale = regmap.pc_amount_scale if fetch_scale is None else fetch_scale
         self.regfile = RegisterFile(regmap)
         self.cbuf = Cbuf()
@@ -186,7 +188,7 @@ class NpuCore:
         if states is None:
             if len(self._decoded) >= _DECODED_ENTRIES:
                 self._decoded.clear()
-            states = _decode_units(views, self.cbuf_banks, where, self.kernel_atoms)
+            states = _decode_units(views, self.cbuf_banks, where, self.kernel_atoms, self.atom_bytes)
             self._decoded[key] = states
         return states
 
@@ -203,11 +205,11 @@ def _interrupts(groups: Mapping[str, int]) -> int:
 # Dispatch: which units run, in pipeline order, with which decoded state
 # ---------------------------------------------------------------------------------------------
 def _decode_units(views: dict[str, RegisterView], cbuf_banks: int, where: str,
-                  kernel_atoms: dict[int, int] | None = None) -> dict[str, object]:
+                  kernel_atoms: dict[int, int] | None = None, atom_bytes: int = ATOM_BYTES) -> dict[str, object]:
     started = set(views)
-    conv = _decode_conv_blocks(views, started, cbuf_banks, where, kernel_atoms)
-    dpu, rdma = _decode_dpu_blocks(views, started, conv, where)
-    ppu, ppu_rdma, ppu_kind = _decode_ppu_blocks(views, started, where)
+    conv = _decode_conv_blocks(views, started, cbuf_banks, where, kernel_atoms, atom_bytes)
+    dpu, rdma = _decode_dpu_blocks(views, started, conv, where, atom_bytes)
+    ppu, ppu_rdma, ppu_kind = _decode_ppu_blocks(views, started, where, atom_bytes)
     return {"conv": conv, "dpu": dpu, "dpu_rdma": rdma, "ppu": ppu, "ppu_rdma": ppu_rdma,
             "ppu_kind": ppu_kind}
 
@@ -224,7 +226,8 @@ def _run_units(states: dict[str, object], dma: TaskDma, cbuf: Cbuf, lut_tables: 
 
 
 def _decode_conv_blocks(views: dict[str, RegisterView], started: set[str], cbuf_banks: int,
-                        where: str, kernel_atoms: dict[int, int] | None = None) -> ConvState | None:
+                        where: str, kernel_atoms: dict[int, int] | None = None,
+                        atom_bytes: int = ATOM_BYTES) -> ConvState | None:
     pair = started & {"CNA", "CORE"}
     if not pair:
         return None
@@ -236,17 +239,17 @@ def _decode_conv_blocks(views: dict[str, RegisterView], started: set[str], cbuf_
     if "DPU" not in started:
         raise EmulationError(f"{where}: CNA and CORE start but the DPU does not: the CORE's output has "
                              f"nowhere to go and the task never completes")
-    return decode_conv(views["CNA"], views["CORE"], cbuf_banks, where, kernel_atoms)
+    return decode_conv(views["CNA"], views["CORE"], cbuf_banks, where, kernel_atoms, atom_bytes)
 
 
 def _decode_dpu_blocks(views: dict[str, RegisterView], started: set[str], conv: ConvState | None,
-                       where: str) -> tuple[DpuState | None, DpuRdmaState | None]:
+                       where: str, atom_bytes: int = ATOM_BYTES) -> tuple[DpuState | None, DpuRdmaState | None]:
     if "DPU" not in started:
         if "DPU_RDMA" in started:
             raise EmulationError(f"{where}: DPU_RDMA starts without the DPU: its data has no consumer")
         return None, None
-    dpu = decode_dpu(views["DPU"], where)
-    rdma = decode_dpu_rdma(views["DPU_RDMA"], where) if "DPU_RDMA" in started else None
+    dpu = decode_dpu(views["DPU"], where, atom_bytes)
+    rdma = decode_dpu_rdma(views["DPU_RDMA"], where, atom_bytes) if "DPU_RDMA" in started else None
     fm = "FEATURE_MODE_CFG"
     if conv is not None:
         if dpu.flying:
@@ -279,13 +282,13 @@ def _decode_dpu_blocks(views: dict[str, RegisterView], started: set[str], conv: 
     return dpu, rdma
 
 
-def _decode_ppu_blocks(views: dict[str, RegisterView], started: set[str],
-                       where: str) -> tuple[PpuState | None, PpuRdmaState | None, int | None]:
+def _decode_ppu_blocks(views: dict[str, RegisterView], started: set[str], where: str,
+                       atom_bytes: int = ATOM_BYTES) -> tuple[PpuState | None, PpuRdmaState | None, int | None]:
     if "PPU" not in started:
         if "PPU_RDMA" in started:
             raise EmulationError(f"{where}: PPU_RDMA starts without the PPU: its data has no consumer")
         return None, None, None
-    ppu = decode_ppu(views["PPU"], where)
-    rdma = decode_ppu_rdma(views["PPU_RDMA"], where) if "PPU_RDMA" in started else None
+    ppu = decode_ppu(views["PPU"], where, atom_bytes)
+    rdma = decode_ppu_rdma(views["PPU_RDMA"], where, atom_bytes) if "PPU_RDMA" in started else None
     kind = check_ppu_source(ppu, rdma, views["PPU"], where)
     return ppu, rdma, kind

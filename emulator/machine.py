@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from npuemu.emulator.core import NpuCore, TaskRecord
 from npuemu.emulator.memory import Memory
 from npuemu.emulator.units.state import (
-    FP16, INT8, PRECISION_DTYPES, PRECISION_NAMES, c2_of, chip_atoms,
+    FP16, INT8, PRECISION_DTYPES, PRECISION_NAMES, c2_of,
 )
 from npuemu.isa.container import ModelFile, NpuStep
 from npuemu.isa.errors import EmulationError
@@ -77,7 +77,7 @@ class Machine:
         atoms = {code: self.platform.atom_k(name) for code, name in ((INT8, "int8"), (FP16, "fp16"))
                  if getattr(self.platform.macs, name)}  # RV1106 has no fp16 MAC path
         self.cores = tuple(NpuCore(i, self.regmap, memory, self.platform.cbuf.banks,
-                                   self.platform.pc.data_amount_scale, atoms) for i in range(count))
+                                   self.platform.pc.data_amount_scale, atoms, self.atom_bytes) for i in range(count))
 
     @classmethod
     def for_platform(cls, platform="rk3588", ddr_size: int = 64 << 20, ddr_base: int = 0,
@@ -110,8 +110,7 @@ class Machine:
     def run_chain(self, address: int, first_amount: int, core: int = 0) -> ChainRun:
         if not 0 <= core < len(self.cores):
             raise EmulationError(f"core {core} does not exist ({len(self.cores)} cores)")
-        with chip_atoms(self.atom_bytes):
-            run = ChainRun(core, address, first_amount, self.cores[core].run_chain(address, first_amount))
+        run = ChainRun(core, address, first_amount, self.cores[core].run_chain(address, first_amount))
         log.info("core %d ran %d tasks from %#x: %d bytes read, %d written", core, len(run.tasks),
                  address, run.read_bytes, run.write_bytes)
         return run

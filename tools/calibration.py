@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from npuemu.compiler.lower.lut import ONNX_LUT_KINDS
+from npuemu.emulator.timing.task_time import serial_part
 from npuemu.emulator.timing.unit_cycles import conv_output_cycles
 from npuemu.tools.calibration_rows import CalibrationRow
 
@@ -64,6 +65,10 @@ class TaskFigures:
     write_bytes: int
     regcmd_bytes: int
     conv: bool = True  # a CNA/CORE task; without one, unit and DMA overlap fully (task_time.py)
+
+    def ddr(self, fig: Figures) -> int:
+        """DDR cycles of the data streams with ``fig``'s rates (emulator/timing/ddr.py)."""
+        return math.ceil(self.data_read_bytes / fig.read_bytes_per_cycle + self.write_bytes / fig.write_bytes_per_cycle)
 
     def compute(self, fig: Figures) -> int:
         """Compute cycles with ``fig``: MAC cycles, or the unit's; a conv's output bound if ``fig`` has one."""
@@ -199,8 +204,8 @@ def _run_row(row: CalibrationRow) -> RowRun:
     written = sum(record.traffic.write_bytes for run in runtime.runs for record in run.tasks
                   if record.dpu is not None or record.ppu is not None)
     layout = "; ".join(filter(None, [layout, _output_difference(row, written, platform), *structure]))
-    # a conv task's output bound depends on the figure being fitted: Figures carries it (TaskFigures.compute)
-    tasks = [TaskFigures(task_npu_cycles(record, platform), unit_cycles(record, platform) if record.conv is None else 0,
+    # (a conv task's output bound depends on the figure being fitted: TaskFigures.compute takes it from Figures)
+    tasks = [TaskFigures(task_npu_cycles(record, platform), unit_cycles(record, platform),
                          data_read_bytes(record.traffic), record.traffic.write_bytes, record.traffic.regcmd_read,
                          record.conv is not None)
              for run in runtime.runs for record in run.tasks]
@@ -273,11 +278,10 @@ def model_row(run: RowRun, fig: Figures) -> RowResult:
         return RowResult(run, 0, 0, 0, 0.0)
     npu = ddr = top = cycles = 0
     for task in run.tasks:
-        task_ddr = math.ceil(task.data_read_bytes / fig.read_bytes_per_cycle
-                             + task.write_bytes / fig.write_bytes_per_cycle)
+        task_ddr = task.ddr(fig)
         launch = fig.task_overhead_cycles + math.ceil(task.regcmd_bytes / fig.read_bytes_per_cycle)
         compute = task.compute(fig)
-        core = max(compute, task_ddr) + (round((1.0 - fig.compute_overlap) * min(compute, task_ddr)) if task.conv else 0)
+        core = max(compute, task_ddr) + serial_part(compute, task_ddr, fig.compute_overlap, task.conv)
         npu += task.npu_cycles
         ddr += task_ddr
         top += core
@@ -313,15 +317,10 @@ def _bounded_lstsq(a: np.ndarray, b: np.ndarray, lower, upper) -> np.ndarray:
     return x
 
 
-def _sums(run: RowRun, fig: Figures) -> tuple[int, int]:
-    """(sum of max(compute, DDR), sum of min(compute, DDR) of the conv tasks - the part the
-    overlap figure acts on) over the row's tasks with ``fig``."""
-    top = low = 0
-    for task in run.tasks:
-        ddr = math.ceil(task.data_read_bytes / fig.read_bytes_per_cycle + task.write_bytes / fig.write_bytes_per_cycle)
-        compute = task.compute(fig)
-        top, low = top + max(compute, ddr), low + (min(compute, ddr) if task.conv else 0)
-    return top, low
+def _overlapped(run: RowRun, fig: Figures) -> int:
+    """Sum of min(compute, DDR) over the row's conv tasks with ``fig``: the part the overlap
+    figure acts on."""
+    return sum(min(task.compute(fig), task.ddr(fig)) for task in run.tasks if task.conv)
 
 
 def fit(runs: list[RowRun], start: Figures) -> Figures:
@@ -359,7 +358,7 @@ def _fit_time(rows: list[RowRun], fig: Figures) -> tuple[Figures, float]:
     f = fig.npu_mhz
     a, b = [], []
     for r in rows:
-        _, low = _sums(r, fig)
+        low = _overlapped(r, fig)
         t = r.row.time_us
         a.append([low / f / t, len(r.tasks) / f / t, 1 / t])
         b.append((t - model_row(r, fig).time_us) / t)

@@ -298,7 +298,7 @@ def build_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
 def compile_in_memory(args: argparse.Namespace):
     """The model file ``compile -o`` would write, without writing it (``perf MODEL.onnx``)."""
     context: dict[str, Any] = {}
-    for step in (_platform_step, _import_step, _passes_step, quantize_step):
+    for step in PREPARE_STEPS:
         step(args, context)
     return build_model_file(args, context)
 
@@ -341,7 +341,11 @@ def _write(destination: str, text: str) -> None:
 
 
 #: The work of ``compile``, in order; each step reads args and the shared context.
+#: the steps up to the quantized graph (compile, and perf's in-memory build)
+PREPARE_STEPS: list[Callable[[argparse.Namespace, dict[str, Any]], None]] = [
+    _platform_step, _import_step, _passes_step, quantize_step,
+]
 STEPS: list[Callable[[argparse.Namespace, dict[str, Any]], None]] = [
-    _platform_step, _import_step, _passes_step, quantize_step, build_step, _dump_ir_step, _dump_json_step,
-    _partition_report_step, _summary_step, _partition_summary_step,
+    *PREPARE_STEPS, build_step, _dump_ir_step, _dump_json_step, _partition_report_step, _summary_step,
+    _partition_summary_step,
 ]

@@ -23,18 +23,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from npuemu.isa.errors import CompileError, InputError
-from npuemu.tools.matmul_layout import a_from_native, b_from_native, b_segments, c_to_native
+from npuemu.emulator.units.state import PRECISION_DTYPES, PRECISION_NAMES
+from npuemu.tools.matmul_layout import (
+    INT4_HIGH_FIRST, a_from_native, a_to_native, b_from_native, b_segments, c_to_native, pack_int4,
+)
 from npuemu.tools.matmul_limits import MatmulLimitError, check_shape
 from npuemu.tools.matmul_types import check_type_on_chip, get_type, normalize_chip
 
-#: element type of A -> the MAC path that runs it (an int4 B, or an fp16 A with an integer B:
-#: the native paths, MatmulContext._run_native)
-_MAC_PATH = {"int8": "int8", "int4": "int8", "fp16": "fp16"}
-#: CNA/CORE/DPU precision codes of the native paths (rknpu-isa.md 3), element bits, C's numpy
-#: type and the placement dtype the stand-in layer's C takes (int16 C is read from an int32 one)
-_CODE = {"int8": 0, "int16": 1, "fp16": 2, "int32": 4, "fp32": 5, "int4": 6}
+#: CNA/CORE/DPU precision codes of the native paths (rknpu-isa.md 3, the emulator's table),
+#: element bits, and the placement dtype the stand-in layer's C takes (int16 C is read from an
+#: int32 one)
+_CODE = {name: code for code, name in PRECISION_NAMES.items()}
 _BITS = {"int4": 4, "int8": 8}
-_C_DTYPES = {"int16": np.int16, "int32": np.int32, "fp16": np.float16, "fp32": np.float32}
 _OUT_PLACEMENT = {"int16": "int32", "int32": "int32", "fp16": "float16", "fp32": "float32"}
 #: numpy element type of each stored tensor dtype the model file may name
 _STORED = {"int8": np.int8, "float16": np.float16, "int32": np.int32, "float32": np.float32}
@@ -153,16 +153,11 @@ class MatmulContext:
         bs = np.broadcast_to(np.asarray(self.b_scale, np.float32), (N,))
         self._bzp = np.broadcast_to(np.asarray(self.b_zero_point, np.int32), (N,))
         perf, parts = None, []
+        # the MAC path: native for an int4 B or a mixed fp16 x int type, else A's own path
+        self.path = "native" if self._native_path() else "fp16" if self.t.a == "fp16" else "int8"
+        runner = {"native": self._run_native, "fp16": self._run_fp16, "int8": self._run_int8}[self.path]
         for start, length in b_segments(K, self.chip):
-            a, b = A[:, start:start + length], B[start:start + length]
-            self.path = "native" if self._native_path() else "fp16" if _MAC_PATH[self.t.a] == "fp16" else "int8"
-            if self.path == "native":
-                part = self._run_native(a, b, bs)
-            elif self.path == "fp16":
-                part = self._run_fp16(a, b, bs)
-            else:
-                part = self._run_int8(a, b, bs)
-            parts.append(part)
+            parts.append(runner(A[:, start:start + length], B[start:start + length], bs))
             perf = self.perf if perf is None else perf + self.perf
         self.perf = perf
         C = self._combine(parts, bs)
@@ -317,9 +312,10 @@ class MatmulContext:
                       layer.weight_tensor: ConstPlacement(layer.weight_tensor, w_at, len(constants.weights)),
                       layer.bias_tensor: ConstPlacement(layer.bias_tensor, b_at, len(constants.bias))}
         tasks = self._native_tasks(layer, constants, placements, K)
-        loads = {inp.address: _feature_bytes(A, inp, self.t.a), w_at: constants.weights, b_at: constants.bias}
+        loads = {inp.address: _feature_bytes(A, inp, self.type, self.chip, self.t.a),
+                 w_at: constants.weights, b_at: constants.bias}
         machine = self._run_chains(tasks, loads, align(out_at + out.size, page))
-        dtype = np.dtype(_C_DTYPES[self.t.c])
+        dtype = np.dtype(PRECISION_DTYPES[_CODE[self.t.c]])
         c2 = out.pixel_bytes // dtype.itemsize
         c1 = -(-N // c2)
         raw = machine.memory.dump(out_at, c1 * out.surface_stride * c2 * dtype.itemsize).view(dtype)
@@ -386,9 +382,12 @@ class MatmulContext:
 
         (M, K), N = A.shape, B.shape[1]
         weights = np.ascontiguousarray(B.T.reshape(N, K, 1, 1))
-        blob = (weight_pack.pack_int4_conv_weights(weights) if self.t.b == "int4"
-                else weight_pack.pack_conv_weights(weights, 0, weight_pack.conv_blocking(
-                    "int8", self.platform.atom_k("int8"))).astype(np.int8).tobytes())
+        if self.t.b == "int4":  # the int4 blob order, two values per byte in the guide's native B nibble order
+            blob = pack_int4(weight_pack.pack_conv_weights(weights, 0, weight_pack.INT4_CONV).reshape(-1),
+                             INT4_HIGH_FIRST["B"]).tobytes()
+        else:
+            blob = weight_pack.pack_conv_weights(weights, 0, weight_pack.conv_blocking(
+                "int8", self.platform.atom_k("int8"))).astype(np.int8).tobytes()
         if self.t.a == "fp16":
             # fp path: ALU 0, MUL = fp16(b_scale[n]) in the blob's 16-bit MUL slot (REGISTER_SEMANTICS 2.7)
             mul = np.asarray(bs, np.float32).astype(np.float16).view(np.int16)
@@ -410,19 +409,13 @@ class MatmulContext:
         return layer, ConvConstants(blob, bias, requant, N), "int8"
 
 
-def _feature_bytes(A: np.ndarray, placement, element: str) -> bytes:
-    """A (M, K) as the CNA reads it: NC1HWC2 with the chip's atoms in the placement's surfaces;
-    int4 two values per byte, the even element in the low nibble (the guide's native A order)."""
-    from npuemu.tools.matmul_layout import INT4_HIGH_FIRST, pack_int4
-
+def _feature_bytes(A: np.ndarray, placement, type_name: str, chip: str, element: str) -> bytes:
+    """A (M, K) as the CNA reads it: the guide's native A layout (matmul_layout.a_to_native:
+    [K/a][M][a], int4 packed two per byte) in the placement's NC1HWC2 surfaces."""
     M, K = A.shape
-    pixel = placement.pixel_bytes  # the chip's atom: 16 bytes, 8 on RK356x
-    per_atom = {"int4": 2 * pixel, "int8": pixel, "fp16": pixel // 2}[element]
-    atoms = np.zeros((M, -(-K // per_atom) * per_atom), A.dtype)
-    atoms[:, :K] = A
-    atoms = np.ascontiguousarray(atoms.reshape(M, -1, per_atom).transpose(1, 0, 2))  # [C1][M][elements]
-    data = pack_int4(atoms, INT4_HIGH_FIRST["A"]) if element == "int4" else atoms.view(np.uint8)
-    out = np.zeros((placement.c1, placement.surface_stride, pixel), np.uint8)
+    data = a_to_native(A, M, K, type_name, chip, packed=element == "int4")
+    data = data if element == "int4" else data.view(np.uint8)
+    out = np.zeros((placement.c1, placement.surface_stride, placement.pixel_bytes), np.uint8)
     out[:data.shape[0], :M] = data
     return out.tobytes()
 

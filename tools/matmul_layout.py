@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from npuemu.emulator.kernels.weights import unpack_int4_bytes
 from npuemu.isa.errors import CompileError
 from npuemu.tools.matmul_types import check_type_on_chip, normalize_chip
 
@@ -188,12 +189,9 @@ def pack_int4(values, high_first: bool) -> np.ndarray:
 
 
 def unpack_int4(packed, high_first: bool) -> np.ndarray:
-    """uint8 bytes -> int4 values as int8 (sign-extended), two per byte along the last axis."""
-    p = np.asarray(packed).astype(np.uint8)
-    low, high = p & 0xF, p >> 4
-    even, odd = (high, low) if high_first else (low, high)
-    out = np.stack([even, odd], axis=-1).reshape(p.shape[:-1] + (2 * p.shape[-1],)).astype(np.int8)
-    return np.where(out > 7, out - 16, out).astype(np.int8)
+    """uint8 bytes -> int4 values as int8 (sign-extended), two per byte along the last axis
+    (the emulator's own reader, kernels/weights.unpack_int4_bytes)."""
+    return unpack_int4_bytes(np.asarray(packed).astype(np.uint8), high_first)
 
 
 def _is_int4(operand: str, type_name: str, chip: str) -> bool:

@@ -582,7 +582,7 @@ def _conv_node(graph, node, read, weights=None, weight_quant=None, bias=None, *,
             s_o, z_o, s_r, z_r = float(o.scale), int(o.zero_point), float(r.scale), int(r.zero_point)
             value_range = (s_o * (-128 - z_o) - s_r * (127 - z_r), s_o * (127 - z_o) - s_r * (-128 - z_r))
         tables = _lut_tables(activation, lut_attrs, s_in * float(s_w.max()), output_quant, value_range)
-    attrs = (node.attrs if node.op_type == "Conv" else {}) if attrs is None else attrs
+    attrs = node.attrs if attrs is None else attrs
     return reference_conv(read(node.inputs[0])[0] if source is None else source, weights, None, input_quant=input_quant, weight_quant=weight_quant,
                           output_quant=output_quant, stride=tuple(attrs.get("strides", (1, 1))),
                           pads=tuple(attrs.get("pads", (0, 0, 0, 0))), dilation=tuple(attrs.get("dilations", (1, 1))),

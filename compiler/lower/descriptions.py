@@ -94,7 +94,7 @@ class DpuCube:
     channels: int  # channels processed/written (padded: conv 32, depthwise 64 multiples)
     orig_channels: int  # real channels
     dst_address: int
-    dst_surface_stride: int  # in 16-byte atoms
+    dst_surface_stride: int  # in the chip's atoms
     surfaces_per_pass: int  # SIZE_E + 1; SURFACE_ADD = this x dst_surface_stride
     precision: int  # DPU precision code of in/proc (and out unless out_precision says otherwise)
     out_precision: int | None = None  # DATA_FORMAT OUT_PRECISION when wider (int32 4, fp32 5)
@@ -109,7 +109,7 @@ class Operand:
     """A tensor the DPU reads besides the main data (ERDMA: residual or second input)."""
 
     address: int
-    surface_stride: int  # 16-byte atoms
+    surface_stride: int  # the chip's atoms
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,7 @@ class DpuTask:
 
     layer: str
     source_address: int
-    source_surface_stride: int  # 16-byte atoms (SURF_NOTCH carries the padding past W x H)
+    source_surface_stride: int  # the chip's atoms (SURF_NOTCH carries the padding past W x H)
     cube: DpuCube
     stages: DpuStages
     operand: Operand | None = None
@@ -186,10 +186,10 @@ class PpuTask:
     pad_value: int
     recip: tuple[int, int]  # (width, height): 2^16 / k for average, 0 for max
     source_address: int
-    source_line_stride: int  # 16-byte atoms
-    source_surface_stride: int  # 16-byte atoms
+    source_line_stride: int  # the chip's atoms
+    source_surface_stride: int  # the chip's atoms
     dst_address: int
-    dst_surface_stride: int  # 16-byte atoms
+    dst_surface_stride: int  # the chip's atoms
     precision: int  # PPU PROC_PRECISION (DPU code)
     in_precision: int  # PPU_RDMA IN_PRECISION (bit-width code)
 

@@ -64,7 +64,7 @@ def _written_cube(shape: tuple[int, int, int], out, dtype: str, dst_address: int
     channels, height, width = shape
     return DpuCube(width=width, height=height, channels=align(channels, out.c2), orig_channels=channels,
                    dst_address=out.address if dst_address is None else dst_address,
-                   dst_surface_stride=out.surface_stride, surfaces_per_pass=1, precision=PRECISION_CODES[dtype])
+                   dst_surface_stride=out.surface_stride_atoms, surfaces_per_pass=1, precision=PRECISION_CODES[dtype])
 
 
 def lower_eltwise(layer: EltwiseLayer, placements: Mapping[str, Placement], platform: Platform) -> tuple[DpuTask, ...]:
@@ -75,8 +75,8 @@ def lower_eltwise(layer: EltwiseLayer, placements: Mapping[str, Placement], plat
     if first.packed or second.packed or out.packed:
         raise CompileError(f"layer {layer.name}: element-wise layers need NC1HWC2 tensors, not packed images")
     cube = _written_cube(layer.shape, out, layer.dtype)
-    return (DpuTask(layer.name, first.address, first.surface_stride, cube, eltwise_stages(layer),
-                    Operand(second.address, second.surface_stride)),)
+    return (DpuTask(layer.name, first.address, first.surface_stride_atoms, cube, eltwise_stages(layer),
+                    Operand(second.address, second.surface_stride_atoms)),)
 
 
 def lower_activation(layer: ActivationLayer, placements: Mapping[str, Placement], platform: Platform) -> tuple[DpuTask, ...]:
@@ -90,7 +90,7 @@ def lower_activation(layer: ActivationLayer, placements: Mapping[str, Placement]
         if placement.packed:
             raise CompileError(f"layer {layer.name}: a LUT activation needs NC1HWC2 tensors, not packed images")
     cube = _written_cube(layer.shape, out, "int8")
-    return (DpuTask(layer.name, source.address, source.surface_stride, cube, activation_stages(layer),
+    return (DpuTask(layer.name, source.address, source.surface_stride_atoms, cube, activation_stages(layer),
                     lut_upload=layer.activation.uses_lut),)
 
 
@@ -137,7 +137,7 @@ def lower_concat(layer: ConcatLayer, placements: Mapping[str, Placement], platfo
             raise CompileError(f"layer {layer.name}: input {index} starts at channel {start}, not on a {out.c2}-channel "
                                f"surface of the output; only the last input may end part-way through a surface")
         cube = _written_cube(shape, out, layer.dtype, out.address + (start // out.c2) * out.surface_bytes)
-        tasks.append(DpuTask(layer.name, source.address, source.surface_stride, cube,
+        tasks.append(DpuTask(layer.name, source.address, source.surface_stride_atoms, cube,
                              copy_stages(quant, layer.output_quant, layer.name, layer.dtype)))
         start += shape[0]
     return tuple(tasks)
@@ -158,7 +158,7 @@ def lower_slice(layer: SliceLayer, placements: Mapping[str, Placement], platform
     cube = _written_cube(layer.output_shape, out, layer.dtype)
     address = source.address + (layer.start // source.c2) * source.surface_bytes
     stages = copy_stages(layer.input_quant, layer.output_quant, layer.name, layer.dtype)
-    return (DpuTask(layer.name, address, source.surface_stride, cube, stages),)
+    return (DpuTask(layer.name, address, source.surface_stride_atoms, cube, stages),)
 
 
 def copy_stages(input_quant, output_quant, layer: str, dtype: str) -> DpuStages:

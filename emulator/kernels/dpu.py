@@ -272,24 +272,16 @@ def _ew_fp(data, operand, op_on, op_type, alu_algo, prelu, relu_on, relux_on, re
 # Settings vectors are built once per (frozen, hashable) config: a network runs the same
 # configs every inference. The cached arrays are never written.
 @functools.lru_cache(maxsize=4096)
-def _x_params(config: XStageConfig | None) -> np.ndarray:
-    params = np.zeros(XP_COUNT, np.int64)
-    if config is not None:
-        params[:] = (config.alu_algo, config.alu_enable, config.cpend_enable, config.mul_enable,
-                     config.shift_positive, config.shift_negative, config.prelu, config.relu,
-                     config.relux, config.relux_value)
-    return params
+def _x_params(c: XStageConfig) -> np.ndarray:
+    return np.array((c.alu_algo, c.alu_enable, c.cpend_enable, c.mul_enable, c.shift_positive,
+                     c.shift_negative, c.prelu, c.relu, c.relux, c.relux_value), np.int64)  # XP_* order
 
 
 @functools.lru_cache(maxsize=4096)
-def _ew_params(config: EwConfig | None) -> np.ndarray:
-    params = np.zeros(EP_COUNT, np.int64)
-    if config is not None:
-        params[:] = (config.cvt_enable, config.cvt_offset, config.cvt_scale, config.cvt_shift,
-                     config.cvt_round, config.op_enable, config.op_type, config.alu_algo,
-                     config.truncate_positive, config.truncate_negative, config.prelu,
-                     config.relu, config.relux, config.relux_value)
-    return params
+def _ew_params(c: EwConfig) -> np.ndarray:
+    return np.array((c.cvt_enable, c.cvt_offset, c.cvt_scale, c.cvt_shift, c.cvt_round, c.op_enable,
+                     c.op_type, c.alu_algo, c.truncate_positive, c.truncate_negative, c.prelu, c.relu,
+                     c.relux, c.relux_value), np.int64)  # EP_* order
 
 
 def _operand_planes(operand: np.ndarray, shape: tuple) -> np.ndarray:
@@ -301,11 +293,8 @@ def _operand_planes(operand: np.ndarray, shape: tuple) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=4096)
-def _cvt_params(cvt: OutCvtConfig | None, dtype: np.dtype) -> np.ndarray:
-    params = np.zeros(CP_COUNT, np.int64)
-    if cvt is not None:
-        params[:] = (cvt.scale, cvt.shift, cvt.offset, cvt.round_mode) + _OUTPUT_RANGES[dtype]
-    return params
+def _cvt_params(cvt: OutCvtConfig, dtype: np.dtype) -> np.ndarray:
+    return np.array((cvt.scale, cvt.shift, cvt.offset, cvt.round_mode) + _OUTPUT_RANGES[dtype], np.int64)  # CP_*
 
 
 class _OperandMatrices:
@@ -390,11 +379,10 @@ def int_stages(data: np.ndarray, *, bs: XStageConfig | None = None, bs_alu=None,
         dtype = np.dtype(out_dtype)
         if dtype not in _OUTPUT_RANGES:
             raise EmulationError(f"integer OUT_CVT writes int8, int16 or int32, not {dtype}")
-    cvt_params = _cvt_params(cvt, dtype)
     out = np.empty(data.shape, dtype)
     _stages_int(_planes(data), sums, kernels_per_group, None if bs is None else _x_params(bs),
                 bs_operands, None if bn is None else _x_params(bn), bn_operands, operand,
-                None if ew is None else _ew_params(ew), None if cvt is None else cvt_params,
+                None if ew is None else _ew_params(ew), None if cvt is None else _cvt_params(cvt, dtype),
                 _planes(out))
     return out
 

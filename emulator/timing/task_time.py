@@ -53,9 +53,10 @@ class TaskTime:
         return self.max_cycles + self.overhead_cycles
 
 
-def serial_part(compute: int, ddr: int, platform, conv: bool = True) -> int:
-    """Cycles of the shorter of compute and DMA that the overlap does not hide (none without a conv)."""
-    return round((1.0 - platform.ddr.compute_overlap) * min(compute, ddr)) if conv else 0
+def serial_part(compute: int, ddr: int, overlap: float, conv: bool = True) -> int:
+    """Cycles of the shorter of compute and DMA that the overlap (``ddr.compute_overlap``) does
+    not hide (none without a conv)."""
+    return round((1.0 - overlap) * min(compute, ddr)) if conv else 0
 
 
 def time_task(record, platform) -> TaskTime:
@@ -66,7 +67,7 @@ def time_task(record, platform) -> TaskTime:
     ddr = ddr_cycles(data_read_bytes(record.traffic), write, platform)
     return TaskTime(record.core, record.index, npu, ddr, read, write, launch,
                     record.conv.macs if record.conv is not None else 0, regcmd, unit,
-                    serial_part(max(npu, unit), ddr, platform, record.conv is not None),
+                    serial_part(max(npu, unit), ddr, platform.ddr.compute_overlap, record.conv is not None),
                     record.traffic.sram_hit_reads + record.traffic.sram_hit_writes)
 
 

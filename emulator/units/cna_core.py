@@ -16,7 +16,7 @@ from npuemu.emulator.memory import ADDRESS_SPACE, TaskDma, Traffic
 from npuemu.emulator.numerics import core_round_mode
 from npuemu.emulator.regfile import RegisterView
 from npuemu.emulator.units.state import (
-    FP16, INT4, INT8, PRECISION_DTYPES, ConvState, chip_atom_bytes, precision_name,
+    ATOM_BYTES, FP16, INT4, INT8, PRECISION_DTYPES, ConvState, precision_name,
 )
 from npuemu.isa.errors import EmulationError
 
@@ -47,12 +47,12 @@ _WEIGHT_LAYOUTS = {
 # Decoding
 # ---------------------------------------------------------------------------------------------
 def decode_conv(cna: RegisterView, core: RegisterView, cbuf_banks: int, where: str,
-                kernel_atoms: dict[int, int] | None = None, atom_bytes: int | None = None) -> ConvState:
+                kernel_atoms: dict[int, int] | None = None, atom_bytes: int = ATOM_BYTES) -> ConvState:
     """ConvState from the executing CNA and CORE groups; EmulationError for a configuration a
     real NPU would hang on or that the emulator does not model. ``kernel_atoms``: the chip's
     kernels per MAC pass by precision (default RK3588's KERNEL_ATOM); ``atom_bytes``: its
-    NC1HWC2 atom (default: the machine's, state.chip_atom_bytes)."""
-    atom = atom_bytes or chip_atom_bytes()
+    NC1HWC2 atom (default RK3588's 16 bytes; the Machine passes its chip's through NpuCore)."""
+    atom = atom_bytes
     con1 = cna.fields("CONV_CON1")
     mode = con1["CONV_MODE"]
     if mode not in (CONV_DIRECT, CONV_DEPTHWISE):

@@ -20,7 +20,7 @@ from npuemu.emulator.regfile import RegisterView
 from npuemu.emulator.units.cna_core import CoreResult
 from npuemu.emulator.units.state import (
     ATOM_BYTES, FP16, FP32, INT4, INT8, INT16, INT32, PRECISION_DTYPES, DpuRdmaState, DpuState, EwState,
-    LutState, LutTableState, OutCvtState, XStageState, c2_of, chip_atom_bytes, precision_name,
+    LutState, LutTableState, OutCvtState, XStageState, c2_of, precision_name,
 )
 from npuemu.isa.errors import EmulationError
 
@@ -55,9 +55,9 @@ def _signed32(value: int) -> int:
 # ---------------------------------------------------------------------------------------------
 # Decoding
 # ---------------------------------------------------------------------------------------------
-def decode_dpu(dpu: RegisterView, where: str, atom_bytes: int | None = None) -> DpuState:
-    """``atom_bytes``: the chip's NC1HWC2 atom, the unit of the strides (default: the machine's)."""
-    atom = atom_bytes or chip_atom_bytes()
+def decode_dpu(dpu: RegisterView, where: str, atom_bytes: int = ATOM_BYTES) -> DpuState:
+    """``atom_bytes``: the chip's NC1HWC2 atom, the unit of the strides (default RK3588's; NpuCore passes its chip's)."""
+    atom = atom_bytes
     mode = dpu.fields("FEATURE_MODE_CFG")
     fmt = dpu.fields("DATA_FORMAT")
     _reject(dpu, where, ("FEATURE_MODE_CFG", "TP_EN"), ("FEATURE_MODE_CFG", "COMB_USE"),
@@ -173,8 +173,8 @@ def _check_dpu(state: DpuState, dpu: RegisterView, where: str) -> None:
                              f"{precision_name(state.proc_precision)} is not modelled")
 
 
-def decode_dpu_rdma(rdma: RegisterView, where: str, atom_bytes: int | None = None) -> DpuRdmaState:
-    atom = atom_bytes or chip_atom_bytes()
+def decode_dpu_rdma(rdma: RegisterView, where: str, atom_bytes: int = ATOM_BYTES) -> DpuRdmaState:
+    atom = atom_bytes
     mode = rdma.fields("FEATURE_MODE_CFG")
     src_dma = rdma.fields("SRC_DMA_CFG")
     if any(v for k, v in src_dma.items() if k != "LINE_NOTCH_ADDR") or \

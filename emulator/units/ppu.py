@@ -14,7 +14,7 @@ from npuemu.emulator.numerics import POOL_AVERAGE, POOL_MAX, POOL_MIN
 from npuemu.emulator.regfile import RegisterView
 from npuemu.emulator.units.dpu import read_cube
 from npuemu.emulator.units.state import (
-    FP16, INT8, INT16, INT32, PRECISION_DTYPES, PpuRdmaState, PpuState, c2_of, chip_atom_bytes,
+    ATOM_BYTES, FP16, INT8, INT16, INT32, PRECISION_DTYPES, PpuRdmaState, PpuState, c2_of,
     precision_name,
 )
 from npuemu.isa.errors import EmulationError
@@ -25,9 +25,9 @@ ELEMENT_BITS = {0: 4, 1: 8, 2: 16, 3: 32}
 _PPU_TYPES = {(8, INT8): INT8, (16, INT16): INT16, (16, FP16): FP16, (32, INT32): INT32}
 
 
-def decode_ppu(ppu: RegisterView, where: str, atom_bytes: int | None = None) -> PpuState:
-    """``atom_bytes``: the chip's NC1HWC2 atom, the unit of the strides (default: the machine's)."""
-    atom = atom_bytes or chip_atom_bytes()
+def decode_ppu(ppu: RegisterView, where: str, atom_bytes: int = ATOM_BYTES) -> PpuState:
+    """``atom_bytes``: the chip's NC1HWC2 atom, the unit of the strides (default RK3588's; NpuCore passes its chip's)."""
+    atom = atom_bytes
     mode = ppu.fields("OPERATION_MODE_CFG")
     kernel = ppu.fields("POOLING_KERNEL_CFG")
     pads = ppu.fields("POOLING_PADDING_CFG")
@@ -76,9 +76,9 @@ def _check_windows(state: PpuState, ppu: RegisterView, where: str) -> None:
                 f"({ppu.show('POOLING_KERNEL_CFG')})")
 
 
-def decode_ppu_rdma(rdma: RegisterView, where: str, atom_bytes: int | None = None) -> PpuRdmaState:
+def decode_ppu_rdma(rdma: RegisterView, where: str, atom_bytes: int = ATOM_BYTES) -> PpuRdmaState:
     code = rdma.field("DATA_FORMAT", "IN_PRECISION")
-    atom = atom_bytes or chip_atom_bytes()
+    atom = atom_bytes
     return PpuRdmaState(
         width=rdma.field("CUBE_IN_WIDTH", "CUBE_IN_WIDTH") + 1,
         height=rdma.field("CUBE_IN_HEIGHT", "CUBE_IN_HEIGHT") + 1,

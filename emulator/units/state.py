@@ -8,9 +8,6 @@ read, and they never change after decoding.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,27 +20,6 @@ PRECISION_NAMES = {INT8: "int8", INT16: "int16", FP16: "fp16", BF16: "bf16", INT
 PRECISION_DTYPES = {INT8: np.dtype(np.int8), INT16: np.dtype(np.int16), FP16: np.dtype(np.float16),
                     INT32: np.dtype(np.int32), FP32: np.dtype(np.float32)}
 ATOM_BYTES = 16  # one NC1HWC2 pixel atom on RK3588-class chips (rknpu-isa.md 4); RK356x: 8
-# The atom of the chip whose registers are being decoded: the Machine sets it from its platform
-# (C2 int8 x 1 byte) around each chain, so the decoders need no extra argument from the core
-# (REGISTER_SEMANTICS.md 9). Outside a machine it is RK3588's.
-_CHIP_ATOM = ContextVar("npuemu_chip_atom_bytes", default=ATOM_BYTES)
-
-
-def chip_atom_bytes() -> int:
-    """Bytes of one NC1HWC2 pixel atom on the chip being emulated (16, or 8 on RK356x)."""
-    return _CHIP_ATOM.get()
-
-
-@contextmanager
-def chip_atoms(atom_bytes: int) -> Iterator[None]:
-    """Decode and run with ``atom_bytes``-byte atoms (Machine.run_chain)."""
-    token = _CHIP_ATOM.set(atom_bytes)
-    try:
-        yield
-    finally:
-        _CHIP_ATOM.reset(token)
-
-
 def precision_name(code: int) -> str:
     return PRECISION_NAMES.get(code, f"code {code}")
 
