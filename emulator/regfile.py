@@ -40,7 +40,8 @@ S_POINTER_OFFSET = 0x004  # block-relative (rknpu-isa.md 2.5)
 DRIVER_S_POINTER = 0xE
 DRIVER_S_POINTER_BLOCKS = ("CNA", "CORE")
 LUT_TABLES = ("LE", "LO")  # LUT_TABLE_ID 0 and 1 (rep10)
-_GROUP, _PC, _S_POINTER, _LUT_DATA, _SLOW = range(5)  # kinds of RegisterFile.resolve steps
+#: kinds of RegisterFile.resolve steps (_GROUP steps are merged into _GROUPS before apply sees them)
+_GROUP, _PC, _S_POINTER, _LUT_DATA, _GROUPS, _LUT_CFG = range(6)
 
 
 @dataclass
@@ -54,8 +55,13 @@ class PingPong:
     pointer_pp: bool = False
     executer_pp: bool = False
 
+    #: S_POINTER fields by value (a stream writes the same few values every task)
+    s_pointer_fields: dict[int, dict[str, int]] = field(default_factory=dict, repr=False)
+
     def write_s_pointer(self, value: int) -> None:
-        fields = self.block.register("S_POINTER").unpack(value)
+        fields = self.s_pointer_fields.get(value)
+        if fields is None:
+            fields = self.s_pointer_fields[value] = self.block.register("S_POINTER").unpack(value)
         self.pointer_pp = bool(fields["POINTER_PP_EN"])
         self.executer_pp = bool(fields["EXECUTER_PP_EN"])
         if fields["POINTER_PP_CLEAR"]:
@@ -195,29 +201,32 @@ class RegisterFile:
                 else:
                     steps.append((_LUT_DATA, pingpong, [value], reg.offset))
             elif block == "DPU" and register == "LUT_ACCESS_CFG":
-                steps.append((_SLOW, block, register, value))
+                steps.append((_LUT_CFG, pingpong, reg.offset, (value, reg.unpack(value))))
             else:
                 steps.append((_GROUP, pingpong, reg.offset, value))
-        return tuple((kind, target, np.array(key, np.int64), value) if kind == _LUT_DATA
-                     else (kind, target, key, value) for kind, target, key, value in steps)
+        return tuple(_merge_group_runs((kind, target, np.array(key, np.int64), value) if kind == _LUT_DATA
+                                       else (kind, target, key, value) for kind, target, key, value in steps))
 
     def apply(self, steps: tuple[tuple, ...], where: str) -> None:
         """Apply :meth:`resolve`'s steps: the same effect as :meth:`write` for each write."""
         for kind, target, key, value in steps:
-            if kind == _GROUP:
-                target.groups[target.pointer][key] = value
+            if kind == _GROUPS:  # key: per block, its writes in stream order (later ones win)
+                for pingpong, values in key:
+                    pingpong.groups[pingpong.pointer].update(values)
             elif kind == _PC:
                 target[key] = value
             elif kind == _S_POINTER:
                 target.write_s_pointer(value)
-            elif kind == _LUT_DATA:  # key: the data words; value: the register's offset
-                if not self.lut.data_run(key, where):
+            elif kind == _LUT_CFG:  # key: the register's offset; value: (raw, its fields)
+                target.groups[target.pointer][key] = value[0]
+                self.lut.configure(value[1])
+            else:  # _LUT_DATA; key: the data words; value: the register's offset
+                if self.lut.access_type == 1 and not self.lut.data_run(key, where):
                     for word in key:  # one at a time, to the error at the right word
                         self.write("DPU", "LUT_ACCESS_DATA", int(word), where)
                     continue
+                # stored by data_run, or a read-type access that stores nothing (LutPort.data)
                 target.groups[target.pointer][value] = int(key[-1])
-            else:
-                self.write(target, key, value, where)
 
     def view(self, block: str) -> RegisterView:
         """The executing group of ``block`` as it stands now."""
@@ -227,3 +236,26 @@ class RegisterFile:
     def started(self, blocks: Iterable[str]) -> None:
         for name in blocks:
             self.blocks[name].started()
+
+
+def _merge_group_runs(steps: Iterable[tuple]) -> list[tuple]:
+    """Consecutive plain register writes become one step of per-block dicts: no write between
+    them moves a pointer, so each block's run lands in one group (a task's ~100-300 writes
+    become a few ``dict.update`` calls instead of a Python loop over every write)."""
+    merged: list[tuple] = []
+    run: dict[int, tuple[PingPong, dict[int, int]]] = {}
+
+    def close() -> None:
+        if run:
+            merged.append((_GROUPS, None, tuple(run.values()), None))
+            run.clear()
+
+    for step in steps:
+        kind, target, key, value = step
+        if kind == _GROUP:
+            run.setdefault(id(target), (target, {}))[1][key] = value
+            continue
+        close()
+        merged.append(step)
+    close()
+    return merged

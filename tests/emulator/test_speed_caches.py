@@ -78,7 +78,7 @@ def lut_writes(rng, count: int) -> list:
     S_POINTER flips, PC and ordinary writes mixed in."""
     writes = []
     for _ in range(count):
-        kind = rng.integers(0, 5)
+        kind = rng.integers(0, 6)
         if kind == 0:
             address = int(rng.choice([0, rng.integers(0, 513), 400]))  # 400 + a long run overflows
             cfg = REGMAP.pack("DPU", "LUT_ACCESS_CFG", LUT_ACCESS_TYPE=int(rng.random() < 0.8),
@@ -91,18 +91,25 @@ def lut_writes(rng, count: int) -> list:
             writes.append(RegisterWrite("DPU", "S_POINTER", int(rng.choice([0, 1, 0xE]))))
         elif kind == 3:
             writes.append(RegisterWrite("PC", "BASE_ADDRESS", int(rng.integers(0, 2**28)) * 16))
-        else:
+        elif kind == 4:
             writes.append(RegisterWrite("DPU", "OUT_CVT_SCALE", int(rng.integers(0, 2**16))))
+        else:  # runs of plain writes to several blocks and registers (merged into one step)
+            for _ in range(int(rng.integers(1, 6))):
+                block, register = PLAIN[int(rng.integers(0, len(PLAIN)))]
+                writes.append(RegisterWrite(block, register, int(rng.integers(0, 2**16))))
     return writes
 
 
+PLAIN = (("DPU", "OUT_CVT_SCALE"), ("DPU", "OUT_CVT_SHIFT"), ("CNA", "CONV_CON1"), ("CNA", "S_POINTER"),
+         ("CORE", "MISC_CFG"), ("CNA", "CONV_CON1"))
+
+
 def state_of(regs: RegisterFile):
-    dpu = regs.blocks["DPU"]
-    return (regs.lut.tables.copy(), regs.lut.address, dict(regs.pc), dpu.pointer,
-            [dict(g) for g in dpu.groups])
+    blocks = [(name, b.pointer, b.executer, [dict(g) for g in b.groups]) for name, b in regs.blocks.items()]
+    return (regs.lut.tables.copy(), regs.lut.address, dict(regs.pc), blocks)
 
 
-@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("seed", range(16))
 def test_resolved_writes_act_like_one_write_at_a_time(seed):
     writes = lut_writes(np.random.default_rng(seed), 12)
     slow, fast = RegisterFile(REGMAP), RegisterFile(REGMAP)

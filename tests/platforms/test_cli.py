@@ -36,7 +36,7 @@ def test_list_as_json(capsys):
     assert [row["chip"] for row in rows] == list_platforms()
     rk3576 = {row["chip"]: row for row in rows}["rk3576"]
     assert rk3576["cores"] == 2 and rk3576["cbuf_bytes_per_core"] == 384 * 1024
-    assert rk3576["ddr_read_bytes_per_cycle"] == 6.858 and rk3576["sram_kind"] == "nbuf"
+    assert rk3576["ddr_read_bytes_per_cycle"] == load_platform("rk3576").ddr.read_bytes_per_cycle and rk3576["sram_kind"] == "nbuf"
 
 
 def test_one_chip_in_full_with_sources(capsys):
