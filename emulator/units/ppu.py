@@ -12,7 +12,7 @@ from npuemu.emulator import kernels
 from npuemu.emulator.memory import TaskDma, Traffic
 from npuemu.emulator.numerics import POOL_AVERAGE, POOL_MAX, POOL_MIN
 from npuemu.emulator.regfile import RegisterView
-from npuemu.emulator.units.dpu import read_cube
+from npuemu.emulator.units.dpu import read_surfaces
 from npuemu.emulator.units.state import (
     ATOM_BYTES, FP16, INT8, INT16, INT32, PRECISION_DTYPES, PpuRdmaState, PpuState, c2_of,
     precision_name,
@@ -112,12 +112,13 @@ def check_ppu_source(state: PpuState, rdma: PpuRdmaState | None, ppu: RegisterVi
 
 def run_ppu(state: PpuState, rdma: PpuRdmaState, kind: int, dma: TaskDma) -> np.ndarray:
     dtype = PRECISION_DTYPES[kind]
-    cube = read_cube(dma, Traffic.PPU_READ, rdma.src_address, rdma.surface_stride, rdma.line_stride,
-                     (state.in_channels, state.in_height, state.in_width), dtype,
-                     f"PPU_RDMA source (SRC_BASE_ADDR={rdma.src_address:#x})", rdma.atom_bytes)
     c2 = c2_of(kind, state.atom_bytes)
     surfaces = -(-state.in_channels // c2)
-    feature = kernels.nchw_to_nc1hwc2(cube, c2, surfaces)
+    # the source's atoms as they are; lanes past the channel count pool as 0 [C]
+    feature = read_surfaces(dma, Traffic.PPU_READ, rdma.src_address, rdma.surface_stride, rdma.line_stride,
+                            surfaces, state.in_height, state.in_width, dtype,
+                            f"PPU_RDMA source (SRC_BASE_ADDR={rdma.src_address:#x})", rdma.atom_bytes).copy()
+    feature[-1, :, :, state.in_channels - (surfaces - 1) * c2:] = 0
     config = kernels.PoolConfig(
         method=state.method, kernel_h=state.kernel_h, kernel_w=state.kernel_w,
         out_h=state.out_height, out_w=state.out_width, stride_y=state.stride_y,
