@@ -30,9 +30,10 @@ import dataclasses
 
 from npuemu.compiler.build_adapt import (
     ELTWISE_OPS, Alias, CpuOp, alias_from_node, chw, concat_fits_surfaces, constant_outputs, cpu_from_node,
-    host_tensors, layer_from_node, layer_quant, split_channels, split_conv_transpose, split_lut_activation,
-    stored_dtype,
+    host_tensors, lane_broadcast_operand, lanes_tensor, layer_from_node, layer_quant, split_channels,
+    split_conv_transpose, split_lut_activation, stored_dtype,
 )
+from npuemu.compiler.lower.broadcast_lanes import lanes_aligns, lanes_constants
 from npuemu.compiler.lower.lut import ONNX_LUT_KINDS
 from npuemu.compiler.ir import Graph, Tensor
 from npuemu.compiler.lower import (
@@ -63,6 +64,12 @@ def _reads(layer) -> tuple[str, ...]:
     return (layer.input,)
 
 
+def _writes(layer) -> tuple[str, ...]:
+    """The output, and the lanes tensor a broadcasting element-wise layer writes and reads."""
+    broadcast = getattr(layer, "broadcast", None)
+    return (layer.output,) + ((broadcast.tensor,) if broadcast is not None else ())
+
+
 def _packed_inputs(inputs, work, shapes, dtypes) -> set[str]:
     """Graph inputs stored as a packed image (C2 = C, 1 to 4 int8 channels, the vendor's
     first-layer format, rknpu-isa.md 4): those read only as the feature input of int8 direct
@@ -86,7 +93,7 @@ def _shapes(layer) -> dict[str, tuple[int, int, int]]:
             shapes[layer.residual.tensor] = layer.output_shape
         return shapes
     if isinstance(layer, EltwiseLayer):
-        return {layer.inputs[0]: layer.shape, layer.inputs[1]: layer.shape, layer.output: layer.shape}
+        return layer.shapes
     if isinstance(layer, ConcatLayer):
         return dict(zip(layer.inputs, layer.shapes)) | {layer.output: layer.output_shape}
     return {layer.input: layer.input_shape, layer.output: layer.output_shape}
@@ -142,14 +149,15 @@ def _host_step(graph: Graph, node, spec) -> bool:
 
 
 def _broadcasting_eltwise(graph: Graph, node) -> bool:
-    """An element-wise NPU node with broadcasting feature-map operands (e.g. the SE block's
-    [1, C, 1, 1] x [1, C, H, W] Mul): not lowered yet, so it runs as a CPU step (interim)."""
+    """An element-wise NPU node with broadcasting feature-map operands that the NPU does not run
+    (e.g. the SE block's [1, C, 1, 1] x [1, C, H, W] Mul): a CPU step. A [1, 1, H, W] operand is
+    replicated across lanes on the NPU (build_adapt.lane_broadcast_operand)."""
     if node.op_type not in ELTWISE_OPS or node.fused or len(node.inputs) < 2:
         return False
     operands = [graph.tensor(name) for name in node.inputs[:2]]
     if any(t.is_const for t in operands):
         return False
-    return tuple(operands[0].shape) != tuple(operands[1].shape)
+    return tuple(operands[0].shape) != tuple(operands[1].shape) and lane_broadcast_operand(graph, node) is None
 
 
 def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
@@ -196,6 +204,11 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
                 graph.add_tensor(split[1])
             nodes += [*(split[0] if split else [conv]), *moves]
             continue
+        lanes = lanes_tensor(graph, node, spec)  # a broadcast operand's replicated copy (build_adapt)
+        if lanes is not None:
+            if not copied:
+                graph, copied = copy.deepcopy(graph), True
+            graph.add_tensor(lanes)
         split = _lut_split(graph, node)
         if split is None:
             nodes.append(node)
@@ -214,7 +227,7 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
         elif node.target == "CPU" or _broadcasting_eltwise(graph, node) or _host_step(graph, node, spec):
             records.append(_resolve(cpu_from_node(graph, node), aliases))
         else:
-            records.append(_resolve(layer_from_node(graph, node), aliases))
+            records.append(_resolve(layer_from_node(graph, node, spec), aliases))
     work = [record for record in records if not isinstance(record, Alias)]  # NPU layers and CPU steps, in order
     layers = [record for record in work if not isinstance(record, CpuOp)]
     cpu_ops = [record for record in work if isinstance(record, CpuOp)]
@@ -225,8 +238,8 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
 
     constants: dict[str, bytes] = {}
     for layer in layers:
-        constants.update(layer_constants(layer, spec))
-    aligns = {layer.output: output_align(layer, spec) for layer in layers}
+        constants.update(layer_constants(layer, spec) | lanes_constants(layer, spec))
+    aligns = {layer.output: output_align(layer, spec) for layer in layers} | lanes_aligns(layers, spec)
     shapes: dict[str, tuple[int, int, int]] = {}
     for layer in layers:
         for tensor, shape in _shapes(layer).items():
@@ -254,7 +267,7 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
     sizes = {n: feature_bytes(s, dtypes[n], spec, channel_align=aligns.get(n, 1), packed=n in packed)
              for n, s in shapes.items()}
     sizes |= {n: record["size"] for n, record in host.items()}
-    steps = [(_reads(layer), (layer.output,)) for layer in work]
+    steps = [(_reads(layer), _writes(layer)) for layer in work]
     for output in graph.outputs:
         if output not in produced:
             raise CompileError(f"graph output {output!r} is not produced by a layer")

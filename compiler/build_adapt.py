@@ -19,11 +19,13 @@ from npuemu.compiler.ir import FusedOp, Graph, Node, QuantParams, Tensor
 from npuemu.compiler.deconv_phases import phase_conv, phase_weights
 from npuemu.compiler.passes.constraints import as_cube
 from npuemu.compiler.lower import Activation, ActivationLayer, ConcatLayer, ConvLayer, SliceLayer, EltwiseLayer, PoolLayer, Quant, Residual
+from npuemu.compiler.lower.broadcast_lanes import lane_broadcast
 from npuemu.compiler.lower.lut import ONNX_LUT_KINDS
 from npuemu.compiler.lower.placement import PLATFORM_DTYPE
 from npuemu.compiler.quant import stored_values
 from npuemu.compiler.quant.affine import round_half_away
 from npuemu.isa.errors import CompileError, UnsupportedOpError
+from npuemu.platforms.model import Platform
 
 _ELTWISE = {"Add": "add", "Sub": "sub", "Mul": "mul", "Max": "max", "Min": "min"}
 ELTWISE_OPS = frozenset(_ELTWISE)
@@ -245,22 +247,67 @@ def _pool(graph: Graph, node: Node) -> PoolLayer:
                      count_include_pad=include_pad)
 
 
-def _eltwise(graph: Graph, node: Node) -> EltwiseLayer:
+def _eltwise(graph: Graph, node: Node, platform: Platform | None = None) -> EltwiseLayer:
+    """``platform`` is needed only for a broadcast operand (its lanes per atom)."""
     a, b = node.inputs[:2]
     shape = chw(graph, node.outputs[0], node)
-    if chw(graph, a, node) != shape or chw(graph, b, node) != shape:
-        raise _fail(node, "broadcasting element-wise operands are not lowered yet")
+    operand = lane_broadcast_operand(graph, node)
+    if operand is None and (chw(graph, a, node) != shape or chw(graph, b, node) != shape):
+        raise _fail(node, "broadcasting element-wise operands are lowered only as a [1, 1, H, W] map against "
+                          "[1, C, H, W] (for Sub as the second operand); others run as a CPU step")
+    if operand == 0:
+        a, b = b, a  # add/mul/max/min commute: the broadcast operand goes second, through the ERDMA
     activation = Activation("none")
     for part in node.fused:
         if activation.kind != "none":
             raise _fail(node, f"a second fused activation ({part.op_type}) is not lowered")
         activation = _activation(graph, node, part)
-    if stored_dtype(graph, a) == "float16":
+    dtype = stored_dtype(graph, a)
+    broadcast = None
+    if operand is not None:
+        if platform is None:
+            raise _fail(node, "a broadcast operand needs the platform (its lanes per atom)")
+        broadcast = lane_broadcast(node.outputs[0], dtype, platform)
+    if dtype == "float16":
         return EltwiseLayer(node.layer_name, _ELTWISE[node.op_type], (a, b), node.outputs[0], shape,
-                            activation=activation, dtype="float16")
+                            activation=activation, dtype="float16", broadcast=broadcast)
     return EltwiseLayer(node.layer_name, _ELTWISE[node.op_type], (a, b), node.outputs[0], shape,
                         (int8_quant(graph, a, node), int8_quant(graph, b, node)),
-                        int8_quant(graph, node.outputs[0], node), activation=activation)
+                        int8_quant(graph, node.outputs[0], node), activation=activation, broadcast=broadcast)
+
+
+def lane_broadcast_operand(graph: Graph, node: Node) -> int | None:
+    """Which input (0 or 1) of an element-wise node on two feature maps is a [1, 1, H, W] map
+    broadcast over the other's C > 1 channels - the case the NPU runs by lane replication
+    (lower/broadcast_lanes.py, LOWERING.md 16) - else None. Not for Sub's first operand: the
+    broadcast one must be the ERDMA's, the subtrahend. Other broadcasts (the SE block's
+    [1, C, 1, 1] gate: the ERDMA's per-channel mode is undocumented) run as CPU steps."""
+    if node.op_type not in ELTWISE_OPS or len(node.inputs) < 2 or len(node.outputs) != 1:
+        return None
+    operands = [graph.tensor(name) for name in node.inputs[:2]]
+    if any(t.is_const for t in operands):
+        return None
+    cubes = [as_cube(t.shape) for t in operands]
+    out = as_cube(graph.tensor(node.outputs[0]).shape)
+    if out is None or out[0] < 2:
+        return None
+    narrow = (1, *out[1:])
+    for index in (1, 0) if node.op_type != "Sub" else (1,):
+        if cubes[index] == narrow and cubes[1 - index] == out:
+            return index
+    return None
+
+
+def lanes_tensor(graph: Graph, node: Node, platform: Platform) -> Tensor | None:
+    """The graph tensor (its lanes, H, W) that an NPU element-wise node with a broadcast operand
+    writes the replicated operand into (same element type and quantization), else None."""
+    operand = lane_broadcast_operand(graph, node) if node.target == "NPU" else None
+    if operand is None:
+        return None
+    source = graph.tensor(node.inputs[operand])
+    broadcast = lane_broadcast(node.outputs[0], stored_dtype(graph, source.name), platform)
+    _, height, width = as_cube(source.shape)
+    return Tensor(broadcast.tensor, (1, broadcast.lanes, height, width), source.dtype, quant=source.quant)
 
 
 def _concat(graph: Graph, node: Node) -> ConcatLayer:
@@ -322,8 +369,9 @@ def alias_from_node(graph: Graph, node: Node) -> Alias | None:
     return Alias(node.layer_name, node.inputs[0], node.outputs[0])
 
 
-def layer_from_node(graph: Graph, node: Node):
-    """The lowering record of one NPU node, or a CompileError naming it."""
+def layer_from_node(graph: Graph, node: Node, platform: Platform | None = None):
+    """The lowering record of one NPU node, or a CompileError naming it (``platform``: needed by
+    an element-wise node with a broadcast operand)."""
     if node.target != "NPU":
         raise _fail(node, f"the partition sent it to the {node.target or 'unpartitioned'} side; only NPU layers "
                           "are lowered to tasks (a CPU layer is a CPU step: cpu_from_node)", UnsupportedOpError)
@@ -336,7 +384,7 @@ def layer_from_node(graph: Graph, node: Node):
             raise _fail(node, "fused parts after pooling are not lowered")
         return _pool(graph, node)
     if node.op_type in _ELTWISE and all(not graph.tensor(name).is_const for name in node.inputs[:2]):
-        return _eltwise(graph, node)
+        return _eltwise(graph, node, platform)
     if node.op_type == "Concat":
         return _concat(graph, node)
     if node.op_type == CHANNEL_SLICE:

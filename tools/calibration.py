@@ -26,8 +26,10 @@ own cycles (emulator/timing/task_time.py) plus one host submit per layer.
 Fit rows are the NPU rows whose tensors npuemu's build stores in the vendor's sizes (NC1HWC2 with
 C padded to C2; a "uint8 input" first layer packed at 1 B per channel and pixel): where they
 differ (today: 16-channel conv outputs padded to 32 on rk3588)
-the bytes moved differ by construction. Rows npuemu cannot build or run have no figures. The
-report lists every row, with its errors or the reason it has none.
+the bytes moved differ by construction; nor are rows whose tasks npuemu builds otherwise than
+the vendor (TASK_STRUCTURE; an element-wise row with a helper conv task, HELPER_CONV: B144's
+lane replication). Rows npuemu cannot build or run have no figures. The report lists every
+row, with its errors or the reason it has none.
 """
 
 from __future__ import annotations
@@ -201,8 +203,13 @@ def _run_row(row: CalibrationRow) -> RowRun:
     for i, name in enumerate(runtime.inputs):
         runtime.set_input(name, np.zeros((1, *row.inputs[i]), np.float32))
     runtime.run()
-    written = sum(record.traffic.write_bytes for run in runtime.runs for record in run.tasks
-                  if record.dpu is not None or record.ppu is not None)
+    # the row's own tasks write its output: conv tasks for a conv row, DPU/PPU-only tasks otherwise
+    # (a helper conv of an element-wise row writes a tensor of its own: the lanes of a broadcast)
+    own = [record for run in runtime.runs for record in run.tasks
+           if (record.dpu is not None or record.ppu is not None) and (record.conv is not None) == row.is_conv]
+    written = sum(record.traffic.write_bytes for record in own)
+    if not row.is_conv and any(record.conv is not None for run in runtime.runs for record in run.tasks):
+        structure.append(HELPER_CONV)
     layout = "; ".join(filter(None, [layout, _output_difference(row, written, platform), *structure]))
     # (a conv task's output bound depends on the figure being fitted: TaskFigures.compute takes it from Figures)
     tasks = [TaskFigures(task_npu_cycles(record, platform), unit_cycles(record, platform),
@@ -219,6 +226,12 @@ TASK_STRUCTURE = (
     (frozenset({"Concat"}), "task structure: npuemu copies each input with a DPU task; no vendor listing shows "
                             "how its Concat is built"),
 )
+
+#: an element-wise row whose build adds a conv task (LOWERING.md 16: a [1, 1, H, W] operand
+#: replicated across the lanes of one surface, then read for every surface)
+HELPER_CONV = ("task structure: npuemu's build replicates the broadcast operand across the lanes of one surface "
+               "with a 1x1 conv task; the vendor's task structure is not known (its profile has 0 NPU cycles: no "
+               "conv task)")
 
 
 def vendor_bytes(shape: tuple[int, int, int], c2: int, packed: bool = False) -> int:
@@ -394,7 +407,7 @@ class ChipReport:
                                       "time_us": row.time_us},
                          "model": {"npu_cycles": r.npu, "ddr_cycles": r.ddr, "max_cycles": r.max,
                                    "time_us": round(r.time_us, 2)} if r.run.on_npu else None,
-                         "error": {k: r.error(k) for k in ("npu", "ddr", "time")} if r.run.on_npu else None})
+                         "error": {k: _finite(r.error(k)) for k in ("npu", "ddr", "time")} if r.run.on_npu else None})
         f = self.figures
         return {"chip": self.chip, "figures": {"ddr.read_bytes_per_cycle": f.read_bytes_per_cycle,
                                               "ddr.write_bytes_per_cycle": f.write_bytes_per_cycle,
@@ -415,6 +428,8 @@ class ChipReport:
                  f"{'err':>7}  {'time us model/board':>20} {'err':>7}"]
 
         def pct(e):
+            if e is not None and math.isinf(e):
+                return "n/a"  # the board says 0 (B144's helper conv: its MAC cycles against none)
             return "" if e is None else f"{100 * e:+.1f}%"
         for r in self.results:
             row = r.run.row
@@ -431,6 +446,11 @@ class ChipReport:
         lines.append("median |error|: " + ", ".join(
             f"{names[k]} {'-' if v is None else f'{100 * v:.1f}%'}" for k, v in med.items()))
         return "\n".join(lines)
+
+
+def _finite(error: float | None) -> float | None:
+    """A relative error for JSON: None where there is none (a board figure of 0, the model's not)."""
+    return None if error is None or math.isinf(error) else error
 
 
 def report(chip: str, runs: list[RowRun], figures: Figures) -> ChipReport:

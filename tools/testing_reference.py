@@ -401,7 +401,9 @@ def reference_graph(graph, stored: dict[str, np.ndarray], *, layer_inputs=None, 
                 values[output] = host_real(values[output], _quant(graph.tensors[output])).astype(
                     graph.tensors[output].dtype)
         elif node.op_type in ELTWISE_OPS and not node.fused and len(inputs) == 2:
-            a, b = (read(name)[0] for name in inputs)
+            if _lane_broadcast(graph, node) == 0:  # the NPU takes the broadcast operand second
+                inputs = inputs[::-1]
+            a, b = (np.broadcast_to(read(name)[0], shape[1:]) for name in inputs)
             values[output] = reference_eltwise(ELTWISE_OPS[node.op_type], a, b,
                                                a_quant=_quant(graph.tensors[inputs[0]]),
                                                b_quant=_quant(graph.tensors[inputs[1]]),
@@ -424,7 +426,23 @@ def _on_host(graph, node, host_layers) -> bool:
         return True  # (a ConvTranspose's output is written by its DepthToSpace or crop host step)
     operands = [graph.tensors[name] for name in node.inputs[:2] if name]
     return (node.op_type in ELTWISE_OPS and len(operands) == 2 and not any(t.is_const for t in operands)
-            and tuple(operands[0].shape) != tuple(operands[1].shape))
+            and tuple(operands[0].shape) != tuple(operands[1].shape) and _lane_broadcast(graph, node) is None)
+
+
+def _lane_broadcast(graph, node) -> int | None:
+    """Which operand of a 4-D element-wise node is a [1, 1, H, W] map broadcast over the other's
+    [1, C, H, W] (C > 1), which the NPU runs (compiler/LOWERING.md 16: the map replicated across
+    the lanes, taken as the second operand; not Sub's first), else None: host step."""
+    if node.op_type not in ELTWISE_OPS:
+        return None
+    shapes = [tuple(graph.tensors[name].shape) for name in node.inputs[:2]]
+    out = tuple(graph.tensors[node.outputs[0]].shape)
+    if len(out) != 4 or out[0] != 1 or out[1] < 2 or any(len(s) != 4 for s in shapes):
+        return None
+    for index in (1, 0) if node.op_type != "Sub" else (1,):
+        if shapes[index] == (1, 1, *out[2:]) and shapes[1 - index] == out:
+            return index
+    return None
 
 
 # --- host steps ----------------------------------------------------------------------------------

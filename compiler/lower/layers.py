@@ -285,8 +285,19 @@ ELTWISE_OPS = ("add", "sub", "mul", "max", "min")
 
 
 @dataclass(frozen=True)
+class LaneBroadcast:
+    """An element-wise layer's second input is a (1, H, W) map broadcast over the C channels: it is
+    first replicated into every lane of one surface of ``tensor`` ((lanes, H, W), lanes = the
+    chip's C2), which the element-wise task reads for every surface (LOWERING.md 16)."""
+
+    tensor: str
+    lanes: int
+
+
+@dataclass(frozen=True)
 class EltwiseLayer:
-    """``out = a <op> b`` for two tensors of the same (C, H, W) shape."""
+    """``out = a <op> b`` for two tensors of the same (C, H, W) shape, or ``b`` of shape
+    (1, H, W) broadcast over the channels (``broadcast``)."""
 
     name: str
     op: str
@@ -297,6 +308,16 @@ class EltwiseLayer:
     output_quant: Quant | None = None
     activation: Activation = NO_ACTIVATION
     dtype: str = INT8
+    broadcast: LaneBroadcast | None = None
+
+    @property
+    def shapes(self) -> dict[str, tuple[int, int, int]]:
+        """(C, H, W) of every tensor the layer reads or writes (a broadcast's lanes tensor too)."""
+        _, height, width = self.shape
+        shapes = {self.inputs[0]: self.shape, self.output: self.shape}
+        if self.broadcast is None:
+            return shapes | {self.inputs[1]: self.shape}
+        return shapes | {self.inputs[1]: (1, height, width), self.broadcast.tensor: (self.broadcast.lanes, height, width)}
 
     def __post_init__(self) -> None:
         _check_dtype(self.dtype, self.name)

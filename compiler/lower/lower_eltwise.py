@@ -8,6 +8,9 @@ max 0, min 1; ``mul`` uses the EW multiplier, OP_TYPE 1 [I]); OUT_CVT requantize
 DPU-only Relu layer uses BS ReLU; here BS must stay linear because EW comes after it).
 
 float16 [I]: BS bypassed, EW operand converter bypassed, OUT_CVT converts fp32 -> fp16.
+
+A second input of shape (1, H, W) broadcast over the channels is first replicated across the
+lanes of one surface by a conv task (broadcast_lanes.py, LOWERING.md 16).
 """
 
 from __future__ import annotations
@@ -19,7 +22,11 @@ from npuemu.isa.errors import CompileError
 from npuemu.platforms.model import Platform
 
 from .. import quant_regs
-from .descriptions import ALU_ADD, ALU_MAX, ALU_MIN, ALU_MINUS, PRECISION_CODES, DpuCube, DpuStages, DpuTask, EwStage, Operand, OutCvt, XStage
+from .broadcast_lanes import replicate_tasks
+from .descriptions import (
+    ALU_ADD, ALU_MAX, ALU_MIN, ALU_MINUS, PRECISION_CODES, ConvTask, DpuCube, DpuStages, DpuTask, EwStage, Operand, OutCvt,
+    XStage,
+)
 from .layers import FLOAT16, ActivationLayer, ConcatLayer, EltwiseLayer, SliceLayer
 from .lower_conv import activation_x_stage, lut_stages
 from .lookup import check_feature, tensor
@@ -67,16 +74,24 @@ def _written_cube(shape: tuple[int, int, int], out, dtype: str, dst_address: int
                    dst_surface_stride=out.surface_stride_atoms, surfaces_per_pass=1, precision=PRECISION_CODES[dtype])
 
 
-def lower_eltwise(layer: EltwiseLayer, placements: Mapping[str, Placement], platform: Platform) -> tuple[DpuTask, ...]:
-    first, second = (tensor(placements, name, layer.name) for name in layer.inputs)
-    out = tensor(placements, layer.output, layer.name)
-    for what, placement in (("first input", first), ("second input", second), ("output", out)):
-        check_feature(placement, layer.shape, layer.dtype, what, layer.name)
+def lower_eltwise(layer: EltwiseLayer, placements: Mapping[str, Placement],
+                  platform: Platform) -> tuple[ConvTask | DpuTask, ...]:
+    """One DPU-only task; with a broadcast second input, the lane-replicating conv before it
+    (broadcast_lanes.py) and the operand's one surface read for every surface (EW_SURF_STRIDE 0)."""
+    names = (*layer.inputs, layer.output)
+    first, second, out = (tensor(placements, name, layer.name) for name in names)
+    for what, name, placement in zip(("first input", "second input", "output"), names, (first, second, out)):
+        check_feature(placement, layer.shapes[name], layer.dtype, what, layer.name)
     if first.packed or second.packed or out.packed:
         raise CompileError(f"layer {layer.name}: element-wise layers need NC1HWC2 tensors, not packed images")
     cube = _written_cube(layer.shape, out, layer.dtype)
-    return (DpuTask(layer.name, first.address, first.surface_stride_atoms, cube, eltwise_stages(layer),
-                    Operand(second.address, second.surface_stride_atoms)),)
+    if layer.broadcast is None:
+        return (DpuTask(layer.name, first.address, first.surface_stride_atoms, cube, eltwise_stages(layer),
+                        Operand(second.address, second.surface_stride_atoms)),)
+    lanes = tensor(placements, layer.broadcast.tensor, layer.name)
+    return (*replicate_tasks(layer, placements, platform),
+            DpuTask(layer.name, first.address, first.surface_stride_atoms, cube, eltwise_stages(layer),
+                    Operand(lanes.address, 0)))
 
 
 def lower_activation(layer: ActivationLayer, placements: Mapping[str, Placement], platform: Platform) -> tuple[DpuTask, ...]:

@@ -270,7 +270,7 @@ class _Evaluator:
         from npuemu.compiler.lower.layers import ActivationLayer, ConcatLayer, ConvLayer, EltwiseLayer, PoolLayer, \
             SliceLayer
 
-        layer = layer_from_node(graph, node)
+        layer = layer_from_node(graph, node, self.platform)
         output = node.outputs[0]
         if getattr(layer, "dtype", "int8") != "int8":  # fp16 layers: float with fp16 storage (not exact)
             self.host_node(graph, node)
@@ -281,7 +281,8 @@ class _Evaluator:
         elif isinstance(layer, EltwiseLayer):
             from npuemu.compiler.lower.lower_eltwise import eltwise_stages
 
-            a, b = (self.values[name].reshape(layer.shape) for name in layer.inputs)
+            # a broadcast [1, 1, H, W] operand: its lanes copy is exact (LOWERING.md 16)
+            a, b = (np.broadcast_to(self.values[name].reshape(layer.shapes[name]), layer.shape) for name in layer.inputs)
             result = dpu_pipeline(a, eltwise_stages(layer), operand=b)
         elif isinstance(layer, ConcatLayer):
             from npuemu.compiler.lower.lower_eltwise import concat_stages

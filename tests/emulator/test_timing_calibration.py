@@ -3,7 +3,10 @@
 Every row is compiled and emulated once (module fixture, ~6 s). Targets of the issue: NPU cycles
 within 2% on every conv row, DDR cycles within 5% on every row, time within 25% median. What is
 not met is asserted as it stands, row by row, with the reason (emulator/TIMING.md "Calibration"):
-- rows npuemu cannot build or run yet have no figures (B144's broadcasting Mul runs on the CPU);
+- rows npuemu cannot build or run yet have no figures (none today);
+- B144 (Mul by a [1, 60, 80] map) is not fitted: npuemu's build adds a conv task that replicates
+  the operand across the lanes of one surface (compiler/LOWERING.md 16), the vendor's profile has
+  no conv task (0 NPU cycles); its DDR (-13%) and NPU gaps are asserted as they stand;
 - A5 is not fitted and misses the DDR target: its 16-channel output is written as 32 channels,
   by npuemu's build and by the vendor's own 2.5.0 build of that layer (mobilenet_v2 conv_18,
   compiler/LOWERING.md 15), while the board's DDR figure fits 16 (tools/calibration.py reports
@@ -29,10 +32,15 @@ from npuemu.tools.cli import main
 
 CALIBRATION_MD = SHARED / "docs" / "calibration.md"
 
-NOT_RUNNABLE = {"B144": "on the CPU"}
+NOT_RUNNABLE: dict[str, str] = {}
 LAYOUT_DIFFERS = {"B117": "uploads the LUT in a DPU task of its own", "B122": "uploads the LUT in a DPU task of its own",
-                  "B8": "no vendor listing shows how its Concat is built"}
+                  "B8": "no vendor listing shows how its Concat is built",
+                  "B144": "replicates the broadcast operand across the lanes of one surface with a 1x1 conv task"}
 DDR_GAP: dict[str, float] = {}  # |error| bound asserted where the 5% target is not met (none today)
+# rows whose build moves other bytes than the vendor's tasks by design: (low, high) |DDR error|
+# (B144: r 76.8 + 921.6 KB, w 76.8 + 460.8 KB against the board's fit r 537.6 KB, w 921.6 KB; TIMING.md)
+STRUCTURE_DDR_GAP = {"B144": (0.12, 0.14)}
+HELPER_CONV_NPU = {"B144": 4800}  # the lane-replicating conv: one MAC pass per pixel of 60 x 80
 TIME_MEDIAN_GAP: dict[str, float] = {}  # median |time error| bound asserted where the 25% target is not met
 
 
@@ -115,6 +123,8 @@ def test_npu_cycles_within_2_percent_on_every_conv_row(runs):
             if result.run.on_npu and result.run.row.is_conv:
                 assert abs(result.error("npu")) <= cal.NPU_TARGET, (name, result.npu, result.run.row.npu)
                 checked += 1
+            elif name in HELPER_CONV_NPU:  # the build's helper conv; the profile says 0
+                assert result.npu == HELPER_CONV_NPU[name] and result.run.row.npu == 0
             elif result.run.on_npu:  # element-wise rows: the profile and the model both say 0
                 assert result.npu == result.run.row.npu == 0
     assert checked == 16
@@ -126,7 +136,10 @@ def test_ddr_cycles_within_5_percent_on_every_fitted_row_and_the_gaps_as_they_st
             if not result.run.on_npu:
                 continue
             error = abs(result.error("ddr"))
-            if not result.run.fit_row and "task structure" in result.run.layout:
+            if name in STRUCTURE_DDR_GAP:
+                low, high = STRUCTURE_DDR_GAP[name]
+                assert not result.run.fit_row and low < error <= high, (name, error)
+            elif not result.run.fit_row and "task structure" in result.run.layout:
                 assert error <= cal.DDR_TARGET, (name, error)  # same bytes; the time differs by a task
             elif not result.run.fit_row:
                 assert error > cal.DDR_TARGET, f"{name} now meets the DDR target: make it a fit row"
