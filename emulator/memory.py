@@ -257,6 +257,20 @@ class TaskDma:
         self.count(stream, starts.size * row_bytes, region)
         return rows
 
+    def locate_rows(self, starts: np.ndarray, row_bytes: int, what: str) -> tuple[MemoryRegion, np.ndarray]:
+        """The region holding the rows ``[start, start + row_bytes)`` and their offsets in it
+        (DmaError if outside), for ``read_located``. Regions never move, so a caller reading
+        the same rows again may keep this answer for the same ``Memory``."""
+        return self.memory._locate_rows(_addresses(starts), row_bytes, f"{self.where}: {what} read")
+
+    def read_located(self, stream: Traffic, region: MemoryRegion, offsets: np.ndarray,
+                     row_bytes: int) -> np.ndarray:
+        """``read_rows`` of rows found by ``locate_rows``: the same copy and byte counts."""
+        rows = np.empty((offsets.size, row_bytes), np.uint8)
+        _gather_rows(region.data, offsets, rows)
+        self.count(stream, offsets.size * row_bytes, region)
+        return rows
+
     def write_rows(self, stream: Traffic, starts: np.ndarray, rows: np.ndarray, what: str) -> None:
         """Write ``uint8 [len(starts), row_bytes]`` rows at the start addresses."""
         starts = _addresses(starts)
@@ -300,6 +314,26 @@ class TaskDma:
         self.memory.derived.invalidate_rows(starts, row_bytes)
         self.count(stream, starts.size * row_bytes, region)
 
+    def claim_rows(self, stream: Traffic, starts: np.ndarray, row_bytes: int, dtype: np.dtype,
+                   what: str, disjoint: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
+        """For a kernel that stores rows itself: bounds-check the rows ``[start, start +
+        row_bytes)``, count them and drop the derived values they overwrite, as ``write_rows``
+        does; returns the region's bytes viewed as ``dtype`` and each row's offset in those
+        elements. The caller must then write every row. None (nothing counted) when a row is
+        not aligned to ``dtype`` or two rows overlap (their write order would matter): the
+        caller writes through ``write_planes`` instead. ``disjoint``: the caller has checked
+        that no two rows overlap (``rows_disjoint``), once for a layout it reuses."""
+        starts = _addresses(starts)
+        region, offsets = self.memory._locate_rows(starts, row_bytes, f"{self.where}: {what} write")
+        itemsize = np.dtype(dtype).itemsize
+        if not (disjoint or rows_disjoint(starts, row_bytes)) or (itemsize > 1 and np.any(offsets % itemsize)):
+            return None
+        data = region.data
+        view = data[:data.size - data.size % itemsize].view(dtype)
+        self.memory.derived.invalidate_rows(starts, row_bytes)
+        self.count(stream, starts.size * row_bytes, region)
+        return view, offsets // itemsize
+
     def read_block(self, stream: Traffic, address: int, nbytes: int, what: str) -> np.ndarray:
         return self.read_rows(stream, np.array([address]), nbytes, what)[0]
 
@@ -309,8 +343,13 @@ class TaskDma:
         the value is kept until a DMA or host write touches ``[address, address + nbytes)``.
         ``build`` must depend on nothing but the bytes and ``key`` (e.g. the weight layout)."""
         starts = _addresses([address])
-        address = int(starts[0])
         region, _ = self.memory._locate_rows(starts, nbytes, f"{self.where}: {what} read")
+        return self.derived_from_located(stream, region, int(starts[0]), nbytes, key, build)
+
+    def derived_from_located(self, stream: Traffic, region: MemoryRegion, address: int, nbytes: int,
+                             key: Hashable, build: Callable[[np.ndarray], Any]) -> Any:
+        """``derived_from_block`` of a block ``locate_rows`` found in ``region`` (``address``
+        wrapped to 32 bits): the same count and cache, without locating it again."""
         self.count(stream, nbytes, region)
         full_key = (address, nbytes, key)
         value = self.memory.derived.get(full_key)
@@ -390,10 +429,13 @@ class DerivedCache:
 
 @njit(cache=True)
 def _gather_rows(data, offsets, rows):
+    # an explicit loop per row: Numba's slice assignment cost ~10x more on rows of 100-2000 bytes
     row_bytes = rows.shape[1]
     for r in range(offsets.size):
-        start = offsets[r]
-        rows[r, :] = data[start:start + row_bytes]
+        source = data[offsets[r]:offsets[r] + row_bytes]
+        target = rows[r]
+        for i in range(row_bytes):
+            target[i] = source[i]
 
 
 @njit(cache=True)
@@ -421,6 +463,11 @@ def _scatter_planes(planes, c2, offsets, data):
             target = row[lane:]
             for x in range(width):
                 target[x * c2] = source[x]
+
+
+def rows_disjoint(starts: np.ndarray, row_bytes: int) -> bool:
+    """No two rows ``[start, start + row_bytes)`` overlap (addresses as the DMA wraps them)."""
+    return not np.any(np.diff(np.sort(_addresses(starts))) < row_bytes)
 
 
 def _addresses(starts: np.ndarray | list[int]) -> np.ndarray:

@@ -51,10 +51,10 @@ from npuemu.emulator.kernels.weights import (
     unpack_depthwise_weights,
 )
 
-from npuemu.emulator.kernels import depthwise, dpu, fp16, layout, lut, mac, ppu, weights
+from npuemu.emulator.kernels import conv_pixels, depthwise, dpu, fp16, layout, lut, mac, ppu, weights
 from npuemu.emulator.kernels.stale_cache import drop_caches_built_on_old_numerics
 
-drop_caches_built_on_old_numerics([depthwise, dpu, fp16, layout, lut, mac, ppu, weights])
+drop_caches_built_on_old_numerics([conv_pixels, depthwise, dpu, fp16, layout, lut, mac, ppu, weights])
 
 __all__ = [
     "DEPTHWISE_OUTPUT_CHANNEL_ALIGN", "FP16_CONV_RK3588", "FP16_DEPTHWISE_RK3588",

@@ -17,7 +17,8 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import overload
 
 from npuemu.emulator import numerics as nm
 from npuemu.emulator.kernels.fp16 import fp32_to_fp16
@@ -135,8 +136,22 @@ def _broadcast_operand(operand: np.ndarray, shape: tuple, dtype: type) -> np.nda
 BLOCK = 2048
 
 
+def _at(values, index):
+    """``values[index]`` of a per-element operand array, or the operand itself (a per-channel
+    scalar): one stage loop serves the channel-major pass and the pixel-major one."""
+    raise NotImplementedError  # only called from Numba code (see the overload below)
+
+
+@overload(_at, inline="always")
+def _at_overload(values, index):
+    if isinstance(values, types.Array):
+        return lambda values, index: values[index]
+    return lambda values, index: values
+
+
 @njit(cache=True)
 def _bs_block(block, sums, bs, alu, cpend, mul):
+    """BS over ``block``; ``alu``, ``cpend``, ``mul``: one value for the block, or one per element."""
     algo, alu_on, cpend_on, mul_on = bs[XP_ALGO], bs[XP_ALU_ON] != 0, bs[XP_CPEND_ON] != 0, \
         bs[XP_MUL_ON] != 0
     pos, neg, prelu = bs[XP_SHIFT_POS], bs[XP_SHIFT_NEG], bs[XP_PRELU] != 0
@@ -145,27 +160,28 @@ def _bs_block(block, sums, bs, alu, cpend, mul):
     # integer division (which cannot be speculated into a select) is ever executed.
     if algo == nm.ALU_DIV:
         for p in range(block.shape[0]):
-            block[p] = nm.bs_value(block[p], sums[p], alu, cpend, mul, pos, neg, algo, alu_on,
-                                   cpend_on, mul_on, prelu, relu, relux, relux_value)
+            block[p] = nm.bs_value(block[p], sums[p], _at(alu, p), _at(cpend, p), _at(mul, p), pos,
+                                   neg, algo, alu_on, cpend_on, mul_on, prelu, relu, relux, relux_value)
         return
     for p in range(block.shape[0]):
-        block[p] = nm.bs_value(block[p], sums[p], alu, cpend, mul, pos, neg, algo, alu_on,
-                               cpend_on, mul_on, prelu, relu, relux, relux_value)
+        block[p] = nm.bs_value(block[p], sums[p], _at(alu, p), _at(cpend, p), _at(mul, p), pos, neg,
+                               algo, alu_on, cpend_on, mul_on, prelu, relu, relux, relux_value)
 
 
 @njit(cache=True)
 def _bn_block(block, bn, alu, mul):
+    """BN over ``block``; ``alu``, ``mul``: one value for the block, or one per element."""
     algo, alu_on, mul_on = bn[XP_ALGO], bn[XP_ALU_ON] != 0, bn[XP_MUL_ON] != 0
     pos, neg, prelu = bn[XP_SHIFT_POS], bn[XP_SHIFT_NEG], bn[XP_PRELU] != 0
     relu, relux, relux_value = bn[XP_RELU] != 0, bn[XP_RELUX] != 0, bn[XP_RELUX_VALUE]
     if algo == nm.ALU_DIV:  # see _bs_block
         for p in range(block.shape[0]):
-            block[p] = nm.bn_value(block[p], alu, mul, pos, neg, algo, alu_on, mul_on, prelu,
-                                   relu, relux, relux_value)
+            block[p] = nm.bn_value(block[p], _at(alu, p), _at(mul, p), pos, neg, algo, alu_on, mul_on,
+                                   prelu, relu, relux, relux_value)
         return
     for p in range(block.shape[0]):
-        block[p] = nm.bn_value(block[p], alu, mul, pos, neg, algo, alu_on, mul_on, prelu, relu,
-                               relux, relux_value)
+        block[p] = nm.bn_value(block[p], _at(alu, p), _at(mul, p), pos, neg, algo, alu_on, mul_on,
+                               prelu, relu, relux, relux_value)
 
 
 @njit(cache=True)
@@ -196,7 +212,7 @@ def _stages_int(data, sums, kernels_per_group, bs, bs_operands, bn, bn_operands,
     Each channel goes through in blocks: one read of the input, one write of the output, the
     stages in between on an int64 block in L1, one simple loop per stage (simple loops are
     what LLVM vectorises; writing NC1HWC2 atoms directly, with strided stores, was 3x slower).
-    ``bs_operands`` is int64 [C][3] (ALU, CPEND, MUL), ``bn_operands`` [C][2] (ALU, MUL),
+    ``bs_operands`` is int64 [3][C] (ALU, CPEND, MUL), ``bn_operands`` [2][C] (ALU, MUL),
     ``sums`` [G][H*W] (one zero row without CPEND), ``operand`` [C or 1][H*W]; the settings
     vectors follow the XP_/EP_/CP_ layouts above."""
     channels, pixels = data.shape
@@ -214,10 +230,10 @@ def _stages_int(data, sums, kernels_per_group, bs, bs_operands, bn, bn_operands,
             for p in range(block.shape[0]):
                 block[p] = source[p]
             if bs is not None:
-                _bs_block(block, sums_row[start:stop], bs, bs_operands[c, 0], bs_operands[c, 1],
-                          bs_operands[c, 2])
+                _bs_block(block, sums_row[start:stop], bs, bs_operands[0, c], bs_operands[1, c],
+                          bs_operands[2, c])
             if bn is not None:
-                _bn_block(block, bn, bn_operands[c, 0], bn_operands[c, 1])
+                _bn_block(block, bn, bn_operands[0, c], bn_operands[1, c])
             if ew is not None:
                 _ew_block(block, operand_row[start:stop], ew)
             target = out[c, start:stop]
@@ -298,9 +314,10 @@ def _cvt_params(cvt: OutCvtConfig, dtype: np.dtype) -> np.ndarray:
 
 
 class _OperandMatrices:
-    """Per-channel operands as an int64 [C][n] matrix, built once per set of operands that
-    cannot change: integers (register values) and read-only arrays (BRDMA blobs from the
-    memory's derived cache, kept alive by the entry, so their ids are not reused)."""
+    """Per-channel operands as an int64 [n][C] matrix (one contiguous row per operand), built
+    once per set of operands that cannot change: integers (register values) and read-only
+    arrays (BRDMA blobs from the memory's derived cache, kept alive by the entry, so their ids
+    are not reused)."""
 
     def __init__(self) -> None:
         self._entries: dict[tuple, tuple[tuple, np.ndarray]] = {}
@@ -314,9 +331,9 @@ class _OperandMatrices:
         entry = self._entries.get(key) if fixed else None
         if entry is not None and all(a is b for a, b in zip(entry[0], values)):
             return entry[1]
-        matrix = np.zeros((channels, columns), np.int64)
+        matrix = np.zeros((columns, channels), np.int64)
         for column, (value, name) in enumerate(operands):
-            matrix[:, column] = _per_channel(value, channels, np.int32, name)
+            matrix[column] = _per_channel(value, channels, np.int32, name)
         if fixed:
             if len(self._entries) >= 4096:
                 self._entries.clear()

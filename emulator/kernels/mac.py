@@ -18,7 +18,9 @@ import ctypes
 import dataclasses
 import os
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numba import njit
@@ -471,27 +473,29 @@ class _GemmOperands:
         return cls(matrices, bounds, sums_row, taps)
 
 
-class _OperandCache:
-    """GEMM operands per immutable weight array, built once: weights from the memory's derived
-    cache are read-only and live as long as their bytes do; writable arrays are not cached."""
+class OperandCache:
+    """Operands ``build(weights, variant)`` (``variant``: an int, e.g. the group count) per
+    immutable weight array, built once: weights from the memory's derived cache are read-only
+    and live as long as their bytes do; writable arrays are not cached."""
 
-    def __init__(self) -> None:
-        self._entries: dict[int, tuple[weakref.ref, _GemmOperands]] = {}
+    def __init__(self, build: Callable[[np.ndarray, int], Any]) -> None:
+        self._build = build
+        self._entries: dict[tuple[int, int], tuple[weakref.ref, Any]] = {}
 
-    def get(self, weights: np.ndarray, groups: int) -> _GemmOperands:
+    def get(self, weights: np.ndarray, variant: int) -> Any:
         if weights.flags.writeable:
-            return _GemmOperands.build(weights, groups)
-        key = (id(weights), groups)
+            return self._build(weights, variant)
+        key = (id(weights), variant)
         entry = self._entries.get(key)
         if entry is not None and entry[0]() is weights:
             return entry[1]
-        operands = _GemmOperands.build(weights, groups)
+        operands = self._build(weights, variant)
         self._entries[key] = (weakref.ref(weights, lambda _, key=key: self._entries.pop(key, None)),
                               operands)
         return operands
 
 
-_OPERANDS = _OperandCache()
+_OPERANDS = OperandCache(_GemmOperands.build)
 
 
 def _use_direct(weights: np.ndarray, geometry: ConvGeometry, method: str) -> bool:

@@ -7,7 +7,8 @@ are junk, dropped at the end). So the convolution is ``sum over taps of W_tap [M
 [C][L]``, where X_tap is the planes themselves seen with a row stride of Hp * Wp: no im2col
 copy. The products accumulate in the BLAS output (beta = 1), which needs the CBLAS entry point
 of the OpenBLAS numpy loaded (``scipy_cblas_sgemm64_``, 64-bit integers); without it callers
-keep the im2col path.
+keep the im2col path. ``tap_products_pixels`` is the same on a pixel-major padded input
+[Hp * Wp][C] (``conv_pixels``): a tap's inputs are then a contiguous run of pixel rows.
 
 Exactness: used only for int8 weights whose whole reduction is one exact chunk
 (``mac.exact_chunk_bounds``): every partial sum of a row's products, in any order, is an
@@ -82,3 +83,21 @@ def tap_products(padded: np.ndarray, weights: np.ndarray, kernel_w: int, dilatio
               weights[tap].ctypes.data, channels, padded.ctypes.data + offset, plane,
               0.0 if tap == 0 else 1.0, out.ctypes.data, out_h * padded_w)
     return out.reshape(rows, out_h, padded_w)[:, :, :out_w]
+
+
+def tap_products_pixels(padded: np.ndarray, weights: np.ndarray, kernel_w: int, dilation_y: int,
+                        dilation_x: int, padded_w: int, out: np.ndarray) -> None:
+    """The pixel-major form: ``padded`` float32 [Hp * Wp][C] (C-contiguous, the padded input
+    pixel by pixel), ``weights`` float32 [taps][C][N]; ``out`` float32 [(OH - 1) * Wp + OW][N]
+    (C-contiguous) receives, for output pixel (oy, ox) at row oy * Wp + ox, the sum over taps
+    of its tap's input pixel (row + ky * dy * Wp + kx * dx) times weights[tap]: every tap's
+    input is one contiguous run of rows, so each tap is one product accumulated into ``out``."""
+    sgemm = _find_sgemm()
+    channels = padded.shape[1]
+    taps, _, columns = weights.shape
+    for tap in range(taps):
+        ky, kx = divmod(tap, kernel_w)
+        offset = (ky * dilation_y * padded_w + kx * dilation_x) * channels * 4  # bytes
+        sgemm(_ROW_MAJOR, _NO_TRANS, _NO_TRANS, out.shape[0], columns, channels, 1.0,
+              padded.ctypes.data + offset, channels, weights[tap].ctypes.data, columns,
+              0.0 if tap == 0 else 1.0, out.ctypes.data, columns)

@@ -7,7 +7,8 @@ arithmetic is NUMERICS.md section 3 (``kernels.mac``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -367,35 +368,34 @@ def _feature_key(state: ConvState) -> tuple:
 class CoreResult:
     """The CORE's output cube for the DPU, and the window sums BS's CPEND term needs."""
 
-    data: np.ndarray  # int32 (or float32 for fp16) [out_channels][OH][OW]
+    data: np.ndarray  # int32 (or float32 for fp16): [out_channels][OH][OW], or [OH*OW][out_channels] ("hwc")
     window_sums: np.ndarray | None  # int64 [groups][OH][OW]; None for fp16
+    #: "chw": data is [C][OH][OW]; "hwc": data is pixel-major [OH*OW][C] (C contiguous), the
+    #: order of the NC1HWC2 atoms the DPU writes
+    layout: str = "chw"
 
 
 def run_cna_core(state: ConvState, dma: TaskDma, cbuf: Cbuf, where: str) -> CoreResult:
-    feature = _feature(state, dma, cbuf, where)
-    weights = _weights(state, dma, cbuf, where)
-    geometry = kernels.ConvGeometry(
-        kernel_h=state.kernel_h, kernel_w=state.kernel_w, out_h=state.out_height,
-        out_w=state.out_width, stride_y=state.stride_y, stride_x=state.stride_x,
-        dilation_y=state.dilation_y, dilation_x=state.dilation_x, pad_top=state.pad_top,
-        pad_left=state.pad_left, groups=state.in_channels if state.depthwise else 1)
-    if state.depthwise and state.precision == INT8 and weights.dtype == np.int8:
-        # straight from the atoms, same values as the padded-planes path (kernels/depthwise.py)
-        data, sums = kernels.depthwise.depthwise_int8_atoms(
-            feature, weights, geometry, state.pad_value, state.clip_truncate,
-            core_round_mode(state.round_type), state.out_channels)
-        return CoreResult(data, sums)
-    padded = kernels.fetch_padded_input(feature, state.in_channels, geometry, state.pad_value)
+    plan = _PLANS.get(state)
+    feature = _feature(state, plan, dma, cbuf, where)
+    weights = _weights(state, plan, dma, cbuf, where)
+    geometry = plan.geometry
     if state.precision == FP16:
+        padded = kernels.fetch_padded_input(feature, state.in_channels, geometry, state.pad_value)
         # integer weights of the mixed path enter the fp16 MAC as exact fp16 values (REGISTER_SEMANTICS 2.7)
         data = kernels.conv2d_fp16(padded, weights.astype(np.float16, copy=False), geometry)
         return CoreResult(_pad_channels(data, state.out_channels), None)
-    data, sums = kernels.mac.conv2d_int8_with_window_sums(
-        padded, weights, geometry, clip_truncate=state.clip_truncate,
-        round_mode=core_round_mode(state.round_type))
+    # int8 and int4 (unpacked to int8 values): pixel-major straight from the atoms, the same
+    # values as the padded-planes kernels of kernels/mac.py (NUMERICS.md 3.6)
     if state.depthwise:
-        sums = _pad_channels(sums, state.out_channels)
-    return CoreResult(_pad_channels(data, state.out_channels), sums)
+        data, sums = kernels.depthwise.depthwise_int8_atoms(
+            feature, weights, geometry, state.pad_value, state.clip_truncate, plan.round_mode,
+            state.out_channels)
+    else:
+        data, sums = kernels.conv_pixels.conv_int8_pixels(
+            feature, state.in_channels, state.real_channels, weights, geometry, state.pad_value,
+            state.clip_truncate, plan.round_mode, state.out_channels)
+    return CoreResult(data, sums, "hwc")
 
 
 def _pad_channels(data: np.ndarray, channels: int) -> np.ndarray:
@@ -408,37 +408,38 @@ def _pad_channels(data: np.ndarray, channels: int) -> np.ndarray:
     return padded
 
 
-def _feature(state: ConvState, dma: TaskDma, cbuf: Cbuf, where: str) -> np.ndarray:
-    key = _feature_key(state)
+def _feature(state: ConvState, plan: _Plan, dma: TaskDma, cbuf: Cbuf, where: str) -> np.ndarray:
     if state.data_reuse:
-        return cbuf.take("feature", key, "DATA_REUSE", where)
-    feature = _read_feature(state, dma)
-    cbuf.keep("feature", key, feature, where)
+        return cbuf.take("feature", plan.feature_key, "DATA_REUSE", where)
+    feature = _read_feature(state, plan, dma)
+    cbuf.keep("feature", plan.feature_key, feature, where)
     return feature
 
 
-def _read_feature(state: ConvState, dma: TaskDma) -> np.ndarray:
-    what = (f"CNA feature (FEATURE_DATA_ADDR={state.feature_address:#x}, {state.in_width}x"
-            f"{state.in_height}x{state.in_channels}, line {state.line_stride} B, surface "
-            f"{state.surface_stride} B)")
-    rows = np.arange(state.in_height, dtype=np.int64) * state.line_stride
-    dtype = PRECISION_DTYPES.get(state.feature_type, np.dtype(np.uint8))  # int4: bytes, unpacked below
+def _read_feature(state: ConvState, plan: _Plan, dma: TaskDma) -> np.ndarray:
+    region, offsets = plan.locate(dma, "feature")
+    raw = dma.read_located(Traffic.FEATURE_READ, region, offsets, plan.feature_row_bytes)
     if state.argb_channels:
-        raw = dma.read_rows(Traffic.FEATURE_READ, state.feature_address + rows,
-                            state.in_width * state.argb_channels, what)
         pixels = raw.view(np.int8).reshape(state.in_height, state.in_width, state.argb_channels)
         feature = np.zeros((1, state.in_height, state.in_width, state.c2), np.int8)
         feature[0, :, :, :state.argb_channels] = pixels
     else:
-        surfaces = np.arange(state.surfaces, dtype=np.int64) * state.surface_stride
-        starts = state.feature_address + (surfaces[:, None] + rows[None, :]).reshape(-1)
-        raw = dma.read_rows(Traffic.FEATURE_READ, starts, state.in_width * state.atom_bytes, what)
         if state.feature_type == INT4:  # even channel in the low nibble (REGISTER_SEMANTICS 2.7)
             raw = kernels.weights.unpack_int4_bytes(raw.reshape(1, -1), high_first=False)
-        feature = raw.view(dtype if state.feature_type != INT4 else np.int8).reshape(
-            state.surfaces, state.in_height, state.in_width, state.c2).copy()
+        # a fresh array (the DMA's copy): masked in place below
+        dtype = PRECISION_DTYPES.get(state.feature_type, np.dtype(np.int8))  # int4: unpacked
+        feature = raw.view(dtype).reshape(state.surfaces, state.in_height, state.in_width, state.c2)
     _mask_channels(feature, state.real_channels)
     return feature
+
+
+def _feature_rows(state: ConvState) -> np.ndarray:
+    """Start address of every row the feature DMA reads: surface-major [S][H] (image: [H])."""
+    rows = np.arange(state.in_height, dtype=np.int64) * state.line_stride
+    if state.argb_channels:
+        return state.feature_address + rows
+    surfaces = np.arange(state.surfaces, dtype=np.int64) * state.surface_stride
+    return state.feature_address + (surfaces[:, None] + rows[None, :]).reshape(-1)
 
 
 def _mask_channels(feature: np.ndarray, real: int) -> None:
@@ -450,14 +451,12 @@ def _mask_channels(feature: np.ndarray, real: int) -> None:
         feature[group + 1:] = 0
 
 
-def _weights(state: ConvState, dma: TaskDma, cbuf: Cbuf, where: str) -> np.ndarray:
-    key = _weight_key(state)
+def _weights(state: ConvState, plan: _Plan, dma: TaskDma, cbuf: Cbuf, where: str) -> np.ndarray:
     if state.weight_reuse:
-        return cbuf.take("weights", key, "WEIGHT_REUSE", where)
+        return cbuf.take("weights", plan.weight_key, "WEIGHT_REUSE", where)
     int4 = state.weight_type == INT4
     dtype = np.dtype(np.int8) if int4 else PRECISION_DTYPES[state.weight_type]
-    layout = _weight_layout(state)
-    shape = (state.kernels, state.in_channels, state.kernel_h, state.kernel_w)
+    _, _, layout, _, shape = plan.weight_cache_key
 
     def unpack(raw: np.ndarray) -> np.ndarray:
         # int4: the even element of each byte is the high nibble (REGISTER_SEMANTICS 2.7)
@@ -471,9 +470,88 @@ def _weights(state: ConvState, dma: TaskDma, cbuf: Cbuf, where: str) -> np.ndarr
         return weights
 
     # Unpacked once per weight bytes: the memory drops the entry when a write touches them.
-    weights = dma.derived_from_block(
-        Traffic.WEIGHT_READ, state.weight_address, state.weight_bytes,
-        f"CNA weights (DCOMP_ADDR0={state.weight_address:#x}, WEIGHT_BYTES={state.weight_bytes})",
-        ("CNA weights", "int4" if int4 else np.dtype(dtype).str, layout, state.depthwise, shape), unpack)
-    cbuf.keep("weights", key, weights, where)
+    region, _ = plan.locate(dma, "weights")
+    weights = dma.derived_from_located(Traffic.WEIGHT_READ, region, int(plan.weight_rows[0]),
+                                       state.weight_bytes, plan.weight_cache_key, unpack)
+    cbuf.keep("weights", plan.weight_key, weights, where)
     return weights
+
+
+# ---------------------------------------------------------------------------------------------
+# What a decoded state implies, worked out once per state
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Plan:
+    """The values ``run_cna_core`` derives from a ConvState alone: CBUF keys, DMA rows and
+    messages, the geometry. The core decodes a state once per register values and hands the
+    same object back on every run, so these are worked out once (issue 8: per-task Python)."""
+
+    feature_key: tuple
+    weight_key: tuple
+    feature_rows: np.ndarray  # read-only
+    feature_row_bytes: int
+    feature_what: str
+    weight_what: str
+    weight_rows: np.ndarray  # [1]: the weight block's address (read-only)
+    weight_bytes: int
+    weight_cache_key: tuple  # ("CNA weights", element type, layout, depthwise, shape)
+    geometry: kernels.ConvGeometry
+    round_mode: int
+    #: per (Memory identity, "feature" / "weights"): (weak reference, region, offsets)
+    located: dict = field(default_factory=dict, compare=False)
+
+    def locate(self, dma: TaskDma, what: str) -> tuple:
+        """Where ``what`` ("feature": its rows, "weights": the block) lies in ``dma``'s memory:
+        (region, offsets), found once per Memory (regions never move; DmaError if outside)."""
+        entry = self.located.get((id(dma.memory), what))
+        if entry is None or entry[0]() is not dma.memory:
+            if what == "feature":
+                found = dma.locate_rows(self.feature_rows, self.feature_row_bytes, self.feature_what)
+            else:
+                found = dma.locate_rows(self.weight_rows, self.weight_bytes, self.weight_what)
+            entry = self.located[(id(dma.memory), what)] = (weakref.ref(dma.memory),) + found
+        return entry[1:]
+
+    @classmethod
+    def build(cls, state: ConvState) -> _Plan:
+        rows = _feature_rows(state)
+        weight_rows = np.array([state.weight_address % ADDRESS_SPACE], np.int64)
+        rows.flags.writeable = weight_rows.flags.writeable = False
+        int4 = state.weight_type == INT4
+        element = "int4" if int4 else PRECISION_DTYPES[state.weight_type].str
+        shape = (state.kernels, state.in_channels, state.kernel_h, state.kernel_w)
+        return cls(
+            feature_key=_feature_key(state), weight_key=_weight_key(state), feature_rows=rows,
+            feature_row_bytes=state.in_width * (state.argb_channels or state.atom_bytes),
+            feature_what=(f"CNA feature (FEATURE_DATA_ADDR={state.feature_address:#x}, "
+                          f"{state.in_width}x{state.in_height}x{state.in_channels}, line "
+                          f"{state.line_stride} B, surface {state.surface_stride} B)"),
+            weight_what=(f"CNA weights (DCOMP_ADDR0={state.weight_address:#x}, "
+                         f"WEIGHT_BYTES={state.weight_bytes})"),
+            weight_rows=weight_rows, weight_bytes=state.weight_bytes,
+            weight_cache_key=("CNA weights", element, _weight_layout(state), state.depthwise, shape),
+            geometry=kernels.ConvGeometry(
+                kernel_h=state.kernel_h, kernel_w=state.kernel_w, out_h=state.out_height,
+                out_w=state.out_width, stride_y=state.stride_y, stride_x=state.stride_x,
+                dilation_y=state.dilation_y, dilation_x=state.dilation_x, pad_top=state.pad_top,
+                pad_left=state.pad_left, groups=state.in_channels if state.depthwise else 1),
+            round_mode=core_round_mode(state.round_type))
+
+
+class _PlanCache:
+    """One _Plan per live ConvState object (by identity; dropped with the state)."""
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[weakref.ref, _Plan]] = {}
+
+    def get(self, state: ConvState) -> _Plan:
+        key = id(state)
+        entry = self._entries.get(key)
+        if entry is not None and entry[0]() is state:
+            return entry[1]
+        plan = _Plan.build(state)
+        self._entries[key] = (weakref.ref(state, lambda _, key=key: self._entries.pop(key, None)), plan)
+        return plan
+
+
+_PLANS = _PlanCache()

@@ -14,7 +14,8 @@ import numpy as np
 
 from npuemu.emulator import kernels
 from npuemu.emulator.kernels.dpu import int_stages
-from npuemu.emulator.memory import TaskDma, Traffic
+from npuemu.emulator.kernels.dpu_pixel import stages_to_atoms
+from npuemu.emulator.memory import TaskDma, Traffic, rows_disjoint
 from npuemu.emulator.numerics import out_cvt_round_mode
 from npuemu.emulator.regfile import RegisterView
 from npuemu.emulator.units.cna_core import CoreResult
@@ -223,32 +224,132 @@ def check_rdma_matches(state: DpuState, rdma: DpuRdmaState, views: tuple[Registe
 # Execution
 # ---------------------------------------------------------------------------------------------
 def run_dpu(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult | None, dma: TaskDma,
-            lut_tables: np.ndarray, where: str) -> np.ndarray:
-    """Run the DPU for one task and write its output; returns the output cube [C][H][W]."""
-    data, window_sums = _main_input(state, rdma, source, dma, where)
+            lut_tables: np.ndarray, where: str) -> None:
+    """Run the DPU for one task and write its output through the WDMA."""
     if state.proc_precision in INTEGER_PROCESSING:
-        out = _integer_stages(state, rdma, data, window_sums, dma, lut_tables, where)
-    else:
-        data = _float_stages(state, rdma, data, dma, where)
-        out = kernels.out_cvt_fp16(data) if state.out_precision == FP16 else data.astype(np.float32)
+        _run_integer(state, rdma, source, dma, lut_tables, where)
+        return
+    data, _ = _main_input(state, rdma, source, dma, where)
+    data = _float_stages(state, rdma, data, dma, where)
+    out = kernels.out_cvt_fp16(data) if state.out_precision == FP16 else data.astype(np.float32)
     # lanes past the channel count are written as 0 [C]
     _write(state, out, c2_of(state.out_precision, state.atom_bytes), dma)
-    return out
+
+
+def _run_integer(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult | None, dma: TaskDma,
+                 lut_tables: np.ndarray, where: str) -> None:
+    """The integer stages, pixel-major, stored straight into the WDMA's atoms; with the LUT on
+    (or rows the WDMA would write over each other) through a [C][H][W] cube and ``_write``."""
+    fixed = _fixed_settings(state, where)
+    blocks, window_sums = _main_blocks(state, rdma, source, dma, where)
+    stages, tail = _integer_settings(state, fixed, rdma, window_sums, dma, where)
+    if not fixed.lut:
+        # the kernel stores whole 8-byte words (every chip's atom is 8 or 16 bytes)
+        claimed = None if fixed.c2 * fixed.out_dtype.itemsize % 8 else \
+            dma.claim_rows(Traffic.DPU_WRITE, fixed.starts, fixed.line, np.uint64, fixed.what,
+                           disjoint=fixed.disjoint)
+        if claimed is not None:
+            words, offsets = claimed
+            stages_to_atoms(blocks, state.channels, state.width, words, offsets, fixed.out_dtype, fixed.c2,
+                            fixed.surfaces, **stages, **tail)
+            return
+    shape = (state.channels, state.height, state.width)
+    data = blocks_to_cube(blocks, shape)
+    if "ew_operand" in tail:
+        operand = tail["ew_operand"]
+        tail["ew_operand"] = operand if operand.shape[1] == 1 else blocks_to_cube(operand, shape)
+    if fixed.lut:
+        # The LUT runs before the EW operation [I]: rep10 (Sigmoid) keeps EW max(v, 0)
+        # enabled with its LUT, which only computes a sigmoid if the max clamps the LUT's
+        # output (REGISTER_SEMANTICS 3.5).
+        data = kernels.lut_stage(int_stages(data, **stages), _lut_config(state.lut),
+                                 lut_tables[0], lut_tables[1])
+        stages = {}
+    _write(state, int_stages(data, **stages, **tail, out_dtype=fixed.out_dtype), fixed.c2, dma)
+
+
+@dataclasses.dataclass(frozen=True)
+class _FixedSettings:
+    """What an integer task's DPU settings alone decide: the stage configs and the WDMA rows."""
+
+    bs: kernels.XStageConfig | None
+    bn: kernels.XStageConfig | None
+    ew: kernels.EwConfig | None
+    cvt: kernels.OutCvtConfig
+    out_dtype: np.dtype
+    lut: bool
+    c2: int
+    surfaces: int
+    starts: np.ndarray  # never written
+    line: int
+    disjoint: bool  # no two rows overlap
+    what: str
+
+
+#: Built once per decoded DpuState (the core caches those, so a network's tasks reuse theirs);
+#: keyed by id, holding the state so that its id is not reused.
+_FIXED: dict[int, tuple[DpuState, _FixedSettings]] = {}
+
+
+def _fixed_settings(state: DpuState, where: str) -> _FixedSettings:
+    entry = _FIXED.get(id(state))
+    if entry is not None and entry[0] is state:
+        return entry[1]
+    bs, bn, ew, cvt = state.bs, state.bn, state.ew, state.out_cvt
+    if not bn.bypass and (bn.alu_from_dma or bn.mul_from_dma):
+        raise EmulationError(f"{where}: BN operands from the NRDMA (DPU.BN_CFG.BN_ALU_SRC / "
+                             f"BN_MUL_CFG.BN_MUL_SRC) are not modelled: no stream shows their layout")
+    out_dtype = PRECISION_DTYPES[state.out_precision]
+    c2 = c2_of(state.out_precision, state.atom_bytes)
+    surfaces, starts, line = _wdma_rows(state, c2, out_dtype.itemsize)
+    fixed = _FixedSettings(
+        bs=None if bs.bypass else _x_config(bs, cpend=not bs.cpend_bypass),
+        bn=None if bn.bypass else _x_config(bn), ew=None if ew.bypass else _ew_config(ew),
+        cvt=kernels.OutCvtConfig(cvt.scale, cvt.shift, cvt.offset, out_cvt_round_mode(cvt.round_bit)),
+        out_dtype=out_dtype, lut=not ew.bypass and not ew.lut_bypass, c2=c2, surfaces=surfaces,
+        starts=starts, line=line, disjoint=rows_disjoint(starts, line), what=_wdma_what(state))
+    if len(_FIXED) >= 4096:
+        _FIXED.clear()
+    _FIXED[id(state)] = (state, fixed)
+    return fixed
+
+
+def blocks_to_cube(blocks: np.ndarray, shape: tuple[int, int, int]) -> np.ndarray:
+    """A channel-block cube [S][H*W][L] (``kernels.dpu_pixel``) -> [C][H][W]."""
+    surfaces, pixels, lanes = blocks.shape
+    planes = blocks.transpose(0, 2, 1).reshape(surfaces * lanes, pixels)[:shape[0]]
+    return np.ascontiguousarray(planes).reshape(shape)
 
 
 def _main_input(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult | None,
                 dma: TaskDma, where: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """The main cube as [C][H][W] float32 (the fp path) and the window sums."""
+    blocks, window_sums = _main_blocks(state, rdma, source, dma, where)
+    cube = blocks_to_cube(blocks, (state.channels, state.height, state.width))
+    return cube.astype(np.float32, copy=False), window_sums
+
+
+def _main_blocks(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult | None,
+                 dma: TaskDma, where: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """The main cube as a channel-block cube [S][H*W][L] (``kernels.dpu_pixel``; int32 on the
+    integer path) without moving it: the CORE's [H*W][C] or [C][H][W] result, or the MRDMA's
+    NC1HWC2 surfaces as read; and the window sums (None in flying mode)."""
+    channels, pixels = state.channels, state.height * state.width
+    integer = state.proc_precision in INTEGER_PROCESSING
     if not state.flying:
         assert source is not None
-        expected = (state.channels, state.height, state.width)
-        if source.data.shape != expected:
+        data = source.data
+        hwc = source.layout == "hwc"
+        if data.shape != ((pixels, channels) if hwc else (channels, state.height, state.width)):
+            delivered = (f"{data.shape[1]} channels of {data.shape[0]} pixels" if hwc and data.ndim == 2
+                         else f"a {'x'.join(map(str, data.shape[::-1]))} cube")
             raise EmulationError(
-                f"{where}: the CORE delivers a {source.data.shape[2]}x{source.data.shape[1]}x"
-                f"{source.data.shape[0]} cube (CORE DATAOUT_SIZE_0/1) but the DPU expects "
+                f"{where}: the CORE delivers {delivered} (CORE DATAOUT_SIZE_0/1) but the DPU expects "
                 f"{state.width}x{state.height}x{state.channels} (DPU DATA_CUBE_WIDTH/HEIGHT/CHANNEL)")
-        data = source.data.astype(np.float32 if state.proc_precision == FP16 else np.int32,
-                                  copy=False)
-        return data, source.window_sums
+        if integer:
+            data = data.astype(np.int32, copy=False)
+        return (data.reshape(1, pixels, channels) if hwc else data.reshape(channels, pixels, 1)), \
+            source.window_sums
     assert rdma is not None
     if rdma.in_precision != state.in_precision:
         raise EmulationError(f"{where}: DPU IN_PRECISION {precision_name(state.in_precision)} but "
@@ -256,10 +357,15 @@ def _main_input(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult |
     if rdma.in_precision not in PRECISION_DTYPES:
         raise EmulationError(f"{where}: MRDMA input precision {precision_name(rdma.in_precision)} "
                              f"is not modelled")
-    cube = read_cube(dma, Traffic.MAIN_READ, rdma.src_address, rdma.surface_stride, rdma.line_stride,
-                     (state.channels, state.height, state.width), PRECISION_DTYPES[rdma.in_precision],
-                     f"DPU_RDMA main cube (SRC_BASE_ADDR={rdma.src_address:#x})", rdma.atom_bytes)
-    return cube.astype(np.float32 if state.proc_precision == FP16 else np.int32), None
+    dtype = PRECISION_DTYPES[rdma.in_precision]
+    surfaces = -(-channels // c2_of(rdma.in_precision, rdma.atom_bytes))
+    atoms = read_surfaces(dma, Traffic.MAIN_READ, rdma.src_address, rdma.surface_stride, rdma.line_stride,
+                          surfaces, state.height, state.width, dtype,
+                          f"DPU_RDMA main cube (SRC_BASE_ADDR={rdma.src_address:#x})", rdma.atom_bytes)
+    blocks = atoms.reshape(surfaces, pixels, -1)
+    if integer and dtype.kind != "i":
+        blocks = blocks.astype(np.int32)
+    return blocks, None
 
 
 def read_surfaces(dma: TaskDma, stream: Traffic, address: int, surface_stride: int, line_stride: int,
@@ -276,7 +382,7 @@ def read_surfaces(dma: TaskDma, stream: Traffic, address: int, surface_stride: i
 def surfaces_to_cube(atoms: np.ndarray, channels: int) -> np.ndarray:
     """[S][H][W][C2] -> [C][H][W], keeping the first ``channels``."""
     surfaces, height, width, c2 = atoms.shape
-    return np.ascontiguousarray(atoms.transpose(0, 3, 1, 2).reshape(surfaces * c2, height, width)[:channels])
+    return blocks_to_cube(atoms.reshape(surfaces, height * width, c2), (channels, height, width))
 
 
 def read_cube(dma: TaskDma, stream: Traffic, address: int, surface_stride: int, line_stride: int,
@@ -289,39 +395,27 @@ def read_cube(dma: TaskDma, stream: Traffic, address: int, surface_stride: int, 
     return surfaces_to_cube(atoms, channels)
 
 
-def _integer_stages(state: DpuState, rdma: DpuRdmaState | None, data: np.ndarray,
-                    window_sums: np.ndarray | None, dma: TaskDma, lut_tables: np.ndarray,
-                    where: str) -> np.ndarray:
-    """BS -> BN -> EW (LUT, then the EW operation) -> OUT_CVT in one fused pass, or two around
-    the LUT when it is on; returns the output cube in the output precision."""
+def _integer_settings(state: DpuState, fixed: _FixedSettings, rdma: DpuRdmaState | None,
+                      window_sums: np.ndarray | None, dma: TaskDma, where: str) -> tuple[dict, dict]:
+    """``int_stages`` keywords: the stages before the LUT (BS, BN) and after it (EW, OUT_CVT;
+    the EW operand as a channel-block cube, ``_ew_operand``), without the output type."""
     stages: dict = {}
-    if not state.bs.bypass:
+    if fixed.bs is not None:
         alu, cpend, mul = _bs_operands(state, rdma, dma, where)
-        bs = state.bs
-        config = _x_config(bs, cpend=not bs.cpend_bypass)
-        if config.cpend_enable and window_sums is None:
+        if fixed.bs.cpend_enable and window_sums is None:
             raise EmulationError(f"{where}: DPU.BS_OW_CFG.OD_BYPASS=0 asks for the CPEND term, which "
                                  f"needs the CNA's window sums; a flying-mode task has none")
-        stages.update(bs=config, bs_alu=alu, bs_mul=mul, bs_cpend=cpend, window_sum=window_sums)
-    if not state.bn.bypass:
-        bn = state.bn
-        if bn.alu_from_dma or bn.mul_from_dma:
-            raise EmulationError(f"{where}: BN operands from the NRDMA (DPU.BN_CFG.BN_ALU_SRC / "
-                                 f"BN_MUL_CFG.BN_MUL_SRC) are not modelled: no stream shows their layout")
-        stages.update(bn=_x_config(bn), bn_alu=bn.alu_operand, bn_mul=bn.mul_operand)
-    cvt = state.out_cvt
-    tail = {"cvt": kernels.OutCvtConfig(cvt.scale, cvt.shift, cvt.offset, out_cvt_round_mode(cvt.round_bit)),
-            "out_dtype": PRECISION_DTYPES[state.out_precision]}
-    if not state.ew.bypass:
-        tail.update(_ew_settings(state, rdma, dma, where))
-        if not state.ew.lut_bypass:
-            # The LUT runs before the EW operation [I]: rep10 (Sigmoid) keeps EW max(v, 0)
-            # enabled with its LUT, which only computes a sigmoid if the max clamps the LUT's
-            # output (REGISTER_SEMANTICS 3.5).
-            data = kernels.lut_stage(int_stages(data, **stages), _lut_config(state.lut),
-                                     lut_tables[0], lut_tables[1])
-            stages = {}
-    return int_stages(data, **stages, **tail)
+        stages.update(bs=fixed.bs, bs_alu=alu, bs_mul=mul, bs_cpend=cpend, window_sum=window_sums)
+    if fixed.bn is not None:
+        stages.update(bn=fixed.bn, bn_alu=state.bn.alu_operand, bn_mul=state.bn.mul_operand)
+    tail: dict = {"cvt": fixed.cvt}
+    if fixed.ew is not None:
+        ew = state.ew
+        operand = np.array(ew.op_value, np.int32).reshape(1, 1, 1)
+        if not ew.op_bypass and ew.op_from_dma:
+            operand = _ew_operand(state, rdma, dma, where)
+        tail.update(ew=fixed.ew, ew_operand=operand)
+    return stages, tail
 
 
 def _x_config(stage: XStageState, cpend: bool = False) -> kernels.XStageConfig:
@@ -388,19 +482,13 @@ def _lut_config(lut: LutState) -> kernels.LutConfig:
         oflow_priority=lut.oflow_priority)
 
 
-def _ew_settings(state: DpuState, rdma: DpuRdmaState | None, dma: TaskDma, where: str) -> dict:
-    """The EW operation's settings and raw operand, as ``int_stages`` keywords."""
-    ew = state.ew
-    operand = np.array(ew.op_value, np.int32).reshape(1, 1, 1)
-    if not ew.op_bypass and ew.op_from_dma:
-        operand = _ew_operand(state, rdma, dma, where)
-    config = kernels.EwConfig(
+def _ew_config(ew: EwState) -> kernels.EwConfig:
+    return kernels.EwConfig(
         cvt_enable=not ew.cvt_bypass, cvt_offset=ew.cvt_offset, cvt_scale=ew.cvt_scale,
         cvt_shift=ew.cvt_shift, cvt_round=out_cvt_round_mode(ew.cvt_round),
         op_enable=not ew.op_bypass, op_type=ew.op_type, alu_algo=ew.alu_algo,
         truncate_positive=ew.truncate_positive, truncate_negative=ew.truncate_negative,
         prelu=ew.prelu, relu=not ew.relu_bypass, relux=ew.relux, relux_value=ew.relux_value)
-    return {"ew": config, "ew_operand": operand}
 
 
 def _ew_operand(state: DpuState, rdma: DpuRdmaState | None, dma: TaskDma, where: str,
@@ -417,24 +505,28 @@ def _ew_operand(state: DpuState, rdma: DpuRdmaState | None, dma: TaskDma, where:
     if floating and dtype != np.float16:
         raise EmulationError(f"{where}: an fp16 EW operation takes an fp16 operand (ERDMA_DATA_SIZE 2), "
                              f"got ERDMA_DATA_SIZE={rdma.erdma_size}")
-    result = np.float32 if floating else np.int32
     shape = (state.channels, state.height, state.width)
+    surfaces = -(-state.channels // c2_of(_PRECISION_OF[dtype], rdma.atom_bytes))
     if rdma.comb_use == 0:
-        return read_cube(dma, Traffic.EW_READ, rdma.ew_address, rdma.ew_surface_stride,
-                         rdma.ew_line_stride, shape, dtype,
-                         f"ERDMA operand (EW_BASE_ADDR={rdma.ew_address:#x})", rdma.atom_bytes).astype(result)
-    if rdma.comb_use == COMB_SPLIT and not state.flying and state.size_e == 1 and rdma.main_enabled:
-        return _split_operand(state, rdma, dtype, dma).astype(result)
-    raise EmulationError(
-        f"{where}: DPU_RDMA.FEATURE_MODE_CFG.COMB_USE={rdma.comb_use} with MRDMA "
-        f"{'enabled' if rdma.main_enabled else 'disabled'} and SIZE_E={state.size_e} is not modelled "
-        f"(only COMB_USE=5 with the MRDMA enabled and SIZE_E=1, as in rep12 and Mesa's ConvAdd)")
+        atoms = read_surfaces(dma, Traffic.EW_READ, rdma.ew_address, rdma.ew_surface_stride,
+                              rdma.ew_line_stride, surfaces, state.height, state.width, dtype,
+                              f"ERDMA operand (EW_BASE_ADDR={rdma.ew_address:#x})", rdma.atom_bytes)
+    elif rdma.comb_use == COMB_SPLIT and not state.flying and state.size_e == 1 and rdma.main_enabled:
+        atoms = _split_operand(state, rdma, dtype, dma)
+    else:
+        raise EmulationError(
+            f"{where}: DPU_RDMA.FEATURE_MODE_CFG.COMB_USE={rdma.comb_use} with MRDMA "
+            f"{'enabled' if rdma.main_enabled else 'disabled'} and SIZE_E={state.size_e} is not modelled "
+            f"(only COMB_USE=5 with the MRDMA enabled and SIZE_E=1, as in rep12 and Mesa's ConvAdd)")
+    blocks = atoms.reshape(surfaces, state.height * state.width, -1)
+    return blocks_to_cube(blocks, shape).astype(np.float32) if floating else blocks
 
 
 def _split_operand(state: DpuState, rdma: DpuRdmaState, dtype: np.dtype, dma: TaskDma) -> np.ndarray:
-    """COMB_USE = 5: the MRDMA reads the first surface of each 2-surface group from SRC_BASE_ADDR,
-    the ERDMA the second from EW_BASE_ADDR, both stepping (line * height + notch) atoms
-    (REGISTER_SEMANTICS 3.4: rep12 relocates both to the residual, EW one surface further)."""
+    """The EW operand's [S][H][W][C2] atoms with COMB_USE = 5: the MRDMA reads the first surface
+    of each 2-surface group from SRC_BASE_ADDR, the ERDMA the second from EW_BASE_ADDR, both
+    stepping (line * height + notch) atoms (REGISTER_SEMANTICS 3.4: rep12 relocates both to the
+    residual, EW one surface further)."""
     surfaces = -(-state.channels // c2_of(_PRECISION_OF[dtype], rdma.atom_bytes))
     first = read_surfaces(dma, Traffic.MAIN_READ, rdma.src_address, rdma.surface_stride, rdma.line_stride,
                           -(-surfaces // 2), state.height, state.width, dtype,
@@ -447,7 +539,7 @@ def _split_operand(state: DpuState, rdma: DpuRdmaState, dtype: np.dtype, dma: Ta
     atoms = np.empty((surfaces,) + first.shape[1:], dtype)
     atoms[0::2] = first
     atoms[1::2] = second
-    return surfaces_to_cube(atoms, state.channels)
+    return atoms
 
 
 def _fp32(raw) -> np.ndarray:
@@ -503,21 +595,28 @@ def _float_stages(state: DpuState, rdma: DpuRdmaState | None, data: np.ndarray, 
     return data
 
 
-def _write(state: DpuState, out: np.ndarray, c2: int, dma: TaskDma) -> None:
+def _wdma_rows(state: DpuState, c2: int, itemsize: int) -> tuple[int, np.ndarray, int]:
     """WDMA: surfaces of C2 channels, SIZE_E + 1 of them DST_SURF_STRIDE apart per group,
-    groups SURFACE_ADD apart, lines width pixels apart (REGISTER_SEMANTICS 3.3, 9).
-    ``out``: the output [C][H][W], written as NC1HWC2 atoms of ``c2`` lanes (lanes past C: 0)."""
-    channels, height, width = out.shape
+    groups SURFACE_ADD apart, lines width pixels apart (REGISTER_SEMANTICS 3.3, 9). Returns the
+    surfaces written, each row's address ([S][H], surface-major) and the row bytes."""
     # only the surfaces that hold real channels (below ORIG_CHANNEL + 1) are written: a surface of
     # padding channels alone is not (REGISTER_SEMANTICS 3.3; inferred from calibration.md A5)
-    surfaces = -(-min(channels, state.orig_channels) // c2)
-    out = out[:surfaces * c2]
+    surfaces = -(-min(state.channels, state.orig_channels) // c2)
     per_group = state.size_e + 1
     surface = np.arange(surfaces, dtype=np.int64)
     surface_start = (state.dst_address + (surface // per_group) * state.surface_add
                      + (surface % per_group) * state.dst_surface_stride)
-    line = width * c2 * out.dtype.itemsize  # 16 bytes for 32-bit elements on every chip
-    starts = (surface_start[:, None] + np.arange(height, dtype=np.int64)[None, :] * line)
-    dma.write_planes(Traffic.DPU_WRITE, starts.reshape(-1), out, c2,
-                     f"DPU WDMA (DST_BASE_ADDR={state.dst_address:#x}, DST_SURF_STRIDE="
-                     f"{state.dst_surface_stride} B, SURFACE_ADD={state.surface_add} B, SIZE_E={state.size_e})")
+    line = state.width * c2 * itemsize  # 16 bytes for 32-bit elements on every chip
+    starts = surface_start[:, None] + np.arange(state.height, dtype=np.int64)[None, :] * line
+    return surfaces, starts.reshape(-1), line
+
+
+def _wdma_what(state: DpuState) -> str:
+    return (f"DPU WDMA (DST_BASE_ADDR={state.dst_address:#x}, DST_SURF_STRIDE="
+            f"{state.dst_surface_stride} B, SURFACE_ADD={state.surface_add} B, SIZE_E={state.size_e})")
+
+
+def _write(state: DpuState, out: np.ndarray, c2: int, dma: TaskDma) -> None:
+    """The WDMA write of the output [C][H][W] as NC1HWC2 atoms of ``c2`` lanes (lanes past C: 0)."""
+    surfaces, starts, _ = _wdma_rows(state, c2, out.dtype.itemsize)
+    dma.write_planes(Traffic.DPU_WRITE, starts, out[:surfaces * c2], c2, _wdma_what(state))

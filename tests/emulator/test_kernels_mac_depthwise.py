@@ -36,7 +36,8 @@ def test_depthwise_from_atoms_matches_the_reference(case, extra, truncate, half_
     out, got_sums = depthwise_int8_atoms(atoms, w, geometry, pad_value, truncate,
                                          nm.core_round_mode(int(half_even)), out_channels)
     channels = x.shape[0]
-    assert out.dtype == np.int32 and out.shape == (out_channels,) + exact.shape[1:]
+    assert out.dtype == np.int32 and out.shape == (exact.shape[1] * exact.shape[2], out_channels)
+    out = out.T.reshape((out_channels,) + exact.shape[1:])  # pixel-major -> [C][OH][OW]
     expected = np.array([ref_arith.core(int(v), truncate, name) for v in exact.ravel()])
     assert np.array_equal(out[:channels].ravel(), expected)
     assert np.array_equal(got_sums[:channels], sums)
@@ -53,8 +54,9 @@ def test_extreme_values_and_lanes_past_the_weights():
     w = np.full((3, 1, 7, 7), -128, np.int8)
     geometry = ConvGeometry(7, 7, 5, 6, pad_top=3, pad_left=3, groups=3)
     out, sums = depthwise_int8_atoms(atoms, w, geometry, -128, 0, nm.ROUND_HALF_AWAY, 32)
-    assert np.all(out[:3] == 49 * 16384) and np.all(sums[:3] == 49 * -128)
-    assert not out[3:].any()
+    assert out.shape == (5 * 6, 32)
+    assert np.all(out[:, :3] == 49 * 16384) and np.all(sums[:3] == 49 * -128)
+    assert not out[:, 3:].any()
 
 
 def test_rejects_inputs_it_cannot_handle():
