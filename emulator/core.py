@@ -7,6 +7,11 @@ the register writes in order, then runs the blocks the op-enable word selects:
 CNA+CORE -> DPU (with DPU_RDMA) -> PPU (with PPU_RDMA). A configuration that would hang a
 real NPU (rknpu-isa.md 7.1) is an :class:`EmulationError` naming the task and registers, never
 a silently wrong result. Each task leaves a :class:`TaskRecord` for the timing model.
+
+Speed (issue 8): decoding is a pure function of the started blocks' register values, so each
+task of a cached chain keeps its last views and decoded states and reuses them while one dict
+comparison per block shows the executing groups unchanged (``RegisterFile.unchanged``);
+anything else is decoded again. The units still run and count every DMA byte every time.
 """
 
 from __future__ import annotations
@@ -102,6 +107,8 @@ class NpuCore:
         # pure function of them; see _decode).
         self._decoded: dict[tuple, dict[str, object]] = {}
         self._blocks: dict[int, tuple[str, ...]] = {}  # op-enable mask -> started blocks
+        # per task of a cached chain: (task, blocks, views, decoded states, groups, interrupt bits)
+        self._last: dict[int, tuple] = {}
 
     # -- the PC -----------------------------------------------------------------------------
     def run_chain(self, start_address: int, first_amount: int, *,
@@ -165,15 +172,23 @@ class NpuCore:
         if not blocks:
             raise EmulationError(f"{where}: the op-enable word has mask 0 and starts no block; the PC "
                                  f"waits for an interrupt that never comes")
-        views = {name: self.regfile.view(name) for name in blocks}
+        # The task's last views, decoded states and interrupts, reused while its blocks'
+        # executing groups hold the same values (one dict comparison per block instead of
+        # copying, keying and hashing every register; decoding is a pure function of them).
+        last = self._last.get(id(task))
+        if last is None or last[0] is not task or last[1] != blocks or not self.regfile.unchanged(last[2]):
+            views = {name: self.regfile.view(name) for name in blocks}
+            groups = {name: view.group for name, view in views.items()}
+            last = (task, blocks, views, self._decode(views, where), groups, _interrupts(groups))
+            if len(self._last) >= _DECODED_ENTRIES:
+                self._last.clear()
+            self._last[id(task)] = last
+        _, _, views, states, groups, interrupts = last
         dma = TaskDma(self.memory, where)
         dma.count(Traffic.REGCMD_READ, fetch_words(amount, self.scale) * WORD_BYTES)
-        states = self._decode(views, where)
         _run_units(states, dma, self.cbuf, self.regfile.lut.tables, where)
         self.regfile.started(blocks)
         self.tasks_run += 1
-        groups = {name: view.group for name, view in views.items()}
-        interrupts = _interrupts(groups)
         self.interrupt_raw |= interrupts
         return TaskRecord(self.index, index, address, amount, task.enable_mask, blocks, groups,
                           len(task.writes), traffic=dma.traffic(), interrupts=interrupts,

@@ -111,8 +111,9 @@ class Machine:
         if not 0 <= core < len(self.cores):
             raise EmulationError(f"core {core} does not exist ({len(self.cores)} cores)")
         run = ChainRun(core, address, first_amount, self.cores[core].run_chain(address, first_amount))
-        log.info("core %d ran %d tasks from %#x: %d bytes read, %d written", core, len(run.tasks),
-                 address, run.read_bytes, run.write_bytes)
+        if log.isEnabledFor(logging.INFO):  # the byte sums walk every task: only when logged
+            log.info("core %d ran %d tasks from %#x: %d bytes read, %d written", core, len(run.tasks),
+                     address, run.read_bytes, run.write_bytes)
         return run
 
     def run(self, launches: Iterable[Launch]) -> tuple[ChainRun, ...]:

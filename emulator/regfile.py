@@ -233,6 +233,14 @@ class RegisterFile:
         pingpong = self.blocks[block]
         return RegisterView(pingpong.block, pingpong.executer, dict(pingpong.groups[pingpong.executer]))
 
+    def unchanged(self, views: Mapping[str, RegisterView]) -> bool:
+        """Whether :meth:`view` of each block would equal ``views`` now (same group, same values)."""
+        for name, view in views.items():
+            pingpong = self.blocks[name]
+            if view.group != pingpong.executer or view.values != pingpong.groups[pingpong.executer]:
+                return False
+        return True
+
     def started(self, blocks: Iterable[str]) -> None:
         for name in blocks:
             self.blocks[name].started()

@@ -48,6 +48,7 @@ class Runtime:
         self.runs: tuple = ()
         # trailer records by name, indexed once: host steps look tensors up on every run
         self._tensors = {tensor["name"]: tensor for tensor in model.trailer.get("tensors", ())}
+        self._schedule: tuple | None = None  # parsed on the first run, then kept (same assumption)
 
     # --- layout ---------------------------------------------------------------------------
 
@@ -174,7 +175,9 @@ class Runtime:
 
     def run(self) -> None:
         runs = []
-        for index, step in enumerate(self.model.schedule()):
+        if self._schedule is None:
+            self._schedule = self.model.schedule()
+        for index, step in enumerate(self._schedule):
             if isinstance(step, NpuStep):
                 section = self.model.section(step.chain.section)
                 runs.append(self.machine.run_chain(section.load_address + step.chain.offset,

@@ -10,6 +10,10 @@ all read inside the input, one loop takes them together. The CORE stage (34-bit 
 CLIP_TRUNCATE) is applied on the way out. The output is pixel-major [OH*OW][C], the order of
 the atoms the DPU writes.
 
+A 3x3 kernel with CLIP_TRUNCATE 0 and an int8 pad value (MobileNetV2's depthwise layers) runs
+``_depthwise3x3`` instead: the input padded once, all nine taps of an element in one expression
+(NUMERICS.md 3.7).
+
 Sums are int32: a window of ``taps`` products of |p| <= 2**14 stays below 2**31 while
 taps < 2**17 (checked), so they are exact.
 """
@@ -173,6 +177,93 @@ def _depthwise_pixels(words, phased_words, phased, tiled, pad_value, kernel_h, k
         _store_row(total, 0, mode, sums[oy * out_w:(oy + 1) * out_w])
 
 
+@njit(cache=True)
+def _pad_pixels(words, pad_word, phased_words, pad_top, pad_left):
+    # atoms [S][H][W][atom words] -> [Hp][phase][Wp / phase][S * atom words] (8-byte words):
+    # padded column X in phase X mod stride_x at X // stride_x, the input at (pad_top,
+    # pad_left), every other word ``pad_word`` (the pad value in each byte); unsigned flat
+    # offsets, as _to_pixel_major
+    surfaces, height, width, atom_words = words.shape
+    target = phased_words.reshape(-1)
+    for i in range(target.shape[0]):
+        target[i] = pad_word
+    source = words.reshape(-1)
+    count, row = np.uint64(atom_words), np.uint64(surfaces * atom_words)
+    stride, phase_w = np.uint64(phased_words.shape[1]), np.uint64(phased_words.shape[2])
+    top, left = np.uint64(pad_top), np.uint64(pad_left)
+    plane = np.uint64(height * width * atom_words)
+    for y in range(np.uint64(height)):
+        for x in range(np.uint64(width)):
+            column = x + left
+            first = (((y + top) * stride + column % stride) * phase_w + column // stride) * row
+            pixel = (y * np.uint64(width) + x) * count
+            for s in range(np.uint64(surfaces)):
+                for word in range(count):
+                    target[first + s * count + word] = source[s * plane + pixel + word]
+
+
+@njit(cache=True)
+def _depthwise3x3_rows(phased, tiled, out_h, out_w, stride_y, dilation_y, starts, acc, total):
+    # output pixel ox, lane c reads tap (ky, kx) at flat index (ox + shift_kx) * L + c of input
+    # row oy * stride_y + ky * dy in the column phase of kx (``starts`` [3][2]: phase, shift):
+    # an output row is one run per tap. All nine taps of an element in one expression, the
+    # window sum in a second loop (one written array per loop keeps LLVM's overlap checks few
+    # enough to vectorise); every index comes from ``range`` or a slice (no wraparound branch).
+    lanes = phased.shape[3]
+    size = out_w * lanes
+    p0, p1, p2 = starts[0, 0], starts[1, 0], starts[2, 0]
+    s0, s1, s2 = starts[0, 1] * lanes, starts[1, 1] * lanes, starts[2, 1] * lanes
+    for oy in range(out_h):
+        iy = oy * stride_y
+        top0, top1, top2 = phased[iy, p0].reshape(-1), phased[iy, p1].reshape(-1), phased[iy, p2].reshape(-1)
+        iy += dilation_y
+        mid0, mid1, mid2 = phased[iy, p0].reshape(-1), phased[iy, p1].reshape(-1), phased[iy, p2].reshape(-1)
+        iy += dilation_y
+        low0, low1, low2 = phased[iy, p0].reshape(-1), phased[iy, p1].reshape(-1), phased[iy, p2].reshape(-1)
+        a0, a1, a2 = top0[s0:s0 + size], top1[s1:s1 + size], top2[s2:s2 + size]
+        b0, b1, b2 = mid0[s0:s0 + size], mid1[s1:s1 + size], mid2[s2:s2 + size]
+        c0, c1, c2 = low0[s0:s0 + size], low1[s1:s1 + size], low2[s2:s2 + size]
+        row = acc[oy * out_w:(oy + 1) * out_w].reshape(-1)
+        for i in range(size):
+            row[i] = (tiled[0, i] * np.int32(a0[i]) + tiled[1, i] * np.int32(a1[i])
+                      + tiled[2, i] * np.int32(a2[i]) + tiled[3, i] * np.int32(b0[i])
+                      + tiled[4, i] * np.int32(b1[i]) + tiled[5, i] * np.int32(b2[i])
+                      + tiled[6, i] * np.int32(c0[i]) + tiled[7, i] * np.int32(c1[i])
+                      + tiled[8, i] * np.int32(c2[i]))
+        row = total[oy * out_w:(oy + 1) * out_w].reshape(-1)
+        for i in range(size):
+            row[i] = (np.int32(a0[i]) + np.int32(a1[i]) + np.int32(a2[i]) + np.int32(b0[i])
+                      + np.int32(b1[i]) + np.int32(b2[i]) + np.int32(c0[i]) + np.int32(c1[i])
+                      + np.int32(c2[i]))
+
+
+def _tiled(lane_weights: np.ndarray, out_w: int) -> np.ndarray:
+    """Per-tap lane weights [taps][L] repeated over an output row: [taps][OW][L]."""
+    taps, lanes = lane_weights.shape
+    return np.ascontiguousarray(np.broadcast_to(lane_weights[:, None, :], (taps, out_w, lanes)))
+
+
+def _depthwise3x3(feature: np.ndarray, lane_weights: np.ndarray, geometry: ConvGeometry,
+                  pad_value: int, out: np.ndarray, sums: np.ndarray) -> None:
+    """3x3 windows over the input padded once at the pad value and split by column phase
+    ([Hp][stride_x][Wp / stride_x][L]: every window inside, no border cases, each tap's columns
+    one run): ``out`` and ``sums`` [OH*OW][L] int32, CLIP_TRUNCATE 0."""
+    surfaces, height, width, c2 = feature.shape
+    lanes = surfaces * c2
+    out_h, out_w, stride = geometry.out_h, geometry.out_w, geometry.stride_x
+    padded_h = max(height + geometry.pad_top, (out_h - 1) * geometry.stride_y + 2 * geometry.dilation_y + 1)
+    padded_w = max(width + geometry.pad_left, (out_w - 1) * stride + 2 * geometry.dilation_x + 1)
+    phase_w = -(-padded_w // stride)
+    phased_words = np.empty((padded_h, stride, phase_w, lanes // 8), np.uint64)
+    pad_word = np.uint64((pad_value & 0xFF) * 0x0101010101010101)
+    _pad_pixels(feature.view(np.uint64), pad_word, phased_words, geometry.pad_top, geometry.pad_left)
+    # tap kx of output column ox reads padded column ox * stride + kx * dx: phase, shift
+    starts = np.array([divmod(kx * geometry.dilation_x, stride)[::-1] for kx in range(3)], np.int64)
+    _depthwise3x3_rows(phased_words.view(np.int8).reshape(padded_h, stride, phase_w, lanes),
+                       _tiled(lane_weights, out_w).reshape(9, -1), out_h, out_w, geometry.stride_y,
+                       geometry.dilation_y, starts, out, sums)
+
+
 def depthwise_int8_atoms(feature: np.ndarray, weights: np.ndarray, geometry: ConvGeometry,
                          pad_value: int, clip_truncate: int, round_mode: int,
                          out_channels: int) -> tuple[np.ndarray, np.ndarray]:
@@ -199,18 +290,30 @@ def depthwise_int8_atoms(feature: np.ndarray, weights: np.ndarray, geometry: Con
         raise EmulationError(f"depthwise: atoms of {c2} int8 lanes are not whole 8-byte words")
     lanes = surfaces * c2  # every lane of the atoms; those past C have zero weights
     out_h, out_w, stride = geometry.out_h, geometry.out_w, geometry.stride_x
-    phase_w = -(-width // stride)
-    phased_words = np.empty((height, stride, phase_w, lanes // 8), np.uint64)
     lane_weights = np.zeros((taps, lanes), np.int32)
     lane_weights[:, :channels] = weights.reshape(channels, taps).T
-    tiled = np.ascontiguousarray(np.broadcast_to(lane_weights[:, None, :], (taps, out_w, lanes)))
     out = np.empty((out_h * out_w, out_channels), np.int32)
     # pixel-major like the output, handed over as its [C][OH][OW] view (the DPU reads the
     # buffer as it is); |sum| <= 128 * taps < 2**24
     sums = np.empty((out_h * out_w, out_channels), np.int32)
+    if geometry.kernel_h == geometry.kernel_w == 3 and clip_truncate == 0 and -128 <= pad_value <= 127 \
+            and geometry.pad_top >= 0 and geometry.pad_left >= 0:
+        # the common depthwise (NUMERICS.md 3.7): CLIP_TRUNCATE 0 keeps the int32 sums as they are
+        if out_channels == lanes:
+            _depthwise3x3(feature, lane_weights, geometry, int(pad_value), out, sums)
+        else:
+            values = np.empty((2, out_h * out_w, lanes), np.int32)
+            _depthwise3x3(feature, lane_weights, geometry, int(pad_value), values[0], values[1])
+            kept = min(lanes, out_channels)
+            out[:, :kept], sums[:, :kept] = values[0, :, :kept], values[1, :, :kept]
+            out[:, kept:], sums[:, kept:] = 0, 0
+        sums[:, channels:lanes] = 0
+        return out, sums.T.reshape(out_channels, out_h, out_w)
+    phase_w = -(-width // stride)
+    phased_words = np.empty((height, stride, phase_w, lanes // 8), np.uint64)
     _depthwise_pixels(feature.view(np.uint64), phased_words,
                       phased_words.view(np.int8).reshape(height, stride, phase_w, lanes),
-                      tiled.reshape(taps, -1), int(pad_value), geometry.kernel_h, geometry.kernel_w,
+                      _tiled(lane_weights, out_w).reshape(taps, -1), int(pad_value), geometry.kernel_h, geometry.kernel_w,
                       geometry.stride_y, stride, geometry.dilation_y, geometry.dilation_x,
                       geometry.pad_top, geometry.pad_left, clip_truncate, round_mode, (out_h, out_w),
                       out, sums)

@@ -315,6 +315,71 @@ def _chain_flat(block, window, cpend, alu, scaled_mul, operand, chain, out):
 
 
 @njit(cache=True)
+def _first_lanes(rows, first, count, lanes, out):
+    """The first ``lanes`` channels of pixels ``first..first+count`` of ``rows`` [P][C] into
+    ``out`` [count * lanes]: 2-D indexing with both indices from ``range`` keeps them provably
+    non-negative (a computed flat index carries Numba's wraparound branch, which stops the
+    vectorisation: 1 ns an element)."""
+    block = out[:count * lanes].reshape(count, lanes)
+    for b in range(count):
+        for c in range(lanes):
+            block[b, c] = rows[first + b, c]
+
+
+@njit(cache=True)
+def _chain_pixels_to_atoms(data, sums, sums_layout, operands, operand, chain, surfaces, width, tile,
+                           offsets, target):
+    """``_chain_to_atoms`` for pixel-major ``data`` [1][P][C] with window sums none, one per pixel
+    (SUMS_SHARED) or one per pixel and channel ([P][C], SUMS_PIXEL_MAJOR), an EW operand
+    [1][P or 1][C], and atoms that hold no lane past the channels (``tile`` [pixels per block]
+    [L], L <= C): ``_chain_flat`` runs once per block on the inputs where they are - a block of
+    pixels is one run of each - and writes the tile (NUMERICS.md 4.10). Only where the atoms
+    take fewer channels than there are are the first L of each pixel's gathered; shared window
+    sums and a per-channel or per-tensor operand are tiled."""
+    per_block, lanes = tile.shape
+    pixels, channels = data.shape[1], data.shape[2]
+    size = per_block * lanes
+    gather = lanes < channels
+    alu, cpend, mul = _tiled(operands, lanes, per_block, np.float64)
+    flat_data = data.reshape(-1)
+    rows = np.zeros(size if gather else 1, np.int32)
+    per_channel = sums_layout == SUMS_PIXEL_MAJOR
+    sum_rows = sums.reshape(-1, channels) if per_channel else sums.reshape(1, -1)
+    window = np.zeros(size if not per_channel or gather else 1, sums.dtype)  # 0 without CPEND
+    ew_on, per_pixel = chain[CH_EW_ON] != 0, operand.shape[1] > 1
+    other = np.zeros(size if ew_on and (gather or not per_pixel) else 1, np.int32)
+    if ew_on and not per_pixel:
+        _tile(operand[0, 0, :lanes], per_block, other)
+    flat_tile = tile.reshape(-1)
+    for first in range(0, pixels, per_block):
+        count = min(per_block, pixels - first)
+        n = count * lanes
+        if gather:
+            _first_lanes(data[0], first, count, lanes, rows)
+            d = rows[:n]
+        else:
+            d = flat_data[first * lanes:first * lanes + n]
+        if per_channel and not gather:
+            w = sums[first * lanes:first * lanes + n]
+        else:
+            if per_channel:
+                _first_lanes(sum_rows, first, count, lanes, window)
+            elif sums_layout == SUMS_SHARED:
+                _load_window(sums, SUMS_SHARED, 1, lanes, first, count, lanes, window)
+            w = window[:n]
+        if not ew_on:
+            e = d  # not read
+        elif per_pixel and not gather:
+            e = operand.reshape(-1)[first * lanes:first * lanes + n]
+        else:
+            if per_pixel:
+                _first_lanes(operand[0], first, count, lanes, other)
+            e = other[:n]
+        _chain_flat(d, w, cpend[:n], alu[:n], mul[:n], e, chain, flat_tile[:n])
+        _store_atoms(tile, first, count, width, surfaces, offsets, target)
+
+
+@njit(cache=True)
 def _out_cvt_flat(block, out, scale, shift, offset, mode, low, high):
     for i in range(block.shape[0]):
         out[i] = nm.out_cvt_value(block[i], scale, shift, offset, mode, low, high)
@@ -387,6 +452,11 @@ def stages_to_atoms(data: np.ndarray, channels: int, width: int, target: np.ndar
     chain = chain_settings(bs, bn, ew, cvt, out_dtype, tops, data_dtype,
                            operand_dtype if ew is not None else np.dtype(np.int32))
     if chain is not None and window_max <= chain[1]:
+        if _pixel_rows(data, channels, tile.shape[1], layout, kernels_per_group,
+                       operand if ew is not None else None):
+            _chain_pixels_to_atoms(data, sums, layout, floats, operand, chain[0], surfaces, width, tile,
+                                   offsets, target)
+            return
         _chain_to_atoms(data, sums, layout, kernels_per_group, floats, operand, chain[0], channels,
                         surfaces, width, tile, offsets, target)
         return
@@ -395,6 +465,18 @@ def stages_to_atoms(data: np.ndarray, channels: int, width: int, target: np.ndar
                      _x_params(bs or _BYPASSED), bs_operands, _x_params(bn or _BYPASSED), bn_operands,
                      operand, _ew_params(ew or _EW_BYPASSED), _cvt_params(cvt or _IDENTITY, out_dtype),
                      channels, surfaces, width, tile, offsets, target)
+
+
+def _pixel_rows(data: np.ndarray, channels: int, lanes: int, layout: int, kernels_per_group: int,
+                operand: np.ndarray | None) -> bool:
+    """Whether ``_chain_pixels_to_atoms`` takes these inputs: pixel-major data, atoms of ``lanes``
+    lanes in all with none past the channels, window sums none, per pixel or per pixel and
+    channel, an EW operand (if any) pixel-major or per channel."""
+    if data.shape[0] != 1 or data.shape[2] != channels or lanes > channels:
+        return False
+    if layout == SUMS_PIXEL_MAJOR and kernels_per_group != 1 or layout == SUMS_GROUP_MAJOR:
+        return False
+    return operand is None or (operand.shape[0] == 1 and operand.shape[2] == channels)
 
 
 def _int32_pixels(cube: np.ndarray, channels: int) -> np.ndarray:

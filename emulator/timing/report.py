@@ -358,21 +358,41 @@ def report_rknn(model, run, platform, ddr_model: str = "board") -> PerfReport:
                       core_count=platform.cores.count)
 
 
+#: id(trailer) -> (trailer, schedule, tensors by name, layers): see _parsed
+_PARSED: dict[int, tuple] = {}
+
+
+def _parsed(model) -> tuple[tuple, dict, tuple, list]:
+    """The schedule, tensors by name, layers and each layer's (input, output) shape texts of a
+    model file, worked out once per trailer (a loaded model's trailer is not edited, as the
+    Runtime's tensor index also assumes)."""
+    trailer = model.trailer
+    entry = _PARSED.get(id(trailer))
+    if entry is None or entry[0] is not trailer:
+        if len(_PARSED) >= 16:
+            _PARSED.clear()
+        tensors = {t.name: t for t in model.tensors()}
+        layers = model.layers()
+        shapes = [tuple(",".join(_shape(tensors[n].shape if n in tensors else None) for n in names)
+                        for names in (info.inputs, info.outputs)) for info in layers]
+        entry = _PARSED[id(trailer)] = (trailer, model.schedule(), tensors, layers, shapes)
+    return entry[1:]
+
+
 def report_npu(model, runs: Sequence, platform, ddr_model: str = "board") -> PerfReport:
     """Per-layer report of a ``.npu`` model's chain runs (``Runtime.runs``, one per NPU step)."""
     _check_ddr_model(ddr_model)
     step_runs = {}
     runs_iter = iter(runs)
-    for index, step in enumerate(model.schedule()):
+    steps, tensors, model_layers, shapes = _parsed(model)
+    for index, step in enumerate(steps):
         if step.kind == "npu":
             step_runs[index] = next(runs_iter)
     claimed: set[tuple[int, int]] = set()
-    tensors = {t.name: t for t in model.tensors()}
-    steps = model.schedule()
     batch = model.trailer.get("batch") or {"size": 1, "contexts": 1}  # compiler/batch.py
     waves = -(-int(batch["size"]) // int(batch["contexts"]))
     layers = []
-    for info in model.layers():
+    for info, (in_shapes, out_shapes) in zip(model_layers, shapes):
         records, cores = [], []
         for task_range in info.tasks:
             run = step_runs.get(task_range.step)
@@ -387,10 +407,8 @@ def report_npu(model, runs: Sequence, platform, ddr_model: str = "board") -> Per
             dtype = (tensors[info.outputs[0]].dtype or "").upper()
         timed = LayerTime(
             info.id, info.op_type, dtype, info.target or ("NPU" if records else "CPU"),
-            ",".join(_shape(tensors[n].shape if n in tensors else None) for n in info.inputs) or "\\",
-            ",".join(_shape(tensors[n].shape if n in tensors else None) for n in info.outputs),
-            info.name, [time_task(r, platform) for r in records], rate, cores=cores,
-            shared_ddr_rate=platform.ddr.shared_bytes_per_cycle)
+            in_shapes or "\\", out_shapes, info.name, [time_task(r, platform) for r in records], rate,
+            cores=cores, shared_ddr_rate=platform.ddr.shared_bytes_per_cycle)
         if not records and (info.target or "").upper() == "CPU":
             from npuemu.emulator.timing.host_model import cpu_step_us
             # a batch runs the host step once per slice, the contexts' slices side by side (waves)

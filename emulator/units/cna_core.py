@@ -427,9 +427,9 @@ def _read_feature(state: ConvState, plan: _Plan, dma: TaskDma) -> np.ndarray:
         if state.feature_type == INT4:  # even channel in the low nibble (REGISTER_SEMANTICS 2.7)
             raw = kernels.weights.unpack_int4_bytes(raw.reshape(1, -1), high_first=False)
         # a fresh array (the DMA's copy): masked in place below
-        dtype = PRECISION_DTYPES.get(state.feature_type, np.dtype(np.int8))  # int4: unpacked
-        feature = raw.view(dtype).reshape(state.surfaces, state.in_height, state.in_width, state.c2)
-    _mask_channels(feature, state.real_channels)
+        feature = raw.view(plan.feature_dtype).reshape(plan.feature_shape)
+    if plan.mask_channels:
+        _mask_channels(feature, state.real_channels)
     return feature
 
 
@@ -497,6 +497,9 @@ class _Plan:
     weight_cache_key: tuple  # ("CNA weights", element type, layout, depthwise, shape)
     geometry: kernels.ConvGeometry
     round_mode: int
+    feature_dtype: np.dtype  # the values the feature DMA's bytes hold (int4: unpacked to int8)
+    feature_shape: tuple[int, int, int, int]  # [S][H][W][C2] (ARGB: its own path)
+    mask_channels: bool  # DATAIN_CHANNEL_REAL leaves lanes to zero (_mask_channels)
     #: per (Memory identity, "feature" / "weights"): (weak reference, region, offsets)
     located: dict = field(default_factory=dict, compare=False)
 
@@ -535,7 +538,10 @@ class _Plan:
                 out_w=state.out_width, stride_y=state.stride_y, stride_x=state.stride_x,
                 dilation_y=state.dilation_y, dilation_x=state.dilation_x, pad_top=state.pad_top,
                 pad_left=state.pad_left, groups=state.in_channels if state.depthwise else 1),
-            round_mode=core_round_mode(state.round_type))
+            round_mode=core_round_mode(state.round_type),
+            feature_dtype=PRECISION_DTYPES.get(state.feature_type, np.dtype(np.int8)),
+            feature_shape=(state.surfaces, state.in_height, state.in_width, state.c2),
+            mask_channels=state.real_channels < state.surfaces * state.c2)
 
 
 class _PlanCache:

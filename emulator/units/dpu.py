@@ -9,6 +9,7 @@ arithmetic of each stage is NUMERICS.md section 4 (``kernels.dpu``, ``kernels.lu
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 
@@ -302,6 +303,7 @@ def _fixed_settings(state: DpuState, where: str) -> _FixedSettings:
     out_dtype = PRECISION_DTYPES[state.out_precision]
     c2 = c2_of(state.out_precision, state.atom_bytes)
     surfaces, starts, line = _wdma_rows(state, c2, out_dtype.itemsize)
+    starts.flags.writeable = False  # lets the DMA locate the rows once (Memory.locate_fixed)
     fixed = _FixedSettings(
         bs=None if bs.bypass else _x_config(bs, cpend=not bs.cpend_bypass),
         bn=None if bn.bypass else _x_config(bn), ew=None if ew.bypass else _ew_config(ew),
@@ -373,10 +375,21 @@ def read_surfaces(dma: TaskDma, stream: Traffic, address: int, surface_stride: i
                   atom_bytes: int) -> np.ndarray:
     """Read ``surfaces`` NC1HWC2 surfaces (C2 = state.c2_of: atom bytes / element): [S][H][W][C2]."""
     c2 = c2_of(_PRECISION_OF[dtype], atom_bytes)
-    starts = (address + np.arange(surfaces, dtype=np.int64)[:, None] * surface_stride
-              + np.arange(height, dtype=np.int64)[None, :] * line_stride).reshape(-1)
+    key = (address, surface_stride, line_stride, surfaces, height)
+    starts = _SURFACE_ROWS.get(key)
+    if starts is None:  # a pure function of the five figures: built once (read-only, so the DMA locates it once)
+        starts = (address + np.arange(surfaces, dtype=np.int64)[:, None] * surface_stride
+                  + np.arange(height, dtype=np.int64)[None, :] * line_stride).reshape(-1)
+        starts.flags.writeable = False
+        if len(_SURFACE_ROWS) >= 4096:
+            _SURFACE_ROWS.clear()
+        _SURFACE_ROWS[key] = starts
     raw = dma.read_rows(stream, starts, width * c2 * dtype.itemsize, what)
     return raw.view(dtype).reshape(surfaces, height, width, c2)
+
+
+#: read_surfaces' row addresses by (address, surface stride, line stride, surfaces, height)
+_SURFACE_ROWS: dict[tuple[int, int, int, int, int], np.ndarray] = {}
 
 
 def surfaces_to_cube(atoms: np.ndarray, channels: int) -> np.ndarray:
@@ -429,11 +442,28 @@ def _x_config(stage: XStageState, cpend: bool = False) -> kernels.XStageConfig:
 def _bs_operands(state: DpuState, rdma: DpuRdmaState | None, dma: TaskDma,
                  where: str) -> tuple[np.ndarray | int, np.ndarray | int, np.ndarray | int]:
     bs = state.bs
+    blob = read_bias_blob(dma, rdma, state.channels, where) if _brdma_needed(state, rdma, where) else {}
+    return (blob["ALU"] if bs.alu_from_dma else bs.alu_operand,
+            blob["CPEND"] if bs.cpend_from_dma else bs.cpend_operand,
+            blob["MUL"] if bs.mul_from_dma else bs.mul_operand)
+
+
+#: _brdma_needed's answers per (DpuState id, DpuRdmaState id), holding both so the ids stay theirs
+_BRDMA_NEEDED: dict[tuple[int, int], tuple[DpuState, DpuRdmaState | None, bool]] = {}
+
+
+def _brdma_needed(state: DpuState, rdma: DpuRdmaState | None, where: str) -> bool:
+    """Whether the BS stage takes an operand from the BRDMA (checked to be fetched); a pure
+    function of the two states, so answered once per pair (errors are raised, never kept)."""
+    entry = _BRDMA_NEEDED.get((id(state), id(rdma)))
+    if entry is not None and entry[0] is state and entry[1] is rdma:
+        return entry[2]
+    bs = state.bs
     needed = ((bs.alu_from_dma and not bs.alu_bypass, BRDMA_ALU, "DPU.BS_CFG.BS_ALU_SRC=1"),
               (bs.cpend_from_dma and not bs.cpend_bypass, BRDMA_CPEND, "DPU.BS_OW_CFG.OW_SRC=1"),
               (bs.mul_from_dma and not bs.mul_bypass, BRDMA_MUL, "DPU.BS_MUL_CFG.BS_MUL_SRC=1"))
-    blob: dict[str, np.ndarray] = {}
-    if any(use for use, _, _ in needed):
+    used = any(use for use, _, _ in needed)
+    if used:
         if rdma is None:
             raise EmulationError(f"{where}: the BS stage takes operands from the BRDMA but DPU_RDMA is "
                                  f"not enabled in the op-enable word: the DPU would wait forever")
@@ -441,38 +471,66 @@ def _bs_operands(state: DpuState, rdma: DpuRdmaState | None, dma: TaskDma,
             if use and not rdma.brdma_use & bit:
                 raise EmulationError(f"{where}: {register} but DPU_RDMA.BRDMA_CFG.BRDMA_DATA_USE="
                                      f"{rdma.brdma_use} does not fetch that operand")
-        blob = read_bias_blob(dma, rdma, state.channels, where)
-    return (blob["ALU"] if bs.alu_from_dma else bs.alu_operand,
-            blob["CPEND"] if bs.cpend_from_dma else bs.cpend_operand,
-            blob["MUL"] if bs.mul_from_dma else bs.mul_operand)
+    if len(_BRDMA_NEEDED) >= 4096:
+        _BRDMA_NEEDED.clear()
+    _BRDMA_NEEDED[(id(state), id(rdma))] = (state, rdma, used)
+    return used
 
 
 def read_bias_blob(dma: TaskDma, rdma: DpuRdmaState, channels: int, where: str) -> dict[str, np.ndarray]:
     """Per-channel BS operands from the BRDMA blob: 8-channel groups, each holding the operands
     BRDMA_DATA_USE selects in the order ALU (int32), CPEND (int16), MUL (int16)."""
-    if rdma.brdma_use & BRDMA_TRT:
-        raise EmulationError(f"{where}: DPU_RDMA.BRDMA_CFG.BRDMA_DATA_USE={rdma.brdma_use} fetches TRT "
-                             f"(per-channel truncation), which is not modelled")
-    parts = [(name, dtype) for bit, name, dtype in _BRDMA_PARTS if rdma.brdma_use & bit]
-    group_bytes = sum(BRDMA_GROUP * dtype.itemsize for _, dtype in parts)
-    groups = -(-channels // BRDMA_GROUP)
-
-    def split(raw: np.ndarray) -> dict[str, np.ndarray]:
-        raw = raw.reshape(groups, group_bytes)
-        out, offset = {}, 0
-        for name, dtype in parts:
-            size = BRDMA_GROUP * dtype.itemsize
-            values = np.ascontiguousarray(raw[:, offset:offset + size]).view(dtype).reshape(-1)
-            out[name] = values[:channels].astype(np.int32)
-            out[name].flags.writeable = False  # shared by every task reading this blob
-            offset += size
-        return out
-
+    entry = _BLOBS.get((id(rdma), channels))
+    if entry is None or entry[0] is not rdma:
+        if len(_BLOBS) >= 4096:
+            _BLOBS.clear()
+        entry = _BLOBS[(id(rdma), channels)] = (rdma, _BiasBlob.build(rdma, channels, where))
+    blob = entry[1]
+    located = dma.memory.locate_fixed(blob.address, blob.nbytes, lambda: f"{dma.where}: {blob.what} read")
     # decoded once per blob contents (a network runs the same blobs every inference)
-    return dma.derived_from_block(
-        Traffic.BIAS_READ, rdma.bs_address, groups * group_bytes,
-        f"BRDMA bias blob (BS_BASE_ADDR={rdma.bs_address:#x}, {groups} groups of {group_bytes} B)",
-        ("brdma", rdma.brdma_use, channels), split)
+    return dma.derived_from_located(Traffic.BIAS_READ, located.region, int(located.starts[0]), blob.nbytes,
+                                    blob.key, blob.split)
+
+
+@dataclasses.dataclass(frozen=True)
+class _BiasBlob:
+    """What a DpuRdmaState and channel count alone say about the BRDMA blob (worked out once)."""
+
+    address: np.ndarray  # [1], read-only (Memory.locate_fixed)
+    nbytes: int
+    what: str
+    key: tuple  # the derived-value key: what ``split`` depends on besides the bytes
+    split: Callable[[np.ndarray], dict[str, np.ndarray]]
+
+    @classmethod
+    def build(cls, rdma: DpuRdmaState, channels: int, where: str) -> _BiasBlob:
+        if rdma.brdma_use & BRDMA_TRT:
+            raise EmulationError(f"{where}: DPU_RDMA.BRDMA_CFG.BRDMA_DATA_USE={rdma.brdma_use} fetches TRT "
+                                 f"(per-channel truncation), which is not modelled")
+        parts = [(name, dtype) for bit, name, dtype in _BRDMA_PARTS if rdma.brdma_use & bit]
+        group_bytes = sum(BRDMA_GROUP * dtype.itemsize for _, dtype in parts)
+        groups = -(-channels // BRDMA_GROUP)
+
+        def split(raw: np.ndarray) -> dict[str, np.ndarray]:
+            raw = raw.reshape(groups, group_bytes)
+            out, offset = {}, 0
+            for name, dtype in parts:
+                size = BRDMA_GROUP * dtype.itemsize
+                values = np.ascontiguousarray(raw[:, offset:offset + size]).view(dtype).reshape(-1)
+                out[name] = values[:channels].astype(np.int32)
+                out[name].flags.writeable = False  # shared by every task reading this blob
+                offset += size
+            return out
+
+        address = np.array([rdma.bs_address], np.int64)
+        address.flags.writeable = False
+        return cls(address, groups * group_bytes,
+                   f"BRDMA bias blob (BS_BASE_ADDR={rdma.bs_address:#x}, {groups} groups of {group_bytes} B)",
+                   ("brdma", rdma.brdma_use, channels), split)
+
+
+#: per (DpuRdmaState id, channels), holding the state so that its id is not reused
+_BLOBS: dict[tuple[int, int], tuple[DpuRdmaState, _BiasBlob]] = {}
 
 
 def _lut_config(lut: LutState) -> kernels.LutConfig:
