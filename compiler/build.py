@@ -33,7 +33,7 @@ from npuemu.compiler.build_adapt import (
     host_tensors, lane_broadcast_operand, lanes_tensor, layer_from_node, layer_quant, split_channels,
     split_conv_transpose, split_lut_activation, stored_dtype,
 )
-from npuemu.compiler.lower.broadcast_lanes import lanes_aligns, lanes_constants
+from npuemu.compiler.lower.broadcast_lanes import lanes_aligns
 from npuemu.compiler.lower.lut import ONNX_LUT_KINDS
 from npuemu.compiler.ir import Graph, Tensor
 from npuemu.compiler.lower import (
@@ -238,7 +238,7 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
 
     constants: dict[str, bytes] = {}
     for layer in layers:
-        constants.update(layer_constants(layer, spec) | lanes_constants(layer, spec))
+        constants.update(layer_constants(layer, spec))
     aligns = {layer.output: output_align(layer, spec) for layer in layers} | lanes_aligns(layers, spec)
     shapes: dict[str, tuple[int, int, int]] = {}
     for layer in layers:

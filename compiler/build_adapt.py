@@ -247,8 +247,8 @@ def _pool(graph: Graph, node: Node) -> PoolLayer:
                      count_include_pad=include_pad)
 
 
-def _eltwise(graph: Graph, node: Node, platform: Platform | None = None) -> EltwiseLayer:
-    """``platform`` is needed only for a broadcast operand (its lanes per atom)."""
+def _eltwise(graph: Graph, node: Node, platform: Platform) -> EltwiseLayer:
+    """``platform`` gives a broadcast operand's lanes per atom."""
     a, b = node.inputs[:2]
     shape = chw(graph, node.outputs[0], node)
     operand = lane_broadcast_operand(graph, node)
@@ -265,8 +265,6 @@ def _eltwise(graph: Graph, node: Node, platform: Platform | None = None) -> Eltw
     dtype = stored_dtype(graph, a)
     broadcast = None
     if operand is not None:
-        if platform is None:
-            raise _fail(node, "a broadcast operand needs the platform (its lanes per atom)")
         broadcast = lane_broadcast(node.outputs[0], dtype, platform)
     if dtype == "float16":
         return EltwiseLayer(node.layer_name, _ELTWISE[node.op_type], (a, b), node.outputs[0], shape,
@@ -369,9 +367,8 @@ def alias_from_node(graph: Graph, node: Node) -> Alias | None:
     return Alias(node.layer_name, node.inputs[0], node.outputs[0])
 
 
-def layer_from_node(graph: Graph, node: Node, platform: Platform | None = None):
-    """The lowering record of one NPU node, or a CompileError naming it (``platform``: needed by
-    an element-wise node with a broadcast operand)."""
+def layer_from_node(graph: Graph, node: Node, platform: Platform):
+    """The lowering record of one NPU node for ``platform``, or a CompileError naming it."""
     if node.target != "NPU":
         raise _fail(node, f"the partition sent it to the {node.target or 'unpartitioned'} side; only NPU layers "
                           "are lowered to tasks (a CPU layer is a CPU step: cpu_from_node)", UnsupportedOpError)

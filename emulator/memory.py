@@ -333,15 +333,9 @@ class TaskDma:
         self.count(stream, starts.size * row_bytes, region)
         return rows
 
-    def locate_rows(self, starts: np.ndarray, row_bytes: int, what: str) -> tuple[MemoryRegion, np.ndarray]:
-        """The region holding the rows ``[start, start + row_bytes)`` and their offsets in it
-        (DmaError if outside), for ``read_located``. Regions never move, so a caller reading
-        the same rows again may keep this answer for the same ``Memory``."""
-        return self.memory._locate_rows(_addresses(starts), row_bytes, f"{self.where}: {what} read")
-
     def read_located(self, stream: Traffic, region: MemoryRegion, offsets: np.ndarray,
                      row_bytes: int) -> np.ndarray:
-        """``read_rows`` of rows found by ``locate_rows``: the same copy and byte counts."""
+        """``read_rows`` of rows found by ``Memory.locate_fixed``: the same copy and byte counts."""
         rows = np.empty((offsets.size, row_bytes), np.uint8)
         _gather_rows(region.data, offsets, rows)
         self.count(stream, offsets.size * row_bytes, region)
@@ -431,7 +425,7 @@ class TaskDma:
 
     def derived_from_located(self, stream: Traffic, region: MemoryRegion, address: int, nbytes: int,
                              key: Hashable, build: Callable[[np.ndarray], Any]) -> Any:
-        """``derived_from_block`` of a block ``locate_rows`` found in ``region`` (``address``
+        """``derived_from_block`` of a block ``Memory.locate_fixed`` found in ``region`` (``address``
         wrapped to 32 bits): the same count and cache, without locating it again."""
         self.count(stream, nbytes, region)
         full_key = (address, nbytes, key)

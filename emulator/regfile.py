@@ -136,10 +136,12 @@ class LutPort:
         self.address += 1
 
     def data_run(self, values: np.ndarray, where: str) -> bool:
-        """:meth:`data` for each of ``values`` (int64 words) in one assignment, when all of them
-        are stored and fit the table; False (nothing done) otherwise."""
+        """:meth:`data` for each of ``values`` (int64 words) in one assignment: True when done (a
+        read-type access stores nothing), False (nothing done) when they would pass the table's end."""
+        if self.access_type != 1:
+            return True
         end = self.address + values.size
-        if self.access_type != 1 or end > LUT_ENTRIES:
+        if end > LUT_ENTRIES:
             return False
         self.tables[self.table, self.address:end] = (values & 0xFFFF).astype(np.uint16).view(np.int16)
         self.address = end
@@ -221,11 +223,10 @@ class RegisterFile:
                 target.groups[target.pointer][key] = value[0]
                 self.lut.configure(value[1])
             else:  # _LUT_DATA; key: the data words; value: the register's offset
-                if self.lut.access_type == 1 and not self.lut.data_run(key, where):
+                if not self.lut.data_run(key, where):
                     for word in key:  # one at a time, to the error at the right word
                         self.write("DPU", "LUT_ACCESS_DATA", int(word), where)
                     continue
-                # stored by data_run, or a read-type access that stores nothing (LutPort.data)
                 target.groups[target.pointer][value] = int(key[-1])
 
     def view(self, block: str) -> RegisterView:

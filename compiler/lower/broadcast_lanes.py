@@ -20,7 +20,6 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from npuemu.isa.errors import CompileError
 from npuemu.platforms.model import Platform
 
 from .. import quant_regs, weight_pack
@@ -33,17 +32,13 @@ from .placement import PLATFORM_DTYPE, Placement, align
 
 def lane_broadcast(output: str, dtype: str, platform: Platform) -> LaneBroadcast:
     """The lanes tensor of a broadcasting element-wise layer writing ``output``."""
-    return LaneBroadcast(lanes_tensor_name(output), platform.c2(PLATFORM_DTYPE[dtype]))
-
-
-def lanes_tensor_name(output: str) -> str:
-    return f"{output}_lanes"
+    return LaneBroadcast(f"{output}_lanes", platform.c2(PLATFORM_DTYPE[dtype]))
 
 
 def replicate_conv(layer: EltwiseLayer) -> ConvLayer:
     """The 1x1 conv 1 -> C2 of task 1 (its geometry; identity_constants gives its registers).
     It reads the layer's second input and writes the lanes tensor; tasks carry the layer's name."""
-    broadcast = _broadcast(layer)
+    broadcast = layer.broadcast
     _, height, width = layer.shape
     names = dict(weight_tensor=f"{layer.name}:lanes_weights", bias_tensor=f"{layer.name}:lanes_bias")
     if layer.dtype == FLOAT16:
@@ -92,9 +87,3 @@ def replicate_tasks(layer: EltwiseLayer, placements: Mapping[str, Placement], pl
     """Task 1: the replicating conv, on one core."""
     conv = replicate_conv(layer)
     return lower_conv(conv, placements, platform, identity_constants(conv, platform))
-
-
-def _broadcast(layer: EltwiseLayer) -> LaneBroadcast:
-    if layer.broadcast is None:
-        raise CompileError(f"layer {layer.name}: not a broadcasting element-wise layer")
-    return layer.broadcast

@@ -16,6 +16,7 @@ from npuemu.isa.regmap import RegisterMap
 from npuemu.isa.task import Task
 from npuemu.platforms.model import Platform
 
+from .broadcast_lanes import lanes_constants
 from .conv_geometry import output_channel_align
 from .descriptions import ConvTask, DpuTask, PpuTask, TaskDescription
 from .emit_conv import emit_conv_task
@@ -46,12 +47,13 @@ def as_conv(layer: Layer) -> Layer:
 
 
 def layer_constants(layer: Layer, platform: Platform) -> dict[str, bytes]:
-    """Constant blobs ``layer`` needs, by name (conv/FC: packed weights and BS operands)."""
+    """Constant blobs ``layer`` needs, by name (conv/FC: packed weights and BS operands; an
+    element-wise layer with a broadcast map: its lane-replicating conv's, broadcast_lanes.py)."""
     layer = as_conv(layer)
     if isinstance(layer, ConvLayer):
         constants = conv_constants(layer, platform)
         return {layer.weight_tensor: constants.weights, layer.bias_tensor: constants.bias}
-    return {}
+    return lanes_constants(layer, platform)
 
 
 def output_align(layer: Layer, platform: Platform) -> int:

@@ -86,12 +86,12 @@ def lower_eltwise(layer: EltwiseLayer, placements: Mapping[str, Placement],
         raise CompileError(f"layer {layer.name}: element-wise layers need NC1HWC2 tensors, not packed images")
     cube = _written_cube(layer.shape, out, layer.dtype)
     if layer.broadcast is None:
-        return (DpuTask(layer.name, first.address, first.surface_stride_atoms, cube, eltwise_stages(layer),
-                        Operand(second.address, second.surface_stride_atoms)),)
-    lanes = tensor(placements, layer.broadcast.tensor, layer.name)
-    return (*replicate_tasks(layer, placements, platform),
-            DpuTask(layer.name, first.address, first.surface_stride_atoms, cube, eltwise_stages(layer),
-                    Operand(lanes.address, 0)))
+        helpers, operand = (), Operand(second.address, second.surface_stride_atoms)
+    else:
+        helpers = replicate_tasks(layer, placements, platform)
+        operand = Operand(tensor(placements, layer.broadcast.tensor, layer.name).address, 0)
+    return (*helpers, DpuTask(layer.name, first.address, first.surface_stride_atoms, cube, eltwise_stages(layer),
+                              operand))
 
 
 def lower_activation(layer: ActivationLayer, placements: Mapping[str, Placement], platform: Platform) -> tuple[DpuTask, ...]:

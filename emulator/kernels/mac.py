@@ -8,6 +8,12 @@ it exactly whatever the summation order (worst case, all -128: chunks of
 window sums ride along as an extra row of ones. Gathering (im2col) and the direct path for
 depthwise-like convolutions are Numba loops.
 
+The emulator's CNA runs int8/int4 convolutions pixel-major (``conv_pixels``, ``depthwise``) and
+uses this module for fp16 (``fetch_padded_input``, ``conv2d_fp16``) and for the shared pieces
+(``ConvGeometry``, ``exact_chunk_bounds``, ``choose_blas_threads``, ``OperandCache``). The int8
+planar functions (``conv2d_int8*``, ``core_outputs``, ``window_sums``) are a second, tested
+implementation of the same integers on [C][H][W] planes, kept as a library API.
+
 Geometry follows the registers: explicit top/left padding, bottom/right implied by the output
 size (rknpu-isa.md 3, PAD_CON0 note), every padded position holding the pad value.
 """

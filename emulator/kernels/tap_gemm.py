@@ -8,7 +8,8 @@ are junk, dropped at the end). So the convolution is ``sum over taps of W_tap [M
 copy. The products accumulate in the BLAS output (beta = 1), which needs the CBLAS entry point
 of the OpenBLAS numpy loaded (``scipy_cblas_sgemm64_``, 64-bit integers); without it callers
 keep the im2col path. ``tap_products_pixels`` is the same on a pixel-major padded input
-[Hp * Wp][C] (``conv_pixels``): a tap's inputs are then a contiguous run of pixel rows.
+[Hp * Wp][C] (``conv_pixels``, the emulator's path): a tap's inputs are then a contiguous run of
+pixel rows; ``tap_products`` (planes) serves the planar int8 API of ``mac``.
 
 Exactness: used only for int8 weights whose whole reduction is one exact chunk
 (``mac.exact_chunk_bounds``): every partial sum of a row's products, in any order, is an

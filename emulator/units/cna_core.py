@@ -8,7 +8,7 @@ arithmetic is NUMERICS.md section 3 (``kernels.mac``).
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -417,8 +417,7 @@ def _feature(state: ConvState, plan: _Plan, dma: TaskDma, cbuf: Cbuf, where: str
 
 
 def _read_feature(state: ConvState, plan: _Plan, dma: TaskDma) -> np.ndarray:
-    region, offsets = plan.locate(dma, "feature")
-    raw = dma.read_located(Traffic.FEATURE_READ, region, offsets, plan.feature_row_bytes)
+    raw = dma.read_rows(Traffic.FEATURE_READ, plan.feature_rows, plan.feature_row_bytes, plan.feature_what)
     if state.argb_channels:
         pixels = raw.view(np.int8).reshape(state.in_height, state.in_width, state.argb_channels)
         feature = np.zeros((1, state.in_height, state.in_width, state.c2), np.int8)
@@ -470,8 +469,9 @@ def _weights(state: ConvState, plan: _Plan, dma: TaskDma, cbuf: Cbuf, where: str
         return weights
 
     # Unpacked once per weight bytes: the memory drops the entry when a write touches them.
-    region, _ = plan.locate(dma, "weights")
-    weights = dma.derived_from_located(Traffic.WEIGHT_READ, region, int(plan.weight_rows[0]),
+    located = dma.memory.locate_fixed(plan.weight_rows, plan.weight_bytes,
+                                      lambda: f"{dma.where}: {plan.weight_what} read")
+    weights = dma.derived_from_located(Traffic.WEIGHT_READ, located.region, int(plan.weight_rows[0]),
                                        state.weight_bytes, plan.weight_cache_key, unpack)
     cbuf.keep("weights", plan.weight_key, weights, where)
     return weights
@@ -500,20 +500,6 @@ class _Plan:
     feature_dtype: np.dtype  # the values the feature DMA's bytes hold (int4: unpacked to int8)
     feature_shape: tuple[int, int, int, int]  # [S][H][W][C2] (ARGB: its own path)
     mask_channels: bool  # DATAIN_CHANNEL_REAL leaves lanes to zero (_mask_channels)
-    #: per (Memory identity, "feature" / "weights"): (weak reference, region, offsets)
-    located: dict = field(default_factory=dict, compare=False)
-
-    def locate(self, dma: TaskDma, what: str) -> tuple:
-        """Where ``what`` ("feature": its rows, "weights": the block) lies in ``dma``'s memory:
-        (region, offsets), found once per Memory (regions never move; DmaError if outside)."""
-        entry = self.located.get((id(dma.memory), what))
-        if entry is None or entry[0]() is not dma.memory:
-            if what == "feature":
-                found = dma.locate_rows(self.feature_rows, self.feature_row_bytes, self.feature_what)
-            else:
-                found = dma.locate_rows(self.weight_rows, self.weight_bytes, self.weight_what)
-            entry = self.located[(id(dma.memory), what)] = (weakref.ref(dma.memory),) + found
-        return entry[1:]
 
     @classmethod
     def build(cls, state: ConvState) -> _Plan:

@@ -392,22 +392,6 @@ def read_surfaces(dma: TaskDma, stream: Traffic, address: int, surface_stride: i
 _SURFACE_ROWS: dict[tuple[int, int, int, int, int], np.ndarray] = {}
 
 
-def surfaces_to_cube(atoms: np.ndarray, channels: int) -> np.ndarray:
-    """[S][H][W][C2] -> [C][H][W], keeping the first ``channels``."""
-    surfaces, height, width, c2 = atoms.shape
-    return blocks_to_cube(atoms.reshape(surfaces, height * width, c2), (channels, height, width))
-
-
-def read_cube(dma: TaskDma, stream: Traffic, address: int, surface_stride: int, line_stride: int,
-              shape: tuple[int, int, int], dtype: np.dtype, what: str, atom_bytes: int) -> np.ndarray:
-    """Read an NC1HWC2 cube (C2 = state.c2_of: atom bytes / element) into [C][H][W]."""
-    channels, height, width = shape
-    surfaces = -(-channels // c2_of(_PRECISION_OF[dtype], atom_bytes))
-    atoms = read_surfaces(dma, stream, address, surface_stride, line_stride, surfaces, height, width,
-                          dtype, what, atom_bytes)
-    return surfaces_to_cube(atoms, channels)
-
-
 def _integer_settings(state: DpuState, fixed: _FixedSettings, rdma: DpuRdmaState | None,
                       window_sums: np.ndarray | None, dma: TaskDma, where: str) -> tuple[dict, dict]:
     """``int_stages`` keywords: the stages before the LUT (BS, BN) and after it (EW, OUT_CVT;

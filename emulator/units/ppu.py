@@ -114,10 +114,10 @@ def run_ppu(state: PpuState, rdma: PpuRdmaState, kind: int, dma: TaskDma) -> np.
     dtype = PRECISION_DTYPES[kind]
     c2 = c2_of(kind, state.atom_bytes)
     surfaces = -(-state.in_channels // c2)
-    # the source's atoms as they are; lanes past the channel count pool as 0 [C]
+    # the source's atoms (the DMA's fresh copy, zeroed in place): lanes past the channel count pool as 0 [C]
     feature = read_surfaces(dma, Traffic.PPU_READ, rdma.src_address, rdma.surface_stride, rdma.line_stride,
                             surfaces, state.in_height, state.in_width, dtype,
-                            f"PPU_RDMA source (SRC_BASE_ADDR={rdma.src_address:#x})", rdma.atom_bytes).copy()
+                            f"PPU_RDMA source (SRC_BASE_ADDR={rdma.src_address:#x})", rdma.atom_bytes)
     feature[-1, :, :, state.in_channels - (surfaces - 1) * c2:] = 0
     config = kernels.PoolConfig(
         method=state.method, kernel_h=state.kernel_h, kernel_w=state.kernel_w,

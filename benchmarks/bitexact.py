@@ -1,0 +1,94 @@
+"""Fingerprints for "speed work never changes a bit": ``python -m benchmarks.bitexact build DIR``
+compiles the benchmark networks (int8, fp16, MobileNetV2 batch 3) into DIR once;
+``python -m benchmarks.bitexact hash DIR OUT.json [--compare BASE.json] [model ...]`` runs each
+build twice (the second run goes through the emulator's caches) and hashes every stored output,
+every task's DMA byte counters and the timing report's totals. Build once on the old tree, hash
+there and after each change: equal fingerprints mean equal outputs, traffic and timing."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+
+import numpy as np
+
+from benchmarks import measure, models
+
+NAMES = ("mobilenetv2", "resnet18", "resnet50", "ppocr_det")
+KINDS = ("int8", "fp16", "b3")
+
+
+def build(directory: str) -> None:
+    os.makedirs(directory, exist_ok=True)
+    for name in NAMES:
+        model, _, _ = models.build(name)
+        paths = measure.prepare(name, model, directory)
+        measure.compile_int8(paths, os.path.join(directory, f"{name}_int8.npu"))
+        measure.compile_fp16(paths, os.path.join(directory, f"{name}_fp16.npu"))
+        if name == "mobilenetv2":
+            x = np.load(paths["x"])
+            np.save(os.path.join(directory, f"{name}_x_b3.npy"), np.concatenate([x, -x, x * 0.5]))
+            measure.compile_int8(paths, os.path.join(directory, f"{name}_b3.npu"), ("--batch-size", "3"))
+
+
+def fingerprint(npu_path: str, x: np.ndarray) -> str:
+    from npuemu.emulator.timing.report import report_npu
+
+    runtime = measure.load_runtime(npu_path)
+    digest = hashlib.sha256()
+    for _ in range(2):
+        runtime.set_input(runtime.inputs[0], x)
+        runtime.run()
+        for name in runtime.outputs:
+            digest.update(np.ascontiguousarray(runtime.output(name, dequantize=False)).tobytes())
+        for run in runtime.runs:
+            for task in getattr(run, "tasks", ()):
+                digest.update(repr(sorted(task.traffic.as_dict().items())).encode())
+        digest.update(repr(report_npu(runtime.model, runtime.runs, runtime.machine.platform).totals()).encode())
+    return digest.hexdigest()[:16]
+
+
+def hash_all(directory: str, which: list[str]) -> dict[str, str]:
+    result = {}
+    for name in NAMES:
+        if which and name not in which:
+            continue
+        for kind in KINDS:
+            path = os.path.join(directory, f"{name}_{kind}.npu")
+            if not os.path.exists(path):
+                continue
+            x = np.load(os.path.join(directory, f"{name}_x_b3.npy" if kind == "b3" else f"{name}_x.npy"))
+            result[f"{name}_{kind}"] = fingerprint(path, x)
+            print(name, kind, result[f"{name}_{kind}"], flush=True)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bitexact", description=__doc__)
+    parser.add_argument("action", choices=["build", "hash"])
+    parser.add_argument("directory")
+    parser.add_argument("out", nargs="?", help="hash: where to write the fingerprints (JSON)")
+    parser.add_argument("models", nargs="*", help=f"hash: a subset of {', '.join(NAMES)}")
+    parser.add_argument("--compare", help="hash: fingerprints to compare with; exit 1 on any difference")
+    args = parser.parse_args(argv)
+    if args.action == "build":
+        build(args.directory)
+        return 0
+    if args.out is None:
+        parser.error("hash needs OUT.json")
+    result = hash_all(args.directory, args.models)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    if args.compare:
+        with open(args.compare) as f:
+            base = json.load(f)
+        differ = sorted(key for key in result if key in base and base[key] != result[key])
+        print("equal" if not differ else f"DIFFERENT: {', '.join(differ)}")
+        return 1 if differ else 0
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
