@@ -176,14 +176,15 @@ class NpuCore:
         # executing groups hold the same values (one dict comparison per block instead of
         # copying, keying and hashing every register; decoding is a pure function of them).
         last = self._last.get(id(task))
-        if last is None or last[0] is not task or last[1] != blocks or not self.regfile.unchanged(last[2]):
+        # (the same task means the same op-enable mask, so the same blocks)
+        if last is None or last[0] is not task or not self.regfile.unchanged(last[1]):
             views = {name: self.regfile.view(name) for name in blocks}
             groups = {name: view.group for name, view in views.items()}
-            last = (task, blocks, views, self._decode(views, where), groups, _interrupts(groups))
+            last = (task, views, self._decode(views, where), groups, _interrupts(groups))
             if len(self._last) >= _DECODED_ENTRIES:
                 self._last.clear()
             self._last[id(task)] = last
-        _, _, views, states, groups, interrupts = last
+        _, views, states, groups, interrupts = last
         dma = TaskDma(self.memory, where)
         dma.count(Traffic.REGCMD_READ, fetch_words(amount, self.scale) * WORD_BYTES)
         _run_units(states, dma, self.cbuf, self.regfile.lut.tables, where)

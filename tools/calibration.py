@@ -205,17 +205,18 @@ def _run_row(row: CalibrationRow) -> RowRun:
     runtime.run()
     # the row's own tasks write its output: conv tasks for a conv row, DPU/PPU-only tasks otherwise
     # (a helper conv of an element-wise row writes a tensor of its own: the lanes of a broadcast)
-    own = [record for run in runtime.runs for record in run.tasks
+    records = [record for run in runtime.runs for record in run.tasks]
+    own = [record for record in records
            if (record.dpu is not None or record.ppu is not None) and (record.conv is not None) == row.is_conv]
     written = sum(record.traffic.write_bytes for record in own)
-    if not row.is_conv and any(record.conv is not None for run in runtime.runs for record in run.tasks):
+    if not row.is_conv and any(record.conv is not None for record in records):
         structure.append(HELPER_CONV)
     layout = "; ".join(filter(None, [layout, _output_difference(row, written, platform), *structure]))
     # (a conv task's output bound depends on the figure being fitted: TaskFigures.compute takes it from Figures)
     tasks = [TaskFigures(task_npu_cycles(record, platform), unit_cycles(record, platform),
                          data_read_bytes(record.traffic), record.traffic.write_bytes, record.traffic.regcmd_read,
                          record.conv is not None)
-             for run in runtime.runs for record in run.tasks]
+             for record in records]
     return RowRun(row, True, tasks=tasks, layers=layers, layout=layout)
 
 

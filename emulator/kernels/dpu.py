@@ -204,6 +204,12 @@ def _ew_block(block, operand, ew):
 
 
 @njit(cache=True)
+def _out_cvt_flat(block, out, scale, shift, offset, mode, low, high):
+    for i in range(block.shape[0]):
+        out[i] = nm.out_cvt_value(block[i], scale, shift, offset, mode, low, high)
+
+
+@njit(cache=True)
 def _stages_int(data, sums, kernels_per_group, bs, bs_operands, bn, bn_operands, operand, ew,
                 cvt, out):
     """BS -> BN -> EW -> OUT_CVT over [C][H*W]; a stage whose settings are None is bypassed
@@ -238,10 +244,8 @@ def _stages_int(data, sums, kernels_per_group, bs, bs_operands, bn, bn_operands,
                 _ew_block(block, operand_row[start:stop], ew)
             target = out[c, start:stop]
             if cvt is not None:
-                scale, shift, offset = cvt[CP_SCALE], cvt[CP_SHIFT], cvt[CP_OFFSET]
-                mode, low, high = cvt[CP_MODE], cvt[CP_LOW], cvt[CP_HIGH]
-                for p in range(block.shape[0]):
-                    target[p] = nm.out_cvt_value(block[p], scale, shift, offset, mode, low, high)
+                _out_cvt_flat(block, target, cvt[CP_SCALE], cvt[CP_SHIFT], cvt[CP_OFFSET], cvt[CP_MODE],
+                              cvt[CP_LOW], cvt[CP_HIGH])
             else:
                 for p in range(block.shape[0]):
                     target[p] = block[p]

@@ -22,7 +22,8 @@ from numba import njit
 from npuemu.emulator import numerics as nm
 from npuemu.emulator.kernels.dpu import (
     _OPERAND_MATRICES, _OUTPUT_RANGES, CP_HIGH, CP_LOW, CP_MODE, CP_OFFSET, CP_SCALE, CP_SHIFT, EwConfig,
-    OutCvtConfig, XStageConfig, _bn_block, _bs_block, _cvt_params, _ew_block, _ew_params, _x_params,
+    OutCvtConfig, XStageConfig, _bn_block, _bs_block, _cvt_params, _ew_block, _ew_params, _out_cvt_flat,
+    _x_params,
 )
 from npuemu.isa.errors import EmulationError
 
@@ -377,12 +378,6 @@ def _chain_pixels_to_atoms(data, sums, sums_layout, operands, operand, chain, su
             e = other[:n]
         _chain_flat(d, w, cpend[:n], alu[:n], mul[:n], e, chain, flat_tile[:n])
         _store_atoms(tile, first, count, width, surfaces, offsets, target)
-
-
-@njit(cache=True)
-def _out_cvt_flat(block, out, scale, shift, offset, mode, low, high):
-    for i in range(block.shape[0]):
-        out[i] = nm.out_cvt_value(block[i], scale, shift, offset, mode, low, high)
 
 
 def _channel_blocks(cube: np.ndarray, channels: int, pixels: int, name: str) -> np.ndarray:

@@ -16,7 +16,7 @@ import numpy as np
 from npuemu.emulator import kernels
 from npuemu.emulator.kernels.dpu import int_stages
 from npuemu.emulator.kernels.dpu_pixel import stages_to_atoms
-from npuemu.emulator.memory import TaskDma, Traffic, rows_disjoint
+from npuemu.emulator.memory import TaskDma, Traffic
 from npuemu.emulator.numerics import out_cvt_round_mode
 from npuemu.emulator.regfile import RegisterView
 from npuemu.emulator.units.cna_core import CoreResult
@@ -230,7 +230,7 @@ def run_dpu(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult | Non
     if state.proc_precision in INTEGER_PROCESSING:
         _run_integer(state, rdma, source, dma, lut_tables, where)
         return
-    data, _ = _main_input(state, rdma, source, dma, where)
+    data = _main_input(state, rdma, source, dma, where)
     data = _float_stages(state, rdma, data, dma, where)
     out = kernels.out_cvt_fp16(data) if state.out_precision == FP16 else data.astype(np.float32)
     # lanes past the channel count are written as 0 [C]
@@ -247,8 +247,7 @@ def _run_integer(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult 
     if not fixed.lut:
         # the kernel stores whole 8-byte words (every chip's atom is 8 or 16 bytes)
         claimed = None if fixed.c2 * fixed.out_dtype.itemsize % 8 else \
-            dma.claim_rows(Traffic.DPU_WRITE, fixed.starts, fixed.line, np.uint64, fixed.what,
-                           disjoint=fixed.disjoint)
+            dma.claim_rows(Traffic.DPU_WRITE, fixed.starts, fixed.line, np.uint64, fixed.what)
         if claimed is not None:
             words, offsets = claimed
             stages_to_atoms(blocks, state.channels, state.width, words, offsets, fixed.out_dtype, fixed.c2,
@@ -266,7 +265,8 @@ def _run_integer(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult 
         data = kernels.lut_stage(int_stages(data, **stages), _lut_config(state.lut),
                                  lut_tables[0], lut_tables[1])
         stages = {}
-    _write(state, int_stages(data, **stages, **tail, out_dtype=fixed.out_dtype), fixed.c2, dma)
+    out = int_stages(data, **stages, **tail, out_dtype=fixed.out_dtype)
+    dma.write_planes(Traffic.DPU_WRITE, fixed.starts, out[:fixed.surfaces * fixed.c2], fixed.c2, fixed.what)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,7 +283,6 @@ class _FixedSettings:
     surfaces: int
     starts: np.ndarray  # never written
     line: int
-    disjoint: bool  # no two rows overlap
     what: str
 
 
@@ -309,7 +308,7 @@ def _fixed_settings(state: DpuState, where: str) -> _FixedSettings:
         bn=None if bn.bypass else _x_config(bn), ew=None if ew.bypass else _ew_config(ew),
         cvt=kernels.OutCvtConfig(cvt.scale, cvt.shift, cvt.offset, out_cvt_round_mode(cvt.round_bit)),
         out_dtype=out_dtype, lut=not ew.bypass and not ew.lut_bypass, c2=c2, surfaces=surfaces,
-        starts=starts, line=line, disjoint=rows_disjoint(starts, line), what=_wdma_what(state))
+        starts=starts, line=line, what=_wdma_what(state))
     if len(_FIXED) >= 4096:
         _FIXED.clear()
     _FIXED[id(state)] = (state, fixed)
@@ -324,11 +323,11 @@ def blocks_to_cube(blocks: np.ndarray, shape: tuple[int, int, int]) -> np.ndarra
 
 
 def _main_input(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult | None,
-                dma: TaskDma, where: str) -> tuple[np.ndarray, np.ndarray | None]:
-    """The main cube as [C][H][W] float32 (the fp path) and the window sums."""
-    blocks, window_sums = _main_blocks(state, rdma, source, dma, where)
+                dma: TaskDma, where: str) -> np.ndarray:
+    """The main cube as [C][H][W] float32 (the fp path: no window sums)."""
+    blocks, _ = _main_blocks(state, rdma, source, dma, where)
     cube = blocks_to_cube(blocks, (state.channels, state.height, state.width))
-    return cube.astype(np.float32, copy=False), window_sums
+    return cube.astype(np.float32, copy=False)
 
 
 def _main_blocks(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult | None,
@@ -432,19 +431,12 @@ def _bs_operands(state: DpuState, rdma: DpuRdmaState | None, dma: TaskDma,
             blob["MUL"] if bs.mul_from_dma else bs.mul_operand)
 
 
-#: _brdma_needed's answers per (DpuState id, DpuRdmaState id), holding both so the ids stay theirs
-_BRDMA_NEEDED: dict[tuple[int, int], tuple[DpuState, DpuRdmaState | None, bool]] = {}
-
-
-def _brdma_needed(state: DpuState, rdma: DpuRdmaState | None, where: str) -> bool:
-    """Whether the BS stage takes an operand from the BRDMA (checked to be fetched); a pure
-    function of the two states, so answered once per pair (errors are raised, never kept)."""
-    entry = _BRDMA_NEEDED.get((id(state), id(rdma)))
-    if entry is not None and entry[0] is state and entry[1] is rdma:
-        return entry[2]
+def _brdma_needed(state: DpuState, rdma: DpuRdmaState | None, where: str, cpend: bool = True) -> bool:
+    """Whether the BS stage takes an operand from the BRDMA (checked to be fetched); ``cpend``
+    False: the fp path, which has no CPEND term."""
     bs = state.bs
     needed = ((bs.alu_from_dma and not bs.alu_bypass, BRDMA_ALU, "DPU.BS_CFG.BS_ALU_SRC=1"),
-              (bs.cpend_from_dma and not bs.cpend_bypass, BRDMA_CPEND, "DPU.BS_OW_CFG.OW_SRC=1"),
+              (cpend and bs.cpend_from_dma and not bs.cpend_bypass, BRDMA_CPEND, "DPU.BS_OW_CFG.OW_SRC=1"),
               (bs.mul_from_dma and not bs.mul_bypass, BRDMA_MUL, "DPU.BS_MUL_CFG.BS_MUL_SRC=1"))
     used = any(use for use, _, _ in needed)
     if used:
@@ -455,9 +447,6 @@ def _brdma_needed(state: DpuState, rdma: DpuRdmaState | None, where: str) -> boo
             if use and not rdma.brdma_use & bit:
                 raise EmulationError(f"{where}: {register} but DPU_RDMA.BRDMA_CFG.BRDMA_DATA_USE="
                                      f"{rdma.brdma_use} does not fetch that operand")
-    if len(_BRDMA_NEEDED) >= 4096:
-        _BRDMA_NEEDED.clear()
-    _BRDMA_NEEDED[(id(state), id(rdma))] = (state, rdma, used)
     return used
 
 
@@ -597,11 +586,7 @@ def _float_stages(state: DpuState, rdma: DpuRdmaState | None, data: np.ndarray, 
         if stage.bypass:
             continue
         blob = None
-        if name == "BS" and ((stage.alu_from_dma and not stage.alu_bypass)
-                             or (stage.mul_from_dma and not stage.mul_bypass)):
-            if rdma is None:
-                raise EmulationError(f"{where}: the BS stage takes operands from the BRDMA but DPU_RDMA is "
-                                     f"not enabled in the op-enable word: the DPU would wait forever")
+        if name == "BS" and _brdma_needed(state, rdma, where, cpend=False):
             blob = read_bias_blob(dma, rdma, state.channels, where)
         mul = None
         if not stage.mul_bypass:

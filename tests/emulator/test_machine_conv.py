@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from npuemu.emulator.machine import Machine
+from npuemu.isa.errors import EmulationError
 from tests.emulator.test_machine_support import (
     MASK_CONV, BsParams, ConvSpec, bias_blob, bn_reference, bs_reference, conv_reference, conv_task,
     depthwise_reference, load_cube, out_cvt_reference, pack_conv_weights, pack_depthwise_weights,
@@ -122,13 +123,8 @@ def test_traffic_counts_what_the_dma_moved():
 
 
 
-def test_fp16_pointwise_conv_with_relu():
-    """fp16 features (C2 = 8) and weights ([OC/16][IC/32][KH][KW][16][ic], NUMERICS 8.3), fp32
-    accumulation, BN ReLU, fp16 output; small integers keep every sum exact."""
-    rng = np.random.default_rng(16)
-    channels, kernels, height, width = 8, 16, 5, 6
-    x = rng.integers(-4, 5, (channels, height, width)).astype(np.float16)
-    w = rng.integers(-4, 5, (kernels, channels, 1, 1)).astype(np.float16)
+def fp16_pointwise_task(channels: int, kernels: int, height: int, width: int):
+    """A 1x1 fp16 conv task (C2 = 8, 16 kernels = 2 fp16 surfaces) with BN ReLU."""
     spec = ConvSpec(in_c=channels, in_h=height, in_w=width, kernels=kernels, kernel=1, relu=True)
     t = conv_task(spec)
     t.set("CNA", "CONV_CON1", PROC_PRECISION=2, IN_PRECISION=2)
@@ -142,8 +138,19 @@ def test_fp16_pointwise_conv_with_relu():
     t.set("DPU_RDMA", "DATA_CUBE_CHANNEL", CHANNEL=kernels - 1)
     t.set("DPU", "WDMA_SIZE_0", CHANNEL_WDMA=kernels - 1)
     t.set("DPU", "DATA_FORMAT", OUT_PRECISION=2, IN_PRECISION=2, PROC_PRECISION=2)
+    t.set("DPU", "SURFACE_ADD", SURF_ADD=2 * height * width)
+    return spec, t
+
+
+def test_fp16_pointwise_conv_with_relu():
+    """fp16 features (C2 = 8) and weights ([OC/16][IC/32][KH][KW][16][ic], NUMERICS 8.3), fp32
+    accumulation, BN ReLU, fp16 output; small integers keep every sum exact."""
+    rng = np.random.default_rng(16)
+    channels, kernels, height, width = 8, 16, 5, 6
+    x = rng.integers(-4, 5, (channels, height, width)).astype(np.float16)
+    w = rng.integers(-4, 5, (kernels, channels, 1, 1)).astype(np.float16)
+    spec, t = fp16_pointwise_task(channels, kernels, height, width)
     t.set("DPU", "BS_CFG", BS_RELU_BYPASS=1, BS_MUL_BYPASS=1, BS_ALU_BYPASS=1, BS_BYPASS=1)
-    t.set("DPU", "SURFACE_ADD", SURF_ADD=2 * height * width)  # 16 kernels = 2 fp16 surfaces
     m = Machine.for_platform("rk3588", ddr_size=16 << 20)
     load_cube(m, spec.feature, x, c2=8)
     m.memory.load(spec.weights, w[:, :, 0, 0].tobytes())  # one [16 oc][8 ic] block
@@ -152,6 +159,17 @@ def test_fp16_pointwise_conv_with_relu():
     got = read_cube(m, spec.output, kernels, height, width, dtype=np.float16)
     np.testing.assert_array_equal(got.astype(np.float64), expected)
     assert run.tasks[0].traffic.feature_read == height * width * 16
+
+
+def test_fp16_bs_operand_the_brdma_does_not_fetch_is_refused():
+    """An fp16 BS ALU operand from the BRDMA (BS_ALU_SRC=1) with BRDMA_DATA_USE fetching nothing:
+    the same refusal as on the integer path, not a lookup error."""
+    _, t = fp16_pointwise_task(8, 16, 2, 3)
+    t.set("DPU", "BS_CFG", BS_RELU_BYPASS=1, BS_MUL_BYPASS=1, BS_ALU_BYPASS=0, BS_ALU_SRC=1, BS_BYPASS=0)
+    t.set("DPU_RDMA", "BRDMA_CFG", BRDMA_DATA_USE=0)
+    m = Machine.for_platform("rk3588", ddr_size=16 << 20)
+    with pytest.raises(EmulationError, match="BS_ALU_SRC=1 but DPU_RDMA.BRDMA_CFG.BRDMA_DATA_USE=0 does not fetch"):
+        run_tasks(m, [t.task(MASK_CONV)])
 
 
 @st.composite
