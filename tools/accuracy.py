@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from npuemu.compiler.build import build_model
+from npuemu.compiler.driver import CompileOptions, build_graph
 from npuemu.compiler.float_eval import evaluate
 from npuemu.compiler.ir import Graph
 from npuemu.compiler.quant import convert_op, cosine, fake_quant_evaluate, layer_accuracy, storage_hook
@@ -122,7 +122,7 @@ def analyze(graph: Graph, platform: Any, inputs: Mapping[str, np.ndarray], *, mo
     if not run_emulator:
         report.runtime_note = "emulator not run (asked)"
     elif float16:
-        # build_model lowers int8 layers only (compiler/build.py); never run a partial model
+        # the probe build is int8 only; never run a partial model
         report.runtime_note = (f"the model-file build is int8 only and {len(float16)} layer(s) are float16 "
                                f"({', '.join(float16[:3])}{', ...' if len(float16) > 3 else ''}): this analysis is "
                                "at the fake-quant level")
@@ -159,7 +159,7 @@ def _run_probe(graph: Graph, platform: Any, inputs: Mapping[str, np.ndarray], te
     """Build with every analysed tensor kept as a graph output (module docstring), run once."""
     probe = copy.deepcopy(graph)
     probe.outputs = list(dict.fromkeys([*probe.outputs, *tensors]))
-    runtime = Runtime(build_model(probe, platform, name="accuracy-probe"), platform)
+    runtime = Runtime(build_graph(probe, platform, CompileOptions(name="accuracy-probe")), platform)
     for name in graph.inputs:
         runtime.set_input(name, np.asarray(inputs[name], dtype=np.float32))
     runtime.run()

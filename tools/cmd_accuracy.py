@@ -46,17 +46,17 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from npuemu.isa.errors import ConfigError
     from npuemu.tools import accuracy
-    from npuemu.tools.cmd_compile import _import_step, _passes_step, _platform_step, quantize_step
+    from npuemu.compiler.driver import quantize
+    from npuemu.tools.cmd_compile import compile_options, prepare_float
 
     if args.dataset is None:
         raise ConfigError("accuracy needs --dataset ds.txt: the calibration set (int8) and the analysed sample")
-    context: dict[str, Any] = {}
-    for step in (_platform_step, _import_step, _passes_step):
-        step(args, context)
-    quantize_step(_quantize_args(args), context)
-    graph, result = context["graph"], context["quantization"]
+    front = prepare_float(args)
+    front.options = compile_options(_quantize_args(args))  # the passes ran as they do for an int8 build
+    quantize(front)
+    graph, result = front.graph, front.quantization
     inputs = _analysed_sample(args, graph, result.preprocess)
-    report = accuracy.analyze(graph, context["platform"], inputs, model=args.model.name, mode=result.mode,
+    report = accuracy.analyze(graph, front.platform, inputs, model=args.model.name, mode=result.mode,
                               run_emulator=not args.no_emulator)
     table = accuracy.format_table(report)
     print(table, end="")

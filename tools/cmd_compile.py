@@ -146,32 +146,41 @@ def _shape_spec(text: str) -> tuple[str | None, list[int]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    context: dict[str, Any] = {}
+    from npuemu.compiler.driver import prepare
+
+    front = prepare(args.model, args.target, compile_options(args))
     for step in STEPS:
-        step(args, context)
+        step(args, front)
     return 0
 
 
-def _platform_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
-    from npuemu.platforms import load_platform
+def compile_options(args: argparse.Namespace, precision: str | None = None):
+    """The driver's options from the flags of ``compile`` (``perf``, ``accuracy`` and ``quant-config``
+    share them); ``precision`` overrides the one the flags ask for."""
+    from npuemu.compiler.driver import CompileOptions
 
-    context["platform"] = load_platform(args.target)  # checked first: a typo fails fast
+    asked = precision
+    if precision is None:
+        precision = ("hybrid" if getattr(args, "quant_config", None) is not None else
+                     "fp16" if getattr(args, "fp16", False) else
+                     "int8" if getattr(args, "quantize", False) or getattr(args, "dataset", None) is not None
+                     else "float")
+    calibration = {} if asked == "float" else {
+        "dataset": args.dataset, "quant_config": getattr(args, "quant_config", None), "algorithm": args.algorithm,
+        "per_channel": args.per_channel, "mean": tuple(args.mean), "std": tuple(args.std), "bgr": args.bgr,
+        "progress": not args.no_progress}
+    return CompileOptions(precision=precision, input_shapes=_input_shapes(args),
+                          optimization_level=args.optimization_level, core_mask=getattr(args, "core_mask", "auto"),
+                          sram=bool(getattr(args, "sram", False)), batch_size=getattr(args, "batch_size", 1),
+                          name=Path(args.model).stem, **calibration)
 
 
-def _import_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
-    from npuemu.compiler.onnx_import import import_onnx
+def prepare_float(args: argparse.Namespace):
+    """Import and graph passes as ``compile`` runs them, no quantization (the driver's Front):
+    ``quant-config`` and ``accuracy`` calibrate the graph themselves."""
+    from npuemu.compiler.driver import prepare
 
-    context["graph"] = import_onnx(args.model, _input_shapes(args))
-
-
-def _passes_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
-    """Folding, fusion, clean-up and vendor rewrites of the optimization level, then the
-    NPU/CPU partition of the target platform."""
-    from npuemu.compiler.passes import PassContext, optimize
-
-    half = getattr(args, "fp16", False)  # quant-config and accuracy share this step without --fp16
-    ctx = PassContext(context["platform"], args.optimization_level, element_bytes=2 if half else 1)
-    context["pass_log"], context["partition"] = optimize(context["graph"], ctx)
+    return prepare(args.model, args.target, compile_options(args, precision="float"))
 
 
 def _input_shapes(args: argparse.Namespace) -> dict[str, list[int]]:
@@ -197,135 +206,73 @@ def _single_input_name(path: Path) -> str:
     return names[0]
 
 
-def _dump_ir_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
+def _dump_ir_step(args: argparse.Namespace, front) -> None:
     if args.dump_ir is None:
         return
     from npuemu.compiler.ir_text import format_graph
     from npuemu.compiler.passes.partition import annotate_ir_text
 
-    text = format_graph(context["graph"])
-    if context.get("partition") is not None:  # CPU layers say why
-        text = annotate_ir_text(text, context["graph"], context["partition"])
+    text = annotate_ir_text(format_graph(front.graph), front.graph, front.partition)  # CPU layers say why
     _write(args.dump_ir, text)
 
 
-def _dump_json_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
+def _dump_json_step(args: argparse.Namespace, front) -> None:
     if args.dump_json is None:
         return
     import json
 
     from npuemu.compiler.passes.partition import annotate_layers
-    from npuemu.compiler.perf_json import dumps, perf_json
+    from npuemu.compiler.perf_json import perf_json
 
-    if context.get("partition") is None:
-        _write(str(args.dump_json), dumps(context["graph"]))
-        return
-    document = annotate_layers(perf_json(context["graph"]), context["graph"], context["partition"])
+    document = annotate_layers(perf_json(front.graph), front.graph, front.partition)
     _write(str(args.dump_json), json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
 
 
-def _partition_report_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
-    if args.partition_report is None or context.get("partition") is None:
-        return
-    _write(args.partition_report, context["partition"].report())
+def _partition_report_step(args: argparse.Namespace, front) -> None:
+    if args.partition_report is not None:
+        _write(args.partition_report, front.partition.report())
 
 
-def _partition_summary_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
+def _partition_summary_step(args: argparse.Namespace, front) -> None:
     """One line: the level, layers per unit, and the op types left on the CPU."""
-    split = context.get("partition")
-    if split is None or "-" in (args.dump_ir, str(args.dump_json), args.partition_report):
+    split = front.partition
+    if "-" in (args.dump_ir, str(args.dump_json), args.partition_report):
         return
     cpu = ", ".join(f"{op} x{count}" for op, count in split.cpu_ops().most_common())
     print(f"optimization level {args.optimization_level} for {split.chip}: {split.count('NPU')} layers on the NPU, "
           f"{split.count('CPU')} on the CPU" + (f" ({cpu})" if cpu else ""))
 
 
-def _summary_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
+def _summary_step(args: argparse.Namespace, front) -> None:
     if args.dump_ir == "-" or str(args.dump_json) == "-":
         return  # standard output carries a dump
-    graph = context["graph"]
+    graph = front.graph
     inputs = ", ".join(f"{name}{list(graph.tensors[name].shape)}" for name in graph.inputs)
     print(f"{args.model}: {len(graph.nodes)} layers, inputs {inputs}, {len(graph.constants())} constants")
-    if context.get("quantization") is not None:
-        print(f"quantized {context['quantization'].summary()}")
+    if front.quantization is not None:
+        print(f"quantized {front.quantization.summary()}")
 
 
-def quantize_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
-    """int8 (calibrated), float16 or hybrid from a config; runs after the graph passes. Steps
-    before this one are what ``quant-config`` runs too, so both see the same layers."""
-    from npuemu.compiler.quant import (CalibrationOptions, float16_graph, preprocess_for_inputs, quantize_from_config,
-                                       quantize_with_dataset, read_config)
-    from npuemu.isa.errors import ConfigError
-
-    graph = context["graph"]
-    calibration_given = (args.dataset is not None or args.mean or args.std or args.bgr or args.algorithm != "normal"
-                         or not args.per_channel)
-    if args.quant_config is not None:
-        if calibration_given:
-            raise ConfigError("--quant-config already holds the ranges, preprocessing and weight method: leave out "
-                              "--dataset, --algorithm, --mean, --std, --bgr and --per-layer (edit the config instead)")
-        config = read_config(args.quant_config, graph)
-        context["preprocess"] = {name: value.to_plain() for name, value in config.preprocess.items()}
-        context["quantization"] = quantize_from_config(graph, config)
-    elif args.fp16:
-        if calibration_given:
-            raise ConfigError("--fp16 does not calibrate: leave out --dataset, --algorithm, --mean, --std, --bgr and "
-                              "--per-layer")
-        context["quantization"] = float16_graph(graph)
-    elif args.quantize or args.dataset is not None:
-        if args.dataset is None:
-            raise ConfigError("--quantize needs a calibration dataset: --dataset ds.txt")
-        preprocess = preprocess_for_inputs(graph, args.mean, args.std, args.bgr)
-        context["preprocess"] = {name: value.to_plain() for name, value in preprocess.items()}
-        options = CalibrationOptions(args.algorithm, args.per_channel, progress=not args.no_progress)
-        context["quantization"] = quantize_with_dataset(graph, args.dataset, preprocess, options)
-    elif calibration_given:
-        raise ConfigError("--algorithm, --mean, --std, --bgr and --per-layer apply to calibration: add --quantize "
-                          "--dataset ds.txt")
-
-
-def build_step(args: argparse.Namespace, context: dict[str, Any]) -> None:
+def build_step(args: argparse.Namespace, front) -> None:
     """Lower, plan memory, encode and write the model file when ``-o`` is given."""
     if getattr(args, "output", None) is None:
         return
-    model = build_model_file(args, context)
+    from npuemu.compiler.driver import build
+    from npuemu.isa.errors import CompileError
+
+    if front.quantization is None:
+        raise CompileError("-o needs a quantized graph: add --quantize --dataset ds.txt, --fp16 or --quant-config")
+    model = build(front)
     model.write(args.output)
-    context["model_file"] = model
     print(f"wrote {args.output}: {len(model.layers())} layers, "
           f"{sum(step.chain.tasks for step in model.schedule() if step.kind == 'npu')} NPU tasks")
 
 
 def compile_in_memory(args: argparse.Namespace):
     """The model file ``compile -o`` would write, without writing it (``perf MODEL.onnx``)."""
-    context: dict[str, Any] = {}
-    for step in PREPARE_STEPS:
-        step(args, context)
-    return build_model_file(args, context)
+    from npuemu.compiler.driver import compile_model
 
-
-def build_model_file(args: argparse.Namespace, context: dict[str, Any]):
-    """Lower, plan memory and encode the quantized graph of ``context`` (a ModelFile)."""
-    from npuemu.compiler.build import build_model
-    from npuemu.isa.errors import CompileError, ConfigError
-
-    if context.get("quantization") is None:
-        raise CompileError("-o needs a quantized graph: add --quantize --dataset ds.txt, --fp16 or --quant-config")
-    options = {"optimization_level": args.optimization_level, "algorithm": args.algorithm,
-               "per_channel": args.per_channel}
-    if context.get("preprocess"):  # what `npuemu run` applies to image inputs
-        options["preprocess"] = context["preprocess"]
-    from npuemu.tools.core_mask import parse_core_mask
-
-    platform = context["platform"]
-    cores = parse_core_mask(args.core_mask, platform.cores.count, platform.name)
-    if args.batch_size != 1 and args.core_mask != "auto":
-        raise ConfigError(f"--batch-size {args.batch_size} cannot be combined with --core-mask {args.core_mask}: "
-                          "every batch context runs with core mask auto, one context per core (guide 5.6.1)")
-    options["core_mask"] = args.core_mask
-    options["sram"] = bool(args.sram)
-    options["batch_size"] = args.batch_size
-    return build_model(context["graph"], platform, name=Path(args.model).stem, options=options, cores=cores,
-                       sram=args.sram, batch=args.batch_size)
+    return compile_model(args.model, args.target, compile_options(args))
 
 
 def _write(destination: str, text: str) -> None:
@@ -340,12 +287,8 @@ def _write(destination: str, text: str) -> None:
         raise CompileError(f"cannot write {destination}: {error.strerror}") from None
 
 
-#: The work of ``compile``, in order; each step reads args and the shared context.
-#: the steps up to the quantized graph (compile, and perf's in-memory build)
-PREPARE_STEPS: list[Callable[[argparse.Namespace, dict[str, Any]], None]] = [
-    _platform_step, _import_step, _passes_step, quantize_step,
-]
-STEPS: list[Callable[[argparse.Namespace, dict[str, Any]], None]] = [
-    *PREPARE_STEPS, build_step, _dump_ir_step, _dump_json_step, _partition_report_step, _summary_step,
-    _partition_summary_step,
+#: The work of ``compile`` after the driver's front half (import, passes, quantization), in order;
+#: each step reads args and the driver's Front.
+STEPS: list[Callable[[argparse.Namespace, Any], None]] = [
+    build_step, _dump_ir_step, _dump_json_step, _partition_report_step, _summary_step, _partition_summary_step,
 ]

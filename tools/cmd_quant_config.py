@@ -47,16 +47,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.dataset is None:
         raise ConfigError("quant-config calibrates the model: give --dataset ds.txt")
-    context: dict[str, Any] = {}
-    for step in cmd_compile.STEPS:
-        if step is cmd_compile.quantize_step:
-            break
-        step(args, context)
-    graph = context["graph"]
+    front = cmd_compile.prepare_float(args)
+    graph = front.graph
     preprocess = preprocess_for_inputs(graph, args.mean, args.std, args.bgr)
     options = CalibrationOptions(args.algorithm, args.per_channel, progress=not args.no_progress)
     config = config_with_dataset(graph, args.dataset, preprocess, options, model=args.model.name,
-                                 target=context["platform"].name)
+                                 target=front.platform.name)
     write_config(config, graph, args.output)
     print(f"{args.output}: {len(graph.nodes)} layers, {len(config.ranges)} tensor ranges "
           f"({config.algorithm}); edit it, then: npuemu compile {args.model} --quant-config {args.output}")

@@ -224,11 +224,9 @@ def run_case(case, chip: str = "rk3588", dtype: str = "int8", *, expected_overri
 
 
 def _run(case, chip, dtype, result, expected_override):
-    from npuemu.compiler.build import build_model
+    from npuemu.compiler.driver import CompileOptions, build, prepare
     from npuemu.compiler.float_eval import evaluate
-    from npuemu.compiler.onnx_import import import_onnx
-    from npuemu.compiler.passes import PassContext, optimize
-    from npuemu.compiler.quant import calibrate, fake_quant_evaluate, quantize_graph
+    from npuemu.compiler.quant import fake_quant_evaluate
     from npuemu.emulator.runtime import Runtime
     from npuemu.platforms import load_platform
 
@@ -243,18 +241,16 @@ def _run(case, chip, dtype, result, expected_override):
     if expected_override is not None:
         expected = expected_override
     platform = load_platform(chip)
-    graph = import_onnx(model, {name: list(np.shape(value)) for name, value in feeds.items()})
-    optimize(graph, PassContext(platform, 3))
     float_feeds = {name: np.asarray(value) for name, value in feeds.items()}
     # the test input is the calibration set (fp16 builds only use it for tensors no layer types,
     # e.g. a graph input only a Shape reads)
-    ranges = calibrate(graph, [float_feeds], "normal", progress=False).ranges
-    if dtype == "int8":
-        quantize_graph(graph, ranges)
-    else:
-        quantize_graph(graph, ranges, default_dtype="float16")
+    options = CompileOptions(precision="int8" if dtype == "int8" else "fp16", dataset=[float_feeds],
+                             input_shapes={name: list(np.shape(value)) for name, value in feeds.items()},
+                             name=case.name)
+    front = prepare(model, platform, options)
+    graph = front.graph
     result.partition_reason = _cpu_reason(graph, platform)
-    built = build_model(graph, platform, name=case.name)
+    built = build(front)
     result.target = _target(built)
     runtime = Runtime(built, platform)
     for name, value in float_feeds.items():

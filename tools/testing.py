@@ -353,34 +353,33 @@ OPTIMIZATION_LEVEL = 3
 
 
 def compile_layer(config: LayerConfig, chip: str = "rk3588"):
-    """(quantized graph, model file) of ``config``: :func:`quantize_layer`, then built."""
-    from npuemu.compiler.build import build_model
-    from npuemu.platforms import load_platform
+    """(quantized graph, model file) of ``config``: :func:`quantize_layer`'s graph, then built."""
+    from npuemu.compiler.driver import build
 
-    graph = quantize_layer(config, chip)
-    return graph, build_model(graph, load_platform(chip), name="layer")
+    front = _prepare_layer(config, chip)
+    return front.graph, build(front)
 
 
 def quantize_layer(config: LayerConfig, chip: str = "rk3588"):
     """The fused, int8-quantized graph of ``config``, calibrated on random float inputs (so
     the ranges, and with them the scales and zero points, vary with the seed)."""
-    from npuemu.compiler.onnx_import import import_onnx
-    from npuemu.compiler.passes import PassContext, optimize
-    from npuemu.compiler.quant import calibrate, quantize_graph
-    from npuemu.platforms import load_platform
+    return _prepare_layer(config, chip).graph
 
-    platform = load_platform(chip)
-    graph = import_onnx(layer_model(config))
-    optimize(graph, PassContext(platform, OPTIMIZATION_LEVEL))
+
+def _prepare_layer(config: LayerConfig, chip: str):
+    """The compiler driver's front half on ``config``'s one-node model."""
+    from npuemu.compiler.driver import CompileOptions, prepare
+
+    model = layer_model(config)
+    shapes = {value.name: tuple(d.dim_value for d in value.type.tensor_type.shape.dim) for value in model.graph.input}
     rng = np.random.default_rng([config.seed, 1])
     samples = []
     for _ in range(CALIBRATION_SAMPLES):
         offset = rng.uniform(-1.0, 1.0)  # an off-centre range: non-zero input zero points
-        samples.append({name: (rng.normal(offset, rng.uniform(0.3, 2.0), graph.tensors[name].shape)).astype(np.float32)
-                        for name in graph.inputs})
-    ranges = calibrate(graph, samples, "normal", progress=False).ranges
-    quantize_graph(graph, ranges)
-    return graph
+        samples.append({name: (rng.normal(offset, rng.uniform(0.3, 2.0), shape)).astype(np.float32)
+                        for name, shape in shapes.items()})
+    options = CompileOptions(dataset=samples, optimization_level=OPTIMIZATION_LEVEL, name="layer")
+    return prepare(model, chip, options)
 
 
 def set_register_field(model, block: str, register: str, field_name: str, value: int):

@@ -1,0 +1,223 @@
+"""The compiler's table of contents: ONNX model -> model file, one stage per line.
+
+    from npuemu.compiler.driver import CompileOptions, compile_model
+    model = compile_model("net.onnx", "rk3588", CompileOptions(dataset="ds.txt"))
+    model.write("net.npu")
+
+Stages, each a module with one job:
+
+1. import          ``onnx_import``      ONNX -> graph IR (shapes inferred, constants folded)
+2. graph passes    ``passes``           folding, hardware fusions, clean-up, vendor rewrites
+3. partition       ``passes.partition`` NPU or CPU for every layer, with the reason
+4. quantization    ``quant``            int8 (calibrated), float16 or hybrid (a quant config)
+5. layer records   ``layer_records``    fused nodes -> lowering records and host steps
+6. memory plan     ``tensor_plan``      tensor shapes, sizes, lifetimes, views, DDR/SRAM addresses
+7. lowering        ``lower``            records -> register-command tasks
+8. scheduling      ``schedule``         tasks -> chains per core, host steps between them
+9. packaging       ``package``          sections, tensor records, trailer -> ModelFile
+
+Stages 1-4 are :func:`prepare` (a :class:`Front`: the quantized graph and what was decided on
+the way), 5-9 :func:`build` (``build.build_model``). Tools that need the graph in between -
+accuracy analysis, the testing kit, the matmul API - call the two halves and read or adjust the
+graph between them; everything else calls :func:`compile_model`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from npuemu.compiler.build import build_model
+from npuemu.compiler.core_mask import parse_core_mask
+from npuemu.compiler.ir import Graph
+from npuemu.compiler.onnx_import import import_onnx
+from npuemu.compiler.passes import PassContext, optimize
+from npuemu.compiler.quant import (CalibrationOptions, calibrate, float16_graph, preprocess_for_inputs,
+                                   quantize_from_config, quantize_graph, quantize_with_dataset, read_config)
+from npuemu.isa.container import ModelFile
+from npuemu.isa.errors import CompileError, ConfigError
+from npuemu.platforms import Platform, load_platform
+
+#: Precisions of a build: int8 calibrated on ``dataset``, float16 throughout, the per-layer mix
+#: of a quant config (hybrid, ``quant_config``), or none (the float graph, no model file).
+PRECISIONS = ("int8", "fp16", "hybrid", "float")
+
+Samples = Sequence[Mapping[str, np.ndarray]]
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Everything a build depends on besides the model and the chip (the flags of ``npuemu
+    compile``). ``dataset`` is a dataset file in the vendor's format or samples in memory
+    (dicts of float arrays by input name, already preprocessed)."""
+
+    precision: str = "int8"
+    dataset: str | Path | Samples | None = None
+    quant_config: str | Path | None = None
+    algorithm: str = "normal"
+    per_channel: bool = True
+    mean: Sequence[str] = ()  # the --mean option texts: [NAME=]V0,V1,... per input
+    std: Sequence[str] = ()
+    bgr: bool = False
+    progress: bool = False
+    input_shapes: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    optimization_level: int = 3
+    core_mask: str = "auto"
+    sram: bool = False
+    batch_size: int = 1
+    elide_copies: bool = True  # no-copy Concat/Split where the layout allows (LOWERING.md 10.1)
+    pack_inputs: bool = True  # 1-4 channel first-layer inputs stored packed (C2 = C)
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"precision {self.precision!r}: expected one of {', '.join(PRECISIONS)}")
+        if (self.precision == "hybrid") != (self.quant_config is not None):
+            raise ConfigError("a hybrid build takes its layer precisions from a quant config (quant_config=...), "
+                              "and only a hybrid build takes one")
+        if self.batch_size < 1:
+            raise ConfigError(f"batch size {self.batch_size}: expected 1 or more")
+        if self.batch_size != 1 and self.core_mask != "auto":
+            raise ConfigError(f"--batch-size {self.batch_size} cannot be combined with --core-mask {self.core_mask}: "
+                              "every batch context runs with core mask auto, one context per core (guide 5.6.1)")
+
+    @property
+    def calibration_given(self) -> bool:
+        """Whether any calibration option departs from its default."""
+        return (self.dataset is not None or bool(self.mean) or bool(self.std) or self.bgr
+                or self.algorithm != "normal" or not self.per_channel)
+
+    def record(self, preprocess: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The options a model file records (``compiler.options`` in its trailer)."""
+        record = {"optimization_level": self.optimization_level, "algorithm": self.algorithm,
+                  "per_channel": self.per_channel}
+        if preprocess:  # what `npuemu run` applies to image inputs
+            record["preprocess"] = dict(preprocess)
+        return record | {"core_mask": self.core_mask, "sram": bool(self.sram), "batch_size": self.batch_size}
+
+
+@dataclass
+class Front:
+    """Stages 1-4: the fused, partitioned, quantized graph and what was decided on the way."""
+
+    graph: Graph
+    platform: Platform
+    options: CompileOptions
+    pass_log: Any = None
+    partition: Any = None
+    quantization: Any = None  # quant.QuantizationResult; None for precision "float"
+    preprocess: dict[str, Any] = field(default_factory=dict)  # per input, as plain values
+
+
+def compile_model(model: str | Path | Any, target: str | Platform = "rk3588",
+                  options: CompileOptions | None = None) -> ModelFile:
+    """The model file of an ONNX model (path or ModelProto) for ``target``."""
+    return build(prepare(model, target, options))
+
+
+def prepare(model: str | Path | Any, target: str | Platform = "rk3588",
+            options: CompileOptions | None = None) -> Front:
+    """Stages 1-4: import, graph passes and partition, quantization."""
+    options = options or CompileOptions()
+    platform = load_platform(target) if not isinstance(target, Platform) else target  # a typo fails first
+    graph = import_onnx(model, options.input_shapes)
+    front = Front(graph, platform, options)
+    run_passes(front)
+    quantize(front)
+    return front
+
+
+def run_passes(front: Front) -> None:
+    """Stages 2-3: the optimization level's passes, then the NPU/CPU partition (in place)."""
+    element_bytes = 2 if front.options.precision == "fp16" else 1  # fp16 CBUF tiling sizes its parts
+    context = PassContext(front.platform, front.options.optimization_level, element_bytes=element_bytes)
+    front.pass_log, front.partition = optimize(front.graph, context)
+
+
+def quantize(front: Front) -> None:
+    """Stage 4: annotate the graph with the build's precision (in place)."""
+    options, graph = front.options, front.graph
+    _check_calibration_options(options)
+    if options.precision == "hybrid":
+        config = read_config(options.quant_config, graph)
+        front.preprocess = {name: value.to_plain() for name, value in config.preprocess.items()}
+        front.quantization = quantize_from_config(graph, config)
+    elif options.precision == "fp16":
+        front.quantization = _float16(graph, options)
+    elif options.precision == "int8":
+        front.quantization = _int8(front)
+
+
+def _in_memory(dataset) -> bool:
+    return dataset is not None and not isinstance(dataset, (str, Path))
+
+
+def _check_calibration_options(options: CompileOptions) -> None:
+    """Calibration options given to a build that does not calibrate are a mistake, not ignored."""
+    if not options.calibration_given or options.precision == "int8":
+        return
+    if options.precision == "hybrid":
+        raise ConfigError("--quant-config already holds the ranges, preprocessing and weight method: leave out "
+                          "--dataset, --algorithm, --mean, --std, --bgr and --per-layer (edit the config instead)")
+    if options.precision == "fp16":
+        plain = dataclasses.replace(options, dataset=None)
+        if not (_in_memory(options.dataset) and not plain.calibration_given):  # samples ranging untyped tensors
+            raise ConfigError("--fp16 does not calibrate: leave out --dataset, --algorithm, --mean, --std, --bgr and "
+                              "--per-layer")
+        return
+    raise ConfigError("--algorithm, --mean, --std, --bgr and --per-layer apply to calibration: add --quantize "
+                      "--dataset ds.txt")
+
+
+def _float16(graph: Graph, options: CompileOptions):
+    """float16 throughout; samples given in memory still range the tensors no layer types (a
+    graph input only a Shape reads)."""
+    if options.dataset is None:
+        return float16_graph(graph)
+    ranges = calibrate(graph, options.dataset, options.algorithm, progress=options.progress).ranges
+    return quantize_graph(graph, ranges, default_dtype="float16")
+
+
+def _int8(front: Front):
+    """int8, calibrated on a dataset file (with its preprocessing) or on samples in memory."""
+    options, graph = front.options, front.graph
+    calibration = CalibrationOptions(options.algorithm, options.per_channel, progress=options.progress)
+    if options.dataset is None:
+        raise ConfigError("--quantize needs a calibration dataset: --dataset ds.txt")
+    if _in_memory(options.dataset):
+        if options.mean or options.std or options.bgr:
+            raise ConfigError("samples given in memory are used as they are: leave out mean, std and bgr")
+        ranges = calibrate(graph, options.dataset, options.algorithm, progress=options.progress).ranges
+        return quantize_graph(graph, ranges, per_channel=options.per_channel,
+                              weight_clipping=calibration.weight_clipping)
+    preprocess = preprocess_for_inputs(graph, options.mean, options.std, options.bgr)
+    front.preprocess = {name: value.to_plain() for name, value in preprocess.items()}
+    return quantize_with_dataset(graph, options.dataset, preprocess, calibration)
+
+
+def build(front: Front) -> ModelFile:
+    """Stages 5-9 (build.build_model): layer records, memory plan, lowering, scheduling, packaging."""
+    if front.quantization is None:
+        raise CompileError("a model file needs a quantized graph: add --quantize --dataset ds.txt, --fp16 or "
+                           "--quant-config")
+    return build_graph(front.graph, front.platform, front.options, front.preprocess)
+
+
+def build_graph(graph: Graph, target: str | Platform = "rk3588", options: CompileOptions | None = None,
+                preprocess: Mapping[str, Any] | None = None) -> ModelFile:
+    """Stages 5-9 on a graph already fused and quantized (by :func:`prepare` or by hand)."""
+    options = options or CompileOptions()
+    platform = load_platform(target) if not isinstance(target, Platform) else target
+    cores = parse_core_mask(options.core_mask, platform.cores.count, platform.name)
+    return build_model(graph, platform, name=options.name, options=options.record(preprocess), cores=cores,
+                       sram=options.sram, batch=options.batch_size, elide_copies=options.elide_copies,
+                       pack_inputs=options.pack_inputs)
+
+
+__all__ = ["PRECISIONS", "CompileOptions", "Front", "build", "build_graph", "compile_model", "prepare", "quantize",
+           "run_passes"]

@@ -1,0 +1,189 @@
+"""Build stage 5: the fused graph's nodes -> lowering records, in schedule order.
+
+Every node becomes one record: an NPU layer for ``lower`` (build_adapt.layer_from_node), a host
+step (``CpuOp``) or an ``Alias`` (a Reshape-like view of another tensor's bytes, no work). Some
+nodes become several: a channel Split per output, a ConvTranspose as the conv of its stride
+phases plus host moves (deconv_phases.py), a conv whose LUT activation runs on the host as conv
+plus host activation. New tensors those need go into a copy of the graph, never into the
+caller's.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from npuemu.compiler.build_adapt import (
+    ELTWISE_OPS, Alias, CpuOp, alias_from_node, concat_fits_surfaces, constant_outputs, cpu_from_node,
+    lane_broadcast_operand, lanes_tensor, layer_from_node, split_channels, split_conv_transpose,
+    split_lut_activation, stored_dtype,
+)
+from npuemu.compiler.ir import Graph, Tensor
+from npuemu.compiler.lower import ConcatLayer, ConvLayer, EltwiseLayer
+from npuemu.compiler.lower.lut import ONNX_LUT_KINDS
+from npuemu.isa.errors import CompileError
+
+
+def reads(layer) -> tuple[str, ...]:
+    """The tensors a record reads."""
+    if isinstance(layer, CpuOp):
+        return tuple(layer.inputs)
+    if isinstance(layer, ConvLayer):
+        return (layer.input,) + ((layer.residual.tensor,) if layer.residual else ())
+    if isinstance(layer, (EltwiseLayer, ConcatLayer)):
+        return tuple(layer.inputs)
+    return (layer.input,)
+
+
+def writes(layer) -> tuple[str, ...]:
+    """The output, and the lanes tensor a broadcasting element-wise layer writes and reads."""
+    broadcast = getattr(layer, "broadcast", None)
+    return (layer.output,) + ((broadcast.tensor,) if broadcast is not None else ())
+
+
+@dataclass
+class Records:
+    """The built graph's records: ``records[i]`` is built from ``nodes[i]``."""
+
+    graph: Graph  # the caller's graph, or a copy holding the tensors the records added
+    nodes: list
+    records: list
+    aliases: dict[str, str]  # alias tensor -> the tensor whose bytes it views
+    elided: set[int] = field(default_factory=set)  # id() of no-copy records (tensor_plan)
+
+    @property
+    def work(self) -> list:
+        """NPU layers and host steps, in order (aliases and elided copies left out)."""
+        return [r for r in self.records if not isinstance(r, Alias) and id(r) not in self.elided]
+
+    @property
+    def layers(self) -> list:
+        return [r for r in self.work if not isinstance(r, CpuOp)]
+
+    @property
+    def cpu_ops(self) -> list:
+        return [r for r in self.work if isinstance(r, CpuOp)]
+
+    @property
+    def produced(self) -> set[str]:
+        return {r.output for r in self.records if not isinstance(r, Alias)} | set(self.aliases)
+
+
+def layer_records(graph: Graph, spec) -> Records:
+    """The records of ``graph`` (fused and quantized) for chip ``spec``."""
+    graph, nodes = _expand(graph, spec)
+    if not nodes:
+        raise CompileError("the graph has no layers to build")
+    aliases: dict[str, str] = {}
+    records = []
+    for node in nodes:
+        record = alias_from_node(graph, node) if node.target == "NPU" else None
+        if record is not None:
+            aliases[record.output] = aliases.get(record.input, record.input)
+            records.append(record)
+        elif node.target == "CPU" or _broadcasting_eltwise(graph, node) or _host_step(graph, node, spec):
+            records.append(_resolve(cpu_from_node(graph, node), aliases))
+        else:
+            records.append(_resolve(layer_from_node(graph, node, spec), aliases))
+    result = Records(graph, nodes, records, aliases)
+    produced = result.produced
+    for tensor in graph.inputs:
+        if tensor in produced:
+            raise CompileError(f"graph input {tensor!r} is also produced by a layer")
+    for output in graph.outputs:
+        if output not in produced:
+            raise CompileError(f"graph output {output!r} is not produced by a layer")
+    return result
+
+
+class _GraphCopy:
+    """The graph new tensors go into: copied on the first addition only."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph, self.copied = graph, False
+
+    def add(self, tensor: Tensor) -> None:
+        if not self.copied:
+            self.graph, self.copied = copy.deepcopy(self.graph), True
+        self.graph.add_tensor(tensor)
+
+
+def _expand(graph: Graph, spec) -> tuple[Graph, list]:
+    """The nodes to build, with splits expanded; the graph holding every tensor they use."""
+    target = _GraphCopy(graph)
+    nodes = constant_outputs(graph)  # graph outputs the import folded to constants: host steps writing them
+    for node in graph.nodes:
+        slices = split_channels(target.graph, node)
+        if slices is not None:
+            nodes += slices
+            continue
+        transposed = split_conv_transpose(target.graph, node)
+        if transposed is not None:
+            tensors, conv, moves = transposed
+            for tensor in tensors:
+                target.add(tensor)
+            nodes += [*_with_host_activation(target, conv), *moves]  # an fp16 sigmoid head goes to the host too
+            continue
+        lanes = lanes_tensor(target.graph, node, spec)  # a broadcast operand's replicated copy (build_adapt)
+        if lanes is not None:
+            target.add(lanes)
+        nodes += _with_host_activation(target, node)
+    return target.graph, nodes
+
+
+def _with_host_activation(target: _GraphCopy, node) -> list:
+    """[conv, host activation] for a conv whose LUT activation the build runs on the host
+    (build_adapt.split_lut_activation), with the pre-activation tensor added; else [node]."""
+    split = split_lut_activation(target.graph, node)
+    if split is None:
+        return [node]
+    conv, activation, quant = split
+    source = target.graph.tensor(activation.outputs[0])
+    target.add(Tensor(conv.outputs[0], tuple(source.shape), source.dtype, quant=quant))
+    return [conv, activation]
+
+
+def _resolve(layer, aliases: Mapping[str, str]):
+    """The layer reading the stored tensors of any alias it reads."""
+    if not aliases:
+        return layer
+    if isinstance(layer, ConvLayer):
+        residual = layer.residual
+        if residual is not None and residual.tensor in aliases:
+            residual = dataclasses.replace(residual, tensor=aliases[residual.tensor])
+        return dataclasses.replace(layer, input=aliases.get(layer.input, layer.input), residual=residual)
+    if isinstance(layer, (EltwiseLayer, ConcatLayer, CpuOp)):
+        return dataclasses.replace(layer, inputs=tuple(aliases.get(name, name) for name in layer.inputs))
+    return dataclasses.replace(layer, input=aliases.get(layer.input, layer.input))
+
+
+def _host_step(graph: Graph, node, spec) -> bool:
+    """NPU-partitioned nodes the build runs as CPU steps: int8 <-> float16 conversions
+    (DataConvert), element-wise ops with a constant operand, channel Concats whose slices do
+    not start on C2 surfaces, and float16 LUT activations and standalone ReLU/Clip/LeakyRelu
+    (the fp16 DPU path has no LUT; fp16 standalone activations are not lowered)."""
+    if node.op_type == "DataConvert":
+        return True
+    if node.op_type in ELTWISE_OPS and any(graph.tensor(name).is_const for name in node.inputs[:2]):
+        return True  # a constant operand that no fusion folded: not lowered (layer_from_node)
+    half = stored_dtype(graph, node.outputs[0]) == "float16"
+    if node.op_type == "Concat":
+        return not concat_fits_surfaces(graph, node, spec)
+    return half and (node.op_type in ONNX_LUT_KINDS or node.op_type in ("Relu", "Clip", "LeakyRelu"))
+
+
+def _broadcasting_eltwise(graph: Graph, node) -> bool:
+    """An element-wise NPU node with broadcasting feature-map operands that the NPU does not run
+    (e.g. the SE block's [1, C, 1, 1] x [1, C, H, W] Mul): a CPU step. A [1, 1, H, W] operand is
+    replicated across lanes on the NPU (build_adapt.lane_broadcast_operand)."""
+    if node.op_type not in ELTWISE_OPS or node.fused or len(node.inputs) < 2:
+        return False
+    operands = [graph.tensor(name) for name in node.inputs[:2]]
+    if any(t.is_const for t in operands):
+        return False
+    return tuple(operands[0].shape) != tuple(operands[1].shape) and lane_broadcast_operand(graph, node) is None
+
+
+__all__ = ["Records", "layer_records", "reads", "writes"]
