@@ -1,13 +1,15 @@
 """Calibration of the timing model against the real-board rows of calibration.md.
 
 Each row (tools/calibration_rows.py) becomes a one-layer ONNX model, compiled for the row's chip
-(onnx_import, passes.optimize, int8 quantization, build.build_model) and run on the emulator;
+(the compiler driver, int8 calibrated on random samples) and run on the emulator;
 the timing model (emulator/timing) turns the tasks into NPU cycles, DDR cycles and time, which
 are compared with the board's figures.
 
 Measured time is per layer with per-layer profiling on (calibration.md), so the modelled time
-of a row is ``sum(task cycles) / clock.npu_mhz + launch.host_submit_overhead_us``: the tasks'
-own cycles (emulator/timing/task_time.py) plus one host submit per layer.
+of a row is the end of its run's timeline (emulator/timing/timeline.py: the tasks' cycles by the
+one task formula, task_time.time_work, at ``clock.npu_mhz``) plus one host submit per layer,
+``launch.host_submit_overhead_us``. A row keeps its executed schedule (timeline.Plan), and the
+fit places it again with each set of candidate figures.
 
 ``fit`` solves, once per chip and with the same formulas for every row:
 - DDR: ``ddr = data read bytes / r + write bytes / w`` by least squares on the relative error
@@ -41,8 +43,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from npuemu.compiler.lower.lut import ONNX_LUT_KINDS
-from npuemu.emulator.timing.task_time import serial_part
-from npuemu.emulator.timing.unit_cycles import conv_output_cycles
+from npuemu.emulator.timing.task_time import TaskFigures, TaskWork, time_work
+from npuemu.emulator.timing.timeline import Plan, PlannedStep, PlannedTask, Timeline, build_timeline
 from npuemu.tools.calibration_rows import CalibrationRow
 
 # Upper bound of the fitted fixed per-task overhead: the PC dispatches a task's register writes
@@ -57,40 +59,26 @@ DDR_TARGET = 0.05
 TIME_MEDIAN_TARGET = 0.25
 
 
-@dataclass(frozen=True)
-class TaskFigures:
-    """What the timing model needs of one task, independent of the fitted figures."""
-
-    npu_cycles: int
-    unit_cycles: int
-    data_read_bytes: int
-    write_bytes: int
-    regcmd_bytes: int
-    conv: bool = True  # a CNA/CORE task; without one, unit and DMA overlap fully (task_time.py)
-
-    def ddr(self, fig: Figures) -> int:
-        """DDR cycles of the data streams with ``fig``'s rates (emulator/timing/ddr.py)."""
-        return math.ceil(self.data_read_bytes / fig.read_bytes_per_cycle + self.write_bytes / fig.write_bytes_per_cycle)
-
-    def compute(self, fig: Figures) -> int:
-        """Compute cycles with ``fig``: MAC cycles, or the unit's; a conv's output bound if ``fig`` has one."""
-        unit = conv_output_cycles(self.write_bytes, fig.conv_write_bytes_per_cycle) if self.conv else self.unit_cycles
-        return max(self.npu_cycles, unit)
-
-
 @dataclass
 class RowRun:
     row: CalibrationRow
     on_npu: bool
     reason: str = ""                     # why a row has no NPU figures
-    tasks: list[TaskFigures] = field(default_factory=list)
+    tasks: list[TaskWork] = field(default_factory=list)
     layers: list[str] = field(default_factory=list)  # the built layers (op types, target)
     layout: str = ""                     # how npuemu's build differs from the vendor's: tensor sizes,
                                          # task structure ("" = same bytes and tasks; only those rows are fitted)
 
+    plan: Plan | None = None             # the executed schedule (None: the tasks as one chain on core 0)
+
     @property
     def fit_row(self) -> bool:
         return self.on_npu and not self.layout
+
+    def timeline(self, fig: Figures) -> Timeline:
+        """The row's run placed with ``fig`` (emulator/timing/timeline.py)."""
+        plan = self.plan or Plan([PlannedStep(0, "npu", tasks=tuple(PlannedTask(t) for t in self.tasks))], fig.npu_mhz)
+        return build_timeline(replace(plan, mhz=fig.npu_mhz), fig.task_figures())
 
 
 @dataclass(frozen=True)
@@ -173,24 +161,15 @@ def run_row(row: CalibrationRow) -> RowRun:
 
 
 def _run_row(row: CalibrationRow) -> RowRun:
-    from npuemu.compiler.build import build_model
-    from npuemu.compiler.onnx_import import import_onnx
-    from npuemu.compiler.passes import optimize
-    from npuemu.compiler.passes.context import PassContext
-    from npuemu.compiler.quant import calibrate, quantize_graph
+    from npuemu.compiler.driver import CompileOptions, build, prepare
     from npuemu.emulator.runtime import Runtime
-    from npuemu.emulator.timing.ddr import data_read_bytes
-    from npuemu.emulator.timing.npu_cycles import task_npu_cycles
-    from npuemu.emulator.timing.unit_cycles import unit_cycles
     from npuemu.platforms import load_platform
 
     platform = load_platform(row.chip)
     rng = np.random.default_rng(1000 + row.id)
-    graph = import_onnx(row_onnx(row), None)
-    optimize(graph, PassContext.for_chip(row.chip, 3))
     samples = [{f"x{i}": rng.normal(size=(1, *shape)).astype(np.float32) for i, shape in enumerate(row.inputs)}]
-    quantize_graph(graph, calibrate(graph, samples, progress=False).ranges)
-    model = build_model(graph, platform)
+    front = prepare(row_onnx(row), platform, CompileOptions(dataset=samples))
+    graph, model = front.graph, build(front)
     layers = [f"{info.op_type}@{info.target or '?'}" for info in model.layers()]
     npu_layers = [info for info in model.layers() if info.task_count]
     if not npu_layers:
@@ -203,6 +182,9 @@ def _run_row(row: CalibrationRow) -> RowRun:
     for i, name in enumerate(runtime.inputs):
         runtime.set_input(name, np.zeros((1, *row.inputs[i]), np.float32))
     runtime.run()
+    from npuemu.emulator.timing.timeline import plan_npu
+
+    plan = plan_npu(model, runtime.runs, platform, keep_records=False)
     # the row's own tasks write its output: conv tasks for a conv row, DPU/PPU-only tasks otherwise
     # (a helper conv of an element-wise row writes a tensor of its own: the lanes of a broadcast)
     records = [record for run in runtime.runs for record in run.tasks]
@@ -212,12 +194,9 @@ def _run_row(row: CalibrationRow) -> RowRun:
     if not row.is_conv and any(record.conv is not None for record in records):
         structure.append(HELPER_CONV)
     layout = "; ".join(filter(None, [layout, _output_difference(row, written, platform), *structure]))
-    # (a conv task's output bound depends on the figure being fitted: TaskFigures.compute takes it from Figures)
-    tasks = [TaskFigures(task_npu_cycles(record, platform), unit_cycles(record, platform),
-                         data_read_bytes(record.traffic), record.traffic.write_bytes, record.traffic.regcmd_read,
-                         record.conv is not None)
-             for record in records]
-    return RowRun(row, True, tasks=tasks, layers=layers, layout=layout)
+    # the figure-independent work; the fit times it with each candidate's figures (task_time.time_work)
+    tasks = [planned.work for step in plan.steps for planned in step.tasks]
+    return RowRun(row, True, tasks=tasks, layers=layers, layout=layout, plan=plan)
 
 
 #: layers whose tasks differ from the vendor's, so their board rows are not fitted: (op types, why)
@@ -285,22 +264,20 @@ class Figures:
                    platform.launch.task_overhead_cycles, platform.launch.host_submit_overhead_us,
                    platform.clock.npu_mhz, platform.ddr.compute_overlap, platform.cycle_model.conv_write_bytes_per_cycle)
 
+    def task_figures(self) -> TaskFigures:
+        """The figures the task formula reads (task_time.py)."""
+        return TaskFigures(self.read_bytes_per_cycle, self.write_bytes_per_cycle, self.compute_overlap,
+                           self.task_overhead_cycles, self.conv_write_bytes_per_cycle)
+
 
 def model_row(run: RowRun, fig: Figures) -> RowResult:
     """The row's NPU, DDR, max cycles and time: the formulas of emulator/timing with ``fig``."""
     if not run.on_npu:
         return RowResult(run, 0, 0, 0, 0.0)
-    npu = ddr = top = cycles = 0
-    for task in run.tasks:
-        task_ddr = task.ddr(fig)
-        launch = fig.task_overhead_cycles + math.ceil(task.regcmd_bytes / fig.read_bytes_per_cycle)
-        compute = task.compute(fig)
-        core = max(compute, task_ddr) + serial_part(compute, task_ddr, fig.compute_overlap, task.conv)
-        npu += task.npu_cycles
-        ddr += task_ddr
-        top += core
-        cycles += core + launch
-    return RowResult(run, npu, ddr, top, cycles / fig.npu_mhz + fig.host_submit_overhead_us)
+    timeline = run.timeline(fig)
+    times = [span.time for span in timeline.task_spans()]
+    return RowResult(run, sum(t.npu_cycles for t in times), sum(t.ddr_cycles for t in times),
+                     sum(t.max_cycles for t in times), timeline.total_us + fig.host_submit_overhead_us)
 
 
 def figures_with_platform_model(run: RowRun, platform) -> RowResult:
@@ -334,7 +311,9 @@ def _bounded_lstsq(a: np.ndarray, b: np.ndarray, lower, upper) -> np.ndarray:
 def _overlapped(run: RowRun, fig: Figures) -> int:
     """Sum of min(compute, DDR) over the row's conv tasks with ``fig``: the part the overlap
     figure acts on."""
-    return sum(min(task.compute(fig), task.ddr(fig)) for task in run.tasks if task.conv)
+    task_fig = fig.task_figures()
+    return sum(min(timed.compute_cycles, timed.ddr_cycles)
+               for timed in (time_work(task, task_fig) for task in run.tasks if task.conv))
 
 
 def fit(runs: list[RowRun], start: Figures) -> Figures:

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from npuemu.tools.core_mask import CORE_MASKS
+from npuemu.compiler.core_mask import CORE_MASKS
 from npuemu.tools.matmul_types import TYPES
 
 BENCH_SHAPES = [(1, 64, 64), (16, 256, 256), (64, 512, 512), (128, 1024, 1024)]

@@ -108,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     profiled = (f" and {report.layer_overhead_us:g} us of host submit per NPU layer (--profile-layers)"
                 if report.layer_overhead_us else "")
+    if totals["cpu_time_us"]:  # the timeline's host steps (emulator/timing/timeline.py)
+        profiled += f", and {totals['cpu_time_us']:.1f} us in host steps"
     out.write(f"{report.platform} @ {report.npu_mhz:g} MHz: {totals['tasks']} tasks, "
               f"{totals['cycles']} cycles ({totals['time_us']:.1f} us) including "
               f"{totals['cycles'] - totals['max_cycles']} cycles of per-task launch (regcmd fetch and "
@@ -202,7 +204,7 @@ def _refuse_onnx_options(args, kind: str) -> None:
 
 def _mask_cores(mask: str, model) -> tuple[int, ...]:
     from npuemu.platforms import load_platform
-    from npuemu.tools.core_mask import parse_core_mask
+    from npuemu.compiler.core_mask import parse_core_mask
 
     chip = model.platform().chip
     return parse_core_mask(mask, load_platform(chip).cores.count, chip)

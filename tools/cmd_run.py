@@ -63,11 +63,10 @@ def run_npu(args: argparse.Namespace, out: TextIO) -> int:
     runtime.run()
     npu_steps = sum(1 for step in runtime.model.schedule() if step.kind == "npu")
     out.write(f"{args.model}: {npu_steps} NPU chain(s) run\n")
-    from npuemu.emulator.timing.report import report_npu
+    from npuemu.emulator.timing.timeline import timeline_npu
 
-    report = report_npu(runtime.model, runtime.runs, runtime.machine.platform)
-    out.write(timing_line([task for run in runtime.runs for task in run.tasks], runtime.machine.platform,
-                          cycles=report.totals()["cycles"]) + "\n")
+    platform = runtime.machine.platform
+    out.write(f"timing: {timeline_text(timeline_npu(runtime.model, runtime.runs, platform), platform)}\n")
     _report_outputs(args, {name: runtime.output(name, not args.raw) for name in runtime.outputs}, out)
     return 0
 
@@ -110,25 +109,26 @@ def run_rknn(args: argparse.Namespace, out: TextIO) -> int:
               f"{chain.read_bytes} bytes read, {chain.write_bytes} written\n")
     if result.host_layers:
         out.write(f"host layers: {', '.join(result.host_layers)}\n")
+    from npuemu.emulator.timing.timeline import timeline_rknn
     from npuemu.platforms import load_platform
-    out.write(timing_line(chain.tasks, load_platform(args.platform)) + "\n")
+
+    platform = load_platform(args.platform)
+    out.write(f"timing: {timeline_text(timeline_rknn(model, result, platform), platform)}\n")
     _report_outputs(args, result.quantized if args.raw else result.outputs, out)
     return 0
 
 
-def timing_line(records, platform, cycles: int | None = None) -> str:
-    """Total cycles and time of the task records from the timing model (emulator/TIMING.md);
-    ``cycles`` when the caller has them with split layers' cores overlapped (perf report).
-
-    Computed from the records the run already produced; the timing model never changes
-    numerical results."""
-    from npuemu.emulator.timing.task_time import time_task
-
-    if cycles is None:
-        cycles = sum(time_task(record, platform).cycles for record in records)
-    mhz = platform.clock.npu_mhz
-    return (f"timing: {len(records)} tasks, {cycles} cycles = {cycles / mhz:.1f} us at {mhz:g} MHz "
-            f"({platform.name})")
+def timeline_text(timeline, platform) -> str:
+    """The frame's time from the run's timeline (emulator/timing/timeline.py), as ``perf`` and
+    ``trace`` report it: NPU cycles on the critical path and, when the schedule has host steps,
+    their time and the total. Read from the records the run already produced; the timing model
+    never changes numerical results."""
+    tasks, cycles, mhz = len(timeline.task_spans()), timeline.npu_cycles, timeline.mhz
+    where = f"at {mhz:g} MHz ({platform.name})"
+    if not timeline.host_steps():
+        return f"{tasks} tasks, {cycles} cycles = {timeline.total_us:.1f} us {where}"
+    return (f"{tasks} tasks, {cycles} cycles = {cycles / mhz:.1f} us on the NPU + {timeline.host_us:.1f} us in "
+            f"{timeline.host_steps()} host step(s) = {timeline.total_us:.1f} us {where}")
 
 
 def _report_outputs(args: argparse.Namespace, values: dict, out: TextIO) -> None:

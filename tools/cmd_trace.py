@@ -1,5 +1,6 @@
 """``npuemu trace MODEL [-i x.npy ...] -o trace.json``: run a model and write a Chrome/Perfetto
-trace of its tasks from the timing model (emulator/timing/trace.py). Open it in
+trace of its timeline (emulator/timing/timeline.py, trace.py): NPU tasks per core, host steps
+on their own track, schedule-group barriers and DMA. Open it in
 https://ui.perfetto.dev or chrome://tracing. Without --input, zero inputs are used (timing
 does not depend on values)."""
 
@@ -13,9 +14,10 @@ import sys
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "trace", help="write a Chrome/Perfetto trace (JSON) of a model run (.npu or .rknn)",
-        description="Run the model on the emulated NPU and write a trace: one track per core with one "
-        "event per task (layer name, enable mask, NPU/DDR cycles, bytes) and one track per DMA "
-        "direction, times from the timing model. Without --input, zero inputs are used.",
+        description="Run the model on the emulated NPU and write a trace of its timeline: one track per core "
+        "with one event per task (layer name, enable mask, NPU/DDR cycles, bytes), a host track with the "
+        "CPU steps, the schedule groups' barriers and one track per DMA direction; it ends where `npuemu "
+        "perf` and `npuemu run` say the frame ends. Without --input, zero inputs are used.",
     )
     parser.add_argument("model", help="path to an npuemu .npu model file or a vendor .rknn file")
     parser.add_argument("--input", "-i", action="append", default=[], metavar="X.npy",
@@ -34,12 +36,12 @@ def run(args: argparse.Namespace) -> int:
     kind = _model_kind(args.model)
     notes: list[str] = []
     if kind == "rknn":
-        tasks, platform = _tasks_rknn(args, notes)
+        timeline, platform = _timeline_rknn(args, notes)
     elif kind == "npu":
-        tasks, platform = _tasks_npu(args, notes)
+        timeline, platform = _timeline_npu(args, notes)
     else:
         raise ModelFileError(f"{args.model}: not a .rknn file (no 'RKNN' magic) and not a .npu model file")
-    trace = build_trace(tasks, platform, model=args.model)
+    trace = build_trace(timeline, platform, model=args.model)
     trace["otherData"]["notes"] = notes
     try:
         with open(args.output, "w", encoding="utf-8") as handle:
@@ -48,15 +50,15 @@ def run(args: argparse.Namespace) -> int:
         raise NpuemuError(f"{args.output}: cannot write the trace: {error.strerror or error}") from None
     for note in notes:
         sys.stdout.write(f"note: {note}\n")
-    info = trace["otherData"]
-    sys.stdout.write(f"{args.output}: {info['tasks']} tasks, {info['total_cycles']} cycles = "
-                     f"{info['total_time_us']:.1f} us at {info['npu_mhz']:g} MHz ({info['platform']})\n")
+    from npuemu.tools.cmd_run import timeline_text
+
+    sys.stdout.write(f"{args.output}: {timeline_text(timeline, platform)}\n")
     return 0
 
 
-def _tasks_rknn(args, notes):
+def _timeline_rknn(args, notes):
     from npuemu.emulator.rknn_runner import RknnRunner
-    from npuemu.emulator.timing.trace import trace_tasks_rknn
+    from npuemu.emulator.timing.timeline import timeline_rknn
     from npuemu.isa.rknn import load_rknn
     from npuemu.platforms import load_platform
     from npuemu.tools.cmd_perf import _inputs
@@ -66,12 +68,12 @@ def _tasks_rknn(args, notes):
     runner = RknnRunner(model, chip)
     arrays = _inputs(args, [(t.name, tuple(t.shape)) for t in runner.input_tensors], notes)
     platform = load_platform(chip)
-    return trace_tasks_rknn(model, runner.run(arrays), platform), platform
+    return timeline_rknn(model, runner.run(arrays), platform), platform
 
 
-def _tasks_npu(args, notes):
+def _timeline_npu(args, notes):
     from npuemu.emulator.runtime import Runtime
-    from npuemu.emulator.timing.trace import trace_tasks_npu
+    from npuemu.emulator.timing.timeline import timeline_npu
     from npuemu.isa.container import ModelFile
     from npuemu.isa.errors import ModelFileError
     from npuemu.tools.cmd_perf import _inputs
@@ -88,4 +90,4 @@ def _tasks_npu(args, notes):
         runtime.set_input(name, array)
     runtime.run()
     platform = runtime.machine.platform
-    return trace_tasks_npu(model, runtime.runs, platform), platform
+    return timeline_npu(model, runtime.runs, platform), platform

@@ -1,8 +1,10 @@
 """Independent int8 references of the testing kit (``npuemu.tools.testing``): the NPU's
 integer arithmetic (NUMERICS.md 1, 4, 6) and the int8 layer semantics built on it (NUMERICS.md
 9: conv with per-channel weights, fused activation and residual add; pooling; element-wise
-add/sub/mul/max/min; DPU LUT activations), plus :func:`reference_graph`, which walks a compiled
-int8 graph node by node, host steps included.
+add/sub/mul/max/min; DPU LUT and plain activations), plus :func:`reference_graph`, which walks a
+compiled int8 graph node by node, host steps included, and :func:`reference_model`, the same
+walk on a built model (what the build decided read from its file): the tests' statement of
+the exact int8 network, next to the emulator's (compiler/QUANTIZATION.md 7.1).
 
 Written from the documented formulas: the scalar helpers in Python integers and fractions, the
 layer references vectorized over int64 arrays (exact: accumulators through float64 matrix
@@ -10,7 +12,9 @@ products stay below 2^53, products of a 32-bit value and a 16-bit factor below 2
 here uses the emulator's kernels or the compiler's register code (quant_regs), so the two are
 checked, not restated. One thing is taken from the compiler as data: the contents of a LUT
 activation's tables (lower/lut.py's choice, LOWERING.md 4.1); the arithmetic around them (BN
-map, interpolation, priorities, OUT_CVT) is this module's. The project's own kernel tests
+map, interpolation, priorities, OUT_CVT) is this module's. And :func:`reference_model` runs
+host steps the kit does not state with the compiler's float ONNX ops (float_eval.run_node):
+ONNX semantics, no NPU arithmetic. The project's own kernel tests
 import the shared pieces (tests/emulator/reference).
 """
 
@@ -199,11 +203,34 @@ def lut_lookup(x: np.ndarray, tables: LutTables) -> np.ndarray:
     return np.where(pick_le, le, lo)
 
 
+#: Activations the DPU runs without the LUT (BN or EW stage: ReLU, RELUX, ALU max, MUL_PRELU)
+DPU_ACTIVATIONS = ("none", "relu", "relu6", "clip", "leaky_relu")
+
+
+def dpu_activation(v: np.ndarray, activation: str, unit: float, *, bounds=None, alpha: float | None = None) -> np.ndarray:
+    """A non-LUT activation on int32 DPU values of real ``unit`` each (NUMERICS.md 4.2-4.4,
+    LOWERING.md 4 BN_CFG): relu ``max(v, 0)``; relu6 and clip ``max(v, round(low / unit))`` then
+    ``min(v, round(high / unit))`` (bounds rounded half away, saturated to int32);
+    leaky_relu the multiplier with MUL_PRELU, negative values only:
+    ``round_half_away(v * SCALE / 2^SHIFT)``, SCALE 2^-SHIFT = alpha with a 6-bit shift."""
+    v = np.asarray(v, np.int64)
+    if activation == "leaky_relu":
+        scale, shift = scale_shift(float(alpha), BN_SHIFT_MAX)
+        return np.where(v >= 0, v, clamp_array(round_shift_array(v * scale, shift, "half_away"), INT32))
+    low, high = {"relu": (0.0, None), "relu6": (0.0, 6.0), "clip": bounds}.get(activation) or (None, None)
+    if low is not None:
+        v = np.maximum(v, clamp(round_half_away(low / unit), INT32))
+    if high is not None:
+        v = np.minimum(v, clamp(round_half_away(high / unit), INT32))
+    return v
+
+
 def reference_conv(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None, *, input_quant: Quant,
                    weight_quant: Quant, output_quant: Quant, stride=(1, 1), pads=(0, 0, 0, 0), dilation=(1, 1),
                    groups: int = 1, activation: str = "none", residual: np.ndarray | None = None,
                    residual_quant: Quant | None = None, bias_units: np.ndarray | None = None,
-                   lut: LutTables | None = None) -> np.ndarray:
+                   lut: LutTables | None = None, bounds: tuple[float, float] | None = None,
+                   alpha: float | None = None, residual_after_activation: bool = False) -> np.ndarray:
     """int8 convolution [C, H, W] -> [O, OH, OW] (NUMERICS.md 3, 4.1, 4.5, 9).
 
     ``weights``: int8 [O, C/groups, KH, KW]; ``bias``: float [O] (real units, stored as
@@ -217,6 +244,10 @@ def reference_conv(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None, 
     ``residual`` (int8 [O, OH, OW], Conv+Add, vendor rep12): before the activation, add
     ``round_half_even((q_r - zp_r) * SCALE_r / 2^SHIFT_r)`` with SCALE_r 2^-SHIFT_r =
     s_r / (s_in max s_w) (the EW operand converter, 6-bit shift; NUMERICS.md 4.4, 9).
+
+    ``activation`` "clip" takes ``bounds`` (low, high), "leaky_relu" its slope ``alpha``:
+    :func:`dpu_activation`, in BS units. ``residual_after_activation`` (Conv+Act+Add, the
+    vendor's ConvReluAdd): the activation runs in BN, before the EW stage's add.
 
     ``lut`` (a LUT ``activation``, LOWERING.md 4.1): BN maps the BS units onto LUT inputs,
     ``round_half_away(v * S / 2^T)`` with S 2^-T = s_in max s_w / input_step (6-bit shift),
@@ -244,17 +275,17 @@ def reference_conv(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None, 
         v = clamp_array(round_shift_array(v * to_lut[0], to_lut[1], "half_away"), INT32)
         v = lut_lookup(v, lut)
         unit = lut.output_unit
-    elif activation not in ("none", "relu", "relu6"):
+    elif activation not in DPU_ACTIVATIONS:
         raise ValueError(f"activation {activation!r}: a LUT activation needs its tables (lut=)")
+    if lut is None and (residual is None or residual_after_activation):
+        v = dpu_activation(v, activation, unit, bounds=bounds, alpha=alpha)  # BN
     if residual is not None:
         r_scale, r_shift = scale_shift(float(np.float64(residual_quant.scale)) / unit, EW_CVT_SHIFT_MAX)
         operand = round_shift_array((np.asarray(residual, np.int64) - int(residual_quant.zero_point)) * r_scale,
                                     r_shift, "half_even")
         v = clamp_array(v + clamp_array(operand, INT32), INT32)
-    if activation in ("relu", "relu6"):
-        v = np.maximum(v, 0)
-    if activation == "relu6":
-        v = np.minimum(v, round_half_away(6.0 / unit))
+        if lut is None and not residual_after_activation:
+            v = dpu_activation(v, activation, unit, bounds=bounds, alpha=alpha)  # EW ReLU / RELUX after the add
     scale, shift = scale_shift(unit / s_out, OUT_CVT_SHIFT_MAX)
     return clamp_array(round_shift_array(v * scale, shift, "half_even") + zp_out, INT8).astype(np.int8)
 
@@ -298,7 +329,7 @@ def reference_pool(x: np.ndarray, *, method: str, kernel, stride, pads=(0, 0, 0,
 
 
 def reference_eltwise(op: str, a: np.ndarray, b: np.ndarray, *, a_quant: Quant, b_quant: Quant,
-                      output_quant: Quant) -> np.ndarray:
+                      output_quant: Quant, activation: str = "none", bounds=None) -> np.ndarray:
     """int8 element-wise layer on two tensors of one shape (NUMERICS.md 4.1, 4.4, 4.5, 9).
 
     add / sub / max / min (vendor rep09): BS maps the first operand to ``(q_a - zp_a) * 2^14``
@@ -309,6 +340,8 @@ def reference_eltwise(op: str, a: np.ndarray, b: np.ndarray, *, a_quant: Quant, 
     (truncate 0), OUT_CVT with s_a s_b / s_out. OUT_CVT rounds half even; saturated to int8.
     When s_b >= 2 s_a the unit is s_b / 2^14 instead: the converter multiplies by 2^14 and BS
     scales the first operand by SCALE 2^-SHIFT = 2^14 s_a / s_b, rounding half away.
+    A fused relu / relu6 / clip(0, hi) (``activation``, ``bounds``) follows the combination in
+    the EW stage, in its units (:func:`dpu_activation`).
     """
     s_a, zp_a = float(np.float64(a_quant.scale)), int(a_quant.zero_point)
     s_b, zp_b = float(np.float64(b_quant.scale)), int(b_quant.zero_point)
@@ -329,7 +362,7 @@ def reference_eltwise(op: str, a: np.ndarray, b: np.ndarray, *, a_quant: Quant, 
     combine = {"add": np.add, "sub": np.subtract, "max": np.maximum, "min": np.minimum, "mul": np.multiply}[op]
     operand = clamp_array(round_shift_array((np.asarray(b, np.int64) - zp_b) * ew_scale, ew_shift, "half_even"), INT32)
     first = clamp_array(round_shift_array((np.asarray(a, np.int64) - zp_a) * a_factor, a_shift, "half_away"), INT32)
-    v = clamp_array(combine(first, operand), INT32)
+    v = dpu_activation(clamp_array(combine(first, operand), INT32), activation, unit, bounds=bounds)
     return clamp_array(round_shift_array(v * out_scale, out_shift, "half_even") + zp_out, INT8).astype(np.int8)
 
 
@@ -343,6 +376,31 @@ def reference_copy(x: np.ndarray, *, input_quant: Quant, output_quant: Quant) ->
                        INT8).astype(np.int8)
 
 
+def reference_activation(x: np.ndarray, activation: str, *, input_quant: Quant, output_quant: Quant, bounds=None,
+                         alpha: float | None = None, lut: LutTables | None = None) -> np.ndarray:
+    """A standalone int8 activation, one DPU-only task (LOWERING.md 4 and 4.1).
+
+    Without the LUT: the requantizing copy of :func:`reference_copy` (BS ``(q - zp_in) * 2^14``,
+    unit s_in / 2^14) with :func:`dpu_activation` in BN between BS and OUT_CVT. A LUT kind
+    (``lut``): BS bypassed, BN ``round_half_away((q - zp_in) * S / 2^T)`` with S 2^-T =
+    s_in / input_step (6-bit shift), :func:`lut_lookup`, OUT_CVT output_unit / s_out. OUT_CVT
+    rounds half even, + zp_out, saturated to int8."""
+    s_in, zp_in = float(np.float64(input_quant.scale)), int(input_quant.zero_point)
+    centred = np.asarray(x, np.int64) - zp_in
+    if lut is not None:
+        to_lut = scale_shift(s_in / lut.input_step, BN_SHIFT_MAX)
+        v = lut_lookup(clamp_array(round_shift_array(centred * to_lut[0], to_lut[1], "half_away"), INT32), lut)
+        unit = lut.output_unit
+    elif activation in DPU_ACTIVATIONS:
+        unit = s_in / 2**BS_MUL_SHIFT
+        v = dpu_activation(centred * 2**BS_MUL_SHIFT, activation, unit, bounds=bounds, alpha=alpha)
+    else:
+        raise ValueError(f"activation {activation!r}: a LUT activation needs its tables (lut=)")
+    scale, shift = scale_shift(unit / float(np.float64(output_quant.scale)), OUT_CVT_SHIFT_MAX)
+    return clamp_array(round_shift_array(v * scale, shift, "half_even") + int(output_quant.zero_point),
+                       INT8).astype(np.int8)
+
+
 def reference_add(a: np.ndarray, b: np.ndarray, *, a_quant: Quant, b_quant: Quant, output_quant: Quant) -> np.ndarray:
     """:func:`reference_eltwise` for Add."""
     return reference_eltwise("add", a, b, a_quant=a_quant, b_quant=b_quant, output_quant=output_quant)
@@ -350,6 +408,10 @@ def reference_add(a: np.ndarray, b: np.ndarray, *, a_quant: Quant, b_quant: Quan
 
 #: ONNX element-wise ops the NPU runs on two feature maps, and the reference's name for each.
 ELTWISE_OPS = {"Add": "add", "Sub": "sub", "Mul": "mul", "Max": "max", "Min": "min"}
+#: Host steps :func:`reference_host` states (ONNX semantics, written here)
+HOST_OPS = (*ELTWISE_OPS, "Concat", "Softmax", "Relu", "Sigmoid", "HardSigmoid", "HardSwish", "DepthToSpace", "Resize")
+#: Pooling ops (the PPU)
+POOL_OPS = ("MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool")
 #: Shape-only ops: the bytes are reused as they are (the build aliases them).
 VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 #: ONNX LUT activations and the compiler's name for their tables (LOWERING.md 4.1)
@@ -358,7 +420,7 @@ LUT_OPS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "HardSigmoid": "hard_sigmoid", 
 
 
 def reference_graph(graph, stored: dict[str, np.ndarray], *, layer_inputs=None, host_layers=(),
-                    float_tensors=()) -> dict[str, np.ndarray]:
+                    float_tensors=(), host_fallback=None) -> dict[str, np.ndarray]:
     """Every tensor of a fused, int8-quantized graph from int8 ``stored`` inputs, node by node
     with the references above (the graph is walked as compiled, so the vendor rewrites of
     optimization level 3 - FC as a 1x1 conv, identity convs before element-wise inputs - are
@@ -372,6 +434,11 @@ def reference_graph(graph, stored: dict[str, np.ndarray], *, layer_inputs=None, 
     Concat whose slices are not C2-aligned) are host steps: :func:`reference_host`; the
     tensors named in ``float_tensors`` are stored as real values, not quantized (the build's
     host-only tensors, isa/CONTAINER.md 3.3).
+
+    ``host_fallback`` (``run_node(node, fetch) -> outputs``, the signature of
+    compiler/float_eval.py): the float ONNX op of a host step the kit states no reference for
+    (another op, fused parts, constant operands, several outputs), inside the same host
+    convention (:func:`reference_host`). Host steps are float ONNX ops, not NPU arithmetic.
     """
     values = {name: np.asarray(stored[name]).reshape(graph.tensors[name].shape) for name in graph.inputs}
 
@@ -387,6 +454,9 @@ def reference_graph(graph, stored: dict[str, np.ndarray], *, layer_inputs=None, 
         if node.op_type in VIEW_OPS:
             values[output] = read(node.inputs[0]).reshape(shape)
         elif _on_host(graph, node, host_layers):
+            if host_fallback is not None and not _kit_host_step(graph, node):
+                values.update(_fallback_host_node(graph, node, read, float_tensors, host_fallback))
+                continue
             if node.fused:
                 raise NotImplementedError(f"the testing kit has no reference for the fused host layer {node.name}")
             values[output] = reference_host(node.op_type, node.attrs, [read(name) for name in inputs],
@@ -400,23 +470,91 @@ def reference_graph(graph, stored: dict[str, np.ndarray], *, layer_inputs=None, 
             if output in float_tensors:  # the host step writes a host-only tensor: real values
                 values[output] = host_real(values[output], _quant(graph.tensors[output])).astype(
                     graph.tensors[output].dtype)
-        elif node.op_type in ELTWISE_OPS and not node.fused and len(inputs) == 2:
-            if _lane_broadcast(graph, node) == 0:  # the NPU takes the broadcast operand second
-                inputs = inputs[::-1]
-            a, b = (np.broadcast_to(read(name)[0], shape[1:]) for name in inputs)
-            values[output] = reference_eltwise(ELTWISE_OPS[node.op_type], a, b,
-                                               a_quant=_quant(graph.tensors[inputs[0]]),
-                                               b_quant=_quant(graph.tensors[inputs[1]]),
-                                               output_quant=_quant(graph.tensors[output])).reshape(shape)
+        elif node.op_type in ELTWISE_OPS and len(inputs) == 2 and len(node.fused) <= 1:
+            values[output] = _eltwise_node(graph, node, inputs, read).reshape(shape)
         elif node.op_type == "Concat" and not node.fused and int(node.attrs.get("axis", 1)) in (1, -3):
             out_quant = _quant(graph.tensors[output])
             values[output] = np.concatenate([reference_copy(read(name), input_quant=_quant(graph.tensors[name]),
                                                             output_quant=out_quant) for name in inputs], axis=1)
-        elif node.op_type in ("MaxPool", "AveragePool") and not node.fused:
+        elif node.op_type == "Split" and not node.fused and int(node.attrs.get("axis", 0)) in (1, -3):
+            values.update(_split_node(graph, node, read))  # requantizing DPU copies of channel slices
+        elif node.op_type in (*PLAIN_ACTIVATIONS, *LUT_OPS) and not node.fused and len(inputs) == 1:
+            values[output] = _activation_node(graph, node, read).reshape(shape)
+        elif node.op_type in POOL_OPS and not node.fused:
             values[output] = _pool_node(graph, node, read).reshape(shape)
         else:
             raise NotImplementedError(f"the testing kit has no reference for {node.display_op} (layer {node.name})")
     return values
+
+
+def _kit_host_step(graph, node) -> bool:
+    """Whether :func:`reference_host` states this host step: a known op, one output, no fused
+    parts, and for an element-wise op no constant operand (the others take theirs as attributes)."""
+    constant = any(name and graph.tensors[name].is_const for name in node.inputs)
+    return (node.op_type in HOST_OPS and not node.fused and len(node.outputs) == 1
+            and not (constant and node.op_type in ELTWISE_OPS))
+
+
+def _fallback_host_node(graph, node, read, float_tensors, host_fallback) -> dict[str, np.ndarray]:
+    """A host step through ``host_fallback``: int8 inputs dequantized to float32 (then float64),
+    constants as their real data, others as they are; each int8 output quantized half even,
+    the others stored in their dtype (:func:`reference_host`'s convention)."""
+    def fetch(name: str) -> np.ndarray:
+        tensor = graph.tensors[name]
+        if tensor.is_const:
+            return np.asarray(tensor.data)
+        value = np.asarray(read(name))
+        if _is_int8(tensor, float_tensors):
+            return host_real(value, _quant(tensor)).astype(np.float64)
+        return value.astype(np.float64) if value.dtype.kind == "f" else value
+
+    stored = {}
+    for name, result in zip(node.outputs, host_fallback(node, fetch)):
+        tensor = graph.tensors[name]
+        result = np.asarray(result).reshape(tensor.shape)
+        if _is_int8(tensor, float_tensors):
+            quant = _quant(tensor)
+            quantized = np.rint(result.astype(np.float64) / float(np.float64(quant.scale))) + int(quant.zero_point)
+            stored[name] = np.clip(quantized, *INT8).astype(np.int8)
+        else:
+            stored[name] = result.astype(tensor.dtype)
+    return stored
+
+
+def _is_int8(tensor, float_tensors) -> bool:
+    return tensor.quant is not None and tensor.quant.dtype == "int8" and tensor.name not in float_tensors
+
+
+def reference_model(graph, model, inputs, *, layer_inputs=None) -> dict[str, np.ndarray]:
+    """:func:`reference_graph` of the int8 ``graph`` as the ``model`` built from it runs it: the
+    stored value of every tensor, to compare with the runtime's (``output(name,
+    dequantize=False)``). What the build decided is read from the model's trailer
+    (isa/CONTAINER.md): the layers whose outputs its CPU steps write are host steps, its
+    tensors stored without quantization are host-only float tensors. ``inputs``: real values,
+    quantized as the runtime quantizes a graph input (:func:`quantize_input`), or int8 stored
+    values taken as they are. ``layer_inputs`` as for :func:`reference_graph`. Host steps the
+    kit has no reference for run the compiler's float ONNX op (``host_fallback``: float_eval's
+    run_node, the ONNX semantics fake quant uses; no NPU arithmetic)."""
+    from npuemu.compiler.float_eval import run_node
+
+    records = {record["name"]: record for record in model.trailer.get("tensors", ())}
+    cpu_outputs = {output for step in model.schedule() if step.kind == "cpu" for output in step.outputs}
+    host = {node.name for node in graph.nodes if node.outputs[0] in cpu_outputs}
+    floats = {name for name, record in records.items()
+              if record.get("quantization") is None and str(record.get("dtype", "")).startswith("float")}
+    stored = {name: quantize_input(inputs[name], _quant(graph.tensors[name])) for name in graph.inputs}
+    return reference_graph(graph, stored, layer_inputs=layer_inputs, host_layers=host, float_tensors=floats,
+                           host_fallback=run_node)
+
+
+def quantize_input(values, quant: Quant) -> np.ndarray:
+    """A graph input as the runtime stores it: int8 values as they are, real values
+    ``clip(round_half_even(x / s) + zp)`` (the host's quantization, as :func:`reference_host`)."""
+    values = np.asarray(values)
+    if values.dtype == np.int8:
+        return values
+    s_in = float(np.float64(quant.scale))
+    return np.clip(np.rint(values.astype(np.float64) / s_in) + int(quant.zero_point), *INT8).astype(np.int8)
 
 
 def _on_host(graph, node, host_layers) -> bool:
@@ -530,43 +668,102 @@ def _resize_nearest(x: np.ndarray, attrs: dict) -> np.ndarray:
 
 # --- NPU layers of the graph ---------------------------------------------------------------------
 
-def _conv_parts(graph, node, unit: np.ndarray):
-    """(activation, ONNX LUT op or None, its attrs, residual tensor, extra bias units per channel,
-    residual after the activation) of a conv's fused parts. Bias Adds of a constant fold into the
-    bias as the build folds them: the constant's stored value in units ``unit`` (s_in s_w[c])."""
-    activation, lut_op, lut_attrs, residual, after = "none", None, {}, None, False
+@dataclass
+class _Activation:
+    """An activation as the DPU runs it: ``kind`` (:data:`DPU_ACTIVATIONS` or a LUT kind), clip
+    ``bounds``, leaky ``alpha``, and for a LUT kind its ONNX op and attributes."""
+
+    kind: str = "none"
+    bounds: tuple[float, float] | None = None
+    alpha: float | None = None
+    lut_op: str | None = None
+    lut_attrs: dict | None = None
+
+
+#: ONNX activations the DPU runs without the LUT
+PLAIN_ACTIVATIONS = ("Relu", "Clip", "LeakyRelu")
+
+
+def _activation(graph, op_type: str, attrs: dict, operands, output: str) -> _Activation:
+    """The activation of an ONNX Relu / Clip / LeakyRelu / LUT op; ``operands``: its inputs
+    after the activated value (Clip's min and max)."""
+    if op_type in LUT_OPS:
+        return _Activation(LUT_OPS[op_type], lut_op=op_type, lut_attrs=dict(attrs))
+    if op_type == "Relu":
+        return _Activation("relu")
+    if op_type == "LeakyRelu":
+        return _Activation("leaky_relu", alpha=float(attrs.get("alpha", 0.01)))
+    if op_type == "Clip":
+        return _Activation("clip", bounds=_clip_bounds(graph, attrs, operands, output))
+    raise NotImplementedError(f"the testing kit has no reference for the activation {op_type}")
+
+
+def _clip_bounds(graph, attrs: dict, operands, output: str) -> tuple[float, float]:
+    """Clip's (low, high), finite: an open end is the end of what the int8 output holds (the
+    saturation does the same there; the DPU needs a number), and with min > max ONNX Clip gives
+    max everywhere, a clip to [max, max]."""
+    ends = [float(attrs.get("min", -np.inf)), float(attrs.get("max", np.inf))]
+    for index, name in enumerate(list(operands)[:2]):
+        if name:
+            ends[index] = float(np.asarray(graph.tensors[name].data).reshape(-1)[0])
+    low, high = ends
+    quant = _quant(graph.tensors[output])
+    s, zp = float(np.float64(quant.scale)), int(quant.zero_point)
+    held = (s * (-128 - zp), s * (127 - zp))
+    low = low if np.isfinite(low) else min(held[0], high if np.isfinite(high) else held[0])
+    high = high if np.isfinite(high) else max(held[1], low)
+    return (high, high) if low > high else (low, high)
+
+
+@dataclass
+class _ConvParts:
+    """A conv's fused parts: its activation, residual tensor (and whether the residual Add
+    comes after the activation) and the bias units of folded bias Adds."""
+
+    activation: _Activation
+    residual: str | None
+    after: bool
+    extra: np.ndarray
+
+
+def _conv_parts(graph, node, unit: np.ndarray) -> _ConvParts:
+    """The fused parts of a conv. Bias Adds of a constant fold into the bias as the build folds
+    them: the constant's stored value in units ``unit`` (s_in s_w[c])."""
+    activation, residual, after = _Activation(), None, False
     extra = np.zeros(unit.size, np.int64)
     for part in node.fused:
-        if part.op_type == "Add" and getattr(part, "tag", None) == "bias_add" and activation == "none" \
+        if part.op_type == "Add" and getattr(part, "tag", None) == "bias_add" and activation.kind == "none" \
                 and residual is None:
-            constant = graph.tensors[part.inputs[0]]
-            data = np.asarray(constant.data, np.float64)
-            if constant.quant is not None:
-                q_scale, q_zero = _axis_params(constant, data.ndim)
-                bounds = INT32 if constant.quant.dtype == "int32" else INT8
-                data = q_scale * (_stored(data, q_scale, q_zero, bounds) - q_zero)
-            data = data.reshape(-1)
-            if data.size not in (1, unit.size):  # a ConvTranspose's per-co bias over its (co, i, j) channels
-                data = np.repeat(data, unit.size // data.size)
-            extra += round_half_away_array(np.broadcast_to(data, unit.shape) / unit)
-        elif part.op_type == "Relu" and activation == "none":
-            activation = "relu"
-        elif part.op_type == "Clip" and activation == "none" and part.attrs.get("min") == 0.0 \
-                and part.attrs.get("max") == 6.0:
-            activation = "relu6"
-        elif part.op_type in LUT_OPS and activation == "none" and residual is None:
-            activation, lut_op, lut_attrs = LUT_OPS[part.op_type], part.op_type, part.attrs
-        elif part.op_type == "Add" and residual is None and (activation == "none" or lut_op is not None):
-            residual, after = part.inputs[0], activation != "none"
+            extra += _bias_add_units(graph, part, unit)
+        elif part.op_type in (*PLAIN_ACTIVATIONS, *LUT_OPS) and activation.kind == "none" \
+                and (residual is None or part.op_type in PLAIN_ACTIVATIONS):
+            activation = _activation(graph, part.op_type, part.attrs, part.inputs, node.outputs[0])
+        elif part.op_type == "Add" and residual is None:
+            residual, after = part.inputs[0], activation.kind != "none"
         else:
             raise NotImplementedError(f"the testing kit has no reference for the fused {part.op_type} of {node.name}")
-    return activation, lut_op, lut_attrs, residual, extra, after
+    return _ConvParts(activation, residual, after, extra)
 
 
-def _lut_tables(kind: str, attrs: dict, unit: float, output: Quant, value_range) -> LutTables:
+def _bias_add_units(graph, part, unit: np.ndarray) -> np.ndarray:
+    """A fused bias Add's constant, as stored, in accumulator units per channel."""
+    constant = graph.tensors[part.inputs[0]]
+    data = np.asarray(constant.data, np.float64)
+    if constant.quant is not None:
+        q_scale, q_zero = _axis_params(constant, data.ndim)
+        bounds = INT32 if constant.quant.dtype == "int32" else INT8
+        data = q_scale * (_stored(data, q_scale, q_zero, bounds) - q_zero)
+    data = data.reshape(-1)
+    if data.size not in (1, unit.size):  # a ConvTranspose's per-co bias over its (co, i, j) channels
+        data = np.repeat(data, unit.size // data.size)
+    return round_half_away_array(np.broadcast_to(data, unit.shape) / unit)
+
+
+def _lut_tables(activation: _Activation, unit: float, output: Quant, value_range=None) -> LutTables:
     """The compiler's table contents for this activation (data, not arithmetic: module docstring)."""
     from npuemu.compiler.lower.lut import lut_program
 
+    attrs, kind = activation.lut_attrs or {}, activation.kind
     alpha = attrs.get("alpha") if kind in ("elu", "hard_sigmoid") else None
     beta = attrs.get("beta") if kind == "hard_sigmoid" else None
     program, _, _ = lut_program(kind, input_unit=unit, output_scale=float(np.float64(output.scale)),
@@ -585,28 +782,42 @@ def _conv_node(graph, node, read, weights=None, weight_quant=None, bias=None, *,
     s_in = float(np.float64(input_quant.scale))
     s_w, _ = weight_quant.per_channel(weights.shape[0])
     unit = s_in * s_w
-    activation, lut_op, lut_attrs, residual, extra, after = _conv_parts(graph, node, unit)
-    if residual is not None and lut_op is not None and not after:
+    parts = _conv_parts(graph, node, unit)
+    activation, residual = parts.activation, parts.residual
+    if residual is not None and activation.lut_op is not None and not parts.after:
         raise NotImplementedError(f"{node.name}: a LUT activation after a residual Add is a host step of the build")
     if bias is None and len(node.inputs) > 2 and node.inputs[2]:
         bias = np.asarray(graph.tensors[node.inputs[2]].data, np.float64).reshape(-1)
-    units = extra + (0 if bias is None else round_half_away_array(bias / unit))
+    units = parts.extra + (0 if bias is None else round_half_away_array(bias / unit))
     residual_quant = None if residual is None else _quant(graph.tensors[residual])
     tables = None
-    if lut_op is not None:
+    if activation.lut_op is not None:
         value_range = None
         if residual is not None:  # act = out - residual (LOWERING.md 4.1)
             o, r = output_quant, residual_quant
             s_o, z_o, s_r, z_r = float(o.scale), int(o.zero_point), float(r.scale), int(r.zero_point)
             value_range = (s_o * (-128 - z_o) - s_r * (127 - z_r), s_o * (127 - z_o) - s_r * (-128 - z_r))
-        tables = _lut_tables(activation, lut_attrs, s_in * float(s_w.max()), output_quant, value_range)
+        tables = _lut_tables(activation, s_in * float(s_w.max()), output_quant, value_range)
     attrs = node.attrs if attrs is None else attrs
     return reference_conv(read(node.inputs[0])[0] if source is None else source, weights, None, input_quant=input_quant, weight_quant=weight_quant,
                           output_quant=output_quant, stride=tuple(attrs.get("strides", (1, 1))),
                           pads=tuple(attrs.get("pads", (0, 0, 0, 0))), dilation=tuple(attrs.get("dilations", (1, 1))),
-                          groups=int(attrs.get("group", 1)), activation=activation,
+                          groups=int(attrs.get("group", 1)), activation=activation.kind,
                           residual=None if residual is None else read(residual)[0], residual_quant=residual_quant,
-                          bias_units=units, lut=tables)
+                          bias_units=units, lut=tables, bounds=activation.bounds, alpha=activation.alpha,
+                          residual_after_activation=parts.after)
+
+
+def _activation_node(graph, node, read) -> np.ndarray:
+    """A standalone NPU activation (one DPU-only task)."""
+    x, output = node.inputs[0], node.outputs[0]
+    activation = _activation(graph, node.op_type, node.attrs, node.inputs[1:], output)
+    input_quant, output_quant = _quant(graph.tensors[x]), _quant(graph.tensors[output])
+    tables = None
+    if activation.lut_op is not None:
+        tables = _lut_tables(activation, float(np.float64(input_quant.scale)), output_quant)
+    return reference_activation(read(x)[0], activation.kind, input_quant=input_quant, output_quant=output_quant,
+                                bounds=activation.bounds, alpha=activation.alpha, lut=tables)
 
 
 def _conv_transpose_node(graph, node, read) -> np.ndarray:
@@ -641,13 +852,47 @@ def _conv_transpose_node(graph, node, read) -> np.ndarray:
 
 
 def _pool_node(graph, node, read) -> np.ndarray:
+    """Max / average pooling; the global forms as one window over the whole map."""
     source, output = _quant(graph.tensors[node.inputs[0]]), _quant(graph.tensors[node.outputs[0]])
     if (float(source.scale), int(source.zero_point)) != (float(output.scale), int(output.zero_point)):
         raise NotImplementedError(f"{node.name}: pooling with different input and output quantization")
-    attrs = node.attrs
-    return reference_pool(read(node.inputs[0])[0], method="max" if node.op_type == "MaxPool" else "average",
-                          kernel=tuple(attrs["kernel_shape"]), stride=tuple(attrs["strides"]),
-                          pads=tuple(attrs["pads"]), zero_point=int(source.zero_point))
+    x, attrs = read(node.inputs[0])[0], node.attrs
+    method = "max" if node.op_type in ("MaxPool", "GlobalMaxPool") else "average"
+    if node.op_type.startswith("Global"):
+        kernel, stride, pads = x.shape[1:], (1, 1), (0, 0, 0, 0)
+    else:
+        kernel, stride = tuple(attrs["kernel_shape"]), tuple(attrs.get("strides", (1, 1)))
+        pads = tuple(attrs.get("pads", (0, 0, 0, 0)))
+    return reference_pool(x, method=method, kernel=kernel, stride=stride, pads=pads, zero_point=int(source.zero_point))
+
+
+def _eltwise_node(graph, node, inputs: list[str], read) -> np.ndarray:
+    """An NPU element-wise layer on two feature maps, with its fused relu / clip if any."""
+    if _lane_broadcast(graph, node) == 0:  # the NPU takes the broadcast operand second
+        inputs = inputs[::-1]
+    shape = graph.tensors[node.outputs[0]].shape
+    activation = _Activation()
+    if node.fused:
+        part = node.fused[0]
+        activation = _activation(graph, part.op_type, part.attrs, part.inputs, node.outputs[0])
+        if activation.kind not in ("relu", "relu6", "clip"):
+            raise NotImplementedError(f"the testing kit has no reference for the fused {part.op_type} of {node.name}")
+    a, b = (np.broadcast_to(read(name)[0], shape[1:]) for name in inputs)
+    return reference_eltwise(ELTWISE_OPS[node.op_type], a, b, a_quant=_quant(graph.tensors[inputs[0]]),
+                             b_quant=_quant(graph.tensors[inputs[1]]), output_quant=_quant(graph.tensors[node.outputs[0]]),
+                             activation=activation.kind, bounds=activation.bounds)
+
+
+def _split_node(graph, node, read) -> dict[str, np.ndarray]:
+    """An NPU channel Split: each output a requantizing DPU copy of its channels."""
+    x = read(node.inputs[0])
+    source, start, values = _quant(graph.tensors[node.inputs[0]]), 0, {}
+    for output in node.outputs:
+        size = int(graph.tensors[output].shape[1])
+        values[output] = reference_copy(x[:, start:start + size], input_quant=source,
+                                        output_quant=_quant(graph.tensors[output]))
+        start += size
+    return values
 
 
 def _quant(tensor) -> Quant:

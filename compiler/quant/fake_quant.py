@@ -79,17 +79,10 @@ def _bias(value: np.ndarray, unit: np.ndarray, axis: int | None) -> np.ndarray:
     return np.clip(round_half_away(np.asarray(value, dtype=np.float64) / unit), INT32[0], INT32[1]) * unit
 
 
-def fake_quant_evaluate(graph: Graph, inputs: Mapping[str, Any], return_all: bool = False, *, exact: bool = False,
-                        model=None, platform: str = "rk3588") -> dict[str, np.ndarray]:
+def fake_quant_evaluate(graph: Graph, inputs: Mapping[str, Any], return_all: bool = False) -> dict[str, np.ndarray]:
     """Evaluate a quantized graph with simulated storage; same interface as float_eval.evaluate.
 
-    ``exact``: the int8 prediction of the built model instead (fake_quant_exact.py: realised
-    fixed-point factors, DPU rounding, LUT tables, host steps as the runtime runs them), from
-    ``model`` (the ModelFile built from ``graph``; built for ``platform`` when not given).
-    Slower (a build and integer convolutions); for calibration and accuracy analysis the
-    float mode is the one to use."""
-    if exact:
-        from .fake_quant_exact import exact_evaluate
-
-        return exact_evaluate(graph, inputs, model=model, platform=platform, return_all=return_all)
+    The int8 network exactly as a built model computes it is not this module's: the emulator
+    runs the model, and the testing kit's ``reference_model`` (tools/testing_reference.py)
+    recomputes it independently (QUANTIZATION.md 7.1)."""
     return evaluate(graph, inputs, return_all=return_all, tensor_hook=storage_hook(graph))

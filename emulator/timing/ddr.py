@@ -31,12 +31,22 @@ def data_read_bytes(traffic: DmaTraffic) -> int:
     return traffic.ddr_read_bytes - traffic.regcmd_read
 
 
+def ddr_cycles_at(read_bytes: int, write_bytes: int, read_rate: float, write_rate: float) -> int:
+    """Cycles to move the bytes at the given rates (read and write serialised, rounded up)."""
+    return math.ceil(read_bytes / read_rate + write_bytes / write_rate)
+
+
+def fetch_cycles_at(regcmd_bytes: int, read_rate: float) -> int:
+    """Cycles for the PC to fetch a task's register commands at the DDR read rate."""
+    return math.ceil(regcmd_bytes / read_rate)
+
+
 def ddr_cycles(read_bytes: int, write_bytes: int, platform) -> int:
-    """Cycles to move the bytes at the platform's DDR rates (read and write serialised, rounded up)."""
+    """:func:`ddr_cycles_at` with the platform's DDR rates."""
     ddr = platform.ddr
-    return math.ceil(read_bytes / ddr.read_bytes_per_cycle + write_bytes / ddr.write_bytes_per_cycle)
+    return ddr_cycles_at(read_bytes, write_bytes, ddr.read_bytes_per_cycle, ddr.write_bytes_per_cycle)
 
 
 def regcmd_fetch_cycles(regcmd_bytes: int, platform) -> int:
-    """Cycles for the PC to fetch a task's register commands at the DDR read rate."""
-    return math.ceil(regcmd_bytes / platform.ddr.read_bytes_per_cycle)
+    """:func:`fetch_cycles_at` with the platform's DDR read rate."""
+    return fetch_cycles_at(regcmd_bytes, platform.ddr.read_bytes_per_cycle)

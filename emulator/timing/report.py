@@ -13,16 +13,23 @@ MacUsage(%) = real MACs / (MaxCycles * MACs per cycle of the precision); RW(KB) 
 ``ddr_model="vendor"`` reproduces librknnc's static estimate instead (vendor_estimate.py): per
 layer DDRCycles = its byte count at the vendor's rate (conv-type layers only, else 0),
 MaxCycles = max(DDR, NPU), Time = MaxCycles at the clock, no launch overhead.
+
+The totals (cycles, time, host time) are read from the run's :class:`~npuemu.emulator.timing.
+timeline.Timeline`, the one placement of every schedule step that ``run``, ``trace`` and
+``calibrate`` read too; the layer rows label its task spans. A split layer's row takes its cores
+side by side by the timeline's rule (``concurrent_cycles``); a report without a timeline (one
+built by hand, tools/matmul.py) sums its rows.
 """
 
 from __future__ import annotations
 
-import math
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from npuemu.emulator.timing.task_time import TaskTime, time_task
+from npuemu.emulator.timing.model_index import model_index, shape_text
+from npuemu.emulator.timing.task_time import TaskTime
+from npuemu.emulator.timing.timeline import Span, Timeline, concurrent_cycles, timeline_npu, timeline_rknn
 from npuemu.emulator.units.state import PRECISION_NAMES
 
 
@@ -59,11 +66,8 @@ class LayerTime:
         longer (TIMING.md, multi-core)."""
         if not self.split:
             return sum(cycles_of(t) for t in self.tasks)
-        longest = max(self._per_core(cycles_of).values())
-        if not self.shared_ddr_rate:
-            return longest
         moved = sum(t.ddr_read_bytes + t.ddr_write_bytes for t in self.tasks)
-        return max(longest, math.ceil(moved / self.shared_ddr_rate))
+        return concurrent_cycles(self._per_core(cycles_of), moved, self.shared_ddr_rate)
 
     def speedup(self) -> float:
         """A split layer's theoretical speed-up: its tasks' cycles on one core over its cycles as split."""
@@ -139,6 +143,7 @@ class PerfReport:
     layer_overhead_us: float = 0.0  # added per NPU layer (perf --profile-layers: per-layer profiling)
     batch: dict = field(default_factory=lambda: {"size": 1, "contexts": 1})  # trailer "batch" (multi-batch builds)
     core_count: int = 3  # the chip's NPU cores: the WorkLoad column's title (guide: 0/1/2 on RK3588, 0/1 on RK3576)
+    timeline: Timeline | None = None  # the run's one timeline: the board totals come from it
 
     def _extra_us(self, layer: LayerTime) -> float:
         """Time beyond the layer's task cycles: the profiled host submit and a CPU step's host time."""
@@ -157,17 +162,28 @@ class PerfReport:
     def totals(self) -> dict:
         tasks = self.all_tasks
         parts = list(self.layers) + list(self.unassigned)  # both have the cycle properties
-        cycles = sum(p.cycles for p in parts)
+        cycles, time_us, cpu_us = self._frame(parts)
         return {"npu_cycles": sum(p.npu_cycles for p in parts), "ddr_cycles": sum(p.ddr_cycles for p in parts),
                 "max_cycles": sum(p.max_cycles for p in parts), "cycles": cycles,
                 "ddr_read_bytes": sum(t.ddr_read_bytes for t in tasks),
                 "ddr_write_bytes": sum(t.ddr_write_bytes for t in tasks),
                 "sram_hit_bytes": sum(t.sram_hit_bytes for t in tasks),
-                "time_us": self.time_us(cycles) + sum(self._extra_us(layer) for layer in self.layers),
+                "time_us": time_us,
                 "single_core_cycles": sum(p.single_core_cycles if isinstance(p, LayerTime) else p.cycles
                                           for p in parts),
-                "cpu_time_us": sum(layer.host_us for layer in self.layers),
+                "cpu_time_us": cpu_us,
                 "tasks": len(tasks), "ddr_model": self.ddr_model}
+
+    def _frame(self, parts: list) -> tuple[int, float, float]:
+        """(NPU cycles, time in us, host us) of the frame: the timeline's end (board model), plus
+        the per-layer host submit of ``--profile-layers``, which the timeline does not place; the
+        vendor's static estimate (and a report without a timeline) sums its layer rows."""
+        if self.timeline is not None and self.ddr_model == "board":
+            profiled = sum(self.layer_overhead_us for layer in self.layers if layer.tasks)
+            return self.timeline.npu_cycles, self.timeline.total_us + profiled, self.timeline.host_us
+        cycles = sum(p.cycles for p in parts)
+        time_us = self.time_us(cycles) + sum(self._extra_us(layer) for layer in self.layers)
+        return cycles, time_us, sum(layer.host_us for layer in self.layers)
 
     def speedup(self) -> float:
         """Theoretical speed-up of the multi-core split: the model's cycles if every task ran on
@@ -291,10 +307,6 @@ def _workload_text(layer: LayerTime) -> str:
     return f"{text} - Up:{100.0 * (layer.speedup() - 1.0):.1f}%" if layer.split else text
 
 
-def _shape(shape) -> str:
-    return "(" + ",".join(str(int(d)) for d in shape) + ")" if shape is not None else "?"
-
-
 def _mac_rate(tasks_records, platform) -> tuple[str, int]:
     for record in tasks_records:
         state = record.conv
@@ -323,109 +335,80 @@ def _vendor_ddr(npu_cycles: int, nbytes: int, platform) -> int:
     return vendor_ddr_cycles(nbytes, platform) if npu_cycles else 0
 
 
+def _layer_spans(timeline: Timeline) -> dict[int, list[Span]]:
+    """Each graph layer's task spans, in schedule order (the layers label the timeline)."""
+    out: dict[int, list[Span]] = {}
+    for span in timeline.task_spans():
+        for layer in span.layers:
+            out.setdefault(layer, []).append(span)
+    return out
+
+
+def _unassigned(timeline: Timeline) -> list[TaskTime]:
+    return [span.time for span in timeline.task_spans() if not span.layers]
+
+
 def report_rknn(model, run, platform, ddr_model: str = "board") -> PerfReport:
     """Per-layer report of an :class:`~npuemu.emulator.rknn_runner.RknnRun` of ``model``."""
     _check_ddr_model(ddr_model)
-    chain = model.program.chains[0]
-    by_layer: dict[int, list] = {}
-    unassigned = []
-    for offset, record in enumerate(run.chain.tasks):
-        op_idx = model.program.tasks[chain.first_task + offset].op_idx
-        if 0 <= op_idx < len(model.layers):
-            by_layer.setdefault(op_idx, []).append(record)
-        else:
-            unassigned.append(time_task(record, platform))
+    timeline = timeline_rknn(model, run, platform)
+    by_layer = _layer_spans(timeline)
     layers = []
     for layer in model.layers:
-        records = by_layer.get(layer.index, [])
+        spans = by_layer.get(layer.index, [])
+        records = [span.record for span in spans]
         out = [model.tensors[i] for i in layer.outputs]
         dtype, rate = _mac_rate(records, platform)
         if not dtype and out:
             dtype = out[0].dtype_name.upper()
         timed = LayerTime(
             layer.index, layer.op_type, dtype, layer.unit,
-            ",".join(_shape(model.tensors[i].shape) for i in layer.inputs) or "\\",
-            _shape(out[0].shape) if out else "", layer.name,
-            [time_task(r, platform) for r in records], rate)
+            ",".join(shape_text(model.tensors[i].shape) for i in layer.inputs) or "\\",
+            shape_text(out[0].shape) if out else "", layer.name, [span.time for span in spans], rate)
         if ddr_model == "vendor":
             from npuemu.emulator.timing.vendor_estimate import rknn_layer_bytes, vendor_layer_npu_cycles
             timed.vendor_npu = vendor_layer_npu_cycles(records, platform)
             timed.vendor_ddr = _vendor_ddr(timed.npu_cycles, rknn_layer_bytes(model, layer, records, platform),
                                            platform)
         layers.append(timed)
-    return PerfReport(model.source, platform.name, platform.clock.npu_mhz, layers, unassigned, ddr_model=ddr_model,
-                      host_submit_overhead_us=platform.launch.host_submit_overhead_us,
-                      core_count=platform.cores.count)
+    return PerfReport(model.source, platform.name, platform.clock.npu_mhz, layers, _unassigned(timeline),
+                      ddr_model=ddr_model, host_submit_overhead_us=platform.launch.host_submit_overhead_us,
+                      core_count=platform.cores.count, timeline=timeline)
 
 
-#: id(trailer) -> (trailer, schedule, tensors by name, layers): see _parsed
-_PARSED: dict[int, tuple] = {}
-
-
-def _parsed(model) -> tuple[tuple, dict, tuple, list]:
-    """The schedule, tensors by name, layers and each layer's (input, output) shape texts of a
-    model file, worked out once per trailer (a loaded model's trailer is not edited, as the
-    Runtime's tensor index also assumes)."""
-    trailer = model.trailer
-    entry = _PARSED.get(id(trailer))
-    if entry is None or entry[0] is not trailer:
-        if len(_PARSED) >= 16:
-            _PARSED.clear()
-        tensors = {t.name: t for t in model.tensors()}
-        layers = model.layers()
-        shapes = [tuple(",".join(_shape(tensors[n].shape if n in tensors else None) for n in names)
-                        for names in (info.inputs, info.outputs)) for info in layers]
-        entry = _PARSED[id(trailer)] = (trailer, model.schedule(), tensors, layers, shapes)
-    return entry[1:]
-
-
-def report_npu(model, runs: Sequence, platform, ddr_model: str = "board") -> PerfReport:
-    """Per-layer report of a ``.npu`` model's chain runs (``Runtime.runs``, one per NPU step)."""
+def report_npu(model, runs: Sequence, platform, ddr_model: str = "board",
+               timeline: Timeline | None = None) -> PerfReport:
+    """Per-layer report of a ``.npu`` model's chain runs (``Runtime.runs``, one per NPU step),
+    its totals read from the run's timeline (built here unless given)."""
     _check_ddr_model(ddr_model)
-    step_runs = {}
-    runs_iter = iter(runs)
-    steps, tensors, model_layers, shapes = _parsed(model)
-    for index, step in enumerate(steps):
-        if step.kind == "npu":
-            step_runs[index] = next(runs_iter)
-    claimed: set[tuple[int, int]] = set()
+    timeline = timeline or timeline_npu(model, runs, platform)
+    _, tensors, model_layers, shapes = model_index(model)
+    by_layer, host_us = _layer_spans(timeline), timeline.layer_host_us()
     batch = model.trailer.get("batch") or {"size": 1, "contexts": 1}  # compiler/batch.py
-    waves = -(-int(batch["size"]) // int(batch["contexts"]))
     layers = []
     for info, (in_shapes, out_shapes) in zip(model_layers, shapes):
-        records, cores = [], []
-        for task_range in info.tasks:
-            run = step_runs.get(task_range.step)
-            if run is None:
-                continue
-            for i in range(task_range.first, min(task_range.first + task_range.count, len(run.tasks))):
-                records.append(run.tasks[i])
-                cores.append(steps[task_range.step].core)
-                claimed.add((task_range.step, i))
+        spans = by_layer.get(info.id, [])
+        records = [span.record for span in spans]
         dtype, rate = _mac_rate(records, platform)
         if not dtype and info.outputs and info.outputs[0] in tensors:
             dtype = (tensors[info.outputs[0]].dtype or "").upper()
         timed = LayerTime(
             info.id, info.op_type, dtype, info.target or ("NPU" if records else "CPU"),
-            in_shapes or "\\", out_shapes, info.name, [time_task(r, platform) for r in records], rate,
-            cores=cores, shared_ddr_rate=platform.ddr.shared_bytes_per_cycle)
-        if not records and (info.target or "").upper() == "CPU":
-            from npuemu.emulator.timing.host_model import cpu_step_us
-            # a batch runs the host step once per slice, the contexts' slices side by side (waves)
-            timed.host_us = waves * cpu_step_us([tensors[n].shape for n in info.inputs if n in tensors], platform)
+            in_shapes or "\\", out_shapes, info.name, [span.time for span in spans], rate,
+            cores=[span.lane for span in spans], shared_ddr_rate=platform.ddr.shared_bytes_per_cycle)
+        if not records:  # a host layer: the time of its host steps on the timeline
+            timed.host_us = host_us.get(info.id, 0.0)
         if ddr_model == "vendor":
             from npuemu.emulator.timing.vendor_estimate import npu_layer_bytes, vendor_layer_npu_cycles
             timed.vendor_npu = vendor_layer_npu_cycles(records, platform)
             sizes = [int(tensors[n].size or 0) for n in (*info.inputs, *info.outputs) if n in tensors]
             timed.vendor_ddr = _vendor_ddr(timed.npu_cycles, npu_layer_bytes(sizes, records, platform), platform)
         layers.append(timed)
-    unassigned = [time_task(record, platform) for step, run in step_runs.items()
-                  for i, record in enumerate(run.tasks) if (step, i) not in claimed]
     report = PerfReport(str(getattr(model, "path", "")) or "model", platform.name, platform.clock.npu_mhz,
-                        layers, unassigned, ddr_model=ddr_model,
+                        layers, _unassigned(timeline), ddr_model=ddr_model,
                         host_submit_overhead_us=platform.launch.host_submit_overhead_us, batch=dict(batch),
-                        core_count=platform.cores.count)
+                        core_count=platform.cores.count, timeline=timeline)
     if batch["size"] > 1:
         report.notes.append(f"batch {batch['size']}: {batch['contexts']} context(s) on as many cores, the slices of a "
-                            "wave overlapped per layer with the DDR shared (TIMING.md, multi-batch)")
+                            "wave side by side on the timeline with the DDR shared (TIMING.md, multi-batch)")
     return report

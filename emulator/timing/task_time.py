@@ -13,6 +13,10 @@ calibration.md by ``npuemu calibrate --fit``). DDR cycles count the data streams
 regcmd bytes are timed once, in the launch (emulator/TIMING.md "One count per byte").
 Only the task's decoded register state and its DMA byte counts are used (architecture.md,
 "The one rule").
+
+The formula lives in one place, :func:`time_work`: a task's work (:class:`TaskWork`, what the
+registers and the DMA say) timed with a set of fitted figures (:class:`TaskFigures`, the
+platform's or, in ``npuemu calibrate --fit``, candidates being fitted).
 """
 
 from __future__ import annotations
@@ -20,9 +24,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from npuemu.emulator.timing.ddr import data_read_bytes, ddr_bytes, ddr_cycles, regcmd_fetch_cycles
+from npuemu.emulator.timing.ddr import data_read_bytes, ddr_bytes, ddr_cycles_at, fetch_cycles_at
 from npuemu.emulator.timing.npu_cycles import task_npu_cycles
-from npuemu.emulator.timing.unit_cycles import unit_cycles
+from npuemu.emulator.timing.unit_cycles import conv_output_cycles, unit_cycles
 
 
 @dataclass(frozen=True)
@@ -53,22 +57,76 @@ class TaskTime:
         return self.max_cycles + self.overhead_cycles
 
 
+@dataclass(frozen=True)
+class TaskWork:
+    """What one task does, from its registers and its DMA counters: independent of the fitted
+    figures, so calibration can time the same work with candidate figures."""
+
+    core: int
+    index: int
+    npu_cycles: int
+    unit_cycles: int      # DPU/PPU cycles of a task without a conv (0 for a conv task)
+    data_read_bytes: int  # DDR reads of the data streams (no regcmd fetch)
+    write_bytes: int      # DDR writes
+    regcmd_bytes: int
+    conv: bool = True     # a CNA/CORE task (its output bound and overlap apply)
+    macs: int = 0
+    sram_hit_bytes: int = 0
+    output_bytes: int | None = None  # every byte the DPU/PPU wrote, SRAM included (None: write_bytes)
+
+    @property
+    def written(self) -> int:
+        """Bytes a conv task's output path writes (the output bound), wherever they go."""
+        return self.write_bytes if self.output_bytes is None else self.output_bytes
+
+
+@dataclass(frozen=True)
+class TaskFigures:
+    """The fitted figures the task formula uses (platform YAML ``ddr``, ``launch``, ``cycle_model``)."""
+
+    read_bytes_per_cycle: float
+    write_bytes_per_cycle: float
+    compute_overlap: float
+    task_overhead_cycles: int
+    conv_write_bytes_per_cycle: float | None = None
+
+    @classmethod
+    def of(cls, platform) -> TaskFigures:
+        ddr = platform.ddr
+        return cls(ddr.read_bytes_per_cycle, ddr.write_bytes_per_cycle, ddr.compute_overlap,
+                   platform.launch.task_overhead_cycles, platform.cycle_model.conv_write_bytes_per_cycle)
+
+
 def serial_part(compute: int, ddr: int, overlap: float, conv: bool = True) -> int:
     """Cycles of the shorter of compute and DMA that the overlap (``ddr.compute_overlap``) does
     not hide (none without a conv)."""
     return round((1.0 - overlap) * min(compute, ddr)) if conv else 0
 
 
+def task_work(record, platform) -> TaskWork:
+    """The figure-independent work of a :class:`~npuemu.emulator.core.TaskRecord`."""
+    traffic = record.traffic
+    conv = record.conv is not None
+    return TaskWork(record.core, record.index, task_npu_cycles(record, platform),
+                    0 if conv else unit_cycles(record, platform), data_read_bytes(traffic),
+                    ddr_bytes(traffic)[1], traffic.regcmd_read, conv,
+                    record.conv.macs if conv else 0, traffic.sram_hit_reads + traffic.sram_hit_writes,
+                    traffic.write_bytes)
+
+
+def time_work(work: TaskWork, fig: TaskFigures) -> TaskTime:
+    """The task formula (module note), the one place it is written."""
+    unit = conv_output_cycles(work.written, fig.conv_write_bytes_per_cycle) if work.conv else work.unit_cycles
+    ddr = ddr_cycles_at(work.data_read_bytes, work.write_bytes, fig.read_bytes_per_cycle, fig.write_bytes_per_cycle)
+    launch = fig.task_overhead_cycles + fetch_cycles_at(work.regcmd_bytes, fig.read_bytes_per_cycle)
+    return TaskTime(work.core, work.index, work.npu_cycles, ddr, work.data_read_bytes + work.regcmd_bytes,
+                    work.write_bytes, launch, work.macs, work.regcmd_bytes, unit,
+                    serial_part(max(work.npu_cycles, unit), ddr, fig.compute_overlap, work.conv),
+                    work.sram_hit_bytes)
+
+
 def time_task(record, platform) -> TaskTime:
-    read, write = ddr_bytes(record.traffic)
-    regcmd = record.traffic.regcmd_read
-    launch = platform.launch.task_overhead_cycles + regcmd_fetch_cycles(regcmd, platform)
-    npu, unit = task_npu_cycles(record, platform), unit_cycles(record, platform)
-    ddr = ddr_cycles(data_read_bytes(record.traffic), write, platform)
-    return TaskTime(record.core, record.index, npu, ddr, read, write, launch,
-                    record.conv.macs if record.conv is not None else 0, regcmd, unit,
-                    serial_part(max(npu, unit), ddr, platform.ddr.compute_overlap, record.conv is not None),
-                    record.traffic.sram_hit_reads + record.traffic.sram_hit_writes)
+    return time_work(task_work(record, platform), TaskFigures.of(platform))
 
 
 def time_tasks(records: Iterable, platform) -> tuple[TaskTime, ...]:

@@ -14,7 +14,7 @@ from npuemu.isa.chain import decode_chain
 from npuemu.isa.regmap_loader import load_regmap
 from npuemu.isa.errors import CompileError, ConfigError
 from npuemu.platforms import load_platform
-from npuemu.tools.core_mask import parse_core_mask
+from npuemu.compiler.core_mask import parse_core_mask
 from tests.compiler.test_build_e2e import MODELS, compile_graph
 from tests.compiler.test_lower_lut import _fused
 from tests.networks.builders import mobilenet_v2

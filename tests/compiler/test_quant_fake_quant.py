@@ -5,8 +5,10 @@ reference with the *exact* requantization factor (Python fractions), and an inte
 reference with the registers the compiler derives (quant_regs: per-channel BS MUL with shift
 14, OUT_CVT scale/shift, rounded as NUMERICS.md sections 1 and 4 say). Fake quant equals the
 exact integer path, and the register path differs from it by at most one LSB, only where the
-fixed-point factor moves a value across a rounding boundary. The last tests check that the
-compiler's roundings agree with the emulator's (tests may import both).
+fixed-point factor moves a value across a rounding boundary. Then checks that the compiler's
+roundings agree with the emulator's (tests may import both), and, where fake quant stops (the
+realised registers), that the built model's output is the testing kit's independent reference
+(reference_model) bit for bit.
 """
 
 from __future__ import annotations
@@ -185,12 +187,14 @@ def test_activation_rounding_is_the_out_cvt_default():
     assert constants.tolist() == [numerics.rshift_round(int(v), 1, numerics.ROUND_HALF_AWAY) for v in odd]
 
 
-# --- exact mode: the prediction of the built model (fake_quant_exact.py) ------------------------
+# --- the exact int8 network: the testing kit's reference on the built model ---------------------
+# (tools/testing_reference.reference_model, written from NUMERICS.md; QUANTIZATION.md 7.1)
 
 def _run_both(graph, inputs):
-    """(emulator output, exact prediction) of the graph's first output, both dequantized."""
+    """(emulator output, the kit's reference) of the graph's first output, both stored int8."""
     from npuemu.compiler.build import build_model
     from npuemu.emulator.runtime import Runtime
+    from npuemu.tools.testing_reference import reference_model
 
     model = build_model(graph)
     runtime = Runtime(model)
@@ -198,14 +202,16 @@ def _run_both(graph, inputs):
         runtime.set_input(name, value)
     runtime.run()
     output = graph.outputs[0]
-    return runtime.output(output), fake_quant_evaluate(graph, inputs, exact=True, model=model)[output]
+    got = runtime.output(output, dequantize=False)
+    return got, reference_model(graph, model, inputs)[output].reshape(got.shape)
 
 
 @pytest.mark.parametrize("activation", ["LeakyRelu", "Clip", "Tanh", "HardSwish", "Sigmoid+Add", "Add+Sigmoid",
                                         "Sigmoid", "MaxPool", "Mul"])
-def test_exact_mode_predicts_the_emulator_bit_for_bit(activation):
-    """Fused and standalone activations (LUT and BN paths), a residual before and after a LUT
-    activation (the latter a host step of the build), pooling and an element-wise Mul."""
+def test_the_reference_of_the_built_model_is_the_emulator_bit_for_bit(activation):
+    """Fused and standalone activations (LUT and BN paths), a residual after a LUT activation
+    and one before it (the conv with its Add, then a standalone LUT layer), a host step (Max),
+    pooling and an element-wise Mul."""
     from onnx import TensorProto, numpy_helper
 
     from npuemu.compiler.passes import PassContext, optimize
@@ -248,7 +254,7 @@ def test_exact_mode_predicts_the_emulator_bit_for_bit(activation):
 
 @settings(max_examples=25, deadline=None, derandomize=True)
 @given(testing.layer_configs("rk3588"))
-def test_exact_mode_predicts_generated_layers(config):
+def test_the_reference_of_the_built_model_covers_generated_layers(config):
     """The testing kit's generated conv / depthwise / FC / pool / element-wise layers."""
     graph = testing.quantize_layer(config)
     rng = np.random.default_rng(config.seed)

@@ -26,6 +26,7 @@ import pytest
 
 from tests.shared_data import SHARED
 from npuemu.platforms import load_platform
+from npuemu.emulator.timing.task_time import TaskWork
 from npuemu.tools import calibration as cal
 from npuemu.tools.calibration_rows import CPU_ROWS, ROWS
 from npuemu.tools.cli import main
@@ -179,7 +180,7 @@ def test_fit_recovers_known_figures_from_synthetic_rows():
     runs = []
     for i in range(12):
         n = int(rng.integers(1, 9))
-        tasks = [cal.TaskFigures(int(rng.integers(0, 400000)), 0, int(rng.integers(50000, 900000)),
+        tasks = [TaskWork(0, 0, int(rng.integers(0, 400000)), 0, int(rng.integers(50000, 900000)),
                                  int(rng.integers(20000, 600000)), 1040) for _ in range(n)]
         ddr = npu = cycles = 0
         for t in tasks:
@@ -204,7 +205,7 @@ def test_fit_recovers_a_conv_output_bound_and_leaves_it_out_when_there_is_none()
         rng = np.random.default_rng(9)
         runs = []
         for i in range(12):
-            tasks = [cal.TaskFigures(int(rng.integers(0, 300000)), 0, int(rng.integers(50000, 900000)),
+            tasks = [TaskWork(0, 0, int(rng.integers(0, 300000)), 0, int(rng.integers(50000, 900000)),
                                      int(rng.integers(20000, 600000)), 1040) for _ in range(int(rng.integers(1, 9)))]
             ddr = npu = cycles = 0
             for t in tasks:

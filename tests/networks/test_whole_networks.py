@@ -5,16 +5,16 @@ written from NUMERICS.md) bit for bit - no exceptions. At the network output the
 compared with onnxruntime float and with the compiler's fake-quant prediction.
 
 Measured at 64x64 (calibration: 4 random-normal samples; test: a 5th):
-| network | layers | bit-exact layers | within 1 LSB of fake-quant: float / exact mode | cos emu/ort | cos fq/ort |
+| network | layers | bit-exact layers | within 1 LSB of fake-quant / of the exact reference | cos emu/ort | cos fq/ort |
 | mobilenet_v1 | 30 | 30 | 80.3 % / 100 % (all equal) | 0.99867 | 0.99849 |
 | mobilenet_v2 | 55 | 55 | 17.5 % / 100 % (all equal) | 0.97489 | 0.97503 |
 | resnet18 | 24 | 24 | 96.3 % / 100 % (all equal) | 0.99980 | 0.99978 |
-Fake quant's float mode rounds with the exact requantization factors, the NPU with the
-fixed-point ones (quant_regs: <= 0.2 % off), and the 1-LSB differences this makes at a few
-elements of each layer grow with depth (55 layers in MobileNetV2 with random weights). Its
-exact mode (``fake_quant_evaluate(..., exact=True)``, QUANTIZATION.md 7.1) computes what the
-compiler programs and predicts every output element exactly. The emulator is as close to the
-float network as the float mode is (last two columns).
+Fake quant rounds with the exact requantization factors, the NPU with the fixed-point ones
+(quant_regs: <= 0.2 % off), and the 1-LSB differences this makes at a few elements of each
+layer grow with depth (55 layers in MobileNetV2 with random weights). The exact column is the
+testing kit's reference of the built model (``reference_model``, QUANTIZATION.md 7.1), walked
+from the input alone: it equals every output element. The emulator is as close to the float
+network as fake quant is (last two columns).
 
 float16 builds of the same networks, cosine vs onnxruntime float, and the same network run by
 onnxruntime with fp16 storage (tests/networks/fp16_storage.py: BN folded by hand, fp16 weights
@@ -49,7 +49,7 @@ from npuemu.compiler.passes import PassContext, optimize
 from npuemu.compiler.quant import calibrate, quantize_graph
 from npuemu.compiler.quant.fake_quant import fake_quant_evaluate
 from npuemu.emulator.runtime import Runtime
-from npuemu.tools.testing_reference import reference_graph
+from npuemu.tools.testing_reference import reference_graph, reference_model
 from tests.compiler.test_build_e2e import cosine
 from tests.networks.builders import NETWORKS
 from tests.networks.fp16_storage import fp16_storage_model
@@ -88,9 +88,9 @@ def test_every_layer_is_bit_exact_and_the_output_tracks_the_float_network(key) -
     fake = fake_quant_evaluate(graph, {"x": x})[output]
     predicted = np.clip(np.rint(fake / scale) + zero_point, -128, 127)
     stored = runtime.output(output, dequantize=False).astype(np.int64)
-    assert np.mean(np.abs(stored - predicted) <= 1) >= share  # the float mode: ideal factors
-    exact = fake_quant_evaluate(graph, {"x": x}, exact=True, model=runtime.model)[output]
-    assert np.array_equal(exact, runtime.output(output))  # the exact mode: the realised registers
+    assert np.mean(np.abs(stored - predicted) <= 1) >= share  # fake quant: ideal factors
+    exact = reference_model(graph, runtime.model, {"x": x})[output]  # from the float input, no layer inputs
+    assert np.array_equal(exact.reshape(-1), stored.reshape(-1))  # the realised registers
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert cosine(runtime.output(output), want) >= cosine(fake, want) - 0.002
 
