@@ -181,7 +181,7 @@ def count_macs(model: onnx.ModelProto) -> int:
 
 
 PPOCR_PACKAGE = "rapidocr_onnxruntime"
-PPOCR_FILE = "models/ch_PP-OCRv4_det_infer.onnx"  # /work/shared/docs/models.md
+PPOCR_FILE = "models/ch_PP-OCRv4_det_infer.onnx"  # ../shared/docs/models.md
 
 
 def ppocr_det(size: int = 640) -> tuple[onnx.ModelProto | None, str]:

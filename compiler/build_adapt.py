@@ -2,8 +2,10 @@
 
 One function, :func:`layer_from_node`, reads what lowering needs from the quantized graph:
 stored int8 weights with their per-channel scale/zero point, the int32 bias in accumulator
-units, the int8 input/output quantization and the fused activation/residual. Anything the
-lowering records cannot express raises a :class:`CompileError` naming the layer.
+units, the int8 input/output quantization and the fused activation/residual. Which builder
+makes a node's record is the node's NPU lowering kind in the op table (compiler/op_table.py;
+:data:`LAYER_BUILDERS`). Anything the lowering records cannot express raises a
+:class:`CompileError` naming the layer.
 """
 
 from __future__ import annotations
@@ -15,20 +17,21 @@ import numpy as np
 from npuemu.compiler.build_host import (  # noqa: F401 (names build.py imports from here)
     CpuOp, constant_outputs, cpu_from_node, host_tensors, split_outputs,
 )
+from npuemu.compiler import op_table
 from npuemu.compiler.ir import FusedOp, Graph, Node, QuantParams, Tensor
 from npuemu.compiler.deconv_phases import phase_conv, phase_weights
 from npuemu.compiler.passes.constraints import as_cube
 from npuemu.compiler.lower import Activation, ActivationLayer, ConcatLayer, ConvLayer, SliceLayer, EltwiseLayer, PoolLayer, Quant, Residual
 from npuemu.compiler.lower.broadcast_lanes import lane_broadcast
-from npuemu.compiler.lower.lut import ONNX_LUT_KINDS
 from npuemu.compiler.lower.placement import PLATFORM_DTYPE
 from npuemu.compiler.quant import stored_values
 from npuemu.compiler.quant.affine import round_half_away
 from npuemu.isa.errors import CompileError, UnsupportedOpError
 from npuemu.platforms.model import Platform
 
-_ELTWISE = {"Add": "add", "Sub": "sub", "Mul": "mul", "Max": "max", "Min": "min"}
+_ELTWISE = op_table.eltwise_ops()  # ONNX op -> EltwiseLayer op: Add/Sub/Mul/Max/Min
 ELTWISE_OPS = frozenset(_ELTWISE)
+ONNX_LUT_KINDS = op_table.onnx_lut_kinds()  # ONNX op -> LUT function kind (lower/lut.py)
 
 
 def _fail(node: Node, what: str, kind: type[CompileError] = CompileError) -> CompileError:
@@ -117,9 +120,11 @@ def _closed_clip(graph: Graph, output: str, low: float, high: float) -> tuple[fl
 
 
 def lut_activation(op_type: str, attrs) -> Activation:
-    """A DPU-LUT activation with its ONNX attributes (Elu alpha; HardSigmoid alpha, beta)."""
-    alpha = attrs.get("alpha") if op_type in ("Elu", "HardSigmoid") else None
-    beta = attrs.get("beta") if op_type == "HardSigmoid" else None
+    """A DPU-LUT activation with the ONNX attributes its function takes (the op table's
+    ``lut_attrs``: Elu alpha; HardSigmoid alpha, beta)."""
+    taken = op_table.BY_OP[op_type].lut_attrs
+    alpha = attrs.get("alpha") if "alpha" in taken else None
+    beta = attrs.get("beta") if "beta" in taken else None
     # Gelu's tanh approximation (opset 20 ``approximate="tanh"``) differs from the erf form by
     # < 5e-4 absolute: the erf table serves both.
     return Activation(ONNX_LUT_KINDS[op_type], alpha=None if alpha is None else float(alpha),
@@ -349,7 +354,7 @@ class Alias:
 def alias_from_node(graph: Graph, node: Node) -> Alias | None:
     """An Alias for a Reshape/Flatten/Squeeze/Unsqueeze of a 1x1 feature map that keeps the
     channels in place, else None."""
-    if node.op_type not in ("Reshape", "Flatten", "Squeeze", "Unsqueeze") or node.fused or len(node.outputs) != 1:
+    if op_table.lowering(node.op_type) != "alias" or node.fused or len(node.outputs) != 1:
         return None
     source, target = graph.tensor(node.inputs[0]).shape, graph.tensor(node.outputs[0]).shape
 
@@ -374,35 +379,74 @@ def layer_from_node(graph: Graph, node: Node, platform: Platform):
                           "are lowered to tasks (a CPU layer is a CPU step: cpu_from_node)", UnsupportedOpError)
     if len(node.outputs) != 1:
         raise _fail(node, f"{len(node.outputs)} outputs; the build handles single-output layers")
-    if node.op_type == "Conv":
-        return _conv(graph, node)
-    if node.op_type in ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"):
-        if node.fused:
-            raise _fail(node, "fused parts after pooling are not lowered")
-        return _pool(graph, node)
-    if node.op_type in _ELTWISE and all(not graph.tensor(name).is_const for name in node.inputs[:2]):
-        return _eltwise(graph, node, platform)
-    if node.op_type == "Concat":
-        return _concat(graph, node)
-    if node.op_type == CHANNEL_SLICE:
-        x = node.inputs[0]
-        return SliceLayer(node.layer_name, x, node.outputs[0], chw(graph, x, node), int(node.attrs["start"]),
-                          int(node.attrs["size"]), layer_quant(graph, x, node), layer_quant(graph, node.outputs[0], node),
-                          dtype=stored_dtype(graph, x))
-    if node.op_type in ("Relu", "Clip", "LeakyRelu") and stored_dtype(graph, node.inputs[0]) == "int8":
-        if node.fused:
-            raise _fail(node, "fused parts after a standalone activation are not lowered")
-        x = node.inputs[0]
-        part = FusedOp(node.op_type, dict(node.attrs), list(node.inputs[1:]))
-        return ActivationLayer(node.layer_name, x, node.outputs[0], chw(graph, x, node), int8_quant(graph, x, node),
-                               int8_quant(graph, node.outputs[0], node), _activation(graph, node, part))
-    if node.op_type in ONNX_LUT_KINDS and len(node.inputs) == 1:
-        if node.fused:
-            raise _fail(node, "fused parts after a LUT activation are not lowered")
-        x = node.inputs[0]
-        return ActivationLayer(node.layer_name, x, node.outputs[0], chw(graph, x, node), int8_quant(graph, x, node),
-                               int8_quant(graph, node.outputs[0], node), lut_activation(node.op_type, node.attrs))
-    raise _fail(node, f"op {node.op_type} is not lowered to NPU tasks yet", UnsupportedOpError)
+    builder = LAYER_BUILDERS.get(op_table.lowering(node.op_type))
+    layer = None if builder is None else builder(graph, node, platform)
+    if layer is None:
+        raise _fail(node, f"op {node.op_type} is not lowered to NPU tasks yet", UnsupportedOpError)
+    return layer
+
+
+# --- the record builders of the NPU lowering kinds (op_table.LOWERINGS) ---------------------------
+#
+# Each takes (graph, node, platform) and returns the record, or None where the node is not of
+# the form its kind lowers (layer_from_node then says the op is not lowered).
+
+def _conv_record(graph: Graph, node: Node, platform: Platform) -> ConvLayer:
+    return _conv(graph, node)
+
+
+def _pool_record(graph: Graph, node: Node, platform: Platform) -> PoolLayer:
+    if node.fused:
+        raise _fail(node, "fused parts after pooling are not lowered")
+    return _pool(graph, node)
+
+
+def _eltwise_record(graph: Graph, node: Node, platform: Platform) -> EltwiseLayer | None:
+    if any(graph.tensor(name).is_const for name in node.inputs[:2]):
+        return None  # a constant operand no fusion folded: a host step (layer_records._host_step)
+    return _eltwise(graph, node, platform)
+
+
+def _concat_record(graph: Graph, node: Node, platform: Platform) -> ConcatLayer:
+    return _concat(graph, node)
+
+
+def _slice_record(graph: Graph, node: Node, platform: Platform) -> SliceLayer:
+    x = node.inputs[0]
+    return SliceLayer(node.layer_name, x, node.outputs[0], chw(graph, x, node), int(node.attrs["start"]),
+                      int(node.attrs["size"]), layer_quant(graph, x, node), layer_quant(graph, node.outputs[0], node),
+                      dtype=stored_dtype(graph, x))
+
+
+def _relu_record(graph: Graph, node: Node, platform: Platform) -> ActivationLayer | None:
+    """A standalone ReLU/Clip/LeakyRelu on int8 (float16 ones run on the host)."""
+    if stored_dtype(graph, node.inputs[0]) != "int8":
+        return None
+    if node.fused:
+        raise _fail(node, "fused parts after a standalone activation are not lowered")
+    x = node.inputs[0]
+    part = FusedOp(node.op_type, dict(node.attrs), list(node.inputs[1:]))
+    return ActivationLayer(node.layer_name, x, node.outputs[0], chw(graph, x, node), int8_quant(graph, x, node),
+                           int8_quant(graph, node.outputs[0], node), _activation(graph, node, part))
+
+
+def _lut_record(graph: Graph, node: Node, platform: Platform) -> ActivationLayer | None:
+    if len(node.inputs) != 1:
+        return None
+    if node.fused:
+        raise _fail(node, "fused parts after a LUT activation are not lowered")
+    x = node.inputs[0]
+    dtype = stored_dtype(graph, node.outputs[0])  # float16: the fp16 DPU LUT (lower_conv.lut_stages_fp16)
+    return ActivationLayer(node.layer_name, x, node.outputs[0], chw(graph, x, node), layer_quant(graph, x, node),
+                           layer_quant(graph, node.outputs[0], node), lut_activation(node.op_type, node.attrs),
+                           dtype=dtype)
+
+
+#: NPU lowering kind (op_table.LOWERINGS) -> the builder of its record. Kinds not here make no
+#: record of their own: conv_phases and split expand into conv/slice nodes first (layer_records),
+#: alias is build_adapt.alias_from_node, as_conv exists after a rewrite only, host is a host step.
+LAYER_BUILDERS = {"conv": _conv_record, "pool": _pool_record, "eltwise": _eltwise_record, "concat": _concat_record,
+                  "slice": _slice_record, "activation": _relu_record, "lut": _lut_record}
 
 
 # --- interim: LUT activations after a residual add, and broadcasting element-wise ops as CPU steps
@@ -416,7 +460,7 @@ def layer_from_node(graph: Graph, node: Node, platform: Platform):
 # of the pre-activation that the fake-quant evaluation (which keeps fused values in float)
 # does not model. (A second DPU-only LUT task would keep it on the NPU; not lowered yet.)
 
-LUT_ACTIVATIONS = frozenset({"Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu", "Gelu", "Softplus", "Silu"})
+LUT_ACTIVATIONS = frozenset(ONNX_LUT_KINDS)
 
 
 def _preactivation_range(part, low: float, high: float) -> tuple[float, float]:
@@ -438,22 +482,40 @@ def _preactivation_range(part, low: float, high: float) -> tuple[float, float]:
     return -3.0, top
 
 
-def split_lut_activation(graph: Graph, node: Node) -> tuple[Node, Node, QuantParams] | None:
-    """(conv node writing ``<output>_preact``, CPU activation node, the pre-activation
-    quantization) for an NPU conv whose last fused part is a LUT activation, else None."""
-    if node.target != "NPU" or node.op_type != "Conv" or not node.fused \
-            or node.fused[-1].op_type not in LUT_ACTIVATIONS or len(node.outputs) != 1:
+def _residual(part) -> bool:
+    return part.op_type == "Add" and part.tag != "bias_add"
+
+
+def _split_fp16_residual(graph: Graph, node: Node) -> tuple[Node, Node, QuantParams] | None:
+    """float16 conv + LUT activation + residual Add: (the conv with its activation writing
+    ``<output>_act``, the Add as an NPU layer of its own, the fp16 quantization), as the vendor's
+    conv_silu_add_fp16 (ConvExSwish, then an Add layer): the fp16 EW stage multiplies the LUT's
+    result back to values (lower_conv.lut_stages_fp16), so it cannot add the residual too."""
+    if len(node.fused) < 2 or not _residual(node.fused[-1]) or node.fused[-2].op_type not in LUT_ACTIVATIONS:
         return None
-    half = stored_dtype(graph, node.outputs[0]) == "float16"
-    if not half and not any(part.op_type == "Add" and part.tag != "bias_add" for part in node.fused[:-1]):
+    part, output = node.fused[-1], node.outputs[0]
+    activated = f"{output}_act"
+    conv = Node(node.name, node.op_type, list(node.inputs), [activated], dict(node.attrs), list(node.fused[:-1]), "NPU")
+    add = Node(part.source or f"{node.name}_add", "Add", [activated, *part.inputs], [output], {}, [], "NPU")
+    return conv, add, graph.tensor(output).quant
+
+
+def split_lut_activation(graph: Graph, node: Node) -> tuple[Node, Node, QuantParams] | None:
+    """(conv node writing a new tensor, the node after it, that tensor's quantization) for an
+    NPU conv whose LUT activation cannot run in its task, else None: int8 with a residual Add
+    before the activation (the activation on the CPU), float16 with a residual Add after it (the
+    Add a DPU layer)."""
+    if node.target != "NPU" or node.op_type != "Conv" or not node.fused or len(node.outputs) != 1:
+        return None
+    if stored_dtype(graph, node.outputs[0]) == "float16":
+        return _split_fp16_residual(graph, node)
+    if node.fused[-1].op_type not in LUT_ACTIVATIONS or not any(_residual(part) for part in node.fused[:-1]):
         return None  # int8 without a residual: the DPU LUT runs the activation (lower/lut.py)
     part, output = node.fused[-1], node.outputs[0]
     preact = f"{output}_preact"
     conv = Node(node.name, node.op_type, list(node.inputs), [preact], dict(node.attrs), list(node.fused[:-1]), "NPU")
     activation = Node(part.source or f"{node.name}_{part.op_type.lower()}", part.op_type, [preact], [output],
                       dict(part.attrs), [], "CPU")
-    if half:  # the LUT is not on the fp16 path (NUMERICS.md 4.6): the activation runs on the CPU
-        return conv, activation, graph.tensor(output).quant
     quant = int8_quant(graph, output, node)
     low, high = quant.scale * (-128 - quant.zero_point), quant.scale * (127 - quant.zero_point)
     low, high = _preactivation_range(part, low, high)

@@ -25,29 +25,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from npuemu.compiler import op_table
 from npuemu.compiler.ir import Graph, Node
 from npuemu.isa.container_trailer import ND_DTYPES, ND_LAYOUT  # the trailer schema's layout and element types
 from npuemu.isa.errors import CompileError, UnsupportedOpError
 
 
-#: ops a CPU schedule step may name (the runtime's host-side operators, emulator/cpu_ops*.py)
-CPU_OPS = frozenset({
-    "Softmax", "Sigmoid", "Relu", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "DepthToSpace",
-    "DataConvert", "Elu", "Gelu", "Softplus", "Silu", "Glu", "LayerNormalization", "MatMul", "Gemm", "Div", "Pow",
-    "Sqrt", "Exp", "Erf", "ReduceSum", "ReduceMin", "Resize", "Concat", "ReduceMean", "ReduceMax", "ArgMax",
-    "HardSigmoid", "HardSwish", "Tanh", "Add", "Sub", "Mul", "Max", "Min",
-    # host math, comparison and logic (emulator/cpu_ops_math.py)
-    "Abs", "Neg", "Floor", "Ceil", "Round", "Reciprocal", "Log", "Sign", "Not", "Equal", "Less", "Greater",
-    "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Where", "Cast", "Clip", "LeakyRelu", "PRelu",
-    "ReduceProd",
-    "BatchNormalization",
-    # data movement (emulator/cpu_ops_move.py)
-    "Slice", "Pad", "Gather", "Expand", "Tile", "Split", "Identity", "MaxPool", "AveragePool",
-    "GlobalAveragePool", "GlobalMaxPool", "Dropout",
-    # convolutions of forms the NPU does not run (emulator/cpu_ops_conv.py)
-    "Conv", "ConvTranspose", "FullyConnected",
-    "Constant",
-})
+#: ops a CPU schedule step may name (the runtime's host-side operators, emulator/cpu_ops*.py): the op
+#: table's rows with ``host`` set (compiler/op_table.py)
+CPU_OPS = op_table.host_ops()
 HOST_CONSTANT_LIMIT = 1 << 20  # elements: a larger constant belongs in a weights section, not the trailer
 
 

@@ -1,4 +1,4 @@
-"""``--core-mask`` as the vendor runtime spells it (RKNN_NPU_CORE_*): ``auto``, ``0``, ``1``,
+"""The core mask as the vendor runtime spells it (RKNN_NPU_CORE_*): ``auto``, ``0``, ``1``,
 ``2``, ``0_1``, ``0_1_2`` or ``all``. npuemu applies it when it builds the model file (the
 split across cores is compiled in; the vendor compiles every variant and picks at run time).
 ``auto`` means one core, core 0: the vendor runtime's auto mode picks one idle core."""

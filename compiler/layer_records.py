@@ -3,8 +3,8 @@
 Every node becomes one record: an NPU layer for ``lower`` (build_adapt.layer_from_node), a host
 step (``CpuOp``) or an ``Alias`` (a Reshape-like view of another tensor's bytes, no work). Some
 nodes become several: a channel Split per output, a ConvTranspose as the conv of its stride
-phases plus host moves (deconv_phases.py), a conv whose LUT activation runs on the host as conv
-plus host activation. New tensors those need go into a copy of the graph, never into the
+phases plus host moves (deconv_phases.py), a conv whose fused parts split
+(build_adapt.split_lut_activation) as the conv plus the node after it. New tensors those need go into a copy of the graph, never into the
 caller's.
 """
 
@@ -15,14 +15,14 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from npuemu.compiler import op_table
 from npuemu.compiler.build_adapt import (
-    ELTWISE_OPS, Alias, CpuOp, alias_from_node, concat_fits_surfaces, constant_outputs, cpu_from_node,
+    Alias, CpuOp, alias_from_node, concat_fits_surfaces, constant_outputs, cpu_from_node,
     lane_broadcast_operand, lanes_tensor, layer_from_node, split_channels, split_conv_transpose,
     split_lut_activation, stored_dtype,
 )
 from npuemu.compiler.ir import Graph, Tensor
 from npuemu.compiler.lower import ConcatLayer, ConvLayer, EltwiseLayer
-from npuemu.compiler.lower.lut import ONNX_LUT_KINDS
 from npuemu.isa.errors import CompileError
 
 
@@ -134,8 +134,9 @@ def _expand(graph: Graph, spec) -> tuple[Graph, list]:
 
 
 def _with_host_activation(target: _GraphCopy, node) -> list:
-    """[conv, host activation] for a conv whose LUT activation the build runs on the host
-    (build_adapt.split_lut_activation), with the pre-activation tensor added; else [node]."""
+    """[conv, next node] for a conv whose fused parts split (build_adapt.split_lut_activation:
+    an int8 LUT activation after a residual to the host, a float16 residual Add after a LUT
+    activation to a DPU layer), with the tensor between them added; else [node]."""
     split = split_lut_activation(target.graph, node)
     if split is None:
         return [node]
@@ -161,24 +162,25 @@ def _resolve(layer, aliases: Mapping[str, str]):
 
 def _host_step(graph: Graph, node, spec) -> bool:
     """NPU-partitioned nodes the build runs as CPU steps: int8 <-> float16 conversions
-    (DataConvert), element-wise ops with a constant operand, channel Concats whose slices do
-    not start on C2 surfaces, and float16 LUT activations and standalone ReLU/Clip/LeakyRelu
-    (the fp16 DPU path has no LUT; fp16 standalone activations are not lowered)."""
-    if node.op_type == "DataConvert":
+    (DataConvert, lowering ``host`` in the op table), element-wise ops with a constant operand,
+    channel Concats whose slices do not start on C2 surfaces, and float16 standalone
+    ReLU/Clip/LeakyRelu (not lowered; float16 LUT activations are, lower_conv.lut_stages_fp16)."""
+    kind = op_table.lowering(node.op_type)
+    if kind == "host":
         return True
-    if node.op_type in ELTWISE_OPS and any(graph.tensor(name).is_const for name in node.inputs[:2]):
+    if kind == "eltwise" and any(graph.tensor(name).is_const for name in node.inputs[:2]):
         return True  # a constant operand that no fusion folded: not lowered (layer_from_node)
     half = stored_dtype(graph, node.outputs[0]) == "float16"
-    if node.op_type == "Concat":
+    if kind == "concat":
         return not concat_fits_surfaces(graph, node, spec)
-    return half and (node.op_type in ONNX_LUT_KINDS or node.op_type in ("Relu", "Clip", "LeakyRelu"))
+    return half and kind == "activation"  # float16 LUT kinds run in the fp16 DPU LUT (NUMERICS.md 5.1)
 
 
 def _broadcasting_eltwise(graph: Graph, node) -> bool:
     """An element-wise NPU node with broadcasting feature-map operands that the NPU does not run
     (e.g. the SE block's [1, C, 1, 1] x [1, C, H, W] Mul): a CPU step. A [1, 1, H, W] operand is
     replicated across lanes on the NPU (build_adapt.lane_broadcast_operand)."""
-    if node.op_type not in ELTWISE_OPS or node.fused or len(node.inputs) < 2:
+    if op_table.lowering(node.op_type) != "eltwise" or node.fused or len(node.inputs) < 2:
         return False
     operands = [graph.tensor(name) for name in node.inputs[:2]]
     if any(t.is_const for t in operands):

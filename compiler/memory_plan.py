@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from npuemu.isa.chain import segment_words
 from npuemu.isa.errors import CompileError
 from npuemu.isa.task import Task
+from npuemu.isa.tensor_layout import ADDRESS_SPACE
 from npuemu.isa.words import WORD_BYTES
 from npuemu.platforms.model import Platform
 
@@ -40,7 +41,7 @@ from .lower.placement import ConstPlacement, TensorPlacement, feature_placement
 
 DEFAULT_BASE = 0x0010_0000
 ALIGN = 64
-ADDRESS_LIMIT = 1 << 32
+ADDRESS_LIMIT = ADDRESS_SPACE  # every DMA address register is 32-bit
 AREAS = ("weights", "internal", "io", "regcmd")
 KINDS = ("internal", "input", "output")
 

@@ -41,6 +41,8 @@ import numpy as np
 
 from npuemu.isa.errors import CompileError
 
+from .rounding import round_half_away
+
 log = logging.getLogger(__name__)
 
 BS_MUL_SHIFT = 14  # vendor: BS_MUL_SHIFT_VALUE = 14 in every conv layer (VC 5)
@@ -50,12 +52,6 @@ OUT_CVT_SHIFT_MAX = (1 << 12) - 1  # OUT_CVT_SHIFT[11:0]
 EW_CVT_SHIFT_MAX = (1 << 6) - 1  # EW_OP_CVT_SHIFT[21:16]
 BS_SHIFT_MAX = (1 << 6) - 1  # BS_MUL_CFG.BS_MUL_SHIFT_VALUE[13:8]
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
-
-
-def round_half_away(value: np.ndarray | float) -> np.ndarray:
-    """Round to nearest, ties away from zero (exact for the magnitudes used here)."""
-    array = np.asarray(value, dtype=np.float64)
-    return np.sign(array) * np.floor(np.abs(array) + 0.5)
 
 
 @dataclass(frozen=True)

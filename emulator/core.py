@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from npuemu.emulator.memo import Memo
 from npuemu.emulator.memory import DmaTraffic, Memory, TaskDma, Traffic
 from npuemu.emulator.regfile import RegisterFile, RegisterView
 from npuemu.emulator.units.cna_core import Cbuf, CoreResult, decode_conv, run_cna_core
@@ -41,7 +42,19 @@ log = logging.getLogger(__name__)
 #: PC INTERRUPT bit of group 0 for each block (group 1 is the next bit; rknpu-isa.md 2.4).
 #: The CNA raises its feature, weight and CSC pairs together here.
 _INTERRUPT_GROUP0 = {"CNA": (0, 2, 4), "CORE": (6,), "DPU": (8,), "PPU": (10,)}
-_DECODED_ENTRIES = 4096  # per-core cache sizes (resolved writes, decoded states) before they start over
+
+
+@dataclass
+class _TaskMemo:
+    """What the core keeps per task object of a decoded chain (one memo lookup per task)."""
+
+    steps: tuple | None  # the writes resolved to register-file steps (RegisterFile.resolve)
+    #: the blocks its op-enable word starts (set after its first writes: an unknown bit raises
+    #: there, after the writes, and is never stored)
+    blocks: tuple[str, ...] | None = None
+    #: (views, decoded states, groups, interrupt bits) of its last run, reused while the
+    #: blocks' executing groups hold the same values
+    last: tuple | None = None
 
 
 @dataclass(frozen=True)
@@ -100,15 +113,13 @@ class NpuCore:
         self.cbuf = Cbuf()
         self.tasks_run = 0  # TASK_STATUS counter across chains
         self.interrupt_raw = 0
-        # Per task of a cached chain: its writes resolved to register-file steps (the task
-        # object is kept with them, so the id cannot be reused while the entry lives).
-        self._resolved: dict[int, tuple[Task, tuple | None]] = {}
+        # Per task object of a decoded chain. The build closes over the register file, not
+        # self: the memo would make a reference cycle.
+        resolve = self.regfile.resolve
+        self._tasks: Memo[_TaskMemo] = Memo(lambda task: _TaskMemo(resolve(task.writes)), identity=1)
         # Decoded unit states by the register values of the started blocks (decoding is a
         # pure function of them; see _decode).
-        self._decoded: dict[tuple, dict[str, object]] = {}
-        self._blocks: dict[int, tuple[str, ...]] = {}  # op-enable mask -> started blocks
-        # per task of a cached chain: (task, blocks, views, decoded states, groups, interrupt bits)
-        self._last: dict[int, tuple] = {}
+        self._decoded: Memo[dict[str, object]] = Memo()
 
     # -- the PC -----------------------------------------------------------------------------
     def run_chain(self, start_address: int, first_amount: int, *,
@@ -155,36 +166,27 @@ class NpuCore:
 
     def _run_task(self, index: int, task: Task, address: int, amount: int) -> TaskRecord:
         where = f"core {self.index} task {index} (regcmd at {address:#x})"
-        steps = self._resolved.get(id(task))
-        if steps is None or steps[0] is not task:
-            if len(self._resolved) >= _DECODED_ENTRIES:
-                self._resolved.clear()
-            steps = (task, self.regfile.resolve(task.writes))
-            self._resolved[id(task)] = steps
-        if steps[1] is None:
+        memo = self._tasks(task)
+        if memo.steps is None:
             for write in task.writes:
                 self.regfile.write(write.block, write.register, write.value, where)
         else:
-            self.regfile.apply(steps[1], where)
-        blocks = self._blocks.get(task.enable_mask)
-        if blocks is None:  # an unknown bit raises here and is never cached
-            blocks = self._blocks[task.enable_mask] = tuple(self.regmap.op_enable_names(task.enable_mask))
+            self.regfile.apply(memo.steps, where)
+        blocks = memo.blocks
+        if blocks is None:
+            blocks = memo.blocks = tuple(self.regmap.op_enable_names(task.enable_mask))
         if not blocks:
             raise EmulationError(f"{where}: the op-enable word has mask 0 and starts no block; the PC "
                                  f"waits for an interrupt that never comes")
         # The task's last views, decoded states and interrupts, reused while its blocks'
         # executing groups hold the same values (one dict comparison per block instead of
         # copying, keying and hashing every register; decoding is a pure function of them).
-        last = self._last.get(id(task))
-        # (the same task means the same op-enable mask, so the same blocks)
-        if last is None or last[0] is not task or not self.regfile.unchanged(last[1]):
+        last = memo.last
+        if last is None or not self.regfile.unchanged(last[0]):
             views = {name: self.regfile.view(name) for name in blocks}
             groups = {name: view.group for name, view in views.items()}
-            last = (task, views, self._decode(views, where), groups, _interrupts(groups))
-            if len(self._last) >= _DECODED_ENTRIES:
-                self._last.clear()
-            self._last[id(task)] = last
-        _, views, states, groups, interrupts = last
+            last = memo.last = (views, self._decode(views, where), groups, _interrupts(groups))
+        views, states, groups, interrupts = last
         dma = TaskDma(self.memory, where)
         dma.count(Traffic.REGCMD_READ, fetch_words(amount, self.scale) * WORD_BYTES)
         _run_units(states, dma, self.cbuf, self.regfile.lut.tables, where)
@@ -202,10 +204,8 @@ class NpuCore:
         key = tuple((name, tuple(view.values.items())) for name, view in views.items())
         states = self._decoded.get(key)
         if states is None:
-            if len(self._decoded) >= _DECODED_ENTRIES:
-                self._decoded.clear()
-            states = _decode_units(views, self.cbuf_banks, where, self.kernel_atoms, self.atom_bytes)
-            self._decoded[key] = states
+            states = self._decoded.put(
+                _decode_units(views, self.cbuf_banks, where, self.kernel_atoms, self.atom_bytes), key)
         return states
 
 

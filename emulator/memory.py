@@ -27,9 +27,11 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from npuemu.emulator.memo import Memo
+from npuemu.isa import tensor_layout
 from npuemu.isa.errors import DmaError, EmulationError
 
-ADDRESS_SPACE = 1 << 32  # every DMA address register is 32-bit (rknpu-isa.md 4)
+ADDRESS_SPACE = tensor_layout.ADDRESS_SPACE  # every DMA address register is 32-bit
 #: SRAM window used when no memory map places it: below 4 GiB, clear of a DDR image that
 #: starts at 0. A documented choice, not a hardware fact.
 DEFAULT_SRAM_BASE = 0xFF000000
@@ -74,7 +76,7 @@ class Memory:
                  sram_base: int | None = None) -> None:
         self.regions: list[MemoryRegion] = []
         self.derived = DerivedCache()
-        self._located: dict[tuple[int, int], LocatedRows] = {}
+        self._located: Memo[LocatedRows] = Memo(identity=1, limit=DERIVED_CACHE_ENTRIES)
         self._add_region("ddr", ddr_base, ddr_size)
         if sram_size:
             self._add_region("sram", DEFAULT_SRAM_BASE if sram_base is None else sram_base, sram_size)
@@ -85,7 +87,7 @@ class Memory:
         memory = cls.__new__(cls)
         memory.regions = []
         memory.derived = DerivedCache()
-        memory._located = {}
+        memory._located = Memo(identity=1, limit=DERIVED_CACHE_ENTRIES)
         for name, base, size in regions:
             memory._add_region(name, base, size)
         if not memory.regions:
@@ -168,18 +170,15 @@ class Memory:
 
     def locate_fixed(self, starts: np.ndarray, row_bytes: int, where: Callable[[], str]) -> LocatedRows:
         """``_locate_rows`` of a read-only row-address array that a caller's plan reuses every
-        task: worked out once per array (the entry holds it, so its id is not reused; regions
-        never move). ``where`` builds the error message, only when one is raised."""
-        key = (id(starts), row_bytes)
-        entry = self._located.get(key)
-        if entry is None or entry.key_array is not starts:
+        task: worked out once per array (emulator/memo.py: the very same array; regions never
+        move). ``where`` builds the error message, only when one is raised."""
+        entry = self._located.get(starts, row_bytes)
+        if entry is None:
             if starts.flags.writeable:
                 raise EmulationError("locate_fixed needs a read-only address array (its rows must not change)")
             wrapped = _addresses(starts)
             region, offsets = self._locate_rows(wrapped, row_bytes, where)
-            if len(self._located) >= DERIVED_CACHE_ENTRIES:
-                self._located.clear()
-            entry = self._located[key] = LocatedRows(starts, wrapped, row_bytes, region, offsets)
+            entry = self._located.put(LocatedRows(starts, wrapped, row_bytes, region, offsets), starts, row_bytes)
         return entry
 
 

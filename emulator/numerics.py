@@ -15,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from npuemu.isa import lut_format
+
 # ---------------------------------------------------------------------------------------------
 # Rounding modes of a right shift (NUMERICS.md section 1)
 # ---------------------------------------------------------------------------------------------
@@ -55,8 +57,8 @@ EW_OP_ALU, EW_OP_MUL = 0, 1
 # PPU POOLING_METHOD (rknpu-isa.md 3, PPU): 0 avg, 1 max, 2 min
 POOL_AVERAGE, POOL_MAX, POOL_MIN = 0, 1, 2
 
-#: Entries per LUT table (LE and LO): rep10 uploads 513 LUT_ACCESS_DATA words per table.
-LUT_ENTRIES = 513
+#: Entries per LUT table (LE and LO), stated in isa.lut_format
+LUT_ENTRIES = lut_format.LUT_ENTRIES
 
 
 def out_cvt_round_mode(cvt_round_bit: int) -> int:
@@ -323,17 +325,69 @@ def lut_value(x, le_table, lo_table, params):
         x, lo_table, params[LUTP_LO_START], params[LUTP_LO_END], params[LUTP_LO_SELECT],
         params[LUTP_LO_UFLOW_SCALE], params[LUTP_LO_UFLOW_SHIFT],
         params[LUTP_LO_OFLOW_SCALE], params[LUTP_LO_OFLOW_SHIFT])
+    return saturate_int32(lo_result if _lut_use_lo(le_status, lo_status, params) else le_result)
+
+
+@njit(cache=True, inline="always")
+def _lut_edge_float(x, edge, base, scale, shift):
+    """An under/overflowing fp32 value: the end entry plus the slope term in fp32 (each
+    operation rounded to fp32); SCALE 0 means no slope term, so +-inf reads the end entry."""
+    value = np.float32(base)
+    if scale == 0:
+        return value
+    slope = np.float32(np.float64(scale) * 2.0 ** -np.float64(shift))  # 16-bit scale: exact
+    return np.float32(value + np.float32(np.float32(x - np.float32(edge)) * slope))
+
+
+@njit(cache=True)
+def lut_table_value_float(x, table, start, end, index_select, uflow_scale, uflow_shift,
+                          oflow_scale, oflow_shift):
+    """One table on the fp path (NUMERICS.md 5.1): (status, fp32 value); the input is fp32."""
+    x = np.float32(x)
+    last = table.shape[0] - 1
+    if x < np.float32(start):
+        return LUT_UNDERFLOW, _lut_edge_float(x, start, table[0], uflow_scale, uflow_shift)
+    if x > np.float32(end):
+        return LUT_OVERFLOW, _lut_edge_float(x, end, table[last], oflow_scale, oflow_shift)
+    position = np.float32(np.float32(x - np.float32(start)) * np.float32(2.0 ** -index_select))
+    index = np.int64(np.floor(position))
+    if index >= last:
+        return LUT_HIT, np.float32(table[last])
+    fraction = np.float32(position - np.float32(index))
+    low = np.float32(table[index])
+    step = np.float32(np.int64(table[index + 1]) - np.int64(table[index]))
+    return LUT_HIT, np.float32(low + np.float32(step * fraction))
+
+
+@njit(cache=True, inline="always")
+def lut_value_float(x, le_table, lo_table, params):
+    """lut_value on the fp path: the same table choice, fp32 arithmetic, no saturation; NaN
+    passes through [C]."""
+    if x != x:
+        return np.float32(x)
+    le_status, le_result = lut_table_value_float(
+        x, le_table, params[LUTP_LE_START], params[LUTP_LE_END], params[LUTP_LE_SELECT],
+        params[LUTP_LE_UFLOW_SCALE], params[LUTP_LE_UFLOW_SHIFT],
+        params[LUTP_LE_OFLOW_SCALE], params[LUTP_LE_OFLOW_SHIFT])
+    lo_status, lo_result = lut_table_value_float(
+        x, lo_table, params[LUTP_LO_START], params[LUTP_LO_END], params[LUTP_LO_SELECT],
+        params[LUTP_LO_UFLOW_SCALE], params[LUTP_LO_UFLOW_SHIFT],
+        params[LUTP_LO_OFLOW_SCALE], params[LUTP_LO_OFLOW_SHIFT])
+    return lo_result if _lut_use_lo(le_status, lo_status, params) else le_result
+
+
+@njit(cache=True, inline="always")
+def _lut_use_lo(le_status, lo_status, params):
+    """Exactly one hit wins; otherwise the LUT_CFG priority bits pick (0 LE, 1 LO)."""
     if le_status == LUT_HIT and lo_status != LUT_HIT:
-        use_lo = False
-    elif lo_status == LUT_HIT and le_status != LUT_HIT:
-        use_lo = True
-    elif le_status == LUT_UNDERFLOW and lo_status == LUT_UNDERFLOW:
-        use_lo = params[LUTP_UFLOW_PRIORITY] != 0
-    elif le_status == LUT_OVERFLOW and lo_status == LUT_OVERFLOW:
-        use_lo = params[LUTP_OFLOW_PRIORITY] != 0
-    else:  # both hit, or one under- and one overflowing
-        use_lo = params[LUTP_HYBRID_PRIORITY] != 0
-    return saturate_int32(lo_result if use_lo else le_result)
+        return False
+    if lo_status == LUT_HIT and le_status != LUT_HIT:
+        return True
+    if le_status == LUT_UNDERFLOW and lo_status == LUT_UNDERFLOW:
+        return params[LUTP_UFLOW_PRIORITY] != 0
+    if le_status == LUT_OVERFLOW and lo_status == LUT_OVERFLOW:
+        return params[LUTP_OFLOW_PRIORITY] != 0
+    return params[LUTP_HYBRID_PRIORITY] != 0  # both hit, or one under- and one overflowing
 
 
 # ---------------------------------------------------------------------------------------------

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from npuemu.emulator.numerics import LUT_ENTRIES
 from npuemu.isa.errors import EmulationError
+from npuemu.isa.lut_format import LUT_ACCESS_WRITE, LUT_ENTRIES, LUT_TABLES, entries
 from npuemu.isa.regmap import Block, RegisterMap
 
 S_POINTER_OFFSET = 0x004  # block-relative (rknpu-isa.md 2.5)
@@ -39,7 +39,6 @@ S_POINTER_OFFSET = 0x004  # block-relative (rknpu-isa.md 2.5)
 #: 0xe | 0x10000000 * core; bit 28 is reserved in the TRM and has no modelled effect).
 DRIVER_S_POINTER = 0xE
 DRIVER_S_POINTER_BLOCKS = ("CNA", "CORE")
-LUT_TABLES = ("LE", "LO")  # LUT_TABLE_ID 0 and 1 (rep10)
 #: kinds of RegisterFile.resolve steps (_GROUP steps are merged into _GROUPS before apply sees them)
 _GROUP, _PC, _S_POINTER, _LUT_DATA, _GROUPS, _LUT_CFG = range(6)
 
@@ -126,24 +125,24 @@ class LutPort:
         self.address = fields["LUT_ADDR"]
 
     def data(self, value: int, where: str) -> None:
-        if self.access_type != 1:
+        if self.access_type != LUT_ACCESS_WRITE:
             return  # a read-type access: the data register is not stored [I] (REGISTER_SEMANTICS 1.3)
         if self.address >= LUT_ENTRIES:
             raise EmulationError(
                 f"{where}: DPU.LUT_ACCESS_DATA write to {LUT_TABLES[self.table]} table entry "
                 f"{self.address}, past its {LUT_ENTRIES} entries (DPU.LUT_ACCESS_CFG set the start address)")
-        self.tables[self.table, self.address] = np.int16(np.uint16(value & 0xFFFF).view(np.int16))
+        self.tables[self.table, self.address] = entries(value)
         self.address += 1
 
     def data_run(self, values: np.ndarray, where: str) -> bool:
         """:meth:`data` for each of ``values`` (int64 words) in one assignment: True when done (a
         read-type access stores nothing), False (nothing done) when they would pass the table's end."""
-        if self.access_type != 1:
+        if self.access_type != LUT_ACCESS_WRITE:
             return True
         end = self.address + values.size
         if end > LUT_ENTRIES:
             return False
-        self.tables[self.table, self.address:end] = (values & 0xFFFF).astype(np.uint16).view(np.int16)
+        self.tables[self.table, self.address:end] = entries(values)
         self.address = end
         return True
 

@@ -27,6 +27,7 @@ import numpy as np
 from npuemu.emulator import cpu_ops
 from npuemu.emulator.cpu_ops_tensors import is_nd, read_nd, write_nd
 from npuemu.emulator.machine import Machine
+from npuemu.isa import tensor_layout
 from npuemu.isa.container import CpuStep, ModelFile, NpuStep
 from npuemu.isa.container_views import tensor_cube
 from npuemu.isa.errors import EmulationError, InputError
@@ -92,12 +93,8 @@ class Runtime:
             raise InputError(f"input {name!r}: expected shape {list(logical)}, got {list(values.shape)}")
         dtype = STORED_DTYPES[info["dtype"]]
         values = values.reshape(shape).astype(dtype)
-        channels, height, width = shape
-        buffer = np.zeros((c1, surface, c2), dtype)
-        padded = np.zeros((c1 * c2, height * width), dtype)
-        padded[:channels] = values.reshape(channels, -1)
-        buffer[:, :height * width, :] = padded.reshape(c1, c2, height * width).transpose(0, 2, 1)
-        self.machine.memory.load(int(info["address"]), buffer.reshape(-1).view(np.uint8))
+        image = tensor_layout.to_native(values, c1, c2, surface)
+        self.machine.memory.load(int(info["address"]), image.reshape(-1).view(np.uint8))
 
     def read_native(self, name: str) -> np.ndarray:
         """The int8 values of a tensor (its logical shape, e.g. [1, C, H, W]), read from its NC1HWC2 bytes."""
@@ -107,8 +104,8 @@ class Runtime:
         channels, height, width = shape
         dtype = STORED_DTYPES[info["dtype"]]
         raw = self.machine.memory.dump(int(info["address"]), c1 * surface * c2 * dtype.itemsize).view(dtype)
-        grouped = raw.reshape(c1, surface, c2)[:, :height * width, :].transpose(0, 2, 1)
-        return grouped.reshape(c1 * c2, height, width)[:channels].reshape(info["shape"]).copy()
+        cube = tensor_layout.from_native(raw, channels, height, width, c1, c2, surface)
+        return cube.reshape(info["shape"]).copy()
 
     # --- quantization ---------------------------------------------------------------------
 

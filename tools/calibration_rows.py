@@ -1,4 +1,4 @@
-"""The real-board per-layer measurements of /work/shared/docs/calibration.md, as data.
+"""The real-board per-layer measurements of ../shared/docs/calibration.md, as data.
 
 Copied from calibration.md Table A (RK3588, guide §3.2.3) and Table B (RK3562 class, guide
 §8.2.1 figure 8-3 and §8.2.2 figure 8-4); tests/emulator/test_timing_calibration.py checks this

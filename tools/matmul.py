@@ -1,19 +1,19 @@
 """Matmul API on the emulator (issue 6).
 
 C = A @ B is built as a 1x1 convolution (A (M,K) -> input [1,K,M,1], rows = M as in MTX's
-matmul; B (K,N) -> weights [N,K,1,1]) and goes through the real compiler (import, passes,
-calibration + quantization, lowering, build_model with the core mask) and the emulator Runtime:
+matmul; B (K,N) -> weights [N,K,1,1]) and goes through the real compiler (its driver: import, passes,
+calibration + quantization, lowering and build with the core mask) and the emulator Runtime:
 the result comes from register-command tasks, not numpy. Fully connected with M > 1 is sent to
 the CPU partition by the compiler, hence the 1x1 conv.
 
 Each type runs on one of three paths (tools/MATMUL.md, "Types"): int8 x int8 and fp16 x fp16
-through build_model and the Runtime; int4 B (int4 x int4 -> int16, int8 x int4 -> int32) and
+through the compiler driver and the Runtime; int4 B (int4 x int4 -> int16, int8 x int4 -> int32) and
 fp16 x int8/int4 natively: the compiler's conv lowering of a stand-in layer with the real int4 /
 int8 weight blob, tasks with CNA IN_PRECISION = A's and PROC_PRECISION = B's precision, run as
 chains on the Machine (int4 at the int4 MAC rate, the mixed path's b_scale in the DPU's BS MUL).
 The DPU writes C as int8 (requantized, per-layer or per-channel C scale), int16, int32, fp16 or
-fp32. When K exceeds the chip's B segment (RK3588 8192, RK3562 4096), each K segment runs on its
-own and the int32/fp32 partial C are added on the host (int64 then saturated; fp32 in segment
+fp32. When K exceeds the chip's B segment (``matmul.b_segment_k`` of its platform YAML), each K
+segment runs on its own and the int32/fp32 partial C are added on the host (int64 then saturated; fp32 in segment
 order).
 """
 from __future__ import annotations
@@ -73,7 +73,7 @@ class MatmulContext:
                  a_scale: float = 1.0, b_scale=1.0, c_scale=None, c_zero_point: int = 0,
                  a_zero_point: int = 0, b_zero_point=0):
         from npuemu.platforms import load_platform
-        from npuemu.tools.core_mask import parse_core_mask
+        from npuemu.compiler.core_mask import parse_core_mask
 
         self.chip = normalize_chip(chip)
         self.type = check_type_on_chip(type, self.chip).name
@@ -185,13 +185,13 @@ class MatmulContext:
         return np.ascontiguousarray(c)
 
     # ---- build and run ----------------------------------------------------------------------
-    def _graph(self, B):
-        """The ONNX 1x1 convolution computing A @ B with B's values as weights, imported and
-        optimized (level 1: no vendor rewrites) for the chip."""
+    def _front(self, B, precision: str, samples=None):
+        """The ONNX 1x1 convolution computing A @ B with B's values as weights, through the
+        compiler driver's front half (level 1: no vendor rewrites) for the chip: imported,
+        optimized and quantized (int8 on ``samples``, or fp16)."""
         from onnx import TensorProto, helper, numpy_helper
 
-        from npuemu.compiler.onnx_import import import_onnx
-        from npuemu.compiler.passes import PassContext, optimize
+        from npuemu.compiler.driver import CompileOptions, prepare
 
         M, (K, N) = self.shape[0], B.shape
         w = np.asarray(B, np.float32).T.reshape(N, K, 1, 1)
@@ -202,17 +202,17 @@ class MatmulContext:
             [numpy_helper.from_array(np.ascontiguousarray(w), "w")])
         onnx_model = helper.make_model(graph_def, opset_imports=[helper.make_opsetid("", 17)])
         onnx_model.ir_version = 8
-        graph = import_onnx(onnx_model)
-        optimize(graph, PassContext(self.platform, 1))
-        return graph
+        options = CompileOptions(precision=precision, dataset=samples, optimization_level=1,
+                                 core_mask=self.core_mask, name="matmul")
+        return prepare(onnx_model, self.platform, options)
 
-    def _execute(self, graph, x: np.ndarray, N: int) -> np.ndarray:
+    def _execute(self, front, x: np.ndarray, N: int) -> np.ndarray:
         """Build (on the core mask's cores), run on the emulator, record .perf; C (M, N) as stored."""
-        from npuemu.compiler.build import build_model
+        from npuemu.compiler.driver import build
         from npuemu.emulator.runtime import Runtime
         from npuemu.emulator.timing.report import report_npu
 
-        model = build_model(graph, self.platform, name="matmul", cores=self.cores)
+        model = build(front)
         host = [step["op"] for step in model.trailer["schedule"] if step["kind"] != "npu"]
         if host:  # the partition gave the conv to the CPU: that would be a numpy result, not the NPU's
             raise MatmulNotLoweredError(f"matmul M,K,N={self.shape} on {self.chip}: the compiler runs "
@@ -222,21 +222,19 @@ class MatmulContext:
         runtime.run()
         self.perf = _perf(report_npu(model, runtime.runs, runtime.machine.platform, "board"))
         self.last_model, self.last_model_runs = model, runtime.runs
-        return _read_output(runtime, graph.outputs[0], x.shape[2], N)
+        return _read_output(runtime, front.graph.outputs[0], x.shape[2], N)
 
     def _run_fp16(self, A, B, bs):
         """fp16 A on the fp16 MAC path; an int8/int4 B becomes fp16 weights B * b_scale
         (rounded to fp16 once; exact for fp16 B and for int B with power-of-two scales)."""
         from npuemu.compiler.ir import QuantParams
-        from npuemu.compiler.quant import float16_graph
 
         K, N = B.shape
         weights = B.astype(np.float32) if self.t.b == "fp16" else (B.astype(np.float32) - self._bzp) * bs[None, :]
-        graph = self._graph(weights)
-        float16_graph(graph)
+        front = self._front(weights, "fp16")
         if self.t.c == "fp32":  # the DPU writes its fp32 result without the fp16 rounding (OUT_PRECISION fp32)
-            graph.tensors[graph.outputs[0]].quant = QuantParams("float32", np.float32(1.0), 0)
-        out = self._execute(graph, np.ascontiguousarray(A.astype(np.float32).T.reshape(1, K, -1, 1)), N)
+            front.graph.tensors[front.graph.outputs[0]].quant = QuantParams("float32", np.float32(1.0), 0)
+        out = self._execute(front, np.ascontiguousarray(A.astype(np.float32).T.reshape(1, K, -1, 1)), N)
         return out.astype(np.float32)
 
     def _set_given_scales(self, graph, bs):
@@ -267,20 +265,16 @@ class MatmulContext:
 
     def _run_int8(self, A, B, bs):
         """int8 (or int4, held in int8) A and B on the int8 MAC path."""
-        from npuemu.compiler.quant import calibrate, quantize_graph
-
         K, N = B.shape
         if self._c_per_channel:
             # per-channel C: the DPU's per-channel factor a_s b_s[n] / c_s[n] goes through the BS
             # MUL operands (BRDMA) as a weight scale r[n] = b_s[n] / c_s[n] with C's scale 1
             # (tools/MATMUL.md, "Per-channel C")
             bs = (bs / np.asarray(self.c_scale_given, np.float32)).astype(np.float32)
-        graph = self._graph((B.astype(np.float32) - self._bzp) * bs[None, :])
         xf = ((A.astype(np.float32) - self.a_zero_point) * self.a_scale).T.reshape(1, K, -1, 1)
-        ranges = calibrate(graph, [{"x": xf}, {"x": -xf}], "normal", progress=False).ranges
-        quantize_graph(graph, ranges)
-        self._set_given_scales(graph, bs)
-        return self._execute(graph, np.ascontiguousarray(A.T.reshape(1, K, -1, 1)), N)
+        front = self._front((B.astype(np.float32) - self._bzp) * bs[None, :], "int8", [{"x": xf}, {"x": -xf}])
+        self._set_given_scales(front.graph, bs)
+        return self._execute(front, np.ascontiguousarray(A.T.reshape(1, K, -1, 1)), N)
 
     def _native_path(self) -> bool:
         """int4 B with an integer A, and fp16 A with an integer B (the mixed path) run natively;

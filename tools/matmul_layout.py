@@ -14,43 +14,22 @@ int4 native operands may also be given packed, two values per byte (``packed=Tru
 reference code's nibble orders, which differ between A and B: A puts the even element (inner
 index) in the low nibble, B in the high nibble (``INT4_HIGH_FIRST``).
 B is split along K into T = ceil(K/S) segments, each laid out on its own, when K > S
-(S = 8192 on RK3588, 4096 on RK356x; guide §3.5.4 / table 3-7 notes).
+(S = 8192 on RK3588, 4096 on RK356x; guide §3.5.4 / table 3-7 notes). Every block size and S
+is read from the chip's platform YAML (``matmul.layouts``, ``matmul.b_segment_k``).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from npuemu.emulator.kernels.weights import unpack_int4_bytes
+from npuemu.isa import weight_layout
 from npuemu.isa.errors import CompileError
-from npuemu.tools.matmul_types import check_type_on_chip, normalize_chip
-
-# Table 3-5: per chip, per element type: A inner block a, B blocks (n, k), C inner block c.
-_A = {
-    "rk3588": {"int4": 32, "int8": 16, "fp16": 8},
-    "rk3576": {"int8": 16, "fp16": 8},
-    "rk3562": {"int8": 16, "fp16": 8},
-    "rk3566": {"int8": 8, "fp16": 4},
-    "rk3568": {"int8": 8, "fp16": 4},
-}
-_B = {
-    "rk3588": {"int4": (64, 32), "int8": (32, 32), "fp16": (16, 32)},
-    "rk3576": {"int8": (32, 32), "fp16": (16, 32)},
-    "rk3562": {"int8": (16, 32), "fp16": (8, 32)},
-    "rk3566": {"int8": (16, 32), "fp16": (8, 16)},
-    "rk3568": {"int8": (16, 32), "fp16": (8, 16)},
-}
-_C = {"rk3588": {"int16": 8, "int32": 4, "fp32": 4}}
-for _c in ("rk3576", "rk3562", "rk3566", "rk3568"):
-    _C[_c] = {"int32": 4, "fp32": 4}
-
-# K above which B is split into segments (hardware.md §2, table 3-7 notes).
-_B_SEGMENT_K = {"rk3588": 8192, "rk3562": 4096, "rk3566": 4096, "rk3568": 4096}
-
+from npuemu.tools.matmul_types import check_type_on_chip, matmul_figures, normalize_chip
 
 #: int4 nibble order of packed native operands, from the guide's reference code (module
 #: docstring): A's norm_layout_to_perf_layout writes an even output index to the low nibble,
-#: B's norm_layout_to_native_layout writes it shifted left by 4 (high nibble).
-INT4_HIGH_FIRST = {"A": False, "B": True}
+#: B's norm_layout_to_native_layout writes it shifted left by 4 (high nibble) - the orders the
+#: NPU reads features and weights in (isa.weight_layout).
+INT4_HIGH_FIRST = {"A": weight_layout.FEATURE_INT4_HIGH_FIRST, "B": weight_layout.WEIGHT_INT4_HIGH_FIRST}
 
 
 class MatmulLayoutError(CompileError):
@@ -61,27 +40,38 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _layout(dtype: str, chip: str):
+    """Table 3-5's native layout of ``dtype`` operands on ``chip``: the ``matmul.layouts`` of its
+    platform YAML (hardware.md 2)."""
+    return getattr(matmul_figures(normalize_chip(chip)).layouts, dtype)
+
+
 def a_block(type_name: str, chip: str) -> int:
     t = check_type_on_chip(type_name, chip)
-    return _A[normalize_chip(chip)][t.a]
+    return _layout(t.a, chip).a_k
 
 
 def b_blocks(type_name: str, chip: str) -> tuple[int, int]:
     t = check_type_on_chip(type_name, chip)
-    return _B[normalize_chip(chip)][t.b]
+    layout = _layout(t.b, chip)
+    return layout.b_n, layout.b_k
 
 
 def c_block(type_name: str, chip: str) -> int:
+    """C's inner block: the table's C column of the layout whose output is ``t.c`` (int16 after
+    int4 products, int32 after int8, fp32 after fp16); int8 and fp16 C have no native layout."""
     t = check_type_on_chip(type_name, chip)
-    c = normalize_chip(chip)
-    if t.c not in _C[c]:
-        raise MatmulLayoutError(
-            f"table 3-5 defines no native C layout for {t.c} output ({type_name}) on {chip}")
-    return _C[c][t.c]
+    layouts = matmul_figures(normalize_chip(chip)).layouts
+    for dtype in ("int4", "int8", "fp16"):
+        layout = getattr(layouts, dtype)
+        if layout is not None and layout.c_dtype == t.c:
+            return layout.c_n
+    raise MatmulLayoutError(f"table 3-5 defines no native C layout for {t.c} output ({type_name}) on {chip}")
 
 
 def b_segment_k(chip: str) -> int | None:
-    return _B_SEGMENT_K.get(normalize_chip(chip))
+    """K above which B is split into segments (``matmul.b_segment_k``, table 3-7 notes)."""
+    return matmul_figures(normalize_chip(chip)).b_segment_k
 
 
 def _check2d(x, name, shape):
@@ -183,15 +173,13 @@ def pack_int4(values, high_first: bool) -> np.ndarray:
         raise MatmulLayoutError(f"int4 packing needs an even last axis, got shape {v.shape}")
     if v.size and (v.min() < -8 or v.max() > 7):
         raise MatmulLayoutError("int4 packing: values outside [-8, 7]")
-    nib = (v.astype(np.int16) & 0xF).astype(np.uint8)
-    even, odd = nib[..., 0::2], nib[..., 1::2]
-    return ((even << 4) | odd if high_first else even | (odd << 4)).astype(np.uint8)
+    return weight_layout.pack_int4(v, high_first)
 
 
 def unpack_int4(packed, high_first: bool) -> np.ndarray:
     """uint8 bytes -> int4 values as int8 (sign-extended), two per byte along the last axis
-    (the emulator's own reader, kernels/weights.unpack_int4_bytes)."""
-    return unpack_int4_bytes(np.asarray(packed).astype(np.uint8), high_first)
+    (isa.weight_layout.unpack_int4, the emulator's reader)."""
+    return weight_layout.unpack_int4(np.asarray(packed).astype(np.uint8), high_first)
 
 
 def _is_int4(operand: str, type_name: str, chip: str) -> bool:

@@ -1,29 +1,21 @@
-"""Matmul K/N/M limits per chip and type (seed guide table 3-7, digest hardware.md §2)."""
+"""Matmul K/N/M limits per chip and type: the ``matmul.limits`` rows of the platform YAMLs
+(seed guide table 3-7, digest hardware.md §2), one per B element type."""
 from __future__ import annotations
 
 from npuemu.isa.errors import CompileError
-from npuemu.tools.matmul_types import check_type_on_chip, normalize_chip
+from npuemu.tools.matmul_types import check_type_on_chip, matmul_group
 
 
 class MatmulLimitError(CompileError):
     """A Matmul shape breaks a limit of table 3-7."""
 
 
-_RK356X = ("rk3562", "rk3566", "rk3568")
-
-
 def limits(type_name: str, chip: str) -> dict:
-    """Return {'K_max', 'K_align', 'N_max', 'N_align'} (None = no maximum) for this type/chip."""
+    """Return {'K_max', 'K_align', 'N_max', 'N_align'} (None = no maximum) for this type/chip:
+    the platform's limits row of B's element type (the YAMLs give int8 and fp16 equal rows)."""
     t = check_type_on_chip(type_name, chip)
-    c = normalize_chip(chip)
-    if t.b == "int4":
-        # Table 3-7, int4 (RK3588 only): K 32-aligned, N <= 8192 and 64-aligned.
-        return {"K_max": None, "K_align": 32, "N_max": 8192, "N_align": 64}
-    if c in _RK356X:
-        # Table 3-7: K <= 10240, 32-aligned; N <= 4096, 16-aligned on RK3562/RK3566/RK3568.
-        return {"K_max": 10240, "K_align": 32, "N_max": 4096, "N_align": 16}
-    # Table 3-7: RK3576/RK3588: K 32-aligned, N <= 4096 and 32-aligned.
-    return {"K_max": None, "K_align": 32, "N_max": 4096, "N_align": 32}
+    row = getattr(matmul_group(chip).limits, t.b)
+    return {"K_max": row.k_max, "K_align": row.k_align, "N_max": row.n_max, "N_align": row.n_align}
 
 
 def check_shape(M: int, K: int, N: int, type_name: str, chip: str) -> None:

@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from npuemu.compiler import op_table
+
 INT8 = (-128, 127)
 INT32 = (-(2**31), 2**31 - 1)
 BS_MUL_SHIFT = 14  # NUMERICS.md 9: MUL[c] = round(2^14 s_w[c] / max s_w), shift 14
@@ -407,7 +409,7 @@ def reference_add(a: np.ndarray, b: np.ndarray, *, a_quant: Quant, b_quant: Quan
 
 
 #: ONNX element-wise ops the NPU runs on two feature maps, and the reference's name for each.
-ELTWISE_OPS = {"Add": "add", "Sub": "sub", "Mul": "mul", "Max": "max", "Min": "min"}
+ELTWISE_OPS = op_table.eltwise_ops()  # the ops only: each operation is written below, independently
 #: Host steps :func:`reference_host` states (ONNX semantics, written here)
 HOST_OPS = (*ELTWISE_OPS, "Concat", "Softmax", "Relu", "Sigmoid", "HardSigmoid", "HardSwish", "DepthToSpace", "Resize")
 #: Pooling ops (the PPU)
@@ -415,8 +417,7 @@ POOL_OPS = ("MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool")
 #: Shape-only ops: the bytes are reused as they are (the build aliases them).
 VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 #: ONNX LUT activations and the compiler's name for their tables (LOWERING.md 4.1)
-LUT_OPS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "HardSigmoid": "hard_sigmoid", "HardSwish": "hard_swish",
-           "Silu": "silu", "Elu": "elu", "Gelu": "gelu", "Softplus": "softplus"}
+LUT_OPS = op_table.onnx_lut_kinds()  # the names only: each function is written below, independently
 
 
 def reference_graph(graph, stored: dict[str, np.ndarray], *, layer_inputs=None, host_layers=(),

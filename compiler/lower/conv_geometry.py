@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+from npuemu.isa.tensor_layout import ATOM_BYTES
 from npuemu.platforms.model import Platform
 
 from .layers import ConvLayer
@@ -44,7 +45,7 @@ def output_channel_align(layer: ConvLayer, platform: Platform) -> int:
 def surfaces_per_pass(layer: ConvLayer, platform: Platform) -> int:
     """Output surfaces one MAC pass writes, in the written element: an int32 output makes
     SIZE_E 7, an fp32 one 3 (MTX, rknpu-isa.md 4)."""
-    return max(1, kernels_per_pass(layer, platform) * ELEMENT_BYTES[layer.output_dtype] // 16)
+    return max(1, kernels_per_pass(layer, platform) * ELEMENT_BYTES[layer.output_dtype] // ATOM_BYTES)
 
 
 FEATURE_GRAINS_MAX = (1 << 10) - 1  # CONV_CON2.FEATURE_GRAINS[13:4]

@@ -65,6 +65,7 @@ class EwStage:
     data_mode: int = 0  # EW_DATA_MODE / ERDMA_DATA_MODE: 1 = per-pixel operand (rep09, rep12)
     data_size: int = 0  # EDATA_SIZE / ERDMA_DATA_SIZE: 1 for the int8 operands of rep09/rep12
     lut: bool = False  # not EW_LUT_BYPASS: the LUT runs first in this stage (rep10)
+    op_value: int = 0  # EW_OP_VALUE_0 (raw 32 bits): the register operand (fp16 LUT: fp32 bits of t)
 
 
 @dataclass(frozen=True)

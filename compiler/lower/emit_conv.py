@@ -13,6 +13,7 @@ operands from the BRDMA blob (BRDMA_DATA_USE = 7: ALU, CPEND, MUL).
 
 from __future__ import annotations
 
+from npuemu.isa import weight_layout
 from npuemu.isa.regmap import RegisterMap
 from npuemu.isa.task import Task
 
@@ -24,7 +25,6 @@ from .emit_dpu import (
 from .fields import RegisterBuilder, signed32
 
 ENABLE_CONV = 0x1D  # CNA, CORE, DPU, DPU_RDMA (rep01; rknpu-isa.md 2.1)
-BRDMA_ALU_CPEND_MUL = 7  # BRDMA_DATA_USE bits ALU, CPEND, MUL (VC 5: BRDMA_CFG = 0xe)
 DCOMP_AMOUNTS = 16
 PRECISION_INT8, PRECISION_INT4 = 0, 6  # CNA/CORE precision codes (rknpu-isa.md 3)
 
@@ -115,7 +115,7 @@ def conv_writes(task: ConvTask, regmap: RegisterMap, weight_precision: int | Non
     # integer paths (int8, int4) take ALU, CPEND and MUL from the BRDMA; fp16 the ALU only,
     # unless its BS MUL reads per-channel operands (the Matmul API's mixed fp16 x int path)
     full = task.precision in (PRECISION_INT8, PRECISION_INT4) or task.stages.bs.mul_from_dma
-    brdma = BRDMA_ALU_CPEND_MUL if full else 1
+    brdma = weight_layout.BS_USE_ALL if full else weight_layout.BS_USE_ALU  # VC 5: BRDMA_CFG = 0xe
     # A direct conv reads its residual as rep12 does (COMB_USE 5: MRDMA and ERDMA take alternate
     # surfaces). A depthwise conv writes 4 surfaces per pass (SIZE_E 3), for which no stream
     # shows the split; it reads the whole residual through the ERDMA alone, as an element-wise

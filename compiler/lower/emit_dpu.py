@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from npuemu.isa import lut_format
 from npuemu.isa.regmap import RegisterMap
 from npuemu.isa.task import Task
 
 from .descriptions import DpuCube, DpuStages, DpuTask, EwStage, Operand, XStage
 from .fields import RegisterBuilder, signed32
-from .lut import LUT_CFG_REP10, LutProgram
+from .lut import LutProgram
 from .placement import ATOM_BYTES
 
 S_POINTER_PP = dict(POINTER_PP_MODE=1, EXECUTER_PP_EN=1, POINTER_PP_EN=1)  # 0xe (rknpu-isa.md 2.5)
@@ -122,7 +123,7 @@ def write_dpu_body(b: RegisterBuilder, cube: DpuCube, stages: DpuStages, *, conv
     b.write("DPU", "OUT_CVT_SHIFT", OUT_CVT_SHIFT=out.shift)
     for index in range(8):
         if b.has("DPU", f"EW_OP_VALUE_{index}"):  # RK3576: EW_OP_VALUE_7's offset holds OUT_CVT_OFFSET
-            b.write("DPU", f"EW_OP_VALUE_{index}")
+            b.write("DPU", f"EW_OP_VALUE_{index}", **({"V": ew.op_value} if index == 0 else {}))
     b.write("DPU", "SURFACE_ADD", SURF_ADD=cube.surfaces_per_pass * cube.dst_surface_stride)
     b.write("DPU", "UNDOC_40C4")
     _write_lut_registers(b, stages.lut)
@@ -160,23 +161,26 @@ def _write_lut_registers(b: RegisterBuilder, lut: LutProgram | None) -> None:
                          "LUT_LE_SLOPE_SCALE", "LUT_LE_SLOPE_SHIFT", "LUT_LO_SLOPE_SCALE", "LUT_LO_SLOPE_SHIFT"):
             b.write("DPU", register)
         return
-    b.write("DPU", "LUT_CFG", **LUT_CFG_REP10)
+    b.write("DPU", "LUT_CFG", **lut_format.LUT_CFG_REP10)
     b.write("DPU", "LUT_INFO", LUT_LO_INDEX_SELECT=lut.index_select, LUT_LE_INDEX_SELECT=lut.index_select)
     b.write("DPU", "LUT_LE_START", V=lut.le_start)
     b.write("DPU", "LUT_LE_END", V=lut.le_end)
     b.write("DPU", "LUT_LO_START", V=lut.lo_start)
     b.write("DPU", "LUT_LO_END", V=lut.lo_end)
-    for register in ("LUT_LE_SLOPE_SCALE", "LUT_LE_SLOPE_SHIFT", "LUT_LO_SLOPE_SCALE", "LUT_LO_SLOPE_SHIFT"):
-        b.write("DPU", register)  # slopes 0: the tables end where the output is flat (lut.py)
+    b.write("DPU", "LUT_LE_SLOPE_SCALE")  # LE slopes 0: flat below -X (int8: lut.py; fp16: the vendor's)
+    b.write("DPU", "LUT_LE_SLOPE_SHIFT")
+    # LO overflow slope: 0 for int8 (flat), a linear tail's for fp16 (lut.lut_fp16_program)
+    b.write("DPU", "LUT_LO_SLOPE_SCALE", OFLOW_SCALE=lut.lo_oflow_scale)
+    b.write("DPU", "LUT_LO_SLOPE_SHIFT", OFLOW_SHIFT=lut.lo_oflow_shift)
 
 
 def write_lut_upload(b: RegisterBuilder, lut: LutProgram) -> None:
     """The LUT RAM upload as rep10 does it: LUT_ACCESS_CFG (write access, table, address 0),
     then one LUT_ACCESS_DATA word per entry, LE (table 0) then LO (table 1)."""
-    for table_id, values in ((0, lut.le), (1, lut.lo)):
-        b.write("DPU", "LUT_ACCESS_CFG", LUT_ACCESS_TYPE=1, LUT_TABLE_ID=table_id, LUT_ADDR=0)
+    for table_id, values in ((lut_format.LUT_TABLE_LE, lut.le), (lut_format.LUT_TABLE_LO, lut.lo)):
+        b.write("DPU", "LUT_ACCESS_CFG", LUT_ACCESS_TYPE=lut_format.LUT_ACCESS_WRITE, LUT_TABLE_ID=table_id, LUT_ADDR=0)
         for value in values:
-            b.write("DPU", "LUT_ACCESS_DATA", LUT_ACCESS_DATA=int(value) & 0xFFFF)
+            b.write("DPU", "LUT_ACCESS_DATA", LUT_ACCESS_DATA=lut_format.data_word(value))
 
 
 def write_s_pointers(b: RegisterBuilder) -> None:

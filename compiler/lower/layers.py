@@ -24,6 +24,7 @@ import numpy as np
 
 from npuemu.isa.errors import CompileError
 
+from .. import op_table
 from .lut import LUT_KINDS
 
 INT8 = "int8"
@@ -281,7 +282,7 @@ class FcLayer:
         )
 
 
-ELTWISE_OPS = ("add", "sub", "mul", "max", "min")
+ELTWISE_OPS = tuple(op_table.eltwise_ops().values())  # add, sub, mul, max, min (compiler/op_table.py)
 
 
 @dataclass(frozen=True)
@@ -340,14 +341,18 @@ class ActivationLayer:
     input: str
     output: str
     shape: tuple[int, int, int]
-    input_quant: Quant
-    output_quant: Quant
+    input_quant: Quant | None  # None for float16
+    output_quant: Quant | None
     activation: Activation
+    dtype: str = "int8"  # "float16": a LUT kind only (lower_conv.lut_stages_fp16)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(int(v) for v in self.shape))
         if self.activation.kind == "none":
             raise CompileError(f"layer {self.name}: a standalone activation layer needs an activation")
+        if self.dtype == FLOAT16 and not self.activation.uses_lut:
+            raise CompileError(f"layer {self.name}: a float16 standalone {self.activation.kind} is not lowered "
+                               "(only LUT activations)")
 
     @property
     def input_shape(self) -> tuple[int, int, int]:

@@ -39,7 +39,8 @@ from .placement import ELEMENT_BYTES, PLATFORM_DTYPE, ConstPlacement, Placement,
 from .multicore import deal_to_cores
 from .tiling import CbufRequest, TaskTile, entries_per_row, plan_cbuf
 
-SURF_STRIDE_MASK = (1 << 28) - 1  # CNA DMA_CON2.SURF_STRIDE: 28 bits, wraps (rep11 writes -3)
+SURF_STRIDE_MASK = (1 << 28) - 1
+EW_OP_MUL = 1  # EW_CFG.EW_OP_TYPE: the multiplier (NUMERICS.md 4.4)  # CNA DMA_CON2.SURF_STRIDE: 28 bits, wraps (rep11 writes -3)
 
 
 @dataclass(frozen=True, eq=False)
@@ -183,10 +184,31 @@ def lut_stages(layer_name: str, activation, unit: float, output_quant, bs: XStag
     return DpuStages(bs=bs, bn=bn, ew=ew, out_cvt=out, lut=program, **stage_options)
 
 
+FP32_NEGATIVE_ZERO = -(1 << 31)  # 0x80000000 in the signed field: the vendor's fp16 LUT BN ALU operand, x + (-0.0) = x
+
+
+def lut_stages_fp16(layer_name: str, activation, bs: XStage, **stage_options) -> DpuStages:
+    """float16: BN multiplies the fp32 values by fp16(16384 / X) onto the LUT inputs and adds
+    -0.0 (the vendor's BN_CFG 0x20040, BN_ALU_CFG 0x80000000, BN_MUL_CFG fp16 bits: fixtures'
+    task 1), the EW stage runs the LUT, then its multiplier scales table units back to values
+    by the fp32 EW_OP_VALUE t, OUT_CVT rounds to fp16. The vendor writes fp32 table units and
+    rescales them in a second DPU task (two fp16 multipliers sqrt(t)); one task is our choice
+    (LOWERING.md 4.1)."""
+    program = lut.lut_fp16_program(activation.kind, activation.alpha, activation.beta, layer=layer_name)
+    bn = XStage(bypass=False, mul_bypass=False, mul_operand=program.bn_mul_bits, alu_bypass=False,
+                alu_algo=ALU_ADD, alu_operand=FP32_NEGATIVE_ZERO)
+    t_bits = int(np.float32(program.output_unit).view(np.uint32))
+    ew = EwStage(bypass=False, op_bypass=False, op_type=EW_OP_MUL, lut=True, op_value=t_bits)
+    return DpuStages(bs=bs, bn=bn, ew=ew, out_cvt=OutCvt(fp32_to_fp16=True), lut=program.program, **stage_options)
+
+
 def _lut_stages(layer: ConvLayer, bs: XStage, unit: float) -> DpuStages:
     if layer.dtype == FLOAT16:
-        raise CompileError(f"layer {layer.name}: {layer.activation.kind} runs in the DPU LUT, which is "
-                           "programmed for int8 layers only (NUMERICS.md 4.6: the fp path skips the LUT)")
+        if layer.residual is not None or layer.wide_output:
+            raise CompileError(f"layer {layer.name}: a float16 {layer.activation.kind} with a fused residual Add or "
+                               "an fp32 output is not lowered (the EW multiplier scales the LUT's result; "
+                               "build_adapt.split_lut_activation makes the Add a layer of its own)")
+        return lut_stages_fp16(layer.name, layer.activation, bs)
     if layer.residual is not None and not layer.residual.after_activation:
         raise CompileError(f"layer {layer.name}: a LUT activation ({layer.activation.kind}) after a fused "
                            "residual Add is not lowered in one task (the LUT runs before the EW add)")

@@ -28,7 +28,7 @@ from .descriptions import (
     XStage,
 )
 from .layers import FLOAT16, ActivationLayer, ConcatLayer, EltwiseLayer, SliceLayer
-from .lower_conv import activation_x_stage, lut_stages
+from .lower_conv import activation_x_stage, lut_stages, lut_stages_fp16
 from .lookup import check_feature, tensor
 from .placement import Placement, align
 
@@ -101,16 +101,18 @@ def lower_activation(layer: ActivationLayer, placements: Mapping[str, Placement]
     source = tensor(placements, layer.input, layer.name)
     out = tensor(placements, layer.output, layer.name)
     for what, placement in (("input", source), ("output", out)):
-        check_feature(placement, layer.shape, "int8", what, layer.name)
+        check_feature(placement, layer.shape, layer.dtype, what, layer.name)
         if placement.packed:
             raise CompileError(f"layer {layer.name}: a LUT activation needs NC1HWC2 tensors, not packed images")
-    cube = _written_cube(layer.shape, out, "int8")
+    cube = _written_cube(layer.shape, out, layer.dtype)
     return (DpuTask(layer.name, source.address, source.surface_stride_atoms, cube, activation_stages(layer),
                     lut_upload=layer.activation.uses_lut),)
 
 
 def activation_stages(layer: ActivationLayer) -> DpuStages:
     """The DPU stages of a standalone activation: a LUT, or plain ReLU/Clip/LeakyRelu."""
+    if layer.activation.uses_lut and layer.dtype == FLOAT16:  # BS bypassed: fp16 values go straight to BN
+        return lut_stages_fp16(layer.name, layer.activation, XStage())
     if layer.activation.uses_lut:
         return lut_stages(layer.name, layer.activation, layer.input_quant.scale, layer.output_quant, XStage(),
                           bn_alu=-layer.input_quant.zero_point)

@@ -1,10 +1,9 @@
 """DPU look-up-table programs for non-ReLU activations (Sigmoid, Tanh, HardSigmoid, HardSwish,
 SiLU, Elu, Gelu, Softplus) in int8 layers.
 
-The table layout is the vendor's (rep10, vendor-corpus regcmd/rep10_sigmoid_64_56.txt): two
-513-entry int16 tables, LE over LUT inputs [-16384, 0] and LO over [0, 16384], index select 5
-(a step of 32 inputs between entries), LUT_CFG with HYBRID and OFLOW priority LO, UFLOW priority
-LE, LO_LE_MUX 2. What the table holds and how the values get there are our choices
+The table layout is the vendor's (rep10), stated in ``npuemu.isa.lut_format``: two 513-entry
+int16 tables, LE over LUT inputs [-16384, 0] and LO over [0, 16384], index select 5. What the
+table holds and how the values get there are our choices
 (documented in compiler/LOWERING.md "LUT activations"):
 
 - The DPU stage before the LUT (BN for a conv or a standalone activation) scales the values
@@ -35,18 +34,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from npuemu.isa.errors import CompileError
+from npuemu.isa.lut_format import LUT_ENTRIES, LUT_INDEX_SELECT, LUT_SPAN
 
-from .. import quant_regs
+from .. import op_table, quant_regs
+from ..rounding import round_half_away
 
 LUT_KINDS = ("sigmoid", "tanh", "hard_sigmoid", "hard_swish", "silu", "elu", "gelu", "softplus")
-#: ONNX op type (or the compiler's composite op) of each LUT activation
-ONNX_LUT_KINDS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "HardSigmoid": "hard_sigmoid", "HardSwish": "hard_swish",
-                  "Silu": "silu", "Elu": "elu", "Gelu": "gelu", "Softplus": "softplus"}
+#: ONNX op type (or the compiler's composite op) of each LUT activation: the op table's rows
+ONNX_LUT_KINDS = op_table.onnx_lut_kinds()
 
-LUT_ENTRIES = 513  # rep10: 513 LUT_ACCESS_DATA words per table
-LUT_SPAN = 16384  # rep10: LE [-16384, 0], LO [0, 16384]
-LUT_INDEX_SELECT = 5  # rep10 LUT_INFO: 16384 / 2^5 = 512 intervals per table
-LUT_CFG_REP10 = dict(LUT_HYBRID_PRIORITY=1, LUT_OFLOW_PRIORITY=1, LUT_UFLOW_PRIORITY=0, LUT_LO_LE_MUX=2)
 TABLE_MAX = 32767
 BN_SHIFT_MAX = 63  # DPU BN_MUL_CFG.BN_MUL_SHIFT_VALUE[13:8]
 
@@ -100,6 +96,10 @@ class LutProgram:
     lo_start: int = 0
     lo_end: int = LUT_SPAN
     index_select: int = LUT_INDEX_SELECT
+    # LO overflow slope (LUT_LO_SLOPE_SCALE.OFLOW_SCALE / 2^OFLOW_SHIFT): 0 for every int8
+    # table (they end where the output is flat); float16 tables with a linear tail use it
+    lo_oflow_scale: int = 0
+    lo_oflow_shift: int = 0
 
 
 def unsaturated_domain(function: Callable[[np.ndarray], np.ndarray], low: float, high: float, flat: float,
@@ -144,10 +144,85 @@ def lut_program(kind: str, *, input_unit: float, output_scale: float, output_zer
     knots = np.arange(LUT_ENTRIES, dtype=np.float64) * (domain / (LUT_ENTRIES - 1))
 
     def table(xs: np.ndarray) -> np.ndarray:
-        values = quant_regs.round_half_away(np.clip(function(xs), -cap, cap) / output_unit)
+        values = round_half_away(np.clip(function(xs), -cap, cap) / output_unit)
         return np.clip(values, -TABLE_MAX - 1, TABLE_MAX).astype(np.int16)
 
     program = LutProgram(le=table(knots - domain), lo=table(knots), domain=domain,
                          input_unit=domain / LUT_SPAN, output_unit=output_unit)
     out_cvt = quant_regs.fixed_point(output_unit / output_scale, what=f"layer {layer}: LUT output factor")
     return program, to_lut, out_cvt
+
+
+# -- float16 (the fp16 DPU path, NUMERICS.md 5.1) ---------------------------------------------
+#
+# The vendor's fp16 ConvHardSwish / ConvExSwish / ConvExGelu (rknn-fixtures-ops
+# conv_hardswish_fp16, conv_silu_add_fp16, gelu_fp16, regcmd.txt task 1) program: BN MUL =
+# fp16(16384 / X) (0x6d55 = 5460 for HardSwish, X = 3; 0x6984 = 2824 for SiLU, X = 5.8; 0x6da8 =
+# 5792 for Gelu, X = 2 sqrt 2), the same LUT registers as int8 (LUT_CFG 0x68, LUT_INFO 0x50500,
+# LE [-16384, 0], LO [0, 16384]), and tables round(f(x_i) * 32767 / f(X)) at the 513 knots of
+# [-X, 0] and [0, X] (reproduced: 1025 of the 1026 words of each fixture, lut_fp16_program's
+# test; the two others: HardSwish LO[422] 24634 where f/t = 24633.498, Gelu LE[0] -1 where
+# f/t = -76.8). Linear tails continue through the LO overflow slope with shift 13 (HardSwish 16384, Gelu 16422: LUT_LO_SLOPE_SCALE 0x40000000 / 0x40260000,
+# LUT_LO_SLOPE_SHIFT 0x1a0; SiLU 16434, 0x40320000), i.e. 2^13 * 2^15 X / (16384 f(X)) rounded;
+# one table unit is t = f(X) / 32767 in real units.
+
+#: X (the table's half-width) per kind. HardSwish, SiLU, Gelu: the vendor's values (above);
+#: the others are our choice, where the function is within about an fp16 step of its asymptote
+#: (Sigmoid 1 - s(8) = 3.4e-4, Tanh 1 - tanh(4.5) = 2.5e-4, Elu alpha e^-8, Softplus
+#: log1p(e^-8) = 3.4e-4); HardSigmoid's is where it saturates.
+FP16_DOMAIN = {"hard_swish": 3.0, "silu": 5.8, "gelu": 2.0 * math.sqrt(2.0), "sigmoid": 8.0, "tanh": 4.5,
+               "elu": 8.0, "softplus": 8.0}
+#: kinds whose output continues as y = x past +X (LO overflow slope); the rest are flat there
+FP16_LINEAR_TAIL = ("hard_swish", "silu", "gelu", "elu", "softplus")
+FP16_SLOPE_SHIFT = 13  # the vendor's LUT_LO_SLOPE_SHIFT.OFLOW_SHIFT (fixtures above)
+
+
+@dataclass(frozen=True, eq=False)
+class Fp16Lut:
+    """A float16 LUT activation: the program, the fp16 bits of BN's MUL (values -> LUT
+    inputs) and the fp32 factor from table units back to values (the EW multiplier)."""
+
+    program: LutProgram
+    bn_mul_bits: int
+    output_unit: float
+
+
+def fp16_domain(kind: str, alpha: float | None = None, beta: float | None = None) -> float:
+    if kind == "hard_sigmoid":
+        a = 0.2 if alpha is None else float(alpha)
+        b = 0.5 if beta is None else float(beta)
+        if a == 0.0:
+            return 1.0  # constant: any span
+        return max(abs(b / a), abs((1.0 - b) / a))
+    if kind not in FP16_DOMAIN:
+        raise CompileError(f"unknown LUT activation {kind!r}; expected one of {', '.join(LUT_KINDS)}")
+    return FP16_DOMAIN[kind]
+
+
+def lut_fp16_program(kind: str, alpha: float | None = None, beta: float | None = None,
+                     layer: str = "?") -> Fp16Lut:
+    """The float16 program of an activation, tables as the vendor computes them (above)."""
+    function = lut_function(kind, alpha, beta)
+    domain = fp16_domain(kind, alpha, beta)
+    knots = np.arange(LUT_ENTRIES, dtype=np.float64) * (domain / (LUT_ENTRIES - 1))
+    le_values, lo_values = function(knots - domain), function(knots)
+    peak = float(max(np.max(np.abs(le_values)), np.max(np.abs(lo_values))))
+    if not peak > 0.0:
+        raise CompileError(f"layer {layer}: {kind} is 0 on its LUT span; nothing to tabulate")
+    unit = peak / TABLE_MAX  # the vendor's f(X) / 32767 (f(X) is the peak for its three)
+
+    def table(values: np.ndarray) -> np.ndarray:
+        # np.rint: the vendor's words admit half-even or half-away (no entry of the fixtures ties)
+        return np.clip(np.rint(values / unit), -TABLE_MAX - 1, TABLE_MAX).astype(np.int16)
+
+    scale = 0
+    if kind in FP16_LINEAR_TAIL:  # dy/dx = 1 in table units per LUT input step, with the
+        # vendor's 2^15 (not 32767) per f(X): this gives all three fixtures' words
+        scale = int(round(domain * (TABLE_MAX + 1) / (LUT_SPAN * peak) * (1 << FP16_SLOPE_SHIFT)))
+    program = LutProgram(le=table(le_values), lo=table(lo_values), domain=domain, input_unit=domain / LUT_SPAN,
+                         output_unit=unit, lo_oflow_scale=scale,
+                         lo_oflow_shift=FP16_SLOPE_SHIFT if scale else 0)
+    bits = int(np.float16(LUT_SPAN / domain).view(np.uint16))
+    if not np.isfinite(np.float16(LUT_SPAN / domain)):
+        raise CompileError(f"layer {layer}: LUT input factor 16384 / {domain} overflows fp16")
+    return Fp16Lut(program, bits, unit)

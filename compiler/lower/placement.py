@@ -1,19 +1,14 @@
 """Where a tensor lives: its NPU address and NC1HWC2 geometry, as the registers see it.
 
-Feature maps are NC1HWC2: C1 groups ("surfaces") of H x W pixel atoms of C2 channels, one atom
-16 bytes (rknpu-isa.md 4; hardware.md 2) - 8 on RK3566/68 (C2 int8 8, fp16 4; 32-bit elements
-keep 16-byte pixels, C2 4). Every stride register counts the chip's atom, C2 int8 bytes
+Feature maps are NC1HWC2 with the atom, surface stride, native shape and address rules of
+``npuemu.isa.tensor_layout`` (the layout the emulator's runtime reads back by), C2 from the
+platform. Every stride register counts the chip's atom, C2 int8 bytes
 (emulator/REGISTER_SEMANTICS.md 9), so a shape gets the same register values on every chip:
-``line_stride_atoms`` / ``surface_stride_atoms`` give them. Two vendor facts shape the geometry:
-
-- **Surface stride.** Surfaces are ``align(H*W, 4)`` atoms apart (64-byte multiples), except a
-  1x1 surface which is 1 atom: vendor-corpus tasks.csv, DPU DST_SURF_STRIDE on all 628 rk3588
-  conv tasks (e.g. 75x75 -> 5628, 7x7 -> 52, 1x1 -> 1) and the CNA SURF_STRIDE of internal
-  tensors. (RKNN keeps graph *inputs* compact, H*W; our model writer converts inputs into the
-  placement's layout, so one rule serves every tensor.) With 8-byte atoms a 1x1 surface is 2
-  atoms, so surfaces stay on the 16-byte boundaries address registers need (bits 31:4) [C].
-- **Packed first-layer input.** A 1-4 channel int8 image may be stored with C2 = C, i.e. 3 bytes
-  per pixel (vendor-corpus 5, rep03; hardware.md 2); the CNA reads it in ARGB mode.
+``line_stride_atoms`` / ``surface_stride_atoms`` give them. The surface-stride rule is the
+vendor's for internal tensors; RKNN keeps graph *inputs* compact (H*W), but our model writer
+converts inputs into the placement's layout, so one rule serves every tensor.
+A 1-4 channel int8 image may be stored packed with C2 = C, i.e. 3 bytes per pixel
+(vendor-corpus 5, rep03; hardware.md 2); the CNA reads it in ARGB mode.
 
 Channel groups beyond ceil(C / C2) may be allocated: a convolution's DPU writes its output
 channels rounded up to 32 (64 for depthwise; vendor-corpus 4.3 and tasks.csv DATA_CUBE_CHANNEL),
@@ -24,24 +19,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from npuemu.isa import tensor_layout
 from npuemu.isa.errors import CompileError
+from npuemu.isa.tensor_layout import ADDRESS_ALIGN, ATOM_BYTES, surface_atoms
 from npuemu.platforms.model import Platform
 
-ATOM_BYTES = 16  # RK3588-class atom; a placement carries its chip's (``atom_bytes``)
-ADDRESS_ALIGN = 16  # DST/DCOMP/PPU/PC addresses are bits 31:4 (rknpu-isa.md 4)
-ADDRESS_LIMIT = 1 << 32  # every register address is 32-bit (rknpu-isa.md 4)
+__all__ = [
+    "ADDRESS_ALIGN", "ADDRESS_LIMIT", "ATOM_BYTES", "ConstPlacement", "ELEMENT_BYTES", "PLATFORM_DTYPE", "Placement",
+    "TensorPlacement", "align", "check_address", "feature_bytes", "feature_placement", "surface_atoms",
+]
+
+ADDRESS_LIMIT = tensor_layout.ADDRESS_SPACE
 ELEMENT_BYTES = {"int8": 1, "float16": 2, "int32": 4, "float32": 4}
 PLATFORM_DTYPE = {"int8": "int8", "float16": "fp16", "int32": "int32", "float32": "fp32"}
 
 
 def align(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
-
-
-def surface_atoms(height: int, width: int, pixel_bytes: int = ATOM_BYTES) -> int:
-    """Pixels from one C1 surface to the next (see the module docstring)."""
-    pixels = height * width
-    return max(1, ADDRESS_ALIGN // pixel_bytes) if pixels == 1 else align(pixels, 4)
 
 
 @dataclass(frozen=True)
@@ -115,7 +109,7 @@ class TensorPlacement:
 
     @property
     def native_shape(self) -> tuple[int, int, int, int, int]:
-        return (1, self.c1, self.height, self.width, self.c2)
+        return tensor_layout.native_shape(self.c1, self.height, self.width, self.c2)
 
 
 @dataclass(frozen=True)

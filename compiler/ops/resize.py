@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..rounding import round_half_away  # C's round(): ties away from zero
 from .base import Canonical, NodeView, TensorInfo, Unsupported, int_list, normalize_axis, register
 
 _COORDINATE_MODES = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_half_pixel_for_nn",
@@ -126,12 +127,6 @@ def source_coordinates(mode: str, in_size: int, out_size: int, scale: float) -> 
         # onnxruntime evaluates this one in double (its 0.5 literals are doubles), then rounds
         return (float(offset) + (x.astype(np.float64) + 0.5) / float(scale) - 0.5).astype(_F)
     return (x + half) / scale - half  # half_pixel
-
-
-def round_half_away(x: np.ndarray) -> np.ndarray:
-    """C's round(): halves away from zero (numpy's round goes to even). Exact: no x + 0.5."""
-    whole = np.trunc(x)
-    return whole + np.where(np.abs(x - whole) >= 0.5, np.sign(x), 0)
 
 
 def nearest_indices(coordinates: np.ndarray, mode: str, in_size: int, scale: float) -> np.ndarray:

@@ -6,16 +6,18 @@ parts, bias adds left out, must always spell one of those patterns, so fusions a
 one part at a time and each step is checked. Besides the platform's activations, hard-swish
 and hard-sigmoid fuse too: the guide's list "Conv+Sigmoid(Tanh/Elu/Silu...)" is open-ended
 (§8.4.2), both are DPU look-up-table functions like Sigmoid, and the vendor's profiles name
-a ``ConvExSwish`` layer (hardware.md §4).
+a ``ConvExSwish`` layer (hardware.md §4). Those extras are the op table's rows with fusion role
+``activation_always`` (compiler/op_table.py).
 """
 
 from __future__ import annotations
 
+from .. import op_table
 from ..ir import FusedOp, Graph, Node
 from .context import PassContext
 from .match import BIAS_TAG, CONV_TYPES, const
 
-LUT_EXTRAS = ("HardSwish", "HardSigmoid")
+LUT_EXTRAS = op_table.fusion_role("activation_always")  # ("HardSwish", "HardSigmoid")
 _ACT, _ADD = "Act", "Add"
 
 

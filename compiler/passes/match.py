@@ -8,11 +8,13 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from .. import op_table
 from ..ir import FusedOp, Graph, Node, Tensor
 
 #: Main ops a post-op (bias, activation, residual add) can be fused into: the CNA convolution
-#: family, whose results pass through the DPU before they are written back.
-CONV_TYPES = ("Conv", "ConvTranspose", "FullyConnected")
+#: family, whose results pass through the DPU before they are written back (the op table's
+#: fusion role ``conv``: Conv, ConvTranspose, FullyConnected).
+CONV_TYPES = op_table.fusion_role("conv")
 BIAS_TAG = "bias_add"
 
 

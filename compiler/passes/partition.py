@@ -1,7 +1,8 @@
 """NPU/CPU partition: which unit runs each layer, and why.
 
 Every op the NPU can run is listed in :data:`NPU_OPS` with the unit that runs it and its
-constraints (``constraints.py``). A layer runs on the NPU when its op is listed and every
+constraints (``constraints.py``): the ops of each rule group of :data:`RULES` are the op table's
+rows with that ``npu`` group (``compiler/op_table.py``). A layer runs on the NPU when its op is listed and every
 constraint holds; otherwise on the CPU, with the first failed rule and its detail as the
 reason (``rule: detail``) (what ``npuemu compile --dump-ir``/``--dump-json``/``--partition-report`` show).
 Everything not listed (Softmax, LayerNormalization, Resize, Transpose, ReduceMax, ArgMax,
@@ -17,18 +18,16 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from .. import op_table
 from ..ir import Graph, Node
-from . import composite_ops
 from . import constraints as c
 from .context import PassContext
-from .fusion_rules import LUT_EXTRAS
 
 NPU, CPU = "NPU", "CPU"
 _COMMON = (c.float_tensors, c.feature_maps_4d, c.cube_size)
 _ELEMENTWISE = (c.float_tensors, c.feature_maps_upto_4d, c.cube_size)  # any rank <= 4, laid out as NCHW
 _CONV = (c.constant_weights, c.conv_groups, c.kernel_size, c.conv_strides, c.conv_dilations, c.conv_pads,
          c.conv_widths, c.conv_kernels, c.fits_cbuf, c.fused_parts)
-LUT_ACTIVATIONS = ("Sigmoid", "Tanh", "Elu", composite_ops.SILU, *LUT_EXTRAS, "Gelu", "Softplus")
 
 
 @dataclass(frozen=True)
@@ -40,24 +39,27 @@ class NpuOp:
     constraints: tuple[c.Constraint, ...]
 
 
-NPU_OPS: tuple[NpuOp, ...] = (
-    NpuOp(("Conv",), "CNA convolution, DPU bias/activation/residual", (*_COMMON, *_CONV)),
-    NpuOp(("ConvTranspose",), "CNA conv of its stride phases, DPU bias/activation; DepthToSpace and crop on the host",
-          (*_COMMON, c.constant_weights, c.deconv_form, c.deconv_lowered, c.kernel_size, c.conv_widths, c.conv_kernels,
-           c.fused_parts)),
-    NpuOp((composite_ops.FULLY_CONNECTED,), "CNA 1x1 convolution on [1,K,1,1]",
-          (c.float_tensors, c.constant_weights, c.one_row, c.fc_size, c.fused_parts)),
-    NpuOp(("Add", "Sub", "Mul", "Div"), "DPU element-wise (BS/EW stage)", (*_ELEMENTWISE, c.eltwise_operands)),
-    NpuOp(("Relu", "Clip", "LeakyRelu"), "DPU BS stage (ReLU/clip)", _ELEMENTWISE),
-    NpuOp(("PRelu",), "DPU BS stage (PReLU)", (*_COMMON, c.prelu_slope)),
-    NpuOp(LUT_ACTIVATIONS, "DPU look-up table", _ELEMENTWISE),
-    NpuOp(("MaxPool", "AveragePool"), "PPU pooling", (*_COMMON, c.pool_values_only, c.pool_window, c.pool_ceil_mode,
-                                                       c.average_padding)),
-    NpuOp(("GlobalAveragePool", "GlobalMaxPool"), "PPU pooling over the plane", (*_COMMON, c.global_pool_window)),
-    NpuOp(("Concat", "Split"), "by address / DPU copy", (*_COMMON, c.channel_axis_only)),
-    NpuOp(("Reshape", "Flatten", "Squeeze", "Unsqueeze"), "by address (no data moved)",
-          (c.float_tensors, c.same_native_bytes)),
-)
+#: The rule group of each op's ``npu`` field (compiler/op_table.py): the unit that runs it and
+#: the constraints a layer must meet, in the order SUPPORT.md lists them.
+RULES: dict[str, tuple[str, tuple[c.Constraint, ...]]] = {
+    "conv": ("CNA convolution, DPU bias/activation/residual", (*_COMMON, *_CONV)),
+    "conv_transpose": ("CNA conv of its stride phases, DPU bias/activation; DepthToSpace and crop on the host",
+                       (*_COMMON, c.constant_weights, c.deconv_form, c.deconv_lowered, c.kernel_size, c.conv_widths,
+                        c.conv_kernels, c.fused_parts)),
+    "fully_connected": ("CNA 1x1 convolution on [1,K,1,1]",
+                        (c.float_tensors, c.constant_weights, c.one_row, c.fc_size, c.fused_parts)),
+    "eltwise": ("DPU element-wise (BS/EW stage)", (*_ELEMENTWISE, c.eltwise_operands)),
+    "relu": ("DPU BS stage (ReLU/clip)", _ELEMENTWISE),
+    "prelu": ("DPU BS stage (PReLU)", (*_COMMON, c.prelu_slope)),
+    "lut": ("DPU look-up table", _ELEMENTWISE),
+    "pool": ("PPU pooling", (*_COMMON, c.pool_values_only, c.pool_window, c.pool_ceil_mode, c.average_padding)),
+    "global_pool": ("PPU pooling over the plane", (*_COMMON, c.global_pool_window)),
+    "concat_split": ("by address / DPU copy", (*_COMMON, c.channel_axis_only)),
+    "view": ("by address (no data moved)", (c.float_tensors, c.same_native_bytes)),
+}
+
+NPU_OPS: tuple[NpuOp, ...] = tuple(NpuOp(op_table.npu_group(group), unit, rules)
+                                   for group, (unit, rules) in RULES.items() if op_table.npu_group(group))
 _BY_OP = {op: entry for entry in NPU_OPS for op in entry.ops}
 
 

@@ -6,7 +6,8 @@ dequantize, and the storage roundings the NPU applies.
 what lets the NPU pad with the zero point and what makes ReLU free (saturation at
 ``zero_point = -128`` after a range starting at 0).
 
-Rounding, stated once for the compiler (QUANTIZATION.md "Rounding"):
+Rounding, stated once for the compiler (QUANTIZATION.md "Rounding"; the functions live in
+``compiler/rounding.py`` and are re-exported here):
 
 - **values the NPU produces** (requantized activations) round half to even: the OUT_CVT
   converter with CVT_ROUND = 0, the mode the emulator uses by default (NUMERICS.md 1, 4.5);
@@ -23,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..rounding import round_half_away, round_half_even
+
 INT8 = (-128, 127)
 INT16 = (-32768, 32767)
 INT32 = (-(1 << 31), (1 << 31) - 1)
@@ -33,17 +36,6 @@ QRANGES = {"int8": INT8, "int16": INT16, "int32": INT32}
 #: The range given to an all-zero tensor (any positive scale represents it exactly; this one
 #: keeps requantization factors near 1 instead of overflowing them).
 DEGENERATE_RANGE = (0.0, 1.0)
-
-
-def round_half_away(values: np.ndarray | float) -> np.ndarray:
-    """Nearest integer, ties away from zero (exact for |x| < 2^52)."""
-    array = np.asarray(values, dtype=np.float64)
-    return np.sign(array) * np.floor(np.abs(array) + 0.5)
-
-
-def round_half_even(values: np.ndarray | float) -> np.ndarray:
-    """Nearest integer, ties to even (numpy's rint)."""
-    return np.rint(np.asarray(values, dtype=np.float64))
 
 
 @dataclass(frozen=True)

@@ -26,16 +26,8 @@ from npuemu.emulator.kernels.layout import (
     nchw_to_nc1hwc2,
     nhwc_to_nc1hwc2,
 )
-from npuemu.emulator.kernels.lut import LutConfig, LutTableConfig, lut_stage
-from npuemu.emulator.kernels.mac import (
-    ConvGeometry,
-    conv2d_fp16,
-    conv2d_int8,
-    conv2d_int8_exact,
-    core_outputs,
-    fetch_padded_input,
-    window_sums,
-)
+from npuemu.emulator.kernels.lut import LutConfig, LutTableConfig, lut_stage, lut_stage_fp
+from npuemu.emulator.kernels.mac import ConvGeometry, conv2d_fp16, fetch_padded_input
 from npuemu.emulator.kernels.ppu import PoolConfig, pool_nc1hwc2
 from npuemu.emulator.kernels.weights import (
     FP16_CONV_RK3588,
@@ -61,9 +53,9 @@ __all__ = [
     "INT8_CONV_RK3566", "INT8_CONV_RK3588", "INT8_DEPTHWISE_RK3588", "ConvGeometry",
     "ConvWeightLayout", "DepthwiseWeightLayout", "EwConfig", "LutConfig", "LutTableConfig",
     "OutCvtConfig", "PoolConfig", "XStageConfig", "bn_stage", "bn_stage_fp", "bs_stage",
-    "bs_stage_fp", "channel_groups", "conv2d_fp16", "conv2d_int8", "conv2d_int8_exact",
-    "core_outputs", "ew_stage", "ew_stage_fp", "fetch_padded_input", "fp16_to_fp32",
-    "fp32_to_fp16", "lut_stage", "nc1hwc2_to_nchw", "nc1hwc2_to_nhwc", "nchw_to_nc1hwc2",
-    "nhwc_to_nc1hwc2", "out_cvt", "out_cvt_fp16", "pack_conv_weights", "pack_depthwise_weights",
-    "pool_nc1hwc2", "unpack_conv_weights", "unpack_depthwise_weights", "window_sums",
+    "bs_stage_fp", "channel_groups", "conv2d_fp16", "ew_stage", "ew_stage_fp",
+    "fetch_padded_input", "fp16_to_fp32", "fp32_to_fp16", "lut_stage", "lut_stage_fp", "nc1hwc2_to_nchw",
+    "nc1hwc2_to_nhwc", "nchw_to_nc1hwc2", "nhwc_to_nc1hwc2", "out_cvt", "out_cvt_fp16",
+    "pack_conv_weights", "pack_depthwise_weights", "pool_nc1hwc2", "unpack_conv_weights",
+    "unpack_depthwise_weights",
 ]

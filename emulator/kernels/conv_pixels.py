@@ -28,9 +28,8 @@ from numba import njit
 
 from npuemu.emulator import numerics as nm
 from npuemu.emulator.kernels import tap_gemm
-from npuemu.emulator.kernels.mac import (
-    ConvGeometry, OperandCache, choose_blas_threads, exact_chunk_bounds,
-)
+from npuemu.emulator.kernels.mac import ConvGeometry, choose_blas_threads, exact_chunk_bounds
+from npuemu.emulator.memo import Memo
 from npuemu.isa.errors import EmulationError
 
 #: Operand rows x reduction per block (float32 elements, 4 MiB): bounds memory on big layers
@@ -86,7 +85,16 @@ class PixelOperands:
         return cls(matrix, bounds, real, real < channels, per_tap)
 
 
-_OPERANDS = OperandCache(PixelOperands.build)
+#: Per read-only weight array (unpacked once per weight bytes by the CNA, so the same object
+#: every run) and real channel count.
+_OPERANDS = Memo(PixelOperands.build, identity=1)
+
+
+def pixel_operands(weights: np.ndarray, real: int) -> PixelOperands:
+    """``PixelOperands.build``, memoised for read-only weights (a writable array may change)."""
+    if weights.flags.writeable:
+        return PixelOperands.build(weights, real)
+    return _OPERANDS(weights, real)
 
 
 _SCRATCH = threading.local()  # per thread: BLAS releases the GIL while it fills a buffer
@@ -203,7 +211,7 @@ def conv_int8_pixels(feature: np.ndarray, channels: int, real: int, weights: np.
             f"int8 weights [<= {out_channels}][{channels}][KH][KW] in one group, got {feature.dtype} "
             f"{feature.shape}, {weights.dtype} {weights.shape}, {geometry.groups} groups")
     choose_blas_threads()  # once per process (mac.DEFAULT_BLAS_THREADS)
-    operands = _OPERANDS.get(weights, real)
+    operands = pixel_operands(weights, real)
     feature = np.ascontiguousarray(feature)
     out_h, out_w = geometry.out_h, geometry.out_w
     pixels = out_h * out_w

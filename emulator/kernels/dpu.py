@@ -13,7 +13,6 @@ round-to-nearest-even at the output (NUMERICS.md 7).
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +21,7 @@ from numba.extending import overload
 
 from npuemu.emulator import numerics as nm
 from npuemu.emulator.kernels.fp16 import fp32_to_fp16
+from npuemu.emulator.memo import Memo
 from npuemu.isa.errors import EmulationError
 
 _OUTPUT_RANGES = {
@@ -290,15 +290,13 @@ def _ew_fp(data, operand, op_on, op_type, alu_algo, prelu, relu_on, relux_on, re
 # Stage entry points
 # ---------------------------------------------------------------------------------------------
 # Settings vectors are built once per (frozen, hashable) config: a network runs the same
-# configs every inference. The cached arrays are never written.
-@functools.lru_cache(maxsize=4096)
-def _x_params(c: XStageConfig) -> np.ndarray:
+# configs every inference. The memoised arrays are never written.
+def _build_x_params(c: XStageConfig) -> np.ndarray:
     return np.array((c.alu_algo, c.alu_enable, c.cpend_enable, c.mul_enable, c.shift_positive,
                      c.shift_negative, c.prelu, c.relu, c.relux, c.relux_value), np.int64)  # XP_* order
 
 
-@functools.lru_cache(maxsize=4096)
-def _ew_params(c: EwConfig) -> np.ndarray:
+def _build_ew_params(c: EwConfig) -> np.ndarray:
     return np.array((c.cvt_enable, c.cvt_offset, c.cvt_scale, c.cvt_shift, c.cvt_round, c.op_enable,
                      c.op_type, c.alu_algo, c.truncate_positive, c.truncate_negative, c.prelu, c.relu,
                      c.relux, c.relux_value), np.int64)  # EP_* order
@@ -312,36 +310,51 @@ def _operand_planes(operand: np.ndarray, shape: tuple) -> np.ndarray:
     return np.ascontiguousarray(operand.reshape(operand.shape[0], -1))
 
 
-@functools.lru_cache(maxsize=4096)
-def _cvt_params(cvt: OutCvtConfig, dtype: np.dtype) -> np.ndarray:
+def _build_cvt_params(cvt: OutCvtConfig, dtype: np.dtype) -> np.ndarray:
     return np.array((cvt.scale, cvt.shift, cvt.offset, cvt.round_mode) + _OUTPUT_RANGES[dtype], np.int64)  # CP_*
+
+
+_x_params = Memo(_build_x_params)
+_ew_params = Memo(_build_ew_params)
+_cvt_params = Memo(_build_cvt_params)
 
 
 class _OperandMatrices:
     """Per-channel operands as an int64 [n][C] matrix (one contiguous row per operand), built
-    once per set of operands that cannot change: integers (register values) and read-only
-    arrays (BRDMA blobs from the memory's derived cache, kept alive by the entry, so their ids
-    are not reused)."""
+    once per set of operands that cannot change: integers (register values, compared by
+    value), None, and read-only arrays (BRDMA blobs from the memory's derived cache, compared
+    by identity)."""
 
     def __init__(self) -> None:
-        self._entries: dict[tuple, tuple[tuple, np.ndarray]] = {}
+        # operands without arrays (BN, register-value BS), by value
+        self._by_value: Memo[np.ndarray] = Memo()
+        # with arrays: the (at most three) array operands or None by identity, then the other
+        # operands, the channel and row counts
+        self._by_array: Memo[np.ndarray] = Memo(identity=3)
 
     def get(self, channels: int, operands: tuple, columns: int) -> np.ndarray:
-        values = tuple(value for value, _ in operands)
-        fixed = all(v is None or isinstance(v, (int, np.integer))
-                    or (isinstance(v, np.ndarray) and not v.flags.writeable) for v in values)
-        key = (channels, columns) + tuple(id(v) if isinstance(v, np.ndarray) else ("value", v)
-                                          for v in values) if fixed else None
-        entry = self._entries.get(key) if fixed else None
-        if entry is not None and all(a is b for a, b in zip(entry[0], values)):
-            return entry[1]
+        arrays, scalars, by_array = [None, None, None], [None, None, None], False
+        for index, (value, _) in enumerate(operands):  # one pass: sort and check the operands
+            if isinstance(value, np.ndarray):
+                if value.flags.writeable:
+                    return self._build(channels, operands, columns)  # may change: not memoised
+                arrays[index], by_array = value, True
+            elif value is None or isinstance(value, (int, np.integer)):
+                scalars[index] = value
+            else:
+                return self._build(channels, operands, columns)
+        if by_array:
+            memo, key = self._by_array, (*arrays, tuple(scalars), channels, columns)
+        else:
+            memo, key = self._by_value, (tuple(scalars), channels, columns)
+        matrix = memo.get(*key)
+        return matrix if matrix is not None else memo.put(self._build(channels, operands, columns), *key)
+
+    @staticmethod
+    def _build(channels: int, operands: tuple, columns: int) -> np.ndarray:
         matrix = np.zeros((columns, channels), np.int64)
         for column, (value, name) in enumerate(operands):
             matrix[column] = _per_channel(value, channels, np.int32, name)
-        if fixed:
-            if len(self._entries) >= 4096:
-                self._entries.clear()
-            self._entries[key] = (values, matrix)
         return matrix
 
 
@@ -369,7 +382,7 @@ def int_stages(data: np.ndarray, *, bs: XStageConfig | None = None, bs_alu=None,
                cvt: OutCvtConfig | None = None, out_dtype: type = np.int8) -> np.ndarray:
     """The integer DPU stages BS -> BN -> EW -> OUT_CVT on int32 [C][H][W] in one pass; a stage
     given no config is bypassed. Without OUT_CVT the result is int32, otherwise ``out_dtype``
-    (int8, int16 or int32). ``window_sum`` (int64 or int32 [G][H][W], from ``mac.window_sums``) is
+    (int8, int16 or int32). ``window_sum`` (int64 or int32 [G][H][W], the CNA's window sums) is
     needed when BS has CPEND enabled; channel c uses group c*G//C. The EW operand is raw
     (unconverted), shaped [C][H][W] or broadcastable to it."""
     data = _check_cube(data, np.int32, "DPU input")

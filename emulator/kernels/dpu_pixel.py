@@ -14,8 +14,6 @@ A pixel-major cube ``[P][C]`` is ``[1][P][C]``; NC1HWC2 atoms read by a DMA are
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 from numba import njit
 
@@ -25,6 +23,7 @@ from npuemu.emulator.kernels.dpu import (
     OutCvtConfig, XStageConfig, _bn_block, _bs_block, _cvt_params, _ew_block, _ew_params, _out_cvt_flat,
     _x_params,
 )
+from npuemu.emulator.memo import Memo
 from npuemu.isa.errors import EmulationError
 
 #: Elements (pixels x channels) per block: a block (16 KiB of int64 or float64) and the tiled
@@ -511,9 +510,11 @@ _NO_SUMS = np.zeros(1, np.int32)
 _NO_OPERAND = np.zeros((1, 1, 1), np.int32)
 
 
-@functools.lru_cache(maxsize=8)
-def _stage_flags(bs: bool, bn: bool, ew: bool) -> np.ndarray:
+def _build_stage_flags(bs: bool, bn: bool, ew: bool) -> np.ndarray:
     return np.array([bs, bn, ew], np.int64)
+
+
+_stage_flags = Memo(_build_stage_flags)
 
 
 @njit(cache=True)
@@ -530,38 +531,27 @@ def _magnitude(dtype: np.dtype) -> int:
     return max(-int(info.min), int(info.max))
 
 
-class _ChainOperands:
-    """Per operand matrix (``kernels.dpu._OPERAND_MATRICES``, which returns the same object for
-    the same operands): the chain's float64 operands and the operands' largest magnitudes."""
-
-    def __init__(self) -> None:
-        self._entries: dict[int, tuple] = {}
-
-    def __call__(self, matrix: np.ndarray, bs: XStageConfig | None) -> tuple[np.ndarray, tuple[int, ...]]:
-        key = (id(matrix), bs)
-        entry = self._entries.get(key)
-        if entry is not None and entry[0] is matrix:
-            return entry[1], entry[2]
-        tops = tuple(int(np.abs(row).max(initial=0)) for row in matrix)  # ALU, CPEND, MUL
-        floats = np.asarray(matrix, np.float64).copy()
-        # 0, 0, 1 where a part is off; MUL * 2**-shift is exact (a 16-bit integer scaled by a
-        # power of two)
-        if bs is None or not bs.alu_enable:
-            floats[0] = 0
-        if bs is None or not bs.cpend_enable:
-            floats[1] = 0
-        if bs is None or not bs.mul_enable:
-            floats[2] = 1
-        else:
-            floats[2] *= 2.0 ** -bs.shift_positive
-        if len(self._entries) >= 4096:
-            self._entries.clear()
-        self._entries[key] = (matrix, floats, tops)
-        return floats, tops
+def _build_chain_operands(matrix: np.ndarray, bs: XStageConfig | None) -> tuple[np.ndarray, tuple[int, ...]]:
+    """The chain's float64 operands of an operand matrix (``kernels.dpu._OPERAND_MATRICES``,
+    which returns the same object for the same operands) and the operands' largest magnitudes."""
+    tops = tuple(int(np.abs(row).max(initial=0)) for row in matrix)  # ALU, CPEND, MUL
+    floats = np.asarray(matrix, np.float64).copy()
+    # 0, 0, 1 where a part is off; MUL * 2**-shift is exact (a 16-bit integer scaled by a
+    # power of two)
+    if bs is None or not bs.alu_enable:
+        floats[0] = 0
+    if bs is None or not bs.cpend_enable:
+        floats[1] = 0
+    if bs is None or not bs.mul_enable:
+        floats[2] = 1
+    else:
+        floats[2] *= 2.0 ** -bs.shift_positive
+    return floats, tops
 
 
-#: BS ALU, CPEND and MUL * 2**-shift [3][C] as float64 for the chain, and |operand| maxima
-_chain_operands = _ChainOperands()
+#: BS ALU, CPEND and MUL * 2**-shift [3][C] as float64 for the chain, and |operand| maxima,
+#: per operand matrix object and BS config
+_chain_operands = Memo(_build_chain_operands, identity=1)
 
 
 def _then(bounds: tuple[int, int], low: int, high: int) -> tuple[int, int]:
@@ -576,10 +566,9 @@ def _relu_bounds(bounds: tuple[int, int], stage) -> tuple[int, int]:
     return _then(bounds, 0 if stage.relu else -(2**62), stage.relux_value if stage.relux else 2**62)
 
 
-@functools.lru_cache(maxsize=4096)
-def chain_settings(bs: XStageConfig | None, bn: XStageConfig | None, ew: EwConfig | None,
-                   cvt: OutCvtConfig | None, out_dtype: np.dtype, tops: tuple[int, int, int],
-                   data_dtype: np.dtype, operand_dtype: np.dtype) -> tuple[np.ndarray, int] | None:
+def _build_chain_settings(bs: XStageConfig | None, bn: XStageConfig | None, ew: EwConfig | None,
+                          cvt: OutCvtConfig | None, out_dtype: np.dtype, tops: tuple[int, int, int],
+                          data_dtype: np.dtype, operand_dtype: np.dtype) -> tuple[np.ndarray, int] | None:
     """The float64 chain's settings (``CH_*``) and the largest |window sum| for which it
     computes exactly what the int64 stages do; None where it cannot: it takes BS with ALU add
     (or none), no PReLU and equal shifts; BN with ReLU / RELUX only; EW add (or none);
@@ -632,6 +621,11 @@ def chain_settings(bs: XStageConfig | None, bn: XStageConfig | None, ew: EwConfi
     chain[CH_OFFSET] = cvt.offset
     chain[CH_LOW], chain[CH_HIGH] = _OUTPUT_RANGES[np.dtype(out_dtype)]
     return chain, window_limit
+
+
+#: ``_build_chain_settings`` once per (hashable) settings: a network runs the same ones every
+#: inference.
+chain_settings = Memo(_build_chain_settings)
 
 
 def _window_layout(window_sum: np.ndarray | None, channels: int, pixels: int) -> tuple[np.ndarray, int, int]:

@@ -1,8 +1,9 @@
-"""The DPU lookup table (LUT) stage: two 513-entry int16 tables, LE and LO.
+"""The DPU lookup table (LUT) stage: two 513-entry int16 tables, LE and LO (isa.lut_format).
 
 Each table covers [START, END] with a step of 2**INDEX_SELECT, interpolates linearly between
 entries, and extends past its ends with the under/overflow slopes; when both tables (or
-neither) cover a value the priority bits of LUT_CFG choose (NUMERICS.md section 5).
+neither) cover a value the priority bits of LUT_CFG choose (NUMERICS.md section 5). On the fp
+path (PROC_PRECISION fp16) the same tables are read with fp32 arithmetic (section 5.1).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from numba import njit
 
 from npuemu.emulator import numerics as nm
 from npuemu.isa.errors import EmulationError
+from npuemu.isa.lut_format import LUT_ENTRIES
 
 
 @dataclass(frozen=True)
@@ -74,9 +76,9 @@ def _lut(data, le_table, lo_table, params, out):
 
 def _table(values: np.ndarray, name: str) -> np.ndarray:
     table = np.asarray(values)
-    if table.shape != (nm.LUT_ENTRIES,):
+    if table.shape != (LUT_ENTRIES,):
         raise EmulationError(
-            f"LUT {name} table must hold {nm.LUT_ENTRIES} entries, got {table.shape}")
+            f"LUT {name} table must hold {LUT_ENTRIES} entries, got {table.shape}")
     if table.min(initial=0) < nm.INT16_MIN or table.max(initial=0) > nm.INT16_MAX:
         raise EmulationError(f"LUT {name} table entries must be int16")
     return np.ascontiguousarray(table, dtype=np.int16)
@@ -85,8 +87,24 @@ def _table(values: np.ndarray, name: str) -> np.ndarray:
 def lut_stage(data: np.ndarray, config: LutConfig, le_table: np.ndarray,
               lo_table: np.ndarray) -> np.ndarray:
     """Apply the LUT to every int32 element (any shape); result int32."""
-    source = np.ascontiguousarray(data, dtype=np.int32)
-    out = np.empty(source.shape, np.int32)
-    _lut(source.reshape(-1), _table(le_table, "LE"), _table(lo_table, "LO"), config.parameters(),
-         out.reshape(-1))
+    return _apply(_lut, np.int32, data, config, le_table, lo_table)
+
+
+def _apply(kernel, dtype, data: np.ndarray, config: LutConfig, le_table: np.ndarray,
+           lo_table: np.ndarray) -> np.ndarray:
+    source = np.ascontiguousarray(data, dtype=dtype)
+    out = np.empty(source.shape, dtype)
+    kernel(source.reshape(-1), _table(le_table, "LE"), _table(lo_table, "LO"), config.parameters(), out.reshape(-1))
     return out
+
+
+@njit(cache=True)
+def _lut_float(data, le_table, lo_table, params, out):
+    for i in range(data.shape[0]):
+        out[i] = nm.lut_value_float(data[i], le_table, lo_table, params)
+
+
+def lut_stage_fp(data: np.ndarray, config: LutConfig, le_table: np.ndarray,
+                 lo_table: np.ndarray) -> np.ndarray:
+    """The LUT on the fp path (NUMERICS.md 5.1): fp32 elements in, fp32 out (any shape)."""
+    return _apply(_lut_float, np.float32, data, config, le_table, lo_table)

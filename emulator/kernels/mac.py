@@ -1,18 +1,13 @@
-"""CNA fetch and the CORE MAC array: convolution on NC1HWC2 features.
+"""CNA fetch and the CORE MAC array: the shared convolution pieces and the fp16 convolution.
 
-Integer results are exact. The bulk of an int8 convolution runs as float32 matrix products
-(numpy BLAS) over reduction chunks cut from the weights (:func:`exact_chunk_bounds`): every
-partial sum of a chunk is an integer of magnitude <= 128 * sum(|w|) <= 2**24, so float32 holds
-it exactly whatever the summation order (worst case, all -128: chunks of
-``EXACT_FLOAT32_REDUCTION`` = 1024); several chunks add in float64 (NUMERICS.md 3.2, 3.5). The
-window sums ride along as an extra row of ones. Gathering (im2col) and the direct path for
-depthwise-like convolutions are Numba loops.
-
-The emulator's CNA runs int8/int4 convolutions pixel-major (``conv_pixels``, ``depthwise``) and
-uses this module for fp16 (``fetch_padded_input``, ``conv2d_fp16``) and for the shared pieces
-(``ConvGeometry``, ``exact_chunk_bounds``, ``choose_blas_threads``, ``OperandCache``). The int8
-planar functions (``conv2d_int8*``, ``core_outputs``, ``window_sums``) are a second, tested
-implementation of the same integers on [C][H][W] planes, kept as a library API.
+The emulator's CNA runs int8/int4 convolutions pixel-major, straight from the NC1HWC2 atoms
+(``conv_pixels``, ``depthwise``); they take from here the geometry (``ConvGeometry``), the exact
+reduction chunks of an int8 weight matrix (:func:`exact_chunk_bounds`: every partial sum of a
+chunk is an integer of magnitude <= 128 * sum(|w|) <= 2**24, so float32 holds it exactly
+whatever the summation order; NUMERICS.md 3.2, 3.5) and the BLAS thread choice
+(:func:`choose_blas_threads`). fp16 convolutions run here on padded [C][H][W] planes
+(:func:`fetch_padded_input`, :func:`conv2d_fp16`): float32 matrix products (numpy BLAS) over an
+im2col gather, or a direct Numba loop for depthwise-like convolutions.
 
 Geometry follows the registers: explicit top/left padding, bottom/right implied by the output
 size (rknpu-isa.md 3, PAD_CON0 note), every padded position holding the pad value.
@@ -21,18 +16,13 @@ size (rknpu-isa.md 3, PAD_CON0 note), every padded position holding the pad valu
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import os
-import weakref
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from numba import njit
 
-from npuemu.emulator.kernels import tap_gemm
-from npuemu.emulator.numerics import EXACT_FLOAT32_REDUCTION, ROUND_HALF_AWAY, core_output
+from npuemu.emulator.numerics import EXACT_FLOAT32_REDUCTION
 from npuemu.isa.errors import EmulationError
 
 #: BLAS threads for the float32 products when the user set none (NPUEMU_BLAS_THREADS, or
@@ -156,27 +146,6 @@ def _im2col(padded, channel0, k0, k1, kernel_h, kernel_w, stride_y, stride_x, di
 
 
 @njit(cache=True)
-def _conv_direct_int(padded, weights, groups, stride_y, stride_x, dilation_y, dilation_x, acc):
-    out_channels, group_inputs, kernel_h, kernel_w = weights.shape
-    _, out_h, out_w = acc.shape
-    kernels_per_group = out_channels // groups
-    for o in range(out_channels):
-        channel0 = (o // kernels_per_group) * group_inputs
-        for ci in range(group_inputs):
-            c = channel0 + ci
-            for ky in range(kernel_h):
-                for kx in range(kernel_w):
-                    weight = np.int64(weights[o, ci, ky, kx])
-                    if weight == 0:
-                        continue
-                    for oy in range(out_h):
-                        py = oy * stride_y + ky * dilation_y
-                        for ox in range(out_w):
-                            acc[o, oy, ox] += weight * np.int64(
-                                padded[c, py, ox * stride_x + kx * dilation_x])
-
-
-@njit(cache=True)
 def _conv_direct_float(padded, weights, groups, stride_y, stride_x, dilation_y, dilation_x, acc):
     out_channels, group_inputs, kernel_h, kernel_w = weights.shape
     _, out_h, out_w = acc.shape
@@ -193,114 +162,6 @@ def _conv_direct_float(padded, weights, groups, stride_y, stride_x, dilation_y, 
                         for ox in range(out_w):
                             px = ox * stride_x + kx * dilation_x
                             acc[o, oy, ox] += weight * padded[c, py, px]
-
-
-@njit(cache=True)
-def _window_sums(padded, groups, kernel_h, kernel_w, stride_y, stride_x, dilation_y,
-                 dilation_x, sums):
-    channels, padded_h, padded_w = padded.shape
-    group_inputs = channels // groups
-    _, out_h, out_w = sums.shape
-    plane = np.zeros((padded_h, padded_w), np.int64)
-    for g in range(groups):
-        plane[:, :] = 0
-        for c in range(g * group_inputs, (g + 1) * group_inputs):
-            for y in range(padded_h):
-                for x in range(padded_w):
-                    plane[y, x] += np.int64(padded[c, y, x])
-        for oy in range(out_h):
-            for ox in range(out_w):
-                total = np.int64(0)
-                for ky in range(kernel_h):
-                    for kx in range(kernel_w):
-                        total += plane[oy * stride_y + ky * dilation_y,
-                                       ox * stride_x + kx * dilation_x]
-                sums[g, oy, ox] = total
-
-
-@njit(cache=True)
-def _axpy(dst, weight, src):
-    for i in range(dst.size):
-        dst[i] += weight * src[i]
-
-
-@njit(cache=True)
-def _conv_direct_flat(padded, weights, kernels_per_group, dilation_y, dilation_x, with_sums, acc,
-                      sums):
-    # Stride 1: on a plane flattened with the padded row pitch, every tap is one long axpy at a
-    # fixed offset; the columns past out_w of each row are junk and dropped when copying out.
-    channels, padded_h, padded_w = padded.shape
-    out_channels, group_inputs, kernel_h, kernel_w = weights.shape
-    _, out_h, out_w = acc.shape
-    length = (out_h - 1) * padded_w + out_w
-    flat = padded.reshape(channels, padded_h * padded_w)
-    plane = np.empty(length, np.float32)
-    total = np.empty(length, np.float32)
-    one = np.float32(1.0)
-    for o in range(out_channels):
-        g = o // kernels_per_group
-        summing = with_sums and o == g * kernels_per_group
-        plane[:] = 0
-        if summing:
-            total[:] = 0
-        for ci in range(group_inputs):
-            c = g * group_inputs + ci
-            for ky in range(kernel_h):
-                for kx in range(kernel_w):
-                    offset = ky * dilation_y * padded_w + kx * dilation_x
-                    src = flat[c, offset:offset + length]
-                    _axpy(plane, np.float32(weights[o, ci, ky, kx]), src)
-                    if summing:
-                        _axpy(total, one, src)
-        for oy in range(out_h):
-            acc[o, oy, :] = plane[oy * padded_w:oy * padded_w + out_w]
-            if summing:
-                sums[g, oy, :] = total[oy * padded_w:oy * padded_w + out_w]
-
-
-@njit(cache=True)
-def _conv_direct_exact(padded, weights, groups, stride_y, stride_x, dilation_y, dilation_x,
-                       with_sums, acc, sums):
-    # int8 weights, float32 sums over at most EXACT_FLOAT32_REDUCTION products per output
-    # (exact in any order); the first kernel of each group also sums its inputs (window sums).
-    # The inner loop runs over a row slice: with a unit stride LLVM vectorises it.
-    out_channels, group_inputs, kernel_h, kernel_w = weights.shape
-    _, out_h, out_w = acc.shape
-    kernels_per_group = out_channels // groups
-    span = (out_w - 1) * stride_x + 1
-    one = np.float32(1.0)
-    if stride_x == 1 and stride_y == 1:
-        _conv_direct_flat(padded, weights, kernels_per_group, dilation_y, dilation_x, with_sums,
-                          acc, sums)
-        return
-    for o in range(out_channels):
-        g = o // kernels_per_group
-        summing = with_sums and o == g * kernels_per_group
-        for oy in range(out_h):
-            dst = acc[o, oy]
-            total = sums[g if with_sums else 0, oy]
-            for ci in range(group_inputs):
-                c = g * group_inputs + ci
-                for ky in range(kernel_h):
-                    src = padded[c, oy * stride_y + ky * dilation_y]
-                    for kx in range(kernel_w):
-                        weight = np.float32(weights[o, ci, ky, kx])
-                        px = kx * dilation_x
-                        if stride_x == 1:
-                            _axpy(dst, weight, src[px:px + out_w])
-                            if summing:
-                                _axpy(total, one, src[px:px + out_w])
-                        else:
-                            _axpy(dst, weight, src[px:px + span:stride_x])
-                            if summing:
-                                _axpy(total, one, src[px:px + span:stride_x])
-
-
-@njit(cache=True)
-def _core_outputs(exact, clip_truncate, mode, out):
-    # ``exact`` is int64, or float32/float64 holding integers exactly (the GEMM path)
-    for i in range(exact.shape[0]):
-        out[i] = core_output(np.int64(exact[i]), clip_truncate, mode)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -364,31 +225,22 @@ def _is_pointwise(geometry: ConvGeometry, padded: np.ndarray) -> bool:
 
 
 def _conv_gemm(padded: np.ndarray, matrices: np.ndarray, geometry: ConvGeometry,
-               accumulator_dtype: type, bounds: tuple[int, ...] | None = None,
-               integer: bool = False) -> np.ndarray:
+               accumulator_dtype: type) -> np.ndarray:
     """Convolution as float32 matrix products: ``matrices`` [groups][M][K] (K in c, ky, kx
-    order) times the gathered input, one product per group, row block and reduction chunk
-    ``[bounds[i], bounds[i+1])`` (default: chunks of EXACT_FLOAT32_REDUCTION); chunk results add
-    in ``accumulator_dtype``. Returns [groups * M][OH][OW]."""
+    order) times the gathered input, one product per group, row block and reduction chunk of
+    EXACT_FLOAT32_REDUCTION; chunk results add in ``accumulator_dtype``. Returns
+    [groups * M][OH][OW]."""
     choose_blas_threads()
     groups, rows, reduction = matrices.shape
     kernel_h, kernel_w, out_h, out_w = (geometry.kernel_h, geometry.kernel_w, geometry.out_h,
                                         geometry.out_w)
     group_inputs = reduction // (kernel_h * kernel_w)
-    if bounds is None:
-        bounds = tuple(range(0, reduction, EXACT_FLOAT32_REDUCTION)) + (reduction,)
+    bounds = tuple(range(0, reduction, EXACT_FLOAT32_REDUCTION)) + (reduction,)
     chunk = max(b - a for a, b in zip(bounds, bounds[1:]))
     rows_per_block = max(1, min(out_h, _COLUMN_BUDGET // (chunk * out_w)))
     pointwise = _is_pointwise(geometry, padded)
     planes = padded.reshape(padded.shape[0], -1) if pointwise else None
     columns = None if pointwise else np.empty((chunk, rows_per_block * out_w), np.float32)
-    if integer and groups == 1 and len(bounds) == 2 and rows_per_block == out_h:
-        # One product covers everything: it is the result (integer sums: no -0.0 to clear).
-        if not pointwise:
-            _im2col(padded, 0, 0, reduction, kernel_h, kernel_w, geometry.stride_y,
-                    geometry.stride_x, geometry.dilation_y, geometry.dilation_x, 0, out_h, out_w,
-                    columns)
-        return np.matmul(matrices[0], planes if pointwise else columns).reshape(rows, out_h, out_w)
     acc = np.zeros((groups * rows, out_h * out_w), accumulator_dtype)
     product = np.empty((rows, rows_per_block * out_w), np.float32)
     for g in range(groups):
@@ -437,73 +289,6 @@ def exact_chunk_bounds(matrix: np.ndarray, input_bound: int = 128,
     return tuple(bounds)
 
 
-@dataclass(frozen=True)
-class _GemmOperands:
-    """An int8 weight set ready for the GEMM path: float32 matrices [groups][M][K], where a
-    single group gets one extra row of ones (its product is the window sum), and the exact
-    reduction chunks of those matrices."""
-
-    matrices: np.ndarray
-    bounds: tuple[int, ...]
-    sums_row: bool
-    #: [taps][M][C] for the per-tap products (kernels/tap_gemm.py): a single group of a
-    #: kernel wider than 1x1 whose reduction is one exact chunk; None otherwise
-    taps: np.ndarray | None = None
-    #: the operands of the first input channels alone, when every later channel has only zero
-    #: weights (the image input's padding lanes): their products are all 0, so the products
-    #: skip them (the window sums still count them); None otherwise
-    trimmed: _GemmOperands | None = None
-
-    @classmethod
-    def build(cls, weights: np.ndarray, groups: int) -> _GemmOperands:
-        operands = cls._make(weights, groups, sums_row=groups == 1)
-        if groups == 1:
-            used = np.flatnonzero(weights.any(axis=(0, 2, 3)))
-            live = int(used[-1]) + 1 if used.size else 1
-            if live < weights.shape[1]:
-                trimmed = cls._make(np.ascontiguousarray(weights[:, :live]), 1, sums_row=False)
-                return dataclasses.replace(operands, trimmed=trimmed)
-        return operands
-
-    @classmethod
-    def _make(cls, weights: np.ndarray, groups: int, sums_row: bool) -> _GemmOperands:
-        out_channels, group_inputs, kernel_h, kernel_w = weights.shape
-        matrices = weights.reshape(groups, out_channels // groups, -1).astype(np.float32)
-        if sums_row:
-            matrices = np.concatenate([matrices, np.ones((1, 1, matrices.shape[2]), np.float32)],
-                                      axis=1)
-        bounds = exact_chunk_bounds(matrices.reshape(-1, matrices.shape[2]))
-        taps = None
-        if groups == 1 and len(bounds) == 2 and kernel_h * kernel_w > 1 and tap_gemm.available():
-            taps = tap_gemm.tap_weights(matrices[0], group_inputs, kernel_h * kernel_w)
-        return cls(matrices, bounds, sums_row, taps)
-
-
-class OperandCache:
-    """Operands ``build(weights, variant)`` (``variant``: an int, e.g. the group count) per
-    immutable weight array, built once: weights from the memory's derived cache are read-only
-    and live as long as their bytes do; writable arrays are not cached."""
-
-    def __init__(self, build: Callable[[np.ndarray, int], Any]) -> None:
-        self._build = build
-        self._entries: dict[tuple[int, int], tuple[weakref.ref, Any]] = {}
-
-    def get(self, weights: np.ndarray, variant: int) -> Any:
-        if weights.flags.writeable:
-            return self._build(weights, variant)
-        key = (id(weights), variant)
-        entry = self._entries.get(key)
-        if entry is not None and entry[0]() is weights:
-            return entry[1]
-        operands = self._build(weights, variant)
-        self._entries[key] = (weakref.ref(weights, lambda _, key=key: self._entries.pop(key, None)),
-                              operands)
-        return operands
-
-
-_OPERANDS = OperandCache(_GemmOperands.build)
-
-
 def _use_direct(weights: np.ndarray, geometry: ConvGeometry, method: str) -> bool:
     if method not in ("auto", "gemm", "direct"):
         raise EmulationError(
@@ -511,106 +296,6 @@ def _use_direct(weights: np.ndarray, geometry: ConvGeometry, method: str) -> boo
     if method == "auto":
         return weights.shape[0] // geometry.groups <= _DIRECT_MAX_KERNELS_PER_GROUP
     return method == "direct"
-
-
-def _conv_int8_sums(padded: np.ndarray, weights: np.ndarray, geometry: ConvGeometry,
-                    method: str, with_window_sums: bool = False
-                    ) -> tuple[np.ndarray, np.ndarray | None]:
-    """Exact integer sums [OC][OH][OW] (int64, or float32/float64 holding integers exactly) and,
-    if asked, the window sums [groups][OH][OW] (any of those dtypes, integer-valued).
-
-    float32 is used only where NUMERICS.md 3.2 proves it exact: GEMM chunks from
-    :func:`exact_chunk_bounds` (added in float64, exact below 2**53) and direct loops over at
-    most EXACT_FLOAT32_REDUCTION products per output."""
-    _check_operands(padded, weights, geometry)
-    if weights.dtype != np.int8:
-        raise EmulationError(f"int8 convolution needs int8 weights, got {weights.dtype}")
-    out_channels, group_inputs, kernel_h, kernel_w = weights.shape
-    shape = (out_channels, geometry.out_h, geometry.out_w)
-    if _use_direct(weights, geometry, method):
-        if group_inputs * kernel_h * kernel_w <= EXACT_FLOAT32_REDUCTION:
-            acc = np.zeros(shape, np.float32)
-            sums = np.zeros((geometry.groups if with_window_sums else 1,) + shape[1:], np.float32)
-            _conv_direct_exact(padded, weights, geometry.groups, geometry.stride_y,
-                               geometry.stride_x, geometry.dilation_y, geometry.dilation_x,
-                               with_window_sums, acc, sums)
-            return acc, sums if with_window_sums else None
-        acc = np.zeros(shape, np.int64)
-        _conv_direct_int(padded, weights, geometry.groups, geometry.stride_y, geometry.stride_x,
-                         geometry.dilation_y, geometry.dilation_x, acc)
-        return acc, window_sums(padded, geometry) if with_window_sums else None
-    operands = _OPERANDS.get(weights, geometry.groups)
-    if operands.trimmed is not None:
-        live = operands.trimmed.matrices.shape[2] // (kernel_h * kernel_w)
-        result = _gemm_sums(padded[:live], operands.trimmed, geometry)
-        return result, window_sums(padded, geometry) if with_window_sums else None
-    result = _gemm_sums(padded, operands, geometry)
-    if operands.sums_row:
-        sums = result[out_channels:] if with_window_sums else None
-        return result[:out_channels], sums
-    return result, window_sums(padded, geometry) if with_window_sums else None
-
-
-def _gemm_sums(padded: np.ndarray, operands: _GemmOperands, geometry: ConvGeometry) -> np.ndarray:
-    """The products of the GEMM operands with the padded input: [groups * M][OH][OW]."""
-    if operands.taps is not None and geometry.stride_y == geometry.stride_x == 1 \
-            and padded.dtype == np.float32 and padded.flags.c_contiguous:
-        # stride 1: one accumulating product per tap, no im2col (tap_gemm.py; exact: one chunk)
-        choose_blas_threads()
-        return tap_gemm.tap_products(padded, operands.taps, geometry.kernel_w, geometry.dilation_y,
-                                     geometry.dilation_x, geometry.out_h, geometry.out_w)
-    single = len(operands.bounds) == 2
-    return _conv_gemm(padded, operands.matrices, geometry, np.float32 if single else np.float64,
-                      operands.bounds, integer=True)
-
-
-def conv2d_int8_exact(padded: np.ndarray, weights: np.ndarray, geometry: ConvGeometry,
-                      method: str = "auto") -> np.ndarray:
-    """Exact int64 sums [OC][OH][OW] of an int8 convolution (before the CORE's 34/32-bit
-    saturation and truncation). ``padded`` comes from :func:`fetch_padded_input`."""
-    return _conv_int8_sums(padded, weights, geometry, method)[0].astype(np.int64)
-
-
-def core_outputs(exact: np.ndarray, clip_truncate: int = 0,
-                 round_mode: int = ROUND_HALF_AWAY) -> np.ndarray:
-    """CORE accumulator stage on exact sums (int64, or integer-valued float32/float64 from the
-    GEMM): 34-bit saturation, CLIP_TRUNCATE, int32."""
-    if exact.dtype not in (np.float32, np.float64):
-        exact = exact.astype(np.int64)
-    exact = np.ascontiguousarray(exact)
-    out = np.empty(exact.shape, np.int32)
-    _core_outputs(exact.reshape(-1), clip_truncate, round_mode, out.reshape(-1))
-    return out
-
-
-def conv2d_int8(padded: np.ndarray, weights: np.ndarray, geometry: ConvGeometry, *,
-                clip_truncate: int = 0, round_mode: int = ROUND_HALF_AWAY,
-                method: str = "auto") -> np.ndarray:
-    """int8 convolution -> int32 CORE outputs [OC][OH][OW] (the DPU's input)."""
-    return core_outputs(_conv_int8_sums(padded, weights, geometry, method)[0], clip_truncate,
-                        round_mode)
-
-
-def conv2d_int8_with_window_sums(padded: np.ndarray, weights: np.ndarray, geometry: ConvGeometry,
-                                 *, clip_truncate: int = 0, round_mode: int = ROUND_HALF_AWAY,
-                                 method: str = "auto") -> tuple[np.ndarray, np.ndarray]:
-    """:func:`conv2d_int8` and :func:`window_sums` in one pass over the input (the GEMM gets a
-    row of ones, the direct loop sums as it goes): int32 [OC][OH][OW], int64 [groups][OH][OW]."""
-    acc, sums = _conv_int8_sums(padded, weights, geometry, method, with_window_sums=True)
-    return core_outputs(acc, clip_truncate, round_mode), sums.astype(np.int64)
-
-
-def window_sums(padded: np.ndarray, geometry: ConvGeometry) -> np.ndarray:
-    """Per group and output pixel, the sum of the input over the kernel window, padding
-    included at the pad value: the Σx that BS multiplies by CPEND. int64 [groups][OH][OW]."""
-    if padded.ndim != 3 or padded.shape[0] % geometry.groups:
-        raise EmulationError(f"padded input of shape {padded.shape} does not split into "
-                             f"{geometry.groups} groups")
-    sums = np.empty((geometry.groups, geometry.out_h, geometry.out_w), np.int64)
-    _window_sums(padded, geometry.groups, geometry.kernel_h, geometry.kernel_w,
-                 geometry.stride_y, geometry.stride_x, geometry.dilation_y, geometry.dilation_x,
-                 sums)
-    return sums
 
 
 def conv2d_fp16(padded: np.ndarray, weights: np.ndarray, geometry: ConvGeometry,

@@ -1,15 +1,12 @@
 """Stride-1 convolutions as one accumulating float32 product per kernel tap (issue 8).
 
-On the padded planes [C][Hp][Wp] flattened per channel, output pixel (oy, ox) of tap (ky, kx)
-reads element ``(oy + ky*dy) * Wp + ox + kx*dx``: for a fixed tap, all output pixels form one
-run of ``L = (OH - 1) * Wp + OW`` elements at a fixed offset (the columns past OW of each row
-are junk, dropped at the end). So the convolution is ``sum over taps of W_tap [M][C] @ X_tap
-[C][L]``, where X_tap is the planes themselves seen with a row stride of Hp * Wp: no im2col
-copy. The products accumulate in the BLAS output (beta = 1), which needs the CBLAS entry point
-of the OpenBLAS numpy loaded (``scipy_cblas_sgemm64_``, 64-bit integers); without it callers
-keep the im2col path. ``tap_products_pixels`` is the same on a pixel-major padded input
-[Hp * Wp][C] (``conv_pixels``, the emulator's path): a tap's inputs are then a contiguous run of
-pixel rows; ``tap_products`` (planes) serves the planar int8 API of ``mac``.
+On a pixel-major padded input [Hp * Wp][C] (``conv_pixels``), output pixel (oy, ox) of tap
+(ky, kx) reads input row ``(oy + ky*dy) * Wp + ox + kx*dx``: for a fixed tap, the inputs of all
+output pixels form one contiguous run of ``L = (OH - 1) * Wp + OW`` rows at a fixed offset (the
+rows past OW of each output row are junk, dropped at the end). So the convolution is ``sum over
+taps of X_tap [L][C] @ W_tap [C][N]`` with no im2col copy. The products accumulate in the BLAS
+output (beta = 1), which needs the CBLAS entry point of the OpenBLAS numpy loaded
+(``scipy_cblas_sgemm64_``, 64-bit integers); without it callers keep the im2col path.
 
 Exactness: used only for int8 weights whose whole reduction is one exact chunk
 (``mac.exact_chunk_bounds``): every partial sum of a row's products, in any order, is an
@@ -58,32 +55,6 @@ def _find_sgemm():
 
 def available() -> bool:
     return _find_sgemm() is not None
-
-
-def tap_weights(matrix: np.ndarray, channels: int, taps: int) -> np.ndarray:
-    """[M][C * taps] in (c, ky, kx) order -> float32 [taps][M][C], contiguous."""
-    rows = matrix.shape[0]
-    return np.ascontiguousarray(matrix.reshape(rows, channels, taps).transpose(2, 0, 1),
-                                dtype=np.float32)
-
-
-def tap_products(padded: np.ndarray, weights: np.ndarray, kernel_w: int, dilation_y: int,
-                 dilation_x: int, out_h: int, out_w: int) -> np.ndarray:
-    """sum over taps of weights[tap] @ the tap's run of ``padded`` (float32 [C][Hp][Wp],
-    C-contiguous, at least the padded size the output needs): float32 [M][OH][OW] (a view)."""
-    sgemm = _find_sgemm()
-    channels, padded_h, padded_w = padded.shape
-    taps, rows, _ = weights.shape
-    plane = padded_h * padded_w
-    run = (out_h - 1) * padded_w + out_w
-    out = np.empty((rows, out_h * padded_w), np.float32)
-    for tap in range(taps):
-        ky, kx = divmod(tap, kernel_w)
-        offset = (ky * dilation_y * padded_w + kx * dilation_x) * 4  # bytes into each plane
-        sgemm(_ROW_MAJOR, _NO_TRANS, _NO_TRANS, rows, run, channels, 1.0,
-              weights[tap].ctypes.data, channels, padded.ctypes.data + offset, plane,
-              0.0 if tap == 0 else 1.0, out.ctypes.data, out_h * padded_w)
-    return out.reshape(rows, out_h, padded_w)[:, :, :out_w]
 
 
 def tap_products_pixels(padded: np.ndarray, weights: np.ndarray, kernel_w: int, dilation_y: int,

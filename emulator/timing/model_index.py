@@ -3,28 +3,28 @@ perf report both read them for every run."""
 
 from __future__ import annotations
 
+from npuemu.emulator.memo import Memo
+
 
 def shape_text(shape) -> str:
     """A shape as the vendor's layer table prints it: (1,3,224,224); ``?`` when unknown."""
     return "(" + ",".join(str(int(d)) for d in shape) + ")" if shape is not None else "?"
 
 
-#: id(trailer) -> (trailer, schedule, tensors by name, layers, shapes): see model_index
-_PARSED: dict[int, tuple] = {}
+#: trailer -> (schedule, tensors by name, layers, shapes): see model_index (a trailer dict cannot be
+#: weakly referenced, so its entry holds it: its id is not reused while the entry lives)
+_INDEX: Memo[tuple] = Memo(identity=1, limit=16)
 
 
 def model_index(model) -> tuple[tuple, dict, tuple, list]:
     """The schedule, tensors by name, layers and each layer's (input, output) shape texts of a
     model file, worked out once per trailer (a loaded model's trailer is not edited, as the
     Runtime's tensor index also assumes)."""
-    trailer = model.trailer
-    entry = _PARSED.get(id(trailer))
-    if entry is None or entry[0] is not trailer:
-        if len(_PARSED) >= 16:
-            _PARSED.clear()
+    entry = _INDEX.get(model.trailer)
+    if entry is None:
         tensors = {t.name: t for t in model.tensors()}
         layers = model.layers()
         shapes = [tuple(",".join(shape_text(tensors[n].shape if n in tensors else None) for n in names)
                         for names in (info.inputs, info.outputs)) for info in layers]
-        entry = _PARSED[id(trailer)] = (trailer, model.schedule(), tensors, layers, shapes)
-    return entry[1:]
+        entry = _INDEX.put((model.schedule(), tensors, layers, shapes), model.trailer)
+    return entry

@@ -1,6 +1,6 @@
 """NPU (MAC array) cycles of one task from its decoded CNA/CORE state: model H1.
 
-Source: /work/shared/docs/vendor-corpus/README.md §4.1 (exact on all 1240 conv-type rows of
+Source: ../shared/docs/vendor-corpus/README.md §4.1 (exact on all 1240 conv-type rows of
 librknnc's static estimates)::
 
     P = ceil(OH*OW / 16) * 16

@@ -7,12 +7,12 @@ arithmetic is NUMERICS.md section 3 (``kernels.mac``).
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
 from npuemu.emulator import kernels
+from npuemu.emulator.memo import Memo
 from npuemu.emulator.memory import ADDRESS_SPACE, TaskDma, Traffic
 from npuemu.emulator.numerics import core_round_mode
 from npuemu.emulator.regfile import RegisterView
@@ -20,6 +20,7 @@ from npuemu.emulator.units.state import (
     ATOM_BYTES, FP16, INT4, INT8, PRECISION_DTYPES, ConvState, precision_name,
 )
 from npuemu.isa.errors import EmulationError
+from npuemu.isa.weight_layout import FEATURE_INT4_HIGH_FIRST, WEIGHT_INT4_HIGH_FIRST
 
 CONV_DIRECT, CONV_DEPTHWISE = 0, 3  # CONV_CON1.CONV_MODE (rknpu-isa.md 3)
 ARGB_FIRST, ARGB_LAST = 8, 11  # ARGB_IN 8..11 = 1..4 image channels (rknpu-isa.md 3)
@@ -274,13 +275,10 @@ def _check_output(state: ConvState, cna: RegisterView, core: RegisterView, where
 
 def _weight_layout(state: ConvState):
     """The weight blob's blocking: RK3588's, with output groups of the chip's kernel group on
-    16- and 8-kernel chips (the same order, a choice shared with compiler/weight_pack.py;
-    REGISTER_SEMANTICS.md 2.5)."""
+    16- and 8-kernel chips (isa.weight_layout's ConvWeightLayout.with_kernel_group, the rule the
+    compiler packs by; REGISTER_SEMANTICS.md 2.5)."""
     layout = _WEIGHT_LAYOUTS[(state.weight_type, state.depthwise)]
-    if state.depthwise or layout.oc_block == state.kernel_group:
-        return layout
-    return kernels.ConvWeightLayout(oc_block=state.kernel_group, ic_block=layout.ic_block,
-                                    ic_align=layout.ic_align, oc_align=min(layout.oc_align, state.kernel_group))
+    return layout if state.depthwise else layout.with_kernel_group(state.kernel_group)
 
 
 def _check_weights(state: ConvState, cna: RegisterView, where: str) -> None:
@@ -376,7 +374,7 @@ class CoreResult:
 
 
 def run_cna_core(state: ConvState, dma: TaskDma, cbuf: Cbuf, where: str) -> CoreResult:
-    plan = _PLANS.get(state)
+    plan = _PLANS(state)
     feature = _feature(state, plan, dma, cbuf, where)
     weights = _weights(state, plan, dma, cbuf, where)
     geometry = plan.geometry
@@ -424,7 +422,7 @@ def _read_feature(state: ConvState, plan: _Plan, dma: TaskDma) -> np.ndarray:
         feature[0, :, :, :state.argb_channels] = pixels
     else:
         if state.feature_type == INT4:  # even channel in the low nibble (REGISTER_SEMANTICS 2.7)
-            raw = kernels.weights.unpack_int4_bytes(raw.reshape(1, -1), high_first=False)
+            raw = kernels.weights.unpack_int4_bytes(raw.reshape(1, -1), FEATURE_INT4_HIGH_FIRST)
         # a fresh array (the DMA's copy): masked in place below
         feature = raw.view(plan.feature_dtype).reshape(plan.feature_shape)
     if plan.mask_channels:
@@ -459,7 +457,7 @@ def _weights(state: ConvState, plan: _Plan, dma: TaskDma, cbuf: Cbuf, where: str
 
     def unpack(raw: np.ndarray) -> np.ndarray:
         # int4: the even element of each byte is the high nibble (REGISTER_SEMANTICS 2.7)
-        blob = kernels.weights.unpack_int4_bytes(raw.reshape(1, -1), high_first=True).reshape(-1) if int4 \
+        blob = kernels.weights.unpack_int4_bytes(raw.reshape(1, -1), WEIGHT_INT4_HIGH_FIRST).reshape(-1) if int4 \
             else raw.view(dtype)
         if state.depthwise:
             weights = kernels.unpack_depthwise_weights(blob, *shape[1:], layout)
@@ -530,20 +528,6 @@ class _Plan:
             mask_channels=state.real_channels < state.surfaces * state.c2)
 
 
-class _PlanCache:
-    """One _Plan per live ConvState object (by identity; dropped with the state)."""
-
-    def __init__(self) -> None:
-        self._entries: dict[int, tuple[weakref.ref, _Plan]] = {}
-
-    def get(self, state: ConvState) -> _Plan:
-        key = id(state)
-        entry = self._entries.get(key)
-        if entry is not None and entry[0]() is state:
-            return entry[1]
-        plan = _Plan.build(state)
-        self._entries[key] = (weakref.ref(state, lambda _, key=key: self._entries.pop(key, None)), plan)
-        return plan
-
-
-_PLANS = _PlanCache()
+#: One _Plan per live ConvState object (the core hands back the same state while a task's
+#: registers are unchanged).
+_PLANS = Memo(_Plan.build, identity=1)

@@ -16,6 +16,7 @@ import numpy as np
 from npuemu.emulator import kernels
 from npuemu.emulator.kernels.dpu import int_stages
 from npuemu.emulator.kernels.dpu_pixel import stages_to_atoms
+from npuemu.emulator.memo import Memo
 from npuemu.emulator.memory import TaskDma, Traffic
 from npuemu.emulator.numerics import out_cvt_round_mode
 from npuemu.emulator.regfile import RegisterView
@@ -24,18 +25,15 @@ from npuemu.emulator.units.state import (
     ATOM_BYTES, FP16, FP32, INT4, INT8, INT16, INT32, PRECISION_DTYPES, DpuRdmaState, DpuState, EwState,
     LutState, LutTableState, OutCvtState, XStageState, c2_of, precision_name,
 )
+from npuemu.isa import weight_layout
 from npuemu.isa.errors import EmulationError
 
 #: int4 convs hand the DPU int32 accumulators like int8 (REGISTER_SEMANTICS.md 2.7)
 INTEGER_PROCESSING = (INT8, INT16, INT4)
 INTEGER_OUTPUTS = (INT8, INT16, INT32)
-#: BRDMA_DATA_USE bits and the bytes each operand takes in an 8-channel group: the vendor's
-#: blob with DATA_USE = 7 is int32 ALU[8], int16 CPEND[8], int16 MUL[8] (vendor-corpus 5);
-#: Mesa's bias-only blob with DATA_USE = 1 is one int32 per channel (rknpu-isa.md 3.1).
-BRDMA_ALU, BRDMA_CPEND, BRDMA_MUL, BRDMA_TRT = 1, 2, 4, 8
-BRDMA_GROUP = 8
-_BRDMA_PARTS = ((BRDMA_ALU, "ALU", np.dtype("<i4")), (BRDMA_CPEND, "CPEND", np.dtype("<i2")),
-                (BRDMA_MUL, "MUL", np.dtype("<i2")))
+#: BRDMA_DATA_USE bits of the operands; the blob's groups are isa.weight_layout's BS format
+BRDMA_ALU, BRDMA_CPEND, BRDMA_MUL = (bit for bit, _, _ in weight_layout.BS_OPERANDS)
+BRDMA_TRT = weight_layout.BS_USE_TRT
 #: ERDMA_DATA_SIZE -> element type of the EW operand (rep09/rep12: 1 with int8 tensors; the
 #: others follow PPU_RDMA's 0/1/2/3 = 4/8/16/32-bit code [I]).
 ERDMA_SIZES = {1: np.dtype(np.int8), 2: np.dtype(np.int16), 3: np.dtype(np.int32)}
@@ -231,7 +229,7 @@ def run_dpu(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult | Non
         _run_integer(state, rdma, source, dma, lut_tables, where)
         return
     data = _main_input(state, rdma, source, dma, where)
-    data = _float_stages(state, rdma, data, dma, where)
+    data = _float_stages(state, rdma, data, dma, lut_tables, where)
     out = kernels.out_cvt_fp16(data) if state.out_precision == FP16 else data.astype(np.float32)
     # lanes past the channel count are written as 0 [C]
     _write(state, out, c2_of(state.out_precision, state.atom_bytes), dma)
@@ -286,15 +284,14 @@ class _FixedSettings:
     what: str
 
 
-#: Built once per decoded DpuState (the core caches those, so a network's tasks reuse theirs);
-#: keyed by id, holding the state so that its id is not reused.
-_FIXED: dict[int, tuple[DpuState, _FixedSettings]] = {}
+#: Built once per decoded DpuState (the core keeps those, so a network's tasks reuse theirs).
+_FIXED: Memo[_FixedSettings] = Memo(identity=1)
 
 
 def _fixed_settings(state: DpuState, where: str) -> _FixedSettings:
-    entry = _FIXED.get(id(state))
-    if entry is not None and entry[0] is state:
-        return entry[1]
+    fixed = _FIXED.get(state)
+    if fixed is not None:
+        return fixed
     bs, bn, ew, cvt = state.bs, state.bn, state.ew, state.out_cvt
     if not bn.bypass and (bn.alu_from_dma or bn.mul_from_dma):
         raise EmulationError(f"{where}: BN operands from the NRDMA (DPU.BN_CFG.BN_ALU_SRC / "
@@ -309,10 +306,7 @@ def _fixed_settings(state: DpuState, where: str) -> _FixedSettings:
         cvt=kernels.OutCvtConfig(cvt.scale, cvt.shift, cvt.offset, out_cvt_round_mode(cvt.round_bit)),
         out_dtype=out_dtype, lut=not ew.bypass and not ew.lut_bypass, c2=c2, surfaces=surfaces,
         starts=starts, line=line, what=_wdma_what(state))
-    if len(_FIXED) >= 4096:
-        _FIXED.clear()
-    _FIXED[id(state)] = (state, fixed)
-    return fixed
+    return _FIXED.put(fixed, state)
 
 
 def blocks_to_cube(blocks: np.ndarray, shape: tuple[int, int, int]) -> np.ndarray:
@@ -374,21 +368,22 @@ def read_surfaces(dma: TaskDma, stream: Traffic, address: int, surface_stride: i
                   atom_bytes: int) -> np.ndarray:
     """Read ``surfaces`` NC1HWC2 surfaces (C2 = state.c2_of: atom bytes / element): [S][H][W][C2]."""
     c2 = c2_of(_PRECISION_OF[dtype], atom_bytes)
-    key = (address, surface_stride, line_stride, surfaces, height)
-    starts = _SURFACE_ROWS.get(key)
-    if starts is None:  # a pure function of the five figures: built once (read-only, so the DMA locates it once)
-        starts = (address + np.arange(surfaces, dtype=np.int64)[:, None] * surface_stride
-                  + np.arange(height, dtype=np.int64)[None, :] * line_stride).reshape(-1)
-        starts.flags.writeable = False
-        if len(_SURFACE_ROWS) >= 4096:
-            _SURFACE_ROWS.clear()
-        _SURFACE_ROWS[key] = starts
+    starts = _SURFACE_ROWS(address, surface_stride, line_stride, surfaces, height)
     raw = dma.read_rows(stream, starts, width * c2 * dtype.itemsize, what)
     return raw.view(dtype).reshape(surfaces, height, width, c2)
 
 
-#: read_surfaces' row addresses by (address, surface stride, line stride, surfaces, height)
-_SURFACE_ROWS: dict[tuple[int, int, int, int, int], np.ndarray] = {}
+def _surface_rows(address: int, surface_stride: int, line_stride: int, surfaces: int,
+                  height: int) -> np.ndarray:
+    """The row addresses of ``read_surfaces``, read-only (so the DMA locates them once)."""
+    starts = (address + np.arange(surfaces, dtype=np.int64)[:, None] * surface_stride
+              + np.arange(height, dtype=np.int64)[None, :] * line_stride).reshape(-1)
+    starts.flags.writeable = False
+    return starts
+
+
+#: a pure function of the five figures: built once, the same array every run
+_SURFACE_ROWS: Memo[np.ndarray] = Memo(_surface_rows)
 
 
 def _integer_settings(state: DpuState, fixed: _FixedSettings, rdma: DpuRdmaState | None,
@@ -453,12 +448,9 @@ def _brdma_needed(state: DpuState, rdma: DpuRdmaState | None, where: str, cpend:
 def read_bias_blob(dma: TaskDma, rdma: DpuRdmaState, channels: int, where: str) -> dict[str, np.ndarray]:
     """Per-channel BS operands from the BRDMA blob: 8-channel groups, each holding the operands
     BRDMA_DATA_USE selects in the order ALU (int32), CPEND (int16), MUL (int16)."""
-    entry = _BLOBS.get((id(rdma), channels))
-    if entry is None or entry[0] is not rdma:
-        if len(_BLOBS) >= 4096:
-            _BLOBS.clear()
-        entry = _BLOBS[(id(rdma), channels)] = (rdma, _BiasBlob.build(rdma, channels, where))
-    blob = entry[1]
+    blob = _BLOBS.get(rdma, channels)
+    if blob is None:
+        blob = _BLOBS.put(_BiasBlob.build(rdma, channels, where), rdma, channels)
     located = dma.memory.locate_fixed(blob.address, blob.nbytes, lambda: f"{dma.where}: {blob.what} read")
     # decoded once per blob contents (a network runs the same blobs every inference)
     return dma.derived_from_located(Traffic.BIAS_READ, located.region, int(located.starts[0]), blob.nbytes,
@@ -480,19 +472,15 @@ class _BiasBlob:
         if rdma.brdma_use & BRDMA_TRT:
             raise EmulationError(f"{where}: DPU_RDMA.BRDMA_CFG.BRDMA_DATA_USE={rdma.brdma_use} fetches TRT "
                                  f"(per-channel truncation), which is not modelled")
-        parts = [(name, dtype) for bit, name, dtype in _BRDMA_PARTS if rdma.brdma_use & bit]
-        group_bytes = sum(BRDMA_GROUP * dtype.itemsize for _, dtype in parts)
-        groups = -(-channels // BRDMA_GROUP)
+        group = weight_layout.bs_group_dtype(rdma.brdma_use)
+        group_bytes, groups = group.itemsize, weight_layout.bs_groups(channels)
 
         def split(raw: np.ndarray) -> dict[str, np.ndarray]:
-            raw = raw.reshape(groups, group_bytes)
-            out, offset = {}, 0
-            for name, dtype in parts:
-                size = BRDMA_GROUP * dtype.itemsize
-                values = np.ascontiguousarray(raw[:, offset:offset + size]).view(dtype).reshape(-1)
-                out[name] = values[:channels].astype(np.int32)
+            operands = np.ascontiguousarray(raw).reshape(-1).view(group)
+            out = {}
+            for name in group.names:
+                out[name] = operands[name].reshape(-1)[:channels].astype(np.int32)
                 out[name].flags.writeable = False  # shared by every task reading this blob
-                offset += size
             return out
 
         address = np.array([rdma.bs_address], np.int64)
@@ -502,8 +490,8 @@ class _BiasBlob:
                    ("brdma", rdma.brdma_use, channels), split)
 
 
-#: per (DpuRdmaState id, channels), holding the state so that its id is not reused
-_BLOBS: dict[tuple[int, int], tuple[DpuRdmaState, _BiasBlob]] = {}
+#: per (DpuRdmaState object, channels)
+_BLOBS: Memo[_BiasBlob] = Memo(identity=1)
 
 
 def _lut_config(lut: LutState) -> kernels.LutConfig:
@@ -581,7 +569,7 @@ def _fp32(raw) -> np.ndarray:
 
 
 def _float_stages(state: DpuState, rdma: DpuRdmaState | None, data: np.ndarray, dma: TaskDma,
-                  where: str) -> np.ndarray:
+                  lut_tables: np.ndarray, where: str) -> np.ndarray:
     for name, stage in (("BS", state.bs), ("BN", state.bn)):
         if stage.bypass:
             continue
@@ -610,8 +598,8 @@ def _float_stages(state: DpuState, rdma: DpuRdmaState | None, data: np.ndarray, 
         data = run(data, config, alu=alu, mul=mul)
     if not state.ew.bypass:
         ew = state.ew
-        if not ew.lut_bypass:
-            raise EmulationError(f"{where}: the LUT on the fp16 path is not modelled")
+        if not ew.lut_bypass:  # fp32 LUT, before the EW operation as on the integer path (NUMERICS.md 5.1)
+            data = kernels.lut_stage_fp(data, _lut_config(state.lut), lut_tables[0], lut_tables[1])
         operand = np.array(_fp32(ew.op_value), np.float32).reshape(1, 1, 1)
         if not ew.op_bypass and ew.op_from_dma:
             operand = _ew_operand(state, rdma, dma, where, floating=True)

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from npuemu.isa import tensor_layout
+
 # Precision codes of CNA/CORE/DPU (rknpu-isa.md 3 "Precision codes", TRM).
 INT8, INT16, FP16, BF16, INT32, FP32, INT4 = 0, 1, 2, 3, 4, 5, 6
 PRECISION_NAMES = {INT8: "int8", INT16: "int16", FP16: "fp16", BF16: "bf16", INT32: "int32",
@@ -19,7 +21,7 @@ PRECISION_NAMES = {INT8: "int8", INT16: "int16", FP16: "fp16", BF16: "bf16", INT
 #: numpy element type of a precision as stored in memory (fp16 as float16).
 PRECISION_DTYPES = {INT8: np.dtype(np.int8), INT16: np.dtype(np.int16), FP16: np.dtype(np.float16),
                     INT32: np.dtype(np.int32), FP32: np.dtype(np.float32)}
-ATOM_BYTES = 16  # one NC1HWC2 pixel atom on RK3588-class chips (rknpu-isa.md 4); RK356x: 8
+ATOM_BYTES = tensor_layout.ATOM_BYTES  # one NC1HWC2 pixel atom on RK3588-class chips; RK356x: 8
 def precision_name(code: int) -> str:
     return PRECISION_NAMES.get(code, f"code {code}")
 

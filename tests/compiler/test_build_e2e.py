@@ -17,11 +17,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from npuemu.compiler.build import build_model
-from npuemu.compiler.onnx_import import import_onnx
-from npuemu.compiler.passes import optimize
-from npuemu.compiler.passes.context import PassContext
-from npuemu.compiler.quant import calibrate, fake_quant_evaluate, quantize_graph
+from npuemu.compiler.driver import CompileOptions, Front, build, build_graph, prepare
+from npuemu.compiler.quant import fake_quant_evaluate
 from npuemu.emulator import cpu_ops
 from npuemu.emulator.runtime import Runtime, run_model_file
 from npuemu.isa.container import ModelFile
@@ -142,13 +139,17 @@ def tiled_cnn() -> tuple[onnx.ModelProto, tuple]:
 
 # --- the pipeline --------------------------------------------------------------------------
 
-def compile_graph(model: onnx.ModelProto, shape: tuple, seed: int = 0):
+def compile_front(model: onnx.ModelProto, shape: tuple, seed: int = 0, **options) -> Front:
+    """The driver's front half (import, level-3 passes, int8 calibrated on 4 normal samples) for
+    rk3588; ``options`` are further CompileOptions (sram, batch_size, core_mask...) for build()."""
     rng = np.random.default_rng(seed)
-    graph = import_onnx(model, None)
-    optimize(graph, PassContext.for_chip("rk3588", 3))
     samples = [{"x": rng.normal(size=shape).astype(np.float32)} for _ in range(4)]
-    quantize_graph(graph, calibrate(graph, samples, progress=False).ranges)
-    return graph
+    return prepare(model, "rk3588", CompileOptions(dataset=samples, **options))
+
+
+def compile_graph(model: onnx.ModelProto, shape: tuple, seed: int = 0):
+    """The quantized graph of :func:`compile_front` (build it with ``driver.build_graph``)."""
+    return compile_front(model, shape, seed).graph
 
 
 def onnxruntime_float(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
@@ -165,8 +166,9 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 def compare(model, shape, path, seed=0):
     """Build, write, run from the file; returns (fraction within 1 LSB, cosine, emulator int8, graph)."""
-    graph = compile_graph(model, shape, seed)
-    build_model(graph).write(path)
+    front = compile_front(model, shape, seed)
+    graph = front.graph
+    build(front).write(path)
     x = np.random.default_rng(seed + 100).normal(size=shape).astype(np.float32)
     output = graph.outputs[0]
     stored = run_model_file(path, {"x": x}, dequantize=False)[output]
@@ -194,8 +196,8 @@ def test_compiled_model_matches_fake_quant_and_float(case, tmp_path) -> None:
 
 def test_model_file_contents(tmp_path) -> None:
     model, shape = small_cnn()
-    graph = compile_graph(model, shape)
-    built = build_model(graph)
+    front = compile_front(model, shape)
+    graph, built = front.graph, build(front)
     built.write(tmp_path / "m.npu")
     read = ModelFile.read(tmp_path / "m.npu")
     assert read == built
@@ -220,12 +222,12 @@ def test_model_file_contents(tmp_path) -> None:
 
 def test_tiled_layers_and_views_in_the_model_file() -> None:
     model, shape = tiled_cnn()
-    built = build_model(compile_graph(model, shape))
+    built = build(compile_front(model, shape))
     counts = {layer.name: layer.task_count for layer in built.layers()}
     assert max(counts.values()) > 1, f"no layer was split into several tasks: {counts}"
     assert built.schedule()[0].chain.tasks == sum(counts.values())
     model, shape = classifier()
-    built = build_model(compile_graph(model, shape))
+    built = build(compile_front(model, shape))
     views = [layer for layer in built.layers() if layer.task_count == 0]
     assert len(views) == 1 and views[0].op_type == "Reshape"
     output, source = built.tensor("y"), built.tensor(views[0].inputs[0])
@@ -234,8 +236,9 @@ def test_tiled_layers_and_views_in_the_model_file() -> None:
 
 def test_int8_input_equals_float_input(tmp_path) -> None:
     model, shape = conv_relu()
-    graph = compile_graph(model, shape)
-    build_model(graph).write(tmp_path / "m.npu")
+    front = compile_front(model, shape)
+    graph = front.graph
+    build(front).write(tmp_path / "m.npu")
     x = np.random.default_rng(5).normal(size=shape).astype(np.float32)
     scale, zero_point = float(graph.tensor("x").quant.scale), int(graph.tensor("x").quant.zero_point)
     stored = np.clip(np.rint(x / scale) + zero_point, -128, 127).astype(np.int8)
@@ -249,7 +252,7 @@ def test_int8_input_equals_float_input(tmp_path) -> None:
 
 def test_runtime_native_layout_round_trip(tmp_path) -> None:
     model, shape = small_cnn()  # the 16-channel tensors have C2 padding lanes and a 32-aligned output
-    build_model(compile_graph(model, shape)).write(tmp_path / "m.npu")
+    build(compile_front(model, shape)).write(tmp_path / "m.npu")
     runtime = Runtime(ModelFile.read(tmp_path / "m.npu"))
     for name in ("x", "f"):
         tensor = runtime.model.tensor(name)
@@ -260,7 +263,7 @@ def test_runtime_native_layout_round_trip(tmp_path) -> None:
 
 def test_runtime_input_errors(tmp_path) -> None:
     model, shape = conv_relu()
-    build_model(compile_graph(model, shape)).write(tmp_path / "m.npu")
+    build(compile_front(model, shape)).write(tmp_path / "m.npu")
     x = np.zeros(shape, np.float32)
     with pytest.raises(InputError, match="no value given for input"):
         run_model_file(tmp_path / "m.npu", {})
@@ -282,8 +285,7 @@ def _with_cpu_step(model: ModelFile, step: dict) -> ModelFile:
 
 def test_cpu_step_runs_after_the_chain(tmp_path) -> None:
     model, shape = conv_relu()
-    graph = compile_graph(model, shape)
-    built = build_model(graph)
+    built = build(compile_front(model, shape))
     x = np.random.default_rng(2).normal(size=shape).astype(np.float32)
     plain = Runtime(built)
     plain.set_input("x", x)
@@ -303,10 +305,9 @@ def test_cpu_step_runs_after_the_chain(tmp_path) -> None:
 
 def test_unquantized_graph_is_a_compile_error() -> None:
     model, _ = conv_relu()
-    graph = import_onnx(model, None)
-    optimize(graph, PassContext.for_chip("rk3588", 3))
+    graph = prepare(model, "rk3588", CompileOptions(precision="float")).graph  # imported and fused only
     with pytest.raises(CompileError, match="conv1_fuse_relu.*not int8 quantized"):
-        build_model(graph)
+        build_graph(graph)
 
 
 def test_cli_compile_writes_a_model_file(tmp_path, capsys) -> None:

@@ -7,10 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from npuemu.compiler.build import build_model
-from npuemu.compiler.onnx_import import import_onnx
-from npuemu.compiler.passes import PassContext, optimize
-from npuemu.compiler.quant import calibrate, float16_graph, quantize_graph
+from npuemu.compiler.driver import CompileOptions, build_graph, prepare
+from npuemu.compiler.quant import calibrate, quantize_graph
 from npuemu.compiler.quant.fake_quant import fake_quant_evaluate
 from npuemu.emulator.runtime import Runtime
 from tests.compiler.test_build_e2e import MODELS, cosine, onnxruntime_float
@@ -18,7 +16,7 @@ from tests.compiler.test_lower_lut import _fused
 
 
 def _run(graph, x):
-    model = build_model(graph)
+    model = build_graph(graph)
     runtime = Runtime(model)
     runtime.set_input("x", x)
     runtime.run()
@@ -28,9 +26,7 @@ def _run(graph, x):
 @pytest.mark.parametrize("case", MODELS)
 def test_float16_build_matches_onnxruntime(case) -> None:
     model, shape = MODELS[case]()
-    graph = import_onnx(model, None)
-    optimize(graph, PassContext.for_chip("rk3588", 3))
-    float16_graph(graph)
+    graph = prepare(model, "rk3588", CompileOptions(precision="fp16")).graph
     x = np.random.default_rng(1).normal(size=shape).astype(np.float32)
     built, got = _run(graph, x)
     want = onnxruntime_float(model, x)
@@ -41,22 +37,22 @@ def test_float16_build_matches_onnxruntime(case) -> None:
     assert float(np.abs(got - want).max()) <= 2e-3 * float(np.abs(want).max())
 
 
-def test_float16_lut_activation_runs_as_a_host_step() -> None:
+def test_float16_lut_activation_runs_on_the_npu() -> None:
+    """The fp16 DPU LUT (NUMERICS.md 5.1): no host step (it was one before the fp16 LUT)."""
     model, shape = _fused("Elu")()
-    graph = import_onnx(model, None)
-    optimize(graph, PassContext.for_chip("rk3588", 3))
-    float16_graph(graph)
+    graph = prepare(model, "rk3588", CompileOptions(precision="fp16")).graph
     x = np.random.default_rng(2).normal(size=shape).astype(np.float32)
     built, got = _run(graph, x)
-    assert [getattr(step, "op", None) for step in built.schedule()] == [None, "Elu"]
+    assert [step.kind for step in built.schedule()] == ["npu"]
     assert cosine(got, onnxruntime_float(model, x)) >= 0.99999
 
 
 @pytest.mark.parametrize("case", ["small_cnn", "pools_add", "classifier"])
 def test_hybrid_build_matches_fake_quant(case) -> None:
     model, shape = MODELS[case]()
-    graph = import_onnx(model, None)
-    optimize(graph, PassContext.for_chip("rk3588", 3))
+    # the driver's hybrid build reads its layer dtypes from a quant config file: passes by the
+    # driver (precision "float": imported and fused only), the in-memory layer dtypes by hand
+    graph = prepare(model, "rk3588", CompileOptions(precision="float")).graph
     rng = np.random.default_rng(0)
     samples = [{"x": rng.normal(size=shape).astype(np.float32)} for _ in range(4)]
     quantize_graph(graph, calibrate(graph, samples, progress=False).ranges,

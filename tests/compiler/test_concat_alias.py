@@ -12,11 +12,9 @@ import pytest
 from onnx import numpy_helper
 
 from npuemu.compiler.build import build_model
+from npuemu.compiler.driver import CompileOptions, prepare
 from npuemu.compiler.lower import ConcatLayer, Quant, SliceLayer
 from npuemu.compiler.lower.driver import copy_views
-from npuemu.compiler.onnx_import import import_onnx
-from npuemu.compiler.passes import PassContext, optimize
-from npuemu.compiler.quant import calibrate, float16_graph, quantize_graph
 from npuemu.emulator.runtime import Runtime
 from npuemu.platforms import load_platform
 from npuemu.tools.cli import main
@@ -51,15 +49,12 @@ def inception_block():
 
 
 def _graph(model, dtype):
-    graph = import_onnx(model, None)
-    optimize(graph, PassContext.for_chip("rk3588", 3))
+    """The driver's quantized graph; the tests build it with and without elided copies."""
     if dtype == "float16":
-        float16_graph(graph)
-    else:
-        rng = np.random.default_rng(3)
-        samples = [{"x": rng.normal(size=SHAPE).astype(np.float32)} for _ in range(4)]
-        quantize_graph(graph, calibrate(graph, samples, progress=False).ranges)
-    return graph
+        return prepare(model, "rk3588", CompileOptions(precision="fp16")).graph
+    rng = np.random.default_rng(3)
+    samples = [{"x": rng.normal(size=SHAPE).astype(np.float32)} for _ in range(4)]
+    return prepare(model, "rk3588", CompileOptions(dataset=samples)).graph
 
 
 def _run(built, output, x, dequantize=False):

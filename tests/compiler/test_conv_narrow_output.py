@@ -21,14 +21,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
-from npuemu.compiler.build import build_model
-from npuemu.compiler.onnx_import import import_onnx
-from npuemu.compiler.passes import PassContext, optimize
-from npuemu.compiler.quant import calibrate, quantize_graph
+from npuemu.compiler.driver import CompileOptions, compile_model
 from npuemu.emulator.rknn_runner import RknnRunner
 from npuemu.emulator.runtime import Runtime
 from npuemu.isa.rknn import load_rknn
-from npuemu.platforms import load_platform
 
 FIXTURE = Path(__file__).resolve().parents[3] / "shared" / "rknn-fixtures" / "mobilenet_v2" / "model.rknn"
 
@@ -61,12 +57,9 @@ def conv_chain(shape: tuple[int, int, int], layers: list[tuple[int, int, int]], 
 
 
 def build(model: onnx.ModelProto, shape: tuple[int, int, int], seed: int = 0):
-    graph = import_onnx(model, None)
-    optimize(graph, PassContext.for_chip("rk3588", 3))
     rng = np.random.default_rng(seed)
     samples = [{"x": rng.normal(size=(1, *shape)).astype(np.float32)} for _ in range(2)]
-    quantize_graph(graph, calibrate(graph, samples, progress=False).ranges)
-    return build_model(graph, load_platform("rk3588"))
+    return compile_model(model, "rk3588", CompileOptions(dataset=samples))
 
 
 def fields(record, names) -> dict[str, int]:

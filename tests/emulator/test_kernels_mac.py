@@ -1,4 +1,5 @@
-"""The MAC array: int8 and fp16 convolution, window sums, the exact float32-chunk method."""
+"""The MAC array: the fp16 convolution, the CORE stage, and the exact float32-chunk method on
+the emulator's int8 kernel (``conv_pixels``); the case strategy the other convolution tests use."""
 
 import numpy as np
 import pytest
@@ -6,10 +7,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from npuemu.emulator import numerics as nm
-from npuemu.emulator.kernels import (
-    ConvGeometry, conv2d_fp16, conv2d_int8, conv2d_int8_exact, fetch_padded_input,
-    nchw_to_nc1hwc2, window_sums,
-)
+from npuemu.emulator.kernels import ConvGeometry, conv2d_fp16, fetch_padded_input, nchw_to_nc1hwc2
+from npuemu.emulator.kernels.conv_pixels import conv_int8_pixels
 from npuemu.isa.errors import EmulationError
 from tests.emulator.reference import arithmetic as ref_arith
 from tests.emulator.reference import convolution as ref
@@ -62,61 +61,37 @@ def reference_padded(x, geometry, pad_value, dtype=np.int64):
                             geometry.padded_w, pad_value, dtype)
 
 
-@given(conv_cases(), st.sampled_from(["gemm", "direct", "auto"]))
-def test_int8_convolution_is_exact(case, method):
-    x, w, geometry, c2, pad_value = case
-    padded = fetch_padded_input(nchw_to_nc1hwc2(x, c2), x.shape[0], geometry, pad_value)
-    expected = ref.conv(reference_padded(x, geometry, pad_value), w, as_dict(geometry))
-    assert np.array_equal(conv2d_int8_exact(padded, w, geometry, method), expected)
+def core_stage(exact: np.ndarray, clip_truncate: int, mode: int) -> list[int]:
+    """The CORE stage (numerics.core_output, which the int8 kernels apply) on each exact sum."""
+    return [int(nm.core_output(int(v), clip_truncate, mode)) for v in exact.ravel()]
 
 
-@given(conv_cases())
-def test_window_sums_include_padding_at_the_pad_value(case):
-    x, _, geometry, c2, pad_value = case
-    padded = fetch_padded_input(nchw_to_nc1hwc2(x, c2), x.shape[0], geometry, pad_value)
-    expected = ref.window_sums(reference_padded(x, geometry, pad_value), as_dict(geometry))
-    assert np.array_equal(window_sums(padded, geometry), expected)
+def pixels_conv(x: np.ndarray, w: np.ndarray, geometry: ConvGeometry, pad_value: int) -> np.ndarray:
+    """The emulator's int8 convolution (one group, no truncation) as [OC][OH][OW] int32."""
+    data, _ = conv_int8_pixels(nchw_to_nc1hwc2(x, 16), x.shape[0], x.shape[0], w, geometry, pad_value,
+                               0, nm.ROUND_HALF_AWAY, w.shape[0])
+    return data.T.reshape(w.shape[0], geometry.out_h, geometry.out_w)
 
 
 @settings(max_examples=25)
-@given(conv_cases(), st.integers(0, 20), st.booleans())
-def test_core_truncation_and_saturation(case, truncate, half_even):
-    x, w, geometry, c2, pad_value = case
-    padded = fetch_padded_input(nchw_to_nc1hwc2(x, c2), x.shape[0], geometry, pad_value)
-    exact = ref.conv(reference_padded(x, geometry, pad_value), w, as_dict(geometry))
+@given(st.integers(-(2**40), 2**40), st.integers(0, 20), st.booleans())
+def test_core_truncation_and_saturation(value, truncate, half_even):
     mode = nm.core_round_mode(int(half_even))
-    got = conv2d_int8(padded, w, geometry, clip_truncate=truncate, round_mode=mode)
     name = "half_even" if half_even else "half_away"
-    expected = [ref_arith.core(int(v), truncate, name) for v in exact.ravel()]
-    assert got.dtype == np.int32 and got.ravel().tolist() == expected
+    assert core_stage(np.array([value]), truncate, mode) == [ref_arith.core(value, truncate, name)]
 
 
 def test_core_saturates_the_34_bit_accumulator():
     exact = np.array([2**33, -(2**33) - 5, 2**40, 3 * 2**31], np.int64)
-    from npuemu.emulator.kernels import core_outputs
-    assert core_outputs(exact, 0).tolist() == [2**31 - 1, -(2**31), 2**31 - 1, 2**31 - 1]
+    mode = nm.ROUND_HALF_AWAY
+    assert core_stage(exact, 0, mode) == [2**31 - 1, -(2**31), 2**31 - 1, 2**31 - 1]
     # 2**40 saturates to 2**33 - 1 first, which rounds back up to 2**30
-    assert core_outputs(exact, 3).tolist() == [2**30, -(2**30), 2**30, 3 * 2**28]
+    assert core_stage(exact, 3, mode) == [2**30, -(2**30), 2**30, 3 * 2**28]
 
 
 # ---------------------------------------------------------------------------------------------
-# The float32-chunk method at its worst case (NUMERICS.md 3.2)
+# The float32-chunk method at its worst case (NUMERICS.md 3.2), on the int8 kernel
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("channels, kernel", [
-    (113, 3), (1023, 1), (1024, 1), (1025, 1), (114, 3), (2047, 1), (2048, 1), (2049, 1),
-    (228, 3), (42, 7), (3073, 1),
-])
-def test_all_minus_128_products_are_exact_at_the_chunk_limits(channels, kernel):
-    reduction = channels * kernel * kernel
-    x = np.full((channels, kernel + 1, kernel + 2), -128, np.int8)
-    w = np.full((3, channels, kernel, kernel), -128, np.int8)
-    geometry = ConvGeometry(kernel, kernel, 2, 3)
-    padded = fetch_padded_input(nchw_to_nc1hwc2(x, 16), channels, geometry, -128)
-    got = conv2d_int8_exact(padded, w, geometry, "gemm")
-    assert np.all(got == reduction * 16384)
-    assert conv2d_int8(padded, w, geometry)[0, 0, 0] == min(reduction * 16384, 2**31 - 1)
-
-
 def test_one_product_past_the_limit_would_break_float32_but_not_the_kernel():
     # 1024 products of 16384 and one of 1: the exact sum is 2**24 + 1
     channels = nm.EXACT_FLOAT32_REDUCTION + 1
@@ -125,9 +100,7 @@ def test_one_product_past_the_limit_would_break_float32_but_not_the_kernel():
     x[-1], w[0, -1] = 1, 1
     naive = w.reshape(1, -1).astype(np.float32) @ x.reshape(-1, 1).astype(np.float32)
     assert int(naive[0, 0]) != 2**24 + 1  # a single float32 sum is not exact here
-    geometry = ConvGeometry(1, 1, 1, 1)
-    padded = fetch_padded_input(nchw_to_nc1hwc2(x, 16), channels, geometry, 0)
-    assert conv2d_int8_exact(padded, w, geometry, "gemm")[0, 0, 0] == 2**24 + 1
+    assert pixels_conv(x, w, ConvGeometry(1, 1, 1, 1), 0)[0, 0, 0] == 2**24 + 1
 
 
 @settings(max_examples=10)
@@ -138,9 +111,9 @@ def test_long_reductions_with_extreme_values_are_exact(seed):
     x = rng.choice([-128, 127, -127, 1], (channels, 6, 5)).astype(np.int8)
     w = rng.choice([-128, 127, -127, 1], (kernels, channels, 3, 3)).astype(np.int8)
     geometry = ConvGeometry(3, 3, 5, 4, pad_top=1, pad_left=1)
-    padded = fetch_padded_input(nchw_to_nc1hwc2(x, 16), channels, geometry, -128)
     expected = ref.conv(reference_padded(x, geometry, -128), w, as_dict(geometry))
-    assert np.array_equal(conv2d_int8_exact(padded, w, geometry, "gemm"), expected)
+    got = pixels_conv(x, w, geometry, -128)
+    assert got.ravel().tolist() == core_stage(expected, 0, nm.ROUND_HALF_AWAY)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,12 +148,12 @@ def test_operand_mismatches_are_emulation_errors():
     geometry = ConvGeometry(3, 3, 2, 2)
     padded = np.zeros((4, 4, 4), np.float32)
     with pytest.raises(EmulationError, match="groups"):
-        conv2d_int8(padded, np.zeros((2, 3, 3, 3), np.int8), geometry)
-    with pytest.raises(EmulationError, match="int8 weights"):
-        conv2d_int8(padded, np.zeros((2, 4, 3, 3), np.int16), geometry)
+        conv2d_fp16(padded, np.zeros((2, 3, 3, 3), np.float16), geometry)
+    with pytest.raises(EmulationError, match="float16 weights"):
+        conv2d_fp16(padded, np.zeros((2, 4, 3, 3), np.int8), geometry)
     with pytest.raises(EmulationError, match="smaller"):
-        conv2d_int8(padded[:, :3], np.zeros((2, 4, 3, 3), np.int8), geometry)
+        conv2d_fp16(padded[:, :3], np.zeros((2, 4, 3, 3), np.float16), geometry)
     with pytest.raises(EmulationError, match="method"):
-        conv2d_int8(padded, np.zeros((2, 4, 3, 3), np.int8), geometry, method="fast")
+        conv2d_fp16(padded, np.zeros((2, 4, 3, 3), np.float16), geometry, method="fast")
     with pytest.raises(EmulationError, match="cannot hold"):
         fetch_padded_input(np.zeros((1, 4, 4, 16), np.int8), 17, geometry, 0)

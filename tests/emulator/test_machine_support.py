@@ -564,7 +564,7 @@ def corpus_dir() -> Path:
     if not directory.is_dir():
         raise FileNotFoundError(
             f"vendor corpus not found at {directory.resolve()}: the vendor-stream tests need "
-            f"/work/shared/docs/vendor-corpus/regcmd next to the repository")
+            f"shared/docs/vendor-corpus/regcmd next to the repository (tests/shared_data.py)")
     return directory
 
 

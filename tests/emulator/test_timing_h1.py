@@ -1,7 +1,7 @@
 """Model H1 (vendor-corpus README §4.1) as implemented in emulator/timing/npu_cycles.py, checked
 against the vendor's static per-layer NPU cycles:
 
-1. every rk3588 conv-type row of /work/shared/docs/vendor-corpus/layers.csv, from a decoded
+1. every rk3588 conv-type row of ../shared/docs/vendor-corpus/layers.csv, from a decoded
    conv state built from the row's shapes (one task per layer, as the vendor's estimate);
 2. the 15 vendor .rknn fixtures: their real register streams run through RknnRunner, the
    per-task NPU cycles summed per vendor layer (task op_idx), compared with meta.json.

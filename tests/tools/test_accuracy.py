@@ -12,13 +12,9 @@ import numpy as np
 import onnx
 import pytest
 
-from npuemu.compiler.build import build_model
+from npuemu.compiler.driver import CompileOptions, build, prepare
 from npuemu.compiler.float_eval import evaluate
-from npuemu.compiler.onnx_import import import_onnx
-from npuemu.compiler.passes import PassContext, optimize
-from npuemu.compiler.quant import CalibrationOptions, quantize_with_dataset
 from npuemu.emulator.runtime import Runtime
-from npuemu.platforms import load_platform
 from npuemu.tools import accuracy
 from npuemu.tools.cli import main
 from npuemu.tools.demo_network import demo_images, demo_network
@@ -44,18 +40,14 @@ def _cli(demo, *extra: str) -> int:
 
 
 def _quantized(demo):
-    platform = load_platform("rk3588")
-    graph = import_onnx(demo["model"])
-    optimize(graph, PassContext(platform, 3))
-    quantize_with_dataset(graph, demo["dataset"], None, CalibrationOptions(progress=False))
-    return graph, platform
+    return prepare(demo["model"], "rk3588", CompileOptions(dataset=demo["dataset"]))
 
 
 def test_table_csv_and_plot(demo, capsys, tmp_path):
     assert _cli(demo, "--input", str(demo["input"]), "-o", str(tmp_path / "out")) == 0
     printed = capsys.readouterr().out
     assert "simulator_error" in printed and "runtime_error" in printed and "single" in printed
-    graph, _ = _quantized(demo)
+    graph = _quantized(demo).graph
     tensors = list(graph.inputs) + [name for node in graph.nodes for name in node.outputs]
     with open(tmp_path / "out" / "accuracy.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
@@ -93,10 +85,11 @@ def _cosine(a, b) -> float:
 def test_runtime_column_matches_a_plain_build_run_separately(demo):
     """The probe build keeps every layer output alive; its final output must be the plain
     build's, bit for bit, and the table's runtime figure the cosine of that output."""
-    graph, platform = _quantized(demo)
+    front = _quantized(demo)
+    graph = front.graph
     image = np.load(demo["input"])
-    report = accuracy.analyze(graph, platform, {"image": image}, model="demo")
-    plain = Runtime(build_model(graph, platform))
+    report = accuracy.analyze(graph, front.platform, {"image": image}, model="demo")
+    plain = Runtime(build(front))
     plain.set_input("image", image)
     plain.run()
     output = graph.outputs[0]

@@ -1,7 +1,7 @@
 """Register values and quantisation parameters of real vendor layers, for the chain tests.
 
 ``vendor_layers.json`` (next to this file) is extracted from the vendor corpus
-(``/work/shared/docs/vendor-corpus/regcmd``: rep01, rep09, rep10, rep12 ``.txt`` register
+(``../shared/docs/vendor-corpus/regcmd``: rep01, rep09, rep10, rep12 ``.txt`` register
 listings and ``.quant.json`` tables, rknn-toolkit2 2.5.0 builds for rk3588) so the tests do not
 depend on that folder. Regenerate with ``python -m tests.emulator.reference.vendor_fixture DIR``.
 """
