@@ -476,6 +476,8 @@ def _preactivation_range(part, low: float, high: float) -> tuple[float, float]:
         low, high = max(low, 0.0), min(high, 1.0)
         ends = sorted(((low - beta) / alpha, (high - beta) / alpha))
         return ends[0], ends[1]
+    if part.op_type != "HardSwish":  # no fusion rule puts another LUT kind after a residual Add today
+        raise CompileError(f"a fused {part.op_type} after a residual Add: its pre-activation range is not derived")
     # HardSwish: x (x + 3) / 6 on [-3, 3], x above; everything below -3 gives 0
     high = max(high, 0.0)
     top = high if high >= 3.0 else (-3.0 + float(np.sqrt(9.0 + 24.0 * high))) / 2.0

@@ -7,3 +7,4 @@ from pathlib import Path
 SHARED = Path(os.environ.get("NPUEMU_SHARED", Path(__file__).resolve().parents[1].parent / "shared"))
 RKNN_FIXTURES = Path(os.environ.get("NPUEMU_RKNN_FIXTURES", SHARED / "rknn-fixtures"))
 VENDOR_CORPUS = Path(os.environ.get("NPUEMU_VENDOR_CORPUS", SHARED / "docs" / "vendor-corpus"))
+RKNN_FIXTURES_OPS = Path(os.environ.get("NPUEMU_RKNN_FIXTURES_OPS", SHARED / "rknn-fixtures-ops"))

@@ -446,6 +446,7 @@ def _read_output(runtime, name: str, M: int, N: int) -> np.ndarray:
 
 
 def _from_surfaces(raw: np.ndarray, c1: int, surface: int, c2: int, pixels: int, N: int) -> np.ndarray:
-    """(pixels, N) from C1 surfaces of ``surface`` pixels of C2 channels (NC1HWC2 elements)."""
-    grouped = raw.reshape(c1, surface, c2)[:, :pixels, :].transpose(0, 2, 1)
-    return np.ascontiguousarray(grouped.reshape(c1 * c2, pixels)[:N].T)
+    """(pixels, N) from C1 surfaces of ``surface`` pixels of C2 channels (NC1HWC2, isa/tensor_layout)."""
+    from npuemu.isa.tensor_layout import from_native
+
+    return np.ascontiguousarray(from_native(raw, N, 1, pixels, c1, c2, surface).reshape(N, pixels).T)

@@ -6,22 +6,22 @@ fp16 builds on the emulator against the reference written from NUMERICS.md 5.1
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from npuemu.compiler import op_table
 from npuemu.compiler.driver import CompileOptions, build_graph, prepare
 from npuemu.compiler.lower import lut
 from npuemu.emulator.runtime import Runtime
 from tests.compiler.test_build_e2e import cosine
 from tests.emulator.reference.lut_fp16 import fp16_chain
+from tests.shared_data import RKNN_FIXTURES_OPS
 
-FIXTURES = Path("/work/shared/rknn-fixtures-ops")
-ONNX_KINDS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "HardSigmoid": "hard_sigmoid", "HardSwish": "hard_swish",
-              "Silu": "silu", "Elu": "elu", "Gelu": "gelu", "Softplus": "softplus"}
+FIXTURES = RKNN_FIXTURES_OPS
+ONNX_KINDS = op_table.onnx_lut_kinds()  # every LUT activation of the op table
 ATTRS = {"HardSigmoid": {"alpha": 0.3, "beta": 0.4}, "Elu": {"alpha": 0.8}}
 
 
@@ -164,7 +164,7 @@ def test_fp16_conv_silu_residual_add_runs_the_add_as_its_own_layer() -> None:
     assert cosine(got, want) >= 0.9999
 
 
-@pytest.mark.parametrize("kind", ["hard_swish", "silu", "gelu", "sigmoid", "tanh", "hard_sigmoid", "elu", "softplus"])
+@pytest.mark.parametrize("kind", list(ONNX_KINDS.values()))
 def test_fp16_program_is_within_fp16_of_the_function(kind) -> None:
     """Table plus interpolation plus tails, evaluated through the reference chain, against the
     float function on [-12, 12]: within 1e-3 of max(1, |f|) (fp16 steps); SiLU and Gelu within
