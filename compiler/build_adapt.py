@@ -257,10 +257,12 @@ def _eltwise(graph: Graph, node: Node, platform: Platform) -> EltwiseLayer:
     a, b = node.inputs[:2]
     shape = chw(graph, node.outputs[0], node)
     operand = lane_broadcast_operand(graph, node)
-    if operand is None and (chw(graph, a, node) != shape or chw(graph, b, node) != shape):
-        raise _fail(node, "broadcasting element-wise operands are lowered only as a [1, 1, H, W] map against "
-                          "[1, C, H, W] (for Sub as the second operand); others run as a CPU step")
-    if operand == 0:
+    gate = channel_gate_operand(graph, node)
+    if operand is None and gate is None and (chw(graph, a, node) != shape or chw(graph, b, node) != shape):
+        raise _fail(node, "broadcasting element-wise operands are lowered only as a [1, 1, H, W] map or a "
+                          "[1, C, 1, 1] gate against [1, C, H, W] (for Sub as the second operand); others run "
+                          "as a CPU step")
+    if operand == 0 or gate == 0:
         a, b = b, a  # add/mul/max/min commute: the broadcast operand goes second, through the ERDMA
     activation = Activation("none")
     for part in node.fused:
@@ -271,30 +273,58 @@ def _eltwise(graph: Graph, node: Node, platform: Platform) -> EltwiseLayer:
     broadcast = None
     if operand is not None:
         broadcast = lane_broadcast(node.outputs[0], dtype, platform)
+    gated = gate is not None
     if dtype == "float16":
         return EltwiseLayer(node.layer_name, _ELTWISE[node.op_type], (a, b), node.outputs[0], shape,
-                            activation=activation, dtype="float16", broadcast=broadcast)
+                            activation=activation, dtype="float16", broadcast=broadcast, channel_gate=gated)
     return EltwiseLayer(node.layer_name, _ELTWISE[node.op_type], (a, b), node.outputs[0], shape,
                         (int8_quant(graph, a, node), int8_quant(graph, b, node)),
-                        int8_quant(graph, node.outputs[0], node), activation=activation, broadcast=broadcast)
+                        int8_quant(graph, node.outputs[0], node), activation=activation, broadcast=broadcast,
+                        channel_gate=gated)
 
 
 def lane_broadcast_operand(graph: Graph, node: Node) -> int | None:
     """Which input (0 or 1) of an element-wise node on two feature maps is a [1, 1, H, W] map
     broadcast over the other's C > 1 channels - the case the NPU runs by lane replication
     (lower/broadcast_lanes.py, LOWERING.md 16) - else None. Not for Sub's first operand: the
-    broadcast one must be the ERDMA's, the subtrahend. Other broadcasts (the SE block's
-    [1, C, 1, 1] gate: the ERDMA's per-channel mode is undocumented) run as CPU steps."""
+    broadcast one must be the ERDMA's, the subtrahend. The SE block's [1, C, 1, 1] gate is
+    :func:`channel_gate_operand`."""
+    cubes = _feature_operands(graph, node)
+    if cubes is None or cubes[2][0] < 2:
+        return None
+    out = cubes[2]
+    return _broadcast_index(node, cubes, (1, *out[1:]))
+
+
+def channel_gate_operand(graph: Graph, node: Node) -> int | None:
+    """Which input (0 or 1) of an element-wise node on two feature maps is a 4-D [1, C, 1, 1]
+    gate broadcast over the other's [1, C, H, W] (H x W > 1) - the SE block's Mul, which the
+    ERDMA reads in its per-channel mode (ERDMA_DATA_MODE 0, as the vendor's se_gate Mul;
+    LOWERING.md 17) - else None. Not for Sub's first operand (the ERDMA's is the subtrahend).
+    4-D only: a [C] or [1, C] operand of a lower-rank layer is another broadcast."""
+    cubes = _feature_operands(graph, node)
+    if cubes is None or cubes[2][1] * cubes[2][2] < 2:
+        return None
+    dims = [tuple(graph.tensor(name).shape) for name in node.inputs[:2]]
+    if any(len(d) != 4 for d in dims):
+        return None
+    return _broadcast_index(node, cubes, (cubes[2][0], 1, 1))
+
+
+def _feature_operands(graph: Graph, node: Node) -> tuple | None:
+    """(C, H, W) of both operands and the output of an element-wise node on two feature maps."""
     if node.op_type not in ELTWISE_OPS or len(node.inputs) < 2 or len(node.outputs) != 1:
         return None
     operands = [graph.tensor(name) for name in node.inputs[:2]]
     if any(t.is_const for t in operands):
         return None
-    cubes = [as_cube(t.shape) for t in operands]
-    out = as_cube(graph.tensor(node.outputs[0]).shape)
-    if out is None or out[0] < 2:
-        return None
-    narrow = (1, *out[1:])
+    cubes = (*(as_cube(t.shape) for t in operands), as_cube(graph.tensor(node.outputs[0]).shape))
+    return None if None in cubes else cubes
+
+
+def _broadcast_index(node: Node, cubes: tuple, narrow: tuple[int, int, int]) -> int | None:
+    """The operand of shape ``narrow`` next to one of the output's shape (Sub: the second only)."""
+    out = cubes[2]
     for index in (1, 0) if node.op_type != "Sub" else (1,):
         if cubes[index] == narrow and cubes[1 - index] == out:
             return index
@@ -449,7 +479,7 @@ LAYER_BUILDERS = {"conv": _conv_record, "pool": _pool_record, "eltwise": _eltwis
                   "slice": _slice_record, "activation": _relu_record, "lut": _lut_record}
 
 
-# --- interim: LUT activations after a residual add, and broadcasting element-wise ops as CPU steps
+# --- interim: LUT activations after a residual add (broadcasting element-wise ops: layer_records)
 #
 # The DPU LUT runs before the EW stage's add (NUMERICS.md 4.4), so a conv whose fused residual
 # Add is followed by Sigmoid/HardSigmoid/HardSwish/Tanh cannot run it in the same task. As a

@@ -112,6 +112,7 @@ class Front:
     partition: Any = None
     quantization: Any = None  # quant.QuantizationResult; None for precision "float"
     preprocess: dict[str, Any] = field(default_factory=dict)  # per input, as plain values
+    model: ModelFile | None = None  # the model file, once :func:`build` made it
 
 
 def compile_model(model: str | Path | Any, target: str | Platform = "rk3588",
@@ -205,7 +206,8 @@ def build(front: Front) -> ModelFile:
     if front.quantization is None:
         raise CompileError("a model file needs a quantized graph: add --quantize --dataset ds.txt, --fp16 or "
                            "--quant-config")
-    return build_graph(front.graph, front.platform, front.options, front.preprocess)
+    front.model = build_graph(front.graph, front.platform, front.options, front.preprocess)
+    return front.model
 
 
 def build_graph(graph: Graph, target: str | Platform = "rk3588", options: CompileOptions | None = None,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from npuemu.compiler import op_table
 from npuemu.compiler.build_adapt import (
-    Alias, CpuOp, alias_from_node, concat_fits_surfaces, constant_outputs, cpu_from_node,
+    Alias, CpuOp, alias_from_node, channel_gate_operand, concat_fits_surfaces, constant_outputs, cpu_from_node,
     lane_broadcast_operand, lanes_tensor, layer_from_node, split_channels, split_conv_transpose,
     split_lut_activation, stored_dtype,
 )
@@ -178,14 +178,16 @@ def _host_step(graph: Graph, node, spec) -> bool:
 
 def _broadcasting_eltwise(graph: Graph, node) -> bool:
     """An element-wise NPU node with broadcasting feature-map operands that the NPU does not run
-    (e.g. the SE block's [1, C, 1, 1] x [1, C, H, W] Mul): a CPU step. A [1, 1, H, W] operand is
-    replicated across lanes on the NPU (build_adapt.lane_broadcast_operand)."""
+    (e.g. a [1, C, 1, 1] gate as Sub's first operand): a CPU step. A [1, 1, H, W] operand is
+    replicated across lanes (build_adapt.lane_broadcast_operand), a [1, C, 1, 1] gate read by the
+    ERDMA's per-channel mode (build_adapt.channel_gate_operand), both on the NPU."""
     if op_table.lowering(node.op_type) != "eltwise" or node.fused or len(node.inputs) < 2:
         return False
     operands = [graph.tensor(name) for name in node.inputs[:2]]
     if any(t.is_const for t in operands):
         return False
-    return tuple(operands[0].shape) != tuple(operands[1].shape) and lane_broadcast_operand(graph, node) is None
+    on_npu = lane_broadcast_operand(graph, node) is not None or channel_gate_operand(graph, node) is not None
+    return tuple(operands[0].shape) != tuple(operands[1].shape) and not on_npu
 
 
 __all__ = ["Records", "layer_records", "reads", "writes"]

@@ -16,6 +16,7 @@ Pipeline (each step one function below):
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,9 @@ log = logging.getLogger(__name__)
 #: are accepted too for the older attribute forms (Clip, Pad, Slice, Upsample, Resize-10).
 MIN_OPSET, MAX_OPSET = 9, 21
 _DEFAULT_DOMAINS = ("", "ai.onnx")
+#: the largest constant the importer folds (bytes of one output): a few ONNX nodes (Expand,
+#: Tile, ConstantOfShape) can ask for any size; real models' folded constants are far smaller
+MAX_FOLD_BYTES = 1 << 30
 
 
 def import_onnx(model: str | Path | onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
@@ -362,6 +366,11 @@ class _Builder:
         return op.folds_from_shape or all(i in self.constants for i in canonical.inputs)
 
     def _fold(self, op: Any, canonical: Canonical, out_infos: list[TensorInfo]) -> list[np.ndarray]:
+        for info in out_infos:  # before computing: a folded constant is held in memory, then stored
+            size = math.prod(info.shape) * np.dtype(info.dtype).itemsize
+            if size > MAX_FOLD_BYTES:
+                raise CompileError(f"constant folding would make a {list(info.shape)} {np.dtype(info.dtype)} "
+                                   f"constant of {size} bytes, more than the limit of {MAX_FOLD_BYTES} bytes (1 GiB)")
         arrays = [self.constants[i] if i in self.constants
                   else np.broadcast_to(np.zeros((), self.infos[i].dtype), self.infos[i].shape)  # shape-only stand-in
                   for i in canonical.inputs]

@@ -39,7 +39,7 @@ LOWERINGS = {
     "conv": "a ConvLayer (CNA -> CORE -> DPU tasks, lower/lower_conv.py)",
     "conv_phases": "a Conv of its stride phases plus host DepthToSpace/crop (build_adapt.split_conv_transpose)",
     "as_conv": "runs as a Conv after the -O3 rewrite fully_connected_as_conv (not built as itself)",
-    "eltwise": "an EltwiseLayer (DPU BS/EW stage, lower/lower_eltwise.py)",
+    "eltwise": "an EltwiseLayer (DPU BS/EW stage, lower/lower_eltwise.py; a [1,C,1,1] gate through the ERDMA per channel)",
     "activation": "an ActivationLayer without the LUT (DPU BS stage ReLU/clip), int8 only",
     "lut": "an ActivationLayer through the DPU look-up table (lower/lut.py), int8 and float16",
     "pool": "a PoolLayer (PPU, lower/lower_pool.py)",

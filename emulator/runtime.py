@@ -25,12 +25,12 @@ from typing import Any
 import numpy as np
 
 from npuemu.emulator import cpu_ops
-from npuemu.emulator.cpu_ops_tensors import is_nd, read_nd, write_nd
+from npuemu.emulator.cpu_ops_tensors import is_nd, nd_dtype, read_nd, write_nd
 from npuemu.emulator.machine import Machine
 from npuemu.isa import tensor_layout
 from npuemu.isa.container import CpuStep, ModelFile, NpuStep
 from npuemu.isa.container_views import tensor_cube
-from npuemu.isa.errors import EmulationError, InputError
+from npuemu.isa.errors import EmulationError, InputError, ModelFileError
 
 
 #: element types a tensor may be stored in (the model file's tensor "dtype")
@@ -42,7 +42,7 @@ class Runtime:
 
     def __init__(self, model: ModelFile, platform=None) -> None:
         self.model = model
-        self.machine = Machine.from_model(model, platform)
+        self.machine = _machine(model, platform)
         graph = model.graph()
         self.inputs = tuple(graph.inputs)
         self.outputs = tuple(graph.outputs)
@@ -50,6 +50,11 @@ class Runtime:
         # trailer records by name, indexed once: host steps look tensors up on every run
         self._tensors = {tensor["name"]: tensor for tensor in model.trailer.get("tensors", ())}
         self._schedule: tuple | None = None  # parsed on the first run, then kept (same assumption)
+        _check_atoms(self._tensors.values(), self.machine.atom_bytes, self.machine.platform.name)
+        for name in self.inputs + self.outputs:
+            info = self._tensors.get(name)
+            if info is not None and "address" not in info:
+                raise ModelFileError(f"graph input/output tensor {name!r} has no address in the model file")
 
     # --- layout ---------------------------------------------------------------------------
 
@@ -113,7 +118,23 @@ class Runtime:
         quant = self.tensor_info(name).get("quantization")
         if quant is None:
             raise EmulationError(f"tensor {name!r} has no quantization in the model file")
-        return float(quant["scale"]), int(quant["zero_point"])
+        scale, zero_point = quant.get("scale", 1.0), quant.get("zero_point", 0)
+        if isinstance(scale, list) or isinstance(zero_point, list):  # graph I/O is quantized per tensor
+            raise EmulationError(f"tensor {name!r}: the runtime quantizes inputs and outputs per tensor; the model "
+                                 "file gives per-channel arrays")
+        return float(scale), int(zero_point)
+
+    def zero_input(self, name: str) -> np.ndarray:
+        """Zeros of input ``name``'s shape in the type it is stored in (perf and trace without
+        --input): at most the bytes the model file places the tensor in, which the reader bounds."""
+        info = self.tensor_info(name) if name in self._tensors else None
+        if info is None or info.get("shape") is None:
+            raise ModelFileError(f"input tensor {name!r} has no shape in the model file")
+        if is_nd(info) and "quantization" not in info:
+            dtype = nd_dtype(info)
+        else:
+            dtype = STORED_DTYPES.get(str(info.get("dtype")), np.dtype(np.int8))
+        return np.zeros(tuple(info["shape"]), dtype)
 
     def _slices(self, name: str) -> list[str] | None:
         """The per-slice tensor names of a multi-batch input/output (compiler/batch.py), else None."""
@@ -176,14 +197,48 @@ class Runtime:
             self._schedule = self.model.schedule()
         for index, step in enumerate(self._schedule):
             if isinstance(step, NpuStep):
-                section = self.model.section(step.chain.section)
-                runs.append(self.machine.run_chain(section.load_address + step.chain.offset,
-                                                   step.chain.first_amount, step.core))
+                runs.append(self._run_chain(index, step))
             elif isinstance(step, CpuStep):
                 cpu_ops.run_step(self, step)
             else:  # pragma: no cover - the container knows two step kinds
                 raise EmulationError(f"schedule step {index}: unknown kind")
         self.runs = tuple(runs)
+
+    def _run_chain(self, index: int, step: NpuStep):
+        """One NPU step; the PC must walk as many tasks as the file declares, else the chain in
+        the file is not the one its schedule describes and the outputs would be garbage."""
+        section = self.model.section(step.chain.section)
+        run = self.machine.run_chain(section.load_address + step.chain.offset, step.chain.first_amount, step.core)
+        if len(run.tasks) != step.chain.tasks:
+            raise EmulationError(f"schedule step {index}: the chain in section {section.name!r} at offset "
+                                 f"{step.chain.offset:#x} ran {len(run.tasks)} task(s); the model file declares "
+                                 f"{step.chain.tasks} (trailer.schedule[{index}].chain.tasks)")
+        return run
+
+
+def _machine(model: ModelFile, platform) -> Machine:
+    """The machine with the model's memory image; a memory map larger than this host can
+    allocate is reported, not a MemoryError (regions are bounded by the reader, CONTAINER.md 3.6)."""
+    try:
+        return Machine.from_model(model, platform)
+    except MemoryError:
+        total = sum(region.size for region in model.memory_map().regions)
+        raise EmulationError(f"cannot allocate the model's memory image: its memory_map regions total {total} "
+                             "bytes, more than this host can give") from None
+
+
+def _check_atoms(tensors, atom_bytes: int, chip: str) -> None:
+    """An NC1HWC2 tensor's C2 fills the chip's atom (C2 x element bytes = atom), except a packed
+    input of C <= C2 channels (C2 = C, the vendor's format for 1-4 channel inputs)."""
+    for info in tensors:
+        dtype = STORED_DTYPES.get(str(info.get("dtype")))
+        if info.get("layout") != "NC1HWC2" or dtype is None or "native_shape" not in info:
+            continue
+        c2 = info["native_shape"][4]
+        channels = (tensor_cube([1, *info["shape"][1:]]) or (0,))[0] if info.get("shape") else 0
+        if c2 * dtype.itemsize != atom_bytes and not (c2 == channels and c2 * dtype.itemsize < atom_bytes):
+            raise ModelFileError(f"tensor {info['name']!r}: c2 {c2} of {info['dtype']} does not fill the {chip} "
+                                 f"atom of {atom_bytes} bytes (nor equals the tensor's {channels} channels)")
 
 
 def run_model_file(path: str | os.PathLike[str], inputs: Mapping[str, np.ndarray], *,

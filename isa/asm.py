@@ -18,6 +18,11 @@ from npuemu.isa.task import Chain, RegisterWrite, Task
 from npuemu.isa.words import MARKER_WORD, WORD_BYTES, WORD_MASK, encode_write, op_enable_word
 
 DEFAULT_MAP = "rk3588"
+#: the largest ``.align`` boundary: the largest section alignment of a model file (CONTAINER.md 1.2)
+MAX_ALIGN = 1 << 16
+#: the largest buffer ``.zero`` / ``.align`` may grow the output to; a real regcmd buffer is well
+#: under a MiB, and a few characters of text must not ask for gigabytes
+MAX_BUFFER_BYTES = 64 << 20
 
 
 @dataclass
@@ -108,7 +113,7 @@ def _directive(name: str, args: list[str], state: _State) -> None:
         count = syn.parse_int(args[0])
         if count < 0:
             raise EncodingError(f".zero needs a word count >= 0, got {count}")
-        state.out += bytes(count * WORD_BYTES)
+        _pad(state, count * WORD_BYTES, ".zero")
     elif name == ".word":
         for arg in args or [""]:
             value = syn.parse_int(arg)
@@ -141,9 +146,18 @@ def _regmap(state: _State) -> RegisterMap:
 def _align(args: list[str], state: _State) -> None:
     _one_arg(".align", args)
     boundary = syn.parse_int(args[0])
-    if boundary <= 0 or boundary % WORD_BYTES:
-        raise EncodingError(f".align needs a positive multiple of {WORD_BYTES} bytes, got {boundary}")
-    state.out += bytes(-len(state.out) % boundary)
+    if boundary <= 0 or boundary % WORD_BYTES or boundary > MAX_ALIGN:
+        raise EncodingError(f".align needs a positive multiple of {WORD_BYTES} bytes, at most {MAX_ALIGN}, "
+                            f"got {boundary}")
+    _pad(state, -len(state.out) % boundary, ".align")
+
+
+def _pad(state: _State, count: int, directive: str) -> None:
+    """Append ``count`` zero bytes, within :data:`MAX_BUFFER_BYTES` of output."""
+    if len(state.out) + count > MAX_BUFFER_BYTES:
+        raise EncodingError(f"{directive} would grow the buffer to {len(state.out) + count} bytes, more than the "
+                            f"limit of {MAX_BUFFER_BYTES} bytes")
+    state.out += bytes(count)
 
 
 def _emit(state: _State, word: int) -> None:

@@ -9,8 +9,8 @@ One line per command word::
         TAIL ZERO                            ; an all-zero word
         TAIL MARKER                          ; 0x0041000000000000
         TAIL OP_EN = 0x0000001d              ; or: OP_EN CNA CORE DPU DPU_RDMA
-    .align 64                    ; zero words up to the next 64-byte boundary
-    .zero 3                      ; three zero words
+    .align 64                    ; zero words up to the next 64-byte boundary (8..65536)
+    .zero 3                      ; three zero words (a buffer stays under 64 MiB)
     .word 0x0201000000001234     ; any raw 64-bit word
     .byte 0x01, 0x02             ; raw trailing bytes (a buffer that is not whole words)
 

@@ -21,8 +21,9 @@ from npuemu.isa.container_format import (
 )
 from npuemu.isa.container_reader import parse_file
 from npuemu.isa.container_section import Section
+from npuemu.isa.container_semantics import check_semantics
 from npuemu.isa.container_trailer import SchemaViolation, canonical_trailer, validate_trailer
-from npuemu.isa.container_writer import build_file
+from npuemu.isa.container_writer import build_file, write_atomically
 from npuemu.isa.container_views import (
     AreaInfo, ChainRef, CompilerInfo, CpuStep, GraphInfo, LayerInfo, MemoryMap, NpuStep, PlatformInfo, Quantization,
     RegionInfo, Step, TaskRange, TensorInfo, step_from_json,
@@ -61,6 +62,7 @@ class ModelFile:
         fmt = {**trailer.pop("format", {}), "name": FORMAT_NAME, "version": version_text(*self.format_version)}
         trailer = {"format": fmt, **trailer}
         _check_references(sections, trailer)
+        check_semantics(sections, trailer)
         object.__setattr__(self, "sections", sections)
         object.__setattr__(self, "trailer", trailer)
 
@@ -86,7 +88,7 @@ class ModelFile:
     def write(self, path: str | os.PathLike[str]) -> None:
         data = self.to_bytes()
         try:
-            Path(path).write_bytes(data)
+            write_atomically(path, data)  # a killed writer leaves the old file, not half a new one
         except OSError as error:
             raise ModelFileError(f"{path}: cannot write the model file: {error.strerror or error}") from None
 

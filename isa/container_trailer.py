@@ -234,8 +234,8 @@ TENSOR_BATCH = record({"size": unsigned, "addresses": list_of(unsigned)}, {"tens
 TENSOR = record(
     {"name": text},
     {"shape": list_of(unsigned), "dtype": text, "layout": text, "native_shape": list_of(unsigned),
-     "c2": unsigned, "quantization": QUANTIZATION, "region": text, "address": unsigned, "size": unsigned,
-     "batch": TENSOR_BATCH},
+     "c2": unsigned, "surface_stride": unsigned, "quantization": QUANTIZATION, "region": text,
+     "address": unsigned, "size": unsigned, "batch": TENSOR_BATCH, "view_of": text},
     _nd_tensor,
 )
 TASK_RANGE = record({"step": unsigned, "first": unsigned, "count": unsigned})

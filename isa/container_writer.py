@@ -7,7 +7,10 @@ of a written file is detected.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from npuemu.isa.container_format import (
@@ -60,3 +63,30 @@ def build_file(sections: Sequence[Section], trailer: Mapping[str, Any]) -> bytes
         out[offset:offset + section.size] = section.data
     out[trailer_offset:] = trailer_bytes
     return bytes(out)
+
+
+def write_atomically(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to a temporary file in ``path``'s folder, then rename it over ``path``: a
+    process killed mid-write leaves the old file (or none), never a truncated one. The new file
+    gets the old one's permissions, else the umask's default. Raises OSError."""
+    target = Path(path)
+    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.chmod(temporary, _mode_for(target))
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _mode_for(target: Path) -> int:
+    try:
+        return target.stat().st_mode & 0o7777
+    except OSError:  # a new file: what open() would have given it
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask

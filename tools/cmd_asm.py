@@ -26,14 +26,16 @@ def run(args: argparse.Namespace) -> int:
     from npuemu.isa.asm import assemble
     from npuemu.isa.errors import InputError
     from npuemu.isa.regmap_loader import load_regmap
+    from npuemu.tools.paths import refuse_input_as_output, write_output
 
+    output = args.output or args.file.with_suffix(".bin")
+    refuse_input_as_output(output, [args.file])  # also `asm x.bin`, whose default output is itself
     try:
         text = args.file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise InputError(f"{args.file}: cannot read assembly text: {error}") from None
     regmap = load_regmap(args.map) if args.map else None
     data = assemble(text, regmap, source=str(args.file))
-    output = args.output or args.file.with_suffix(".bin")
-    output.write_bytes(data)
+    write_output(output, data, "the regcmd buffer")
     logging.getLogger(__name__).info("wrote %d bytes to %s", len(data), output)
     return 0

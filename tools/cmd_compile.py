@@ -1,9 +1,9 @@
-"""``npuemu compile``: ONNX model -> IR (for now: import, clean-up, quantization, IR text and
-per-layer JSON).
+"""``npuemu compile``: ONNX model -> model file through the compiler driver (compiler/driver.py),
+with the IR text, per-layer JSON and partition report on request.
 
-Options are added by small ``_add_*_options`` functions, one per group, and the work is a
-list of steps run in order; a later stage (passes, lowering, model file) adds a group and a
-step without touching the others.
+Options are added by small ``_add_*_options`` functions, one per group; ``compile_options``
+turns them into the driver's CompileOptions, and the steps after the driver's front half (the
+model file, the dumps, the summary) run in order.
 """
 
 from __future__ import annotations
@@ -21,10 +21,12 @@ log = logging.getLogger(__name__)
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "compile",
-        help="compile an ONNX model (today: import it and dump the IR / per-layer JSON)",
-        description="Import an ONNX model into the compiler's IR: shape inference, dynamic input dims fixed, "
-        "constants folded, inference no-ops removed. Put the model path before options that take an "
-        "optional value (--dump-ir).",
+        help="compile an ONNX model into a model file for one chip (-o), or dump its IR / per-layer JSON",
+        description="Compile an ONNX model for one chip through the compiler driver (compiler/driver.py): "
+        "import (shape inference, dynamic input dims fixed, constants folded), graph passes and the NPU/CPU "
+        "partition, quantization (--quantize --dataset, --fp16 or --quant-config), then with -o lowering, "
+        "memory plan, schedule and the model file. Put the model path before options that take an optional "
+        "value (--dump-ir).",
     )
     for add_options in OPTION_GROUPS:
         add_options(parser)
@@ -148,10 +150,22 @@ def _shape_spec(text: str) -> tuple[str | None, list[int]]:
 def run(args: argparse.Namespace) -> int:
     from npuemu.compiler.driver import prepare
 
+    _refuse_inputs_as_outputs(args)
     front = prepare(args.model, args.target, compile_options(args))
     for step in STEPS:
         step(args, front)
     return 0
+
+
+def _refuse_inputs_as_outputs(args: argparse.Namespace) -> None:
+    """No output option may name a file compile reads (`compile a.onnx -o a.onnx` loses the model)."""
+    from npuemu.tools.paths import refuse_input_as_output
+
+    inputs = [args.model, getattr(args, "dataset", None), getattr(args, "quant_config", None)]
+    for option in ("output", "dump_ir", "dump_json", "partition_report"):
+        value = getattr(args, option, None)
+        if isinstance(value, (str, Path)):
+            refuse_input_as_output(value, inputs, "--" + option.replace("_", "-") if option != "output" else "-o")
 
 
 def compile_options(args: argparse.Namespace, precision: str | None = None):
@@ -240,7 +254,19 @@ def _partition_summary_step(args: argparse.Namespace, front) -> None:
         return
     cpu = ", ".join(f"{op} x{count}" for op, count in split.cpu_ops().most_common())
     print(f"optimization level {args.optimization_level} for {split.chip}: {split.count('NPU')} layers on the NPU, "
-          f"{split.count('CPU')} on the CPU" + (f" ({cpu})" if cpu else ""))
+          f"{split.count('CPU')} on the CPU" + (f" ({cpu})" if cpu else "") + _host_layers(front.model))
+
+
+def _host_layers(model) -> str:
+    """What the model file runs on the host: the partition's CPU layers and the NPU layers the
+    build could not lower (each a host step, as `npuemu perf` lists them)."""
+    if model is None:
+        return ""
+    from collections import Counter
+
+    host = Counter(info.op_type for info in model.layers() if info.target != "NPU")
+    ops = ", ".join(f"{op} x{count}" for op, count in host.most_common())
+    return f"; the model file runs {sum(host.values())} layer(s) as host steps" + (f" ({ops})" if ops else "")
 
 
 def _summary_step(args: argparse.Namespace, front) -> None:

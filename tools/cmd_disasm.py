@@ -32,7 +32,9 @@ def run(args: argparse.Namespace) -> int:
     from npuemu.isa.container import MAGIC, ModelFile
     from npuemu.isa.container_format import RKNN_MAGIC
     from npuemu.isa.regmap_loader import load_regmap
+    from npuemu.tools.paths import refuse_input_as_output, write_output
 
+    refuse_input_as_output(args.output, [args.file])
     try:
         data = args.file.read_bytes()
     except OSError as error:
@@ -44,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         text = disassemble(data, load_regmap(args.map or "rk3588"), args.base_addr)
     if args.output:
-        args.output.write_text(text, encoding="utf-8")
+        write_output(args.output, text, "the assembly text")
     else:
         print(text, end="")
     return 0

@@ -117,7 +117,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _inputs(args, shapes: list[tuple[str, tuple]], notes: list[str]):
+def _inputs(args, shapes: list[tuple[str, tuple]], notes: list[str], zeros=None):
+    """The --input arrays, else zeros of each input: ``zeros(name)`` when given (a .npu input in
+    its stored type, bounded by the bytes the file places it in), else float32 of the shape."""
     import numpy as np
 
     from npuemu.emulator.rknn_runner import load_input_arrays
@@ -131,6 +133,8 @@ def _inputs(args, shapes: list[tuple[str, tuple]], notes: list[str]):
         return arrays
     notes.append("no --input given: all inputs are zeros of their shapes "
                  f"({', '.join(f'{n} {list(s)}' for n, s in shapes)}); timing does not depend on values")
+    if zeros is not None:
+        return [zeros(name) for name, _ in shapes]
     return [np.zeros(shape, np.float32) for _, shape in shapes]
 
 
@@ -255,20 +259,28 @@ def _check_build(model, args) -> None:
 def _perf_model_file(args, model):
     from npuemu.emulator.runtime import Runtime
     from npuemu.emulator.timing.report import report_npu
-    from npuemu.isa.errors import ModelFileError
+    from npuemu.tools.cmd_run import model_platform
 
-    runtime = Runtime(model, args.platform)
-    shapes = []
-    for name in runtime.inputs:
-        shape = model.tensor(name).shape
-        if shape is None:
-            raise ModelFileError(f"{args.model}: input tensor {name!r} has no shape in the model file")
-        shapes.append((name, tuple(shape)))
+    runtime = Runtime(model, model_platform(model, args.platform, args.model))
+    shapes = input_shapes(runtime, args.model)
     notes: list[str] = []
-    for name, array in zip(runtime.inputs, _inputs(args, shapes, notes)):
+    for name, array in zip(runtime.inputs, _inputs(args, shapes, notes, runtime.zero_input)):
         runtime.set_input(name, array)
     runtime.run()
     report = report_npu(model, runtime.runs, runtime.machine.platform, args.ddr_model)
     report.model = args.model
     report.notes = notes + report.notes
     return report
+
+
+def input_shapes(runtime, path: str) -> list[tuple[str, tuple]]:
+    """(name, shape) of each graph input of a loaded .npu model, in graph order."""
+    from npuemu.isa.errors import ModelFileError
+
+    shapes = []
+    for name in runtime.inputs:
+        shape = runtime.model.tensor(name).shape
+        if shape is None:
+            raise ModelFileError(f"{path}: input tensor {name!r} has no shape in the model file")
+        shapes.append((name, tuple(shape)))
+    return shapes

@@ -31,14 +31,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="write each output to DIR/<output name>.npy")
     parser.add_argument("--raw", action="store_true",
                         help="save/print the int8 output values instead of dequantised float32")
-    parser.add_argument("--platform", default="rk3588", help="platform name or YAML (default: rk3588)")
+    parser.add_argument("--platform", default=None,
+                        help="platform name or YAML (default: the model's chip, else rk3588); a .npu file runs on "
+                        "the chip it was compiled for, so a different chip is an error")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from npuemu.isa.errors import ModelFileError
 
+    from npuemu.tools.paths import output_directory
+
     kind = _model_kind(args.model)
+    if args.output_dir:  # before the run: a bad folder must not cost the run's outputs
+        output_directory(args.output_dir)
     if kind == "rknn":
         return run_rknn(args, sys.stdout)
     if kind == "npu":
@@ -52,14 +58,19 @@ def run_npu(args: argparse.Namespace, out: TextIO) -> int:
     from npuemu.isa.container import ModelFile
     from npuemu.isa.errors import InputError
 
-    runtime = Runtime(ModelFile.read(args.model))
+    model = ModelFile.read(args.model)
+    runtime = Runtime(model, model_platform(model, args.platform, args.model))
     if len(args.input) != len(runtime.inputs):
         raise InputError(f"{args.model}: {len(args.input)} --input file(s) given; the model takes "
                          f"{len(runtime.inputs)}: {', '.join(runtime.inputs)} (in that order)")
     arrays = _npu_inputs(runtime, args.input) if any(not str(p).lower().endswith(".npy") for p in args.input) \
         else load_input_arrays(args.input)
+    stored = {tensor.name for tensor in model.tensors()}
     for name, array in zip(runtime.inputs, arrays):
         runtime.set_input(name, array)
+        if name not in stored:  # the reader allows it only when nothing reads the input
+            out.write(f"note: input {name!r} is read by no step of the model (e.g. a folded Shape); its value "
+                      "is not used\n")
     runtime.run()
     npu_steps = sum(1 for step in runtime.model.schedule() if step.kind == "npu")
     out.write(f"{args.model}: {npu_steps} NPU chain(s) run\n")
@@ -97,7 +108,7 @@ def run_rknn(args: argparse.Namespace, out: TextIO) -> int:
     from npuemu.isa.rknn import load_rknn
 
     model = load_rknn(args.model)
-    runner = RknnRunner(model, args.platform)
+    runner = RknnRunner(model, args.platform or "rk3588")
     if not args.input:
         expected = ", ".join(f"{t.name!r} {list(t.shape)}" for t in runner.input_tensors)
         raise InputError(f"{args.model}: no --input given; the model takes {len(runner.input_tensors)} "
@@ -112,7 +123,7 @@ def run_rknn(args: argparse.Namespace, out: TextIO) -> int:
     from npuemu.emulator.timing.timeline import timeline_rknn
     from npuemu.platforms import load_platform
 
-    platform = load_platform(args.platform)
+    platform = load_platform(args.platform or "rk3588")
     out.write(f"timing: {timeline_text(timeline_rknn(model, result, platform), platform)}\n")
     _report_outputs(args, result.quantized if args.raw else result.outputs, out)
     return 0
@@ -135,8 +146,6 @@ def _report_outputs(args: argparse.Namespace, values: dict, out: TextIO) -> None
     """One line per output (shape, range, top-5 for a [1, N] vector); saved with --output-dir."""
     import numpy as np
 
-    if args.output_dir:
-        os.makedirs(args.output_dir, exist_ok=True)
     for name, array in values.items():
         line = (f"output {name!r}: shape {list(array.shape)} {array.dtype}, "
                 f"min {array.min():.6g}, max {array.max():.6g}")
@@ -145,9 +154,38 @@ def _report_outputs(args: argparse.Namespace, values: dict, out: TextIO) -> None
             line += f", top-5 {[int(i) for i in top]}"
         if args.output_dir:
             path = os.path.join(args.output_dir, _file_name(name) + ".npy")
-            np.save(path, array)
+            _save_npy(path, array)
             line += f" -> {path}"
         out.write(line + "\n")
+
+
+def model_platform(model, asked: str | None, path: str):
+    """The platform a .npu file runs on: its own chip; ``--platform`` may name that chip (or a
+    YAML describing it, e.g. with overrides) but not another one, whose layout and register
+    figures the file was not compiled for."""
+    from npuemu.isa.errors import ConfigError
+    from npuemu.platforms import load_platform
+
+    if asked is None:
+        return None
+    spec = load_platform(asked)
+    chip = model.platform().chip or "rk3588"
+    if spec.name != load_platform(chip).name:
+        raise ConfigError(f"{path} was compiled for {chip}; --platform {asked} is {spec.name}: a model file runs on "
+                          f"the chip it was compiled for (compile the ONNX model with -t {spec.name})")
+    return spec
+
+
+def _save_npy(path: str, array) -> None:
+    import io
+
+    import numpy as np
+
+    from npuemu.tools.paths import write_output
+
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    write_output(path, buffer.getvalue(), "the output array")
 
 
 def _model_kind(path: str) -> str:

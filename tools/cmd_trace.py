@@ -30,9 +30,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from npuemu.emulator.timing.trace import build_trace
-    from npuemu.isa.errors import ModelFileError, NpuemuError
+    from npuemu.isa.errors import ModelFileError
     from npuemu.tools.cmd_run import _model_kind
+    from npuemu.tools.paths import refuse_input_as_output, write_output
 
+    refuse_input_as_output(args.output, [args.model, *args.input])
     kind = _model_kind(args.model)
     notes: list[str] = []
     if kind == "rknn":
@@ -43,11 +45,7 @@ def run(args: argparse.Namespace) -> int:
         raise ModelFileError(f"{args.model}: not a .rknn file (no 'RKNN' magic) and not a .npu model file")
     trace = build_trace(timeline, platform, model=args.model)
     trace["otherData"]["notes"] = notes
-    try:
-        with open(args.output, "w", encoding="utf-8") as handle:
-            json.dump(trace, handle)
-    except OSError as error:
-        raise NpuemuError(f"{args.output}: cannot write the trace: {error.strerror or error}") from None
+    write_output(args.output, json.dumps(trace), "the trace")
     for note in notes:
         sys.stdout.write(f"note: {note}\n")
     from npuemu.tools.cmd_run import timeline_text
@@ -75,18 +73,13 @@ def _timeline_npu(args, notes):
     from npuemu.emulator.runtime import Runtime
     from npuemu.emulator.timing.timeline import timeline_npu
     from npuemu.isa.container import ModelFile
-    from npuemu.isa.errors import ModelFileError
-    from npuemu.tools.cmd_perf import _inputs
+    from npuemu.tools.cmd_perf import _inputs, input_shapes
+    from npuemu.tools.cmd_run import model_platform
 
     model = ModelFile.read(args.model)
-    runtime = Runtime(model, args.platform)
-    shapes = []
-    for name in runtime.inputs:
-        shape = model.tensor(name).shape
-        if shape is None:
-            raise ModelFileError(f"{args.model}: input tensor {name!r} has no shape in the model file")
-        shapes.append((name, tuple(shape)))
-    for name, array in zip(runtime.inputs, _inputs(args, shapes, notes)):
+    runtime = Runtime(model, model_platform(model, args.platform, args.model))
+    shapes = input_shapes(runtime, args.model)
+    for name, array in zip(runtime.inputs, _inputs(args, shapes, notes, runtime.zero_input)):
         runtime.set_input(name, array)
     runtime.run()
     platform = runtime.machine.platform

@@ -332,7 +332,8 @@ def reference_pool(x: np.ndarray, *, method: str, kernel, stride, pads=(0, 0, 0,
 
 def reference_eltwise(op: str, a: np.ndarray, b: np.ndarray, *, a_quant: Quant, b_quant: Quant,
                       output_quant: Quant, activation: str = "none", bounds=None) -> np.ndarray:
-    """int8 element-wise layer on two tensors of one shape (NUMERICS.md 4.1, 4.4, 4.5, 9).
+    """int8 element-wise layer on two tensors of one shape, or ``b`` broadcasting to ``a``'s
+    (numpy rules: a [C, 1, 1] gate, LOWERING.md 17) (NUMERICS.md 4.1, 4.4, 4.5, 9).
 
     add / sub / max / min (vendor rep09): BS maps the first operand to ``(q_a - zp_a) * 2^14``
     (ALU -zp_a, MUL 2^14, shift 0); the EW operand converter brings the second into the same
@@ -565,21 +566,24 @@ def _on_host(graph, node, host_layers) -> bool:
         return True  # (a ConvTranspose's output is written by its DepthToSpace or crop host step)
     operands = [graph.tensors[name] for name in node.inputs[:2] if name]
     return (node.op_type in ELTWISE_OPS and len(operands) == 2 and not any(t.is_const for t in operands)
-            and tuple(operands[0].shape) != tuple(operands[1].shape) and _lane_broadcast(graph, node) is None)
+            and tuple(operands[0].shape) != tuple(operands[1].shape) and _npu_broadcast(graph, node) is None)
 
 
-def _lane_broadcast(graph, node) -> int | None:
-    """Which operand of a 4-D element-wise node is a [1, 1, H, W] map broadcast over the other's
-    [1, C, H, W] (C > 1), which the NPU runs (compiler/LOWERING.md 16: the map replicated across
-    the lanes, taken as the second operand; not Sub's first), else None: host step."""
+def _npu_broadcast(graph, node) -> int | None:
+    """Which operand of a 4-D element-wise node the NPU broadcasts, taken as its second operand
+    (not Sub's first), else None (a host step): a [1, 1, H, W] map over the other's [1, C, H, W]
+    with C > 1 (compiler/LOWERING.md 16, replicated across the lanes) or a [1, C, 1, 1] gate over
+    [1, C, H, W] with H x W > 1 (LOWERING.md 17, the ERDMA's per-channel mode)."""
     if node.op_type not in ELTWISE_OPS:
         return None
     shapes = [tuple(graph.tensors[name].shape) for name in node.inputs[:2]]
     out = tuple(graph.tensors[node.outputs[0]].shape)
-    if len(out) != 4 or out[0] != 1 or out[1] < 2 or any(len(s) != 4 for s in shapes):
+    if len(out) != 4 or out[0] != 1 or any(len(s) != 4 for s in shapes):
         return None
+    narrow = [shape for shape, wide in (((1, 1, *out[2:]), out[1] > 1), ((1, out[1], 1, 1), out[2] * out[3] > 1))
+              if wide]
     for index in (1, 0) if node.op_type != "Sub" else (1,):
-        if shapes[index] == (1, 1, *out[2:]) and shapes[1 - index] == out:
+        if shapes[index] in narrow and shapes[1 - index] == out:
             return index
     return None
 
@@ -869,7 +873,7 @@ def _pool_node(graph, node, read) -> np.ndarray:
 
 def _eltwise_node(graph, node, inputs: list[str], read) -> np.ndarray:
     """An NPU element-wise layer on two feature maps, with its fused relu / clip if any."""
-    if _lane_broadcast(graph, node) == 0:  # the NPU takes the broadcast operand second
+    if _npu_broadcast(graph, node) == 0:  # the NPU takes the broadcast operand second
         inputs = inputs[::-1]
     shape = graph.tensors[node.outputs[0]].shape
     activation = _Activation()

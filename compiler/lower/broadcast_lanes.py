@@ -1,7 +1,8 @@
 """Element-wise layers with a (1, H, W) operand broadcast over C channels: lane replication.
 
 The DPU has no channel broadcast: the ERDMA delivers the EW operand per pixel in NC1HWC2 atoms,
-one value per lane (ERDMA_DATA_MODE 1; the per-channel mode is undocumented). So the layer takes
+one value per lane (ERDMA_DATA_MODE 1; mode 0 gives one value per channel, the SE gate's broadcast,
+LOWERING.md 17). So the layer takes
 two tasks (LOWERING.md 16):
 
 1. a 1x1 convolution 1 -> C2 kernels (C2 = the chip's lanes per atom for the dtype) with unit

@@ -297,8 +297,9 @@ class LaneBroadcast:
 
 @dataclass(frozen=True)
 class EltwiseLayer:
-    """``out = a <op> b`` for two tensors of the same (C, H, W) shape, or ``b`` of shape
-    (1, H, W) broadcast over the channels (``broadcast``)."""
+    """``out = a <op> b`` for two tensors of the same (C, H, W) shape, ``b`` of shape (1, H, W)
+    broadcast over the channels (``broadcast``), or ``b`` of shape (C, 1, 1) broadcast over H x W
+    (``channel_gate``: the SE block's gate, read by the ERDMA's per-channel mode, LOWERING.md 17)."""
 
     name: str
     op: str
@@ -310,12 +311,15 @@ class EltwiseLayer:
     activation: Activation = NO_ACTIVATION
     dtype: str = INT8
     broadcast: LaneBroadcast | None = None
+    channel_gate: bool = False
 
     @property
     def shapes(self) -> dict[str, tuple[int, int, int]]:
         """(C, H, W) of every tensor the layer reads or writes (a broadcast's lanes tensor too)."""
-        _, height, width = self.shape
+        channels, height, width = self.shape
         shapes = {self.inputs[0]: self.shape, self.output: self.shape}
+        if self.channel_gate:
+            return shapes | {self.inputs[1]: (channels, 1, 1)}
         if self.broadcast is None:
             return shapes | {self.inputs[1]: self.shape}
         return shapes | {self.inputs[1]: (1, height, width), self.broadcast.tensor: (self.broadcast.lanes, height, width)}
@@ -330,6 +334,9 @@ class EltwiseLayer:
             raise CompileError(f"layer {self.name}: element-wise layers take two inputs, got {len(self.inputs)}")
         if self.dtype == INT8 and (self.input_quants is None or self.output_quant is None):
             raise CompileError(f"layer {self.name}: int8 element-wise layers need input and output quantization")
+        if self.channel_gate and self.broadcast is not None:
+            raise CompileError(f"layer {self.name}: an element-wise operand broadcasts over the channels or over "
+                               f"H x W, not both")
 
 
 @dataclass(frozen=True)

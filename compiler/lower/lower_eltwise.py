@@ -10,7 +10,10 @@ DPU-only Relu layer uses BS ReLU; here BS must stay linear because EW comes afte
 float16 [I]: BS bypassed, EW operand converter bypassed, OUT_CVT converts fp32 -> fp16.
 
 A second input of shape (1, H, W) broadcast over the channels is first replicated across the
-lanes of one surface by a conv task (broadcast_lanes.py, LOWERING.md 16).
+lanes of one surface by a conv task (broadcast_lanes.py, LOWERING.md 16). A second input of
+shape (C, 1, 1) - the SE block's gate - is read by the ERDMA's per-channel mode: ERDMA_DATA_MODE
+and EW_DATA_MODE 0, EW_SURF_STRIDE = the gate's surface stride, one task (the vendor's se_gate
+Mul, rknn-fixtures-ops se_gate_int8/se_gate_fp16 task 5; LOWERING.md 17).
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ from .placement import Placement, align
 
 EW_ALU = {"add": ALU_ADD, "sub": ALU_MINUS, "max": ALU_MAX, "min": ALU_MIN, "mul": ALU_ADD}
 EW_OP_MUL = 1
+#: EW_DATA_MODE / ERDMA_DATA_MODE: 1 a per-pixel operand cube (rep09, rep12), 0 one operand per
+#: channel (se_gate_int8 task 5: EW_CFG 0x804002c4, ERDMA_CFG 0x4; se_gate_fp16: 0x008003c4, 0x8)
+PER_PIXEL, PER_CHANNEL = 1, 0
 
 
 def _activation(layer: EltwiseLayer, unit: float) -> dict:
@@ -49,9 +55,10 @@ def _activation(layer: EltwiseLayer, unit: float) -> dict:
 
 def eltwise_stages(layer: EltwiseLayer) -> DpuStages:
     op_type = EW_OP_MUL if layer.op == "mul" else 0
+    mode = PER_CHANNEL if layer.channel_gate else PER_PIXEL
     if layer.dtype == FLOAT16:
         ew = EwStage(bypass=False, op_bypass=False, op_from_dma=True, op_type=op_type, alu_algo=EW_ALU[layer.op],
-                     data_mode=1, data_size=2, **_activation(layer, 1.0))
+                     data_mode=mode, data_size=2, **_activation(layer, 1.0))
         return DpuStages(bs=XStage(), ew=ew, out_cvt=OutCvt(fp32_to_fp16=True))
     (a, b), out = layer.input_quants, layer.output_quant
     requant = quant_regs.eltwise_requant(layer.op, a.scale, a.zero_point, b.scale, b.zero_point, out.scale,
@@ -60,7 +67,7 @@ def eltwise_stages(layer: EltwiseLayer) -> DpuStages:
                 mul_bypass=False, mul_operand=requant.bs_mul, mul_shift=requant.bs_mul_shift)
     ew = EwStage(bypass=False, op_bypass=False, op_from_dma=True, op_type=op_type, alu_algo=EW_ALU[layer.op],
                  cvt_bypass=False, cvt_offset=requant.ew.offset, cvt_scale=requant.ew.scale,
-                 cvt_shift=requant.ew.shift, data_mode=1, data_size=1, **_activation(layer, requant.acc_scale))
+                 cvt_shift=requant.ew.shift, data_mode=mode, data_size=1, **_activation(layer, requant.acc_scale))
     out_cvt = OutCvt(scale=requant.out_cvt.scale, shift=requant.out_cvt.shift, offset=requant.out_offset)
     return DpuStages(bs=bs, ew=ew, out_cvt=out_cvt)
 
@@ -77,7 +84,8 @@ def _written_cube(shape: tuple[int, int, int], out, dtype: str, dst_address: int
 def lower_eltwise(layer: EltwiseLayer, placements: Mapping[str, Placement],
                   platform: Platform) -> tuple[ConvTask | DpuTask, ...]:
     """One DPU-only task; with a broadcast second input, the lane-replicating conv before it
-    (broadcast_lanes.py) and the operand's one surface read for every surface (EW_SURF_STRIDE 0)."""
+    (broadcast_lanes.py) and the operand's one surface read for every surface (EW_SURF_STRIDE 0);
+    a (C, 1, 1) gate is read as it is stored, its 1-atom surfaces EW_SURF_STRIDE apart."""
     names = (*layer.inputs, layer.output)
     first, second, out = (tensor(placements, name, layer.name) for name in names)
     for what, name, placement in zip(("first input", "second input", "output"), names, (first, second, out)):

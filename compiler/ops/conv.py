@@ -18,7 +18,27 @@ from .base import Canonical, NodeView, SpatialParams, TensorInfo, as_float, int_
 def spatial_params(view: NodeView, kernel_default: list[int]) -> SpatialParams:
     kernel = int_list(view.attr("kernel_shape", kernel_default))
     rank = len(kernel)
-    return SpatialParams(kernel, int_list(view.attr("strides", [1] * rank)), int_list(view.attr("dilations", [1] * rank)))
+    params = SpatialParams(kernel, int_list(view.attr("strides", [1] * rank)),
+                           int_list(view.attr("dilations", [1] * rank)))
+    for name, values in (("kernel_shape", params.kernel), ("strides", params.strides), ("dilations", params.dilations)):
+        if len(values) != rank or min(values, default=1) < 1:  # a 0 stride divides by zero later
+            raise view.fail(f"attribute {name} {list(values)}: expected {rank} value(s), each >= 1")
+    return params
+
+
+def check_pads(view: NodeView, pads: list[int], rank: int) -> list[int]:
+    """Explicit pads: 2 x rank values, none negative (ONNX allows no cropping through pads)."""
+    if len(pads) != 2 * rank or min(pads, default=0) < 0:
+        raise view.fail(f"attribute pads {list(pads)}: expected {2 * rank} values, each >= 0")
+    return pads
+
+
+def check_output_sizes(view: NodeView, sizes: list[int], in_sizes, what: str) -> None:
+    """Every output dimension is at least 1: a window larger than its padded input is refused here,
+    by node and attribute, not later as a negative tensor shape."""
+    if min(sizes, default=1) < 1:
+        raise view.fail(f"{what} does not fit the input's spatial size {list(in_sizes)}: the output would be "
+                        f"{list(sizes)}")
 
 
 def window_extent(kernel: int, dilation: int) -> int:
@@ -44,11 +64,18 @@ def _canonical_conv(view: NodeView) -> Canonical:
     x, w = view.info(0), view.info(1)
     params = spatial_params(view, list(w.shape[2:]))
     group = int(view.attr("group", 1))
-    if len(x.shape) != len(w.shape) or x.shape[1] != w.shape[1] * group or w.shape[0] % group:
+    if group < 1 or len(x.shape) != len(w.shape) or x.shape[1] != w.shape[1] * group or w.shape[0] % group:
         raise view.fail(f"input {list(x.shape)}, weight {list(w.shape)} and group {group} do not fit")
-    pads = resolve_pads(view.attr("auto_pad", "NOTSET"), x.shape[2:], params, view.attr("pads"))
+    if min(w.shape, default=0) < 1:
+        raise view.fail(f"weight {list(w.shape)}: every dimension (output channels included) must be >= 1")
+    rank = len(params.kernel)
+    pads = check_pads(view, resolve_pads(view.attr("auto_pad", "NOTSET"), x.shape[2:], params, view.attr("pads")), rank)
     attrs = {"kernel_shape": params.kernel, "strides": params.strides, "pads": pads,
              "dilations": params.dilations, "group": group}
+    sizes = [conv_out_size(x.shape[2 + i], params.kernel[i], params.strides[i], params.dilations[i],
+                           pads[i] + pads[i + rank]) for i in range(min(rank, len(x.shape) - 2))]
+    check_output_sizes(view, sizes, x.shape[2:], f"kernel_shape {params.kernel} (dilations {params.dilations}, "
+                       f"pads {pads})")
     return Canonical(attrs, [name for name in view.input_names if name])
 
 
@@ -113,6 +140,8 @@ def _canonical_conv_transpose(view: NodeView) -> Canonical:
     if len(x.shape) != len(w.shape) or x.shape[1] != w.shape[0] or w.shape[0] % group:
         raise view.fail(f"input {list(x.shape)}, weight {list(w.shape)} and group {group} do not fit")
     rank = len(params.kernel)
+    if view.attr("pads") is not None:  # computed pads may crop (output_shape), given ones may not
+        check_pads(view, int_list(view.attr("pads")), rank)
     output_padding = int_list(view.attr("output_padding", [0] * rank))
     pads = _transpose_pads(view, params, x.shape[2:], output_padding)
     attrs = {"kernel_shape": params.kernel, "strides": params.strides, "pads": pads, "dilations": params.dilations,

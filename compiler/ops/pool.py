@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .base import Canonical, NodeView, TensorInfo, as_float, like, register, resolve_pads
-from .conv import spatial_params, window_extent, windows
+from .conv import check_output_sizes, check_pads, spatial_params, window_extent, windows
 
 
 def pool_out_size(size: int, kernel: int, stride: int, dilation: int, begin: int, end: int, ceil_mode: bool) -> int:
@@ -36,9 +36,15 @@ def _canonical_pool(view: NodeView) -> Canonical:
         raise view.fail("attribute kernel_shape is required")
     params = spatial_params(view, [])
     x = view.info(0)
+    if len(params.kernel) != len(x.shape) - 2:
+        raise view.fail(f"attribute kernel_shape {params.kernel} has {len(params.kernel)} value(s); the input "
+                        f"{list(x.shape)} has {len(x.shape) - 2} spatial axes")
     pads = resolve_pads(view.attr("auto_pad", "NOTSET"), x.shape[2:], params, view.attr("pads"))
+    pads = check_pads(view, pads, len(params.kernel))
     attrs: dict[str, Any] = {"kernel_shape": params.kernel, "strides": params.strides, "pads": pads,
                              "dilations": params.dilations, "ceil_mode": int(view.attr("ceil_mode", 0))}
+    check_output_sizes(view, _out_sizes(attrs, x.shape[2:]), x.shape[2:],
+                       f"kernel_shape {params.kernel} (dilations {params.dilations}, pads {pads})")
     if view.op_type == "AveragePool":
         attrs["count_include_pad"] = int(view.attr("count_include_pad", 0))
     if view.op_type == "MaxPool" and view.output_used(1):  # the Indices output: flat input positions

@@ -261,10 +261,10 @@ def _operand_kind(graph: Graph, name: str, out: tuple[int, ...]) -> str | None:
 @Constraint
 def eltwise_operands(graph: Graph, node: Node, ctx: PassContext) -> str | None:
     """Both operands have the output's shape, or one is a scalar or per-channel constant, a per-
-    channel [1,C,1,1] tensor (the build runs it as a CPU step: the ERDMA's per-channel mode is
-    undocumented), or a [1,1,H,W] map (replicated across the lanes by a 1x1 conv task and read
-    once per surface, LOWERING.md 16; as Sub's first operand a CPU step); Div only by a constant
-    (run as a multiply by its reciprocal)."""
+    channel [1,C,1,1] tensor (read by the ERDMA's per-channel mode, LOWERING.md 17), or a
+    [1,1,H,W] map (replicated across the lanes by a 1x1 conv task and read once per surface,
+    LOWERING.md 16); either broadcast as Sub's first operand is a CPU step; Div only by a
+    constant (run as a multiply by its reciprocal)."""
     out = shape(graph, node.outputs[0])
     kinds = [_operand_kind(graph, name, out) for name in node.inputs]
     if None in kinds or kinds.count("tensor") == 0:

@@ -38,6 +38,10 @@ BRDMA_TRT = weight_layout.BS_USE_TRT
 #: others follow PPU_RDMA's 0/1/2/3 = 4/8/16/32-bit code [I]).
 ERDMA_SIZES = {1: np.dtype(np.int8), 2: np.dtype(np.int16), 3: np.dtype(np.int32)}
 ERDMA_PER_PIXEL = 1  # ERDMA_DATA_MODE of a full operand cube (rep09, rep12)
+#: ERDMA_DATA_MODE of one operand value per channel, broadcast over H x W: the vendor's SE-gate
+#: Mul (rknn-fixtures-ops se_gate_int8 / se_gate_fp16 task 5: ERDMA_CFG 0x4 / 0x8, EW_CFG
+#: EW_DATA_MODE 0, the [1, C, 1, 1] gate at EW_BASE_ADDR; REGISTER_SEMANTICS.md 3.4)
+ERDMA_PER_CHANNEL = 0
 COMB_SPLIT = 5  # DPU_RDMA COMB_USE: MRDMA and ERDMA share the EW operand (rep12, Mesa ConvAdd)
 
 
@@ -255,7 +259,8 @@ def _run_integer(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult 
     data = blocks_to_cube(blocks, shape)
     if "ew_operand" in tail:
         operand = tail["ew_operand"]
-        tail["ew_operand"] = operand if operand.shape[1] == 1 else blocks_to_cube(operand, shape)
+        if operand.shape != (1, 1, 1):  # a per-channel ([S][1][L]) or per-pixel channel-block cube
+            tail["ew_operand"] = blocks_to_cube(operand, shape if operand.shape[1] > 1 else (shape[0], 1, 1))
     if fixed.lut:
         # The LUT runs before the EW operation [I]: rep10 (Sigmoid) keeps EW max(v, 0)
         # enabled with its LUT, which only computes a sigmoid if the max clamps the LUT's
@@ -512,19 +517,31 @@ def _ew_config(ew: EwState) -> kernels.EwConfig:
 
 def _ew_operand(state: DpuState, rdma: DpuRdmaState | None, dma: TaskDma, where: str,
                 floating: bool = False) -> np.ndarray:
+    """The ERDMA operand as a channel-block cube [S][H*W or 1][L] (integer path) or [C][H or 1][W or 1]
+    float32 (fp path): per pixel (mode 1) or one value per channel (mode 0)."""
     if rdma is None or not rdma.erdma_enabled:
         raise EmulationError(
             f"{where}: DPU.EW_CFG.EW_OP_SRC=1 takes the EW operand from the ERDMA, but "
             f"{'DPU_RDMA is not enabled' if rdma is None else 'DPU_RDMA.ERDMA_CFG.ERDMA_DISABLE=1'}: "
             f"the DPU would wait forever")
-    if rdma.erdma_mode != ERDMA_PER_PIXEL or rdma.erdma_size not in ERDMA_SIZES:
+    if rdma.erdma_mode not in (ERDMA_PER_PIXEL, ERDMA_PER_CHANNEL) or rdma.erdma_size not in ERDMA_SIZES:
         raise EmulationError(f"{where}: ERDMA_CFG ERDMA_DATA_MODE={rdma.erdma_mode} ERDMA_DATA_SIZE="
-                             f"{rdma.erdma_size} is not modelled (mode 1 with sizes 1..3)")
+                             f"{rdma.erdma_size} is not modelled (modes 0 and 1 with sizes 1..3)")
     dtype = np.dtype(np.float16) if floating and rdma.erdma_size == 2 else ERDMA_SIZES[rdma.erdma_size]
     if floating and dtype != np.float16:
         raise EmulationError(f"{where}: an fp16 EW operation takes an fp16 operand (ERDMA_DATA_SIZE 2), "
                              f"got ERDMA_DATA_SIZE={rdma.erdma_size}")
-    shape = (state.channels, state.height, state.width)
+    if rdma.erdma_mode == ERDMA_PER_CHANNEL:
+        blocks = _channel_operand(state, rdma, dtype, dma, where)
+        shape = (state.channels, 1, 1)
+    else:
+        blocks = _pixel_operand(state, rdma, dtype, dma, where)
+        shape = (state.channels, state.height, state.width)
+    return blocks_to_cube(blocks, shape).astype(np.float32) if floating else blocks
+
+
+def _pixel_operand(state: DpuState, rdma: DpuRdmaState, dtype: np.dtype, dma: TaskDma, where: str) -> np.ndarray:
+    """ERDMA mode 1: a full operand cube, [S][H*W][C2] (REGISTER_SEMANTICS 3.4)."""
     surfaces = -(-state.channels // c2_of(_PRECISION_OF[dtype], rdma.atom_bytes))
     if rdma.comb_use == 0:
         atoms = read_surfaces(dma, Traffic.EW_READ, rdma.ew_address, rdma.ew_surface_stride,
@@ -537,8 +554,23 @@ def _ew_operand(state: DpuState, rdma: DpuRdmaState | None, dma: TaskDma, where:
             f"{where}: DPU_RDMA.FEATURE_MODE_CFG.COMB_USE={rdma.comb_use} with MRDMA "
             f"{'enabled' if rdma.main_enabled else 'disabled'} and SIZE_E={state.size_e} is not modelled "
             f"(only COMB_USE=5 with the MRDMA enabled and SIZE_E=1, as in rep12 and Mesa's ConvAdd)")
-    blocks = atoms.reshape(surfaces, state.height * state.width, -1)
-    return blocks_to_cube(blocks, shape).astype(np.float32) if floating else blocks
+    return atoms.reshape(surfaces, state.height * state.width, -1)
+
+
+def _channel_operand(state: DpuState, rdma: DpuRdmaState, dtype: np.dtype, dma: TaskDma, where: str) -> np.ndarray:
+    """ERDMA mode 0: one value per channel, [S][1][C2]: surface s is ONE atom at EW_BASE_ADDR +
+    s x EW_SURF_STRIDE, its lanes the channels s x C2 .. s x C2 + C2 - 1 - a [1, C, 1, 1]
+    NC1HWC2 tensor as the conv before it writes it [I] (se_gate_int8 task 4 writes the gate with
+    DST_SURF_STRIDE 1, task 5 reads it with EW_SURF_STRIDE 1; REGISTER_SEMANTICS 3.4). Fetched
+    once per task (the DMA counts those bytes once)."""
+    if rdma.comb_use != 0:
+        raise EmulationError(f"{where}: ERDMA_DATA_MODE=0 (per-channel operand) with DPU_RDMA.FEATURE_MODE_CFG."
+                             f"COMB_USE={rdma.comb_use} is not modelled (only COMB_USE=0, as se_gate)")
+    surfaces = -(-state.channels // c2_of(_PRECISION_OF[dtype], rdma.atom_bytes))
+    atoms = read_surfaces(dma, Traffic.EW_READ, rdma.ew_address, rdma.ew_surface_stride, rdma.atom_bytes,
+                          surfaces, 1, 1, dtype, f"ERDMA per-channel operand (EW_BASE_ADDR={rdma.ew_address:#x})",
+                          rdma.atom_bytes)
+    return atoms.reshape(surfaces, 1, -1)
 
 
 def _split_operand(state: DpuState, rdma: DpuRdmaState, dtype: np.dtype, dma: TaskDma) -> np.ndarray:

