@@ -34,6 +34,11 @@ ELTWISE_OPS = frozenset(_ELTWISE)
 ONNX_LUT_KINDS = op_table.onnx_lut_kinds()  # ONNX op -> LUT function kind (lower/lut.py)
 
 
+#: The way out of a fused part the build cannot lower: level 0 runs no fusion pass
+#: (compiler/SUPPORT.md), so each fused op becomes a layer of its own.
+FUSION_WAY_OUT = "; compile with -O 0 to build it unfused (each part a layer of its own)"
+
+
 def _fail(node: Node, what: str, kind: type[CompileError] = CompileError) -> CompileError:
     return kind(f"layer {node.layer_name} ({node.display_op}): {what}")
 
@@ -95,14 +100,14 @@ def _activation(graph: Graph, node: Node, part) -> Activation:
         low = _const_scalar(graph, operands[0], part.attrs.get("min", float("-inf")))
         high = _const_scalar(graph, operands[1], part.attrs.get("max", float("inf")))
         if low is None or high is None:
-            raise _fail(node, "a fused Clip needs constant min and max")
+            raise _fail(node, "a fused Clip needs constant min and max" + FUSION_WAY_OUT)
         low, high = _closed_clip(graph, node.outputs[0], low, high)
         if low == 0.0 and high == 6.0:
             return Activation("relu6")
         return Activation("clip", low=float(low), high=float(high))
     if part.op_type in ONNX_LUT_KINDS:
         return lut_activation(part.op_type, part.attrs)
-    raise _fail(node, f"fused {part.op_type} is not lowered yet", UnsupportedOpError)
+    raise _fail(node, f"fused {part.op_type} is not lowered yet" + FUSION_WAY_OUT, UnsupportedOpError)
 
 
 def _closed_clip(graph: Graph, output: str, low: float, high: float) -> tuple[float, float]:
@@ -153,7 +158,8 @@ def _conv(graph: Graph, node: Node) -> ConvLayer:
         if part.op_type == "Add" and part.tag == "bias_add":
             if activation.kind != "none" or residual is not None or len(part.inputs) != 1 \
                     or not graph.tensor(part.inputs[0]).is_const:
-                raise _fail(node, "a fused bias Add after an activation or residual is not folded by the build")
+                raise _fail(node, "a fused bias Add after an activation or residual is not folded by the build"
+                            + FUSION_WAY_OUT)
             constant = graph.tensor(part.inputs[0])
             values = np.asarray(constant.data, np.float64).reshape(-1)
             if constant.quant is not None:  # the values the quantized graph computes with (per channel: axis 0)
@@ -161,7 +167,7 @@ def _conv(graph: Graph, node: Node) -> ConvLayer:
                 values = np.asarray(constant.quant.scale, np.float64).reshape(-1) * (
                     stored - np.asarray(constant.quant.zero_point, np.float64).reshape(-1))
             if values.size not in (1, out_channels):
-                raise _fail(node, f"a fused bias Add of shape {list(values.shape)} is not per-channel")
+                raise _fail(node, f"a fused bias Add of shape {list(values.shape)} is not per-channel" + FUSION_WAY_OUT)
             unit = np.float64(np.float32(input_quant.scale)) * weight_scale
             extra = np.broadcast_to(values.reshape(-1), (out_channels,))
             bias = np.clip(bias + round_half_away(extra / unit), -(1 << 31), (1 << 31) - 1).astype(np.int64)
@@ -186,12 +192,12 @@ def _fused_part(graph: Graph, node: Node, part, activation: Activation,
     """A conv's fused residual Add or activation (after the bias Adds are taken)."""
     if part.op_type == "Add":
         if residual is not None or len(part.inputs) != 1:
-            raise _fail(node, "only one fused residual Add with one operand is lowered")
+            raise _fail(node, "only one fused residual Add with one operand is lowered" + FUSION_WAY_OUT)
         return activation, Residual(part.inputs[0], layer_quant(graph, part.inputs[0], node),
                                     after_activation=activation.kind != "none")
     if activation.kind == "none":
         return _activation(graph, node, part), residual
-    raise _fail(node, f"a second fused activation ({part.op_type}) is not lowered")
+    raise _fail(node, f"a second fused activation ({part.op_type}) is not lowered" + FUSION_WAY_OUT)
 
 
 def _conv_fp16(graph: Graph, node: Node) -> ConvLayer:
@@ -207,7 +213,8 @@ def _conv_fp16(graph: Graph, node: Node) -> ConvLayer:
         if part.op_type == "Add" and part.tag == "bias_add":
             values = np.asarray(graph.tensor(part.inputs[0]).data, np.float64).reshape(-1)
             if activation.kind != "none" or residual is not None or values.size not in (1, out_channels):
-                raise _fail(node, "a fused bias Add after an activation or residual is not folded by the build")
+                raise _fail(node, "a fused bias Add after an activation or residual is not folded by the build"
+                            + FUSION_WAY_OUT)
             bias = bias + np.broadcast_to(values, (out_channels,))
         else:
             activation, residual = _fused_part(graph, node, part, activation, residual)
@@ -267,7 +274,7 @@ def _eltwise(graph: Graph, node: Node, platform: Platform) -> EltwiseLayer:
     activation = Activation("none")
     for part in node.fused:
         if activation.kind != "none":
-            raise _fail(node, f"a second fused activation ({part.op_type}) is not lowered")
+            raise _fail(node, f"a second fused activation ({part.op_type}) is not lowered" + FUSION_WAY_OUT)
         activation = _activation(graph, node, part)
     dtype = stored_dtype(graph, a)
     broadcast = None

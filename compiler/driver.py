@@ -41,13 +41,43 @@ from npuemu.compiler.quant import (CalibrationOptions, calibrate, float16_graph,
                                    quantize_from_config, quantize_graph, quantize_with_dataset, read_config)
 from npuemu.isa.container import ModelFile
 from npuemu.isa.errors import CompileError, ConfigError
-from npuemu.platforms import Platform, load_platform
+from npuemu.platforms import Platform, apply_overrides, load_platform
+from npuemu.platforms.loader import split_overrides
+from npuemu.platforms.model import to_plain
 
 #: Precisions of a build: int8 calibrated on ``dataset``, float16 throughout, the per-layer mix
 #: of a quant config (hybrid, ``quant_config``), or none (the float graph, no model file).
 PRECISIONS = ("int8", "fp16", "hybrid", "float")
 
 Samples = Sequence[Mapping[str, np.ndarray]]
+
+#: The platform figures only the timing model reads (emulator/timing: DDR rates and overlap, clock,
+#: launch overheads, the cycle model's rate figures, the vendor estimate's figures): a ``--set`` key
+#: equal to one of these or under one (``ddr`` or ``ddr.read_bytes_per_cycle``) never changes a
+#: build. Every other key - cores, cbuf, sram, macs, nc1hwc2, channel_alignment, register_map, pc,
+#: fusion, matmul, cycle_model.atom_k_int8 / input_channel_group, ... - is taken as read by the
+#: compiler. ``npuemu sweep`` keys its build cache on the others only; tests/tools/
+#: test_set_overrides.py builds a model under two values of each timing-only key and checks the
+#: model bytes are identical.
+TIMING_ONLY_KEYS = ("clock", "ddr", "launch", "vendor_estimate", "cycle_model.pixel_granule",
+                    "cycle_model.dpu_bytes_per_cycle", "cycle_model.conv_write_bytes_per_cycle",
+                    "cycle_model.depthwise_group", "cycle_model.min_taps_per_pass")
+
+
+def timing_only(key: str) -> bool:
+    """Whether the platform key (a ``--set`` key path) is one only the timing model reads."""
+    return any(key == prefix or key.startswith(prefix + ".") for prefix in TIMING_ONLY_KEYS)
+
+
+def override_map(overrides: Mapping[str, Any] | Sequence[str]) -> dict[str, Any]:
+    """``--set`` texts ('KEY=VALUE') or a mapping as one KEY -> value dict (a later key wins, as
+    the loader applies them in order)."""
+    return {key: value for _, key, value in split_overrides(overrides)} if overrides else {}
+
+
+def compiler_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The overrides a build depends on: all but the timing-only keys."""
+    return {key: value for key, value in overrides.items() if not timing_only(key)}
 
 
 @dataclass(frozen=True)
@@ -73,6 +103,9 @@ class CompileOptions:
     elide_copies: bool = True  # no-copy Concat/Split where the layout allows (LOWERING.md 10.1)
     pack_inputs: bool = True  # 1-4 channel first-layer inputs stored packed (C2 = C)
     name: str | None = None
+    # platform figures replaced for this build: KEY -> value or value text (`--set KEY=VALUE`, the
+    # keys and checks of `npuemu platforms --set`); recorded in the model file when given
+    platform_overrides: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -125,7 +158,7 @@ def prepare(model: str | Path | Any, target: str | Platform = "rk3588",
             options: CompileOptions | None = None) -> Front:
     """Stages 1-4: import, graph passes and partition, quantization."""
     options = options or CompileOptions()
-    platform = load_platform(target) if not isinstance(target, Platform) else target  # a typo fails first
+    platform = target_platform(target, options.platform_overrides)  # a typo fails first
     graph = import_onnx(model, options.input_shapes)
     front = Front(graph, platform, options)
     run_passes(front)
@@ -206,20 +239,51 @@ def build(front: Front) -> ModelFile:
     if front.quantization is None:
         raise CompileError("a model file needs a quantized graph: add --quantize --dataset ds.txt, --fp16 or "
                            "--quant-config")
-    front.model = build_graph(front.graph, front.platform, front.options, front.preprocess)
+    front.model = _build_graph(front.graph, front.platform, front.options, front.preprocess)
     return front.model
+
+
+def target_platform(target: str | Platform, overrides: Mapping[str, Any] | Sequence[str] = ()) -> Platform:
+    """The platform of a build: a name, alias, YAML path or Platform, with the overrides applied
+    (validated as ``npuemu platforms --set`` validates them)."""
+    overrides = override_map(overrides)
+    if isinstance(target, Platform):
+        return apply_overrides(target, overrides) if overrides else target
+    return load_platform(target, overrides)
+
+
+def overrides_record(platform: Platform, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The overridden figures as the platform holds them (parsed and typed), by key."""
+    return {key: to_plain(platform.get(key)) for key in override_map(overrides)}
 
 
 def build_graph(graph: Graph, target: str | Platform = "rk3588", options: CompileOptions | None = None,
                 preprocess: Mapping[str, Any] | None = None) -> ModelFile:
     """Stages 5-9 on a graph already fused and quantized (by :func:`prepare` or by hand)."""
     options = options or CompileOptions()
-    platform = load_platform(target) if not isinstance(target, Platform) else target
+    return _build_graph(graph, target_platform(target, options.platform_overrides), options, preprocess)
+
+
+def _build_graph(graph: Graph, platform: Platform, options: CompileOptions,
+                 preprocess: Mapping[str, Any] | None) -> ModelFile:
+    """Stages 5-9 for a platform that already carries ``options.platform_overrides``."""
     cores = parse_core_mask(options.core_mask, platform.cores.count, platform.name)
-    return build_model(graph, platform, name=options.name, options=options.record(preprocess), cores=cores,
-                       sram=options.sram, batch=options.batch_size, elide_copies=options.elide_copies,
-                       pack_inputs=options.pack_inputs)
+    record = options.record(preprocess)
+    overridden = overrides_record(platform, options.platform_overrides)
+    if overridden:  # only then: a build without --set stays byte-identical to one before overrides existed
+        record["platform_overrides"] = overridden
+    model = build_model(graph, platform, name=options.name, options=record, cores=cores,
+                        sram=options.sram, batch=options.batch_size, elide_copies=options.elide_copies,
+                        pack_inputs=options.pack_inputs)
+    if not overridden:
+        return model
+    # the trailer's platform record names them too (isa/CONTAINER.md: platform.overrides): a model
+    # file runs on the platform it was compiled for, `npuemu perf` applies them
+    trailer = dict(model.trailer)
+    trailer["platform"] = {**trailer.get("platform", {}), "overrides": overridden}
+    return dataclasses.replace(model, trailer=trailer)
 
 
-__all__ = ["PRECISIONS", "CompileOptions", "Front", "build", "build_graph", "compile_model", "prepare", "quantize",
-           "run_passes"]
+__all__ = ["PRECISIONS", "TIMING_ONLY_KEYS", "CompileOptions", "Front", "build", "build_graph", "compile_model",
+           "compiler_overrides", "override_map", "overrides_record", "prepare", "quantize", "run_passes",
+           "target_platform", "timing_only"]

@@ -51,10 +51,11 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def parse_yaml(text: str, origin: str) -> Any:
-    """Plain data from YAML text; syntax errors become ConfigError with the line."""
+def parse_yaml(text: str, origin: str, loader: type[yaml.SafeLoader] | None = None) -> Any:
+    """Plain data from YAML text; syntax errors become ConfigError with the line. ``loader``: a
+    subclass of the strict loader (``npuemu sweep`` keeps core masks such as 0_1_2 as text)."""
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a safe loader subclass
+        return yaml.load(text, Loader=loader or _StrictLoader)  # noqa: S506 - a safe loader subclass
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""

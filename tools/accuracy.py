@@ -225,6 +225,8 @@ def format_table(report: AccuracyReport) -> str:
         "# simulator_error: the compiler's fake-quant model against golden (the float graph);",
         "#   entire: errors accumulate layer by layer; single: the layer fed golden inputs.",
         "# runtime_error: the emulated NPU (the compiled register commands) against golden, entire.",
+        "# The simulator rounds in float arithmetic: it approximates the NPU, it is not the exact prediction;",
+        "#   the emulated NPU is bit-exact, so where the two differ the runtime column is what the chip gives.",
         "# ! cosine below %.2f, !! below %.2f; a float value of all zeros has no meaningful cosine" % (
             WARN_COSINE, BAD_COSINE),
         "",
@@ -240,10 +242,7 @@ def format_table(report: AccuracyReport) -> str:
     lines.append("")
     if report.runtime_note:
         lines.append(f"runtime columns empty: {report.runtime_note}")
-    for match in report.outputs:
-        lines.append(f"output {match.tensor}: simulator cos {match.simulator_cosine:.5f}, emulated NPU cos "
-                     f"{match.runtime_cosine:.5f}; NPU vs simulator cos {match.runtime_vs_simulator_cosine:.6f}, "
-                     f"max difference {match.max_difference_lsb:.1f} LSB")
+    lines.extend(_output_lines(match) for match in report.outputs)
     departs = report.first_departure()
     if departs is not None:
         lines.append(f"emulated NPU vs simulator: first below {DEPARTURE_COSINE} at {departs.label} "
@@ -252,6 +251,17 @@ def format_table(report: AccuracyReport) -> str:
     if worst:
         lines.append("worst single: " + ", ".join(f"{row.label} {row.single_cosine:.5f}" for row in worst))
     return "\n".join(lines) + "\n"
+
+
+def _output_lines(match: OutputMatch) -> str:
+    """A graph output's two cosines to the float model and how far the two quantized columns
+    are apart - worded so a gap reads as what it is: the float fake-quant model's rounding
+    against the NPU's integer arithmetic, not an emulator fault."""
+    return (f"output {match.tensor}: cosine to the float model: simulator (fake-quant, float arithmetic) "
+            f"{match.simulator_cosine:.5f}, emulated NPU (bit-exact) {match.runtime_cosine:.5f}\n"
+            f"  emulated NPU vs the fake-quant simulator: cos {match.runtime_vs_simulator_cosine:.6f}, max difference "
+            f"{match.max_difference_lsb:.1f} LSB of the output scale (the simulator's float rounding, not an "
+            "emulation error: the NPU column is the chip's exact result)")
 
 
 def _pair(cos: float | None, euc: float | None) -> str:
@@ -309,8 +319,7 @@ def write_plot(report: AccuracyReport, path: Path) -> None:
         index = rows.index(row)
         axes.annotate(row.label, (index, row.single_cosine), fontsize=7, xytext=(4, -10 - 9 * row_index),
                       textcoords="offset points")
-    axes.set_xticks(positions)
-    axes.set_xticklabels([row.tensor for row in rows], rotation=90, fontsize=6)
+    _layer_ticks(axes, rows)
     axes.ticklabel_format(axis="y", useOffset=False)
     axes.set_ylabel("cosine to float")
     axes.set_title(f"{report.model} on {report.chip} ({report.mode}): cosine per layer")
@@ -319,6 +328,25 @@ def write_plot(report: AccuracyReport, path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     pyplot.close(figure)
+
+
+#: At most this many x-axis labels: beyond it every k-th layer is named (readable, not a smear).
+MAX_TICK_LABELS = 60
+
+
+def tick_layers(rows: list[LayerRow], limit: int = MAX_TICK_LABELS) -> list[tuple[int, str]]:
+    """(position, layer name) of the labelled x ticks: every layer up to ``limit``, else every
+    k-th, always the last. Layer names, not tensor ids: the id of a fused tensor says nothing."""
+    step = max(1, -(-len(rows) // limit))
+    keep = sorted(set(range(0, len(rows), step)) | ({len(rows) - 1} if rows else set()))
+    return [(index, rows[index].layer or rows[index].tensor) for index in keep]
+
+
+def _layer_ticks(axes: Any, rows: list[LayerRow]) -> None:
+    ticks = tick_layers(rows)
+    axes.set_xticks([index for index, _ in ticks])
+    axes.set_xticklabels([name for _, name in ticks], rotation=60, ha="right", rotation_mode="anchor", fontsize=7)
+    axes.set_xlabel("layer" if len(ticks) == len(rows) else f"layer ({len(ticks)} of {len(rows)} named)")
 
 
 __all__ = ["AccuracyReport", "LayerRow", "OutputMatch", "analyze", "format_csv", "format_table", "plot_available",

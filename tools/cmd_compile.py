@@ -36,6 +36,7 @@ def register(subparsers: Any) -> None:
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", type=Path, help="the ONNX model file")
     add_target_options(parser)
+    add_set_option(parser)
 
 
 def add_target_options(parser: argparse.ArgumentParser) -> None:
@@ -46,6 +47,13 @@ def add_target_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input-shape", metavar="NAME=D0,D1,...", action="append", default=[], type=_shape_spec,
                         help="fix the shape of a graph input (repeat for several inputs; NAME= may be left out "
                         "when the model has one input), e.g. --input-shape x=1,3,224,224")
+
+
+def add_set_option(parser) -> None:
+    """--set KEY=VALUE: one platform figure replaced for this build (shared with ``perf``)."""
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one platform figure for this build, with the keys and checks of "
+                        "`npuemu platforms --set`, e.g. --set cbuf.banks=6 (repeatable); recorded in the model file")
 
 
 def _add_dump_options(parser: argparse.ArgumentParser) -> None:
@@ -171,7 +179,7 @@ def _refuse_inputs_as_outputs(args: argparse.Namespace) -> None:
 def compile_options(args: argparse.Namespace, precision: str | None = None):
     """The driver's options from the flags of ``compile`` (``perf``, ``accuracy`` and ``quant-config``
     share them); ``precision`` overrides the one the flags ask for."""
-    from npuemu.compiler.driver import CompileOptions
+    from npuemu.compiler.driver import CompileOptions, override_map
 
     asked = precision
     if precision is None:
@@ -186,7 +194,8 @@ def compile_options(args: argparse.Namespace, precision: str | None = None):
     return CompileOptions(precision=precision, input_shapes=_input_shapes(args),
                           optimization_level=args.optimization_level, core_mask=getattr(args, "core_mask", "auto"),
                           sram=bool(getattr(args, "sram", False)), batch_size=getattr(args, "batch_size", 1),
-                          name=Path(args.model).stem, **calibration)
+                          name=Path(args.model).stem, platform_overrides=override_map(getattr(args, "overrides", [])),
+                          **calibration)
 
 
 def prepare_float(args: argparse.Namespace):

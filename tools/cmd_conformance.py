@@ -27,6 +27,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--list-unsupported", action="store_true",
                         help="also print every unsupported case with its reason")
     parser.add_argument("--show-failures", action="store_true", help="also print every fail/error case")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bar (it is drawn only when stderr is a terminal)")
     parser.set_defaults(func=run)
 
 
@@ -34,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from npuemu.tools import conformance
 
     ops = [op.strip() for op in args.ops.split(",") if op.strip()] if args.ops else None
-    report = conformance.run_conformance(args.target, args.dtype, ops)
+    report = conformance.run_conformance(args.target, args.dtype, ops, bar=not args.no_progress)
     print(conformance.format_table(report))
     bad = [case for case in report.cases if case.status in ("fail", "error")]
     if args.show_failures or bad:

@@ -13,13 +13,16 @@ walks the chain the way the PC does and prints the disassembly.
 from __future__ import annotations
 
 import argparse
-import tempfile
 from importlib import resources
 from pathlib import Path
 
 EXAMPLE = "conv_pool.s"
 REGCMD_ADDRESS = 0x0010_0000  # where the example's `.chain base=` puts the stream
 CALIBRATION_IMAGES = 8
+#: Where the demo keeps its files by default: the commands it prints must still work after it.
+DEFAULT_FOLDER = Path("npuemu-demo")
+#: Files a demo writes; a non-empty folder holding none of them is someone else's (not reused).
+DEMO_FILES = ("demo_cnn.onnx", "demo_cnn.npu", "dataset.txt", "image.npy", "conv_pool.npu")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,8 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "images), run it on the emulator and compare with the float network. --assembler shows "
         "the hand-written register-command example instead.",
     )
-    parser.add_argument("-o", "--output-dir", type=Path, default=None,
-                        help="keep the files here (default: a temporary folder)")
+    parser.add_argument("-o", "--output-dir", "--keep", type=Path, default=None, metavar="DIR",
+                        help=f"keep the files here (default: ./{DEFAULT_FOLDER}); the printed commands use them")
     parser.add_argument("--assembler", action="store_true",
                         help="assemble, save, reload and disassemble the hand-written example chain")
     parser.set_defaults(func=run)
@@ -39,11 +42,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     job = _demo if args.assembler else _compile_and_run
-    if args.output_dir is None:
-        with tempfile.TemporaryDirectory(prefix="npuemu-demo-") as folder:
-            return job(Path(folder))
-    args.output_dir.mkdir(parents=True, exist_ok=True)
-    return job(args.output_dir)
+    folder = _demo_folder(args.output_dir)
+    code = job(folder)
+    if not code:
+        where = "" if folder.is_absolute() else " from the current directory"
+        print(f"\nthe files are kept in {folder}/, so the commands above can be repeated as printed{where}")
+    return code
+
+
+def _demo_folder(asked: Path | None) -> Path:
+    """The folder the demo writes: ``asked``, else ./npuemu-demo - unless that holds files a demo
+    did not write, which it must not overwrite or mix with."""
+    from npuemu.isa.errors import InputError
+    from npuemu.tools.paths import output_directory
+
+    if asked is not None:
+        return output_directory(asked)
+    folder = DEFAULT_FOLDER
+    if folder.is_dir() and any(folder.iterdir()) and not any((folder / name).exists() for name in DEMO_FILES):
+        raise InputError(f"./{folder} exists and holds files the demo did not write; give the demo a folder of its "
+                         "own with -o DIR")
+    return output_directory(folder)
 
 
 def _compile_and_run(folder: Path) -> int:

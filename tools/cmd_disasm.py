@@ -4,6 +4,7 @@ file, as assembly text."""
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 
@@ -62,11 +63,56 @@ def _disassemble_model(model, map_name: str | None) -> str:
         chip = model.platform().chip
         map_name = load_platform(chip).register_map.family if chip else "rk3588"
     regmap = load_regmap(map_name)
+    layers = task_layers(model, regmap)
     parts = []
     for section in model.sections_of_kind(SectionKind.REGCMD):
         parts.append(f"; section {section.name!r}: {section.size} bytes at {section.load_address:#x}\n")
-        parts.append(disassemble(section.data, regmap, section.load_address))
+        parts.append(_name_tasks(disassemble(section.data, regmap, section.load_address), layers))
     return "".join(parts) if parts else "; no regcmd sections\n"
+
+
+_TASK_ADDRESS = re.compile(r"^\.task \d+\s+;\s*@(0x[0-9a-fA-F]+)")
+
+
+def _name_tasks(text: str, layers: dict[int, str]) -> str:
+    """Each ``.task`` header with the graph layer(s) its task belongs to (a comment: `asm` reads
+    the same bytes back)."""
+    lines = text.split("\n")
+    for index, line in enumerate(lines):
+        match = _TASK_ADDRESS.match(line)
+        if match and int(match.group(1), 16) in layers:
+            lines[index] = f"{line}; {layers[int(match.group(1), 16)]}"
+    return "\n".join(lines)
+
+
+def task_layers(model, regmap) -> dict[int, str]:
+    """Task address -> "layer NAME (OpType)" for every task the trailer's graph.layers[].tasks
+    ranges claim: each NPU step's chain walked as the PC fetches it (its task addresses), then
+    the ranges (step, first, count) looked up in it. A chain that does not walk names nothing:
+    the disassembly itself still shows the words."""
+    from npuemu.isa.chain import decode_chain
+    from npuemu.isa.errors import NpuemuError
+
+    addresses: dict[int, tuple[int, ...]] = {}
+    for index, step in enumerate(model.schedule()):
+        if step.kind != "npu":
+            continue
+        try:
+            section = model.section(step.chain.section)
+            addresses[index] = decode_chain(section.data, regmap, section.load_address,
+                                            section.load_address + step.chain.offset, step.chain.first_amount,
+                                            regmap.pc_amount_scale).task_addresses
+        except (NpuemuError, KeyError):
+            continue
+    names: dict[int, list[str]] = {}
+    for layer in (model.trailer.get("graph") or {}).get("layers", ()):
+        label = f"layer {layer.get('name')} ({layer.get('op_type')})"
+        for claim in layer.get("tasks", ()):
+            chain = addresses.get(int(claim.get("step", -1)), ())
+            for position in range(int(claim.get("first", 0)), int(claim.get("first", 0)) + int(claim.get("count", 0))):
+                if 0 <= position < len(chain) and label not in names.setdefault(chain[position], []):
+                    names[chain[position]].append(label)
+    return {address: ", ".join(labels) for address, labels in names.items()}
 
 
 def _disassemble_rknn(data: bytes, name: str, map_name: str | None) -> str:

@@ -44,6 +44,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "to each NPU layer's time, as a board measures with per-layer profiling on")
     parser.add_argument("--platform", default=None,
                         help="platform name or YAML (default: the model's chip, else rk3588)")
+    parser.add_argument("--roofline", metavar="OUT.png", type=Path, default=None,
+                        help="also draw each layer as attained MAC/s vs MACs per DDR byte under the chip's compute "
+                        "and DDR roofs (needs the plot extra: matplotlib)")
     _add_build_options(parser)
     parser.set_defaults(func=run)
 
@@ -57,6 +60,7 @@ def _add_build_options(parser: argparse.ArgumentParser) -> None:
     cmd_compile.add_build_options(group)
     onnx = parser.add_argument_group("ONNX model (compiled in memory as `npuemu compile` would)")
     cmd_compile.add_target_options(onnx)
+    cmd_compile.add_set_option(parser)
     cmd_compile.add_precision_options(parser)
     cmd_compile.add_calibration_options(parser)
     # None: not given (a .npu runs as built; an ONNX model gets compile's defaults)
@@ -88,6 +92,9 @@ def run(args: argparse.Namespace) -> int:
                              "not an .onnx model")
     if args.profile_layers:
         report.layer_overhead_us = report.host_submit_overhead_us
+    if args.roofline is not None:
+        from npuemu.tools.sweep_plots import roofline_plot
+        print(roofline_plot(report, args.timed_platform, args.roofline), file=sys.stderr)  # stdout: the report
     out = sys.stdout
     if args.json:
         json.dump(report.to_json(), out, indent=1)
@@ -150,7 +157,8 @@ def _perf_rknn(args):
     notes: list[str] = []
     arrays = _inputs(args, [(t.name, tuple(t.shape)) for t in runner.input_tensors], notes)
     result = runner.run(arrays)
-    report = report_rknn(model, result, load_platform(chip), args.ddr_model)
+    args.timed_platform = _rknn_platform(args, load_platform(chip))
+    report = report_rknn(model, result, args.timed_platform, args.ddr_model)
     report.model = args.model
     report.notes = notes
     return report
@@ -261,12 +269,13 @@ def _perf_model_file(args, model):
     from npuemu.emulator.timing.report import report_npu
     from npuemu.tools.cmd_run import model_platform
 
-    runtime = Runtime(model, model_platform(model, args.platform, args.model))
+    runtime = Runtime(model, _npu_platform(model, args, model_platform(model, args.platform, args.model)))
     shapes = input_shapes(runtime, args.model)
     notes: list[str] = []
     for name, array in zip(runtime.inputs, _inputs(args, shapes, notes, runtime.zero_input)):
         runtime.set_input(name, array)
     runtime.run()
+    args.timed_platform = runtime.machine.platform  # the roofline's figures
     report = report_npu(model, runtime.runs, runtime.machine.platform, args.ddr_model)
     report.model = args.model
     report.notes = notes + report.notes
@@ -284,3 +293,50 @@ def input_shapes(runtime, path: str) -> list[tuple[str, tuple]]:
             raise ModelFileError(f"{path}: input tensor {name!r} has no shape in the model file")
         shapes.append((name, tuple(shape)))
     return shapes
+
+
+# --- platform overrides (--set, and those a .npu file records) --------------------------------
+
+def _rknn_platform(args, platform):
+    """A vendor file runs as built: only figures the timing model alone reads may be replaced."""
+    from npuemu.compiler.driver import override_map, target_platform, timing_only
+    from npuemu.isa.errors import ConfigError
+
+    asked = override_map(args.overrides)
+    built = [key for key in asked if not timing_only(key)]
+    if built:
+        raise ConfigError(f"{args.model}: --set {', '.join(built)}: a figure the compiler reads, and a vendor .rknn "
+                          "file is already compiled; only timing figures (ddr.*, clock.*, launch.*, ...) apply here")
+    return target_platform(platform, asked) if asked else platform
+
+
+def _npu_platform(model, args, asked_platform):
+    """The platform a .npu runs and is timed on: the overrides it was compiled with, then --set
+    (timing figures freely; a figure the compiler reads only with the value the file was built with)."""
+    from npuemu.compiler.driver import override_map, target_platform
+
+    recorded = dict(model.platform().overrides)
+    asked = override_map(getattr(args, "overrides", []))
+    if not recorded and not asked:
+        return asked_platform  # as before overrides existed
+    base = asked_platform or model.platform().chip or "rk3588"
+    built = target_platform(base, recorded)
+    _check_compiled_figures(model, args, built, asked)
+    return target_platform(built, asked)
+
+
+def _check_compiled_figures(model, args, built, asked) -> None:
+    from npuemu.compiler.driver import target_platform, timing_only
+    from npuemu.isa.errors import ConfigError
+    from npuemu.platforms.model import to_plain
+
+    compiled = {key: value for key, value in asked.items() if not timing_only(key)}
+    if not compiled:
+        return
+    wanted = target_platform(built, compiled)
+    differ = [key for key in compiled if to_plain(wanted.get(key)) != to_plain(built.get(key))]
+    if differ:
+        have = ", ".join(f"{key}={to_plain(built.get(key))}" for key in differ)
+        raise ConfigError(f"{args.model} was built with {have}; the compiler reads {', '.join(differ)}, so perf "
+                          "cannot change it on a built file: study it with `npuemu perf MODEL.onnx --set KEY=VALUE "
+                          "<precision options>` or rebuild with `npuemu compile ... --set KEY=VALUE`")

@@ -25,12 +25,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("model", help="path to an npuemu .npu model file or a vendor .rknn file")
     parser.add_argument("--input", "-i", action="append", default=[], metavar="X.npy|IMG.png",
                         help="one .npy array or image (PNG; JPEG with the images extra) per graph input, in graph "
-                        "order (repeat the option); float arrays are quantised, int8 arrays are taken as already "
-                        "quantised; images get the mean/std the model was compiled with")
+                        "order (repeat the option); float arrays are the model's input values and are quantised; "
+                        "uint8 arrays are pixel values like an image's and get the mean/std the model was compiled "
+                        "with; int8 arrays need --raw-input")
+    parser.add_argument("--layout", choices=("nchw", "nhwc"), default="nchw",
+                        help="axis order of 4-D .npy inputs (default nchw, the ONNX model's own order; the vendor's "
+                        "toolkit feeds nhwc); images are always read as pixels, so this does not apply to them")
+    parser.add_argument("--raw-input", action="store_true",
+                        help="the .npy inputs hold the model's stored values (int8, already quantised with the "
+                        "input's scale/zero point; float16 for an fp16 input): written as they are")
     parser.add_argument("--output-dir", "-o", metavar="DIR",
                         help="write each output to DIR/<output name>.npy")
     parser.add_argument("--raw", action="store_true",
-                        help="save/print the int8 output values instead of dequantised float32")
+                        help="save/print the stored output values (int8) instead of dequantised float32; "
+                        "for stored input values see --raw-input")
     parser.add_argument("--platform", default=None,
                         help="platform name or YAML (default: the model's chip, else rk3588); a .npu file runs on "
                         "the chip it was compiled for, so a different chip is an error")
@@ -63,8 +71,7 @@ def run_npu(args: argparse.Namespace, out: TextIO) -> int:
     if len(args.input) != len(runtime.inputs):
         raise InputError(f"{args.model}: {len(args.input)} --input file(s) given; the model takes "
                          f"{len(runtime.inputs)}: {', '.join(runtime.inputs)} (in that order)")
-    arrays = _npu_inputs(runtime, args.input) if any(not str(p).lower().endswith(".npy") for p in args.input) \
-        else load_input_arrays(args.input)
+    arrays = _npu_inputs(runtime, args)
     stored = {tensor.name for tensor in model.tensors()}
     for name, array in zip(runtime.inputs, arrays):
         runtime.set_input(name, array)
@@ -77,33 +84,108 @@ def run_npu(args: argparse.Namespace, out: TextIO) -> int:
     from npuemu.emulator.timing.timeline import timeline_npu
 
     platform = runtime.machine.platform
-    out.write(f"timing: {timeline_text(timeline_npu(runtime.model, runtime.runs, platform), platform)}\n")
+    timeline = timeline_npu(runtime.model, runtime.runs, platform)
+    out.write(f"timing: {timeline_text(timeline, platform, runtime.model.trailer.get('batch'))}\n")
     _report_outputs(args, {name: runtime.output(name, not args.raw) for name in runtime.outputs}, out)
     return 0
 
 
-def _npu_inputs(runtime, paths: list[str]) -> list:
-    """Inputs given as files: .npy arrays as they are; images (PNG, JPEG with the ``images``
-    extra) as NCHW pixel values, preprocessed with the mean/std/BGR the model was calibrated
-    with (recorded by `npuemu compile` in the model file's compiler options)."""
+def _npu_inputs(runtime, args: argparse.Namespace) -> list:
+    """Inputs given as files, each made what the runtime stores: .npy arrays in --layout order;
+    images (PNG, JPEG with the ``images`` extra) and uint8 arrays as NCHW pixel values,
+    preprocessed with the mean/std/BGR the model was calibrated with (recorded by `npuemu
+    compile` in the model file's compiler options); int8 only with --raw-input."""
     from npuemu.compiler.quant.dataset import load_input_file
-    from npuemu.compiler.quant.preprocess import preprocess_from_plain
+    from npuemu.emulator.rknn_runner import load_input_arrays
 
     recorded = (runtime.model.trailer.get("compiler", {}).get("options", {}) or {}).get("preprocess", {})
     arrays = []
-    for name, path in zip(runtime.inputs, paths):
+    for name, path in zip(runtime.inputs, args.input):
         shape = tuple(runtime.model.tensor(name).shape)
-        array, is_image = load_input_file(path, shape, name)
-        if is_image and name in recorded:
-            array = preprocess_from_plain(recorded[name], f"model preprocess of {name}").apply(array, is_image=True)
-        arrays.append(array)
+        if str(path).lower().endswith(".npy"):
+            array, is_image = load_input_arrays([path])[0], False
+            array = _in_layout(array, args.layout, shape, name, path)
+        else:
+            array, is_image = load_input_file(path, shape, name)
+        arrays.append(_npu_input_values(runtime, name, array, is_image, recorded.get(name), args.raw_input, path))
     return arrays
+
+
+def _in_layout(array, layout: str, shape: tuple, name: str, path: str):
+    """A 4-D (or 3-D, batch dimension left out) .npy array in NCHW order. An NHWC array given
+    without --layout nhwc is refused by name: its values would otherwise land on the wrong axes."""
+    import numpy as np
+
+    from npuemu.isa.errors import InputError
+
+    if layout == "nhwc" and array.ndim in (3, 4):
+        return np.ascontiguousarray(np.moveaxis(array, -1, -3))
+    if layout == "nhwc":
+        raise InputError(f"{path}: --layout nhwc applies to 4-D (or 3-D) arrays; input {name!r} is "
+                         f"{array.ndim}-D {list(array.shape)} - drop --layout")
+    if len(shape) == 4 and array.ndim in (3, 4) and tuple(array.shape) not in (shape, shape[1:]):
+        nhwc = (shape[0], shape[2], shape[3], shape[1])
+        if tuple(array.shape) in (nhwc, nhwc[1:]):
+            raise InputError(f"{path}: shape {list(array.shape)} is input {name!r} {list(shape)} in NHWC order "
+                             "(the vendor's default); .npy inputs are read as NCHW unless you pass --layout nhwc")
+    return array
+
+
+def _npu_input_values(runtime, name: str, array, is_image: bool, recorded: dict | None, raw: bool, path: str):
+    """The array ``Runtime.set_input`` takes for one input, by its element type:
+    float -> real values (quantised by the runtime); uint8 / image -> pixels, preprocessed;
+    int8 -> stored values, only with --raw-input (an int8 array is too easily a pixel buffer)."""
+    import numpy as np
+
+    from npuemu.compiler.quant.preprocess import preprocess_from_plain
+    from npuemu.emulator.cpu_ops_tensors import is_nd
+
+    info = runtime.tensor_info(name) if name in runtime._tensors else {}
+    if not info or (is_nd(info) and "quantization" not in info):
+        return array  # a host tensor of its own element type (int64 indices, bool masks...): as given
+    stored = runtime.dtype(name)
+    if raw:
+        return _raw_input(array, stored, name, path)
+    if array.dtype == np.uint8 or is_image:
+        array = array.astype(np.float32)
+        if recorded:
+            array = preprocess_from_plain(recorded, f"model preprocess of {name}").apply(array, is_image=True)
+        return array
+    return _check_real(array, stored, name, path)
+
+
+def _raw_input(array, stored: str, name: str, path: str):
+    import numpy as np
+
+    from npuemu.isa.errors import InputError
+
+    want = np.dtype(np.int8) if stored == "int8" else np.dtype(np.float16)
+    if array.dtype != want:
+        raise InputError(f"{path}: --raw-input takes input {name!r} as stored {stored} values; the array is "
+                         f"{array.dtype} - give {want} values, or drop --raw-input for float values to quantise")
+    return array
+
+
+def _check_real(array, stored: str, name: str, path: str):
+    import numpy as np
+
+    from npuemu.isa.errors import InputError
+
+    if np.issubdtype(array.dtype, np.floating):
+        return array
+    if array.dtype == np.int8:
+        raise InputError(f"{path}: input {name!r} is an int8 array: pass --raw-input if it holds the model's "
+                         f"stored (already quantised) values; for pixel values save it as uint8, for real values "
+                         "as float32")
+    raise InputError(f"{path}: input {name!r} is a {array.dtype} array; expected float values (quantised as the "
+                     f"model says), uint8 pixel values (preprocessed as the model was compiled), or {stored} stored "
+                     "values with --raw-input")
 
 
 def run_rknn(args: argparse.Namespace, out: TextIO) -> int:
     import numpy as np
 
-    from npuemu.emulator.rknn_runner import RknnRunner, load_input_arrays
+    from npuemu.emulator.rknn_runner import RknnRunner
     from npuemu.isa.errors import InputError
     from npuemu.isa.rknn import load_rknn
 
@@ -113,7 +195,7 @@ def run_rknn(args: argparse.Namespace, out: TextIO) -> int:
         expected = ", ".join(f"{t.name!r} {list(t.shape)}" for t in runner.input_tensors)
         raise InputError(f"{args.model}: no --input given; the model takes {len(runner.input_tensors)} "
                          f"input(s): {expected}")
-    result = runner.run(load_input_arrays(args.input))
+    result = runner.run(_rknn_inputs(runner, args))
 
     chain = result.chain
     out.write(f"{args.model}: {len(chain.tasks)} NPU tasks on core {chain.core}, "
@@ -129,17 +211,53 @@ def run_rknn(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def timeline_text(timeline, platform) -> str:
+def _rknn_inputs(runner, args: argparse.Namespace) -> list:
+    """A .rknn file's inputs: --layout applied, int8 arrays only with --raw-input (the runner
+    takes them as stored values), other numbers (uint8 pixels, floats) normalised with the
+    file's mean/std and quantised by the runner."""
+    import numpy as np
+
+    from npuemu.emulator.rknn_runner import load_input_arrays
+    from npuemu.isa.errors import InputError
+
+    arrays = []
+    for tensor, path, array in zip(runner.input_tensors, args.input, load_input_arrays(args.input)):
+        array = _in_layout(array, args.layout, tuple(tensor.shape), tensor.name, path)
+        if args.raw_input and array.dtype != np.int8:
+            raise InputError(f"{path}: --raw-input takes input {tensor.name!r} as stored int8 values; the array is "
+                             f"{array.dtype} - drop --raw-input for values to quantise")
+        if not args.raw_input and array.dtype == np.int8:
+            _check_real(array, "int8", tensor.name, path)  # refused, naming --raw-input
+        arrays.append(array)
+    return arrays + load_input_arrays(args.input[len(arrays):])  # extra files: the runner names the count
+
+
+def timeline_text(timeline, platform, batch: dict | None = None) -> str:
     """The frame's time from the run's timeline (emulator/timing/timeline.py), as ``perf`` and
     ``trace`` report it: NPU cycles on the critical path and, when the schedule has host steps,
     their time and the total. Read from the records the run already produced; the timing model
-    never changes numerical results."""
+    never changes numerical results. ``batch`` (the trailer's {size, contexts}) states a
+    multi-batch build's totals: its slices run side by side, so the elapsed cycles of a batch of
+    2 can equal one slice's - the work summed over the contexts says what the batch did."""
     tasks, cycles, mhz = len(timeline.task_spans()), timeline.npu_cycles, timeline.mhz
     where = f"at {mhz:g} MHz ({platform.name})"
+    size = int((batch or {}).get("size", 1))
+    if size > 1:
+        return _batch_text(timeline, size, where)
     if not timeline.host_steps():
         return f"{tasks} tasks, {cycles} cycles = {timeline.total_us:.1f} us {where}"
     return (f"{tasks} tasks, {cycles} cycles = {cycles / mhz:.1f} us on the NPU + {timeline.host_us:.1f} us in "
             f"{timeline.host_steps()} host step(s) = {timeline.total_us:.1f} us {where}")
+
+
+def _batch_text(timeline, size: int, where: str) -> str:
+    cycles, mhz, contexts = timeline.npu_cycles, timeline.mhz, timeline.contexts()
+    head = (f"batch of {size}: {size} slices in {contexts} context(s) side by side, {len(timeline.task_spans())} "
+            f"tasks, {timeline.busy_cycles()} NPU cycles of work summed over the contexts; elapsed {cycles} cycles")
+    if timeline.host_steps():
+        head += (f" = {cycles / mhz:.1f} us on the NPU + {timeline.host_us:.1f} us in {timeline.host_steps()} "
+                 "host step(s)")
+    return f"{head} = {timeline.total_us:.1f} us for the batch ({timeline.total_us / size:.1f} us per slice) {where}"
 
 
 def _report_outputs(args: argparse.Namespace, values: dict, out: TextIO) -> None:
@@ -160,20 +278,22 @@ def _report_outputs(args: argparse.Namespace, values: dict, out: TextIO) -> None
 
 
 def model_platform(model, asked: str | None, path: str):
-    """The platform a .npu file runs on: its own chip; ``--platform`` may name that chip (or a
-    YAML describing it, e.g. with overrides) but not another one, whose layout and register
-    figures the file was not compiled for."""
+    """The platform a .npu file runs on: its own chip with the figures it was compiled with
+    (``compile --set``); ``--platform`` may name that chip (or a YAML describing it, e.g. with
+    overrides) but not another one, whose layout and register figures the file was not compiled for."""
+    from npuemu.compiler.driver import target_platform
     from npuemu.isa.errors import ConfigError
     from npuemu.platforms import load_platform
 
-    if asked is None:
-        return None
-    spec = load_platform(asked)
     chip = model.platform().chip or "rk3588"
+    recorded = dict(model.platform().overrides)  # `compile --set` figures the file was built with
+    if asked is None:
+        return target_platform(chip, recorded) if recorded else None
+    spec = load_platform(asked)
     if spec.name != load_platform(chip).name:
         raise ConfigError(f"{path} was compiled for {chip}; --platform {asked} is {spec.name}: a model file runs on "
                           f"the chip it was compiled for (compile the ONNX model with -t {spec.name})")
-    return spec
+    return target_platform(spec, recorded) if recorded else spec
 
 
 def _save_npy(path: str, array) -> None:

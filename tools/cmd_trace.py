@@ -37,10 +37,11 @@ def run(args: argparse.Namespace) -> int:
     refuse_input_as_output(args.output, [args.model, *args.input])
     kind = _model_kind(args.model)
     notes: list[str] = []
+    batch = None  # a batch build's trailer record (compiler/batch.py), for the summary line
     if kind == "rknn":
         timeline, platform = _timeline_rknn(args, notes)
     elif kind == "npu":
-        timeline, platform = _timeline_npu(args, notes)
+        timeline, platform, batch = _timeline_npu(args, notes)
     else:
         raise ModelFileError(f"{args.model}: not a .rknn file (no 'RKNN' magic) and not a .npu model file")
     trace = build_trace(timeline, platform, model=args.model)
@@ -50,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(f"note: {note}\n")
     from npuemu.tools.cmd_run import timeline_text
 
-    sys.stdout.write(f"{args.output}: {timeline_text(timeline, platform)}\n")
+    sys.stdout.write(f"{args.output}: {timeline_text(timeline, platform, batch)}\n")
     return 0
 
 
@@ -83,4 +84,4 @@ def _timeline_npu(args, notes):
         runtime.set_input(name, array)
     runtime.run()
     platform = runtime.machine.platform
-    return timeline_npu(model, runtime.runs, platform), platform
+    return timeline_npu(model, runtime.runs, platform), platform, model.trailer.get("batch")

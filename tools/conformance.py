@@ -293,7 +293,9 @@ def _run(case, chip, dtype, result, expected_override):
 
 
 def run_conformance(chip: str = "rk3588", dtype: str = "int8", ops: list[str] | None = None,
-                    progress=None) -> Report:
+                    progress=None, *, bar: bool = False) -> Report:
+    """Every case of ``ops`` (default: all known) compiled and run; ``progress`` is called with
+    each finished case, ``bar`` draws a progress bar on stderr when it is a terminal."""
     from npuemu.isa.errors import ConfigError
 
     if dtype not in ("int8", "fp16"):
@@ -303,10 +305,15 @@ def run_conformance(chip: str = "rk3588", dtype: str = "int8", ops: list[str] | 
     load_platform(chip)  # unknown chip: the platform loader's own error
     report = Report(chip, dtype)
     start = time.perf_counter()
-    for case in discover(ops):
-        report.cases.append(run_case(case, chip, dtype))
-        if progress:
-            progress(report.cases[-1])
+    from npuemu.compiler.quant.progress import Progress
+
+    cases = discover(ops)
+    with Progress(len(cases), f"conformance {chip} {dtype}", enabled=bar) as shown:
+        for case in cases:
+            report.cases.append(run_case(case, chip, dtype))
+            shown.advance()
+            if progress:
+                progress(report.cases[-1])
     report.seconds = time.perf_counter() - start
     return report
 

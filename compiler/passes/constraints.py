@@ -338,10 +338,11 @@ def channel_axis_only(graph: Graph, node: Node, ctx: PassContext) -> str | None:
 
 @Constraint
 def same_native_bytes(graph: Graph, node: Node, ctx: PassContext) -> str | None:
-    """The reshape keeps N and C and leaves no spatial extent on either side ([1,C] <-> [1,C,1,1]): the
-    NC1HWC2 bytes are the same, so it is done by address."""
+    """The reshape keeps N and C and leaves no spatial extent on either side ([1,C] <-> [1,C,1,1]; a
+    rank-3 [1,C,L] is stored 1 x C x L): the NC1HWC2 bytes are the same, so it is done by address."""
     def view(dims: tuple[int, ...]) -> tuple[int, int] | None:
-        if len(dims) < 2 or int(np.prod(dims[2:])) != 1:
+        # rank 3 is laid out c x h x w (as_cube): [1, C, 1] is 1 x C x 1, not C x 1 x 1
+        if len(dims) not in (2, 4) or int(np.prod(dims[2:])) != 1:
             return None
         return dims[0], dims[1]
     before, after = view(shape(graph, node.inputs[0])), view(shape(graph, node.outputs[0]))

@@ -13,8 +13,9 @@ level   what runs
         needs, which import already did: constants folded, inference no-ops removed)
 1       folding and the hardware fusions: activation subgraphs (hard-swish, SiLU, GELU), GLU
         and LayerNorm matches; Gemm/MatMul -> FullyConnected, BatchNormalization and
-        per-channel Mul/Add folded into conv weights, Conv+BiasAdd; left-over BN and affine
-        chains as 1x1 depthwise scale+bias convs; Pad+Conv, Conv+Act, Conv+Add
+        per-channel Mul/Add folded into conv weights, Conv+BiasAdd; 1-D Conv/pool/BN regions
+        on [1, C, L] lifted to [1, C, 1, L] (``lift_1d``); left-over BN and affine chains as
+        1x1 depthwise scale+bias convs; Pad+Conv, Conv+Act, Conv+Add
 2       + clean-up: identities removed, Reshape/Transpose chains merged or cancelled
 3       + vendor rewrites: FC as conv, GlobalAveragePool as depthwise convs, input-channel
         tiling for the CBUF, identity conv on odd-sized graph inputs (the default, as the
@@ -38,7 +39,7 @@ from npuemu.isa.errors import CompileError
 
 from ..ir import Graph
 from . import cleanup, fold_bn, fold_const_affine, fuse_activation, fuse_add, fuse_glu, fuse_layer_norm
-from . import fuse_linear, fuse_pad, fuse_patterns, rewrite_channel_tiling, rewrites
+from . import fuse_linear, fuse_pad, fuse_patterns, lift_1d, rewrite_channel_tiling, rewrites
 from .context import PassContext
 from .health import check_health
 
@@ -71,6 +72,7 @@ STAGES: tuple[Stage, ...] = (
                          fuse_linear.flatten_into_fully_connected, fold_bn.fold_batch_norm,
                          fold_const_affine.fold_bias_add, fold_const_affine.fold_scale_into_producer,
                          fold_const_affine.fold_scale_into_consumer, fold_const_affine.fold_shift_into_consumer)),
+    Stage("1-D as 2-D", 1, (lift_1d.lift_1d_layers,)),
     Stage("scale+bias layers", 1, (fold_bn.batch_norm_as_depthwise_conv,
                                    fold_const_affine.affine_chain_as_depthwise_conv)),
     Stage("fusion", 1, _FUSE),

@@ -146,6 +146,15 @@ class Timeline:
     def host_steps(self) -> int:
         return len(self.spans("cpu"))
 
+    def busy_cycles(self) -> int:
+        """NPU cycles summed over every task, cores and batch contexts not overlapped: the work
+        a batch does, where ``npu_cycles`` is the time it takes."""
+        return sum(span.cycles for span in self.task_spans())
+
+    def contexts(self) -> int:
+        """Batch contexts the NPU tasks ran in (1 for a single-batch build)."""
+        return len({span.context for span in self.task_spans()}) or 1
+
     def layer_host_us(self) -> dict[int, float]:
         """Host time per graph layer: the extent of each host segment holding one of its steps."""
         out: dict[int, float] = {}
