@@ -9,7 +9,7 @@ Stages, each a module with one job:
 1. import          ``onnx_import``      ONNX -> graph IR (shapes inferred, constants folded)
 2. graph passes    ``passes``           folding, hardware fusions, clean-up, vendor rewrites
 3. partition       ``passes.partition`` NPU or CPU for every layer, with the reason
-4. quantization    ``quant``            int8 (calibrated), float16 or hybrid (a quant config)
+4. quantization    ``quant``            int8 (calibrated, or a QDQ model's own), float16 or hybrid
 5. layer records   ``layer_records``    fused nodes -> lowering records and host steps
 6. memory plan     ``tensor_plan``      tensor shapes, sizes, lifetimes, views, DDR/SRAM addresses
 7. lowering        ``lower``            records -> register-command tasks
@@ -39,6 +39,7 @@ from npuemu.compiler.onnx_import import import_onnx
 from npuemu.compiler.passes import PassContext, optimize
 from npuemu.compiler.quant import (CalibrationOptions, calibrate, float16_graph, preprocess_for_inputs,
                                    quantize_from_config, quantize_graph, quantize_with_dataset, read_config)
+from npuemu.compiler.quant.qdq import quantize_prequantized, take_qdq_params
 from npuemu.isa.container import ModelFile
 from npuemu.isa.errors import CompileError, ConfigError
 from npuemu.platforms import Platform, apply_overrides, load_platform
@@ -102,6 +103,7 @@ class CompileOptions:
     batch_size: int = 1
     elide_copies: bool = True  # no-copy Concat/Split where the layout allows (LOWERING.md 10.1)
     pack_inputs: bool = True  # 1-4 channel first-layer inputs stored packed (C2 = C)
+    prune: bool = False  # remove all-zero conv output channels (guide 5.8, passes/prune.py)
     name: str | None = None
     # platform figures replaced for this build: KEY -> value or value text (`--set KEY=VALUE`, the
     # keys and checks of `npuemu platforms --set`); recorded in the model file when given
@@ -169,7 +171,8 @@ def prepare(model: str | Path | Any, target: str | Platform = "rk3588",
 def run_passes(front: Front) -> None:
     """Stages 2-3: the optimization level's passes, then the NPU/CPU partition (in place)."""
     element_bytes = 2 if front.options.precision == "fp16" else 1  # fp16 CBUF tiling sizes its parts
-    context = PassContext(front.platform, front.options.optimization_level, element_bytes=element_bytes)
+    context = PassContext(front.platform, front.options.optimization_level, element_bytes=element_bytes,
+                          prune=front.options.prune)
     front.pass_log, front.partition = optimize(front.graph, context)
 
 
@@ -177,7 +180,10 @@ def quantize(front: Front) -> None:
     """Stage 4: annotate the graph with the build's precision (in place)."""
     options, graph = front.options, front.graph
     _check_calibration_options(options)
-    if options.precision == "hybrid":
+    qdq = take_qdq_params(graph)  # a pre-quantized model's own parameters (guide 6.4)
+    if qdq and options.precision == "int8":
+        front.quantization = _prequantized(graph, options, qdq)
+    elif options.precision == "hybrid":
         config = read_config(options.quant_config, graph)
         front.preprocess = {name: value.to_plain() for name, value in config.preprocess.items()}
         front.quantization = quantize_from_config(graph, config)
@@ -206,6 +212,15 @@ def _check_calibration_options(options: CompileOptions) -> None:
         return
     raise ConfigError("--algorithm, --mean, --std, --bgr and --per-layer apply to calibration: add --quantize "
                       "--dataset ds.txt")
+
+
+def _prequantized(graph: Graph, options: CompileOptions, params):
+    """int8 with a QDQ model's own scales and zero points: no calibration, so no dataset."""
+    if options.calibration_given:
+        raise ConfigError("the model is pre-quantized (QuantizeLinear/DequantizeLinear nodes): its own scales and "
+                          "zero points are used; leave out --dataset, --algorithm, --mean, --std, --bgr and "
+                          "--per-layer")
+    return quantize_prequantized(graph, params)
 
 
 def _float16(graph: Graph, options: CompileOptions):

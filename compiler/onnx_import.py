@@ -10,7 +10,10 @@ Pipeline (each step one function below):
 5. ``_Builder``: walk the nodes in order; ``Constant`` nodes and initializers are constants;
    a node whose tensor inputs are all constant (or a Shape of a known shape) is evaluated
    with its numpy semantics and becomes a constant; the others become IR nodes.
-6. ``_remove_noops`` / ``Graph.remove_dead`` / ``Graph.check``.
+6. ``passes.fold_qdq``: the QuantizeLinear/DequantizeLinear of a pre-quantized (QDQ) model
+   folded into int8 parameters (``Tensor.quant``; weights noted when their DequantizeLinear
+   folds in step 5); any other left over is refused.
+7. ``_remove_noops`` / ``Graph.remove_dead`` / ``Graph.check``.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from .ir import Graph, Node, Tensor
 from .ops import REGISTRY, Canonical, NodeView, TensorInfo, Unsupported, supported_ops
 from .ops.base import decode_attr_value
 from .ops.tensor_info import numpy_dtype
+from .passes.fold_qdq import DEQUANTIZE, fold_qdq_pairs, refuse_leftover_qdq, weight_params
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +67,8 @@ def import_onnx(model: str | Path | onnx.ModelProto, input_shapes: Mapping[str, 
     onnx_shapes = _onnx_shapes(model, source)
     graph = _Builder(model, opset, source).build()
     _cross_check(graph, onnx_shapes)
+    fold_qdq_pairs(graph)
+    refuse_leftover_qdq(graph)
     removed = _remove_noops(graph) + graph.remove_dead()
     graph.check()
     log.info("%s: imported %d nodes (%d no-op or dead nodes removed), %d constants", source, len(graph.nodes),
@@ -316,6 +322,7 @@ class _Builder:
         self.nodes: list[Node] = []
         self.unsupported: list[_UnsupportedNode] = []
         self.leftover_fold_only: list[tuple[str, onnx.NodeProto]] = []
+        self.weight_quant: dict[str, Any] = {}  # folded DequantizeLinear of an int8 constant -> its QuantParams
 
     def build(self) -> Graph:
         for name, node in zip(_node_names(self.model.graph), self.model.graph.node):
@@ -354,6 +361,10 @@ class _Builder:
             for output, value in zip(outputs, self._fold(op, canonical, out_infos)):
                 if output:
                     self._set_constant(output, value)
+            if node.op_type == DEQUANTIZE:  # a quantized weight keeps its own parameters
+                params = weight_params(canonical.attrs, [self.constants[i] for i in canonical.inputs])
+                if params is not None:
+                    self.weight_quant[outputs[0]] = params
             return
         if op.fold_only:
             self.leftover_fold_only.append((name, node))
@@ -394,7 +405,8 @@ class _Builder:
         order = {name: position for position, name in enumerate(self.infos)}
         for name in sorted(referenced, key=order.__getitem__):
             info = self.infos[name]
-            graph.add_tensor(Tensor(name, info.shape, info.dtype, self.constants.get(name)))
+            graph.add_tensor(Tensor(name, info.shape, info.dtype, self.constants.get(name),
+                                    self.weight_quant.get(name)))
         graph.nodes = self.nodes
         return graph
 

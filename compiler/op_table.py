@@ -154,6 +154,8 @@ IMPORT_ONLY = {
     "Range": "fold-only: accepted where it folds to a constant",
     "Shape": "fold-only: accepted where it folds to a constant",
     "Size": "fold-only: accepted where it folds to a constant",
+    "QuantizeLinear": "QDQ: folded into int8 parameters (passes/fold_qdq.py); a lone one is unsupported",
+    "DequantizeLinear": "QDQ: folded into int8 parameters (passes/fold_qdq.py); a lone one is unsupported",
     "Upsample": "imported as Resize",
 }
 

@@ -31,11 +31,15 @@ class Segment:
 
     @property
     def has_tail(self) -> bool:
-        """The last four words are [BASE_ADDRESS | zero, REGISTER_AMOUNTS, marker, op-enable]."""
+        """The last four words are [BASE_ADDRESS | zero | REGISTER_AMOUNTS, REGISTER_AMOUNTS, marker, op-enable].
+
+        The repeated REGISTER_AMOUNTS write is the vendor's exLSTM form, whose BASE_ADDRESS writes
+        come just before the tail (lstm_int8 words 11077..11083; isa/RKNN_TAILS.md §2)."""
         if not self.complete or len(self.words) < TAIL_WORDS:
             return False
         link, amounts, marker, _ = self.words[-TAIL_WORDS:]
-        return ((link.is_tail_base or link.kind is WordKind.ZERO) and amounts.is_tail_amounts
+        repeated = link.is_tail_amounts and link.raw == amounts.raw
+        return ((link.is_tail_base or link.kind is WordKind.ZERO or repeated) and amounts.is_tail_amounts
                 and marker.kind is WordKind.MARKER)
 
 

@@ -112,6 +112,9 @@ def _add_optimization_options(parser: argparse.ArgumentParser) -> None:
                        help="0: no fusion (the imported graph); 1: folding and hardware fusions; 2: + clean-up "
                        "merges of Reshape/Transpose/identities; 3: + vendor rewrites (FC as conv, "
                        "GlobalAveragePool as depthwise convs, CBUF channel tiling); default 3")
+    group.add_argument("--prune", action="store_true",
+                       help="remove conv output channels whose weights and bias are all zero, with the matching "
+                       "input channels of the layers reading them (guide 5.8 model pruning; outputs unchanged)")
     group.add_argument("--partition-report", metavar="FILE", nargs="?", const="-", default=None,
                        help="write the NPU/CPU decision and reason of every layer to FILE ('-' or no FILE: "
                        "standard output)")
@@ -195,7 +198,7 @@ def compile_options(args: argparse.Namespace, precision: str | None = None):
                           optimization_level=args.optimization_level, core_mask=getattr(args, "core_mask", "auto"),
                           sram=bool(getattr(args, "sram", False)), batch_size=getattr(args, "batch_size", 1),
                           name=Path(args.model).stem, platform_overrides=override_map(getattr(args, "overrides", [])),
-                          **calibration)
+                          prune=bool(getattr(args, "prune", False)), **calibration)
 
 
 def prepare_float(args: argparse.Namespace):

@@ -122,6 +122,25 @@ def _disassemble_rknn(data: bytes, name: str, map_name: str | None) -> str:
 
     model = load_rknn(data, name=name)
     regcmd = model.program.regcmd
-    header = (f"; {name}: stored regcmd blob, {len(regcmd)} words; address registers hold "
-              "tensor-relative offsets until relocation\n")
-    return header + disassemble(regcmd.astype("<u8").tobytes(), load_regmap(map_name or "rk3588"), 0)
+    family = map_name or _rknn_family(model.target)
+    header = (f"; {name}: stored regcmd blob, {len(regcmd)} words, target {model.target or '?'}, "
+              f"register map {family}; address registers hold tensor-relative offsets until relocation\n")
+    return header + disassemble(regcmd.astype("<u8").tobytes(), load_regmap(family), 0)
+
+
+_CHIP_NAME = re.compile(r"[a-z]{2}[0-9]{3,5}[a-z]?")
+
+
+def _rknn_family(target: str | None) -> str:
+    """The register map of the file's target chip (model slot 8), as for a .npu file's chip; rk3588
+    when the target is absent or unknown. Only a plain chip name is looked up: the slot is file data,
+    and a platform name may also be a YAML path."""
+    from npuemu.isa.errors import ConfigError
+    from npuemu.platforms import load_platform
+
+    if not target or not _CHIP_NAME.fullmatch(target):
+        return "rk3588"
+    try:
+        return load_platform(target).register_map.family
+    except ConfigError:
+        return "rk3588"

@@ -105,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     for note in report.notes:
         out.write(f"note: {note}\n")
+    for line in report.header_lines():  # which DDR model, fitted to what, how to get the other; error band
+        out.write(line + "\n")
     out.write(report.format_table() + "\n")
     if report.unassigned:
         out.write(f"{len(report.unassigned)} task(s) belong to no layer; counted in the totals only\n")

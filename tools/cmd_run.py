@@ -190,7 +190,8 @@ def run_rknn(args: argparse.Namespace, out: TextIO) -> int:
     from npuemu.isa.rknn import load_rknn
 
     model = load_rknn(args.model)
-    runner = RknnRunner(model, args.platform or "rk3588")
+    chip = args.platform or model.target or "rk3588"  # the file's own target, as perf and trace take it
+    runner = RknnRunner(model, chip)
     if not args.input:
         expected = ", ".join(f"{t.name!r} {list(t.shape)}" for t in runner.input_tensors)
         raise InputError(f"{args.model}: no --input given; the model takes {len(runner.input_tensors)} "
@@ -205,7 +206,7 @@ def run_rknn(args: argparse.Namespace, out: TextIO) -> int:
     from npuemu.emulator.timing.timeline import timeline_rknn
     from npuemu.platforms import load_platform
 
-    platform = load_platform(args.platform or "rk3588")
+    platform = load_platform(chip)
     out.write(f"timing: {timeline_text(timeline_rknn(model, result, platform), platform)}\n")
     _report_outputs(args, result.quantized if args.raw else result.outputs, out)
     return 0

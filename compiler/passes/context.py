@@ -17,6 +17,8 @@ class PassContext:
     # bytes per element the layers will compute in: 2 when the build is float16 (`--fp16`), so
     # CBUF-driven rewrites (input-channel tiling) size their parts for fp16 data and weights
     element_bytes: int = 1
+    # remove all-zero conv output channels (--prune, guide 5.8; passes/prune.py)
+    prune: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "limits", npu_limits(self.platform))

@@ -10,7 +10,8 @@ is at least its ``level``:
 level   what runs
 ======  =======================================================================================
 0       nothing: the imported graph is partitioned as it is (no fusion; only what correctness
-        needs, which import already did: constants folded, inference no-ops removed)
+        needs, which import already did: constants folded, inference no-ops removed); with
+        ``--prune`` (any level) all-zero conv output channels are removed first (``prune``)
 1       folding and the hardware fusions: activation subgraphs (hard-swish, SiLU, GELU), GLU
         and LayerNorm matches; Gemm/MatMul -> FullyConnected, BatchNormalization and
         per-channel Mul/Add folded into conv weights, Conv+BiasAdd; 1-D Conv/pool/BN regions
@@ -39,7 +40,7 @@ from npuemu.isa.errors import CompileError
 
 from ..ir import Graph
 from . import cleanup, fold_bn, fold_const_affine, fuse_activation, fuse_add, fuse_glu, fuse_layer_norm
-from . import fuse_linear, fuse_pad, fuse_patterns, lift_1d, rewrite_channel_tiling, rewrites
+from . import fuse_linear, fuse_pad, fuse_patterns, lift_1d, prune, rewrite_channel_tiling, rewrites
 from .context import PassContext
 from .health import check_health
 
@@ -63,6 +64,7 @@ _CLEANUP = (cleanup.remove_identities, cleanup.merge_reshapes, cleanup.merge_tra
 _FUSE = (fuse_pad.fuse_pad_into_conv, fuse_activation.fuse_activation, fuse_add.fuse_residual_add)
 
 STAGES: tuple[Stage, ...] = (
+    Stage("pruning (--prune)", 0, (prune.prune_zero_channels,)),  # only with --prune: on the graph as imported
     Stage("clean-up", 2, _CLEANUP),
     Stage("subgraphs", 1, (fuse_patterns.hard_swish_subgraph, fuse_patterns.hard_sigmoid_times_input,
                            fuse_patterns.silu_subgraph, fuse_patterns.gelu_erf_subgraph,

@@ -83,8 +83,12 @@ class QuantizationResult:
 
 def quantize_graph(graph: Graph, ranges: Mapping[str, Range] | None = None, *,
                    layer_dtypes: Mapping[str, str] | None = None, default_dtype: str = INT8,
-                   per_channel: bool = True, weight_clipping: str = "minmax") -> QuantizationResult:
-    """Annotate ``graph`` in place (see the module docstring); returns the decisions."""
+                   per_channel: bool = True, weight_clipping: str = "minmax",
+                   fixed: Mapping[str, QuantParams] | None = None) -> QuantizationResult:
+    """Annotate ``graph`` in place (see the module docstring); returns the decisions.
+
+    ``fixed``: int8 parameters given by the model itself (a QDQ model, quant/qdq.py), by tensor
+    name; they replace the ones ``ranges`` would give for those activations and weights."""
     _check_unquantized(graph)
     if weight_clipping not in WEIGHT_CLIPPING:
         raise CompileError(f"weight clipping '{weight_clipping}' is not one of {', '.join(WEIGHT_CLIPPING)}")
@@ -93,10 +97,11 @@ def quantize_graph(graph: Graph, ranges: Mapping[str, Range] | None = None, *,
     storage = _storage(graph, dtypes)
     int8_ranges = _int8_ranges(graph, ranges or {}, anchors, _needs_int8(graph, dtypes, storage))
     params = {name: _activation_params(r) for name, r in int8_ranges.items()}
+    _apply_fixed(params, anchors, fixed or {})
     for name, dtype in storage.items():
         graph.tensors[name].quant = params[name] if dtype == INT8 else FLOAT16_STORAGE
     conversions = _insert_conversions(graph, dtypes, storage, params)
-    _quantize_constants(graph, dtypes, anchors, params, per_channel, weight_clipping)
+    _quantize_constants(graph, dtypes, anchors, params, per_channel, weight_clipping, fixed or {})
     graph.check()
     result = QuantizationResult(dtypes, int8_ranges, anchors, conversions, per_channel, weight_clipping)
     log.info("quantized graph '%s': %s", graph.name, result.summary())
@@ -212,6 +217,25 @@ def _activation_params(value: Range) -> QuantParams:
     return QuantParams(INT8, scale, zero_point)
 
 
+def _apply_fixed(params: dict[str, QuantParams], anchors: Mapping[str, str],
+                 fixed: Mapping[str, QuantParams]) -> None:
+    """The model's own activation parameters replace the range-derived ones. A sharing group
+    (tensors the NPU stores alike, sharing.py) is one storage: it takes its anchor's, else its
+    first member's; a member the model quantized otherwise is requantized by no layer here."""
+    groups: dict[str, list[str]] = {}
+    for name in params:
+        groups.setdefault(anchors.get(name, name), []).append(name)
+    for anchor, members in groups.items():
+        given = [fixed[name] for name in (anchor, *members) if name in fixed and fixed[name].axis is None]
+        if not given:
+            continue
+        for name in members:
+            if name in fixed and not _same(fixed[name], given[0]):
+                log.warning("tensor '%s': its own parameters (scale %g) give way to its sharing group's (scale %g)",
+                            name, float(fixed[name].scale), float(given[0].scale))
+            params[name] = given[0]
+
+
 def _insert_conversions(graph: Graph, dtypes: dict[str, str], storage: Mapping[str, str],
                         params: Mapping[str, QuantParams]) -> list[str]:
     converted: dict[tuple[str, str], str] = {}
@@ -249,7 +273,8 @@ def _unique(base: str, taken: set[str]) -> str:
 # ---- constants ------------------------------------------------------------------------------
 
 def _quantize_constants(graph: Graph, dtypes: Mapping[str, str], anchors: Mapping[str, str],
-                        params: Mapping[str, QuantParams], per_channel: bool, weight_clipping: str) -> None:
+                        params: Mapping[str, QuantParams], per_channel: bool, weight_clipping: str,
+                        fixed: Mapping[str, QuantParams]) -> None:
     assigned: dict[str, QuantParams | None] = {}
     for node in graph.nodes:
         if node.op_type == convert_op.OP_TYPE:
@@ -261,10 +286,27 @@ def _quantize_constants(graph: Graph, dtypes: Mapping[str, str], anchors: Mappin
             name = role.slot.read(node)
             if name in anchors:
                 role = ConstantRole(role.slot, SHARED)
-            quant = _constant_quant(graph, node, role, dtype, params, anchors, per_channel, weight_clipping)
+            quant = _fixed_weight(graph, node, role, fixed) if dtype == INT8 and role.kind == WEIGHT else None
+            if quant is None:
+                quant = _constant_quant(graph, node, role, dtype, params, anchors, per_channel, weight_clipping)
             if role.kind == WEIGHT and quant is not None and quant.dtype == INT8:
                 quant = _bias_headroom(graph, node, role, bias, quant)
             _assign(graph, node, role.slot, quant, assigned)
+
+
+def _fixed_weight(graph: Graph, node: Node, role: ConstantRole,
+                  fixed: Mapping[str, QuantParams]) -> QuantParams | None:
+    """A weight's own parameters (a QDQ model's), where they fit the layer: per tensor, or per
+    channel along the layer's output-channel axis; None: derive them from the data."""
+    tensor = graph.tensors[role.slot.read(node)]
+    given = fixed.get(tensor.name)
+    if given is None or given.axis is None:
+        return given
+    if given.axis == role.axis and tensor.shape[given.axis] == given.scale.size:
+        return given
+    log.info("weight '%s': its per-channel parameters (axis %d) do not fit the layer; derived from the data instead",
+             tensor.name, given.axis)
+    return None
 
 
 def _constant_quant(graph: Graph, node: Node, role: ConstantRole, dtype: str, params: Mapping[str, QuantParams],

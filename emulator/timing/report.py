@@ -144,6 +144,21 @@ class PerfReport:
     batch: dict = field(default_factory=lambda: {"size": 1, "contexts": 1})  # trailer "batch" (multi-batch builds)
     core_count: int = 3  # the chip's NPU cores: the WorkLoad column's title (guide: 0/1/2 on RK3588, 0/1 on RK3576)
     timeline: Timeline | None = None  # the run's one timeline: the board totals come from it
+    # what the figures rest on (explain.py): the DDR model used and the time model's error band
+    ddr_info: dict = field(default_factory=dict)
+    time_band: dict = field(default_factory=dict)
+
+    def explain(self, platform) -> "PerfReport":
+        """Fill ``ddr_info`` and ``time_band`` from the platform the report was timed with."""
+        from npuemu.emulator.timing.explain import ddr_model_info, time_band
+
+        self.ddr_info, self.time_band = ddr_model_info(platform, self.ddr_model), time_band(platform, self.ddr_model)
+        return self
+
+    def header_lines(self) -> list[str]:
+        """The lines perf prints above its table: the DDR model and the time figures' error band."""
+        lines = [self.ddr_info["text"]] if self.ddr_info else []
+        return lines + ([f"Time(us) error band: {self.time_band['text']}"] if self.time_band else [])
 
     def _extra_us(self, layer: LayerTime) -> float:
         """Time beyond the layer's task cycles: the profiled host submit and a CPU step's host time."""
@@ -247,7 +262,8 @@ class PerfReport:
     def to_json(self) -> dict:
         layers = [self.layer_json(layer) for layer in self.layers]
         return {"model": self.model, "platform": self.platform, "npu_mhz": self.npu_mhz,
-                "ddr_model": self.ddr_model, "layer_overhead_us": self.layer_overhead_us, "layers": layers,
+                "ddr_model": self.ddr_model, "ddr_model_info": dict(self.ddr_info), "time_band": dict(self.time_band),
+                "layer_overhead_us": self.layer_overhead_us, "layers": layers,
                 "unassigned_tasks": len(self.unassigned), "totals": self.totals(), "speedup": self.speedup(),
                 "batch": dict(self.batch), "ranking": self.ranking(),
                 "notes": list(self.notes)}
@@ -373,7 +389,7 @@ def report_rknn(model, run, platform, ddr_model: str = "board") -> PerfReport:
         layers.append(timed)
     return PerfReport(model.source, platform.name, platform.clock.npu_mhz, layers, _unassigned(timeline),
                       ddr_model=ddr_model, host_submit_overhead_us=platform.launch.host_submit_overhead_us,
-                      core_count=platform.cores.count, timeline=timeline)
+                      core_count=platform.cores.count, timeline=timeline).explain(platform)
 
 
 def report_npu(model, runs: Sequence, platform, ddr_model: str = "board",
@@ -407,7 +423,7 @@ def report_npu(model, runs: Sequence, platform, ddr_model: str = "board",
     report = PerfReport(str(getattr(model, "path", "")) or "model", platform.name, platform.clock.npu_mhz,
                         layers, _unassigned(timeline), ddr_model=ddr_model,
                         host_submit_overhead_us=platform.launch.host_submit_overhead_us, batch=dict(batch),
-                        core_count=platform.cores.count, timeline=timeline)
+                        core_count=platform.cores.count, timeline=timeline).explain(platform)
     if batch["size"] > 1:
         report.notes.append(f"batch {batch['size']}: {batch['contexts']} context(s) on as many cores, the slices of a "
                             "wave side by side on the timeline with the DDR shared (TIMING.md, multi-batch)")

@@ -90,23 +90,60 @@ def _h1_shape_key(conv) -> tuple:
             conv.out_channels, conv.real_channels, conv.in_channels)
 
 
-def vendor_layer_npu_cycles(records, platform) -> int:
-    """librknnc's NPU cycles of one layer: model H1 over the layer's whole output plane.
-
-    The per-task model (npu_cycles.py) rounds each task's OH*OW up to the pixel granule, as the
-    register state of each task gives it; the vendor's estimate (README §4.1) rounds the layer's
-    plane once. For a layer split along H into tasks the two differ (rep05 / mobilenet_v2 L5,
-    56x56 as 25+24+7 rows: 56736 per task vs 56448 per layer). Tasks that differ only in their
-    output height are merged back into one plane here; which one the silicon does, only a
-    board can say (TIMING.md).
-    """
+def _plane(convs: list):
+    """The tasks of one plane (same H1 key) merged back into one: their output heights summed."""
     from dataclasses import replace
 
+    return replace(convs[0], out_height=sum(c.out_height for c in convs))
+
+
+def _merge_depthwise_groups(planes: list) -> list:
+    """Depthwise channel groups of one layer merged into one conv over all their channels.
+
+    A depthwise layer too big for the CBUF is split into channel groups (README §4.4); each
+    group's tasks read their own weights, so the groups are told apart by CNA WEIGHT_ADDR. H1
+    rounds C up to the depthwise group G once per layer (README §4.1; the fp16 tables of
+    ../shared/docs/vendor-fp16/ give MobileNetV2's dw 144 at 56x56 3 groups of 64, 84672 cycles),
+    while npuemu's fp16 build splits at its 32-channel weight blocks, each task paying a whole G
+    (5 x 28224 = 141120). Planes of different weight addresses whose merged heights, widths,
+    kernels and precision agree are one layer's channel groups: their channels add up. int8
+    groups are whole multiples of G but the last, so the sum is unchanged there."""
+    from dataclasses import replace
+
+    groups: dict[tuple, list] = {}
+    rest = []
+    for conv in planes:
+        if conv.depthwise:
+            key = (conv.precision, conv.out_width, conv.out_height, conv.kernel_h, conv.kernel_w)
+            groups.setdefault(key, []).append(conv)
+        else:
+            rest.append(conv)
+    merged = [replace(g[0], out_channels=sum(c.out_channels for c in g),
+                      real_channels=sum(c.real_channels or c.out_channels for c in g))
+              if len(g) > 1 else g[0] for g in groups.values()]
+    return rest + merged
+
+
+def vendor_layer_npu_cycles(records, platform) -> int:
+    """librknnc's NPU cycles of one layer: model H1 over the layer's whole output.
+
+    The per-task model (npu_cycles.py) rounds each task's OH*OW up to the pixel granule and each
+    depthwise task's channels up to the depthwise group, as the register state of each task gives
+    it; the vendor's estimate (README §4.1) rounds the layer's plane and channels once. For a layer
+    split along H into tasks the two differ (rep05 / mobilenet_v2 L5, 56x56 as 25+24+7 rows: 56736
+    per task vs 56448 per layer), and for a depthwise layer split into channel groups that are not
+    whole depthwise groups (fp16, ``_merge_depthwise_groups``). Tasks that differ only in their
+    output height are merged back into one plane here, then a depthwise layer's channel groups
+    into one conv; which one the silicon does, only a board can say (TIMING.md).
+    """
     from npuemu.emulator.timing.npu_cycles import conv_npu_cycles
 
     planes: dict[tuple, list] = {}
     for record in records:
         if record.conv is not None:
-            planes.setdefault(_h1_shape_key(record.conv), []).append(record.conv)
-    return sum(conv_npu_cycles(replace(convs[0], out_height=sum(c.out_height for c in convs)), platform)
-               for convs in planes.values())
+            conv = record.conv
+            # a depthwise channel group reads its own weights: its address keeps groups apart
+            key = _h1_shape_key(conv) + ((conv.weight_address,) if conv.depthwise else ())
+            planes.setdefault(key, []).append(conv)
+    merged = _merge_depthwise_groups([_plane(convs) for convs in planes.values()])
+    return sum(conv_npu_cycles(conv, platform) for conv in merged)

@@ -242,21 +242,58 @@ def _tails(tasks: tuple[TaskRecord, ...], regcmd: np.ndarray, origin: _Origin) -
             raise ModelFileError(f"{where}: the block and its {TAIL_WORDS}-word tail end at word "
                                  f"{task.tail_word + TAIL_WORDS}, past the {words}-word regcmd blob")
         if task.tail_word not in tails:
-            tails[task.tail_word] = _tail(task.tail_word, regcmd, where, origin)
+            tails[task.tail_word] = _tail(task, regcmd, where, origin)
     return tails
 
 
-def _tail(index: int, regcmd: np.ndarray, where: str, origin: _Origin) -> TaskTail:
-    base, amounts = int(regcmd[index]), int(regcmd[index + 1])
-    amount = _value(amounts)
-    if _target(amounts) != PC_TARGET or _register(amounts) != PC_REGISTER_AMOUNTS:
+def _tail(task: TaskRecord, regcmd: np.ndarray, where: str, origin: _Origin) -> TaskTail:
+    """The tail at ``regcfg_amount``: [link][PC_REGISTER_AMOUNTS][marker][OP_EN], where the link is
+
+    - a PC_BASE_ADDRESS write (the next block), or
+    - a zero word, when the fetch amount (bits 15:0) is 0: the chain ends. Bits 31:16 may be set:
+      every rk3576 2-core chain ends each core's task with amount word 0x10000 (isa/RKNN_TAILS.md §1), or
+    - a second, identical PC_REGISTER_AMOUNTS write, in the exLSTM blocks that the vendor replays
+      per timestep: the PC_BASE_ADDRESS write(s) sit just before it (isa/RKNN_TAILS.md §2).
+
+    Anything else (a zero link that would fetch from offset 0, a stray register) is refused.
+    """
+    index = task.tail_word
+    link, amounts = int(regcmd[index]), int(regcmd[index + 1])
+    if not _is_pc(amounts, PC_REGISTER_AMOUNTS):
         raise ModelFileError(f"{where}: {origin.word(index + 1)} is {amounts:#018x}, expected the tail's "
                              f"PC_REGISTER_AMOUNTS word (target {PC_TARGET:#06x}, register {PC_REGISTER_AMOUNTS:#06x})")
-    is_pc_base = _target(base) == PC_TARGET and _register(base) == PC_BASE_ADDRESS
-    if not is_pc_base and not (base == 0 and amount == 0):
-        raise ModelFileError(f"{where}: {origin.word(index)} is {base:#018x}, expected the tail's PC_BASE_ADDRESS "
-                             f"word (target {PC_TARGET:#06x}, register {PC_BASE_ADDRESS:#06x}), or 0 at a chain end")
-    return TaskTail(index, _value(base) if is_pc_base else 0, amount)
+    amount = _value(amounts)
+    if _is_pc(link, PC_BASE_ADDRESS):
+        return TaskTail(index, _value(link), amount, (index,))
+    if link == 0 and amount & 0xFFFF == 0:
+        return TaskTail(index, 0, amount, ())
+    if link == amounts:
+        return _repeated_tail(task, regcmd, where, origin, amount)
+    raise ModelFileError(f"{where}: {origin.word(index)} is {link:#018x}, expected the tail's PC_BASE_ADDRESS "
+                         f"word (target {PC_TARGET:#06x}, register {PC_BASE_ADDRESS:#06x}), 0 at a chain end "
+                         f"(fetch amount 0; here {amount & 0xFFFF}), or a repeat of the PC_REGISTER_AMOUNTS word "
+                         f"after it")
+
+
+def _repeated_tail(task: TaskRecord, regcmd: np.ndarray, where: str, origin: _Origin, amount: int) -> TaskTail:
+    """The exLSTM form [PC_BASE_ADDRESS x k][PC_REGISTER_AMOUNTS x 2][marker][OP_EN] (lstm_int8 task 75,
+    words 11077..11083: k = 3, all three BASE words 0x15a80). The register that counts is the last
+    one written, so the BASE writes must all agree; each is patched when the regcmd base moves."""
+    index = task.tail_word
+    first = index
+    while first > task.first_word and _is_pc(int(regcmd[first - 1]), PC_BASE_ADDRESS):
+        first -= 1
+    values = {_value(int(regcmd[word])) for word in range(first, index)}
+    if len(values) != 1:
+        problem = "no PC_BASE_ADDRESS write precedes it" if not values else \
+            f"the PC_BASE_ADDRESS writes before it ({origin.word(first)} on) disagree: " \
+            f"{', '.join(hex(v) for v in sorted(values))}"
+        raise ModelFileError(f"{where}: {origin.word(index)} repeats the PC_REGISTER_AMOUNTS write, but {problem}")
+    return TaskTail(index, values.pop(), amount, tuple(range(first, index)))
+
+
+def _is_pc(word: int, register: int) -> bool:
+    return _target(word) == PC_TARGET and _register(word) == register
 
 
 def _target(word: int) -> int:
@@ -291,7 +328,7 @@ def _chains(tasks: tuple[TaskRecord, ...], tails: dict[int, TaskTail], origin: _
             first = task.index + 1
     if first != len(tasks):
         raise ModelFileError(f"{origin.source}: task records {first}..{len(tasks) - 1} never reach a tail that "
-                             f"ends their chain (PC_REGISTER_AMOUNTS 0)")
+                             f"ends their chain (PC_REGISTER_AMOUNTS bits 15:0 = 0)")
     return tuple(chains)
 
 
@@ -303,6 +340,7 @@ def _relocations(graph: Table, tensors: tuple[RknnTensor, ...], program: RknnPro
     names = Counter(tensor.name for tensor in tensors)
     by_name = {tensor.name: tensor.index for tensor in tensors}
     reserved = {tail.word_index + k for tail in program.tails for k in range(TAIL_WORDS)}
+    reserved.update(word for tail in program.tails for word in tail.base_words)
     seen: dict[int, int] = {}
     entries = []
     for position, table in enumerate(tables):

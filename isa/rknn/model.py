@@ -185,13 +185,19 @@ class TaskRecord:
 class TaskTail:
     """The PC words that end a task block, as stored (regcmd-blob offsets, not addresses)."""
 
-    word_index: int                        # of the PC_BASE_ADDRESS word; +1 is PC_REGISTER_AMOUNTS
+    word_index: int                        # first tail word (block start + regcfg_amount); +1 is PC_REGISTER_AMOUNTS
     next_offset: int                       # PC_BASE_ADDRESS value (0 for the zero word at a chain end)
-    amount_word: int                       # 32-bit PC_REGISTER_AMOUNTS value; 0 ends the chain
+    amount_word: int                       # 32-bit PC_REGISTER_AMOUNTS value; bits 15:0 = 0 end the chain
+    base_words: tuple[int, ...]            # the PC_BASE_ADDRESS word(s) holding next_offset; () at a chain end
+    """``base_words`` is ``(word_index,)`` in the ordinary tail. In the vendor's exLSTM blocks that
+    are replayed once per timestep, the tail starts with a second PC_REGISTER_AMOUNTS write and the
+    link is held by the (identical) PC_BASE_ADDRESS writes just before it (isa/RKNN_TAILS.md)."""
 
     @property
     def ends_chain(self) -> bool:
-        return self.amount_word == 0
+        """Nothing more to fetch. Bits 31:16 do not count: rk3576 writes 1 there in the tails that end
+        each core's part of a 2-core chain (isa/RKNN_TAILS.md)."""
+        return self.amount == 0
 
     @property
     def amount(self) -> int:

@@ -3,17 +3,19 @@
 Rules from ``docs/rknn-relocation.md`` (§0.5, §4 R1/R2/R4, §8 steps 3-4):
 
 - **Weight region:** tensors of kind 4 and 5 that have a blob, in tensor order, each at the
-  next 64-byte boundary. **Misc region:** kind 8, same packing (vendor order unverified; it
+  next 64-byte boundary, taking its slot-12 size when librknnc padded a small kind-5 const
+  past its blob (``_is_padded_const``). **Misc region:** kind 8, same packing (vendor order unverified; it
   does not matter because relocation is per tensor). **LUT region:** kind-6 LUT-program
   blobs, same packing. **Internal region:** kinds 1, 2 and 3 at their slot-13 offset; its
   overlaps are buffer reuse across disjoint lifetimes.
 - **R1:** every relocation pair sets the 32-bit value field of its regcmd word to
   ``address(tensor) + offset``; the table's offset is used, not the stored value.
 - **R2:** the regcmd buffer's address is added to every task record's ``regcmd_addr`` and,
-  once per distinct tail, to the PC_BASE_ADDRESS word of tails that continue a chain.
+  once per distinct tail, to the PC_BASE_ADDRESS word(s) of tails that continue a chain.
 
 Nothing here allocates a region from a size the file merely claims: plans are offsets, and
-the only images built (``region_image``) hold blob bytes that are really in the file.
+the only images built (``region_image``) hold blob bytes that are really in the file (plus the
+zero padding of padded consts, under a page each).
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from npuemu.isa.errors import ConfigError, ModelFileError
+from npuemu.isa.errors import ConfigError, EmulationError, ModelFileError
 from npuemu.isa.rknn.model import REGCMD_WORD_BYTES, TASK_RECORD, Region, RknnModel, RknnTensor, TaskRecord, TensorKind
 
 TENSOR_ALIGNMENT = 64
 REGION_ALIGNMENT = 4096
 ADDRESS_SPACE = 1 << 32
+PADDING_LIMIT = 4096
+"""Most a kind-5 const's slot 12 may exceed its blob (the fixtures pad by at most 240 bytes)."""
 DEFAULT_START = 0x1000
 """First address used by :func:`default_bases`; page 0 stays unmapped so a null address faults."""
 
@@ -123,11 +127,27 @@ def plan_memory(model: RknnModel) -> MemoryPlan:
 
 
 def _blob_size(model: RknnModel, tensor: RknnTensor) -> int:
+    """Bytes the tensor takes in its region: its blob, or slot 12 when the vendor padded a small const."""
     size = len(model.blobs[tensor.blob_index])
-    if tensor.size is not None and tensor.size != size and tensor.kind != TensorKind.LUT_PROGRAM:
-        raise ModelFileError(f"{model.source}: graphs[0].tensors[{tensor.index}] ({tensor.name!r}): slot 12 says "
-                             f"{tensor.size} bytes, but its blob {tensor.blob_index} holds {size}")
-    return size
+    if tensor.size is None or tensor.size == size or tensor.kind == TensorKind.LUT_PROGRAM:
+        return size
+    if _is_padded_const(tensor, size):
+        return tensor.size
+    raise ModelFileError(f"{model.source}: graphs[0].tensors[{tensor.index}] ({tensor.name!r}): slot 12 says "
+                         f"{tensor.size} bytes, but its blob {tensor.blob_index} holds {size}")
+
+
+def _is_padded_const(tensor: RknnTensor, blob_size: int) -> bool:
+    """A kind-5 const whose blob is shorter than slot 12, rounded up to whole 64-byte granules.
+
+    librknnc reserves slot-12 bytes and stores only the data: layernorm* gamma1 240 -> 256 and
+    beta2 480 -> 512 (C 120 padded to 128), resize_* scales2 16 -> 128 (fp16) / 256 (int8); its
+    Const Tensor table ends each of them at start + slot 12 (isa/RKNN_TAILS.md §3). The rest stays
+    zero. A blob longer than its slot, an odd slot, or padding of a page or more is still refused,
+    so a corrupted slot 12 cannot inflate the weight image.
+    """
+    return (tensor.kind == TensorKind.CONST_OTHER and blob_size < tensor.size
+            and tensor.size % TENSOR_ALIGNMENT == 0 and tensor.size - blob_size < PADDING_LIMIT)
 
 
 def _check_inside_internal(model: RknnModel, tensor: RknnTensor, size: int) -> None:
@@ -238,6 +258,8 @@ def _apply_table(model: RknnModel, regcmd: np.ndarray, addresses: Mapping[str, i
     for entry in model.relocations:
         if entry.tensor_name not in addresses:
             tensor = model.tensors[entry.tensor_index]
+            if tensor.kind == TensorKind.NONE:
+                raise _self_modifying(model, entry)
             raise ModelFileError(f"{model.source}: the relocation table names {entry.tensor_name!r} "
                                  f"({tensor.kind_name}), which has no data and so no place in the memory plan")
         base = addresses[entry.tensor_name]
@@ -252,6 +274,18 @@ def _apply_table(model: RknnModel, regcmd: np.ndarray, addresses: Mapping[str, i
     return tuple(words)
 
 
+def _self_modifying(model: RknnModel, entry) -> EmulationError:
+    """Entries naming the unnamed placeholder tensor 0 point DPU output addresses into the regcmd
+    blob itself: in lstm_int8, DPU DST_BASE_ADDR of task 71 (word 10650) holds 0x15a30, the PC
+    tail of the block replayed per timestep (isa/RKNN_TAILS.md §2). Such a program rewrites its
+    own commands while it runs, which the emulator does not model: refuse it by name."""
+    words = ", ".join(str(word) for _, word in entry.pairs[:4])
+    more = f" and {len(entry.pairs) - 4} more" if len(entry.pairs) > 4 else ""
+    return EmulationError(f"{model.source}: the relocation table points regcmd words {words}{more} at the "
+                          f"placeholder tensor 0, i.e. into the regcmd buffer itself (the program rewrites its "
+                          f"own commands, as the vendor's exLSTM does); self-modifying programs are not supported")
+
+
 def _patch_tails(model: RknnModel, regcmd: np.ndarray, regcmd_base: int) -> tuple[int, ...]:
     patched = []
     for tail in model.program.tails:   # distinct tail words, so a shared tail is patched once
@@ -261,9 +295,10 @@ def _patch_tails(model: RknnModel, regcmd: np.ndarray, regcmd_base: int) -> tupl
         if value >= ADDRESS_SPACE:
             raise ConfigError(f"{model.source}: regcmd base {regcmd_base:#x} + tail offset {tail.next_offset:#x} "
                               f"(word {tail.word_index}) does not fit the 32-bit address field")
-        word = int(regcmd[tail.word_index])
-        regcmd[tail.word_index] = (word & 0xFFFF_0000_0000_FFFF) | (value << 16)
-        patched.append(tail.word_index)
+        for index in tail.base_words:   # one word, or the exLSTM blocks' repeated BASE writes
+            word = int(regcmd[index])
+            regcmd[index] = (word & 0xFFFF_0000_0000_FFFF) | (value << 16)
+            patched.append(index)
     return tuple(patched)
 
 

@@ -29,13 +29,17 @@ from npuemu.isa.errors import CompileError, UnsupportedOpError
 
 #: Ops whose inputs after the first configure the op and must be constant for the compiler.
 CONFIG_INPUT_OPS = {"Reshape", "Slice", "Split", "Squeeze", "Unsqueeze", "ReduceMean", "ReduceSum", "ReduceMax",
-                    "ReduceMin", "ReduceProd", "Resize", "Upsample", "Pad", "Clip", "Tile", "Expand"}
+                    "ReduceMin", "ReduceProd", "Resize", "Upsample", "Pad", "Clip", "Tile", "Expand",
+                    "QuantizeLinear", "DequantizeLinear"}
 #: Ops whose inputs are all configuration.
 ALL_CONFIG_OPS = {"ConstantOfShape", "Range"}
 
 UNSUPPORTED_REASONS = [
     r"BatchNormalization in training mode", r"Dropout in training mode",
     r"element type (BFLOAT16|FLOAT8\w*|U?INT[24]|FLOAT4E2M1)",
+    # pre-quantized models (compiler/passes/fold_qdq.py): Q/DQ pairs and quantized constants only
+    r"only supported as a QuantizeLinear -> DequantizeLinear pair", r"blocked quantization \(block_size\)",
+    r"quantization to (float8\w*|u?int[24]|float4\w*)",
 ]
 REJECTED_INPUTS = [r"element type (BFLOAT16|FLOAT8\w*|U?INT[24]|FLOAT4E2M1|STRING)", r"is not a tensor"]
 # DEVIATIONS (tools/conformance.py): where npuemu follows onnxruntime, not onnx's reference

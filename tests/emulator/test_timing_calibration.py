@@ -253,3 +253,15 @@ def test_calibrate_fit_prints_the_yaml_lines(capsys):
     assert f"  read_bytes_per_cycle: {platform.ddr.read_bytes_per_cycle:g}\n" in out
     assert f"  host_submit_overhead_us: {platform.launch.host_submit_overhead_us:g}\n" in out
     assert re.search(r"^A3\s+ConvRelu\s+2\s+50176/50176\s+\+0\.0%", out, re.M)
+
+
+def test_perf_time_band_is_the_calibration_residuals(runs):
+    """emulator/timing/explain.py's per-chip error band (perf's header and JSON, issue 24 item 5)
+    equals the time residuals of the fit rows as calibrate computes them now."""
+    from npuemu.emulator.timing.explain import TIME_BANDS
+
+    for chip, band in TIME_BANDS.items():
+        fit = {name: r.error("time") for name, r in results(runs, chip).items() if r.run.fit_row}
+        assert tuple(fit) == band.rows, chip
+        assert abs(min(fit.values()) - band.low) < 5e-4 and abs(max(fit.values()) - band.high) < 5e-4, (chip, fit)
+        assert abs(statistics.median(abs(e) for e in fit.values()) - band.median_abs) < 5e-4, (chip, fit)

@@ -110,3 +110,32 @@ def test_perf_workload_column_follows_the_chip(tmp_path, capsys):
     header = next(line for line in out.splitlines() if line.startswith("ID"))
     assert "WorkLoad(0/1)" in header.split() and "WorkLoad(0/1/2)" not in header
     assert "50.0%/50.0% - Up:100.0%" in out
+
+
+def test_perf_says_which_ddr_model_and_the_time_error_band(capsys):
+    """Issue 24 items 3 and 5: the header and the JSON name the DDR model, what it is fitted to and
+    how to get the other, and the time figures' error band from the calibration residuals."""
+    model = str(FIXTURES / "rep12_resblock_convadd_3x3_64_56" / "model.rknn")
+    assert main(["perf", model]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    table = next(i for i, line in enumerate(lines) if line.startswith("ID"))
+    header = "\n".join(lines[:table])
+    assert "DDR model: board (default)" in header and "calibration.md rows A2, A3, A4, A5" in header
+    assert "--ddr-model vendor" in header and "4.0x those of the vendor's static estimate (23.654 B/cycle)" in header
+    assert "Time(us) error band:" in header and "-26.2% .. +18.5%" in header and "17.4%" in header
+    assert main(["perf", model, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ddr_model_info"]["name"] == "board" and "A2, A3, A4, A5" in report["ddr_model_info"]["source"]
+    band = report["time_band"]
+    assert band["calibrated"] and band["rows"] == ["A2", "A3", "A4", "A5"]
+    assert band["board_low"] < 0 < band["board_high"]  # the board may be faster or slower than the model
+    assert main(["perf", model, "--ddr-model", "vendor", "--json"]) == 0
+    vendor = json.loads(capsys.readouterr().out)
+    assert vendor["ddr_model_info"]["name"] == "vendor" and "Default --ddr-model board" in vendor["ddr_model_info"]["text"]
+    assert vendor["time_band"]["calibrated"] is False
+    from npuemu.emulator.timing.explain import time_band
+    from npuemu.platforms import load_platform
+
+    for chip in ("rk3576", "rk3568", "rv1106"):  # no board rows: no band, said so
+        band = time_band(load_platform(chip), "board")
+        assert band["calibrated"] is False and "no board rows" in band["text"], chip

@@ -51,9 +51,12 @@ def test_npu_cycles_never_fall_when_work_grows(conv, more_channels, more_rows, m
     assert conv_npu_cycles(bigger, RK3588) >= base
     deeper = replace(conv, real_channels=conv.real_channels + more_channels) if not conv.depthwise else conv
     assert conv_npu_cycles(deeper, RK3588) >= base
-    # fp16 runs at half the int8 MAC rate: never fewer cycles than int8
-    assert conv_npu_cycles(replace(conv, precision=FP16), RK3588) >= conv_npu_cycles(replace(conv, precision=INT8),
-                                                                                    RK3588)
+    # fp16 halves K and the floor of passes with it (TIMING.md "fp16 cycle rule"): between half and
+    # twice the int8 figure - half for a 1x1 with Cin <= 32, Cout <= 16 (vendor-fp16 MobileNetV2
+    # layer 3: 25088 fp16 vs 50176 int8), twice wherever the taps exceed the int8 floor
+    fp16 = conv_npu_cycles(replace(conv, precision=FP16), RK3588)
+    int8 = conv_npu_cycles(replace(conv, precision=INT8), RK3588)
+    assert int8 <= 2 * fp16 and fp16 <= 2 * int8
 
 
 @settings(max_examples=200, deadline=None)
