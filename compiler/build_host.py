@@ -98,7 +98,7 @@ def constant_outputs(graph: Graph) -> list[Node]:
 
 def cpu_from_node(graph: Graph, node: Node) -> CpuOp:
     """The CPU step record of a node partitioned to the CPU, or a CompileError naming it."""
-    if node.op_type not in CPU_OPS:
+    if node.op_type not in CPU_OPS and "custom_op" not in node.attrs:  # a custom op: params name its class
         raise _fail(node, f"the partition sent {node.op_type} to the CPU, but the runtime has no host-side "
                           f"{node.op_type} (CPU ops: {', '.join(sorted(CPU_OPS))})", UnsupportedOpError)
     unknown = [part.op_type for part in node.fused if part.op_type not in CPU_OPS]

@@ -108,6 +108,8 @@ class CompileOptions:
     # platform figures replaced for this build: KEY -> value or value text (`--set KEY=VALUE`, the
     # keys and checks of `npuemu platforms --set`); recorded in the model file when given
     platform_overrides: Mapping[str, Any] = field(default_factory=dict)
+    # the user's Python ops ("module:Class", compiler/ops/custom.py; `--custom-op`): host steps
+    custom_ops: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -161,7 +163,7 @@ def prepare(model: str | Path | Any, target: str | Platform = "rk3588",
     """Stages 1-4: import, graph passes and partition, quantization."""
     options = options or CompileOptions()
     platform = target_platform(target, options.platform_overrides)  # a typo fails first
-    graph = import_onnx(model, options.input_shapes)
+    graph = import_onnx(model, options.input_shapes, options.custom_ops)
     front = Front(graph, platform, options)
     run_passes(front)
     quantize(front)

@@ -35,6 +35,7 @@ from npuemu.isa.errors import CompileError, ModelFileError, NpuemuError, Unsuppo
 from .ir import Graph, Node, Tensor
 from .ops import REGISTRY, Canonical, NodeView, TensorInfo, Unsupported, supported_ops
 from .ops.base import decode_attr_value
+from .ops.custom import accepts as custom_accepts, register_custom_ops
 from .ops.tensor_info import numpy_dtype
 from .passes.fold_qdq import DEQUANTIZE, fold_qdq_pairs, refuse_leftover_qdq, weight_params
 
@@ -49,18 +50,21 @@ _DEFAULT_DOMAINS = ("", "ai.onnx")
 MAX_FOLD_BYTES = 1 << 30
 
 
-def import_onnx(model: str | Path | onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+def import_onnx(model: str | Path | onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None,
+                custom_ops: Sequence[str] = ()) -> Graph:
     """Import an ONNX model (file path or ModelProto) into a checked, constant-folded IR graph.
 
     ``input_shapes`` fixes the shapes of graph inputs by name; it is required for every input
-    with a dynamic dimension. Raises ModelFileError for unreadable/invalid files,
+    with a dynamic dimension. ``custom_ops`` ("module:Class" texts, ops/custom.py) registers
+    the user's Python ops first. Raises ModelFileError for unreadable/invalid files,
     UnsupportedOpError listing every unsupported node, CompileError for other problems.
     """
+    register_custom_ops(custom_ops)
     model, source = _load(model)
     opset = _check_model(model, source)
     if model.functions:
         model = onnx.inliner.inline_local_functions(model)
-    unsupported = _unsupported_by_type(model, opset)
+    unsupported = _unsupported_by_type(model, opset, tuple(custom_ops))
     if unsupported:
         raise UnsupportedOpError(_unsupported_message(source, unsupported))
     _fix_input_dims(model, dict(input_shapes or {}), source)
@@ -167,12 +171,17 @@ def _node_names(graph: onnx.GraphProto) -> list[str]:
     return names
 
 
-def _unsupported_by_type(model: onnx.ModelProto, opset: int) -> list[_UnsupportedNode]:
+def _unsupported_by_type(model: onnx.ModelProto, opset: int,
+                         custom_ops: Sequence[str] = ()) -> list[_UnsupportedNode]:
     opsets = {entry.domain: entry.version for entry in model.opset_import}
     found = []
     for name, node in zip(_node_names(model.graph), model.graph.node):
-        if node.domain not in _DEFAULT_DOMAINS:
-            found.append(_UnsupportedNode(name, node.op_type, node.domain, opsets.get(node.domain, 0), "custom domain"))
+        if custom_accepts(node.op_type, node.domain, custom_ops):
+            continue
+        if node.domain not in _DEFAULT_DOMAINS or custom_accepts(node.op_type, node.domain):  # not this compile's
+            found.append(_UnsupportedNode(name, node.op_type, node.domain, opsets.get(node.domain, 0),
+                                          "custom domain: register its Python op class with --custom-op module:Class "
+                                          "(CompileOptions(custom_ops=...))"))
         elif node.op_type not in REGISTRY and node.op_type != "Constant":
             found.append(_UnsupportedNode(name, node.op_type, node.domain, opset))
     return found

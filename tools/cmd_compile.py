@@ -37,6 +37,10 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", type=Path, help="the ONNX model file")
     add_target_options(parser)
     add_set_option(parser)
+    parser.add_argument("--custom-op", dest="custom_ops", action="append", default=[], metavar="MODULE:CLASS",
+                        help="register a custom op: a Python class with op_type, shape_infer() and compute() "
+                        "(guide 5.5, compiler/ops/custom.py); its nodes run as host steps, and the module must be "
+                        "importable where the model file runs (repeatable)")
 
 
 def add_target_options(parser: argparse.ArgumentParser) -> None:
@@ -198,7 +202,8 @@ def compile_options(args: argparse.Namespace, precision: str | None = None):
                           optimization_level=args.optimization_level, core_mask=getattr(args, "core_mask", "auto"),
                           sram=bool(getattr(args, "sram", False)), batch_size=getattr(args, "batch_size", 1),
                           name=Path(args.model).stem, platform_overrides=override_map(getattr(args, "overrides", [])),
-                          prune=bool(getattr(args, "prune", False)), **calibration)
+                          prune=bool(getattr(args, "prune", False)),
+                          custom_ops=tuple(getattr(args, "custom_ops", None) or ()), **calibration)
 
 
 def prepare_float(args: argparse.Namespace):

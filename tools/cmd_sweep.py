@@ -1,7 +1,8 @@
 """``npuemu sweep SWEEP.yaml -o results.csv [--backend local|ray] [--address ADDR] [--workers N]
 [--layers layers.csv]``: a design-space sweep - models x dtypes x core masks x batch sizes x SRAM x
 platform figures - one timing row per point (tools/sweep_spec.py the file, tools/sweep_run.py the
-scheduling, tools/sweep_worker.py one task, tools/sweep_backends.py where tasks run).
+scheduling, tools/sweep_worker.py one task, tools/sweep_backends.py where tasks run;
+``values: true`` adds output_cosine/output_max_abs_error per build, tools/sweep_values.py).
 
 ``npuemu sweep plot results.csv [-o front.png] [--x COL] [--y COL]``: the Pareto front of two
 columns (time vs DDR bytes by default), one line per value of each swept figure
@@ -20,7 +21,9 @@ def register(subparsers) -> None:
         description="Run every point of the grid a sweep file describes (models, target, dtype, dataset, "
         "core_mask, batch_size, sram, set: platform keys with lists of values; sample: N draws N points) and "
         "write one CSV row per point as it finishes: the swept values and the timing totals. Points that differ "
-        "only in figures the timing model reads share one build. A rerun skips the points already in the CSV. "
+        "only in figures the timing model reads share one build. With values: true (values_samples: N, default 1) "
+        "each build is also run on the dataset's first N samples and every row gets output_cosine and "
+        "output_max_abs_error against the float ONNX model. A rerun skips the points already in the CSV. "
         "`npuemu sweep plot results.csv` draws the Pareto front.")
     parser.add_argument("spec", metavar="SWEEP.yaml | plot", help="the sweep file, or `plot` to plot a results CSV")
     parser.add_argument("results", nargs="?", type=Path, help="plot: the results CSV")

@@ -15,6 +15,7 @@ from typing import Any
 from npuemu.tools.sweep_backends import Task
 from npuemu.tools.sweep_rows import CsvRows, results_columns
 from npuemu.tools.sweep_spec import Point, SweepSpec, iter_columns, points
+from npuemu.tools.sweep_values import VALUE_COLUMNS
 from npuemu.tools.sweep_worker import LAYER_COLUMNS, TOTALS, BuildJob, Outcome, PointJob
 
 
@@ -60,7 +61,8 @@ def plan(spec: SweepSpec, done: set[str], cache_dir: Path | None) -> Plan:
         compiled = tuple(compiler_overrides(dict(point.overrides)).items())
         job = BuildJob("", model, spec.target_ref, point.dtype, dataset if point.dtype == "int8" else None,
                        point.core_mask, point.batch_size, point.sram, compiled,
-                       None if cache_dir is None else str(cache_dir))
+                       None if cache_dir is None else str(cache_dir), dataset if spec.values else None,
+                       spec.values_samples if spec.values else 0)
         key = _build_key(job, hashes)
         result.builds.setdefault(key, BuildJob(key, *_fields(job)[1:]))
         result.members.setdefault(key, []).append(point)
@@ -109,12 +111,13 @@ class Sweep:
     def __init__(self, spec: SweepSpec, output: Path, layers: Path | None, cache_dir: Path | None) -> None:
         swept = list(iter_columns(spec))
         self.spec = spec
-        self.rows = CsvRows(output, results_columns(swept, TOTALS))
+        self.rows = CsvRows(output, results_columns(swept, TOTALS + (VALUE_COLUMNS if spec.values else ())))
         done = {row["point"] for row in self.rows.previous}
         self.layers = CsvRows(layers, ["point", *LAYER_COLUMNS], keep=done) if layers else None
         self.plan = plan(spec, done, cache_dir)
         self.summary = Summary(skipped=self.plan.skipped)
         self.build_s: dict[str, float] = {}
+        self.values: dict[str, dict[str, Any]] = {}  # build key -> its value columns (values: true)
         self.by_id = {point.id: point for members in self.plan.members.values() for point in members}
 
     def run(self, backend) -> Summary:
@@ -143,6 +146,7 @@ class Sweep:
         self.summary.cached_builds += outcome.cached
         self.summary.build_s += outcome.seconds
         self.build_s[key] = 0.0 if outcome.cached else round(outcome.seconds, 4)
+        self.values[key] = outcome.values
         if outcome.error is not None:
             for point in self.plan.members[key]:
                 self._write(point.id, key, outcome)
@@ -157,6 +161,7 @@ class Sweep:
                                "build_s": self.build_s.get(build), "error": outcome.error}
         if outcome.error is None:
             row.update(outcome.totals)
+            row.update(self.values.get(build, {}))
         self.summary.points += 1
         self.summary.errors += outcome.error is not None
         if self.layers:

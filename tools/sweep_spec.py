@@ -11,9 +11,14 @@
       ddr.read_bytes_per_cycle: [3.0, 6.0]
     sample: 20                    # optional: 20 points drawn at random from the product
     seed: 0                       # of the draw
+    values: true                  # optional: value columns, each build run on the dataset's samples
+    values_samples: 1             # how many of its first lines (default 1)
 
 Every list may be a single value. The grid is the product of the lists, in the order above (the
 last key varies fastest); ``sample`` draws points without enumerating the product.
+With ``values: true`` every row also has ``output_cosine`` and ``output_max_abs_error``: the build
+emulated on the dataset's first ``values_samples`` lines against the float ONNX model
+(tools/sweep_values.py).
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ from npuemu.isa.errors import ConfigError
 
 #: the swept dimensions of a point besides the platform keys, in column order
 DIMENSIONS = ("model", "dtype", "core_mask", "batch_size", "sram")
-_KEYS = {"models", "target", "dtype", "dataset", "core_mask", "batch_size", "sram", "set", "sample", "seed", "values"}
+_KEYS = {"models", "target", "dtype", "dataset", "core_mask", "batch_size", "sram", "set", "sample", "seed", "values",
+         "values_samples"}
 DTYPES = ("int8", "fp16")
 
 
@@ -48,6 +54,8 @@ class SweepSpec:
     set: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     sample: int | None = None
     seed: int = 0
+    values: bool = False  # value columns: each build run on the dataset's samples
+    values_samples: int = 1  # the first lines of the dataset it is run on
 
     def resolve(self, relative: str) -> Path:
         """A path of the sweep file, relative to the file's folder."""
@@ -127,9 +135,6 @@ def load_spec(path: str | Path) -> SweepSpec:
     unknown = sorted(set(map(str, data)) - _KEYS)
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) {', '.join(unknown)}; expected some of {', '.join(sorted(_KEYS))}")
-    if data.get("values"):
-        raise ConfigError(f"{path}: values: true is not implemented: every point is timed from one emulation "
-                          "of its build on zero inputs (timing does not depend on values)")
     return _spec(path, data)
 
 
@@ -149,13 +154,28 @@ def _spec(path: Path, data: Mapping[str, Any]) -> SweepSpec:
     sample = data.get("sample")
     if sample is not None and (not isinstance(sample, int) or isinstance(sample, bool) or sample < 1):
         raise ConfigError(f"{where}: sample: expected a count of points, 1 or more; got {sample!r}")
+    values, values_samples = _values(data, where)
     return SweepSpec(path, models, str(data.get("target", "rk3588")), dtype,
                      None if dataset is None else str(dataset),
                      tuple(str(m) for m in _list(data, "core_mask", (str, int), where, default=("auto",))),
                      _list(data, "batch_size", int, where, default=(1,)),
                      _list(data, "sram", bool, where, default=(False,)),
                      {str(key): _list(sets, key, (int, float, str, bool), f"{where}: set") for key in sets},
-                     sample, int(data.get("seed", 0)))
+                     sample, int(data.get("seed", 0)), values, values_samples)
+
+
+def _values(data: Mapping[str, Any], where: str) -> tuple[bool, int]:
+    """(values, values_samples): value columns need samples to run the builds on."""
+    values = data.get("values", False)
+    if not isinstance(values, bool):
+        raise ConfigError(f"{where}: values: expected true or false; got {values!r}")
+    count = data.get("values_samples", 1)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise ConfigError(f"{where}: values_samples: expected a count of dataset lines, 1 or more; got {count!r}")
+    if values and data.get("dataset") is None:
+        raise ConfigError(f"{where}: values: true runs every build on samples of a dataset: give one with "
+                          "dataset: ds/dataset.txt (one line per sample, one .npy/image file per model input)")
+    return values, count
 
 
 def _list(data: Mapping[str, Any], key: str, kind, where: str, default: Sequence[Any] = (),

@@ -6,7 +6,9 @@ the compiler reads (compiler/driver.py ``compiler_overrides``); it is cached on 
 every point that differs only in figures the timing model reads shares it. A point is timed as
 ``npuemu perf`` times a .npu: the build emulated on zero inputs (once per build and worker process:
 the DMA byte counts and register states do not depend on the timing figures), then the report
-(emulator/timing/report.py) under the point's full platform.
+(emulator/timing/report.py) under the point's full platform. With ``values: true`` the build task
+also runs the build on the dataset's first samples against the float model (tools/sweep_values.py):
+once per build, its value columns go to every row of the build.
 
 Failures are results, not exceptions: :func:`execute` returns an :class:`Outcome` with the error
 text, so one bad point becomes one error row (a worker process that dies is the backend's concern).
@@ -36,6 +38,8 @@ class BuildJob:
     sram: bool
     overrides: tuple[tuple[str, Any], ...]  # the keys the compiler reads
     cache_dir: str | None  # where builds are kept (None: only returned as bytes)
+    samples: str | None = None  # values: true: the dataset file whose first lines the build is run on
+    values_samples: int = 0  # how many of its lines (0: no value columns)
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class Outcome:
     cached: bool = False  # the build came from the cache
     totals: dict[str, Any] = field(default_factory=dict)
     layers: list[dict[str, Any]] = field(default_factory=list)
+    values: dict[str, Any] = field(default_factory=dict)  # a build's value columns (values: true)
 
 
 def execute(kind: str, job: Any, source: Any = None) -> Outcome:
@@ -81,17 +86,31 @@ def _error_text(error: Exception) -> str:
 # --- builds ------------------------------------------------------------------------------------
 
 def build(job: BuildJob, _source: Any = None) -> Outcome:
-    """The model file of a build job, from the cache directory when it is there."""
+    """The model file of a build job, from the cache directory when it is there; with values: true,
+    also its value columns (tools/sweep_values.py: once per build, shared by its points)."""
     cached = _cache_path(job)
     if cached is not None and cached.is_file():
-        return Outcome(path=str(cached), cached=True, seconds=0.0)
+        return _with_values(job, Outcome(path=str(cached), cached=True, seconds=0.0), None)
     started = time.perf_counter()
     data = compile_job(job).to_bytes()
     seconds = time.perf_counter() - started
     if cached is None:
-        return Outcome(seconds=seconds, totals={"bytes": data})
+        return _with_values(job, Outcome(seconds=seconds, totals={"bytes": data}), data)
     _write_atomically(cached, data)
-    return Outcome(path=str(cached), seconds=seconds)
+    return _with_values(job, Outcome(path=str(cached), seconds=seconds), data)
+
+
+def _with_values(job: BuildJob, outcome: Outcome, data: bytes | None) -> Outcome:
+    """The outcome with the build's value columns when the sweep asks for them; the seconds the
+    build took stay the compile's."""
+    if not job.values_samples:
+        return outcome
+    from npuemu.isa.container import ModelFile
+    from npuemu.tools.sweep_values import build_values
+
+    model = ModelFile.from_bytes(data) if data is not None else ModelFile.read(outcome.path)
+    outcome.values = build_values(model, job)
+    return outcome
 
 
 def compile_job(job: BuildJob):
