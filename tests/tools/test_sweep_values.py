@@ -10,30 +10,8 @@ import pytest
 
 from npuemu.tools.cli import main
 from npuemu.tools.sweep_rows import read_rows
+from tests.tools.test_sweep import _sweep, folder  # noqa: F401 (the module's layout of net.onnx and ds/)
 
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    """net.onnx (the demo network) and a two-sample dataset, as test_sweep.py lays them out."""
-    import onnx
-
-    from npuemu.tools.demo_network import demo_images, demo_network
-
-    root = tmp_path_factory.mktemp("sweep_values")
-    onnx.save(demo_network(), root / "net.onnx")
-    (root / "ds").mkdir()
-    for index, image in enumerate(demo_images(2, 0)):
-        np.save(root / "ds" / f"s{index}.npy", image)
-    (root / "ds" / "dataset.txt").write_text("s0.npy\ns1.npy\n")
-    return root
-
-
-def _sweep(folder, text: str, name: str, *extra) -> tuple[int, list[dict]]:
-    spec = folder / f"{name}.yaml"
-    spec.write_text(text)
-    code = main(["sweep", str(spec), "-o", str(folder / f"{name}.csv"), *map(str, extra)])
-    return code, read_rows(folder / f"{name}.csv")
 
 VALUES = """models: [net.onnx]
 dtype: [int8, fp16]
