@@ -23,6 +23,7 @@ from npuemu.compiler.deconv_phases import phase_conv, phase_weights
 from npuemu.compiler.passes.constraints import as_cube
 from npuemu.compiler.lower import Activation, ActivationLayer, ConcatLayer, ConvLayer, SliceLayer, EltwiseLayer, PoolLayer, Quant, Residual
 from npuemu.compiler.lower.broadcast_lanes import lane_broadcast
+from npuemu.compiler.lower.lut import ONNX_LUT_KINDS  # ONNX op -> LUT function kind (the op table's)
 from npuemu.compiler.lower.placement import PLATFORM_DTYPE
 from npuemu.compiler.quant import stored_values
 from npuemu.compiler.quant.affine import round_half_away
@@ -31,7 +32,6 @@ from npuemu.platforms.model import Platform
 
 _ELTWISE = op_table.eltwise_ops()  # ONNX op -> EltwiseLayer op: Add/Sub/Mul/Max/Min
 ELTWISE_OPS = frozenset(_ELTWISE)
-ONNX_LUT_KINDS = op_table.onnx_lut_kinds()  # ONNX op -> LUT function kind (lower/lut.py)
 
 
 #: The way out of a fused part the build cannot lower: level 0 runs no fusion pass
@@ -497,7 +497,7 @@ LAYER_BUILDERS = {"conv": _conv_record, "pool": _pool_record, "eltwise": _eltwis
 # of the pre-activation that the fake-quant evaluation (which keeps fused values in float)
 # does not model. (A second DPU-only LUT task would keep it on the NPU; not lowered yet.)
 
-LUT_ACTIVATIONS = frozenset(ONNX_LUT_KINDS)
+LUT_ACTIVATIONS = ONNX_LUT_KINDS.keys()  # the LUT activations' op types (a view, not a copy)
 
 
 def _preactivation_range(part, low: float, high: float) -> tuple[float, float]:

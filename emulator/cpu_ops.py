@@ -18,10 +18,8 @@ Squeeze/Unsqueeze only pass their input on). The ops live here and in cpu_ops_ma
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Callable
-from types import SimpleNamespace
 
 import numpy as np
 
@@ -30,6 +28,8 @@ from npuemu.emulator.cpu_ops_math import MATH_OPS, binary, unary
 from npuemu.emulator.cpu_ops_move import MOVE_OPS
 from npuemu.emulator.cpu_ops_resize import resize
 from npuemu.emulator.cpu_ops_tensors import ND_LAYOUT
+from npuemu.emulator.memo import Memo
+from npuemu.isa.custom_op import CUSTOM_OP_KEY, custom_node, import_class
 from npuemu.isa.errors import EmulationError
 
 
@@ -248,25 +248,28 @@ def _store(runtime, name: str, value: np.ndarray, op: str) -> None:
     runtime.write_native(name, value.astype(np.dtype(info["dtype"])))  # float16: round to nearest even
 
 
+#: a custom op's runner per schedule step (the Runtime keeps its parsed steps across runs)
+_CUSTOM_RUNNERS: Memo = Memo(identity=1)
+
+
 def _custom_op(runtime, step) -> Callable[[list[np.ndarray], dict], list[np.ndarray]]:
-    """A custom op's host step (params ``custom_op``: "module:Class", compiler/ops/custom.py):
-    the user's class, imported where the model runs, computes on float inputs."""
-    spec = str(step.params["custom_op"])
-    module_name, _, class_name = spec.partition(":")
+    """A custom op's host step (params ``custom_op``: "module:Class", isa/custom_op.py): the
+    user's class, imported where the model runs (once per step), computes on float inputs."""
+    runner = _CUSTOM_RUNNERS.get(step)
+    return runner if runner is not None else _CUSTOM_RUNNERS.put(_custom_runner(runtime, step), step)
+
+
+def _custom_runner(runtime, step) -> Callable[[list[np.ndarray], dict], list[np.ndarray]]:
+    spec = str(step.params[CUSTOM_OP_KEY])
     try:
-        cls = importlib.import_module(module_name)
-        for part in class_name.split("."):
-            cls = getattr(cls, part)
-        instance = cls()
+        instance = import_class(spec)()
     except (ImportError, AttributeError, ValueError) as error:
         model = runtime.model.trailer.get("graph", {}).get("name", "model")
         raise EmulationError(f"model {model!r}: the model uses custom op {step.op} from {spec}; make it importable "
                              f"(PYTHONPATH) to run this file ({type(error).__name__}: {error})") from None
 
     def run(inputs: list[np.ndarray], params: dict) -> list[np.ndarray]:
-        attrs = {key: value for key, value in params.items() if key != "custom_op"}
-        node = SimpleNamespace(op_type=step.op, name=step.op, domain=getattr(instance, "domain", None) or "",
-                               attrs=attrs)
+        node = custom_node(step.op, step.op, params, getattr(instance, "domain", None))
         outputs = instance.compute(node, inputs)
         return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
     return run
@@ -277,7 +280,7 @@ def run_step(runtime, step) -> None:
     integer and bool host tensors as they are), apply the op, store its output in the output
     tensor's type (int8 quantized, float16 or the ND tensor's element type). A step of a
     multi-output op keeps output ``output_index`` (params)."""
-    function = _custom_op(runtime, step) if "custom_op" in (step.params or {}) else OPS.get(step.op)
+    function = _custom_op(runtime, step) if CUSTOM_OP_KEY in (step.params or {}) else OPS.get(step.op)
     if function is None:
         raise EmulationError(f"CPU step {step.op!r} is not implemented by the runtime "
                              f"(known: {', '.join(sorted(OPS))})")

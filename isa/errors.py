@@ -40,5 +40,11 @@ class DmaError(EmulationError):
     """A DMA access falls outside the memory it targets (the hardware's DMA error IRQ)."""
 
 
+class UnsupportedProgramError(ModelFileError, EmulationError):
+    """A model file in a form the reader recognises but the emulator cannot run (e.g. a vendor
+    program that rewrites its own commands): a file error for the readers, an emulation limit
+    for the runtime."""
+
+
 class InputError(NpuemuError):
     """Inputs given to ``run`` do not match the model (name, shape, dtype, file)."""

@@ -312,17 +312,16 @@ def _rknn_platform(args, platform):
     return target_platform(platform, asked) if asked else platform
 
 
-def _npu_platform(model, args, asked_platform):
-    """The platform a .npu runs and is timed on: the overrides it was compiled with, then --set
-    (timing figures freely; a figure the compiler reads only with the value the file was built with)."""
+def _npu_platform(model, args, built):
+    """The platform a .npu is timed on: ``built`` (cmd_run.model_platform: its chip with the
+    overrides it was compiled with; None for the plain chip), then --set (timing figures freely; a
+    figure the compiler reads only with the value the file was built with)."""
     from npuemu.compiler.driver import override_map, target_platform
 
-    recorded = dict(model.platform().overrides)
     asked = override_map(getattr(args, "overrides", []))
-    if not recorded and not asked:
-        return asked_platform  # as before overrides existed
-    base = asked_platform or model.platform().chip or "rk3588"
-    built = target_platform(base, recorded)
+    if not asked:
+        return built
+    built = built or target_platform(model.platform().chip or "rk3588")
     _check_compiled_figures(model, args, built, asked)
     return target_platform(built, asked)
 

@@ -64,14 +64,20 @@ def pareto_plot(results: Path, output: Path, x: str, y: str) -> str:
             front = pareto_front([(float(r[x]), float(r[y])) for r in rows if r[column] == value])
             axes.plot(*zip(*front), marker="o", markersize=3, label=f"{column}={value}", zorder=2)
             lines += 1
-    axes.set_xlabel(x)
-    axes.set_ylabel(y)
-    axes.set_title(f"Pareto fronts of {y} vs {x} ({len(rows)} points)")
-    axes.legend(fontsize=7)
+    _save(plt, figure, output, (x, y), f"Pareto fronts of {y} vs {x} ({len(rows)} points)", legend_size=7)
+    return f"wrote {output}: {len(rows)} points, {lines} Pareto line(s)"
+
+
+def _save(plt, figure, output: Path, labels: tuple[str, str], title: str, legend_size: int) -> None:
+    """Axis labels, title and legend on the figure's one axes, then the PNG written and closed."""
+    axes = figure.axes[0]
+    axes.set_xlabel(labels[0])
+    axes.set_ylabel(labels[1])
+    axes.set_title(title)
+    axes.legend(fontsize=legend_size)
     figure.tight_layout()
     figure.savefig(output, dpi=120)
     plt.close(figure)
-    return f"wrote {output}: {len(rows)} points, {lines} Pareto line(s)"
 
 
 def roofline_points(report) -> list[dict[str, Any]]:
@@ -106,11 +112,7 @@ def roofline_plot(report, platform, output: Path) -> str:
                  label=f"{len(points)} layers")
     axes.set_xscale("log")
     axes.set_yscale("log")
-    axes.set_xlabel("arithmetic intensity (MACs per DDR byte)")
-    axes.set_ylabel("attained MAC/s")
-    axes.set_title(f"roofline of {Path(str(report.model)).name} on {report.platform} @ {platform.clock.npu_mhz:g} MHz")
-    axes.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(output, dpi=120)
-    plt.close(figure)
+    _save(plt, figure, output, ("arithmetic intensity (MACs per DDR byte)", "attained MAC/s"),
+          f"roofline of {Path(str(report.model)).name} on {report.platform} @ {platform.clock.npu_mhz:g} MHz",
+          legend_size=8)
     return f"wrote {output}: {len(points)} layers under the compute and DDR roofs"

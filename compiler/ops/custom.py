@@ -25,19 +25,16 @@ class again to run it (it must be importable where the model file runs).
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
+from npuemu.isa.custom_op import CUSTOM_OP_KEY, custom_node, import_class
 from npuemu.isa.errors import ConfigError
 
 from .base import REGISTRY, Canonical, NodeView, OpDef, TensorInfo
 
-#: the params key of a custom op's host step (and the IR attribute) naming its class
-CUSTOM_OP_KEY = "custom_op"
 
 
 @dataclass(frozen=True)
@@ -55,18 +52,14 @@ CUSTOM_OPS: dict[str, CustomOp] = {}
 def load_class(spec: str) -> Any:
     """The class ``"module:Class"`` names, or a ConfigError naming the spec."""
     module_name, _, class_name = spec.partition(":")
-    if not module_name or not class_name:
-        raise ConfigError(f"custom op {spec!r}: expected module:Class")
     try:
-        module = importlib.import_module(module_name)
+        return import_class(spec)
+    except ValueError:
+        raise ConfigError(f"custom op {spec!r}: expected module:Class") from None
     except ImportError as error:
         raise ConfigError(f"custom op {spec!r}: cannot import module {module_name!r} ({error})") from None
-    cls = module
-    for part in class_name.split("."):
-        cls = getattr(cls, part, None)
-        if cls is None:
-            raise ConfigError(f"custom op {spec!r}: module {module_name!r} has no {class_name!r}")
-    return cls
+    except AttributeError:
+        raise ConfigError(f"custom op {spec!r}: module {module_name!r} has no {class_name!r}") from None
 
 
 def register_custom_op(spec: str) -> CustomOp:
@@ -110,12 +103,6 @@ def accepts(op_type: str, domain: str, specs=None) -> bool:
     entry = CUSTOM_OPS.get(op_type)
     return (entry is not None and (entry.domain is None or entry.domain == domain)
             and (specs is None or entry.spec in specs))
-
-
-def custom_node(op_type: str, name: str, attrs: dict[str, Any], domain: str | None = None) -> SimpleNamespace:
-    """The ``node`` argument of shape_infer/compute (module docstring)."""
-    plain = {key: value for key, value in attrs.items() if key != CUSTOM_OP_KEY}
-    return SimpleNamespace(op_type=op_type, name=name, domain=domain or "", attrs=plain)
 
 
 def _canonicalize(entry: CustomOp):

@@ -499,11 +499,15 @@ class _BiasBlob:
 _BLOBS: Memo[_BiasBlob] = Memo(identity=1)
 
 
-def _lut_config(lut: LutState) -> kernels.LutConfig:
+def _build_lut_config(lut: LutState) -> kernels.LutConfig:
     return kernels.LutConfig(
         le=kernels.LutTableConfig(**vars(lut.le)), lo=kernels.LutTableConfig(**vars(lut.lo)),
         hybrid_priority=lut.hybrid_priority, uflow_priority=lut.uflow_priority,
         oflow_priority=lut.oflow_priority)
+
+
+#: Built once per decoded LutState (part of the DpuState the core keeps), for both data paths.
+_lut_config: Memo[kernels.LutConfig] = Memo(_build_lut_config, identity=1)
 
 
 def _ew_config(ew: EwState) -> kernels.EwConfig:

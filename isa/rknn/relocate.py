@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from npuemu.isa.errors import ConfigError, EmulationError, ModelFileError
+from npuemu.isa.errors import ConfigError, ModelFileError, UnsupportedProgramError
 from npuemu.isa.rknn.model import REGCMD_WORD_BYTES, TASK_RECORD, Region, RknnModel, RknnTensor, TaskRecord, TensorKind
 
 TENSOR_ALIGNMENT = 64
@@ -274,14 +274,14 @@ def _apply_table(model: RknnModel, regcmd: np.ndarray, addresses: Mapping[str, i
     return tuple(words)
 
 
-def _self_modifying(model: RknnModel, entry) -> EmulationError:
+def _self_modifying(model: RknnModel, entry) -> UnsupportedProgramError:
     """Entries naming the unnamed placeholder tensor 0 point DPU output addresses into the regcmd
     blob itself: in lstm_int8, DPU DST_BASE_ADDR of task 71 (word 10650) holds 0x15a30, the PC
     tail of the block replayed per timestep (isa/RKNN_TAILS.md §2). Such a program rewrites its
     own commands while it runs, which the emulator does not model: refuse it by name."""
     words = ", ".join(str(word) for _, word in entry.pairs[:4])
     more = f" and {len(entry.pairs) - 4} more" if len(entry.pairs) > 4 else ""
-    return EmulationError(f"{model.source}: the relocation table points regcmd words {words}{more} at the "
+    return UnsupportedProgramError(f"{model.source}: the relocation table points regcmd words {words}{more} at the "
                           f"placeholder tensor 0, i.e. into the regcmd buffer itself (the program rewrites its "
                           f"own commands, as the vendor's exLSTM does); self-modifying programs are not supported")
 

@@ -52,6 +52,12 @@ def compiled(op: str, channels: int, height: int, width: int, chip: str, *, swap
     graph = import_onnx(two_input_model(op, *((narrow, full) if swap else (full, narrow)), full))
     platform = load_platform(chip)
     optimize(graph, PassContext(platform, 2))
+    return graph, quantized_build(graph, platform, fp16=fp16, seed=seed)
+
+
+def quantized_build(graph, platform, *, fp16: bool, seed: int):
+    """The model file of ``graph`` (after the passes) in float16, or int8 calibrated on two random
+    off-centre samples of ``seed``."""
     if fp16:
         float16_graph(graph)
     else:
@@ -59,7 +65,7 @@ def compiled(op: str, channels: int, height: int, width: int, chip: str, *, swap
         samples = [{name: rng.normal(rng.uniform(-1, 1), rng.uniform(0.3, 2), graph.tensors[name].shape).astype(np.float32)
                     for name in graph.inputs} for _ in range(2)]
         quantize_graph(graph, calibrate(graph, samples, "normal", progress=False).ranges)
-    return graph, build_model(graph, platform)
+    return build_model(graph, platform)
 
 
 def run(model, inputs: dict, output: str = "y") -> np.ndarray:

@@ -29,16 +29,10 @@ from npuemu.emulator.runtime import Runtime
 from npuemu.isa.regmap_loader import load_regmap
 from npuemu.platforms import load_platform
 from npuemu.tools.testing_reference import reference_eltwise, reference_graph, reference_model
+from tests.compiler.test_broadcast_eltwise import quantized_build, two_input_model
 
 CHIPS = ("rk3588", "rk3562", "rk3568")
 OPS = {"Mul": "mul", "Add": "add", "Sub": "sub", "Max": "max", "Min": "min"}
-
-
-def two_input_model(op: str, a_shape, b_shape, out_shape):
-    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in (("a", a_shape), ("b", b_shape))]
-    graph = helper.make_graph([helper.make_node(op, ["a", "b"], ["y"], name="ew")], "g", inputs,
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
 
 
 def compiled(op: str, shape: tuple[int, int, int], chip: str, *, swap=False, fp16=False, seed=0):
@@ -51,14 +45,7 @@ def compiled(op: str, shape: tuple[int, int, int], chip: str, *, swap=False, fp1
     platform = load_platform(chip)
     optimize(graph, PassContext(platform, 2))
     graph.nodes[0].target = "NPU"
-    if fp16:
-        float16_graph(graph)
-    else:
-        rng = np.random.default_rng(seed)
-        samples = [{name: rng.normal(rng.uniform(-1, 1), rng.uniform(0.3, 2), graph.tensors[name].shape).astype(np.float32)
-                    for name in graph.inputs} for _ in range(2)]
-        quantize_graph(graph, calibrate(graph, samples, "normal", progress=False).ranges)
-    return graph, build_model(graph, platform)
+    return graph, quantized_build(graph, platform, fp16=fp16, seed=seed)
 
 
 def run(model, inputs: dict, output: str = "y") -> tuple[np.ndarray, Runtime]:

@@ -38,16 +38,11 @@ def load_source(path: str | Path, inputs: list[str] | None, input_size_list: lis
                 outputs: list[str] | None) -> Source:
     """load_onnx (guide 3.1.3): read the model; ``inputs``/``outputs`` naming other tensors
     than the model's own cut it there (onnx.utils.Extractor); ``input_size_list`` fixes shapes."""
-    import onnx
+    from npuemu.compiler.onnx_import import onnx_input_names
 
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: no such ONNX model file")
-    try:
-        model = onnx.load(str(path))
-    except Exception as error:  # noqa: BLE001 - protobuf raises several kinds for a damaged file
-        raise ModelFileError(f"{path}: not a readable ONNX model: {error}") from None
-    own_inputs = _graph_inputs(model)
+    model = _read_onnx(path, "no such ONNX model file", "not a readable ONNX model")
+    own_inputs = onnx_input_names(model)
     own_outputs = [value.name for value in model.graph.output]
     wanted_inputs = list(inputs) if inputs is not None else own_inputs
     wanted_outputs = list(outputs) if outputs is not None else own_outputs
@@ -56,9 +51,16 @@ def load_source(path: str | Path, inputs: list[str] | None, input_size_list: lis
     return Source(model, path.stem, _sizes(input_size_list, wanted_inputs))
 
 
-def _graph_inputs(model: Any) -> list[str]:
-    initializers = {tensor.name for tensor in model.graph.initializer}
-    return [value.name for value in model.graph.input if value.name not in initializers]
+def _read_onnx(path: Path, missing: str, unreadable: str) -> Any:
+    """The ONNX model at ``path``; ``missing`` / ``unreadable`` say what the file should have been."""
+    import onnx
+
+    if not path.is_file():
+        raise InputError(f"{path}: {missing}")
+    try:
+        return onnx.load(str(path))
+    except Exception as error:  # noqa: BLE001 - protobuf raises several kinds for a damaged file
+        raise ModelFileError(f"{path}: {unreadable}: {error}") from None
 
 
 def _cut(model: Any, inputs: list[str], outputs: list[str], path: Path) -> Any:
@@ -177,15 +179,10 @@ def hybrid_step1(source: Source, config: ApiConfig, dataset: str | None, batch_s
 def hybrid_step2(model_input: str | Path, data_input: str | Path, cfg: str | Path) -> tuple[Source, Front, dict]:
     """Build from the three files of step 1 (the edited config's layer dtypes and ranges)."""
     data = _read_data(Path(data_input))
-    import onnx
-
     for path in (Path(model_input), Path(cfg)):
         if not path.is_file():
             raise InputError(f"{path}: no such file")
-    try:
-        model = onnx.load(str(model_input))
-    except Exception as error:  # noqa: BLE001 - protobuf raises several kinds for a damaged file
-        raise ModelFileError(f"{model_input}: not the .model file of hybrid_quantization_step1: {error}") from None
+    model = _read_onnx(Path(model_input), "no such file", "not the .model file of hybrid_quantization_step1")
     source = Source(model, str(data["name"]), {k: list(v) for k, v in (data.get("input_shapes") or {}).items()})
     options = CompileOptions(precision="hybrid", quant_config=str(cfg), input_shapes=source.input_shapes,
                              optimization_level=int(data["optimization_level"]), name=source.name,

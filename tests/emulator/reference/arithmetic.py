@@ -110,12 +110,15 @@ def lut_table(x, table, start, end, select, uscale, ushift, oscale, oshift):
 def lut(x, le, lo, cfg: dict) -> int:
     le_status, le_value = lut_table(x, le, *cfg["le"])
     lo_status, lo_value = lut_table(x, lo, *cfg["lo"])
+    return clamp(lo_value if pick_lo(le_status, lo_status, cfg) else le_value, INT32)
+
+
+def pick_lo(le_status: str, lo_status: str, cfg: dict) -> bool:
+    """Which table's value the LUT gives: a single hit wins, else the LUT_CFG priority bits."""
     if (le_status == "hit") != (lo_status == "hit"):
-        pick_lo = lo_status == "hit"
-    elif le_status == lo_status == "under":
-        pick_lo = cfg["uflow_priority"] == 1
-    elif le_status == lo_status == "over":
-        pick_lo = cfg["oflow_priority"] == 1
-    else:
-        pick_lo = cfg["hybrid_priority"] == 1
-    return clamp(lo_value if pick_lo else le_value, INT32)
+        return lo_status == "hit"
+    if le_status == lo_status == "under":
+        return cfg["uflow_priority"] == 1
+    if le_status == lo_status == "over":
+        return cfg["oflow_priority"] == 1
+    return cfg["hybrid_priority"] == 1

@@ -10,6 +10,8 @@ import math
 
 import numpy as np
 
+from tests.emulator.reference.arithmetic import pick_lo
+
 F32 = np.float32
 
 
@@ -42,15 +44,7 @@ def lut_float(x, le, lo, cfg: dict) -> np.float32:
         return x
     le_status, le_value = table_value(x, le, *cfg["le"])
     lo_status, lo_value = table_value(x, lo, *cfg["lo"])
-    if (le_status == "hit") != (lo_status == "hit"):
-        pick_lo = lo_status == "hit"
-    elif le_status == lo_status == "under":
-        pick_lo = cfg["uflow_priority"] == 1
-    elif le_status == lo_status == "over":
-        pick_lo = cfg["oflow_priority"] == 1
-    else:
-        pick_lo = cfg["hybrid_priority"] == 1
-    return lo_value if pick_lo else le_value
+    return lo_value if pick_lo(le_status, lo_status, cfg) else le_value
 
 
 def program_config(program) -> dict:
