@@ -11,7 +11,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks import measure, models
+from benchmarks import fixed_cost, measure, models
 
 COLUMNS = ["model", "macs", "compile_s", "first_run_s", "emu_int8_ms", "emu_int8_cpu_ms", "emu_fp16_ms",
            "peak_rss_mb", "ort_ms", "ort_cpu_ms", "ratio", "cpu_ratio", "gmac_s"]
@@ -29,6 +29,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="batch sizes for the scaling table (npuemu compile --batch-size; '' skips it)")
     parser.add_argument("--batch-model", default="mobilenetv2", help="model for the batch scaling table")
     parser.add_argument("--json", metavar="OUT", help="also write the rows as JSON")
+    parser.add_argument("--calibration-samples", type=int, default=1,
+                        help="random calibration samples of the int8 compile (compile s); default 1")
+    parser.add_argument("--no-fixed-cost", action="store_true",
+                        help="skip the fixed cost per NPU task and per host step (benchmarks/fixed_cost.py)")
     parser.add_argument("--workdir", help="where models are written (default: a temporary directory)")
     args = parser.parse_args(argv)
     names = ["tiny"] if args.quick else [n.strip() for n in args.models.split(",") if n.strip()]
@@ -38,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads < 1:
         parser.error("--threads must be >= 1")
     measure.set_threads(args.threads)
+    if args.calibration_samples < 1:
+        parser.error("--calibration-samples must be >= 1")
+    measure.set_calibration_samples(args.calibration_samples)
     known = models.ALL + ["tiny"]
     for name in names:
         if name not in known:
@@ -76,23 +83,35 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 batch_rows = measure.batch_scaling(args.batch_model, model, workdir, sizes, repeat,
                                                    log=lambda s: print(s, flush=True))
+        fixed = None
+        if not args.no_fixed_cost:
+            print("fixed cost: building the micro models", flush=True)
+            try:
+                fixed = fixed_cost.measure_fixed(workdir, max(repeat, 5), log=lambda s: None)
+            except RuntimeError as exc:
+                skipped["fixed cost"] = f"failed: {exc}"
     print()
-    print(f"threads: {args.threads} (onnxruntime intra-op; emulator BLAS/OpenMP/Numba), repeat {repeat}")
+    print(f"threads: {args.threads} (onnxruntime intra-op; emulator BLAS/OpenMP/Numba), repeat {repeat}, "
+          f"calibration samples {args.calibration_samples}")
     print(table(rows))
     print()
     print(scaling(rows))
     if batch_rows:
         print()
         print(batch_table(batch_rows))
+    if fixed is not None:
+        print()
+        print(fixed_cost.table(fixed))
     for name, reason in skipped.items():
         print(f"skipped {name}: {reason}")
     if args.json:
         meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": " ".join(sys.argv),
+                "calibration_samples": args.calibration_samples,
                 "cpus": os.cpu_count(), "python": platform.python_version(), "repeat": repeat,
                 "threads": args.threads}
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "columns": COLUMNS, "rows": rows, "batch_rows": batch_rows,
-                       "skipped": skipped}, f, indent=1)
+                       "fixed_cost": fixed, "skipped": skipped}, f, indent=1)
     return 0 if rows or skipped else 1
 
 

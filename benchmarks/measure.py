@@ -3,8 +3,9 @@ onnxruntime float time. Every figure is wall-clock on this machine (time.perf_co
 
 What each figure times (see RESULTS.md):
 - compile_s: the whole `npuemu compile model.onnx --quantize --dataset ds.txt -o m.npu` process
-  (interpreter start, ONNX import, passes, int8 calibration on ONE random sample, lowering,
-  model-file write). int8 needs scales, so a single-sample calibration stands in for "no calibration".
+  (interpreter start, ONNX import, passes, int8 calibration, lowering, model-file write). The
+  calibration uses ONE random sample by default (int8 needs scales, so a single-sample calibration
+  stands in for "no calibration"); ``--calibration-samples 20`` gives issue 20's compile figure.
 - first_run_s: one cold `npuemu run m.npu --input x.npy` process, end to end, with the Numba cache
   already warm (one untimed run first).
 - emu_int8_ms: in a worker process, Runtime.run() plus the timing-model report (report_npu),
@@ -63,20 +64,36 @@ def _timed(cmd: list[str]) -> float:
     return elapsed
 
 
-def prepare(name: str, model, workdir: str, seed: int = 0) -> dict:
+def prepare(name: str, model, workdir: str, seed: int = 0, samples: int | None = None) -> dict:
+    """The ONNX file, the benchmark input and a dataset list of ``samples`` calibration samples
+    (default CALIBRATION_SAMPLES): the input itself, then further seeded random inputs."""
     import onnx
 
     os.makedirs(workdir, exist_ok=True)
     onnx_path = os.path.join(workdir, f"{name}.onnx")
     onnx.save(model, onnx_path)
     dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
-    x = np.random.default_rng(seed).standard_normal(dims).astype(np.float32)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(dims).astype(np.float32)
     x_path = os.path.join(workdir, f"{name}_x.npy")
     np.save(x_path, x)
+    names = [os.path.basename(x_path)]
+    for i in range(1, samples or CALIBRATION_SAMPLES):
+        names.append(f"{name}_cal{i}.npy")
+        np.save(os.path.join(workdir, names[-1]), rng.standard_normal(dims).astype(np.float32))
     ds_path = os.path.join(workdir, f"{name}_ds.txt")
     with open(ds_path, "w") as f:
-        f.write(os.path.basename(x_path) + "\n")
+        f.write("".join(n + "\n" for n in names))
     return {"onnx": onnx_path, "x": x_path, "dataset": ds_path, "input_name": model.graph.input[0].name}
+
+
+#: calibration samples of the compile_s figure (``python -m benchmarks --calibration-samples``)
+CALIBRATION_SAMPLES = 1
+
+
+def set_calibration_samples(n: int) -> None:
+    global CALIBRATION_SAMPLES
+    CALIBRATION_SAMPLES = n
 
 
 def compile_int8(paths: dict, out: str, extra: tuple[str, ...] = ()) -> float:

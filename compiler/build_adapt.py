@@ -19,9 +19,12 @@ from npuemu.compiler.build_host import (  # noqa: F401 (names build.py imports f
 )
 from npuemu.compiler import op_table
 from npuemu.compiler.ir import FusedOp, Graph, Node, QuantParams, Tensor
-from npuemu.compiler.deconv_phases import phase_conv, phase_weights
+from npuemu.compiler.deconv_phases import interleave_fits, phase_conv, phase_weights
 from npuemu.compiler.passes.constraints import as_cube
+from npuemu.compiler.passes.lower_attention import WEIGHTS_FROM  # a Conv's weights read from a feature map (22.3)
 from npuemu.compiler.lower import Activation, ActivationLayer, ConcatLayer, ConvLayer, SliceLayer, EltwiseLayer, PoolLayer, Quant, Residual
+from npuemu.compiler.lower.layers import ResizeLayer
+from npuemu.compiler.ops.resize import replication_factors
 from npuemu.compiler.lower.broadcast_lanes import lane_broadcast
 from npuemu.compiler.lower.lut import ONNX_LUT_KINDS  # ONNX op -> LUT function kind (the op table's)
 from npuemu.compiler.lower.placement import PLATFORM_DTYPE
@@ -183,7 +186,7 @@ def _conv(graph: Graph, node: Node) -> ConvLayer:
         weight_zero_point=weight_zp, input_quant=input_quant,
         output_quant=None if wide else int8_quant(graph, node.outputs[0], node),
         activation=activation, residual=residual, bias_in_accumulator_units=True,
-        output_dtype="int32" if wide else "",
+        output_dtype="int32" if wide else "", interleave=tuple(attrs.get("interleave", ())),
     )
 
 
@@ -225,7 +228,8 @@ def _conv_fp16(graph: Graph, node: Node) -> ConvLayer:
         stride=tuple(attrs.get("strides", [1, 1])), dilation=tuple(attrs.get("dilations", [1, 1])),
         pads=(top, left, bottom, right), groups=int(attrs.get("group", 1)), activation=activation,
         residual=residual, dtype="float16",
-        output_dtype="float32" if stored_dtype(graph, node.outputs[0]) == "float32" else "")
+        output_dtype="float32" if stored_dtype(graph, node.outputs[0]) == "float32" else "",
+        weight_source=node.attrs.get(WEIGHTS_FROM, ""), interleave=tuple(attrs.get("interleave", ())))
 
 
 def _pool(graph: Graph, node: Node) -> PoolLayer:
@@ -479,11 +483,25 @@ def _lut_record(graph: Graph, node: Node, platform: Platform) -> ActivationLayer
                            dtype=dtype)
 
 
+def _resize_record(graph: Graph, node: Node, platform: Platform) -> ResizeLayer | None:
+    """Nearest upsampling by whole factors (lower/lower_resize.py); the bytes move unchanged, so
+    the quantization must be shared (quant/sharing.py passes it through a Resize)."""
+    x, y = node.inputs[0], node.outputs[0]
+    factors, _ = replication_factors(node.attrs, graph.tensor(x).shape)
+    if factors is None or node.fused or stored_dtype(graph, x) != stored_dtype(graph, y):
+        return None
+    quant = layer_quant(graph, x, node)
+    if quant != layer_quant(graph, y, node):
+        raise _fail(node, "a nearest resize copies bytes, so input and output must share their quantization")
+    return ResizeLayer(node.layer_name, x, y, chw(graph, x, node), factors, quant, dtype=stored_dtype(graph, x))
+
+
 #: NPU lowering kind (op_table.LOWERINGS) -> the builder of its record. Kinds not here make no
 #: record of their own: conv_phases and split expand into conv/slice nodes first (layer_records),
 #: alias is build_adapt.alias_from_node, as_conv exists after a rewrite only, host is a host step.
 LAYER_BUILDERS = {"conv": _conv_record, "pool": _pool_record, "eltwise": _eltwise_record, "concat": _concat_record,
-                  "slice": _slice_record, "activation": _relu_record, "lut": _lut_record}
+                  "slice": _slice_record, "activation": _relu_record, "lut": _lut_record,
+                  "resize": _resize_record}
 
 
 # --- interim: LUT activations after a residual add (broadcasting element-wise ops: layer_records)
@@ -638,6 +656,9 @@ def split_conv_transpose(graph: Graph, node: Node) -> tuple[list[Tensor], Node, 
     conv = Node(node.name, "Conv", inputs, [source],
                 {"kernel_shape": list(phases.kernel), "strides": [1, 1], "pads": list(phases.pads),
                  "dilations": [1, 1], "group": 1}, fused, "NPU")
+    interleaved = _interleaved_phases(graph, node, conv, tensors, phases, c_out)
+    if interleaved is not None:  # no DepthToSpace: each phase conv writes its pixels (LOWERING.md 13)
+        return interleaved[0], interleaved[1][0], interleaved[1][1:]
     moves = []
     if s > 1:  # stride 1: the phase conv's output is the uncropped image already
         spread = base if not phases.cropped else f"{base}_uncropped"
@@ -651,6 +672,51 @@ def split_conv_transpose(graph: Graph, node: Node) -> tuple[list[Tensor], Node, 
                           {"starts": [y0, x0], "ends": [y0 + crop_h, x0 + crop_w], "axes": [2, 3], "steps": [1, 1]},
                           [], "CPU"))
     return tensors, conv, moves
+
+
+def _interleaved_phases(graph: Graph, node: Node, conv: Node, tensors: list[Tensor], phases,
+                        c_out: int) -> tuple[list[Tensor], list[Node]] | None:
+    """(per-phase constants, the s*s phase Conv nodes) writing the ConvTranspose's output
+    interleaved (deconv_phases.interleaved_write, attr ``interleave`` = [s, ry, rx]), else None
+    (stride 1, a crop, a fused part the split would move (split_lut_activation), a phase 1 wide,
+    more output surfaces than one write group or a line wider than the WDMA's channel field, or
+    constants not per channel)."""
+    s = phases.stride
+    # surfaces counted in the smallest atom lanes of any chip (RK356x fp16: 4) so the lowering,
+    # which knows the chip, never refuses what is chosen here
+    quant = graph.tensor(node.outputs[0]).quant
+    pass_kernels = 16 if quant is not None and quant.dtype == "float16" else 32
+    if s == 1 or phases.cropped or phases.out_hw[1] < 2 or not interleave_fits(phases.out_hw[1], c_out, pass_kernels) \
+            or split_lut_activation(graph, Node(conv.name, "Conv", conv.inputs, [node.outputs[0]], dict(conv.attrs),
+                                                list(conv.fused), "NPU")) is not None:
+        return None
+    new, nodes = [], []
+    for ry in range(s):
+        for rx in range(s):
+            pick = (np.arange(c_out) * s + ry) * s + rx  # the phase's channels of the stacked conv
+            inputs = []
+            for name in conv.inputs:
+                tensor = graph.tensor(name) if name not in {t.name for t in tensors} else \
+                    next(t for t in tensors if t.name == name)
+                inputs.append(name if not tensor.is_const else _phase_constant(tensor, pick, f"_p{ry}{rx}", new))
+            fused = [FusedOp(p.op_type, dict(p.attrs), [_phase_constant(next(t for t in tensors if t.name == p.inputs[0]),
+                                                                        pick, f"_p{ry}{rx}", new)], p.carry_index,
+                             p.source, p.tag) if p.inputs else p for p in conv.fused]
+            nodes.append(Node(f"{node.name}_phase{ry}{rx}", "Conv", inputs, [node.outputs[0]],
+                              dict(conv.attrs, interleave=[s, ry, rx]), fused, "NPU"))
+    return new, nodes
+
+
+def _phase_constant(tensor: Tensor, pick: np.ndarray, suffix: str, new: list[Tensor]) -> str:
+    """``tensor``'s channels ``pick`` (axis 0, with per-channel quantization) as a new constant."""
+    data = np.asarray(tensor.data)
+    quant = tensor.quant
+    if data.size > 1:
+        data = data.reshape(data.shape[0], *data.shape[1:])[pick]
+    if quant is not None and quant.per_channel:
+        quant = QuantParams(quant.dtype, np.asarray(quant.scale)[pick], np.asarray(quant.zero_point)[pick], 0)
+    new.append(Tensor(tensor.name + suffix, tuple(data.shape), tensor.dtype, data, quant))
+    return new[-1].name
 
 
 # --- channel Split as one slice layer per output ---------------------------------------------

@@ -3,7 +3,9 @@
 A node the partition gives to the CPU (or an NPU node the build runs on the host, build.py
 ``_host_step``) becomes one ``cpu`` schedule step (isa/CONTAINER.md 3.5): op, input and
 output tensor names and params (the node's canonical attributes). Constant inputs travel in
-the params as ``operands`` (node input order), so a step is self-contained.
+the params as ``operands`` (node input order), so a step is self-contained; one larger than
+``HOST_CONSTANT_LIMIT`` elements (an LSTM's or a wide Gemm's weights) is an ND tensor stored in
+the weights area instead, which the step reads as an input (operand ``{"tensor": name}``).
 
 Storage (CONTAINER.md 3.3): a tensor only host steps read or write (and a graph input or
 output of such steps) is stored in the ``ND`` layout, row-major in its ONNX shape, of any rank,
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from npuemu.compiler import op_table
-from npuemu.compiler.ir import Graph, Node
+from npuemu.compiler.ir import UNUSED_OUTPUT, Graph, Node
 from npuemu.isa.container_trailer import ND_DTYPES, ND_LAYOUT  # the trailer schema's layout and element types
 from npuemu.isa.errors import CompileError, UnsupportedOpError
 
@@ -80,7 +82,7 @@ def split_outputs(node: Node) -> list[Node] | None:
         return None
     return [Node(f"{node.name}_{index}", node.op_type, list(node.inputs), [output],
                  dict(node.attrs) | {"output_index": index}, list(node.fused), "CPU")
-            for index, output in enumerate(node.outputs) if output]
+            for index, output in enumerate(node.outputs) if output and UNUSED_OUTPUT not in output]
 
 
 CONSTANT = "Constant"  # build-internal host op: writes the constant value in its params
@@ -106,17 +108,40 @@ def cpu_from_node(graph: Graph, node: Node) -> CpuOp:
         raise _fail(node, f"fused {', '.join(unknown)} on a CPU layer: no host-side op", UnsupportedOpError)
     if len(node.outputs) != 1:
         raise _fail(node, f"{len(node.outputs)} outputs; CPU steps are built for single-output layers")
-    inputs = tuple(name for name in node.inputs if name and not graph.tensor(name).is_const)
+    inputs = tuple(name for name in node.inputs if name and _read_as_tensor(graph, name))
     params = json_value(dict(node.attrs))
     if len(inputs) != len(node.inputs):
         params["operands"] = _host_operands(graph, node, node.inputs)
     if node.fused:  # applied in order to the running result; their tensor operands follow the op's inputs
         params["fused"] = [{"op": part.op_type, "attrs": json_value(dict(part.attrs)), "carry": part.carry_index,
                             "operands": _host_operands(graph, node, part.inputs)} for part in node.fused]
-        inputs += tuple(name for part in node.fused for name in part.inputs if not graph.tensor(name).is_const)
+        inputs += tuple(name for part in node.fused for name in part.inputs if _read_as_tensor(graph, name))
     if node.op_type == CONSTANT:
         params["operands"] = _host_operands(graph, node, node.outputs)
     return CpuOp(node.layer_name, node.op_type, inputs, node.outputs[0], params)
+
+
+def _in_weights(tensor) -> bool:
+    """A constant too large for a step's params: an ND tensor in the weights area."""
+    return tensor.is_const and np.asarray(tensor.data).size > HOST_CONSTANT_LIMIT
+
+
+def _read_as_tensor(graph: Graph, name: str) -> bool:
+    """A step input read from memory: a non-constant, or a constant in the weights area."""
+    tensor = graph.tensor(name)
+    return not tensor.is_const or _in_weights(tensor)
+
+
+def host_constants(graph: Graph, host: dict[str, dict]) -> dict[str, bytes]:
+    """The bytes of the constant ND tensors among ``host`` (operands above HOST_CONSTANT_LIMIT:
+    an LSTM's or a wide Gemm's weights), stored in the weights area in their own element type."""
+    blobs = {}
+    for name, record in host.items():
+        tensor = graph.tensor(name)
+        if not _in_weights(tensor):  # a folded graph output is written by its Constant step
+            continue
+        blobs[name] = np.asarray(tensor.data).astype(np.dtype(record["dtype"])).tobytes()  # nd_record: its own type
+    return blobs
 
 
 def _host_operands(graph: Graph, node: Node, names) -> list:
@@ -127,13 +152,10 @@ def _host_operands(graph: Graph, node: Node, names) -> list:
             operands.append(None)
             continue
         tensor = graph.tensor(name)
-        if not tensor.is_const:
+        if _read_as_tensor(graph, name):  # a large constant is an ND tensor in the weights area
             operands.append({"tensor": name})
             continue
         values = np.asarray(tensor.data)
-        if values.size > HOST_CONSTANT_LIMIT:
-            raise _fail(node, f"constant operand {name!r} of {values.size} elements exceeds the host step's "
-                              f"limit of {HOST_CONSTANT_LIMIT}")
         if values.dtype.name not in ND_DTYPES:
             raise _fail(node, f"constant operand {name!r} has element type {values.dtype.name}")
         operands.append({"constant": {"shape": list(values.shape), "dtype": values.dtype.name,
@@ -155,7 +177,8 @@ def nd_record(graph: Graph, name: str) -> dict:
     """A host-only tensor stored as the quantized graph decided (int8 with its quantization, or
     float16) when it is a float tensor, else in its ONNX element type (int64, bool, ...)."""
     tensor = graph.tensor(name)
-    quant = tensor.quant if tensor.dtype.startswith("float") else None  # integers and bools keep their values
+    # integers and bools keep their values; so does a large constant operand (its values, as params carry them)
+    quant = tensor.quant if tensor.dtype.startswith("float") and not _in_weights(tensor) else None
     record = {"name": name, "shape": list(tensor.shape), "layout": ND_LAYOUT}
     if quant is not None and quant.dtype == "float16":
         record["dtype"] = "float16"

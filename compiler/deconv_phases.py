@@ -9,7 +9,9 @@ DepthToSpace (blocksize s, mode CRD:
 channel ``(co*s + ry)*s + rx`` goes to output pixel ``(s*qy + ry, s*qx + rx)`` of channel co) and
 a crop of the ConvTranspose's pads. The conv runs on the NPU with the layer's bias, activation and
 quantization; DepthToSpace and the crop move bytes only (host steps, build_adapt). With kernel =
-stride this is the 1x1 conv of the DBNet upsampling heads and nothing is cropped.
+stride this is the 1x1 conv of the DBNet upsampling heads and nothing is cropped. Where nothing is
+cropped the DepthToSpace is not needed: the s*s phases run as separate convs that write their
+pixels interleaved (``interleaved_write`` below, LOWERING.md 13).
 
 Used by the partition (passes/constraints.py: does the phase conv fit the CNA?) and by the build
 (build_adapt.split_conv_transpose); the arithmetic is the ONNX definition (compiler/ops/conv.py).
@@ -20,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from npuemu.isa.errors import CompileError
 
 
 @dataclass(frozen=True)
@@ -78,3 +82,50 @@ def phase_weights(weights: np.ndarray, phases: PhaseConv) -> np.ndarray:
                     if y < kh and x < kw:
                         out[:, ry, rx, :, ty, tx] = weights[:, :, y, x].T
     return out.reshape(c_out * s * s, c_in, kph, kpw)
+
+
+# --- the interleaved write: each phase conv straight into the ConvTranspose's output -------------
+#
+# Instead of one conv of s*s*C_out channels and a host DepthToSpace, s*s convs of C_out channels
+# (phase (ry, rx): the channels (co*s + ry)*s + rx of phase_weights) each write their pixels at
+# (s*y + ry, s*x + rx) of the output with the DPU's interleaved write (emulator/REGISTER_SEMANTICS
+# 3.3.1, the vendor's Resize bilinear phase convs): DST_BASE_ADDR + (ry*s*W + rx) atoms, pixel step
+# s atoms (NOTCH_ADDR_0 = s - 1), line step s output rows (SURFACE_ADD). The conv and its
+# arithmetic are unchanged; only the addresses move (LOWERING.md 13).
+
+MAX_WRITE_SURFACES = 8  # BS_OW_CFG SIZE_E is 3 bits: SURFACE_ADD is the line step, so one group only
+#: WDMA_SIZE_0.CHANNEL_WDMA is 13 bits and the interleaved write describes a line as one pixel of
+#: width x channels (the cube's channels, allocated in whole passes of kernels)
+MAX_WDMA_CHANNELS = 8192
+
+
+def interleave_fits(width: int, channels: int, pass_kernels: int) -> bool:
+    """Whether a phase conv ``width`` pixels wide with ``channels`` outputs, allocated in passes
+    of ``pass_kernels`` (32 int8, 16 float16 on rk3588; the largest of the chips), can write
+    interleaved: one line is one WDMA pixel of ``width`` times its allocated channels."""
+    allocated = -(-channels // pass_kernels) * pass_kernels
+    return -(-channels // 4) <= MAX_WRITE_SURFACES and width * allocated <= MAX_WDMA_CHANNELS
+
+
+def written_shape(shape: tuple[int, int, int], interleave: tuple[int, ...]) -> tuple[int, int, int]:
+    """The output tensor's (C, H, W) for a conv of output ``shape`` written as phase ``interleave``."""
+    if not interleave:
+        return shape
+    s = interleave[0]
+    return shape[0], s * shape[1], s * shape[2]
+
+
+def interleaved_write(interleave: tuple[int, ...], out_width: int, c2: int, channels: int, per_pass: int,
+                      layer: str, residual: bool = False) -> tuple[int, int, int, tuple[int, int]]:
+    """(phase width, SIZE_E + 1, the phase's first atom, (pixel step, line step) in atoms) for phase
+    ``interleave`` = (s, ry, rx) written into an output ``out_width`` pixels wide; ``channels`` the
+    surfaces' channels the DPU writes."""
+    s, ry, rx = interleave
+    width = out_width // s
+    surfaces = -(-channels // c2)
+    if width < 2 or residual or surfaces > MAX_WRITE_SURFACES:
+        # width 1: the WDMA sizes would read as a plain write (REGISTER_SEMANTICS 3.3.1)
+        raise CompileError(f"layer {layer}: interleaved phase write needs a phase at least 2 pixels wide, no "
+                           f"residual and at most {MAX_WRITE_SURFACES} surfaces (got width {width}, "
+                           f"{surfaces} surfaces{', a residual' if residual else ''})")
+    return width, max(per_pass, surfaces), ry * out_width + rx, (s, s * out_width)

@@ -25,7 +25,7 @@ graph between them; everything else calls :func:`compile_model`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,10 +36,14 @@ from npuemu.compiler.build import build_model
 from npuemu.compiler.core_mask import parse_core_mask
 from npuemu.compiler.ir import Graph
 from npuemu.compiler.onnx_import import import_onnx
+from npuemu.compiler.mnn_import import is_mnn_path, mnn_to_onnx
 from npuemu.compiler.passes import PassContext, optimize
 from npuemu.compiler.quant import (CalibrationOptions, calibrate, float16_graph, preprocess_for_inputs,
                                    quantize_from_config, quantize_graph, quantize_with_dataset, read_config)
+from npuemu.compiler.quant.auto_hybrid import calibrate_auto_hybrid
+from npuemu.compiler.quant.dataset import CalibrationSamples, read_dataset
 from npuemu.compiler.quant.qdq import quantize_prequantized, take_qdq_params
+from npuemu.compiler import dynamic_shapes, sparse_weights
 from npuemu.isa.container import ModelFile
 from npuemu.isa.errors import CompileError, ConfigError
 from npuemu.platforms import Platform, apply_overrides, load_platform
@@ -96,6 +100,9 @@ class CompileOptions:
     std: Sequence[str] = ()
     bgr: bool = False
     progress: bool = False
+    # called with each phase's name (PHASES) as it starts: the CLI draws it on a terminal
+    # (tools/progress_cli.py); library code never prints
+    on_phase: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
     input_shapes: Mapping[str, Sequence[int]] = field(default_factory=dict)
     optimization_level: int = 3
     core_mask: str = "auto"
@@ -104,12 +111,24 @@ class CompileOptions:
     elide_copies: bool = True  # no-copy Concat/Split where the layout allows (LOWERING.md 10.1)
     pack_inputs: bool = True  # 1-4 channel first-layer inputs stored packed (C2 = C)
     prune: bool = False  # remove all-zero conv output channels (guide 5.8, passes/prune.py)
+    sparse: bool = False  # RK3576 4:2 sparse conv weights (guide 5.11, compiler/sparse_weights.py)
     name: str | None = None
     # platform figures replaced for this build: KEY -> value or value text (`--set KEY=VALUE`, the
     # keys and checks of `npuemu platforms --set`); recorded in the model file when given
     platform_overrides: Mapping[str, Any] = field(default_factory=dict)
     # the user's Python ops ("module:Class", compiler/ops/custom.py; `--custom-op`): host steps
     custom_ops: Sequence[str] = ()
+    # model surgery before import (passes/surgery.py): cut at tensors (`--inputs`/`--outputs`, None:
+    # the model's own), inputs fixed to constants (`--freeze NAME=VALUE`: name -> value)
+    inputs: Sequence[str] | None = None
+    outputs: Sequence[str] | None = None
+    freeze: Mapping[str, Any] = field(default_factory=dict)
+    # input shape sets of a dynamic-shape build (guide 5.4, compiler/dynamic_shapes.py): each a
+    # mapping NAME -> shape or the vendor's list of shapes in input order; () for a static build
+    dynamic_input: Sequence[Any] = ()
+    # int8 with the layers that cost the most accuracy moved to float16 until the outputs' cosine
+    # to the float model reaches this on the calibration set (`--auto-hybrid`, quant/auto_hybrid.py)
+    auto_hybrid: float | None = None
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -122,6 +141,9 @@ class CompileOptions:
         if self.batch_size != 1 and self.core_mask != "auto":
             raise ConfigError(f"--batch-size {self.batch_size} cannot be combined with --core-mask {self.core_mask}: "
                               "every batch context runs with core mask auto, one context per core (guide 5.6.1)")
+        if self.auto_hybrid is not None and self.precision != "int8":
+            raise ConfigError("--auto-hybrid moves layers of an int8 build to float16: it needs --dataset ds.txt and "
+                              "cannot be combined with --fp16 or --quant-config")
 
     @property
     def calibration_given(self) -> bool:
@@ -150,6 +172,20 @@ class Front:
     quantization: Any = None  # quant.QuantizationResult; None for precision "float"
     preprocess: dict[str, Any] = field(default_factory=dict)  # per input, as plain values
     model: ModelFile | None = None  # the model file, once :func:`build` made it
+    sparse_note: str | None = None  # why --sparse does nothing in this build (fp16), for the log
+    source: Any = None  # the ONNX model (path or ModelProto): a dynamic-shape build imports it per set
+    auto_hybrid: Any = None  # quant.auto_hybrid.AutoHybridResult of an --auto-hybrid build
+
+
+#: What ``CompileOptions.on_phase`` is called with, in order: :func:`prepare` reports the first three
+#: (quantization only when the build quantizes), :func:`build` / :func:`build_graph` the last, which
+#: covers stages 5-9 (layer records, memory plan, lowering, scheduling, packaging).
+PHASES = ("import", "graph passes", "quantization", "lowering")
+
+
+def _phase(options: CompileOptions, name: str) -> None:
+    if options.on_phase is not None:
+        options.on_phase(name)
 
 
 def compile_model(model: str | Path | Any, target: str | Platform = "rk3588",
@@ -162,10 +198,22 @@ def prepare(model: str | Path | Any, target: str | Platform = "rk3588",
             options: CompileOptions | None = None) -> Front:
     """Stages 1-4: import, graph passes and partition, quantization."""
     options = options or CompileOptions()
+    if is_mnn_path(model):  # an .mnn file is read into the ONNX graph it holds (compiler/mnn_import.py)
+        model = mnn_to_onnx(model)
+    if options.dynamic_input:  # set 0 is prepared as a static build is (compiler/dynamic_shapes.py)
+        options = dynamic_shapes.first_set_options(model, options)
     platform = target_platform(target, options.platform_overrides)  # a typo fails first
-    graph = import_onnx(model, options.input_shapes, options.custom_ops)
-    front = Front(graph, platform, options)
+    sparse_note = None
+    if options.sparse:  # a chip without it fails before the import (compiler/sparse_weights.py)
+        platform, sparse_note = sparse_weights.build_platform(platform, options.precision)
+    _phase(options, "import")
+    graph = import_onnx(model, options.input_shapes, options.custom_ops, inputs=options.inputs,
+                        outputs=options.outputs, freeze=options.freeze)
+    front = Front(graph, platform, options, sparse_note=sparse_note, source=model)
+    _phase(options, "graph passes")
     run_passes(front)
+    if options.precision != "float":
+        _phase(options, "quantization")
     quantize(front)
     return front
 
@@ -193,6 +241,8 @@ def quantize(front: Front) -> None:
         front.quantization = _float16(graph, options)
     elif options.precision == "int8":
         front.quantization = _int8(front)
+    if front.platform.sparse.enabled and front.quantization is not None:
+        sparse_weights.symmetric_weights(graph, front.platform)  # pruned weights stay 0 (LOWERING.md 23)
 
 
 def _in_memory(dataset) -> bool:
@@ -243,12 +293,27 @@ def _int8(front: Front):
     if _in_memory(options.dataset):
         if options.mean or options.std or options.bgr:
             raise ConfigError("samples given in memory are used as they are: leave out mean, std and bgr")
+        if options.auto_hybrid is not None:
+            return _auto_hybrid(front, options.dataset, calibration)
         ranges = calibrate(graph, options.dataset, options.algorithm, progress=options.progress).ranges
         return quantize_graph(graph, ranges, per_channel=options.per_channel,
                               weight_clipping=calibration.weight_clipping)
     preprocess = preprocess_for_inputs(graph, options.mean, options.std, options.bgr)
     front.preprocess = {name: value.to_plain() for name, value in preprocess.items()}
+    if options.auto_hybrid is not None:
+        samples = CalibrationSamples(read_dataset(options.dataset, list(graph.inputs)), graph, preprocess)
+        result = _auto_hybrid(front, samples, calibration)
+        result.preprocess = dict(preprocess)
+        return result
     return quantize_with_dataset(graph, options.dataset, preprocess, calibration)
+
+
+def _auto_hybrid(front: Front, samples, calibration: CalibrationOptions):
+    """int8 with its most harmful layers in float16 (quant/auto_hybrid.py); the choice is kept
+    on the Front for the compile summary."""
+    result, front.auto_hybrid = calibrate_auto_hybrid(front.graph, samples, calibration, front.options.auto_hybrid,
+                                                      front.platform)
+    return result
 
 
 def build(front: Front) -> ModelFile:
@@ -256,6 +321,11 @@ def build(front: Front) -> ModelFile:
     if front.quantization is None:
         raise CompileError("a model file needs a quantized graph: add --quantize --dataset ds.txt, --fp16 or "
                            "--quant-config")
+    _phase(front.options, "lowering")
+    if front.options.dynamic_input:  # one static build per shape set, merged (compiler/dynamic_shapes.py)
+        front.model = dynamic_shapes.build_dynamic(front, front.source, front.options.dynamic_input, run_passes,
+                                                   _build_graph)
+        return front.model
     front.model = _build_graph(front.graph, front.platform, front.options, front.preprocess)
     return front.model
 
@@ -278,13 +348,17 @@ def build_graph(graph: Graph, target: str | Platform = "rk3588", options: Compil
                 preprocess: Mapping[str, Any] | None = None) -> ModelFile:
     """Stages 5-9 on a graph already fused and quantized (by :func:`prepare` or by hand)."""
     options = options or CompileOptions()
-    return _build_graph(graph, target_platform(target, options.platform_overrides), options, preprocess)
+    platform = target_platform(target, options.platform_overrides)
+    _phase(options, "lowering")
+    return _build_graph(graph, platform, options, preprocess)
 
 
 def _build_graph(graph: Graph, platform: Platform, options: CompileOptions,
                  preprocess: Mapping[str, Any] | None) -> ModelFile:
     """Stages 5-9 for a platform that already carries ``options.platform_overrides``."""
     cores = parse_core_mask(options.core_mask, platform.cores.count, platform.name)
+    if options.sparse and not platform.sparse.enabled:  # build_graph callers: prepare did not set it
+        platform, _ = sparse_weights.build_platform(platform, options.precision)
     record = options.record(preprocess)
     overridden = overrides_record(platform, options.platform_overrides)
     if overridden:  # only then: a build without --set stays byte-identical to one before overrides existed
@@ -301,6 +375,6 @@ def _build_graph(graph: Graph, platform: Platform, options: CompileOptions,
     return dataclasses.replace(model, trailer=trailer)
 
 
-__all__ = ["PRECISIONS", "TIMING_ONLY_KEYS", "CompileOptions", "Front", "build", "build_graph", "compile_model",
+__all__ = ["PHASES", "PRECISIONS", "TIMING_ONLY_KEYS", "CompileOptions", "Front", "build", "build_graph", "compile_model",
            "compiler_overrides", "override_map", "overrides_record", "prepare", "quantize", "run_passes",
            "target_platform", "timing_only"]

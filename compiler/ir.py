@@ -23,6 +23,10 @@ from npuemu.isa.errors import CompileError
 #: Tags in fused layer names that are not simply the snake_case op type (``conv1_fuse_prelu``).
 _DEFAULT_TAGS = {"PRelu": "prelu"}
 
+#: In the name of the stand-in the importer gives an optional output a model left out in the
+#: middle of a node's outputs (LSTM's Y when only Y_h is wanted): computed, never read.
+UNUSED_OUTPUT = ".unused_output"
+
 
 @dataclass
 class QuantParams:

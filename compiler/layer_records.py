@@ -3,7 +3,8 @@
 Every node becomes one record: an NPU layer for ``lower`` (build_adapt.layer_from_node), a host
 step (``CpuOp``) or an ``Alias`` (a Reshape-like view of another tensor's bytes, no work). Some
 nodes become several: a channel Split per output, a ConvTranspose as the conv of its stride
-phases plus host moves (deconv_phases.py), a conv whose fused parts split
+phases plus host moves (deconv_phases.py), an NPU Glu or Softmax as the nodes of
+passes/lower_glu.py or lower_softmax.py, a conv whose fused parts split
 (build_adapt.split_lut_activation) as the conv plus the node after it. New tensors those need go into a copy of the graph, never into the
 caller's.
 """
@@ -23,6 +24,9 @@ from npuemu.compiler.build_adapt import (
 )
 from npuemu.compiler.ir import Graph, Tensor
 from npuemu.compiler.lower import ConcatLayer, ConvLayer, EltwiseLayer
+from npuemu.compiler.passes.lower_attention import expand_attention
+from npuemu.compiler.passes.lower_glu import expand_glu
+from npuemu.compiler.passes.lower_softmax import expand_softmax
 from npuemu.isa.errors import CompileError
 
 
@@ -31,7 +35,8 @@ def reads(layer) -> tuple[str, ...]:
     if isinstance(layer, CpuOp):
         return tuple(layer.inputs)
     if isinstance(layer, ConvLayer):
-        return (layer.input,) + ((layer.residual.tensor,) if layer.residual else ())
+        return (layer.input,) + ((layer.residual.tensor,) if layer.residual else ()) \
+            + ((layer.weight_source,) if layer.weight_source else ())
     if isinstance(layer, (EltwiseLayer, ConcatLayer)):
         return tuple(layer.inputs)
     return (layer.input,)
@@ -115,6 +120,16 @@ def _expand(graph: Graph, spec) -> tuple[Graph, list]:
     target = _GraphCopy(graph)
     nodes = constant_outputs(graph)  # graph outputs the import folded to constants: host steps writing them
     for node in graph.nodes:
+        attention = expand_attention(target, node)  # LOWERING.md 22.3: adds its tensors through ``target``
+        if attention is not None:
+            nodes += [piece for part in attention for piece in split_channels(target.graph, part) or [part]]
+            continue
+        glu = expand_glu(target.graph, node) or expand_softmax(target.graph, node)  # LOWERING.md 22.1, 22.2
+        if glu is not None:
+            for tensor in glu[0]:
+                target.add(tensor)
+            nodes += [piece for part in glu[1] for piece in split_channels(target.graph, part) or [part]]
+            continue
         slices = split_channels(target.graph, node)
         if slices is not None:
             nodes += slices
@@ -154,7 +169,8 @@ def _resolve(layer, aliases: Mapping[str, str]):
         residual = layer.residual
         if residual is not None and residual.tensor in aliases:
             residual = dataclasses.replace(residual, tensor=aliases[residual.tensor])
-        return dataclasses.replace(layer, input=aliases.get(layer.input, layer.input), residual=residual)
+        return dataclasses.replace(layer, input=aliases.get(layer.input, layer.input), residual=residual,
+                                   weight_source=aliases.get(layer.weight_source, layer.weight_source))
     if isinstance(layer, (EltwiseLayer, ConcatLayer, CpuOp)):
         return dataclasses.replace(layer, inputs=tuple(aliases.get(name, name) for name in layer.inputs))
     return dataclasses.replace(layer, input=aliases.get(layer.input, layer.input))

@@ -32,12 +32,13 @@ from onnx import numpy_helper
 
 from npuemu.isa.errors import CompileError, ModelFileError, NpuemuError, UnsupportedOpError
 
-from .ir import Graph, Node, Tensor
+from .ir import UNUSED_OUTPUT, Graph, Node, Tensor
 from .ops import REGISTRY, Canonical, NodeView, TensorInfo, Unsupported, supported_ops
 from .ops.base import decode_attr_value
 from .ops.custom import accepts as custom_accepts, register_custom_ops
 from .ops.tensor_info import numpy_dtype
 from .passes.fold_qdq import DEQUANTIZE, fold_qdq_pairs, refuse_leftover_qdq, weight_params
+from .passes.surgery import cut_model, freeze_inputs, node_reads
 
 log = logging.getLogger(__name__)
 
@@ -51,19 +52,30 @@ MAX_FOLD_BYTES = 1 << 30
 
 
 def import_onnx(model: str | Path | onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None,
-                custom_ops: Sequence[str] = ()) -> Graph:
+                custom_ops: Sequence[str] = (), *, inputs: Sequence[str] | None = None,
+                outputs: Sequence[str] | None = None, freeze: Mapping[str, Any] | None = None) -> Graph:
     """Import an ONNX model (file path or ModelProto) into a checked, constant-folded IR graph.
 
     ``input_shapes`` fixes the shapes of graph inputs by name; it is required for every input
     with a dynamic dimension. ``custom_ops`` ("module:Class" texts, ops/custom.py) registers
-    the user's Python ops first. Raises ModelFileError for unreadable/invalid files,
-    UnsupportedOpError listing every unsupported node, CompileError for other problems.
+    the user's Python ops first. ``freeze`` fixes inputs to constant values, ``inputs`` /
+    ``outputs`` cut the graph at those tensors (passes/surgery.py). Raises ModelFileError for
+    unreadable/invalid files, UnsupportedOpError listing every unsupported node, CompileError
+    for other problems.
     """
     register_custom_ops(custom_ops)
     model, source = _load(model)
     opset = _check_model(model, source)
     if model.functions:
         model = onnx.inliner.inline_local_functions(model)
+    if freeze:
+        freeze_inputs(model, freeze, source)
+        input_shapes = {name: shape for name, shape in (input_shapes or {}).items() if name not in freeze}
+    if inputs is not None or outputs is not None:
+        before = set(onnx_input_names(model))
+        cut_model(model, inputs, outputs, source)
+        cut_away = before - set(onnx_input_names(model))  # their given shapes no longer apply
+        input_shapes = {name: shape for name, shape in (input_shapes or {}).items() if name not in cut_away}
     unsupported = _unsupported_by_type(model, opset, tuple(custom_ops))
     if unsupported:
         raise UnsupportedOpError(_unsupported_message(source, unsupported))
@@ -149,6 +161,7 @@ class _UnsupportedNode:
     domain: str
     opset: int
     reason: str = ""
+    reads: tuple[str, ...] = ()  # the computed tensors it reads: where `--outputs` ends the model before it
 
     def line(self) -> str:
         domain = self.domain or "ai.onnx"
@@ -174,6 +187,8 @@ def _node_names(graph: onnx.GraphProto) -> list[str]:
 def _unsupported_by_type(model: onnx.ModelProto, opset: int,
                          custom_ops: Sequence[str] = ()) -> list[_UnsupportedNode]:
     opsets = {entry.domain: entry.version for entry in model.opset_import}
+    fixed = {init.name for init in model.graph.initializer} | {value.name for value in model.graph.input}
+    fixed |= {out for node in model.graph.node if node.op_type == "Constant" for out in node.output}
     found = []
     for name, node in zip(_node_names(model.graph), model.graph.node):
         if custom_accepts(node.op_type, node.domain, custom_ops):
@@ -181,17 +196,35 @@ def _unsupported_by_type(model: onnx.ModelProto, opset: int,
         if node.domain not in _DEFAULT_DOMAINS or custom_accepts(node.op_type, node.domain):  # not this compile's
             found.append(_UnsupportedNode(name, node.op_type, node.domain, opsets.get(node.domain, 0),
                                           "custom domain: register its Python op class with --custom-op module:Class "
-                                          "(CompileOptions(custom_ops=...))"))
-        elif node.op_type not in REGISTRY and node.op_type != "Constant":
-            found.append(_UnsupportedNode(name, node.op_type, node.domain, opset))
+                                          "(CompileOptions(custom_ops=...))",
+                                          tuple(i for i in node_reads(node) if i and i not in fixed)))
+        elif node.op_type not in REGISTRY and node.op_type not in ("Constant", "If"):  # If: its branch, when inlined
+            found.append(_UnsupportedNode(name, node.op_type, node.domain, opset,
+                                          reads=tuple(i for i in node_reads(node) if i and i not in fixed)))
     return found
 
 
 def _unsupported_message(source: str, nodes: list[_UnsupportedNode]) -> str:
     lines = [f"{source}: {len(nodes)} unsupported node{'s' if len(nodes) != 1 else ''}:"]
     lines += [node.line() for node in nodes]
-    lines.append(f"supported ops: {', '.join(supported_ops())}")
+    lines.append(f"supported ops: {', '.join(supported_ops())}; try: {_way_out(nodes)}")
     return "\n".join(lines)
+
+
+def _way_out(nodes: list[_UnsupportedNode]) -> str:
+    """What gets such a model through: a custom op for an op type npuemu lacks (a host step; a
+    built-in type cannot be replaced, ops/custom.py), --freeze for an If on an input, and a cut
+    before the nodes (--outputs), the rest left to the user's code."""
+    hints = []
+    missing = sorted({node.op_type for node in nodes if not node.reason or node.reason.startswith("custom domain")})
+    if missing:
+        hints.append(f"--custom-op MODULE:CLASS to run {', '.join(missing)} as a host step (compiler/ops/custom.py)")
+    if any(node.op_type == "If" for node in nodes):
+        hints.append("--freeze NAME=VALUE for the inputs an If condition depends on (its taken branch is inlined)")
+    cuts = list(dict.fromkeys(read for node in nodes if node.op_type != "If" for read in node.reads))
+    if cuts:
+        hints.append(f"--outputs {','.join(cuts[:5])} to end the model before the unsupported node(s)")
+    return "; or ".join(hints) or "--inputs / --outputs NAME,... to cut the unsupported node(s) out of the model"
 
 
 # ---- 3. dynamic input dims -------------------------------------------------------------------
@@ -249,8 +282,11 @@ def _set_dims(value: onnx.ValueInfoProto, given: list[int], source: str) -> None
         raise CompileError(f"{source}: input '{value.name}' has rank {len(dims)}, the given shape {given} has rank {len(given)}")
     for i, dim in enumerate(dims):
         if _is_static(dim) and dim.dim_value != given[i]:
+            batch = i == 0 and dim.dim_value == 1 and given[0] > 1  # the vendor's way to batch a fixed model
             raise CompileError(f"{source}: input '{value.name}' dim {i} is fixed at {dim.dim_value}, "
-                               f"the given shape {given} says {given[i]}")
+                               f"the given shape {given} says {given[i]}"
+                               + (f"; try: dim 0 at 1 with --batch-size {given[0]} (a build of {given[0]} batch "
+                                  "slices, guide 5.6)" if batch else ""))
     tensor_type.shape.ClearField("dim")
     for size in given:
         tensor_type.shape.dim.add().dim_value = size
@@ -327,28 +363,34 @@ class _Builder:
         self.inputs = [value.name for value in _graph_inputs(graph)]
         for value in _graph_inputs(graph):
             self.infos[value.name] = _info_of(value, source)
-        self.used = {name for node in graph.node for name in node.input} | {value.name for value in graph.output}
+        self.used = {name for node in graph.node for name in node_reads(node)} | {value.name for value in graph.output}
+        self.taken = set(_node_names(graph))  # node names; an inlined If branch's nodes must not repeat them
         self.nodes: list[Node] = []
         self.unsupported: list[_UnsupportedNode] = []
         self.leftover_fold_only: list[tuple[str, onnx.NodeProto]] = []
         self.weight_quant: dict[str, Any] = {}  # folded DequantizeLinear of an int8 constant -> its QuantParams
 
     def build(self) -> Graph:
-        for name, node in zip(_node_names(self.model.graph), self.model.graph.node):
-            if all(not i or i in self.infos for i in node.input):  # else downstream of an unsupported node
-                self._visit(name, node)
+        self._visit_all(_node_names(self.model.graph), self.model.graph.node)
         for name, node in self.leftover_fold_only:
             self.unsupported.append(_UnsupportedNode(name, node.op_type, node.domain, self.opset,
-                                                     "only supported where it folds to a constant"))
+                                                     "only supported where it folds to a constant",
+                                                     self._computed_reads(node)))
         if self.unsupported:
             raise UnsupportedOpError(_unsupported_message(self.source, self.unsupported))
         return self._graph()
+
+    def _visit_all(self, names: Sequence[str], nodes: Sequence[onnx.NodeProto]) -> None:
+        for name, node in zip(names, nodes):
+            if all(not i or i in self.infos for i in node_reads(node)):  # else downstream of an unsupported node
+                self._visit(name, node)
 
     def _visit(self, name: str, node: onnx.NodeProto) -> None:
         try:
             self._visit_node(name, node)
         except Unsupported as reason:
-            self.unsupported.append(_UnsupportedNode(name, node.op_type, node.domain, self.opset, str(reason)))
+            self.unsupported.append(_UnsupportedNode(name, node.op_type, node.domain, self.opset, str(reason),
+                                                     self._computed_reads(node)))
         except UnsupportedOpError:
             raise
         except NpuemuError as error:
@@ -357,15 +399,23 @@ class _Builder:
             log.debug("node %s failed", name, exc_info=True)
             raise CompileError(f"{self.source}: node '{name}' ({node.op_type}): {type(error).__name__}: {error}") from None
 
+    def _computed_reads(self, node: onnx.NodeProto) -> tuple[str, ...]:
+        return tuple(i for i in node_reads(node) if i and i not in self.constants and i not in self.inputs)
+
     def _visit_node(self, name: str, node: onnx.NodeProto) -> None:
         if node.op_type == "Constant":
             self._set_constant(node.output[0], _constant_value(node))
             return
+        if node.op_type == "If":
+            self._inline_if(name, node)
+            return
+        if node.op_type not in REGISTRY:  # inside an inlined If branch (the others were checked up front)
+            raise Unsupported("")
         op = REGISTRY[node.op_type]
         view = NodeView(node, name, self.opset, _attributes(node), self.constants, self.infos, self.used)
         canonical = op.canonicalize(view)
         out_infos = op.infer(canonical.attrs, [self.infos[i] for i in canonical.inputs])
-        outputs = list(node.output[:len(out_infos)])
+        outputs = _named_outputs(name, list(node.output[:len(out_infos)]), self.infos)
         if self._foldable(op, canonical):
             for output, value in zip(outputs, self._fold(op, canonical, out_infos)):
                 if output:
@@ -381,6 +431,32 @@ class _Builder:
             if output:
                 self.infos[output] = info
         self.nodes.append(Node(name, canonical.op_type or node.op_type, canonical.inputs, outputs, canonical.attrs))
+
+    def _inline_if(self, name: str, node: onnx.NodeProto) -> None:
+        """An If whose condition folded to a constant: its taken branch's nodes, visited in its
+        place (nested Ifs in turn), then its outputs named as the If's."""
+        condition = self.constants.get(node.input[0])
+        if condition is None:
+            raise Unsupported(f"its condition '{node.input[0]}' is not a constant once the input shapes are fixed; "
+                              "fix the inputs it depends on with --freeze NAME=VALUE (CompileOptions(freeze=...))")
+        taken = "then_branch" if bool(np.asarray(condition).reshape(-1)[0]) else "else_branch"
+        branch = next(onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == taken)
+        for init in branch.initializer:
+            self._set_constant(init.name, numpy_helper.to_array(init))
+        self.used |= {read for sub in branch.node for read in node_reads(sub)} | {v.name for v in branch.output}
+        names = []
+        for sub_name in _node_names(branch):
+            unique, k = sub_name, 1
+            while unique in self.taken:
+                unique, k = f"{name}/{sub_name}_{k}" if k > 1 else f"{name}/{sub_name}", k + 1
+            self.taken.add(unique)
+            names.append(unique)
+        self._visit_all(names, branch.node)
+        for inner, outer in zip(branch.output, node.output):
+            if inner.name in self.constants:
+                self._set_constant(outer, self.constants[inner.name])
+            elif inner.name in self.infos and outer:  # an Identity the clean-up bypasses
+                self._visit(f"{name}/{outer}", onnx.helper.make_node("Identity", [inner.name], [outer]))
 
     def _foldable(self, op: Any, canonical: Canonical) -> bool:
         return op.folds_from_shape or all(i in self.constants for i in canonical.inputs)
@@ -418,6 +494,23 @@ class _Builder:
                                     self.weight_quant.get(name)))
         graph.nodes = self.nodes
         return graph
+
+
+def _named_outputs(node: str, outputs: list[str], taken) -> list[str]:
+    """A node's outputs with the optional ones left out ("") dropped at the end and named in the
+    middle (LSTM's Y when only Y_h is wanted): the IR has no unnamed tensors. A named stand-in
+    is computed and never read (build_host.split_outputs makes no step for it)."""
+    while outputs and not outputs[-1]:
+        outputs.pop()
+    named = []
+    for index, output in enumerate(outputs):
+        if not output:
+            output, suffix = f"{node}{UNUSED_OUTPUT}{index}", 0
+            while output in taken:
+                suffix += 1
+                output = f"{node}{UNUSED_OUTPUT}{index}_{suffix}"
+        named.append(output)
+    return named
 
 
 # ---- 6. clean-up -----------------------------------------------------------------------------

@@ -37,7 +37,8 @@ ORIGINS = {
 #: NPU lowering kinds: how build_adapt turns an NPU node into a record
 LOWERINGS = {
     "conv": "a ConvLayer (CNA -> CORE -> DPU tasks, lower/lower_conv.py)",
-    "conv_phases": "a Conv of its stride phases plus host DepthToSpace/crop (build_adapt.split_conv_transpose)",
+    "conv_phases": "a Conv per stride phase writing interleaved (DPU), or one phase Conv plus host DepthToSpace/crop "
+                   "where the pads crop (build_adapt.split_conv_transpose)",
     "as_conv": "runs as a Conv after the -O3 rewrite fully_connected_as_conv (not built as itself)",
     "eltwise": "an EltwiseLayer (DPU BS/EW stage, lower/lower_eltwise.py; a [1,C,1,1] gate through the ERDMA per channel)",
     "activation": "an ActivationLayer without the LUT (DPU BS stage ReLU/clip), int8 only",
@@ -47,6 +48,7 @@ LOWERINGS = {
     "split": "one ChannelSlice node per output (build_adapt.split_channels)",
     "slice": "a SliceLayer (a DPU copy of a channel range)",
     "alias": "an Alias: the output views the input's bytes (build_adapt.alias_from_node)",
+    "resize": "a ResizeLayer (DPU-only unpooling tasks: nearest by whole factors, lower/lower_resize.py)",
     "host": "a host step even when the partition says NPU (build stage 5)",
 }
 
@@ -139,13 +141,20 @@ ROWS: tuple[OpRow, ...] = (
     OpRow("Pad", fusion="pad"),
     OpRow("DataConvert", "internal", lowering="host"),  # int8 <-> float16 at hybrid boundaries
     OpRow("Constant", "internal"),  # a graph output the import folded to a constant
-    *_host_only("Softmax", "DepthToSpace", "Resize", reference=REF_HOST),
-    *_host_only("Glu", origin="composite"),
+    OpRow("Resize", npu="resize", lowering="resize",  # nearest by whole factors (LOWERING.md 19)
+          reference="tests.compiler.test_resize_npu:reference_nearest"),
+    OpRow("Softmax", npu="softmax", reference=REF_HOST),  # fp16, channel axis: convs + LUTs (passes/lower_softmax)
+    OpRow("HeadAttention", "composite", npu="attention", host=False,  # convs + 22.2 at build stage 5 (lower_attention)
+          reference="tests.compiler.test_attention_npu:reference_attention"),
+    *_host_only("DepthToSpace", reference=REF_HOST),
+    OpRow("Glu", "composite", npu="glu",  # Split + Sigmoid + Mul at build stage 5 (passes/lower_glu.py)
+          reference="tests.compiler.test_glu_npu:reference_glu"),
     *_host_only("Transpose", "LayerNormalization", "MatMul", "Gemm", "BatchNormalization", "Pow", "Sqrt", "Exp",
                 "Erf", "Abs", "Neg", "Floor", "Ceil", "Round", "Reciprocal", "Log", "Sign", "Not", "Equal", "Less",
                 "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Where", "Cast"),
     *_host_only("ReduceSum", "ReduceMin", "ReduceMean", "ReduceMax", "ReduceProd", "ArgMax"),
     *_host_only("Slice", "Gather", "Expand", "Tile", "Identity", "Dropout"),
+    *_host_only("LSTM", "GRU", "RNN"),  # the sequence loop on the host (compiler/ops/recurrent.py)
 )
 
 #: ops the importer accepts that never reach the compiler's graph as themselves

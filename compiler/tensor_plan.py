@@ -12,10 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from npuemu.compiler.build_adapt import chw, host_tensors, layer_quant, stored_dtype
+from npuemu.compiler.build_host import host_constants
 from npuemu.compiler.layer_records import Records, reads, writes
 from npuemu.compiler.lower import ConvLayer, EltwiseLayer, ConcatLayer, feature_bytes, feature_placement
 from npuemu.compiler.lower import layer_constants, output_align
 from npuemu.compiler.lower.broadcast_lanes import lanes_aligns
+from npuemu.compiler.deconv_phases import written_shape
 from npuemu.compiler.lower.driver import copy_views
 from npuemu.compiler.memory_plan import TensorView, fold_views, lifetimes_from_steps, plan_sram, view_roots
 from npuemu.isa.errors import CompileError
@@ -72,6 +74,7 @@ def plan_tensors(records: Records, spec, *, elide_copies: bool, pack_inputs: boo
     shapes = _layer_shapes(layers)
     # tensors only host steps touch: ND records (build_host); the others NC1HWC2 like NPU feature maps
     host = host_tensors(graph, records.cpu_ops, set(shapes) | set(records.aliases.values()))
+    constants.update(host_constants(graph, host))  # large constant operands of host steps, in the weights area
     _add_host_step_shapes(records, host, shapes)
     for layer in layers:  # a residual read by a conv's EW unit uses the conv output geometry
         if isinstance(layer, ConvLayer) and layer.residual is not None:
@@ -80,7 +83,7 @@ def plan_tensors(records: Records, spec, *, elide_copies: bool, pack_inputs: boo
     packed = _packed_inputs(graph.inputs, records.work, shapes, dtypes) if pack_inputs else set()
     sizes = {name: feature_bytes(shape, dtypes[name], spec, channel_align=aligns.get(name, 1), packed=name in packed)
              for name, shape in shapes.items()}
-    sizes |= {name: record["size"] for name, record in host.items()}
+    sizes |= {name: record["size"] for name, record in host.items() if name not in constants}
     steps = [(reads(layer), writes(layer)) for layer in records.work]
     outputs = [records.aliases.get(o, o) for o in graph.outputs]
     lifetimes = lifetimes_from_steps(steps, sizes, graph.inputs, outputs)
@@ -153,7 +156,8 @@ def _packed_inputs(inputs, work, shapes, dtypes) -> set[str]:
 
 def _shapes(layer) -> dict[str, tuple[int, int, int]]:
     if isinstance(layer, ConvLayer):
-        shapes = {layer.input: layer.input_shape, layer.output: layer.output_shape}
+        # a ConvTranspose phase writes the whole interleaved image (deconv_phases.interleaved_write)
+        shapes = {layer.input: layer.input_shape, layer.output: written_shape(layer.output_shape, layer.interleave)}
         if layer.residual:
             shapes[layer.residual.tensor] = layer.output_shape
         return shapes

@@ -12,6 +12,9 @@ Speed (issue 8): decoding is a pure function of the started blocks' register val
 task of a cached chain keeps its last views and decoded states and reuses them while one dict
 comparison per block shows the executing groups unchanged (``RegisterFile.unchanged``);
 anything else is decoded again. The units still run and count every DMA byte every time.
+Issue 20: that memory is kept per executing group (a chain of an odd number of tasks starts
+each run on the other group), and a task whose decoded state and DMA counts repeat hands out
+its last (frozen) TaskRecord again, which the timing model then finds by identity.
 """
 
 from __future__ import annotations
@@ -52,9 +55,14 @@ class _TaskMemo:
     #: the blocks its op-enable word starts (set after its first writes: an unknown bit raises
     #: there, after the writes, and is never stored)
     blocks: tuple[str, ...] | None = None
-    #: (views, decoded states, groups, interrupt bits) of its last run, reused while the
-    #: blocks' executing groups hold the same values
-    last: tuple | None = None
+    #: per executing-group index of each started block: [views, decoded states, groups,
+    #: interrupt bits, TaskRecord or None] of its last run from those groups, reused while they
+    #: hold the same values. Keyed by the groups because a chain of an odd number of tasks
+    #: whose blocks ping-pong runs each task from the other group on the next run.
+    #: The record: a run with the same decoded states and equal DMA counts gives an equal
+    #: record, so that one is handed out again (records are frozen; the timing model then
+    #: finds its work by identity).
+    last: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -181,22 +189,30 @@ class NpuCore:
         # The task's last views, decoded states and interrupts, reused while its blocks'
         # executing groups hold the same values (one dict comparison per block instead of
         # copying, keying and hashing every register; decoding is a pure function of them).
-        last = memo.last
+        pingpongs = self.regfile.blocks
+        executers = tuple(pingpongs[name].executer for name in blocks)
+        last = memo.last.get(executers)
         if last is None or not self.regfile.unchanged(last[0]):
             views = {name: self.regfile.view(name) for name in blocks}
             groups = {name: view.group for name, view in views.items()}
-            last = memo.last = (views, self._decode(views, where), groups, _interrupts(groups))
-        views, states, groups, interrupts = last
+            last = memo.last[executers] = [views, self._decode(views, where), groups, _interrupts(groups), None]
+        views, states, groups, interrupts, kept = last
         dma = TaskDma(self.memory, where)
         dma.count(Traffic.REGCMD_READ, fetch_words(amount, self.scale) * WORD_BYTES)
         _run_units(states, dma, self.cbuf, self.regfile.lut.tables, where)
         self.regfile.started(blocks)
         self.tasks_run += 1
         self.interrupt_raw |= interrupts
-        return TaskRecord(self.index, index, address, amount, task.enable_mask, blocks, groups,
-                          len(task.writes), traffic=dma.traffic(), interrupts=interrupts,
-                          registers=views, conv=states["conv"], dpu=states["dpu"],
-                          dpu_rdma=states["dpu_rdma"], ppu=states["ppu"], ppu_rdma=states["ppu_rdma"])
+        traffic = dma.traffic()
+        if kept is not None and kept.traffic is traffic and kept.index == index and kept.address == address \
+                and kept.amount == amount:
+            return kept
+        record = TaskRecord(self.index, index, address, amount, task.enable_mask, blocks, groups,
+                            len(task.writes), traffic=traffic, interrupts=interrupts,
+                            registers=views, conv=states["conv"], dpu=states["dpu"],
+                            dpu_rdma=states["dpu_rdma"], ppu=states["ppu"], ppu_rdma=states["ppu_rdma"])
+        last[4] = record
+        return record
 
     def _decode(self, views: dict[str, RegisterView], where: str) -> dict[str, object]:
         # Decoding checks and interprets only the views' values, so equal values give equal

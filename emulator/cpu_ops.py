@@ -26,6 +26,7 @@ import numpy as np
 from npuemu.emulator.cpu_ops_conv import CONV_OPS
 from npuemu.emulator.cpu_ops_math import MATH_OPS, binary, unary
 from npuemu.emulator.cpu_ops_move import MOVE_OPS
+from npuemu.emulator.cpu_ops_recurrent import RECURRENT_OPS
 from npuemu.emulator.cpu_ops_resize import resize
 from npuemu.emulator.cpu_ops_tensors import ND_LAYOUT
 from npuemu.emulator.memo import Memo
@@ -203,6 +204,7 @@ OPS: dict[str, Callable[[list[np.ndarray], dict], list[np.ndarray]]] = {
     "Add": binary(np.add), "Sub": binary(np.subtract), "Mul": binary(np.multiply),
     "ReduceMean": _reduce(np.mean), "ReduceMax": _reduce(np.max, _lowest), "ReduceProd": _reduce(np.prod),
     "ArgMax": _argmax, "Dropout": _dropout, "Constant": _identity, "Identity": _identity, **MATH_OPS, **MOVE_OPS, **CONV_OPS,
+    **RECURRENT_OPS,
 }
 
 
@@ -238,14 +240,18 @@ def _store(runtime, name: str, value: np.ndarray, op: str) -> None:
     info = runtime.tensor_info(name)
     shape = tuple(info["shape"])
     value = np.asarray(value)
-    if value.size != int(np.prod(shape, dtype=np.int64)):
+    if value.size != math.prod(shape):
         raise EmulationError(f"CPU step {op!r}: result of shape {list(value.shape)} does not fit output "
                              f"{name!r} of shape {list(shape)}")
     value = value.reshape(shape)
     if "quantization" in info:  # int8: quantize (round half to even, saturate)
         scale, zero_point = runtime.quantization(name)
-        value = np.clip(np.rint(value.astype(np.float64) / scale) + zero_point, -128, 127)
-    runtime.write_native(name, value.astype(np.dtype(info["dtype"])))  # float16: round to nearest even
+        # in place on one float64 temporary: rint(v / scale) + zero point, clipped to int8
+        quantized = np.asarray(np.divide(value, scale, dtype=np.float64))  # a 0-d result is a scalar
+        np.rint(quantized, out=quantized)
+        quantized += zero_point
+        value = np.minimum(np.maximum(quantized, -128, out=quantized), 127, out=quantized)
+    runtime.write_native(name, value.astype(np.dtype(info["dtype"]), copy=False))  # float16: round to nearest even
 
 
 #: a custom op's runner per schedule step (the Runtime keeps its parsed steps across runs)
@@ -290,8 +296,9 @@ def run_step(runtime, step) -> None:
     if "operands" in params:  # constant operands travel in the params, in the node's input order
         inputs = _operands(params.pop("operands"), tensors)
     else:
-        inputs = [next(tensors) for _ in range(len(step.inputs) - sum(
-            "tensor" in operand for part in fused for operand in part["operands"] if operand))]
+        fused_tensors = sum("tensor" in operand for part in fused for operand in part["operands"] if operand) \
+            if fused else 0
+        inputs = [next(tensors) for _ in range(len(step.inputs) - fused_tensors)]
     index = params.pop("output_index", None)
     try:
         outputs = function(inputs, params)

@@ -4,6 +4,7 @@ here; NC1HWC2 feature maps stay in runtime.py."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import ml_dtypes  # noqa: F401 - registers bfloat16, int4 and uint4 with numpy (ND host tensors)
@@ -30,7 +31,8 @@ def write_nd(memory, info: dict[str, Any], values: np.ndarray) -> None:
     values = np.asarray(values)
     if values.shape != shape:
         raise InputError(f"tensor {info['name']!r}: expected shape {list(shape)}, got {list(values.shape)}")
-    data = np.ascontiguousarray(values.astype(dtype).astype(dtype.newbyteorder("<")))
+    # (copy=False: one copy at most where the values already have the stored type)
+    data = np.ascontiguousarray(values.astype(dtype, copy=False).astype(dtype.newbyteorder("<"), copy=False))
     if data.nbytes > int(info["size"]):
         raise EmulationError(f"tensor {info['name']!r}: {data.nbytes} bytes do not fit its {info['size']} bytes")
     if data.nbytes:
@@ -40,8 +42,8 @@ def write_nd(memory, info: dict[str, Any], values: np.ndarray) -> None:
 def read_nd(memory, info: dict[str, Any]) -> np.ndarray:
     """The tensor's values in its shape and element type."""
     shape, dtype = tuple(int(d) for d in info["shape"]), nd_dtype(info)
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)
     if count == 0:
         return np.zeros(shape, dtype)
-    raw = memory.dump(int(info["address"]), count * dtype.itemsize)
-    return raw.view(dtype.newbyteorder("<")).astype(dtype).reshape(shape).copy()
+    raw = memory.dump(int(info["address"]), count * dtype.itemsize)  # already a copy: no more needed
+    return raw.view(dtype.newbyteorder("<")).astype(dtype, copy=False).reshape(shape)

@@ -71,6 +71,8 @@ class Memo(Generic[V]):
         elif count == 1:  # (the slot of _slot, inline)
             entry = self._entries.get(id(key[0]) if len(key) == 1 else (id(key[0]),) + key[1:])
             value = entry[1] if entry is not None and entry[0][0]() is key[0] else _MISSING
+        elif count == 2:
+            value = self._lookup_two(key, _MISSING)
         else:
             value = self._lookup_many(key)
         if value is _MISSING:
@@ -85,8 +87,19 @@ class Memo(Generic[V]):
         if count == 1:  # (the slot of _slot, inline)
             entry = self._entries.get(id(key[0]) if len(key) == 1 else (id(key[0]),) + key[1:])
             return entry[1] if entry is not None and entry[0][0]() is key[0] else default
+        if count == 2:
+            return self._lookup_two(key, default)
         value = self._lookup_many(key)
         return default if value is _MISSING else value
+
+    def _lookup_two(self, key: tuple, default: Any) -> Any:
+        # two identity parts (a unit's state and its RDMA's, looked up every task): _slot and
+        # the check of _lookup_many, unrolled
+        entry = self._entries.get((id(key[0]), id(key[1])) + key[2:])
+        if entry is None:
+            return default
+        refs = entry[0]
+        return entry[1] if refs[0]() is key[0] and refs[1]() is key[1] else default
 
     def _lookup_many(self, key: tuple) -> Any:
         entry = self._entries.get(self._slot(key))

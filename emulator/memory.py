@@ -110,6 +110,7 @@ class Memory:
                 raise EmulationError(f"memory region {name!r} [{base:#x}, {base + size:#x}) overlaps "
                                      f"{other.describe()}")
         self.regions.append(MemoryRegion(name, base, np.zeros(size, np.uint8)))
+        self._spans = tuple((r.base, r.end, r) for r in self.regions)
 
     def region(self, name: str) -> MemoryRegion:
         for region in self.regions:
@@ -120,8 +121,9 @@ class Memory:
 
     def region_at(self, start: int, length: int) -> MemoryRegion | None:
         """The region holding all of ``[start, start + length)``, or None."""
-        for region in self.regions:
-            if region.contains(start, length):
+        end = start + length
+        for base, limit, region in self._spans:  # (regions never move or resize)
+            if base <= start and end <= limit:
                 return region
         return None
 
@@ -246,6 +248,10 @@ class Traffic(enum.Enum):
     PPU_READ = "ppu_read"  # PPU_RDMA
     DPU_WRITE = "dpu_write"  # DPU WDMA
     PPU_WRITE = "ppu_write"  # PPU write DMA
+
+    # Members are singletons compared by identity: hash them by identity too, in C (Enum's
+    # own __hash__ is Python code; the per-task counters hash a stream several times a task)
+    __hash__ = object.__hash__
 
 
 @dataclass(frozen=True)
@@ -436,8 +442,20 @@ class TaskDma:
         return value
 
     def traffic(self) -> DmaTraffic:
-        return DmaTraffic(**{_FIELD[stream]: n for stream, n in self.counts.items()},
-                          sram_hit_reads=self.sram_reads, sram_hit_writes=self.sram_writes)
+        """The counters as a :class:`DmaTraffic`; equal counts give the very same (frozen)
+        object, so a task that moves what it moved last run hands the timing model the object
+        it has already timed (emulator/timing/task_time.py memoises by identity)."""
+        return _TRAFFIC(tuple(self.counts.items()), self.sram_reads, self.sram_writes)
+
+
+def _build_traffic(counts: tuple, sram_reads: int, sram_writes: int) -> DmaTraffic:
+    return DmaTraffic(**{_FIELD[stream]: n for stream, n in counts},
+                      sram_hit_reads=sram_reads, sram_hit_writes=sram_writes)
+
+
+#: DmaTraffic by counter values (stream order included: equal dicts built in another order
+#: only cost a second entry)
+_TRAFFIC: Memo[DmaTraffic] = Memo(_build_traffic, limit=1 << 16)
 
 
 class DerivedCache:
@@ -468,7 +486,7 @@ class DerivedCache:
             keys = sorted(self._entries, key=lambda k: self._entries[k][0])
             bounds = np.array([self._entries[k][:2] for k in keys], np.int64).reshape(-1, 2)
             ends = bounds[:, 1].copy()
-            self._index = (keys, bounds[:, 0].tolist(), ends, np.maximum.accumulate(ends))
+            self._index = (keys, bounds[:, 0].tolist(), ends, np.maximum.accumulate(ends).tolist())
         keys, starts, ends, reach = self._index
         count = bisect.bisect_left(starts, high)  # entries that start before ``high``
         if count == 0 or reach[count - 1] <= low:
@@ -478,8 +496,17 @@ class DerivedCache:
 
     def invalidate(self, low: int, high: int) -> None:
         """Drop every value whose bytes overlap ``[low, high)``."""
-        if self._entries:
+        if self._entries and not self._clear_of(low, high):
             self._drop(self._overlapping(low, high)[0])
+
+    def _clear_of(self, low: int, high: int) -> bool:
+        """True when the built index shows no entry overlapping ``[low, high)`` (the common
+        case of a feature-map write, answered without building result arrays)."""
+        index = self._index
+        if index is None:
+            return False
+        count = bisect.bisect_left(index[1], high)
+        return count == 0 or index[3][count - 1] <= low
 
     def invalidate_rows(self, starts: np.ndarray, row_bytes: int,
                         bounds: tuple[int, int] | None = None) -> None:
@@ -488,6 +515,8 @@ class DerivedCache:
         if not self._entries:
             return
         low, high = bounds or (int(starts.min()), int(starts.max()) + row_bytes)
+        if self._clear_of(low, high):
+            return
         keys, lows, highs = self._overlapping(low, high)
         self._drop([key for key, low, high in zip(keys, lows, highs)
                     if np.any((starts < high) & (starts + row_bytes > low))])

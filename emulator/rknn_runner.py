@@ -292,6 +292,25 @@ def _from_native(tensor: RknnTensor, raw: np.ndarray) -> np.ndarray:
     return raw.reshape(shape).copy()
 
 
+def dynamic_graph(model: RknnModel, shapes: Sequence[Sequence[int] | None], index: int | None = None) -> int:
+    """The graph of a dynamic-shape ``.rknn`` (guide 5.4: one graph per input shape set) to run:
+    ``index`` when given, else the one whose input shapes equal ``shapes`` (NCHW, one per input;
+    None matches any). An InputError names the file's shape sets when none matches; a static
+    file is its graph 0."""
+    sets = model.graph_shapes or (tuple(tuple(t.shape) for t in model.input_tensors),)
+    listed = "; ".join(" ".join(",".join(map(str, shape)) for shape in entry) for entry in sets)
+    if index is not None:
+        if not 0 <= index < len(sets):
+            raise InputError(f"{model.source}: shape set {index} asked; the file has {len(sets)} (0..{len(sets) - 1}): "
+                             f"{listed}")
+        return index
+    for found, entry in enumerate(sets):
+        if len(entry) == len(shapes) and all(s is None or tuple(s) == tuple(e) for s, e in zip(shapes, entry)):
+            return found
+    given = " ".join(",".join(map(str, s)) for s in shapes if s is not None)
+    raise InputError(f"{model.source}: input shape(s) {given} match none of the file's shape sets: {listed}")
+
+
 def load_input_arrays(paths: Sequence[str | os.PathLike[str]]) -> list[np.ndarray]:
     """Read ``.npy`` files (a user error if unreadable or not a plain numeric array)."""
     arrays = []

@@ -27,6 +27,7 @@ import numpy as np
 from npuemu.emulator import cpu_ops
 from npuemu.emulator.cpu_ops_tensors import is_nd, nd_dtype, read_nd, write_nd
 from npuemu.emulator.machine import Machine
+from npuemu.emulator.memo import Memo
 from npuemu.isa import tensor_layout
 from npuemu.isa.container import CpuStep, ModelFile, NpuStep
 from npuemu.isa.container_views import tensor_cube
@@ -50,6 +51,8 @@ class Runtime:
         # trailer records by name, indexed once: host steps look tensors up on every run
         self._tensors = {tensor["name"]: tensor for tensor in model.trailer.get("tensors", ())}
         self._schedule: tuple | None = None  # parsed on the first run, then kept (same assumption)
+        # what the runtime derives from a tensor's record (geometry, quantization), by (kind, name)
+        self._per_tensor: Memo = Memo()
         _check_atoms(self._tensors.values(), self.machine.atom_bytes, self.machine.platform.name)
         for name in self.inputs + self.outputs:
             info = self._tensors.get(name)
@@ -59,6 +62,14 @@ class Runtime:
     # --- layout ---------------------------------------------------------------------------
 
     def _geometry(self, name: str) -> tuple[dict[str, Any], tuple[int, int, int], int, int, int]:
+        # a pure function of the tensor's trailer record: worked out once per tensor (host
+        # steps ask on every run)
+        geometry = self._per_tensor.get("geometry", name)
+        if geometry is None:
+            geometry = self._per_tensor.put(self._work_out_geometry(name), "geometry", name)
+        return geometry
+
+    def _work_out_geometry(self, name: str) -> tuple[dict[str, Any], tuple[int, int, int], int, int, int]:
         info = self.tensor_info(name)
         if info.get("layout") != "NC1HWC2" or info.get("dtype") not in STORED_DTYPES:
             raise EmulationError(f"tensor {name!r}: layout {info.get('layout')} / dtype {info.get('dtype')} is not "
@@ -115,6 +126,12 @@ class Runtime:
     # --- quantization ---------------------------------------------------------------------
 
     def quantization(self, name: str) -> tuple[float, int]:
+        known = self._per_tensor.get("quantization", name)
+        if known is None:
+            known = self._per_tensor.put(self._read_quantization(name), "quantization", name)
+        return known
+
+    def _read_quantization(self, name: str) -> tuple[float, int]:
         quant = self.tensor_info(name).get("quantization")
         if quant is None:
             raise EmulationError(f"tensor {name!r} has no quantization in the model file")
@@ -187,7 +204,10 @@ class Runtime:
         if "quantization" not in self.tensor_info(name) and is_nd(self.tensor_info(name)):
             return stored
         scale, zero_point = self.quantization(name)
-        return (scale * (stored.astype(np.float64) - zero_point)).astype(np.float32)
+        # scale * (stored - zero point) in float64 with one temporary (the product commutes exactly)
+        values = np.subtract(stored, zero_point, dtype=np.float64)
+        values *= scale
+        return values.astype(np.float32)
 
     # --- running --------------------------------------------------------------------------
 
@@ -246,7 +266,8 @@ def run_model_file(path: str | os.PathLike[str], inputs: Mapping[str, np.ndarray
     """Load ``path``, set ``inputs`` (float, or int8 stored values), run, return the outputs
     by name (float32 when ``dequantize``, else int8), shaped [1, C, H, W] ([N, ...] for a model
     built with ``--batch-size N``)."""
-    runtime = Runtime(ModelFile.read(path))
+    model = ModelFile.read(path)  # a dynamic-shape file: the set of the inputs' shapes (isa/CONTAINER.md 3.7)
+    runtime = Runtime(model.for_input_shapes({name: np.shape(value) for name, value in inputs.items()}))
     missing = [name for name in runtime.inputs if name not in inputs]
     if missing:
         raise InputError(f"{path}: no value given for input(s) {', '.join(missing)}")

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from npuemu.isa.container_format import (
-    FORMAT_NAME, FORMAT_VERSION, MAGIC, MAX_SECTIONS, MemoryRegion, SectionKind, version_text,
+    FORMAT_NAME, FORMAT_VERSION, MAGIC, MAX_SECTIONS, STATIC_VERSION, MemoryRegion, SectionKind, version_text,
 )
+from npuemu.isa import container_dynamic as dynamic
 from npuemu.isa.container_reader import parse_file
 from npuemu.isa.container_section import Section
 from npuemu.isa.container_semantics import check_semantics
@@ -51,7 +52,7 @@ class ModelFile:
 
     sections: tuple[Section, ...] = ()
     trailer: dict[str, Any] = field(default_factory=dict)
-    format_version: tuple[int, int] = field(default=FORMAT_VERSION, compare=False)
+    format_version: tuple[int, int] | None = field(default=None, compare=False)
     checksum_failures: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -59,18 +60,24 @@ class ModelFile:
         _check_sections(sections)
         trailer = canonical_trailer(self.trailer)
         validate_trailer(trailer)
-        fmt = {**trailer.pop("format", {}), "name": FORMAT_NAME, "version": version_text(*self.format_version)}
+        version = self.format_version or _written_version(trailer)
+        fmt = {**trailer.pop("format", {}), "name": FORMAT_NAME, "version": version_text(*version)}
         trailer = {"format": fmt, **trailer}
         _check_references(sections, trailer)
         check_semantics(sections, trailer)
+        if dynamic.KEY in trailer:
+            _check_shape_sets(sections, trailer, version)
         object.__setattr__(self, "sections", sections)
         object.__setattr__(self, "trailer", trailer)
+        object.__setattr__(self, "format_version", version)
 
     # --- bytes and files --------------------------------------------------------------------
 
     def to_bytes(self) -> bytes:
-        fmt = {**self.trailer["format"], "version": version_text(*FORMAT_VERSION)}
-        return build_file(self.sections, {**self.trailer, "format": fmt})
+        version = _written_version(self.trailer)  # 1.0 unless a 1.1 feature is used: static files unchanged
+        fmt = {**self.trailer["format"], "version": version_text(*version)}
+        flags = dynamic.FLAG_DYNAMIC_SHAPES if dynamic.KEY in self.trailer else 0
+        return build_file(self.sections, {**self.trailer, "format": fmt}, version, flags)
 
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview, *, name: str = "<bytes>",
@@ -80,6 +87,10 @@ class ModelFile:
         if not isinstance(parsed.trailer, dict):
             raise ModelFileError(f"{name}: trailer at offset {parsed.trailer_offset:#x}: expected a JSON object, "
                                  f"got {type(parsed.trailer).__name__}")
+        flagged = bool(parsed.flags & dynamic.FLAG_DYNAMIC_SHAPES)
+        if flagged != (dynamic.KEY in parsed.trailer):
+            raise ModelFileError(f"{name}: header flag bit 1 (dynamic shapes) is {'set' if flagged else 'clear'} but "
+                                 f"the trailer {'has no' if flagged else 'has a'} '{dynamic.KEY}' record")
         try:
             return cls(parsed.sections, parsed.trailer, parsed.version, parsed.checksum_failures)
         except ModelFileError as error:
@@ -145,6 +156,54 @@ class ModelFile:
     @property
     def extra(self) -> dict[str, Any]:
         return self.trailer.get("extra", {})
+
+    # --- dynamic shapes (CONTAINER.md 3.7) ----------------------------------------------------
+
+    def shape_sets(self) -> tuple[dict[str, tuple[int, ...]], ...]:
+        """Each input shape set (input name -> shape) of a dynamic-shape file; () for a static one."""
+        return dynamic.shape_sets(self.trailer)
+
+    def shape_set(self, index: int) -> ModelFile:
+        """The static model of shape set ``index`` (a static file is its own set 0)."""
+        if dynamic.KEY not in self.trailer:
+            if index != 0:
+                raise ModelFileError(f"the model has one input shape set; there is no set {index}")
+            return self
+        sets = self.trailer[dynamic.KEY]["sets"]
+        if not 0 <= index < len(sets):
+            raise ModelFileError(f"shape set {index}: the model has {len(sets)} (0..{len(sets) - 1})")
+        sections, trailer = dynamic.view(self.sections, self.trailer, index)
+        return ModelFile(sections, trailer)
+
+    def for_input_shapes(self, shapes: Mapping[str, Any]) -> ModelFile:
+        """The static model whose inputs have ``shapes`` (name -> shape); an InputError naming the
+        allowed sets when none has them. A static file is returned as it is (the runtime checks)."""
+        if dynamic.KEY not in self.trailer:
+            return self
+        return self.shape_set(dynamic.pick(self.shape_sets(), shapes))
+
+
+def _written_version(trailer: Mapping[str, Any]) -> tuple[int, int]:
+    return dynamic.DYNAMIC_VERSION if dynamic.KEY in trailer else STATIC_VERSION
+
+
+def _check_shape_sets(sections: tuple[Section, ...], trailer: dict[str, Any], version: tuple[int, int]) -> None:
+    """The ``dynamic`` record's own bounds, then every set's view as a model file of its own
+    (types, references and bounds as for a static file) with inputs of the set's shapes."""
+    if version < dynamic.DYNAMIC_VERSION:
+        raise SchemaViolation(f"trailer.{dynamic.KEY}: needs format 1.1, the file is {version_text(*version)}")
+    dynamic.check_dynamic(sections, trailer)
+    for index, shapes in enumerate(dynamic.shape_sets(trailer)):
+        view_sections, view_trailer = dynamic.view(sections, trailer, index)
+        try:
+            model = ModelFile(view_sections, view_trailer)
+        except ModelFileError as error:
+            raise SchemaViolation(f"trailer.{dynamic.KEY}.sets[{index}]: {error}") from None
+        stored = {tensor["name"]: tensor.get("shape") for tensor in model.trailer.get("tensors", ())}
+        for name, shape in shapes.items():
+            if name in stored and stored[name] is not None and tuple(stored[name]) != shape:
+                raise SchemaViolation(f"trailer.{dynamic.KEY}.sets[{index}].shapes: input {name!r} is "
+                                      f"{list(shape)} but its tensor record says {stored[name]}")
 
 
 def _check_sections(sections: Iterable[Any]) -> None:

@@ -17,8 +17,11 @@ MAGIC = b"NPUEMU\x1a\n"
 
 RKNN_MAGIC = b"RKNN"
 FORMAT_NAME = "npuemu"
-FORMAT_VERSION = (1, 0)
-"""(major, minor) this code writes. It reads every minor version of this major version."""
+FORMAT_VERSION = (1, 1)
+"""(major, minor) newest this code writes (1.1: dynamic shapes, CONTAINER.md 3.7). It reads every
+minor version of this major version."""
+STATIC_VERSION = (1, 0)
+"""What a file without a 1.1 feature is written as, so static builds stay byte-identical."""
 
 HEADER_SIZE = 64
 ENTRY_SIZE = 96
@@ -33,7 +36,8 @@ PAYLOAD_ALIGNMENT = 64
 
 REQUIRED_FLAGS_MASK = 0xFFFF_0000
 """Flag bits a reader must understand; unknown bits below this mask may be ignored."""
-KNOWN_FLAGS = 0
+KNOWN_FLAGS = 0x2
+"""bit 1 (optional): dynamic shapes, the trailer has a ``dynamic`` record (1.1, CONTAINER.md 3.7)"""
 
 _HEADER = struct.Struct("<8sHHIIIQQQIIII")
 _ENTRY = struct.Struct(f"<HBBIQQQII{NAME_CAPACITY}s")

@@ -38,6 +38,7 @@ class ParsedFile:
     trailer: Any
     trailer_offset: int
     checksum_failures: tuple[str, ...]
+    flags: int = 0  # the header's flags (bit 1: dynamic shapes, CONTAINER.md 3.7)
 
 
 @dataclass(frozen=True)
@@ -278,4 +279,4 @@ def parse_file(data: bytes | bytearray | memoryview, name: str, *, verify_sectio
     reader.check_layout(header, placements)
     trailer = reader.trailer(header)
     sections, failures = reader.payloads(placements, verify_sections)
-    return ParsedFile(version, sections, trailer, header.trailer_offset, failures)
+    return ParsedFile(version, sections, trailer, header.trailer_offset, failures, header.flags)

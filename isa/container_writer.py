@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from npuemu.isa.container_format import (
-    ENTRY_SIZE, FORMAT_VERSION, HEADER_SIZE, MAX_SECTIONS, NAME_CAPACITY, PAYLOAD_ALIGNMENT, Entry, Header,
+    ENTRY_SIZE, HEADER_SIZE, STATIC_VERSION, MAX_SECTIONS, NAME_CAPACITY, PAYLOAD_ALIGNMENT, Entry, Header,
     align_up, crc32,
 )
 from npuemu.isa.container_section import Section
@@ -32,8 +32,9 @@ def _entry(section: Section, offset: int) -> bytes:
     ).pack()
 
 
-def build_file(sections: Sequence[Section], trailer: Mapping[str, Any]) -> bytes:
-    """The complete file as bytes, written with :data:`FORMAT_VERSION`."""
+def build_file(sections: Sequence[Section], trailer: Mapping[str, Any], version: tuple[int, int] = STATIC_VERSION,
+               flags: int = 0) -> bytes:
+    """The complete file as bytes, written as format ``version`` with header ``flags``."""
     if len(sections) > MAX_SECTIONS:
         raise ModelFileError(f"{len(sections)} sections; a model file holds at most {MAX_SECTIONS}")
     table_offset = HEADER_SIZE
@@ -51,7 +52,7 @@ def build_file(sections: Sequence[Section], trailer: Mapping[str, Any]) -> bytes
 
     table = b"".join(_entry(section, offset) for section, offset in zip(sections, offsets))
     header = Header(
-        major=FORMAT_VERSION[0], minor=FORMAT_VERSION[1], flags=0, header_size=HEADER_SIZE,
+        major=version[0], minor=version[1], flags=flags, header_size=HEADER_SIZE,
         section_count=len(sections), section_table_offset=table_offset, file_size=file_size,
         trailer_offset=trailer_offset, trailer_size=len(trailer_bytes),
         trailer_crc32=crc32(trailer_bytes), section_table_crc32=crc32(table),

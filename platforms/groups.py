@@ -256,10 +256,15 @@ class Sparse(Group):
     modes: tuple[str, ...] = figure(choices=SPARSE_MODES)
     dtypes: tuple[str, ...] = figure(choices=COMPUTE_DTYPES)
     channel_align: int | None = figure(minimum=1, maximum=1024)
+    #: Not a chip figure: the build's switch (`npuemu compile --sparse`, compiler/driver.py sets it
+    #: on the build's copy of the platform; no YAML holds it). Off: weights stay dense.
+    enabled: bool = figure(default=False)
 
     def problems(self) -> Iterator[tuple[str, str]]:
         if bool(self.modes) != bool(self.dtypes) or bool(self.modes) != (self.channel_align is not None):
             yield "modes", "expected modes, dtypes and channel_align all set or all empty/null"
+        if self.enabled and not self.modes:
+            yield "enabled", "expected sparse modes: the chip has no sparse inference"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,6 +22,10 @@ import pytest
 from tests import shared_data
 
 
+#: the shared_data folders a test may name
+SHARED_NAMES = ("SHARED", "RKNN_FIXTURES", "VENDOR_CORPUS", "RKNN_FIXTURES_OPS")
+
+
 def _code_names(code: types.CodeType) -> set[str]:
     """Global names a function's code (nested functions and comprehensions included) uses."""
     names = set(code.co_names)
@@ -49,6 +53,9 @@ def _missing_globals(module: types.ModuleType) -> dict[str, object]:
         return cached
     found = {name: root for name, value in vars(module).items()
              if not name.startswith("__") and (root := _missing_in(value)) is not None}
+    for name in SHARED_NAMES:  # also read through a function-local `from tests.shared_data import ...`
+        if name not in found and (root := shared_data.missing_root(getattr(shared_data, name))) is not None:
+            found[name] = root
     functions = {name: _code_names(value.__code__) for name, value in vars(module).items()
                  if isinstance(value, types.FunctionType) and value.__module__ == module.__name__}
     functions.update(_assignments(module))  # FIXTURES = sorted(RKNN_FIXTURES.glob(...)): [] when absent

@@ -95,6 +95,9 @@ class AccuracyReport:
     rows: list[LayerRow]
     outputs: list[OutputMatch] = field(default_factory=list)
     runtime_note: str = ""  # why the runtime columns are empty, when they are
+    # the emulated NPU's value of each analysed tensor (dequantized), by tensor name: what the
+    # runtime columns measured, kept so a snapshot dump (tools/api/snapshot.py) needs no second run
+    runtime_values: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     def worst(self, count: int = 5, *, key: str = "single_cosine") -> list[LayerRow]:
         """The ``count`` rows with the lowest ``key`` (graph inputs and all-zero golden
@@ -174,7 +177,7 @@ def _add_runtime(report: AccuracyReport, graph: Graph, inputs: Mapping[str, np.n
     for index, row in enumerate(report.rows):
         if row.op == "Input" or row.tensor not in stored:
             continue
-        emulated[row.tensor] = value = runtime.output(row.tensor)
+        emulated[row.tensor] = report.runtime_values[row.tensor] = value = runtime.output(row.tensor)
         report.rows[index] = LayerRow(**{**row.__dict__, "runtime_cosine": cosine(value, golden[row.tensor]),
                                          "runtime_euclidean": _distance(value, golden[row.tensor]),
                                          "runtime_vs_simulator": cosine(value, simulated[row.tensor])})

@@ -34,13 +34,43 @@ def register(subparsers: Any) -> None:
 
 
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", type=Path, help="the ONNX model file")
+    parser.add_argument("model", type=Path, help="the ONNX model file (or an MNN .mnn file)")
     add_target_options(parser)
     add_set_option(parser)
     parser.add_argument("--custom-op", dest="custom_ops", action="append", default=[], metavar="MODULE:CLASS",
                         help="register a custom op: a Python class with op_type, shape_infer() and compute() "
                         "(guide 5.5, compiler/ops/custom.py); its nodes run as host steps, and the module must be "
                         "importable where the model file runs (repeatable)")
+    _add_surgery_options(parser)
+
+
+def _add_surgery_options(parser: argparse.ArgumentParser) -> None:
+    """Model surgery before import (compiler/passes/surgery.py), as the vendor's load_onnx offers."""
+    group = parser.add_argument_group("model surgery")
+    group.add_argument("--outputs", metavar="NAME,...", type=_names, default=None,
+                       help="cut the graph: these tensors are the model's outputs (load_onnx(outputs=))")
+    group.add_argument("--inputs", metavar="NAME,...", type=_names, default=None,
+                       help="cut the graph: these tensors are the model's inputs (load_onnx(inputs=))")
+    group.add_argument("--freeze", metavar="NAME=VALUE", action="append", default=[], type=_freeze_spec,
+                       help="fix an input to a constant (one value fills its shape, or V0,V1,...), so shape "
+                       "arithmetic, Where and If on it fold at compile time (repeatable)")
+
+
+def _names(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME,... (tensor names)")
+    return names
+
+
+def _freeze_spec(text: str) -> tuple[str, list[float]]:
+    from npuemu.compiler.passes.surgery import parse_freeze_spec
+    from npuemu.isa.errors import NpuemuError
+
+    try:
+        return parse_freeze_spec(text)
+    except NpuemuError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def add_target_options(parser: argparse.ArgumentParser) -> None:
@@ -51,6 +81,12 @@ def add_target_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input-shape", metavar="NAME=D0,D1,...", action="append", default=[], type=_shape_spec,
                         help="fix the shape of a graph input (repeat for several inputs; NAME= may be left out "
                         "when the model has one input), e.g. --input-shape x=1,3,224,224")
+    parser.add_argument("--dynamic-input", metavar="SETS", default=None,
+                        help="dynamic shapes (guide 5.4): one model file with a chain set per input shape set, the "
+                        "weights stored once and one quantization (calibrated at the first set). Sets are separated "
+                        "by ';', the inputs of a set by spaces or '&', each NAME=D0,D1,... with every graph input in "
+                        "every set: \"x=1,3,224,224;x=1,3,160,160\" or \"a=1,3,64,64 & b=1,8;a=1,3,32,32 & b=1,8\". "
+                        "`run` picks the set by the input shapes; `perf`/`mem` take --shape-set N")
 
 
 def add_set_option(parser) -> None:
@@ -93,6 +129,11 @@ def add_calibration_options(parser: argparse.ArgumentParser) -> None:
 
 def _add_quant_mode_options(parser: argparse.ArgumentParser) -> None:
     add_precision_options(parser)
+    parser.add_argument("--auto-hybrid", metavar="COS", nargs="?", type=float, const=0.99, default=None,
+                        help="int8 with the layers that cost the most accuracy moved to float16 until every "
+                        "calibration sample's output cosine to the float model is at least COS (default 0.99; "
+                        "needs --dataset); prints the layers moved, the cosines and the NPU cycles it costs "
+                        "(compiler/QUANTIZATION.md 12)")
     # The model-file output belongs with the precision modes: quant-config leaves this group out
     # (it has an -o of its own, for the YAML config).
     _add_output_options(parser)
@@ -119,6 +160,10 @@ def _add_optimization_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--prune", action="store_true",
                        help="remove conv output channels whose weights and bias are all zero, with the matching "
                        "input channels of the layers reading them (guide 5.8 model pruning; outputs unchanged)")
+    group.add_argument("--sparse", action="store_true",
+                       help="RK3576 sparse inference (guide 5.11): int8 convs whose weights are 4:2 sparse along "
+                       "input or output channels store them compressed (compiler/LOWERING.md 23); the others stay "
+                       "dense, with the reason in the compile summary; fp16 builds ignore it")
     group.add_argument("--partition-report", metavar="FILE", nargs="?", const="-", default=None,
                        help="write the NPU/CPU decision and reason of every layer to FILE ('-' or no FILE: "
                        "standard output)")
@@ -163,10 +208,17 @@ def _shape_spec(text: str) -> tuple[str | None, list[int]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from npuemu.compiler.driver import prepare
+    import dataclasses
+
+    from npuemu.compiler.driver import build, prepare
+    from npuemu.tools.progress_cli import compile_phases
 
     _refuse_inputs_as_outputs(args)
-    front = prepare(args.model, args.target, compile_options(args))
+    options = compile_options(args)
+    with compile_phases(args, options.precision, lowering=args.output is not None) as line:
+        front = prepare(args.model, args.target, dataclasses.replace(options, on_phase=line))
+        if args.output is not None and front.quantization is not None:
+            build(front)  # under the phase line; build_step writes it (or says why it cannot)
     for step in STEPS:
         step(args, front)
     return 0
@@ -197,21 +249,36 @@ def compile_options(args: argparse.Namespace, precision: str | None = None):
     calibration = {} if asked == "float" else {
         "dataset": args.dataset, "quant_config": getattr(args, "quant_config", None), "algorithm": args.algorithm,
         "per_channel": args.per_channel, "mean": tuple(args.mean), "std": tuple(args.std), "bgr": args.bgr,
-        "progress": not args.no_progress}
+        "progress": not args.no_progress, "auto_hybrid": getattr(args, "auto_hybrid", None)}
     return CompileOptions(precision=precision, input_shapes=_input_shapes(args),
                           optimization_level=args.optimization_level, core_mask=getattr(args, "core_mask", "auto"),
                           sram=bool(getattr(args, "sram", False)), batch_size=getattr(args, "batch_size", 1),
                           name=Path(args.model).stem, platform_overrides=override_map(getattr(args, "overrides", [])),
-                          prune=bool(getattr(args, "prune", False)),
-                          custom_ops=tuple(getattr(args, "custom_ops", None) or ()), **calibration)
+                          prune=bool(getattr(args, "prune", False)), sparse=bool(getattr(args, "sparse", False)),
+                          custom_ops=tuple(getattr(args, "custom_ops", None) or ()),
+                          inputs=getattr(args, "inputs", None), outputs=getattr(args, "outputs", None),
+                          freeze=dict(getattr(args, "freeze", None) or ()), **calibration,
+                          dynamic_input=_dynamic_input(args))
+
+
+def _dynamic_input(args: argparse.Namespace) -> list:
+    from npuemu.compiler.dynamic_shapes import parse_dynamic_input
+
+    text = getattr(args, "dynamic_input", None)
+    return parse_dynamic_input(text) if text else []
 
 
 def prepare_float(args: argparse.Namespace):
     """Import and graph passes as ``compile`` runs them, no quantization (the driver's Front):
     ``quant-config`` and ``accuracy`` calibrate the graph themselves."""
-    from npuemu.compiler.driver import prepare
+    import dataclasses
 
-    return prepare(args.model, args.target, compile_options(args, precision="float"))
+    from npuemu.compiler.driver import prepare
+    from npuemu.tools.progress_cli import compile_phases
+
+    options = compile_options(args, precision="float")
+    with compile_phases(args, "float", lowering=False) as line:
+        return prepare(args.model, args.target, dataclasses.replace(options, on_phase=line))
 
 
 def _input_shapes(args: argparse.Namespace) -> dict[str, list[int]]:
@@ -231,7 +298,11 @@ def _single_input_name(path: Path) -> str:
     from npuemu.compiler.onnx_import import onnx_input_names
     from npuemu.isa.errors import CompileError
 
-    names = onnx_input_names(path)
+    if str(path).lower().endswith(".mnn"):  # an MNN file's inputs are those of the graph it holds
+        from npuemu.compiler.mnn_import import mnn_to_onnx
+        names = onnx_input_names(mnn_to_onnx(path))
+    else:
+        names = onnx_input_names(path)
     if len(names) != 1:
         raise CompileError(f"{path}: the model has inputs {names}; name the one to shape: --input-shape NAME=...")
     return names[0]
@@ -294,6 +365,23 @@ def _summary_step(args: argparse.Namespace, front) -> None:
     print(f"{args.model}: {len(graph.nodes)} layers, inputs {inputs}, {len(graph.constants())} constants")
     if front.quantization is not None:
         print(f"quantized {front.quantization.summary()}")
+    _sparse_summary(front)
+    if front.auto_hybrid is not None:  # --auto-hybrid: the choice and its cost in cycles
+        from npuemu.tools.auto_hybrid_report import summary_lines
+
+        print("\n".join(summary_lines(front)))
+
+
+def _sparse_summary(front) -> None:
+    """--sparse: each quantized conv's weight storage and why (compiler/sparse_weights.py)."""
+    if front.sparse_note:
+        print(front.sparse_note)
+    if not front.platform.sparse.enabled or front.quantization is None:
+        return
+    from npuemu.compiler.sparse_weights import graph_decisions
+
+    for decision in graph_decisions(front.graph, front.platform):
+        print(f"sparse {decision.line()}")
 
 
 def build_step(args: argparse.Namespace, front) -> None:
@@ -305,17 +393,26 @@ def build_step(args: argparse.Namespace, front) -> None:
 
     if front.quantization is None:
         raise CompileError("-o needs a quantized graph: add --quantize --dataset ds.txt, --fp16 or --quant-config")
-    model = build(front)
+    model = front.model if front.model is not None else build(front)
     model.write(args.output)
     print(f"wrote {args.output}: {len(model.layers())} layers, "
           f"{sum(step.chain.tasks for step in model.schedule() if step.kind == 'npu')} NPU tasks")
+    if model.shape_sets():  # a dynamic-shape build: the figures above are set 0's
+        from npuemu.isa.container_dynamic import describe
+        print(f"{len(model.shape_sets())} shape sets (one chain set each, weights stored once): "
+              f"{describe(model.shape_sets())}")
 
 
 def compile_in_memory(args: argparse.Namespace):
     """The model file ``compile -o`` would write, without writing it (``perf MODEL.onnx``)."""
-    from npuemu.compiler.driver import compile_model
+    import dataclasses
 
-    return compile_model(args.model, args.target, compile_options(args))
+    from npuemu.compiler.driver import compile_model
+    from npuemu.tools.progress_cli import compile_phases
+
+    options = compile_options(args)
+    with compile_phases(args, options.precision, lowering=True) as line:
+        return compile_model(args.model, args.target, dataclasses.replace(options, on_phase=line))
 
 
 def _write(destination: str, text: str) -> None:

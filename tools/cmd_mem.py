@@ -20,6 +20,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--sram", action="store_true",
                         help="add the per-layer SRAM table and the predicted internal, weight and SRAM-hit RW "
                         "amounts per frame (guide 5.7.3.4; .npu files)")
+    from npuemu.tools.cmd_run import add_shape_set_option
+    add_shape_set_option(parser, "report")
     parser.set_defaults(func=run)
 
 
@@ -39,8 +41,11 @@ def run(args: argparse.Namespace) -> int:
     elif kind == "npu":
         from npuemu.emulator.timing.sram_report import sram_npu
         from npuemu.isa.container import ModelFile
-        model = ModelFile.read(args.model)
+        from npuemu.tools.cmd_run import dynamic_shape_set
+        model, notes = dynamic_shape_set(ModelFile.read(args.model), args)  # one shape set per report
         report = memory_npu(model, args.model)
+        for note in notes if not args.json else ():
+            sys.stdout.write(f"note: {note}\n")
         sram = sram_npu(model) if args.sram else None
     else:
         raise ModelFileError(f"{args.model}: not a .rknn file (no 'RKNN' magic) and not a .npu model file")

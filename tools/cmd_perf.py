@@ -48,6 +48,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="also draw each layer as attained MAC/s vs MACs per DDR byte under the chip's compute "
                         "and DDR roofs (needs the plot extra: matplotlib)")
     _add_build_options(parser)
+    from npuemu.tools.cmd_run import add_shape_set_option
+    add_shape_set_option(parser, "time")
     parser.set_defaults(func=run)
 
 
@@ -153,10 +155,11 @@ def _perf_rknn(args):
     from npuemu.isa.rknn import load_rknn
     from npuemu.platforms import load_platform
 
-    model = load_rknn(args.model)
+    from npuemu.tools.cmd_run import rknn_shape_set
+
+    model, notes = rknn_shape_set(args)  # a dynamic-shape .rknn: one graph per report
     chip = args.platform or model.target or "rk3588"
     runner = RknnRunner(model, chip)
-    notes: list[str] = []
     arrays = _inputs(args, [(t.name, tuple(t.shape)) for t in runner.input_tensors], notes)
     result = runner.run(arrays)
     args.timed_platform = _rknn_platform(args, load_platform(chip))
@@ -169,9 +172,13 @@ def _perf_rknn(args):
 def _perf_npu(args):
     from npuemu.isa.container import ModelFile
 
-    model = ModelFile.read(args.model)
+    from npuemu.tools.cmd_run import dynamic_shape_set
+
+    model, notes = dynamic_shape_set(ModelFile.read(args.model), args)  # one shape set per report (guide 5.4)
     _check_build(model, args)
-    return _perf_model_file(args, model)
+    report = _perf_model_file(args, model)
+    report.notes = notes + report.notes
+    return report
 
 
 def _perf_onnx(args):
@@ -187,8 +194,11 @@ def _perf_onnx(args):
     build = argparse.Namespace(**vars(args))
     build.model, build.target = Path(args.model), args.target or "rk3588"
     build.core_mask, build.batch_size = args.core_mask or "auto", args.batch_size or 1
-    model = cmd_compile.compile_in_memory(build)
+    from npuemu.tools.cmd_run import dynamic_shape_set
+
+    model, notes = dynamic_shape_set(cmd_compile.compile_in_memory(build), args)
     report = _perf_model_file(args, model)
+    report.notes = notes + report.notes
     built = _describe(_mask_cores(build.core_mask, model), build.sram, build.batch_size, build.core_mask)
     report.notes = [f"compiled in memory for {build.target} with {built} (nothing written; "
                     "`npuemu compile ... -o FILE` keeps the build)", *report.notes]
@@ -198,7 +208,7 @@ def _perf_onnx(args):
 # --- what a .npu file compiles in ------------------------------------------------------------
 
 #: options of `npuemu compile` that only make sense for an ONNX model: (attribute, "not given")
-_ONNX_ONLY = (("target", None), ("input_shape", []), ("quantize", False), ("fp16", False), ("quant_config", None),
+_ONNX_ONLY = (("target", None), ("input_shape", []), ("dynamic_input", None), ("quantize", False), ("fp16", False), ("quant_config", None),
               ("dataset", None), ("algorithm", "normal"), ("mean", []), ("std", []), ("bgr", False),
               ("per_channel", True))
 

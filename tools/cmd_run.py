@@ -42,7 +42,48 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--platform", default=None,
                         help="platform name or YAML (default: the model's chip, else rk3588); a .npu file runs on "
                         "the chip it was compiled for, so a different chip is an error")
+    add_shape_set_option(parser, "run")
     parser.set_defaults(func=run)
+
+
+def add_shape_set_option(parser: argparse.ArgumentParser, verb: str) -> None:
+    parser.add_argument("--shape-set", type=int, default=None, metavar="N",
+                        help=f"a dynamic-shape .npu (compile --dynamic-input): {verb} its shape set N (0 = the "
+                        "first); default: the set the .npy --input shapes match (an input of another shape is "
+                        "refused, naming the sets), else set 0")
+
+
+def dynamic_shape_set(model, args: argparse.Namespace) -> tuple:
+    """(the static model to run, notes) of a .npu file: a dynamic-shape file's set chosen by
+    --shape-set, else by the shapes of the .npy --input arrays (NCHW after --layout), else set 0."""
+    from npuemu.isa.container_dynamic import pick, set_note
+    from npuemu.isa.errors import ConfigError
+
+    sets = model.shape_sets()
+    index = getattr(args, "shape_set", None)
+    if not sets:
+        if index not in (None, 0):
+            raise ConfigError(f"{args.model}: --shape-set {index}: the model has one input shape set (not built "
+                              "with --dynamic-input)")
+        return model, []
+    if index is not None and not 0 <= index < len(sets):
+        raise ConfigError(f"{args.model}: --shape-set {index}: the model has {len(sets)} shape sets (0..{len(sets) - 1})")
+    if index is None:
+        index = pick(sets, _npy_shapes(sets[0], getattr(args, "input", []), getattr(args, "layout", "nchw")))
+    return model.shape_set(index), [set_note(sets, index)]
+
+
+def _npy_shapes(first: dict, paths, layout: str) -> dict:
+    import numpy as np
+
+    shapes = {}
+    for (name, rank), path in zip(((n, len(s)) for n, s in first.items()), paths):
+        if str(path).lower().endswith(".npy"):
+            shape = tuple(np.load(path, mmap_mode="r", allow_pickle=False).shape)
+            if layout == "nhwc" and len(shape) in (3, 4):
+                shape = (*shape[:-3], shape[-1], *shape[-3:-1])
+            shapes[name] = (1, *shape) if len(shape) == rank - 1 else shape
+    return shapes
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,7 +107,9 @@ def run_npu(args: argparse.Namespace, out: TextIO) -> int:
     from npuemu.isa.container import ModelFile
     from npuemu.isa.errors import InputError
 
-    model = ModelFile.read(args.model)
+    model, notes = dynamic_shape_set(ModelFile.read(args.model), args)
+    for note in notes:
+        out.write(f"note: {note}\n")
     runtime = Runtime(model, model_platform(model, args.platform, args.model))
     if len(args.input) != len(runtime.inputs):
         raise InputError(f"{args.model}: {len(args.input)} --input file(s) given; the model takes "
@@ -187,9 +230,10 @@ def run_rknn(args: argparse.Namespace, out: TextIO) -> int:
 
     from npuemu.emulator.rknn_runner import RknnRunner
     from npuemu.isa.errors import InputError
-    from npuemu.isa.rknn import load_rknn
 
-    model = load_rknn(args.model)
+    model, notes = rknn_shape_set(args)
+    for note in notes:
+        out.write(f"note: {note}\n")
     chip = args.platform or model.target or "rk3588"  # the file's own target, as perf and trace take it
     runner = RknnRunner(model, chip)
     if not args.input:
@@ -210,6 +254,27 @@ def run_rknn(args: argparse.Namespace, out: TextIO) -> int:
     out.write(f"timing: {timeline_text(timeline_rknn(model, result, platform), platform)}\n")
     _report_outputs(args, result.quantized if args.raw else result.outputs, out)
     return 0
+
+
+def rknn_shape_set(args: argparse.Namespace) -> tuple:
+    """(the vendor model to run, notes): a dynamic-shape .rknn (one graph per shape set) read at the
+    graph --shape-set names, else the one the .npy --input shapes match, else graph 0."""
+    from npuemu.emulator.rknn_runner import dynamic_graph
+    from npuemu.isa.rknn import load_rknn
+
+    model = load_rknn(args.model)
+    asked = getattr(args, "shape_set", None)
+    if not model.graph_shapes:
+        if asked not in (None, 0):
+            dynamic_graph(model, (), asked)  # refused, naming the one set
+        return model, []
+    first = {t.name: tuple(t.shape) for t in model.input_tensors}
+    given = _npy_shapes(first, getattr(args, "input", []), getattr(args, "layout", "nchw"))
+    index = dynamic_graph(model, [given.get(name) for name in first], asked)
+    model = load_rknn(args.model, graph_index=index) if index else model
+    shown = " ".join(",".join(map(str, shape)) for shape in model.graph_shapes[index])
+    return model, [f"dynamic-shape .rknn: shape set {index} of {len(model.graph_shapes)} ({shown}); "
+                   "--shape-set N for another"]
 
 
 def _rknn_inputs(runner, args: argparse.Namespace) -> list:

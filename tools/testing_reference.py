@@ -484,6 +484,12 @@ def reference_graph(graph, stored: dict[str, np.ndarray], *, layer_inputs=None, 
             values[output] = _activation_node(graph, node, read).reshape(shape)
         elif node.op_type in POOL_OPS and not node.fused:
             values[output] = _pool_node(graph, node, read).reshape(shape)
+        elif node.op_type == "Resize" and not node.fused and len(inputs) == 1:
+            # NPU nearest Resize (DPU unpooling, compiler/LOWERING.md 19): a gather of stored values
+            # between tensors sharing their quantization, so the host convention gives the same bytes
+            q = _quant(graph.tensors[output])
+            values[output] = reference_host("Resize", node.attrs, [read(inputs[0])], [_quant(graph.tensors[inputs[0]])],
+                                            None if output in float_tensors else q, shape, graph.tensors[output].dtype)
         else:
             raise NotImplementedError(f"the testing kit has no reference for {node.display_op} (layer {node.name})")
     return values

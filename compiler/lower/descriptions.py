@@ -99,6 +99,9 @@ class DpuCube:
     surfaces_per_pass: int  # SIZE_E + 1; SURFACE_ADD = this x dst_surface_stride
     precision: int  # DPU precision code of in/proc (and out unless out_precision says otherwise)
     out_precision: int | None = None  # DATA_FORMAT OUT_PRECISION when wider (int32 4, fp32 5)
+    # (pixel step, line step) in atoms of the interleaved write (emulator/REGISTER_SEMANTICS.md
+    # 3.3.1: NOTCH_ADDR_0 = pixel step - 1, SURFACE_ADD = line step); None: lines W atoms apart
+    interleave: tuple[int, int] | None = None
 
     @property
     def output_precision(self) -> int:
@@ -154,6 +157,8 @@ class ConvTask:
     residual: Operand | None = None
     lut_upload: bool = False  # this task writes stages.lut's tables into the LUT RAM first
     core: int = 0  # which NPU core runs it (multicore.py); not a register
+    # sparse weights (RK3576, LOWERING.md 23): (DCOMP_CTRL.DECOMP_CONTROL, DCOMP_AMOUNTn per stream)
+    decompress: tuple[int, tuple[int, ...]] | None = None
 
 
 @dataclass(frozen=True)

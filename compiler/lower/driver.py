@@ -22,10 +22,11 @@ from .descriptions import ConvTask, DpuTask, PpuTask, TaskDescription
 from .emit_conv import emit_conv_task
 from .emit_dpu import emit_dpu_task
 from .emit_ppu import emit_ppu_task
-from .layers import ActivationLayer, ConcatLayer, ConvLayer, SliceLayer, EltwiseLayer, FcLayer, Layer, PoolLayer
+from .layers import ActivationLayer, ConcatLayer, ConvLayer, SliceLayer, EltwiseLayer, FcLayer, Layer, PoolLayer, ResizeLayer
 from .lower_conv import ConvConstants, conv_constants, lower_conv
 from .lower_eltwise import lower_activation, lower_concat, lower_eltwise, lower_slice
 from .lower_pool import lower_pool
+from .lower_resize import UnpoolTask, emit_unpool_task, lower_resize
 from .placement import Placement, feature_placement
 
 
@@ -52,6 +53,8 @@ def layer_constants(layer: Layer, platform: Platform) -> dict[str, bytes]:
     layer = as_conv(layer)
     if isinstance(layer, ConvLayer):
         constants = conv_constants(layer, platform)
+        if layer.weight_source:  # the weights are a feature map's bytes (LOWERING.md 22.3)
+            return {layer.bias_tensor: constants.bias}
         return {layer.weight_tensor: constants.weights, layer.bias_tensor: constants.bias}
     return lanes_constants(layer, platform)
 
@@ -78,6 +81,8 @@ def describe_layer(layer: Layer, placements: Mapping[str, Placement], platform: 
         return lower_concat(layer, placements, platform)
     if isinstance(layer, SliceLayer):
         return lower_slice(layer, placements, platform)
+    if isinstance(layer, ResizeLayer):
+        return lower_resize(layer, placements, platform)
     raise CompileError(f"no NPU lowering for {type(layer).__name__}")
 
 
@@ -88,6 +93,8 @@ def emit(description: TaskDescription, regmap: RegisterMap, op_idx: int | None =
         return emit_dpu_task(description, regmap, op_idx)
     if isinstance(description, PpuTask):
         return emit_ppu_task(description, regmap, op_idx)
+    if isinstance(description, UnpoolTask):
+        return emit_unpool_task(description, regmap, op_idx)
     raise CompileError(f"no register emission for {type(description).__name__}")
 
 

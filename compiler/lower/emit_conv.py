@@ -7,7 +7,8 @@ before (the ping-pong register groups, rknpu-isa.md 2.5 - rep05's alternating ch
 groups show it), so full sets are simpler and safe (LOWERING.md).
 
 Constants copied from the listings: CVT_CON0 = 0xb (input converter bypassed, signed data),
-CVT scales 1, DMA burst lengths 15, decompression off (DCOMP_* 0), CORE QD_EN = 1, BS
+CVT scales 1, DMA burst lengths 15, decompression off (DCOMP_* 0; RK3576 sparse weights set
+DCOMP_CTRL/REGNUM/AMOUNTn, LOWERING.md 23), CORE QD_EN = 1, BS
 operands from the BRDMA blob (BRDMA_DATA_USE = 7: ALU, CPEND, MUL).
 """
 
@@ -73,13 +74,20 @@ def _write_cna(b: RegisterBuilder, task: ConvTask, weight_precision: int) -> Non
         # RK3576 keeps its feature address at this offset and has no known place for the DMA
         # channel count: left unwritten there (REGISTERS.md, RK3576 deviations)
         b.write("CNA", "FC_DATA_SIZE1", DMA_CHANNEL=task.in_channels)
-    b.write("CNA", "DCOMP_CTRL")
-    b.write("CNA", "DCOMP_REGNUM")
+    _write_dcomp_mode(b, task)
     b.write("CNA", "DCOMP_ADDR0", DECOMPRESS_ADDR0=task.weight_address)
+    amounts = task.decompress[1] if task.decompress else ()
     for index in range(DCOMP_AMOUNTS):
-        b.write("CNA", f"DCOMP_AMOUNT{index}")
+        b.write("CNA", f"DCOMP_AMOUNT{index}", amounts[index] if index < len(amounts) else 0)
     b.write("CNA", "CVT_CON5")
     b.write("CNA", "PAD_CON1", signed32(task.pad_value))
+
+
+def _write_dcomp_mode(b: RegisterBuilder, task: ConvTask) -> None:
+    # sparse weights (LOWERING.md 23): the stream format and how many streams; 0 = dense
+    control, amounts = task.decompress or (0, ())
+    b.write("CNA", "DCOMP_CTRL", DECOMP_CONTROL=control)
+    b.write("CNA", "DCOMP_REGNUM", DCOMP_REGNUM=len(amounts))
 
 
 def _write_cbuf_con1(b: RegisterBuilder, task: ConvTask) -> None:
@@ -106,8 +114,9 @@ def conv_writes(task: ConvTask, regmap: RegisterMap, weight_precision: int | Non
     weight = task.precision if weight_precision is None else weight_precision
     b = RegisterBuilder(regmap, task.layer)
     _cbuf_con0(b, task)
-    b.write("CNA", "DCOMP_REGNUM")
-    b.write("CNA", "DCOMP_CTRL")
+    control, amounts = task.decompress or (0, ())
+    b.write("CNA", "DCOMP_REGNUM", DCOMP_REGNUM=len(amounts))
+    b.write("CNA", "DCOMP_CTRL", DECOMP_CONTROL=control)
     _conv_con1(b, task, weight)
     write_s_pointers(b)
     _write_cna(b, task, weight)

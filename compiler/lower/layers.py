@@ -151,6 +151,14 @@ class ConvLayer:
     # the DPU's OUT_PRECISION when it is wider than ``dtype`` (WIDE_OUTPUTS): int8 -> "int32"
     # (accumulator + bias, no requantization), float16 -> "float32" (no fp16 rounding)
     output_dtype: str = ""
+    # a feature map whose bytes are the weight blob, written at run time by an earlier task
+    # (attention's MatMul of two activations, LOWERING.md 22.3); ``weights`` then only gives
+    # the blob's geometry and no constant is stored
+    weight_source: str = ""
+    # (s, ry, rx): phase (ry, rx) of a stride-s ConvTranspose (compiler/deconv_phases.py). The
+    # output tensor is then the whole (C, s*H, s*W) image and the DPU writes this conv's pixels
+    # at (s*y + ry, s*x + rx) (the interleaved write, LOWERING.md 13); () writes as usual
+    interleave: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         _check_dtype(self.dtype, self.name)
@@ -184,6 +192,18 @@ class ConvLayer:
             raise CompileError(f"layer {self.name}: bias must have {weights.shape[0]} values, got shape {np.shape(self.bias)}")
         if self.output_shape[1] < 1 or self.output_shape[2] < 1:
             raise CompileError(f"layer {self.name}: the kernel does not fit the padded input (output {self.output_shape})")
+        if self.weight_source:
+            self._check_runtime_weights(weights)
+
+    def _check_runtime_weights(self, weights: np.ndarray) -> None:
+        # [I] for these geometries the float16 blob of W[o][c] is the NC1HWC2 bytes of a
+        # [c <= 8][1][o] map (isa.weight_layout FP16_CONV: 8 o + c), LOWERING.md 22.3
+        out_channels, in_channels, kernel_h, kernel_w = weights.shape
+        if self.dtype != FLOAT16 or self.groups != 1 or (kernel_h, kernel_w) != (1, 1) or in_channels > 8 \
+                or out_channels % 2:
+            raise CompileError(f"layer {self.name}: weights read from feature map {self.weight_source!r} need a "
+                               f"float16 1x1 conv of at most 8 input channels and an even number of kernels, got "
+                               f"{self.dtype} {list(weights.shape)}")
 
     def _check_output_dtype(self) -> None:
         if self.output_dtype == self.dtype:
@@ -476,4 +496,32 @@ class PoolLayer:
         return channels, (height + top + bottom - kh) // sy + 1, (width + left + right - kw) // sx + 1
 
 
-Layer = ConvLayer | FcLayer | EltwiseLayer | PoolLayer | ActivationLayer | ConcatLayer | SliceLayer
+@dataclass(frozen=True)
+class ResizeLayer:
+    """Nearest-neighbour upsampling by whole factors (fy, fx): every input pixel copied into an
+    fy x fx block, one DPU-only unpooling task per C2 surface (lower_resize.py, LOWERING.md 19).
+    The bytes move unchanged, so input and output share their quantization (``quant``; None for
+    float16)."""
+
+    name: str
+    input: str
+    output: str
+    input_shape: tuple[int, int, int]
+    factors: tuple[int, int]  # (fy, fx)
+    quant: Quant | None = None
+    dtype: str = INT8
+
+    def __post_init__(self) -> None:
+        _check_dtype(self.dtype, self.name)
+        object.__setattr__(self, "input_shape", tuple(int(v) for v in self.input_shape))
+        object.__setattr__(self, "factors", tuple(int(v) for v in self.factors))
+        if self.dtype == INT8 and self.quant is None:
+            raise CompileError(f"layer {self.name}: an int8 resize needs the tensor quantization")
+
+    @property
+    def output_shape(self) -> tuple[int, int, int]:
+        channels, height, width = self.input_shape
+        return channels, height * self.factors[0], width * self.factors[1]
+
+
+Layer = ConvLayer | FcLayer | EltwiseLayer | PoolLayer | ActivationLayer | ConcatLayer | SliceLayer | ResizeLayer

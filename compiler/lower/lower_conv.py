@@ -26,7 +26,7 @@ import numpy as np
 from npuemu.isa.errors import CompileError
 from npuemu.platforms.model import Platform
 
-from .. import quant_regs, weight_pack
+from .. import deconv_phases, quant_regs, sparse_weights, weight_pack
 from . import lut
 from .conv_geometry import feature_grains, kernels_per_pass, pad_value, surfaces_per_pass
 from .descriptions import (
@@ -51,6 +51,7 @@ class ConvConstants:
     bias: bytes
     requant: quant_regs.ConvRequant | None
     dpu_channels: int  # channels the BS blob covers (output channels rounded per pass)
+    sparse: sparse_weights.SparseStreams | None = None  # ``weights`` holds these streams (LOWERING.md 23)
 
 
 def conv_constants(layer: ConvLayer, platform: Platform) -> ConvConstants:
@@ -79,7 +80,12 @@ def conv_constants(layer: ConvLayer, platform: Platform) -> ConvConstants:
         packed = weight_pack.pack_conv_weights(weights, zp_w.astype(np.int8),
                                                weight_pack.conv_blocking(layer.dtype, kernels_per_pass(layer, platform)))
     bias = weight_pack.bias_blob(requant.alu, requant.cpend, requant.mul, dpu_channels)
-    return ConvConstants(packed.astype(np.int8).tobytes(), bias, requant, dpu_channels)
+    blob = packed.astype(np.int8).tobytes()
+    decision = sparse_weights.conv_decision(layer, platform)  # None unless --sparse
+    if decision is not None and decision.mode is not None:
+        streams = sparse_weights.sparse_streams(blob, layer.out_channels, decision.mode)
+        return ConvConstants(streams.data, bias, requant, dpu_channels, streams)
+    return ConvConstants(blob, bias, requant, dpu_channels)
 
 
 # -- DPU stages ------------------------------------------------------------------------------
@@ -271,6 +277,11 @@ def _weight_fields(ctx: _ConvContext, tile: TaskTile) -> dict:
                     weight_address=ctx.weights.address + tile.channels.start * taps * element)
     blocking = weight_pack.conv_blocking(layer.dtype, ctx.kernels_per_pass)
     per_kernel = blocking.stored_channels(layer.in_channels) * taps * element
+    sparse = ctx.constants.sparse
+    if sparse is not None:  # the sizes count the kept half, as the vendor's (LOWERING.md 23)
+        return dict(kernels=blocking.stored_kernels(layer.out_channels), weight_bytes=sparse.dense_bytes // 2,
+                    weight_bytes_per_kernel=per_kernel // 2, weight_address=ctx.weights.address,
+                    decompress=(sparse.control, sparse.amounts))
     return dict(kernels=blocking.stored_kernels(layer.out_channels), weight_bytes=len(ctx.constants.weights),
                 weight_bytes_per_kernel=per_kernel, weight_address=ctx.weights.address)
 
@@ -281,17 +292,25 @@ def _output_fields(ctx: _ConvContext, tile: TaskTile) -> dict:
     out_channels = group.count if layer.depthwise else layer.out_channels
     out_start = group.start if layer.depthwise else 0
     offset = (out_start // out.c2) * out.surface_bytes + rows.out_start * out.line_bytes
-    cube = DpuCube(width=out.width, height=rows.out_rows, channels=align(out_channels, ctx.kernels_per_pass),
+    width, per_pass, steps = out.width, ctx.surfaces_per_pass, None
+    if layer.interleave:  # phase (ry, rx) of s x s: every s-th pixel of every s-th row (LOWERING.md 13)
+        width, per_pass, phase_offset, steps = deconv_phases.interleaved_write(
+            layer.interleave, out.width, out.c2, min(out_channels, align(out_channels, ctx.kernels_per_pass)),
+            per_pass, layer.name, residual=ctx.residual is not None)
+        offset = (out_start // out.c2) * out.surface_bytes + rows.out_start * steps[1] * out.atom_bytes \
+            + phase_offset * out.atom_bytes
+    cube = DpuCube(width=width, height=rows.out_rows, channels=align(out_channels, ctx.kernels_per_pass),
                    orig_channels=out_channels, dst_address=out.address + offset,
-                   dst_surface_stride=out.surface_stride_atoms, surfaces_per_pass=ctx.surfaces_per_pass,
+                   dst_surface_stride=out.surface_stride_atoms, surfaces_per_pass=per_pass,
                    precision=PRECISION_CODES[layer.dtype],
-                   out_precision=OUT_PRECISION_CODES[layer.output_dtype] if layer.wide_output else None)
+                   out_precision=OUT_PRECISION_CODES[layer.output_dtype] if layer.wide_output else None,
+                   interleave=steps)
     residual = None
     if ctx.residual is not None:
         res = ctx.residual
         res_offset = (out_start // res.c2) * res.surface_bytes + rows.out_start * res.line_bytes
         residual = Operand(res.address + res_offset, res.surface_stride_atoms)
-    return dict(out_width=out.width, out_height=rows.out_rows, cube=cube, residual=residual,
+    return dict(out_width=width, out_height=rows.out_rows, cube=cube, residual=residual,
                 bias_address=ctx.bias.address + group.start * (
                     weight_pack.FLOAT_BS_CHANNEL_BYTES if layer.dtype == FLOAT16
                     else weight_pack.BS_GROUP_BYTES // weight_pack.BS_GROUP_CHANNELS))
@@ -318,7 +337,8 @@ def _context(layer: ConvLayer, placements: Mapping[str, Placement], platform: Pl
     inp = tensor(placements, layer.input, layer.name)
     out = tensor(placements, layer.output, layer.name)
     check_feature(inp, layer.input_shape, layer.dtype, "input", layer.name)
-    check_feature(out, layer.output_shape, layer.output_dtype, "output", layer.name)
+    check_feature(out, deconv_phases.written_shape(layer.output_shape, layer.interleave), layer.output_dtype,
+                  "output", layer.name)
     per_pass = kernels_per_pass(layer, platform)
     if out.c1 * out.c2 < align(layer.out_channels, per_pass):
         raise CompileError(
@@ -340,9 +360,28 @@ def _context(layer: ConvLayer, placements: Mapping[str, Placement], platform: Pl
                 f"channel_align={per_pass}")
     return _ConvContext(
         layer, inp, out, residual,
-        constant(placements, layer.weight_tensor, len(constants.weights), layer.name),
+        _weight_placement(layer, placements, platform, constants),
         constant(placements, layer.bias_tensor, len(constants.bias), layer.name),
         constants, conv_stages(layer, constants), per_pass, surfaces_per_pass(layer, platform))
+
+
+def _weight_placement(layer: ConvLayer, placements: Mapping[str, Placement], platform: Platform,
+                      constants: ConvConstants) -> ConstPlacement:
+    """The weight blob: a constant, or (``weight_source``) the first pixels (in raster order: a
+    surface's rows are contiguous) of a one-surface [C <= 8, H, W] feature map of H W >= kernels
+    pixels an earlier task wrote: its float16 NC1HWC2 bytes are the blob of W[o][c] = map[c][o]
+    (LOWERING.md 22.3)."""
+    if not layer.weight_source:
+        return constant(placements, layer.weight_tensor, len(constants.weights), layer.name)
+    source = tensor(placements, layer.weight_source, layer.name)
+    needed = len(constants.weights)
+    blocking = weight_pack.conv_blocking(layer.dtype, kernels_per_pass(layer, platform))
+    one_surface = source.dtype == FLOAT16 and source.channels == layer.in_channels and source.c2 == 8
+    if blocking.ic_align != 8 or blocking.ic_block < 8 or not one_surface \
+            or source.height * source.width * source.pixel_bytes < needed:
+        raise CompileError(f"layer {layer.name}: feature map {source.name} ({source.dtype} {list(source.shape)}) is not "
+                           f"the {needed}-byte weight blob of {layer.out_channels} kernels x {layer.in_channels} channels")
+    return ConstPlacement(layer.weight_tensor, source.address, needed)
 
 
 def cbuf_request(layer: ConvLayer, inp: TensorPlacement, platform: Platform, weight_bytes: int) -> CbufRequest:
@@ -365,7 +404,9 @@ def lower_conv(layer: ConvLayer, placements: Mapping[str, Placement], platform: 
     dealt to ``cores`` cores (multicore.py; each task's ``core``)."""
     constants = constants or conv_constants(layer, platform)
     ctx = _context(layer, placements, platform, constants)
-    request = cbuf_request(layer, ctx.inp, platform, len(constants.weights))
+    # sparse weights are decompressed into the CBUF [I]: it holds the dense bytes either way
+    dense = constants.sparse.dense_bytes if constants.sparse is not None else len(constants.weights)
+    request = cbuf_request(layer, ctx.inp, platform, dense)
     plan = plan_cbuf(request)
     tiles, assignment = deal_to_cores(plan, request, cores)
     tasks = []

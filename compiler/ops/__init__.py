@@ -1,15 +1,15 @@
 """Per-op semantics of the IR: canonical attributes, shape inference and numpy float
 computation, one module per op family. Importing the package registers every op."""
 
-from . import (activation, conv, elementwise, layout, linear, normalization, pad, pool, quantize_linear, reduce, resize,
-               select, tensor_info)
+from . import (activation, conv, elementwise, layout, linear, normalization, pad, pool, quantize_linear, recurrent,
+               reduce, resize, select, tensor_info)
 from .base import REGISTRY, Canonical, NodeView, OpDef, TensorInfo, Unsupported, register
 
 __all__ = ["REGISTRY", "Canonical", "NodeView", "OpDef", "TensorInfo", "Unsupported", "get_op", "register",
            "supported_ops"]
 
-_MODULES = (activation, conv, elementwise, layout, linear, normalization, pad, pool, quantize_linear, reduce, resize,
-            select, tensor_info)
+_MODULES = (activation, conv, elementwise, layout, linear, normalization, pad, pool, quantize_linear, recurrent, reduce,
+            resize, select, tensor_info)
 
 
 def get_op(op_type: str) -> OpDef:

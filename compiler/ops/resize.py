@@ -232,3 +232,37 @@ def resize(attrs: dict[str, Any], x: list[np.ndarray]) -> np.ndarray:
         if attrs["sizes"][axis] != data.shape[axis] or attrs["scales"][axis] != 1.0 or crop:
             data = _resize_axis(data, axis, attrs)
     return data.astype(x[0].dtype, copy=False)
+
+
+#: the unpooling kernel fields are 3 bits wide (DPU_RDMA SRC_DMA_CFG KERNEL_WIDTH/HEIGHT hold factor - 1)
+MAX_REPLICATION = 8
+
+
+def replication_factors(attrs: dict[str, Any], in_shape: tuple[int, ...]) -> tuple[tuple[int, int] | None, str]:
+    """((fy, fx), "") when this Resize of an [N, C, H, W] tensor is nearest-neighbour upsampling
+    by whole factors in which every output pixel (y, x) copies input pixel (y // fy, x // fx) -
+    what the DPU's unpooling mode computes (LOWERING.md 19); else (None, why not).
+
+    Decided on the index map itself (``source_coordinates`` + ``nearest_indices``, the same
+    float32 arithmetic as onnxruntime), so every coordinate / nearest mode that reduces to this
+    gather qualifies: asymmetric + floor, half_pixel + round_prefer_floor/ceil for any factor,
+    asymmetric + round_prefer_floor for factor 2, tf_half_pixel_for_nn + floor, Upsample's simple."""
+    if attrs["mode"] != "nearest":
+        return None, f"mode {attrs['mode']} (only nearest is a DPU unpooling; bilinear runs on the host)"
+    sizes = list(attrs["sizes"])
+    if len(in_shape) != 4 or sizes[:2] != list(in_shape[:2]):
+        return None, f"resizes axes other than H and W ({list(in_shape)} -> {sizes})"
+    if attrs["coordinate_transformation_mode"] == "tf_crop_and_resize":
+        return None, "coordinate_transformation_mode tf_crop_and_resize"
+    factors = []
+    for axis in (2, 3):
+        size, out = in_shape[axis], sizes[axis]
+        if out % size or not 1 <= out // size <= MAX_REPLICATION:
+            return None, f"output {out} is not 1..{MAX_REPLICATION} x input {size} along axis {axis}"
+        coordinates = source_coordinates(attrs["coordinate_transformation_mode"], size, out, attrs["scales"][axis])
+        index = nearest_indices(coordinates, attrs["nearest_mode"], size, attrs["scales"][axis])
+        if not np.array_equal(index, np.arange(out) // (out // size)):
+            return None, (f"{attrs['coordinate_transformation_mode']} / {attrs['nearest_mode']} does not copy "
+                          f"input pixel o // {out // size} to output o along axis {axis}")
+        factors.append(out // size)
+    return (factors[0], factors[1]), ""

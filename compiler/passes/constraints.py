@@ -209,8 +209,8 @@ def pool_values_only(graph: Graph, node: Node, ctx: PassContext) -> str | None:
 @Constraint
 def deconv_lowered(graph: Graph, node: Node, ctx: PassContext) -> str | None:
     """The phase conv fits the CNA: kernel ceil(k/s) at most {max_kernel}, pads at most {max_pad},
-    s*s*C_out kernels at most {max_kernels} (build_adapt.split_conv_transpose; DepthToSpace and the
-    crop of the pads are host steps)."""
+    s*s*C_out kernels at most {max_kernels} (build_adapt.split_conv_transpose: the phases write
+    interleaved into the output, or, where the pads crop, DepthToSpace and the crop are host steps)."""
     attrs = node.attrs
     phases = phase_conv(attrs["kernel_shape"], attrs["strides"], attrs["pads"], attrs["output_padding"],
                         shape(graph, node.inputs[0])[2:])
@@ -225,8 +225,9 @@ def deconv_lowered(graph: Graph, node: Node, ctx: PassContext) -> str | None:
 
 @Constraint
 def one_row(graph: Graph, node: Node, ctx: PassContext) -> str | None:
-    """A fully connected layer has one row (M = 1) and runs as a 1x1 conv; more rows need the matmul
-    unit, which is not lowered."""
+    """A fully connected layer has one row (M = 1) and runs as a 1x1 conv; over T rows of a [1, T, C]
+    tensor it is a 1x1 conv over T pixels inside a token region (passes/tokens_as_channels, not
+    formed where its Transpose edges would add host steps or host time, or the rows are not tokens)."""
     rows = int(np.prod(shape(graph, node.inputs[0])[:node.attrs["axis"]]))
     return f"{rows} rows" if rows != 1 else None
 
@@ -334,6 +335,71 @@ def global_pool_window(graph: Graph, node: Node, ctx: PassContext) -> str | None
 def channel_axis_only(graph: Graph, node: Node, ctx: PassContext) -> str | None:
     """Joins or cuts along the channel axis (whole NC1HWC2 channel planes, by address or DPU copies)."""
     return None if node.attrs["axis"] == 1 else f"axis {node.attrs['axis']}"
+
+
+@Constraint
+def glu_halves(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """Each half of a Glu's channels starts on a 16-channel NC1HWC2 surface (C/2 a multiple of
+    16), so both halves are read by address (LOWERING.md 22.1)."""
+    half = shape(graph, node.inputs[0])[1] // 2
+    return None if half % 16 == 0 else f"{half} channels per half"
+
+
+@Constraint
+def resize_nearest_replication(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """Resize is nearest-neighbour upsampling of H and W by whole factors 1..8 in which output
+    pixel (y, x) copies input pixel (y // fy, x // fx) - asymmetric + floor, half_pixel + round,
+    ... (the DPU_RDMA unpooling mode, 3-bit kernel fields; bilinear and fractional scales run on
+    the host, LOWERING.md 19)."""
+    from ..ops.resize import replication_factors  # the op's own index map decides
+    factors, reason = replication_factors(node.attrs, shape(graph, node.inputs[0]))
+    return None if factors is not None else reason
+
+
+@Constraint
+def softmax_float16(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """Softmax runs on the NPU in float16 builds (the vendor keeps it in float16 even in int8
+    builds; an int8 build keeps it on the host, LOWERING.md 22.2)."""
+    return None if ctx.element_bytes == 2 else "an int8 build"
+
+
+@Constraint
+def softmax_channel_axis(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """Softmax over the channel axis of a [1, C, H, W] map, each pixel on its own (LOWERING.md 22.2)."""
+    dims = shape(graph, node.inputs[0])
+    axis = int(node.attrs["axis"]) % len(dims)
+    if axis != 1:
+        return f"axis {node.attrs['axis']} of {list(dims)}"
+    if node.attrs.get("flatten_2d") and int(np.prod(dims[2:])) != 1:
+        return f"opset < 13 Softmax over the flattened C*H*W of {list(dims)}"
+    return None
+
+
+@Constraint
+def softmax_channels(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """At most 512 channels (each log-sum-exp step is a C x C 1x1 conv, LOWERING.md 22.2)."""
+    channels = shape(graph, node.inputs[0])[1]
+    return None if channels <= 512 else f"{channels} channels"
+
+
+@Constraint
+def attention_float16(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """Attention runs on the NPU in float16 builds (its weights are float16 feature maps, its
+    softmax is 22.2's float16 chain; LOWERING.md 22.3)."""
+    return None if ctx.element_bytes == 2 else "an int8 build"
+
+
+@Constraint
+def attention_heads(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """Heads of P = 8, 16 or a multiple of 16 up to 256 channels (v is transposed through a map E
+    of P pixels in rows of 16 made by a conv with 15 pixels of padding on each side, and up to
+    15 rows of padding); an even number T of tokens, at most 384 (the scores' conv has T
+    kernels read from a map's bytes; the softmax over T channels has T x T step weights,
+    which fit the CBUF up to 384: 448 takes 13 of its 12 banks; LOWERING.md 22.3)."""
+    tokens, width = shape(graph, node.inputs[0])[3], node.attrs["head_channels"]
+    if width not in (8, 16) and (width % 16 or width > 256) or tokens % 2 or not 2 <= tokens <= 384:
+        return f"{tokens} tokens, heads of {width} channels"
+    return None
 
 
 @Constraint

@@ -12,7 +12,9 @@ same in both means; ``eps`` a scalar constant added to the variance *before* the
 root; ``gamma``/``beta`` constants that vary only over the normalized axes. ``d`` is read by
 exactly the square and the division, every other intermediate only by the next node. A
 LayerNorm over other axes, with eps after the root, or with a statistic used elsewhere is
-not fused.
+not fused. Both forms then take the same road: over the last axis of a [1, T, C] token tensor,
+``tokens_as_channels`` makes it the channel normalization of ``layer_norm_npu`` (LOWERING.md 21);
+elsewhere it is one host step.
 """
 
 from __future__ import annotations

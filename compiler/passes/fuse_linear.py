@@ -88,11 +88,12 @@ def _read(graph: Graph, name: str) -> bool:
 
 def _flatten_axis(source: tuple[int, ...], flat: tuple[int, ...], axis: int) -> int | None:
     """The axis of ``source`` at which flattening gives the rows and features ``flat`` has at
-    ``axis`` (None if no axis does); the smallest such axis keeps the channel axis whole."""
-    rows = int(np.prod(flat[:axis], dtype=np.int64))
+    ``axis`` (None if no axis does); the smallest such axis keeps the channel axis whole. The
+    leading dims must be ``flat``'s own: the FC's output is ``X.shape[:axis] + (N,)``, so a reshape
+    that also regroups the rows ([1, 16, 4, 5] -> [1, 64, 5]) cannot go."""
     features = int(np.prod(flat[axis:], dtype=np.int64))
     for candidate in range(1, len(source) + 1):
-        if int(np.prod(source[:candidate], dtype=np.int64)) == rows and \
+        if tuple(source[:candidate]) == tuple(flat[:axis]) and \
                 int(np.prod(source[candidate:], dtype=np.int64)) == features:
             return candidate
     return None

@@ -5,8 +5,8 @@ constraints (``constraints.py``): the ops of each rule group of :data:`RULES` ar
 rows with that ``npu`` group (``compiler/op_table.py``). A layer runs on the NPU when its op is listed and every
 constraint holds; otherwise on the CPU, with the first failed rule and its detail as the
 reason (``rule: detail``) (what ``npuemu compile --dump-ir``/``--dump-json``/``--partition-report`` show).
-Everything not listed (Softmax, LayerNormalization, Resize, Transpose, ReduceMax, ArgMax,
-Glu, Slice, Gather, ...) runs on the CPU: there is no NPU lowering for it. The list is the
+Everything not listed or failing its rules (Softmax off the channel axis or in int8,
+LayerNormalization, bilinear Resize, Transpose, ReduceMax, ArgMax, Slice, Gather, ...) runs on the CPU: there is no NPU lowering for it. The list is the
 plan of what the NPU lowering handles: CNA convolutions (direct, depthwise, dilated,
 transposed in deconv mode, fully connected as 1x1), DPU element-wise ops and activations
 (the ReLU family in the BS stage, the others by look-up table), PPU pooling, and
@@ -55,6 +55,13 @@ RULES: dict[str, tuple[str, tuple[c.Constraint, ...]]] = {
     "pool": ("PPU pooling", (*_COMMON, c.pool_values_only, c.pool_window, c.pool_ceil_mode, c.average_padding)),
     "global_pool": ("PPU pooling over the plane", (*_COMMON, c.global_pool_window)),
     "concat_split": ("by address / DPU copy", (*_COMMON, c.channel_axis_only)),
+    "glu": ("DPU look-up table (sigmoid) + DPU element-wise Mul, halves by address",
+            (*_COMMON, c.channel_axis_only, c.glu_halves)),
+    "softmax": ("CNA 1x1 convs + DPU look-up tables (pairwise log-sum-exp over the channels)",
+                (*_COMMON, c.softmax_float16, c.softmax_channel_axis, c.softmax_channels)),
+    "attention": ("CNA 1x1 convs with run-time weights + the softmax chain, per head",
+                  (*_COMMON, c.attention_float16, c.attention_heads)),
+    "resize": ("DPU unpooling (nearest, whole factors)", (*_COMMON, c.resize_nearest_replication)),
     "view": ("by address (no data moved)", (c.float_tensors, c.same_native_bytes)),
 }
 

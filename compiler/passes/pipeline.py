@@ -15,12 +15,17 @@ level   what runs
 1       folding and the hardware fusions: activation subgraphs (hard-swish, SiLU, GELU), GLU
         and LayerNorm matches; Gemm/MatMul -> FullyConnected, BatchNormalization and
         per-channel Mul/Add folded into conv weights, Conv+BiasAdd; 1-D Conv/pool/BN regions
-        on [1, C, L] lifted to [1, C, 1, L] (``lift_1d``); left-over BN and affine chains as
+        on [1, C, L] lifted to [1, C, 1, L] (``lift_1d``); [1, T, C] token regions as
+        [1, C, 1, T] (``tokens_as_channels``) and, in float16 builds, their multi-head
+        attention as one HeadAttention layer (``attention_npu``); left-over BN and affine chains as
         1x1 depthwise scale+bias convs; Pad+Conv, Conv+Act, Conv+Add
 2       + clean-up: identities removed, Reshape/Transpose chains merged or cancelled
-3       + vendor rewrites: FC as conv, GlobalAveragePool as depthwise convs, input-channel
-        tiling for the CBUF, identity conv on odd-sized graph inputs (the default, as the
-        vendor's ``optimization_level`` 3)
+3       + vendor rewrites: the Focus block (4 stride-2 Slices + Concat) as one 2x2 stride-2
+        conv (``focus_as_conv``), FC as conv, GlobalAveragePool as depthwise convs,
+        input-channel tiling for the CBUF, identity conv on odd-sized graph inputs, channel
+        Concats and Splits off C2 boundaries as placement/selection convs (``concat_as_convs``,
+        ``split_as_convs``), standalone zero Pads as identity convs (``pad_as_conv``) (the
+        default, as the vendor's ``optimization_level`` 3)
 ======  =======================================================================================
 
 Clean-up runs first (level 2), so exporter debris such as ``Mul(x, 1)`` does not hide a
@@ -41,6 +46,11 @@ from npuemu.isa.errors import CompileError
 from ..ir import Graph
 from . import cleanup, fold_bn, fold_const_affine, fuse_activation, fuse_add, fuse_glu, fuse_layer_norm
 from . import fuse_linear, fuse_pad, fuse_patterns, lift_1d, prune, rewrite_channel_tiling, rewrites
+from . import attention_npu, tokens_as_channels
+from .concat_as_convs import concat_as_placement_convs
+from .focus_as_conv import focus_as_conv
+from .pad_as_conv import pad_as_identity_conv
+from .split_as_convs import split_as_selection_convs
 from .context import PassContext
 from .health import check_health
 
@@ -75,11 +85,15 @@ STAGES: tuple[Stage, ...] = (
                          fold_const_affine.fold_bias_add, fold_const_affine.fold_scale_into_producer,
                          fold_const_affine.fold_scale_into_consumer, fold_const_affine.fold_shift_into_consumer)),
     Stage("1-D as 2-D", 1, (lift_1d.lift_1d_layers,)),
+    Stage("tokens as channels", 1, (tokens_as_channels.tokens_as_channels,  # [1,T,C] -> [1,C,1,T]
+                                    attention_npu.attention_as_head_convs)),  # LOWERING.md 22.3
     Stage("scale+bias layers", 1, (fold_bn.batch_norm_as_depthwise_conv,
                                    fold_const_affine.affine_chain_as_depthwise_conv)),
     Stage("fusion", 1, _FUSE),
-    Stage("vendor rewrites", 3, (rewrites.fully_connected_as_conv, rewrites.global_average_pool_as_depthwise_convs,
-                                 rewrite_channel_tiling.tile_input_channels, rewrites.input_identity_conv)),
+    Stage("vendor rewrites", 3, (focus_as_conv, rewrites.fully_connected_as_conv,
+                                 rewrites.global_average_pool_as_depthwise_convs,
+                                 rewrite_channel_tiling.tile_input_channels, rewrites.input_identity_conv,
+                                 concat_as_placement_convs, split_as_selection_convs, pad_as_identity_conv)),
     Stage("clean-up after rewrites", 3, _CLEANUP),
     Stage("fusion after rewrites", 3, _FUSE),
 )

@@ -27,6 +27,7 @@ from npuemu.isa.errors import CompileError, InputError
 from ..float_eval import evaluate
 from ..ir import Graph, Tensor
 from .affine import Range
+from .blas_threads import single_threaded_blas
 from .clipping import ALGORITHMS, kl_range, mmse_range
 from .observers import Histogram, RangeObserver
 from .progress import Progress
@@ -104,7 +105,7 @@ def _run(graph: Graph, samples: Iterable[Sample], observers: Mapping, label: str
         return value
 
     count = 0
-    with Progress(total, label, enabled=progress) as bar:
+    with single_threaded_blas(), Progress(total, label, enabled=progress) as bar:  # (blas_threads.py: why)
         for sample in samples:
             evaluate(graph, sample, tensor_hook=hook)
             count += 1

@@ -179,6 +179,17 @@ def write_config(config: QuantConfig, graph: Graph, path: Path | str) -> None:
         raise ConfigError(f"cannot write {path}: {error.strerror}") from None
 
 
+def _layer_names_hint(name: str, layers: list[str]) -> str:
+    """The way out of a layer name the model lacks: the nearest names, else the first few."""
+    import difflib
+
+    near = difflib.get_close_matches(name, layers, n=3, cutoff=0.6)
+    shown = near or layers[:8]
+    more = "" if near or len(layers) <= len(shown) else f" ... ({len(layers)} layers)"
+    return (f"{'the nearest names' if near else 'a layer name'}: {', '.join(shown)}{more}; or write the config "
+            "again with `npuemu quant-config` at the same -O level")
+
+
 def _tensor_entry(config: QuantConfig, name: str) -> str:
     if name in config.shares:
         return f"{{shares: {_quote(config.shares[name])}}}"
@@ -317,7 +328,8 @@ class _Reader:
             node = nodes.get(name)
             if node is None:
                 raise self.fail(layers.lines[name], keys, "no layer of that name in the model (layer names are those "
-                                "of `npuemu compile --dump-ir`, after fusion)")
+                                "of `npuemu compile --dump-ir`, after fusion at the -O level compiled with); try: "
+                                + _layer_names_hint(name, list(nodes)))
             entry = self.mapping(entry, layers.lines[name], keys)
             self.known_keys(entry, LAYER_KEYS, keys)
             if "op" in entry and entry["op"] != node.display_op:

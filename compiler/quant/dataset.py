@@ -163,7 +163,19 @@ def _load_npy(file: Path, shape: tuple[int, ...], name: str, where: str) -> np.n
     if shape and shape[0] == 1 and array.shape == shape[1:]:
         return array.reshape(shape)
     raise InputError(f"{where}: shape {list(array.shape)} does not match input '{name}' {list(shape)} "
-                     "(or that shape without the leading batch dimension of 1)")
+                     f"(or that shape without the leading batch dimension of 1); try: {_shape_way_out(array.shape, shape, name)}")
+
+
+def _shape_way_out(have: tuple[int, ...], want: tuple[int, ...], name: str) -> str:
+    """An NHWC array (the vendor's order) is named as such with its transpose; else the shape to save."""
+    if len(want) == 4:
+        nhwc = (want[0], want[2], want[3], want[1])
+        if have in (nhwc, nhwc[1:]):
+            axes = "(0, 3, 1, 2)" if len(have) == 4 else "(2, 0, 1)"
+            return f"the array is in NHWC order: save np.transpose(array, {axes}) (NCHW)"
+    given = ",".join(str(d) for d in ((1, *have) if len(have) == len(want) - 1 else have))
+    return (f"save each array with shape {list(want)}; or, if the model's input dims are dynamic, compile with "
+            f"--input-shape {name}={given}")
 
 
 def _load_image(file: Path, shape: tuple[int, ...], name: str, where: str) -> np.ndarray:

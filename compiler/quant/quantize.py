@@ -26,6 +26,7 @@ the NPU holds (what weight packing needs).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -290,7 +291,7 @@ def _quantize_constants(graph: Graph, dtypes: Mapping[str, str], anchors: Mappin
             if quant is None:
                 quant = _constant_quant(graph, node, role, dtype, params, anchors, per_channel, weight_clipping)
             if role.kind == WEIGHT and quant is not None and quant.dtype == INT8:
-                quant = _bias_headroom(graph, node, role, bias, quant)
+                quant = _placement_headroom(graph, node, _bias_headroom(graph, node, role, bias, quant))
             _assign(graph, node, role.slot, quant, assigned)
 
 
@@ -408,6 +409,33 @@ def _bias_headroom(graph: Graph, node: Node, weight_role: ConstantRole, bias_rol
     if axis is None:
         return QuantParams(INT8, new_scale[0], new_zero[0])
     return QuantParams(INT8, new_scale, new_zero, axis)
+
+
+def _placement_headroom(graph: Graph, node: Node, quant: QuantParams) -> QuantParams:
+    """The 0/1 weights of a Concat placement conv (passes/concat_as_convs.py, attribute
+    ``placement``) stored as q (1..127) with scale 1/q - still exact - with the largest q for which
+    the residual converter fits: the partial concatenation (scale s_r) enters the EW stage in
+    accumulator units s_in * s_w, a 15-bit scale with a non-negative shift (quant_regs
+    ``residual_convert``: s_r / (s_in * s_w) < 2^15). An input whose range is far below the
+    concatenation's (YOLOX's sigmoid scores beside its box offsets) needs q < 127."""
+    if not node.attrs.get("placement") or not node.fused or quant.dtype != INT8:
+        return quant
+    residual = graph.tensors[node.fused[0].inputs[0]].quant
+    activation = graph.tensors[node.inputs[0]].quant
+    if residual is None or activation is None or activation.dtype != INT8:
+        return quant
+    fits = 32767 * 0.999 * float(activation.scale) / float(residual.scale)  # margin: the scale's rounding
+    ones = int(min(127, math.floor(fits)))
+    if ones >= 127 or ones < 1:  # fits as it is, or cannot fit (the lowering says so)
+        return quant
+    count = np.asarray(quant.scale).size
+    scale = np.full(count, 1.0 / ones, np.float32)
+    zeros = np.zeros(count, np.int32)
+    log.info("layer '%s': placement weights stored as %d (scale 1/%d) so the residual converter fits",
+             node.name, ones, ones)
+    if quant.axis is None:
+        return QuantParams(INT8, scale[0], zeros[0])
+    return QuantParams(INT8, scale, zeros, quant.axis)
 
 
 def _bias_params(graph: Graph, node: Node, role: ConstantRole, tensor: Tensor) -> QuantParams:

@@ -74,7 +74,22 @@ def joins_tensors(node: Node) -> bool:
     """True when the node's float inputs and outputs must share their quantization."""
     if node.fused:
         return False
+    if node.op_type == "Conv" and node.attrs.get("selection"):
+        return True  # a 0/1 selection conv (passes/focus_as_conv.py): outputs input values only
     return node.op_type == "Concat" or node.op_type in VALUE_PRESERVING
+
+
+def placement_members(node: Node) -> list[str]:
+    """A placement conv of a Concat (passes/concat_as_convs.py): [its output, the partial
+    concatenation its residual add reads] (they share parameters, so the adds pass stored values
+    through), [its output] for the first of the chain; [] for any other node."""
+    if node.op_type != "Conv" or not node.attrs.get("placement"):
+        return []
+    if not node.fused:
+        return [node.outputs[0]]
+    part = node.fused[0]
+    single_add = len(node.fused) == 1 and part.op_type == "Add" and len(part.inputs) == 1
+    return [node.outputs[0], part.inputs[0]] if single_add else []
 
 
 def sharing_groups(graph: Graph, layer_dtypes: Mapping[str, str],
@@ -87,6 +102,10 @@ def sharing_groups(graph: Graph, layer_dtypes: Mapping[str, str],
     union = _UnionFind()
     concats = []
     for node in graph.nodes:
+        chain = placement_members(node) if layer_dtypes.get(node.name) == "int8" else []
+        if chain:  # a Concat input placed by a conv: unified with the output as a Concat's would be
+            union.union(chain[0], chain[-1])
+            concats.append(node)
         if layer_dtypes.get(node.name) != "int8" or not joins_tensors(node):
             continue
         if node.op_type == "Concat":
@@ -98,7 +117,8 @@ def sharing_groups(graph: Graph, layer_dtypes: Mapping[str, str],
             union.union(members[0], other)
     for node in concats:
         output = node.outputs[0]
-        inputs = [name for name in node.inputs if _is_float(graph, name)]
+        sources = node.inputs[:1] if node.op_type == "Conv" else node.inputs  # a placement conv: its input
+        inputs = [name for name in sources if _is_float(graph, name)]
         widths = {name: _group_width(graph, union, name, ranges) for name in [*inputs, output]}
         total = _group_range(graph, union, [*inputs, output], ranges)
         for name in inputs:

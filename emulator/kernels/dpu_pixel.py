@@ -14,6 +14,8 @@ A pixel-major cube ``[P][C]`` is ``[1][P][C]``; NC1HWC2 atoms read by a DMA are
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from numba import njit
 
@@ -402,18 +404,72 @@ def stages_to_atoms(data: np.ndarray, channels: int, width: int, target: np.ndar
 
     ``window_sum``: [G][H][W] or [G][H*W], any strides (a pixel-major buffer is read as it
     is); ``ew_operand``: a channel-block cube with H*W pixels, or [1][1][1] / [1][1][C]
-    broadcast over the pixels."""
-    pixels = data.shape[1] if data.ndim == 3 else -1
-    data = _channel_blocks(data, channels, pixels, "DPU input")
+    broadcast over the pixels. (``plan_stages`` then ``planned_to_atoms``: a caller running
+    the same settings again keeps the plan.)"""
+    if ew is not None and ew_operand is None:
+        raise EmulationError("the EW stage needs an operand")
+    plan = plan_stages(channels, out_dtype, data.dtype, None if ew is None else np.asarray(ew_operand).dtype,
+                       bs=bs, bs_alu=bs_alu, bs_mul=bs_mul, bs_cpend=bs_cpend, bn=bn, bn_alu=bn_alu,
+                       bn_mul=bn_mul, ew=ew, cvt=cvt)
+    planned_to_atoms(plan, data, width, target, offsets, c2, surfaces, window_sum, ew_operand)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class StagePlan:
+    """What ``stages_to_atoms`` works out from the stage settings, the per-channel operands and
+    the element types alone (``plan_stages``): the same for every run of a task."""
+
+    channels: int
+    out_dtype: np.dtype
+    data_dtype: np.dtype
+    operand_dtype: np.dtype | None  # the EW operand's (None: no EW stage)
+    bs: XStageConfig | None
+    bn: XStageConfig | None
+    ew: EwConfig | None
+    cvt: OutCvtConfig | None
+    bs_operands: np.ndarray  # int64 [3][C] (kernels.dpu._OPERAND_MATRICES)
+    bn_operands: np.ndarray  # int64 [2][C]
+    floats: np.ndarray  # the chain's float64 BS operands [3][C]
+    chain: tuple[np.ndarray, int] | None  # chain_settings: CH_* and the largest |window sum|
+
+
+def plan_stages(channels: int, out_dtype: np.dtype, data_dtype: np.dtype, operand_dtype: np.dtype | None, *,
+                bs: XStageConfig | None = None, bs_alu=None, bs_mul=None, bs_cpend=None,
+                bn: XStageConfig | None = None, bn_alu=None, bn_mul=None, ew: EwConfig | None = None,
+                cvt: OutCvtConfig | None = None) -> StagePlan:
+    """The settings part of ``stages_to_atoms`` (``operand_dtype``: the EW operand's, None
+    without the EW stage)."""
     out_dtype = np.dtype(out_dtype)
     if cvt is None and out_dtype != np.int32 or out_dtype not in _OUTPUT_RANGES:
         raise EmulationError(f"the DPU stores int8, int16 or int32 elements (int32 without OUT_CVT), "
                              f"not {out_dtype}")
+    bs_operands = _OPERAND_MATRICES.get(channels, () if bs is None else (
+        (bs_alu, "BS ALU operand"), (bs_cpend, "CPEND operand"), (bs_mul, "BS MUL operand")), 3)
+    bn_operands = _OPERAND_MATRICES.get(channels, () if bn is None else (
+        (bn_alu, "BN ALU operand"), (bn_mul, "BN MUL operand")), 2)
+    floats, tops = _chain_operands(bs_operands, bs)
+    operand_dtype = None if ew is None else np.dtype(operand_dtype)
+    chain = chain_settings(bs, bn, ew, cvt, out_dtype, tops, np.dtype(data_dtype),
+                           operand_dtype if ew is not None else np.dtype(np.int32))
+    return StagePlan(channels, out_dtype, np.dtype(data_dtype), operand_dtype, bs, bn, ew, cvt, bs_operands,
+                     bn_operands, floats, chain)
+
+
+def planned_to_atoms(plan: StagePlan, data: np.ndarray, width: int, target: np.ndarray, offsets: np.ndarray,
+                     c2: int, surfaces: int, window_sum: np.ndarray | None = None,
+                     ew_operand: np.ndarray | None = None) -> None:
+    """``stages_to_atoms`` with its settings worked out (``plan``: made for ``data``'s and the
+    EW operand's element types)."""
+    channels, out_dtype, bs, ew = plan.channels, plan.out_dtype, plan.bs, plan.ew
+    pixels = data.shape[1] if data.ndim == 3 else -1
+    data = _channel_blocks(data, channels, pixels, "DPU input")
     atom_bytes = c2 * out_dtype.itemsize
     if pixels % width or offsets.shape != (surfaces * (pixels // width),) or surfaces < 1 \
             or atom_bytes % 8 or target.dtype != np.uint64:
         raise EmulationError(f"{offsets.shape} row offsets for {surfaces} surfaces of {pixels} "
                              f"pixels, {width} per line, in {atom_bytes}-byte atoms of {target.dtype} words")
+    if data.dtype != plan.data_dtype:
+        raise EmulationError(f"a DPU stage plan for {plan.data_dtype} input got {data.dtype}")
     sums, layout, kernels_per_group = _NO_SUMS, SUMS_NONE, 1
     window_max = 0
     if bs is not None and bs.cpend_enable:
@@ -421,44 +477,38 @@ def stages_to_atoms(data: np.ndarray, channels: int, width: int, target: np.ndar
         window_max = _max_abs(sums)
         if window_max <= nm.INT32_MAX and sums.dtype != np.int32:  # one compiled variant
             sums = sums.astype(np.int32)
-    bs_operands = _OPERAND_MATRICES.get(channels, () if bs is None else (
-        (bs_alu, "BS ALU operand"), (bs_cpend, "CPEND operand"), (bs_mul, "BS MUL operand")), 3)
-    bn_operands = _OPERAND_MATRICES.get(channels, () if bn is None else (
-        (bn_alu, "BN ALU operand"), (bn_mul, "BN MUL operand")), 2)
     operand = _NO_OPERAND
     if ew is not None:
         if ew_operand is None:
             raise EmulationError("the EW stage needs an operand")
         operand = np.asarray(ew_operand)
+        if operand.dtype != plan.operand_dtype:
+            raise EmulationError(f"a DPU stage plan for a {plan.operand_dtype} EW operand got {operand.dtype}")
         if operand.shape == (1, 1, 1):
             operand = np.broadcast_to(operand, (1, 1, channels))
         _channel_blocks(operand, channels, 1 if operand.shape[1] == 1 else pixels, "EW operand")
-        operand_dtype = operand.dtype
         operand = _int32_pixels(operand, channels)
     per_block = max(1, BLOCK_ELEMENTS // channels)
     if layout == SUMS_GROUP_MAJOR or (data.shape[2] == 1 and channels > 1):
         per_block = max(per_block, GATHER_PIXELS)
     tile = np.zeros((per_block, surfaces * c2), out_dtype)
-    data_dtype = data.dtype
     data = _int32_pixels(data, channels)
     offsets = np.ascontiguousarray(offsets, np.int64)
-    floats, tops = _chain_operands(bs_operands, bs)
-    chain = chain_settings(bs, bn, ew, cvt, out_dtype, tops, data_dtype,
-                           operand_dtype if ew is not None else np.dtype(np.int32))
+    chain = plan.chain
     if chain is not None and window_max <= chain[1]:
         if _pixel_rows(data, channels, tile.shape[1], layout, kernels_per_group,
                        operand if ew is not None else None):
-            _chain_pixels_to_atoms(data, sums, layout, floats, operand, chain[0], surfaces, width, tile,
+            _chain_pixels_to_atoms(data, sums, layout, plan.floats, operand, chain[0], surfaces, width, tile,
                                    offsets, target)
             return
-        _chain_to_atoms(data, sums, layout, kernels_per_group, floats, operand, chain[0], channels,
+        _chain_to_atoms(data, sums, layout, kernels_per_group, plan.floats, operand, chain[0], channels,
                         surfaces, width, tile, offsets, target)
         return
     _stages_to_atoms(data, sums, layout, kernels_per_group,
-                     _stage_flags(bs is not None, bn is not None, ew is not None),
-                     _x_params(bs or _BYPASSED), bs_operands, _x_params(bn or _BYPASSED), bn_operands,
-                     operand, _ew_params(ew or _EW_BYPASSED), _cvt_params(cvt or _IDENTITY, out_dtype),
-                     channels, surfaces, width, tile, offsets, target)
+                     _stage_flags(bs is not None, plan.bn is not None, ew is not None),
+                     _x_params(bs or _BYPASSED), plan.bs_operands, _x_params(plan.bn or _BYPASSED),
+                     plan.bn_operands, operand, _ew_params(ew or _EW_BYPASSED),
+                     _cvt_params(plan.cvt or _IDENTITY, out_dtype), channels, surfaces, width, tile, offsets, target)
 
 
 def _pixel_rows(data: np.ndarray, channels: int, lanes: int, layout: int, kernels_per_group: int,

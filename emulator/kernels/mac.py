@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from npuemu.emulator import numerics as nm
+from npuemu.emulator.memo import Memo
 from npuemu.emulator.numerics import EXACT_FLOAT32_REDUCTION
 from npuemu.isa.errors import EmulationError
 
@@ -81,19 +83,25 @@ class ConvGeometry:
 # CNA: NC1HWC2 -> padded planar
 # ---------------------------------------------------------------------------------------------
 @njit(cache=True)
-def _fetch_padded(feature, channels, pad_top, pad_left, pad_value, padded):
-    groups, height, width, c2 = feature.shape
+def _pad_border(padded, channels, height, width, pad_top, pad_left, value):
+    """The pad value on the border and wherever the output reaches past the input."""
     _, padded_h, padded_w = padded.shape
-    # the pad value on the border and wherever the output reaches past the input
     for c in range(channels):
         for py in range(padded_h):
             y = py - pad_top
             if y < 0 or y >= height:
-                padded[c, py, :] = pad_value
+                padded[c, py, :] = value
             else:
-                padded[c, py, :min(pad_left, padded_w)] = pad_value
+                padded[c, py, :min(pad_left, padded_w)] = value
                 if pad_left + width < padded_w:
-                    padded[c, py, pad_left + width:] = pad_value
+                    padded[c, py, pad_left + width:] = value
+
+
+@njit(cache=True)
+def _fetch_padded(feature, channels, pad_top, pad_left, pad_value, padded):
+    groups, height, width, c2 = feature.shape
+    _, padded_h, padded_w = padded.shape
+    _pad_border(padded, channels, height, width, pad_top, pad_left, pad_value)
     # then the input, an atom row at a time (its lanes go to C2 planes)
     rows, columns = min(height, padded_h - pad_top), min(width, padded_w - pad_left)
     for group in range(groups):
@@ -105,6 +113,23 @@ def _fetch_padded(feature, channels, pad_top, pad_left, pad_value, padded):
                     target[x + pad_left] = source[x, lane]
 
 
+@njit(cache=True)
+def _fetch_padded_half(bits16, channels, pad_top, pad_left, pad_bits, padded_bits):
+    # _fetch_padded of float16 atoms (their bits) into float32 planes (their bits), each value
+    # widened on the way (exact, numerics.fp16_bits_to_fp32_bits): no float32 copy of the atoms
+    groups, height, width, c2 = bits16.shape
+    _, padded_h, padded_w = padded_bits.shape
+    _pad_border(padded_bits, channels, height, width, pad_top, pad_left, pad_bits)
+    rows, columns = min(height, padded_h - pad_top), min(width, padded_w - pad_left)
+    for group in range(groups):
+        for y in range(rows):
+            source = bits16[group, y]
+            for lane in range(min(c2, channels - group * c2)):
+                target = padded_bits[group * c2 + lane, y + pad_top]
+                for x in range(columns):
+                    target[x + pad_left] = nm.fp16_bits_to_fp32_bits(source[x, lane])
+
+
 def fetch_padded_input(feature: np.ndarray, channels: int, geometry: ConvGeometry,
                        pad_value: float) -> np.ndarray:
     """CNA feature fetch: [C1][H][W][C2] (int8 or float16) -> float32 [C][Hp][Wp] with the
@@ -114,9 +139,11 @@ def fetch_padded_input(feature: np.ndarray, channels: int, geometry: ConvGeometr
     if channels <= 0 or channels > feature.shape[0] * feature.shape[3]:
         raise EmulationError(f"feature of shape {feature.shape} cannot hold {channels} channels")
     source = np.ascontiguousarray(feature)
-    if source.dtype == np.float16:
-        source = source.astype(np.float32)  # exact: every binary16 value is a binary32 value
     padded = np.empty((channels, geometry.padded_h, geometry.padded_w), np.float32)
+    if source.dtype == np.float16:  # exact: every binary16 value is a binary32 value
+        _fetch_padded_half(source.view(np.uint16), channels, geometry.pad_top, geometry.pad_left,
+                           np.float32(pad_value).view(np.uint32), padded.view(np.uint32))
+        return padded
     _fetch_padded(source, channels, geometry.pad_top, geometry.pad_left, np.float32(pad_value),
                   padded)
     return padded
@@ -307,11 +334,26 @@ def conv2d_fp16(padded: np.ndarray, weights: np.ndarray, geometry: ConvGeometry,
     _check_operands(padded, weights, geometry)
     if weights.dtype != np.float16:
         raise EmulationError(f"fp16 convolution needs float16 weights, got {weights.dtype}")
+    groups = geometry.groups
+    matrices = _widened(weights, groups)  # [groups][M][K] float32 (exact)
     if _use_direct(weights, geometry, method):
         acc = np.zeros((weights.shape[0], geometry.out_h, geometry.out_w), np.float32)
-        _conv_direct_float(padded, weights.astype(np.float32), geometry.groups, geometry.stride_y,
+        _conv_direct_float(padded, matrices.reshape(weights.shape), groups, geometry.stride_y,
                            geometry.stride_x, geometry.dilation_y, geometry.dilation_x, acc)
         return acc
-    groups = geometry.groups
-    matrices = weights.reshape(groups, weights.shape[0] // groups, -1).astype(np.float32)
     return _conv_gemm(padded, matrices, geometry, np.float32)
+
+
+def _widen(weights: np.ndarray, groups: int) -> np.ndarray:
+    # shared by every task of these weights and only read; left writeable so that the Numba
+    # direct loop keeps its one compiled (C-contiguous, writeable) signature
+    return weights.reshape(groups, weights.shape[0] // groups, -1).astype(np.float32)
+
+
+#: float32 copies of read-only weight arrays (the CNA's unpacked weights are shared by every
+#: run of their task: converted once, emulator/memo.py)
+_WIDENED: Memo[np.ndarray] = Memo(_widen, identity=1, limit=1024)
+
+
+def _widened(weights: np.ndarray, groups: int) -> np.ndarray:
+    return _widen(weights, groups) if weights.flags.writeable else _WIDENED(weights, groups)

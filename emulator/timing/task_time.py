@@ -21,9 +21,11 @@ platform's or, in ``npuemu calibrate --fit``, candidates being fitted).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from npuemu.emulator.memo import Memo
 from npuemu.emulator.timing.ddr import data_read_bytes, ddr_bytes, ddr_cycles_at, fetch_cycles_at
 from npuemu.emulator.timing.npu_cycles import task_npu_cycles
 from npuemu.emulator.timing.unit_cycles import conv_output_cycles, unit_cycles
@@ -44,15 +46,17 @@ class TaskTime:
     serial_cycles: int = 0  # the part of min(compute, DDR) not hidden by the overlap
     sram_hit_bytes: int = 0  # bytes read from or written to SRAM instead of DDR (no DDR cycles)
 
-    @property
+    # Cached on the (frozen) instance: a report reads them several times per task, and the
+    # timeline hands out the same TaskTime for a task that repeats its run (timeline._TIMED).
+    @functools.cached_property
     def compute_cycles(self) -> int:
         return max(self.npu_cycles, self.unit_cycles)
 
-    @property
+    @functools.cached_property
     def max_cycles(self) -> int:
         return max(self.compute_cycles, self.ddr_cycles) + self.serial_cycles
 
-    @property
+    @functools.cached_property
     def cycles(self) -> int:
         return self.max_cycles + self.overhead_cycles
 
@@ -92,9 +96,18 @@ class TaskFigures:
 
     @classmethod
     def of(cls, platform) -> TaskFigures:
-        ddr = platform.ddr
-        return cls(ddr.read_bytes_per_cycle, ddr.write_bytes_per_cycle, ddr.compute_overlap,
-                   platform.launch.task_overhead_cycles, platform.cycle_model.conv_write_bytes_per_cycle)
+        """The platform's figures: one object per (frozen) platform, so timings memoised by
+        the figures' identity (timeline._TIMED) are found again on the next report."""
+        return _FIGURES(platform) if cls is TaskFigures else _figures_of(cls, platform)
+
+
+def _figures_of(cls, platform) -> TaskFigures:
+    ddr = platform.ddr
+    return cls(ddr.read_bytes_per_cycle, ddr.write_bytes_per_cycle, ddr.compute_overlap,
+               platform.launch.task_overhead_cycles, platform.cycle_model.conv_write_bytes_per_cycle)
+
+
+_FIGURES: Memo[TaskFigures] = Memo(lambda platform: _figures_of(TaskFigures, platform), identity=1)
 
 
 def serial_part(compute: int, ddr: int, overlap: float, conv: bool = True) -> int:
@@ -104,7 +117,13 @@ def serial_part(compute: int, ddr: int, overlap: float, conv: bool = True) -> in
 
 
 def task_work(record, platform) -> TaskWork:
-    """The figure-independent work of a :class:`~npuemu.emulator.core.TaskRecord`."""
+    """The figure-independent work of a :class:`~npuemu.emulator.core.TaskRecord` (records and
+    platforms are frozen: worked out once per pair, emulator/memo.py; the core hands out the
+    same record again for a task that repeats its last run)."""
+    return _WORK(record, platform)
+
+
+def _task_work(record, platform) -> TaskWork:
     traffic = record.traffic
     conv = record.conv is not None
     return TaskWork(record.core, record.index, task_npu_cycles(record, platform),
@@ -112,6 +131,9 @@ def task_work(record, platform) -> TaskWork:
                     ddr_bytes(traffic)[1], traffic.regcmd_read, conv,
                     record.conv.macs if conv else 0, traffic.sram_hit_reads + traffic.sram_hit_writes,
                     traffic.write_bytes)
+
+
+_WORK: Memo[TaskWork] = Memo(_task_work, identity=2, limit=1 << 16)
 
 
 def time_work(work: TaskWork, fig: TaskFigures) -> TaskTime:

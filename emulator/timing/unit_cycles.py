@@ -35,7 +35,13 @@ def unit_cycles(record, platform) -> int:
         return conv_output_cycles(record.traffic.write_bytes, platform.cycle_model.conv_write_bytes_per_cycle)
     rate = platform.cycle_model.dpu_bytes_per_cycle
     cycles = 0
-    if record.dpu is not None:
+    unpool = getattr(record.dpu_rdma, "unpool", None)
+    if record.dpu is not None and unpool is not None:
+        # unpooling (kernels/dpu_unpool.py): the DPU writes kernel_h rows of its W-wide cube per
+        # input line, one atom each, so the written cube is the larger side [I] (compiler/LOWERING.md 19)
+        d = record.dpu
+        cycles = math.ceil(d.width * d.height * unpool.kernel_h * d.atom_bytes / rate)
+    elif record.dpu is not None:
         d = record.dpu
         cycles = max(cycles, math.ceil(d.width * d.height * d.channels * _itemsize(d.in_precision) / rate))
     if record.ppu is not None:

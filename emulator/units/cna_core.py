@@ -13,6 +13,7 @@ import numpy as np
 
 from npuemu.emulator import kernels
 from npuemu.emulator.memo import Memo
+from npuemu.emulator.kernels import weights_sparse
 from npuemu.emulator.memory import ADDRESS_SPACE, TaskDma, Traffic
 from npuemu.emulator.numerics import core_round_mode
 from npuemu.emulator.regfile import RegisterView
@@ -61,7 +62,9 @@ def decode_conv(cna: RegisterView, core: RegisterView, cbuf_banks: int, where: s
         raise EmulationError(f"{where}: {cna.show('CONV_CON1', 'CONV_MODE')} is not modelled "
                              f"(0 direct, 3 depthwise)")
     _require_zero(cna, where, ("CONV_CON1", "DECONV"), ("CONV_CON3", "NN_MODE"),
-                  ("FC_CON0", "FC_SKIP_EN"), ("DCOMP_CTRL", "DECOMP_CONTROL"))
+                  ("FC_CON0", "FC_SKIP_EN"))
+    decompress = _decompression(cna, where)
+    size_factor = 2 if decompress is not None else 1  # WEIGHT_SIZE0/1 count the kept half of 4:2 weights
     if not cna.field("CVT_CON0", "CVT_BYPASS"):
         raise EmulationError(f"{where}: {cna.show('CVT_CON0')} enables the CNA input converter, which "
                              f"is not modelled (every vendor stream bypasses it)")
@@ -91,8 +94,8 @@ def decode_conv(cna: RegisterView, core: RegisterView, cbuf_banks: int, where: s
         **_geometry(cna, where),
         kernels=cna.field("WEIGHT_SIZE2", "WEIGHT_KERNELS"),
         weight_address=cna.raw("DCOMP_ADDR0"),
-        weight_bytes=cna.field("WEIGHT_SIZE0", "WEIGHT_BYTES"),
-        weight_bytes_per_kernel=cna.field("WEIGHT_SIZE1", "WEIGHT_BYTES_PER_KERNEL"),
+        weight_bytes=cna.field("WEIGHT_SIZE0", "WEIGHT_BYTES") * size_factor,
+        weight_bytes_per_kernel=cna.field("WEIGHT_SIZE1", "WEIGHT_BYTES_PER_KERNEL") * size_factor,
         data_bank=cna.field("CBUF_CON0", "DATA_BANK"), weight_bank=cna.field("CBUF_CON0", "WEIGHT_BANK"),
         data_reuse=bool(cna.field("CBUF_CON0", "DATA_REUSE")),
         weight_reuse=bool(cna.field("CBUF_CON0", "WEIGHT_REUSE")),
@@ -104,11 +107,22 @@ def decode_conv(cna: RegisterView, core: RegisterView, cbuf_banks: int, where: s
         kernel_group=_kernel_group(weight, kernel_atoms), atom_bytes=atom,
         feature_precision=None if feature == precision else feature,
         weight_precision=None if weight == precision else weight,
+        decompress=decompress,
     )
     _check_banks(state, cna, cbuf_banks, where)
     _check_output(state, cna, core, where)
     _check_weights(state, cna, where)
     return state
+
+
+def _decompression(cna: RegisterView, where: str):
+    """The weight decompressor's setting (RK3576 sparse weights, REGISTER_SEMANTICS.md 2.8); None: dense."""
+    control = cna.field("DCOMP_CTRL", "DECOMP_CONTROL")
+    if control == 0:
+        return None
+    regnum = cna.field("DCOMP_REGNUM", "DCOMP_REGNUM")
+    amounts = [cna.raw(f"DCOMP_AMOUNT{index}") for index in range(min(max(regnum, 0), 16))]
+    return weights_sparse.decompression(control, cna.field("DCOMP_CTRL", "WT_DEC_BYPASS"), regnum, amounts, where)
 
 
 def _require_zero(view: RegisterView, where: str, *items: tuple[str, str]) -> None:
@@ -453,10 +467,12 @@ def _weights(state: ConvState, plan: _Plan, dma: TaskDma, cbuf: Cbuf, where: str
         return cbuf.take("weights", plan.weight_key, "WEIGHT_REUSE", where)
     int4 = state.weight_type == INT4
     dtype = np.dtype(np.int8) if int4 else PRECISION_DTYPES[state.weight_type]
-    _, _, layout, _, shape = plan.weight_cache_key
+    _, _, layout, _, shape = plan.weight_cache_key[:5]
 
     def unpack(raw: np.ndarray) -> np.ndarray:
         # int4: the even element of each byte is the high nibble (REGISTER_SEMANTICS 2.7)
+        if state.decompress is not None:  # sparse streams -> the dense blob (kernels/weights_sparse.py)
+            raw = weights_sparse.decompress_weights(raw, state.decompress, state.weight_bytes, where)
         blob = kernels.weights.unpack_int4_bytes(raw.reshape(1, -1), WEIGHT_INT4_HIGH_FIRST).reshape(-1) if int4 \
             else raw.view(dtype)
         if state.depthwise:
@@ -470,7 +486,7 @@ def _weights(state: ConvState, plan: _Plan, dma: TaskDma, cbuf: Cbuf, where: str
     located = dma.memory.locate_fixed(plan.weight_rows, plan.weight_bytes,
                                       lambda: f"{dma.where}: {plan.weight_what} read")
     weights = dma.derived_from_located(Traffic.WEIGHT_READ, located.region, int(plan.weight_rows[0]),
-                                       state.weight_bytes, plan.weight_cache_key, unpack)
+                                       plan.weight_bytes, plan.weight_cache_key, unpack)
     cbuf.keep("weights", plan.weight_key, weights, where)
     return weights
 
@@ -515,8 +531,11 @@ class _Plan:
                           f"{state.line_stride} B, surface {state.surface_stride} B)"),
             weight_what=(f"CNA weights (DCOMP_ADDR0={state.weight_address:#x}, "
                          f"WEIGHT_BYTES={state.weight_bytes})"),
-            weight_rows=weight_rows, weight_bytes=state.weight_bytes,
-            weight_cache_key=("CNA weights", element, _weight_layout(state), state.depthwise, shape),
+            # sparse weights: the DMA reads the streams, not the dense blob
+            weight_rows=weight_rows,
+            weight_bytes=state.decompress.span if state.decompress is not None else state.weight_bytes,
+            weight_cache_key=("CNA weights", element, _weight_layout(state), state.depthwise, shape)
+            + ((state.decompress,) if state.decompress is not None else ()),
             geometry=kernels.ConvGeometry(
                 kernel_h=state.kernel_h, kernel_w=state.kernel_w, out_h=state.out_height,
                 out_w=state.out_width, stride_y=state.stride_y, stride_x=state.stride_x,

@@ -15,7 +15,8 @@ import numpy as np
 
 from npuemu.emulator import kernels
 from npuemu.emulator.kernels.dpu import int_stages
-from npuemu.emulator.kernels.dpu_pixel import stages_to_atoms
+from npuemu.emulator.kernels.dpu_pixel import StagePlan, plan_stages, planned_to_atoms
+from npuemu.emulator.kernels import dpu_interleave, dpu_unpool
 from npuemu.emulator.memo import Memo
 from npuemu.emulator.memory import TaskDma, Traffic
 from npuemu.emulator.numerics import out_cvt_round_mode
@@ -87,6 +88,10 @@ def decode_dpu(dpu: RegisterView, where: str, atom_bytes: int = ATOM_BYTES) -> D
         surface_add=dpu.field("SURFACE_ADD", "SURF_ADD") * atom, size_e=ow["SIZE_E_0"],
         bs=_x_stage(dpu, "BS", fmt, ow), bn=_x_stage(dpu, "BN", fmt, None),
         ew=_ew(dpu, fmt), lut=_lut(dpu), out_cvt=_out_cvt(dpu), atom_bytes=atom)
+    # the line notch matters to the unpooling write only (kernels/dpu_unpool.py), or is the pixel
+    # gap of the interleaved write (kernels/dpu_interleave.py, which _check_dpu then accepts)
+    notch = dpu.field("DATA_CUBE_NOTCH_ADDR", "NOTCH_ADDR_0")
+    state = dpu_interleave.with_interleave(dpu_unpool.with_line_notch(state, notch), _wdma_sizes(dpu), notch, where)
     _check_dpu(state, dpu, where)
     return state
 
@@ -154,10 +159,14 @@ def _out_cvt(dpu: RegisterView) -> OutCvtState:
                        round_bit=shift["CVT_ROUND"], fp32_to_fp16=bool(scale["FP32TOFP16_EN"]))
 
 
-def _check_dpu(state: DpuState, dpu: RegisterView, where: str) -> None:
-    wdma = (dpu.field("WDMA_SIZE_1", "WIDTH_WDMA") + 1, dpu.field("WDMA_SIZE_1", "HEIGHT_WDMA") + 1,
+def _wdma_sizes(dpu: RegisterView) -> tuple[int, int, int]:
+    return (dpu.field("WDMA_SIZE_1", "WIDTH_WDMA") + 1, dpu.field("WDMA_SIZE_1", "HEIGHT_WDMA") + 1,
             dpu.field("WDMA_SIZE_0", "CHANNEL_WDMA") + 1)
-    if wdma != (state.width, state.height, state.channels):
+
+
+def _check_dpu(state: DpuState, dpu: RegisterView, where: str) -> None:
+    wdma = _wdma_sizes(dpu)
+    if wdma != (state.width, state.height, state.channels) and not dpu_interleave.is_interleaved(state):
         raise EmulationError(
             f"{where}: DPU sizes disagree: DATA_CUBE_WIDTH/HEIGHT/CHANNEL give {state.width}x"
             f"{state.height}x{state.channels} but WDMA_SIZE_0/1 give {wdma[0]}x{wdma[1]}x{wdma[2]}")
@@ -181,7 +190,8 @@ def decode_dpu_rdma(rdma: RegisterView, where: str, atom_bytes: int = ATOM_BYTES
     atom = atom_bytes
     mode = rdma.fields("FEATURE_MODE_CFG")
     src_dma = rdma.fields("SRC_DMA_CFG")
-    if any(v for k, v in src_dma.items() if k != "LINE_NOTCH_ADDR") or \
+    unpool = dpu_unpool.decode_unpool(src_dma, where)  # None unless UNPOOLING_EN
+    if (unpool is None and any(v for k, v in src_dma.items() if k != "LINE_NOTCH_ADDR")) or \
             rdma.field("PAD_CFG", "PAD_TOP") or rdma.field("PAD_CFG", "PAD_LEFT"):
         raise EmulationError(f"{where}: MRDMA pooling/padding ({rdma.show('SRC_DMA_CFG')}, "
                              f"{rdma.show('PAD_CFG')}) is not modelled (expected 0)")
@@ -193,7 +203,7 @@ def decode_dpu_rdma(rdma: RegisterView, where: str, atom_bytes: int = ATOM_BYTES
     for register in ("SRC_BASE_ADDR", "EW_BASE_ADDR"):
         if rdma.raw(register) % ATOM_BYTES:
             raise EmulationError(f"{where}: {rdma.show(register)} is not 16-byte aligned")
-    return DpuRdmaState(
+    state = DpuRdmaState(
         width=width, height=height, channels=rdma.field("DATA_CUBE_CHANNEL", "CHANNEL") + 1,
         main_enabled=not mode["MRDMA_DISABLE"], flying=bool(mode["FLYING_MODE"]),
         comb_use=mode["COMB_USE"], in_precision=mode["IN_PRECISION"],
@@ -207,12 +217,16 @@ def decode_dpu_rdma(rdma: RegisterView, where: str, atom_bytes: int = ATOM_BYTES
         ew_surface_stride=rdma.field("EW_SURF_STRIDE", "EW_SURF_STRIDE") * atom,
         ew_notch_stride=(ew_line * height + rdma.field("EW_SURF_NOTCH", "EW_SURF_NOTCH")) * atom,
         atom_bytes=atom)
+    return state if unpool is None else dpu_unpool.with_unpool(state, unpool)
 
 
 def check_rdma_matches(state: DpuState, rdma: DpuRdmaState, views: tuple[RegisterView, RegisterView],
                        where: str) -> None:
     """The DPU and its RDMA must describe the same cube (the hardware streams one into the other)."""
     dpu_view, rdma_view = views
+    if isinstance(rdma, dpu_unpool.UnpoolRdmaState):
+        dpu_unpool.check_unpool(state, rdma, where)
+        return
     if (rdma.width, rdma.height, rdma.channels) != (state.width, state.height, state.channels):
         raise EmulationError(
             f"{where}: DPU and DPU_RDMA sizes disagree: {dpu_view.block.name} cube {state.width}x"
@@ -229,6 +243,9 @@ def check_rdma_matches(state: DpuState, rdma: DpuRdmaState, views: tuple[Registe
 def run_dpu(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult | None, dma: TaskDma,
             lut_tables: np.ndarray, where: str) -> None:
     """Run the DPU for one task and write its output through the WDMA."""
+    if isinstance(rdma, dpu_unpool.UnpoolRdmaState):
+        dpu_unpool.run_unpool(state, rdma, dma)
+        return
     if state.proc_precision in INTEGER_PROCESSING:
         _run_integer(state, rdma, source, dma, lut_tables, where)
         return
@@ -246,14 +263,14 @@ def _run_integer(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult 
     fixed = _fixed_settings(state, where)
     blocks, window_sums = _main_blocks(state, rdma, source, dma, where)
     stages, tail = _integer_settings(state, fixed, rdma, window_sums, dma, where)
-    if not fixed.lut:
+    if not fixed.lut and not dpu_interleave.is_interleaved(state):
         # the kernel stores whole 8-byte words (every chip's atom is 8 or 16 bytes)
         claimed = None if fixed.c2 * fixed.out_dtype.itemsize % 8 else \
             dma.claim_rows(Traffic.DPU_WRITE, fixed.starts, fixed.line, np.uint64, fixed.what)
         if claimed is not None:
             words, offsets = claimed
-            stages_to_atoms(blocks, state.channels, state.width, words, offsets, fixed.out_dtype, fixed.c2,
-                            fixed.surfaces, **stages, **tail)
+            planned_to_atoms(_stage_plan(state, rdma, blocks, stages, tail), blocks, state.width, words, offsets,
+                             fixed.c2, fixed.surfaces, stages.get("window_sum"), tail.get("ew_operand"))
             return
     shape = (state.channels, state.height, state.width)
     data = blocks_to_cube(blocks, shape)
@@ -269,7 +286,8 @@ def _run_integer(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult 
                                  lut_tables[0], lut_tables[1])
         stages = {}
     out = int_stages(data, **stages, **tail, out_dtype=fixed.out_dtype)
-    dma.write_planes(Traffic.DPU_WRITE, fixed.starts, out[:fixed.surfaces * fixed.c2], fixed.c2, fixed.what)
+    planes = dpu_interleave.as_pixel_rows(state, out[:fixed.surfaces * fixed.c2])
+    dma.write_planes(Traffic.DPU_WRITE, fixed.starts, planes, fixed.c2, fixed.what)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -401,17 +419,39 @@ def _integer_settings(state: DpuState, fixed: _FixedSettings, rdma: DpuRdmaState
         if fixed.bs.cpend_enable and window_sums is None:
             raise EmulationError(f"{where}: DPU.BS_OW_CFG.OD_BYPASS=0 asks for the CPEND term, which "
                                  f"needs the CNA's window sums; a flying-mode task has none")
-        stages.update(bs=fixed.bs, bs_alu=alu, bs_mul=mul, bs_cpend=cpend, window_sum=window_sums)
+        stages = {"bs": fixed.bs, "bs_alu": alu, "bs_mul": mul, "bs_cpend": cpend, "window_sum": window_sums}
     if fixed.bn is not None:
         stages.update(bn=fixed.bn, bn_alu=state.bn.alu_operand, bn_mul=state.bn.mul_operand)
     tail: dict = {"cvt": fixed.cvt}
     if fixed.ew is not None:
         ew = state.ew
-        operand = np.array(ew.op_value, np.int32).reshape(1, 1, 1)
-        if not ew.op_bypass and ew.op_from_dma:
-            operand = _ew_operand(state, rdma, dma, where)
-        tail.update(ew=fixed.ew, ew_operand=operand)
+        operand = _ew_operand(state, rdma, dma, where) if not ew.op_bypass and ew.op_from_dma \
+            else np.array(ew.op_value, np.int32).reshape(1, 1, 1)
+        tail["ew"], tail["ew_operand"] = fixed.ew, operand
     return stages, tail
+
+
+#: per (DpuState, DpuRdmaState) objects: the stage plan and what it was made from besides them
+#: (the per-channel operands by identity - BRDMA blobs come from the memory's derived cache, a
+#: new object when their bytes change - and the element types)
+_STAGE_PLANS: Memo[tuple[tuple, StagePlan]] = Memo(identity=2)
+
+
+def _stage_plan(state: DpuState, rdma: DpuRdmaState | None, blocks: np.ndarray, stages: dict,
+                tail: dict) -> StagePlan:
+    """``plan_stages`` for this task's settings, made once while its operands stay the same."""
+    operand = tail.get("ew_operand")
+    made_of = (stages.get("bs_alu"), stages.get("bs_cpend"), stages.get("bs_mul"), blocks.dtype,
+               None if operand is None else operand.dtype)
+    known = _STAGE_PLANS.get(state, rdma)
+    if known is not None and all(a is b for a, b in zip(known[0][:3], made_of)) and known[0][3:] == made_of[3:]:
+        return known[1]
+    plan = plan_stages(state.channels, PRECISION_DTYPES[state.out_precision], blocks.dtype,
+                       made_of[4], **{k: v for k, v in stages.items() if k != "window_sum"},
+                       **{k: v for k, v in tail.items() if k != "ew_operand"})
+    if any(isinstance(part, np.ndarray) and part.flags.writeable for part in made_of[:3]):
+        return plan  # an operand that may change in place: not kept
+    return _STAGE_PLANS.put((made_of, plan), state, rdma)[1]
 
 
 def _x_config(stage: XStageState, cpend: bool = False) -> kernels.XStageConfig:
@@ -425,10 +465,17 @@ def _x_config(stage: XStageState, cpend: bool = False) -> kernels.XStageConfig:
 def _bs_operands(state: DpuState, rdma: DpuRdmaState | None, dma: TaskDma,
                  where: str) -> tuple[np.ndarray | int, np.ndarray | int, np.ndarray | int]:
     bs = state.bs
-    blob = read_bias_blob(dma, rdma, state.channels, where) if _brdma_needed(state, rdma, where) else {}
+    needed = _BRDMA_NEEDED.get(state, rdma)
+    if needed is None:  # (a pure function of the two states; raises where they disagree)
+        needed = _BRDMA_NEEDED.put(_brdma_needed(state, rdma, where), state, rdma)
+    blob = read_bias_blob(dma, rdma, state.channels, where) if needed else {}
     return (blob["ALU"] if bs.alu_from_dma else bs.alu_operand,
             blob["CPEND"] if bs.cpend_from_dma else bs.cpend_operand,
             blob["MUL"] if bs.mul_from_dma else bs.mul_operand)
+
+
+#: ``_brdma_needed`` of the integer path per (DpuState, DpuRdmaState) objects
+_BRDMA_NEEDED: Memo[bool] = Memo(identity=2)
 
 
 def _brdma_needed(state: DpuState, rdma: DpuRdmaState | None, where: str, cpend: bool = True) -> bool:
@@ -650,6 +697,8 @@ def _wdma_rows(state: DpuState, c2: int, itemsize: int) -> tuple[int, np.ndarray
     """WDMA: surfaces of C2 channels, SIZE_E + 1 of them DST_SURF_STRIDE apart per group,
     groups SURFACE_ADD apart, lines width pixels apart (REGISTER_SEMANTICS 3.3, 9). Returns the
     surfaces written, each row's address ([S][H], surface-major) and the row bytes."""
+    if dpu_interleave.is_interleaved(state):  # one atom a row, pixels apart (kernels/dpu_interleave.py)
+        return dpu_interleave.wdma_pixels(state, c2)
     # only the surfaces that hold real channels (below ORIG_CHANNEL + 1) are written: a surface of
     # padding channels alone is not (REGISTER_SEMANTICS 3.3; inferred from calibration.md A5)
     surfaces = -(-min(state.channels, state.orig_channels) // c2)
@@ -670,4 +719,5 @@ def _wdma_what(state: DpuState) -> str:
 def _write(state: DpuState, out: np.ndarray, c2: int, dma: TaskDma) -> None:
     """The WDMA write of the output [C][H][W] as NC1HWC2 atoms of ``c2`` lanes (lanes past C: 0)."""
     surfaces, starts, _ = _wdma_rows(state, c2, out.dtype.itemsize)
-    dma.write_planes(Traffic.DPU_WRITE, starts, out[:surfaces * c2], c2, _wdma_what(state))
+    planes = dpu_interleave.as_pixel_rows(state, out[:surfaces * c2])
+    dma.write_planes(Traffic.DPU_WRITE, starts, planes, c2, _wdma_what(state))

@@ -8,6 +8,8 @@ read, and they never change after decoding.
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,6 +83,10 @@ class ConvState:
     #: precision above (int8 x int4, fp16 x int8/int4; REGISTER_SEMANTICS.md 2.7); None: the same
     feature_precision: int | None = None
     weight_precision: int | None = None
+    #: RK3576 sparse weights (DCOMP_CTRL.DECOMP_CONTROL != 0, REGISTER_SEMANTICS.md 2.8): the
+    #: decompressor's setting (kernels.weights_sparse.Decompression); weight_bytes and
+    #: weight_bytes_per_kernel then hold the dense sizes (twice WEIGHT_SIZE0/1). None: dense
+    decompress: Any = None
 
     @property
     def feature_type(self) -> int:

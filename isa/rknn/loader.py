@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -33,15 +33,19 @@ ADDRESS_SPACE = 1 << 32
 """Command words carry 32-bit values, so every region and address must lie below 4 GiB."""
 
 
-def load_rknn(source: str | os.PathLike[str] | bytes | bytearray | memoryview, name: str | None = None) -> RknnModel:
-    """Read a vendor ``.rknn`` file from a path or from its bytes (``name`` labels messages)."""
+def load_rknn(source: str | os.PathLike[str] | bytes | bytearray | memoryview, name: str | None = None, *,
+              graph_index: int = 0) -> RknnModel:
+    """Read a vendor ``.rknn`` file from a path or from its bytes (``name`` labels messages);
+    ``graph_index`` picks the graph of a dynamic-shape build (one per input shape set)."""
     data, label = _read(source, name)
     container, flatbuffer, trailer = read_container(memoryview(data), label)
     buffer = FlatBuffer(flatbuffer, label, container.flatbuffer_offset)
     root = buffer.root(FILE_IDENTIFIER, "model")
     blobs, blob_offsets = _blobs(root)
-    graph = _first_graph(root)
+    graphs, graph = _graph(root, graph_index)
     tensors = _tensors(graph, len(blobs))
+    if graph_index:
+        tensors = _shared_weights(tensors, _tensors(graphs[0], len(blobs)), blobs)
     program = _program(tensors, blobs, blob_offsets, graph)
     return RknnModel(
         source=label, container=container, trailer=trailer,
@@ -52,6 +56,7 @@ def load_rknn(source: str | os.PathLike[str] | bytes | bytearray | memoryview, n
         inputs=_tensor_ids(graph, 2, len(tensors)), outputs=_tensor_ids(graph, 3, len(tensors)),
         normalization=_normalization(graph), layers=_layers(graph, len(tensors)),
         relocations=_relocations(graph, tensors, program), program=program,
+        graph_index=graph_index, graph_shapes=_graph_shapes(graphs, len(blobs)) if len(graphs) > 1 else (),
     )
 
 
@@ -95,13 +100,39 @@ def _blobs(root: Table) -> tuple[tuple[memoryview, ...], tuple[int, ...]]:
     return tuple(view for _, view in found), tuple(offset for offset, _ in found)
 
 
-def _first_graph(root: Table) -> Table:
+def _graph(root: Table, index: int) -> tuple[tuple[Table, ...], Table]:
     graphs = root.tables(2, "graphs")
     if not graphs:
         raise _fail(root, 2, "the model has no graph (slot 2 graphs is absent or empty)")
-    if len(graphs) > 1:
-        logger.warning("%s: %d graphs; only graphs[0] is read", root.buffer.source, len(graphs))
-    return graphs[0]
+    if not 0 <= index < len(graphs):
+        raise _fail(root, 2, f"graph {index} asked; the model has {len(graphs)} (0..{len(graphs) - 1})")
+    return tuple(graphs), graphs[index]
+
+
+def _graph_shapes(graphs, blob_count: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """Each graph's input shapes: a dynamic-shape build has one graph per shape set."""
+    shapes = []
+    for graph in graphs:
+        tensors = _tensors(graph, blob_count)
+        shapes.append(tuple(tuple(tensors[i].shape) for i in _tensor_ids(graph, 2, len(tensors))))
+    return tuple(shapes)
+
+
+def _shared_weights(tensors: tuple[RknnTensor, ...], first: tuple[RknnTensor, ...],
+                    blobs: tuple[memoryview, ...]) -> tuple[RknnTensor, ...]:
+    """A later graph of a dynamic-shape build stores its weights once, in graphs[0]: its const
+    tensors (kinds 4, 5) have empty blobs ([V] dynamic_shape_int8: graphs[1] w1..b18 are blobs of
+    0 bytes, graphs[0]'s hold them). Such a tensor takes the blob of graphs[0]'s tensor of the same
+    name, kind and shape; one without that partner keeps its empty blob."""
+    by_name = {(t.name, t.kind, tuple(t.shape)): t for t in first}
+    shared = []
+    for tensor in tensors:
+        partner = by_name.get((tensor.name, tensor.kind, tuple(tensor.shape)))
+        if (tensor.kind in (TensorKind.CONST, TensorKind.CONST_OTHER) and tensor.blob_index is not None
+                and len(blobs[tensor.blob_index]) == 0 and partner is not None and partner.blob_index is not None):
+            tensor = replace(tensor, blob_index=partner.blob_index)
+        shared.append(tensor)
+    return tuple(shared)
 
 
 def _or(value, default):

@@ -302,6 +302,10 @@ class RknnModel:
     layers: tuple[RknnLayer, ...]
     relocations: tuple[RelocationEntry, ...]
     program: RknnProgram
+    # a dynamic-shape build (guide 5.4, shape_mode "dynamic_shape") holds one graph per input shape
+    # set: which one this model is, and every graph's input shapes (one tuple per input)
+    graph_index: int = 0
+    graph_shapes: tuple[tuple[tuple[int, ...], ...], ...] = ()
 
     def tensor(self, name: str) -> RknnTensor:
         for tensor in self.tensors:

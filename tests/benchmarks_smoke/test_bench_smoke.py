@@ -33,6 +33,14 @@ def test_quick_benchmark_json(tmp_path):
     # fp16 is either a measured time or a stated reason, never both missing
     assert (row["emu_fp16_ms"] is not None and row["emu_fp16_ms"] > 0) or row["fp16_note"].startswith("n/a")
     assert row["peak_rss_mb"] < 100_000  # kilobytes mistaken for megabytes would show here
+    # the fixed cost per NPU task and per host step (benchmarks/fixed_cost.py), printed and in the JSON
+    fixed = data["fixed_cost"]
+    assert "fixed cost" in proc.stdout and "NPU task" in proc.stdout and "host step" in proc.stdout
+    builds = fixed["builds"]
+    assert builds["tasks_many"]["tasks"] - builds["tasks_few"]["tasks"] == 100
+    assert builds["host_many"]["steps"] - builds["host_few"]["steps"] == 100
+    for key in ("us_per_task", "us_per_host_step"):
+        assert fixed[key] > 0 and math.isfinite(fixed[key]), key
 
 
 def test_macs_of_standard_architectures():

@@ -45,6 +45,10 @@ OLD_NPU_OPS = (
     (("MaxPool", "AveragePool"), "PPU pooling"),
     (("GlobalAveragePool", "GlobalMaxPool"), "PPU pooling over the plane"),
     (("Concat", "Split"), "by address / DPU copy"),
+    (("Glu",), "DPU look-up table (sigmoid) + DPU element-wise Mul, halves by address"),
+    (("Softmax",), "CNA 1x1 convs + DPU look-up tables (pairwise log-sum-exp over the channels)"),
+    (("HeadAttention",), "CNA 1x1 convs with run-time weights + the softmax chain, per head"),  # LOWERING.md 22.3
+    (("Resize",), "DPU unpooling (nearest, whole factors)"),  # issue 18 item 3 (LOWERING.md 19)
     (("Reshape", "Flatten", "Squeeze", "Unsqueeze"), "by address (no data moved)"),
 )
 #: kinds whose nodes never reach layer_from_node as themselves (op_table.LOWERINGS)
@@ -96,7 +100,7 @@ def test_derived_lists_equal_the_ones_they_replaced() -> None:
     assert build_adapt.LUT_ACTIVATIONS == frozenset(OLD_LUT_KINDS)
     assert build_adapt._ELTWISE == OLD_ELTWISE and build_adapt.ELTWISE_OPS == frozenset(OLD_ELTWISE)
     assert layers.ELTWISE_OPS == ("add", "sub", "mul", "max", "min")
-    assert build_host.CPU_OPS == frozenset(OLD_CPU_OPS)
+    assert build_host.CPU_OPS == frozenset(OLD_CPU_OPS) | {"LSTM", "GRU", "RNN"}  # host rows added since (issue 19)
     assert fusion_rules.LUT_EXTRAS == ("HardSwish", "HardSigmoid")
     assert match.CONV_TYPES == ("Conv", "ConvTranspose", "FullyConnected")
     assert op_table.ops_lowered_as("conv") == ("Conv",)

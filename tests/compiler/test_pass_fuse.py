@@ -175,15 +175,18 @@ def test_zero_pad_becomes_conv_padding(onnx_case, rand):
     assert graph.nodes[0].attrs["pads"] == [2, 3, 4, 1] and graph.nodes[0].inputs[0] == "x"
 
 
-@pytest.mark.parametrize("pads, mode, value, conv_pads", [
-    ([0, 0, 1, 1, 0, 0, 1, 1], "reflect", None, (1, 1, 1, 1)),
-    ([0, 0, 1, 1, 0, 0, 1, 1], "constant", 1.0, (1, 1, 1, 1)),
-    ([1, 0, 0, 0, 0, 0, 0, 0], "constant", None, (1, 1, 1, 1)),
-    ([0, 0, 15, 0, 0, 0, 0, 0], "constant", None, (1, 1, 1, 1)),  # 15 + 1 > the 4-bit pad field
+@pytest.mark.parametrize("pads, mode, value, conv_pads, first", [
+    ([0, 0, 1, 1, 0, 0, 1, 1], "reflect", None, (1, 1, 1, 1), "Pad"),
+    ([0, 0, 1, 1, 0, 0, 1, 1], "constant", 1.0, (1, 1, 1, 1), "Pad"),
+    ([1, 0, 0, 0, 0, 0, 0, 0], "constant", None, (1, 1, 1, 1), "Pad"),
+    # 15 + 1 > the 4-bit pad field: a zero pad of H that stays a layer of its own, which level 3
+    # runs as a depthwise conv (passes/pad_as_conv.py, LOWERING.md 20)
+    ([0, 0, 15, 0, 0, 0, 0, 0], "constant", None, (1, 1, 1, 1), "Conv"),
 ], ids=["reflect", "nonzero-fill", "batch-pad", "beyond-pad-field"])
-def test_pads_the_conv_cannot_take_stay(onnx_case, rand, pads, mode, value, conv_pads):
+def test_pads_the_conv_cannot_take_stay(onnx_case, rand, pads, mode, value, conv_pads, first):
     graph = _pad_conv(onnx_case, rand, pads, mode, value, conv_pads)
-    assert ops(graph)[0] == "Pad"
+    assert ops(graph)[0] == first and len(graph.nodes) == 2  # not folded into the conv
+    assert graph.nodes[-1].attrs["pads"] == list(conv_pads)
 
 
 # ---- fully connected -------------------------------------------------------------------------
@@ -229,6 +232,16 @@ def test_reshape_chain_then_matmul_add_reads_the_map_at_level_1(onnx_case, rand)
     model = onnx_case.model(nodes, {"x": [1, 8, 2, 2]}, ["y"], inits)
     graph = fused(onnx_case, model, {"x": rand([1, 8, 2, 2], seed=1)}, level=1)
     assert ops(graph) == ["FullyConnected+Add"] and graph.nodes[0].inputs[0] == "x"
+
+
+@pytest.mark.parametrize("source, flat", [([1, 16, 4, 5], [1, 64, 5]), ([1, 3, 4], [3, 4])])
+def test_a_reshape_that_regroups_the_rows_stays(onnx_case, rand, source, flat):
+    # the FC's output is X.shape[:axis] + (N,): reading [1, 16, 4, 5] directly would give
+    # [1, 16, 4, 7] where the model says [1, 64, 7] (a compile error at stage 'folding' before)
+    nodes = [helper.make_node("Reshape", ["x", "s"], ["f"]), helper.make_node("MatMul", ["f", "m"], ["y"], name="fc")]
+    model = onnx_case.model(nodes, {"x": source}, ["y"], {"s": np.array(flat, np.int64), "m": weights(RNG, [flat[-1], 7])})
+    graph = fused(onnx_case, model, {"x": rand(source, seed=1)}, level=1)
+    assert ops(graph) == ["Reshape", "FullyConnected"]
 
 
 def test_gemm_whose_c_varies_by_row_stays(onnx_case, rand):

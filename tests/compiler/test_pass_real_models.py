@@ -36,13 +36,15 @@ MODELS = {
                   {"Softmax": 1}),
     "ppocr_det": (OCR, "models/ch_PP-OCRv4_det_infer.onnx", (1, 3, 320, 320),
                   {"Conv+bias_add+hard_swish": 24, "Conv+bias_add": 1, "Conv+relu": 11, "Conv+hard_sigmoid": 10,
-                   "ConvTranspose+bias_add+relu": 1, "ConvTranspose+bias_add+sigmoid": 1},
-                  {"Resize": 6}),
+                   "ConvTranspose+bias_add+relu": 1, "ConvTranspose+bias_add+sigmoid": 1,
+                   "Conv+add": 3},  # the 4 x 24-channel Concat as placement convs (int8 C2 16: concat_as_convs)
+                  {}),  # its 6 Resize nearest x2 run on the NPU (DPU unpooling, LOWERING.md 19)
     "ppocr_rec": (OCR, "models/ch_PP-OCRv4_rec_infer.onnx", (1, 3, 48, 320),
                   {"Conv+bias_add+hard_swish": 28, "Conv+relu": 2, "Conv+hard_sigmoid": 2, "Conv+silu": 5,
-                   "FullyConnected+bias_add": 3, "FullyConnected+bias_add+add": 4, "FullyConnected+bias_add+silu": 2},
-                  {"Reshape": 4, "Transpose": 9, "LayerNormalization": 5, "FullyConnected+Add": 3, "Slice": 6,
-                   "Squeeze": 7, "MatMul": 4, "Softmax": 3, "FullyConnected+Add+Add": 4, "FullyConnected+Add+Silu": 2}),
+                   "Conv+bias_add": 2, "Conv+bias_add+add": 4, "Conv+bias_add+silu": 2,  # tokens_as_channels
+                   "FullyConnected+bias_add": 1},  # the 6625-class head: cheaper on the host than transposed back
+                  {"Reshape": 4, "Transpose": 7, "Pow": 5, "Slice": 6, "Squeeze": 7, "MatMul": 4, "Softmax": 3,
+                   "FullyConnected+Add": 1}),
 }
 
 

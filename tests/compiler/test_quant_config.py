@@ -176,7 +176,8 @@ def test_quant_config_then_compile(files, capsys):
     model, dataset, config = files / "net.onnx", files / "ds.txt", files / "cfg.yaml"
     assert main(["quant-config", str(model), "-t", "rk3568", "--dataset", str(dataset), "--mean", "127.5",
                  "--std", "127.5", "--algorithm", "mmse", "-o", str(config)]) == 0
-    assert "cfg.yaml: 5 layers" in capsys.readouterr().out  # conv1 + relu1 fused by the passes
+    # conv1 + relu1 fused by the passes; the 4+4 channel Concat is two placement convs (concat_as_convs)
+    assert "cfg.yaml: 6 layers" in capsys.readouterr().out
     text = config.read_text()
     assert 'target: "rk3568"' in text and 'algorithm: "mmse"' in text and "weight_clipping: mmse" in text
     edit(config, '  "conv3":\n    op: "Conv"\n    dtype: int8', '  "conv3":\n    op: "Conv"\n    dtype: float16')
@@ -188,7 +189,7 @@ def test_quant_config_then_compile(files, capsys):
 def test_compile_quantize_and_fp16(files, capsys):
     model, dataset = files / "net.onnx", files / "ds.txt"
     assert main(["compile", str(model), "--quantize", "--dataset", str(dataset), "--per-layer", "--bgr"]) == 0
-    assert "quantized int8: 5 int8 layer(s), 0 float16 layer(s), weights per-layer, calibration normal" in \
+    assert "quantized int8: 6 int8 layer(s), 0 float16 layer(s), weights per-layer, calibration normal" in \
         capsys.readouterr().out
     assert main(["compile", str(model), "--fp16", "--dump-ir", "-"]) == 0
     assert "y f32[1,8,4,4] q=f16(s=1,zp=0)" in capsys.readouterr().out

@@ -57,6 +57,24 @@ def test_objects_without_weak_references_are_held_by_their_entry():
     assert memo(10**30 + 1, None, "x") == 2
 
 
+def test_two_identity_parts_each_count_and_each_can_end_the_entry():
+    builds = iter(range(1, 100))
+    memo = Memo(lambda *key: next(builds), identity=2)  # (keeps no key alive)
+    a, b, c = np.zeros(2), np.zeros(2), np.zeros(2)
+    assert memo(a, b) == memo(a, b) == 1 and memo.get(a, b) == 1
+    assert memo(b, a) == 2 and memo(a, c) == 3 and memo(a, None) == memo(a, None) == 4
+    assert memo(a, b, "v") == 5 and memo.get(a, b, "w") is None  # value parts after them
+    assert memo.get(c, b, default="no") == "no"
+    count = len(memo)
+    del b
+    gc.collect()
+    assert len(memo) == count - 3  # (a, b), (b, a) and (a, b, "v") went with b
+    for _ in range(20):  # a new object at a dead one's address is never a hit
+        d = np.zeros(2)
+        assert memo.get(a, d) is None and memo.get(d, a) is None
+        del d
+
+
 def test_the_memo_starts_over_when_full():
     builds: list = []
     memo = Memo(counting(builds), limit=3)

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.shared_data import RKNN_FIXTURES
+from tests.shared_data import RKNN_FIXTURES, RKNN_FIXTURES_OPS
 from npuemu.emulator.rknn_runner import RknnRun, RknnRunner
 from npuemu.isa.rknn import load_rknn
 from npuemu.tools.cli import main
@@ -288,3 +288,15 @@ def test_int8_input_is_taken_as_quantized():
     from_float = runner.run([x]).quantized["gemm_out3"]
     from_int8 = runner.run([q]).quantized["gemm_out3"]
     assert np.array_equal(from_float, from_int8)
+
+
+# --- rknn-fixtures-ops: the vendor's Resize nearest x2 through `npuemu run` (issue 24 item 2) ---
+
+def test_cli_runs_the_vendor_resize_nearest_fixture(tmp_path):
+    """The DPU unpooling tasks (emulator/kernels/dpu_unpool.py): the whole output equals the
+    vendor simulator's (0 LSB; the layer moves bytes)."""
+    case = RKNN_FIXTURES_OPS / "resize_nearest_2x_int8"
+    x = tmp_path / "x.npy"
+    np.save(x, _load(case / "input_0.npy.xz"))
+    assert main(["run", str(case / "model.rknn"), "--input", str(x), "--output-dir", str(tmp_path)]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), _load(case / "sim_output_0.npy.xz"))

@@ -53,8 +53,8 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 @pytest.mark.parametrize("argument, value", [
-    ("dynamic_input", [[[1, 3, 32, 32]]]), ("quantized_dtype", "w8a16"), ("model_pruning", True),
-    ("sparse_infer", True), ("quantized_hybrid_level", 1), ("remove_weight", True), ("float_dtype", "bfloat16"),
+    ("quantized_dtype", "w8a16"),
+    ("quantized_hybrid_level", 1), ("remove_weight", True), ("float_dtype", "bfloat16"),
     ("quantized_algorithm", "best"), ("quantized_method", "tensor"), ("target_platform", "rk9999"),
 ])
 def test_config_refuses_what_it_cannot_honour_by_name(argument, value, capsys):
@@ -224,3 +224,25 @@ def test_the_package_is_mapped_for_wheels():
     project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
     setuptools = project["tool"]["setuptools"]
     assert "npuemu.api" in setuptools["packages"] and setuptools["package-dir"]["npuemu.api"] == "tools/api"
+
+
+def test_model_pruning_is_the_prune_pass(tmp_path):
+    """config(model_pruning=True) (guide 5.8) is the driver's --prune: all-zero conv channels go,
+    the outputs stay (tests/compiler/test_prune.py holds the pass itself)."""
+    import onnx
+
+    from tests.compiler.test_prune import _model
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_model(), str(path))
+    sizes = {}
+    for pruning in (False, True):
+        rknn = RKNN()
+        assert rknn.config(model_pruning=pruning) == 0
+        assert rknn.load_onnx(model=str(path)) == 0
+        assert rknn.build(do_quantization=False) == 0
+        out = tmp_path / f"m_{pruning}.npu"
+        assert rknn.export_rknn(str(out)) == 0
+        sizes[pruning] = out.stat().st_size
+        rknn.release()
+    assert sizes[True] < sizes[False]

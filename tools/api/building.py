@@ -35,9 +35,11 @@ class Source:
 
 
 def load_source(path: str | Path, inputs: list[str] | None, input_size_list: list | None,
-                outputs: list[str] | None) -> Source:
+                outputs: list[str] | None, input_initial_val: list | None = None) -> Source:
     """load_onnx (guide 3.1.3): read the model; ``inputs``/``outputs`` naming other tensors
-    than the model's own cut it there (onnx.utils.Extractor); ``input_size_list`` fixes shapes."""
+    than the model's own cut it there (onnx.utils.Extractor); ``input_size_list`` fixes shapes;
+    ``input_initial_val`` (one value or None per input) fixes inputs to constants (compile
+    --freeze: what depends on them folds)."""
     from npuemu.compiler.onnx_import import onnx_input_names
 
     path = Path(path)
@@ -48,7 +50,21 @@ def load_source(path: str | Path, inputs: list[str] | None, input_size_list: lis
     wanted_outputs = list(outputs) if outputs is not None else own_outputs
     if wanted_inputs != own_inputs or wanted_outputs != own_outputs:
         model = _cut(model, wanted_inputs, wanted_outputs, path)
-    return Source(model, path.stem, _sizes(input_size_list, wanted_inputs))
+    shapes = _sizes(input_size_list, wanted_inputs)
+    frozen = _initial_values(input_initial_val, wanted_inputs)
+    if frozen:
+        from npuemu.compiler.passes.surgery import freeze_inputs
+
+        freeze_inputs(model, frozen, str(path))
+    return Source(model, path.stem, {name: shape for name, shape in shapes.items() if name not in frozen})
+
+
+def _initial_values(values: list | None, inputs: list[str]) -> dict[str, Any]:
+    if values is None:
+        return {}
+    if not isinstance(values, (list, tuple)) or len(values) != len(inputs):
+        raise ConfigError(f"input_initial_val: expected a list of one value (or None) per input ({', '.join(inputs)})")
+    return {name: value for name, value in zip(inputs, values) if value is not None}
 
 
 def _read_onnx(path: Path, missing: str, unreadable: str) -> Any:
@@ -91,6 +107,8 @@ def _base_options(source: Source, config: ApiConfig, precision: str, batch_size:
     per_channel = config.quantized_method == "channel"
     return CompileOptions(precision=precision, input_shapes=source.input_shapes, name=source.name,
                           optimization_level=config.optimization_level, batch_size=batch_size,
+                          sparse=config.sparse_infer, dynamic_input=config.dynamic_input or (),
+                          prune=config.model_pruning,
                           algorithm=config.quantized_algorithm if precision == "int8" else "normal",
                           per_channel=per_channel if precision == "int8" else True)
 
@@ -150,7 +168,7 @@ DATA_FORMAT = "npuemu hybrid quantization data 1"
 
 
 def hybrid_step1(source: Source, config: ApiConfig, dataset: str | None, batch_size: int,
-                 folder: Path) -> list[Path]:
+                 folder: Path, proposal_samples: int | None = None) -> list[Path]:
     """Calibrate and write ``{name}.model`` (the ONNX model as loaded), ``{name}.data`` (the
     build settings, JSON) and ``{name}.quantization.cfg`` (npuemu's per-layer config,
     compiler/quant/config.py) in ``folder``, as the vendor's step 1 writes its three files."""
@@ -164,8 +182,11 @@ def hybrid_step1(source: Source, config: ApiConfig, dataset: str | None, batch_s
     options = CalibrationOptions(config.quantized_algorithm, config.quantized_method == "channel")
     with tempfile.TemporaryDirectory(prefix="npuemu-api-") as work:
         samples = nchw_dataset(dataset, input_shapes(front), Path(work))
-        quant_config = config_with_dataset(front.graph, samples, preprocess, options, model=f"{source.name}.model",
-                                           target=front.platform.name)
+        if proposal_samples is not None:  # proposal=True: the auto-hybrid choice as the config's dtypes
+            quant_config = _proposal(front, samples, preprocess, options, proposal_samples, f"{source.name}.model")
+        else:
+            quant_config = config_with_dataset(front.graph, samples, preprocess, options,
+                                               model=f"{source.name}.model", target=front.platform.name)
     paths = [folder / f"{source.name}.{suffix}" for suffix in ("model", "data", "quantization.cfg")]
     paths[0].write_bytes(source.model.SerializeToString())
     data = {"format": DATA_FORMAT, "name": source.name, "target_platform": front.platform.name,
@@ -174,6 +195,18 @@ def hybrid_step1(source: Source, config: ApiConfig, dataset: str | None, batch_s
     paths[1].write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     write_config(quant_config, front.graph, paths[2])
     return paths
+
+
+def _proposal(front: Front, dataset: Path, preprocess, options, count: int, model: str):
+    """The config with the float16 layers ``--auto-hybrid`` would choose (compiler/quant/
+    auto_hybrid.py, default target), checked on the dataset's first ``count`` samples."""
+    from npuemu.compiler.quant import CalibrationSamples, read_dataset
+    from npuemu.compiler.quant.auto_hybrid import proposed_config
+
+    samples = CalibrationSamples(read_dataset(dataset, list(front.graph.inputs)), front.graph, preprocess)
+    config, _ = proposed_config(front.graph, samples, options, preprocess, check_samples=count, model=model,
+                                chip=front.platform.name, platform=front.platform)
+    return config
 
 
 def hybrid_step2(model_input: str | Path, data_input: str | Path, cfg: str | Path) -> tuple[Source, Front, dict]:

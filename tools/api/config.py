@@ -25,16 +25,12 @@ DEFAULT_PLATFORM = "rk3588"
 #: config() arguments npuemu cannot honour yet: name -> (default, why). A value other than the
 #: default is refused with this reason.
 UNSUPPORTED: dict[str, tuple[Any, str]] = {
-    "dynamic_input": (None, "npuemu builds one fixed input shape per model (give it with load_onnx's "
-                            "input_size_list); dynamic-shape models (guide 5.4) are not built"),
     "quantized_hybrid_level": (0, "automatic hybrid quantization is not done; use hybrid_quantization_step1/"
                                   "step2 (guide 6.3)"),
     "float_dtype": ("float16", "float layers run in float16 only"),
-    "model_pruning": (False, "the model-pruning pass is not implemented"),
     "quantize_weight": (False, "weight-only quantization of float builds is not implemented"),
     "remove_weight": (False, "weight-less slave models (guide 10) are not built"),
     "compress_weight": (False, "weight compression is not implemented"),
-    "sparse_infer": (False, "sparse inference (RK3576) is not modelled"),
     "inputs_yuv_fmt": (None, "YUV input conversion is not implemented"),
     "op_target": (None, "per-layer target assignment is not supported; the partition decides NPU or CPU"),
     "remove_reshape": (False, "the remove-reshape option is not implemented"),
@@ -56,6 +52,10 @@ class ApiConfig:
     optimization_level: int = 3
     custom_string: str | None = None
     single_core_mode: bool = False
+    sparse_infer: bool = False  # RK3576 sparse weights (guide 5.11): the driver's --sparse
+    # dynamic shapes (guide 5.4): the shape sets, each a list of shapes in input order (driver's dynamic_input)
+    dynamic_input: tuple | None = None
+    model_pruning: bool = False  # guide 5.8: the driver's --prune (compiler/passes/prune.py)
 
     def mean_std_texts(self, inputs: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """The driver's ``--mean``/``--std`` option texts, one ``NAME=v0,v1,...`` per input."""
@@ -103,7 +103,8 @@ def check_unsupported(given: dict[str, Any]) -> None:
 
 def make_config(mean_values: Any, std_values: Any, quant_img_RGB2BGR: bool, target_platform: str | None,
                 quantized_dtype: str, quantized_algorithm: str, quantized_method: str,
-                optimization_level: int, custom_string: str | None, single_core_mode: bool) -> ApiConfig:
+                optimization_level: int, custom_string: str | None, single_core_mode: bool,
+                sparse_infer: bool = False, dynamic_input: Any = None, model_pruning: bool = False) -> ApiConfig:
     """Check the honoured arguments (guide 3.1.2) and return them as an :class:`ApiConfig`."""
     if quantized_dtype not in INT8_DTYPES:
         raise ConfigError(f"quantized_dtype={quantized_dtype!r} is not supported by npuemu: only int8 "
@@ -119,7 +120,26 @@ def make_config(mean_values: Any, std_values: Any, quant_img_RGB2BGR: bool, targ
     platform = resolve_name(str(target_platform)) if target_platform is not None else DEFAULT_PLATFORM
     return ApiConfig(per_input_values(mean_values, "mean_values"), per_input_values(std_values, "std_values"),
                      bool(quant_img_RGB2BGR), platform, target_platform is not None, quantized_algorithm,
-                     quantized_method, int(optimization_level), custom_string, bool(single_core_mode))
+                     quantized_method, int(optimization_level), custom_string, bool(single_core_mode),
+                     bool(sparse_infer), _shape_sets(dynamic_input), bool(model_pruning))
+
+
+def _shape_sets(value: Any) -> tuple | None:
+    """dynamic_input (guide 5.4): a list of shape sets, each a list of shapes (one per input, in
+    input order); the counts are checked against the model by the build (compiler/dynamic_shapes.py)."""
+    if value is None:
+        return None
+    try:
+        sets = tuple(tuple(tuple(int(d) for d in shape) for shape in entry) for entry in value)
+    except (TypeError, ValueError):
+        raise ConfigError("dynamic_input: expected a list of shape sets, each a list of shapes (one per input), "
+                          "e.g. [[[1,3,224,224]], [[1,3,160,160]]]") from None
+    if not 2 <= len(sets) <= 32:  # compiler/dynamic_shapes.py, isa/container_dynamic.MAX_SHAPE_SETS
+        raise ConfigError(f"dynamic_input: {len(sets)} shape set(s); a dynamic-shape model has 2 to 32 (one shape "
+                          "set is a static build: give it with load_onnx's input_size_list)")
+    if any(not entry or any(not shape or min(shape) < 1 for shape in entry) for entry in sets):
+        raise ConfigError("dynamic_input: every set needs one shape per input, of positive dimensions")
+    return sets
 
 
 #: init_runtime core_mask values, as RKNN.NPU_CORE_* (guide table 5-8) -> npuemu's --core-mask

@@ -81,15 +81,16 @@ class RKNN:
         platform names and aliases), the quantization algorithm and method, the optimization
         level, a custom string (stored in the model file's ``extra``) and single-core mode.
         The other documented arguments are refused by name unless left at their defaults."""
-        check_unsupported({"dynamic_input": dynamic_input, "quantized_hybrid_level": quantized_hybrid_level,
-                           "float_dtype": float_dtype, "model_pruning": model_pruning,
+        check_unsupported({"quantized_hybrid_level": quantized_hybrid_level,
+                           "float_dtype": float_dtype,
                            "quantize_weight": quantize_weight, "remove_weight": remove_weight,
-                           "compress_weight": compress_weight, "sparse_infer": sparse_infer,
+                           "compress_weight": compress_weight,
                            "inputs_yuv_fmt": inputs_yuv_fmt, "op_target": op_target,
                            "remove_reshape": remove_reshape, "enable_flash_attention": enable_flash_attention})
         self._config = make_config(mean_values, std_values, quant_img_RGB2BGR, target_platform, quantized_dtype,
                                    quantized_algorithm, quantized_method, optimization_level, custom_string,
-                                   single_core_mode)
+                                   single_core_mode, sparse_infer=sparse_infer, dynamic_input=dynamic_input,
+                                   model_pruning=model_pruning)
         if not self._config.platform_given:
             logs.method_log("config").info(f"target_platform not given: building for {self._config.target_platform}")
         return 0
@@ -98,10 +99,9 @@ class RKNN:
     def load_onnx(self, model: str, inputs: list[str] | None = None, input_size_list: list | None = None,
                   input_initial_val: Any = None, outputs: list[str] | None = None) -> int:
         """Guide 3.1.3: read an ONNX model; ``inputs``/``outputs`` naming inner tensors cut the
-        graph there; ``input_size_list`` fixes the input shapes (NCHW, the ONNX layout)."""
-        _refuse(input_initial_val=(input_initial_val, None, "constant-valued inputs are not folded in; give them "
-                                   "as initializers of the ONNX model"))
-        self._source = building.load_source(model, inputs, input_size_list, outputs)
+        graph there; ``input_size_list`` fixes the input shapes (NCHW, the ONNX layout);
+        ``input_initial_val`` fixes inputs to constants (one value or None per input)."""
+        self._source = building.load_source(model, inputs, input_size_list, outputs, input_initial_val)
         self._front = self._model = self._session = None
         return 0
 
@@ -115,6 +115,8 @@ class RKNN:
             dataset = None
         self._batch_size = _batch(rknn_batch_size)
         front = building.build_front(source, self._config, bool(do_quantization), dataset, self._batch_size)
+        if front.sparse_note:  # sparse_infer on a float16 build: ignored, as the vendor does
+            logs.method_log("build").warning(front.sparse_note)
         self._model = building.build_model_file(front, self._config)
         self._front, self._model_path, self._session = front, None, None
         logs.method_log("build").info(f"built {source.name} for {front.platform.name} ({front.quantization.mode})")
@@ -125,12 +127,16 @@ class RKNN:
                                   proposal: bool = False, proposal_dataset_size: int = 1) -> int:
         """Guide 6.3.2 step 1: calibrate and write ``{name}.model``, ``{name}.data`` and
         ``{name}.quantization.cfg`` in the current folder. The config is npuemu's per-layer YAML
-        (compiler/quant/config.py): set a layer's ``dtype: float16`` to move it off int8."""
-        _refuse(proposal=(proposal, False, "automatic proposals of float16 layers are not made; read "
-                          "accuracy_analysis and edit the config"),
-                proposal_dataset_size=(proposal_dataset_size, 1, "it only applies to proposal=True"))
+        (compiler/quant/config.py): set a layer's ``dtype: float16`` to move it off int8.
+        ``proposal=True`` writes the float16 layers ``compile --auto-hybrid`` chooses (its
+        default target), checked on the first ``proposal_dataset_size`` dataset samples."""
+        _refuse(proposal_dataset_size=(proposal_dataset_size if not proposal else 1, 1,
+                                       "it only applies to proposal=True"))
+        if proposal and (not isinstance(proposal_dataset_size, int) or proposal_dataset_size < 1):
+            raise ConfigError(f"proposal_dataset_size={proposal_dataset_size!r}: expected a count of 1 or more")
         source = self._need_source("hybrid_quantization_step1")
-        paths = building.hybrid_step1(source, self._config, dataset, _batch(rknn_batch_size), Path.cwd())
+        paths = building.hybrid_step1(source, self._config, dataset, _batch(rknn_batch_size), Path.cwd(),
+                                      proposal_dataset_size if proposal else None)
         logs.method_log("hybrid_quantization_step1").info("wrote " + ", ".join(str(p.name) for p in paths))
         return 0
 

@@ -28,7 +28,7 @@ class NpuSession:
         from npuemu.emulator.runtime import Runtime
 
         self.model, self.path = model, path
-        self.runtime = Runtime(model)
+        self.runtime = Runtime(model.shape_set(0))  # a dynamic-shape model: its first set until run() picks
         self.chip = model.platform().chip
         options = model.compiler().options or {}
         self.preprocess = dict(options.get("preprocess") or {})  # recorded by the build: mean/std per input
@@ -38,7 +38,7 @@ class NpuSession:
 
     def run(self, arrays: Sequence[Any], data_format: Any) -> list[np.ndarray]:
         """inference(): layout, mean/std, quantize on store, run, dequantized float32 outputs."""
-        shapes = self.input_shapes()
+        shapes = self._shape_set(arrays, data_format)
         _check_count(arrays, shapes)
         for (name, shape), array, layout in zip(shapes, arrays, formats_for(data_format, len(shapes))):
             label = f"input {name!r}"
@@ -47,6 +47,17 @@ class NpuSession:
         self.runtime.run()
         return [np.asarray(self.runtime.output(name), np.float32) for name in self.runtime.outputs]
 
+    def _shape_set(self, arrays: Sequence[Any], data_format: Any) -> list[tuple[str, tuple[int, ...]]]:
+        """A dynamic-shape model (guide 5.4): the runtime of the set the arrays' shapes match (NCHW
+        after data_format; an InputError names the sets when none does). The input shapes."""
+        if self.model.shape_sets() and len(arrays) == len(self.runtime.inputs):
+            ranks = [len(self.runtime.model.tensor(name).shape or ()) for name in self.runtime.inputs]
+            chosen = self.model.for_input_shapes(dict(zip(self.runtime.inputs, _nchw_shapes(arrays, data_format, ranks))))
+            if chosen.trailer != self.runtime.model.trailer:
+                from npuemu.emulator.runtime import Runtime
+                self.runtime = Runtime(chosen)
+        return [(name, tuple(self.runtime.model.tensor(name).shape)) for name in self.runtime.inputs]
+
     def perf(self):
         """eval_perf(): the last inference's timing (zero inputs if none ran: timing does not
         depend on values)."""
@@ -54,7 +65,7 @@ class NpuSession:
 
         if not self.runtime.runs:
             self.run([np.zeros(shape, np.float32) for _, shape in self.input_shapes()], "nchw")
-        report = report_npu(self.model, self.runtime.runs, self.runtime.machine.platform)
+        report = report_npu(self.runtime.model, self.runtime.runs, self.runtime.machine.platform)
         report.model = self.path or "model built in memory"
         return report
 
@@ -64,11 +75,11 @@ class NpuSession:
         from npuemu.emulator.timing.memory_report import memory_npu
 
         if self.path is not None:
-            return memory_npu(self.model, self.path)
+            return memory_npu(self.runtime.model, self.path)
         with tempfile.TemporaryDirectory(prefix="npuemu-api-") as folder:
             path = os.path.join(folder, "model.npu")
             self.model.write(path)
-            report = memory_npu(self.model, path)
+            report = memory_npu(self.runtime.model, path)
         report.model = "model built in memory"
         return report
 
@@ -88,6 +99,15 @@ class RknnSession:
 
     def run(self, arrays: Sequence[Any], data_format: Any) -> list[np.ndarray]:
         """inference(): layout here; the file's own mean/std and quantization in the runner."""
+        if self.model.graph_shapes and isinstance(arrays, (list, tuple)):  # dynamic shapes: the inputs' graph
+            from npuemu.emulator.rknn_runner import RknnRunner, dynamic_graph
+            from npuemu.isa.rknn import load_rknn
+
+            ranks = [len(shape) for _, shape in self.input_shapes()]
+            index = dynamic_graph(self.model, _nchw_shapes(arrays, data_format, ranks))
+            if index != self.model.graph_index:
+                self.model = load_rknn(self.path, graph_index=index)
+                self.runner, self.result = RknnRunner(self.model, self.chip), None
         shapes = self.input_shapes()
         _check_count(arrays, shapes)
         values = [to_model_layout(array, shape, layout, f"input {name!r}")
@@ -109,6 +129,17 @@ class RknnSession:
         from npuemu.emulator.timing.memory_report import memory_rknn
 
         return memory_rknn(self.model, self.path)
+
+
+def _nchw_shapes(arrays: Sequence[Any], data_format: Any, ranks: list[int]) -> list[tuple[int, ...]]:
+    """Each input array's shape in the model's NCHW order (data_format applied, an image's
+    missing batch axis added): what a dynamic-shape model picks its shape set by."""
+    shapes = []
+    for array, layout, rank in zip(arrays, formats_for(data_format, len(ranks)), ranks):
+        shape = tuple(np.shape(array))
+        shape = (1, *shape) if len(shape) == 3 and rank == 4 else shape
+        shapes.append((shape[0], shape[3], shape[1], shape[2]) if len(shape) == 4 and layout == "nhwc" else shape)
+    return shapes
 
 
 def _check_count(arrays: Sequence[Any], shapes: list[tuple[str, tuple[int, ...]]]) -> None:

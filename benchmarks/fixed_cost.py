@@ -1,0 +1,173 @@
+"""Fixed cost per NPU task and per host step (issue 20): ``python -m benchmarks.fixed_cost``.
+
+Two pairs of micro models on an 8x8x16 map, so compute is negligible and what is left is the
+emulator's work per task or per step (register writes, decode lookups, DMA plans, the timing
+model, the host step's layout round trip):
+
+- tasks: a chain of N 1x1 convolutions with Relu (one CNA+CORE+DPU task each), N = ``few`` and
+  ``many``; us/task = (time(many) - time(few)) / (many - few), so the per-run cost (input,
+  output, report set-up) cancels.
+- host steps: a 1x1 convolution, then N ``Abs`` nodes (a host-only op, compiler/SUPPORT.md),
+  then a 1x1 convolution; us/host-step the same difference.
+
+The reference is onnxruntime's single-thread time of the same layers (the same difference of the
+same models: a Conv+Relu pair per task, an Abs per host step) in the same run (``ort us``), so
+the figure can be read against the machine's load at the time. Times are
+CPU time (time.process_time) of Runtime.run() plus the timing report, as in measure.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+CHANNELS, SIZE = 16, 8
+
+
+def chain_model(convs: int, host_steps: int, seed: int = 0, input_name: str = "input") -> onnx.ModelProto:
+    """conv, ``host_steps`` Abs nodes, then ``convs`` more 1x1 convs with Relu (at least one)."""
+    rng = np.random.default_rng(seed)
+    nodes, inits, x = [], [], input_name
+
+    def conv(x: str, index: int) -> str:
+        name = f"conv{index}"
+        w = (rng.standard_normal((CHANNELS, CHANNELS, 1, 1)) * np.sqrt(2.0 / CHANNELS)).astype(np.float32)
+        b = (rng.standard_normal(CHANNELS) * 0.05).astype(np.float32)
+        inits.extend([numpy_helper.from_array(w, name + "_w"), numpy_helper.from_array(b, name + "_b")])
+        nodes.append(helper.make_node("Conv", [x, name + "_w", name + "_b"], [name], name=name,
+                                      kernel_shape=[1, 1]))
+        nodes.append(helper.make_node("Relu", [name], [name + "_r"], name=name + "_relu"))
+        return name + "_r"
+
+    x = conv(x, 0)
+    for i in range(host_steps):
+        nodes.append(helper.make_node("Abs", [x], [f"abs{i}"], name=f"abs{i}"))
+        x = f"abs{i}"
+    for i in range(max(1, convs)):
+        x = conv(x, i + 1)
+    nodes.append(helper.make_node("Identity", [x], ["output"], name="out"))
+    shape = [1, CHANNELS, SIZE, SIZE]
+    graph = helper.make_graph(nodes, "fixed_cost", [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("output", TensorProto.FLOAT, shape)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+#: (label, convs, host steps) of the four builds: the few/many pairs differ in one count
+BUILDS = (("tasks_few", 8, 0), ("tasks_many", 108, 0), ("host_few", 1, 4), ("host_many", 1, 104))
+
+
+def _worker(npu_path: str, x_path: str, repeat: int) -> None:
+    from benchmarks import measure
+
+    runtime = measure.load_runtime(npu_path)
+    x = np.load(x_path)
+    name = runtime.inputs[0]
+    measure.run_once(runtime, name, x)
+    times = []
+    for _ in range(repeat):
+        start = time.process_time()
+        measure.run_once(runtime, name, x)
+        times.append(time.process_time() - start)
+    tasks = sum(len(getattr(run, "tasks", ())) for run in runtime.runs)
+    print(json.dumps({"ms": statistics.median(times) * 1e3, "tasks": tasks,
+                      "steps": len(runtime.model.schedule())}))
+
+
+def _ort_ms(onnx_path: str, x: np.ndarray, repeat: int) -> float:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    session = ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
+    session.run(None, {"input": x})
+    times = []
+    for _ in range(repeat):
+        start = time.process_time()
+        session.run(None, {"input": x})
+        times.append(time.process_time() - start)
+    return statistics.median(times) * 1e3
+
+
+def measure_fixed(workdir: str, repeat: int = 7, log=print) -> dict:
+    """Build the four micro models, time them, return the per-task and per-host-step figures."""
+    from benchmarks import measure
+
+    x = np.random.default_rng(0).standard_normal((1, CHANNELS, SIZE, SIZE)).astype(np.float32)
+    x_path = os.path.join(workdir, "fixed_x.npy")
+    np.save(x_path, x)
+    ds_path = os.path.join(workdir, "fixed_ds.txt")
+    with open(ds_path, "w") as f:
+        f.write("fixed_x.npy\n")
+    results = {}
+    for label, convs, hosts in BUILDS:
+        model = chain_model(convs, hosts)
+        onnx_path = os.path.join(workdir, f"fixed_{label}.onnx")
+        onnx.save(model, onnx_path)
+        npu = os.path.join(workdir, f"fixed_{label}.npu")
+        measure.compile_int8({"onnx": onnx_path, "dataset": ds_path}, npu)
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.fixed_cost", "--worker", npu, x_path, str(repeat)],
+                              capture_output=True, text=True, env=measure.child_env(),
+                              cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        if proc.returncode != 0:
+            raise RuntimeError(f"fixed-cost worker failed: {proc.stderr.strip()[-800:]}")
+        row = json.loads(proc.stdout.strip().splitlines()[-1])
+        row["ort_ms"] = _ort_ms(onnx_path, x, repeat)
+        row["nodes"] = len(model.graph.node)
+        results[label] = row
+    few, many = results["tasks_few"], results["tasks_many"]
+    per_task = (many["ms"] - few["ms"]) / max(1, many["tasks"] - few["tasks"]) * 1e3
+    ort_task = (many["ort_ms"] - few["ort_ms"]) / max(1, many["tasks"] - few["tasks"]) * 1e3
+    few, many = results["host_few"], results["host_many"]
+    host_steps = (many["steps"] - few["steps"])
+    per_host = (many["ms"] - few["ms"]) / max(1, host_steps) * 1e3
+    ort_host = (many["ort_ms"] - few["ort_ms"]) / max(1, host_steps) * 1e3
+    out = {"us_per_task": per_task, "us_per_host_step": per_host, "ort_us_per_task": ort_task,
+           "ort_us_per_host_step": ort_host, "builds": results}
+    log(table(out))
+    return out
+
+
+def table(result: dict) -> str:
+    """The figures as printed by ``python -m benchmarks`` and ``python -m benchmarks.fixed_cost``."""
+    builds = result["builds"]
+    lines = ["fixed cost (CPU time of run + timing report; 8x8x16 micro models, difference of "
+             f"{builds['tasks_many']['tasks'] - builds['tasks_few']['tasks']} tasks / "
+             f"{builds['host_many']['steps'] - builds['host_few']['steps']} host steps):",
+             f"{'per':<10} {'emu us':>8} {'ort us':>8} {'ratio':>8}"]
+    for label, emu, ort in (("NPU task", result["us_per_task"], result["ort_us_per_task"]),
+                            ("host step", result["us_per_host_step"], result["ort_us_per_host_step"])):
+        ratio = f"{emu / ort:.0f}x" if ort > 0 else "n/a"
+        lines.append(f"{label:<10} {emu:>8.1f} {ort:>8.2f} {ratio:>8}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.fixed_cost", description=__doc__)
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--workdir")
+    parser.add_argument("--json", metavar="OUT")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="npuemu-fixed-") as tmp:
+        result = measure_fixed(args.workdir or tmp, args.repeat)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "--worker":
+    _worker(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+elif __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,81 @@
+"""The DPU WDMA's interleaved (strided) write: each pixel of the written cube lands ``NOTCH_ADDR_0 + 1``
+atoms after the previous one and each line ``SURFACE_ADD`` atoms after the previous one, so that
+several tasks (one per output phase) fill one tensor between them - the way the vendor writes the
+four 2 x 2 phase convs of Resize bilinear x2 straight into the 80 x 80 output
+(emulator/REGISTER_SEMANTICS.md 3.3.1, compiler/LOWERING.md 19).
+
+What the registers say [V] (rknn-fixtures-ops resize_bilinear_2x_int8 / _fp16, tasks 5-8, per
+phase a 40 x 40 cube of 32 channels; a plain conv's values in brackets):
+- WDMA_SIZE_1 WIDTH_WDMA 0, HEIGHT_WDMA 39; WDMA_SIZE_0 CHANNEL_WDMA 2559 (int8, CHANNEL 64) /
+  1279 (fp16, CHANNEL 32) = cube width x CHANNEL - 1 [plain: the cube's W - 1 / H - 1 / C - 1];
+- DATA_CUBE_NOTCH_ADDR NOTCH_ADDR_0 = NOTCH_ADDR_1 = 1 [0, or unused];
+- SURFACE_ADD 160 atoms = two 80-atom output rows [plain: the SIZE_E group step];
+- DST_SURF_STRIDE 6400 atoms = one whole 80 x 80 output surface, SIZE_E 3 (4 surfaces a group,
+  more than the 2 (int8) / 4 (fp16) surfaces written) [plain: the same meaning];
+- DST_BASE_ADDR 0 / 1280 / 16 / 1296 bytes = phase row x one output row + phase column x one atom.
+
+How it is read here [I]: the WDMA sizes describe each line as a single pixel of W x C channels,
+which is the mode's switch (a plain write's WDMA sizes equal the cube's, and _check_dpu refuses
+any other disagreement). Atom of pixel x, line y, surface s goes to
+``DST_BASE_ADDR + s * DST_SURF_STRIDE + y * SURFACE_ADD + x * (NOTCH_ADDR_0 + 1) * atom``.
+SURFACE_ADD then is no group step: a write of more surfaces than one SIZE_E group is refused.
+NOTCH_ADDR_1 (equal to NOTCH_ADDR_0 in both builds) has no modelled effect.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from npuemu.emulator.units.state import DpuState
+from npuemu.isa.errors import EmulationError
+
+
+@dataclasses.dataclass(frozen=True)
+class InterleavedDpuState(DpuState):
+    """A DPU state whose WDMA writes pixels ``pixel_step`` bytes and lines ``surface_add`` bytes apart."""
+
+    pixel_step: int = 0  # bytes: (NOTCH_ADDR_0 + 1) atoms
+
+
+def is_interleaved(state: DpuState) -> bool:
+    return isinstance(state, InterleavedDpuState)
+
+
+def with_interleave(state: DpuState, wdma: tuple[int, int, int], notch: int, where: str) -> DpuState:
+    """``wdma``: WDMA_SIZE_1/0 as (width, height, channels), each field + 1. The state unchanged unless
+    they give the interleaved form (a width-1 line of W x CHANNEL channels, W > 1)."""
+    if not (state.width > 1 and wdma == (1, state.height, state.width * state.channels)):
+        return state
+    fields = {f.name: getattr(state, f.name) for f in dataclasses.fields(DpuState)}
+    interleaved = InterleavedDpuState(**fields, pixel_step=(notch + 1) * state.atom_bytes)
+    return interleaved
+
+
+def check_interleave(state: InterleavedDpuState, c2: int, where: str) -> int:
+    """The surfaces written; refuses a write that would need SURFACE_ADD as the group step too."""
+    surfaces = -(-min(state.channels, state.orig_channels) // c2)
+    if surfaces > state.size_e + 1:
+        raise EmulationError(
+            f"{where}: interleaved DPU write (WDMA_SIZE gives one {state.width * state.channels}-channel pixel a "
+            f"line) of {surfaces} surfaces with SIZE_E={state.size_e}: SURFACE_ADD is the line step in this "
+            f"mode, so more than one SIZE_E group of surfaces is not modelled")
+    return surfaces
+
+
+def wdma_pixels(state: InterleavedDpuState, c2: int, where: str = "DPU") -> tuple[int, np.ndarray, int]:
+    """(surfaces written, the address of every atom [S][H*W] surface-major, the atom's bytes)."""
+    surfaces = check_interleave(state, c2, where)
+    s = np.arange(surfaces, dtype=np.int64)[:, None, None] * state.dst_surface_stride
+    y = np.arange(state.height, dtype=np.int64)[None, :, None] * state.surface_add
+    x = np.arange(state.width, dtype=np.int64)[None, None, :] * state.pixel_step
+    starts = (state.dst_address + s + y + x).reshape(-1)
+    return surfaces, starts, state.atom_bytes
+
+
+def as_pixel_rows(state: DpuState, planes: np.ndarray) -> np.ndarray:
+    """The output [C][H][W] as the WDMA's rows: one atom a row ([C][H*W][1]) when interleaved."""
+    if not is_interleaved(state):
+        return planes
+    return planes.reshape(planes.shape[0], -1, 1)

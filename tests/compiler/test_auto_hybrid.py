@@ -1,0 +1,314 @@
+"""Automatic hybrid precision (compiler/quant/auto_hybrid.py, QUANTIZATION.md 12): the ranking
+against a brute-force statement of "only this tensor quantized", the search's choice on a model
+whose int8 loss has one known cause (a squared magnitude, silero-vad's STFT pattern), nothing
+moved when int8 already meets the target, determinism, and the compile command's summary."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from npuemu.compiler.driver import CompileOptions, build, compile_model, prepare
+from npuemu.compiler.float_eval import evaluate
+from npuemu.compiler.onnx_import import import_onnx
+from npuemu.compiler.passes import PassContext, optimize
+from npuemu.compiler.quant import calibrate, cosine, fake_quant_evaluate, quantize_graph, storage_hook
+from npuemu.compiler.quant.auto_hybrid import auto_hybrid, float16_blocked, rank_units
+from npuemu.isa.errors import CompileError, ConfigError
+
+
+def magnitude_model(onnx_case):
+    """conv -> square -> +eps -> sqrt -> conv: int8 stores the square over a range set by its
+    largest values, so the small magnitudes the sqrt expands are lost (silero-vad's Pow/Sqrt)."""
+    rng = np.random.default_rng(5)
+    inits = {"w0": rng.normal(0, 0.5, (8, 4, 3, 3)).astype(np.float32), "b0": np.zeros(8, np.float32),
+             "w1": rng.normal(0, 0.3, (8, 8, 1, 1)).astype(np.float32),
+             "b1": rng.normal(0, 0.1, 8).astype(np.float32), "eps": np.array(1e-4, np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=[1] * 4, name="c0"),
+             helper.make_node("Mul", ["c0", "c0"], ["sq"], name="sq"),
+             helper.make_node("Add", ["sq", "eps"], ["sqe"], name="sqe"),
+             helper.make_node("Sqrt", ["sqe"], ["mag"], name="mag"),
+             helper.make_node("Conv", ["mag", "w1", "b1"], ["out"], name="c1")]
+    return onnx_case.model(nodes, {"x": [1, 4, 16, 16]}, ["out"], inits)
+
+
+def heavy_tailed(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"x": (rng.normal(0, 1, (1, 4, 16, 16)) * np.exp(rng.normal(0, 1, (1, 4, 16, 16)))).astype(np.float32)}
+
+
+SAMPLES = [heavy_tailed(seed) for seed in range(6)]
+
+
+def fused(model):
+    graph = import_onnx(model)
+    optimize(graph, PassContext.for_chip("rk3588", 3))
+    return graph
+
+
+def worst_cosine(graph, layers, ranges, sample) -> float:
+    """The hybrid graph's worst output cosine on one sample, stated without the search's code."""
+    hybrid = copy.deepcopy(graph)
+    quantize_graph(hybrid, ranges, layer_dtypes={name: "float16" for name in layers} or None)
+    got, want = fake_quant_evaluate(hybrid, sample), evaluate(graph, sample)
+    return min(cosine(got[name], want[name]) for name in graph.outputs)
+
+
+def test_ranking_equals_brute_force_single_tensor_quantization(onnx_case):
+    graph = fused(magnitude_model(onnx_case))
+    ranges = calibrate(graph, SAMPLES, progress=False).ranges
+    int8 = copy.deepcopy(graph)
+    quantize_graph(int8, ranges)
+    units = rank_units(int8, SAMPLES[:2])
+    hook, producers = storage_hook(int8), int8.producers()
+    for unit in units:
+        producer = producers.get(unit.tensor)
+        constants = [] if producer is None else [name for name in producer.all_inputs if int8.tensors[name].is_const]
+        chosen = {unit.tensor, *constants}
+
+        def only(tensor, value, chosen=chosen):  # the whole graph re-evaluated, one unit stored quantized
+            return hook(tensor, value) if tensor.name in chosen else value
+
+        scores = [min(cosine(evaluate(int8, sample, tensor_hook=only)[name], evaluate(int8, sample)[name])
+                      for name in int8.outputs) for sample in SAMPLES[:2]]
+        assert unit.cosine == pytest.approx(float(np.mean(scores)), abs=1e-12), unit.tensor
+    assert [unit.cosine for unit in units] == sorted(unit.cosine for unit in units)
+    assert {units[0].tensor, units[1].tensor} == {"sq", "sqe"}  # the square and its +eps copy
+    assert units[0].layers in (("sq", "sqe"), ("sqe", "mag"))
+
+
+def test_search_moves_the_square_and_reaches_the_target(onnx_case):
+    graph = fused(magnitude_model(onnx_case))
+    ranges = calibrate(graph, SAMPLES, progress=False).ranges
+    result = auto_hybrid(graph, SAMPLES, ranges, target=0.999)
+    assert min(worst_cosine(graph, (), ranges, sample) for sample in SAMPLES) < 0.99  # int8 misses it
+    assert result.int8.minimum == pytest.approx(min(worst_cosine(graph, (), ranges, s) for s in SAMPLES))
+    assert not result.int8.passed and result.reached
+    assert {"sq", "sqe", "mag"} <= set(result.moved) and "c1" not in result.moved
+    scores = [worst_cosine(graph, result.moved, ranges, sample) for sample in SAMPLES]
+    assert min(scores) >= 0.999 and result.hybrid.minimum == pytest.approx(min(scores))
+    # the fewest ranked tensors: one fewer misses the target on some sample
+    fewer = {name for unit in result.ranking[:result.hybrid.units - 1] for name in unit.layers}
+    assert min(worst_cosine(graph, fewer, ranges, sample) for sample in SAMPLES) < 0.999
+    again = auto_hybrid(graph, SAMPLES, ranges, target=0.999)
+    assert again.moved == result.moved and again.ranking == result.ranking  # deterministic
+    assert all(graph.tensors[name].quant is None for name in graph.tensors)  # the float graph left alone
+
+
+def test_target_int8_meets_moves_nothing_and_builds_the_int8_model(onnx_case):
+    model = magnitude_model(onnx_case)
+    plain = compile_model(model, "rk3588", CompileOptions(dataset=SAMPLES))
+    front = prepare(model, "rk3588", CompileOptions(dataset=SAMPLES, auto_hybrid=0.9))
+    assert front.auto_hybrid.moved == [] and front.auto_hybrid.int8.passed
+    assert len(front.auto_hybrid.checks) == 1 and front.quantization.mode == "int8"
+    assert compile_model(model, "rk3588", CompileOptions(dataset=SAMPLES, auto_hybrid=0.9)).to_bytes() == \
+        plain.to_bytes()
+
+
+def test_dataset_file_int8_meets_moves_nothing_same_model_file(onnx_case, tmp_path):
+    model = magnitude_model(onnx_case)
+    for index, sample in enumerate(SAMPLES):
+        np.save(tmp_path / f"s{index}.npy", sample["x"])
+    (tmp_path / "ds.txt").write_text("".join(f"s{index}.npy\n" for index in range(len(SAMPLES))))
+    dataset = str(tmp_path / "ds.txt")
+    plain = compile_model(model, "rk3588", CompileOptions(dataset=dataset, algorithm="mmse", mean=("1",), std=("2",)))
+    auto = prepare(model, "rk3588", CompileOptions(dataset=dataset, algorithm="mmse", mean=("1",), std=("2",),
+                                                   auto_hybrid=0.5))
+    assert auto.auto_hybrid.moved == [] and build(auto).to_bytes() == plain.to_bytes()
+
+
+def test_compile_options_build_the_chosen_hybrid(onnx_case):
+    front = prepare(magnitude_model(onnx_case), "rk3588", CompileOptions(dataset=SAMPLES, auto_hybrid=0.999))
+    dtypes = front.quantization.layer_dtypes
+    assert front.quantization.mode == "hybrid"
+    assert sorted(name for name in front.auto_hybrid.moved) == sorted(
+        name for name, dtype in dtypes.items() if dtype == "float16" and name not in front.quantization.conversions)
+
+
+@pytest.mark.parametrize("options", [{"precision": "fp16", "auto_hybrid": 0.99},
+                                     {"precision": "float", "auto_hybrid": 0.99}])
+def test_auto_hybrid_needs_an_int8_build(options):
+    with pytest.raises(ConfigError, match="--auto-hybrid"):
+        CompileOptions(**options)
+
+
+def test_target_out_of_range(onnx_case):
+    with pytest.raises(CompileError, match="target cosine 1.5"):
+        prepare(magnitude_model(onnx_case), "rk3588", CompileOptions(dataset=SAMPLES, auto_hybrid=1.5))
+
+
+def test_compile_command_prints_the_choice_and_its_cycles(onnx_case, tmp_path, capsys):
+    from npuemu.tools.cli import main
+
+    model_path = tmp_path / "mag.onnx"
+    model_path.write_bytes(magnitude_model(onnx_case).SerializeToString())
+    lines = []
+    for index, sample in enumerate(SAMPLES):
+        np.save(tmp_path / f"s{index}.npy", sample["x"])
+        lines.append(f"s{index}.npy")
+    (tmp_path / "ds.txt").write_text("\n".join(lines) + "\n")
+    code = main(["compile", str(model_path), "--dataset", str(tmp_path / "ds.txt"), "--auto-hybrid", "0.999",
+                 "--no-progress", "-o", str(tmp_path / "mag.npu")])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "auto-hybrid: target cosine 0.999 on every one of 6 calibration sample(s)" in out
+    assert "layer(s) moved to float16" in out and "meets the target" in out
+    assert "auto-hybrid: NPU time int8 " in out and "x the int8 cycles" in out
+
+
+@pytest.mark.parametrize("flags", [["--auto-hybrid"], ["--fp16", "--auto-hybrid", "0.9"]])
+def test_compile_command_refuses_auto_hybrid_without_an_int8_build(onnx_case, tmp_path, capsys, flags):
+    from npuemu.tools.cli import main
+
+    model_path = tmp_path / "mag.onnx"
+    model_path.write_bytes(magnitude_model(onnx_case).SerializeToString())
+    assert main(["compile", str(model_path), *flags]) != 0
+    assert "--auto-hybrid moves layers of an int8 build to float16: it needs --dataset" in capsys.readouterr().err
+
+
+def test_api_step1_proposal_writes_the_choice(onnx_case, tmp_path, monkeypatch, capsys):
+    from npuemu.api import RKNN
+    from npuemu.compiler.quant import read_config
+
+    model = magnitude_model(onnx_case)
+    (tmp_path / "mag.onnx").write_bytes(model.SerializeToString())
+    for index, sample in enumerate(SAMPLES):
+        np.save(tmp_path / f"s{index}.npy", sample["x"])
+    (tmp_path / "ds.txt").write_text("".join(f"s{index}.npy\n" for index in range(len(SAMPLES))))
+    monkeypatch.chdir(tmp_path)
+    rknn = RKNN()
+    rknn.config(target_platform="rk3588")
+    rknn.load_onnx(model="mag.onnx")
+    assert rknn.hybrid_quantization_step1(dataset="ds.txt", proposal=True, proposal_dataset_size=6) == 0
+    graph = fused(model)
+    config = read_config(tmp_path / "mag.quantization.cfg", graph)
+    ranges = calibrate(graph, SAMPLES, progress=False).ranges
+    chosen = auto_hybrid(graph, SAMPLES, ranges).moved  # the default target, the same six samples
+    assert sorted(name for name, dtype in config.layer_dtypes.items() if dtype == "float16") == sorted(chosen)
+    assert chosen and rknn.hybrid_quantization_step2("mag.model", "mag.data", "mag.quantization.cfg") == 0
+    other = RKNN()
+    other.load_onnx(model="mag.onnx")
+    assert other.hybrid_quantization_step1(dataset="ds.txt", proposal_dataset_size=3) == -1  # needs proposal=True
+    assert "only applies to proposal=True" in capsys.readouterr().err
+
+
+# ---- real models (the `models` mark): the figures of QUANTIZATION.md 12 (-s prints them) --------
+
+def _emulated_worst(model, inputs: dict, want: dict) -> float:
+    """Worst cosine over the non-scalar outputs of the emulated model against onnxruntime."""
+    from npuemu.emulator.runtime import Runtime
+
+    runtime = Runtime(model)
+    for name, value in inputs.items():
+        runtime.set_input(name, value)
+    runtime.run()
+    return min(cosine(runtime.output(name).reshape(value.shape), value) for name, value in want.items()
+               if value.size > 1)
+
+
+def _measure(label: str, path, shapes: dict, calibration: list, tests: list, want: list, target: float,
+             algorithm: str = "normal") -> dict:
+    """int8, auto-hybrid and float16 builds: emulated cosine vs onnxruntime on the ``tests``
+    (min, mean), frame cycles and time from the timing model, compile time; printed."""
+    import time
+
+    from npuemu.tools.auto_hybrid_report import frame_cost
+
+    figures = {}
+    for mode in ("int8", "auto-hybrid", "fp16"):
+        options = CompileOptions(precision="fp16", input_shapes=shapes) if mode == "fp16" else CompileOptions(
+            dataset=calibration, algorithm=algorithm, input_shapes=shapes,
+            auto_hybrid=target if mode == "auto-hybrid" else None)
+        began = time.monotonic()
+        front = prepare(path, "rk3588", options)
+        model = build(front)
+        seconds = time.monotonic() - began
+        cosines = [_emulated_worst(model, inputs, expected) for inputs, expected in zip(tests, want)]
+        cost = frame_cost(model, front.platform)
+        moved = front.auto_hybrid.moved if front.auto_hybrid is not None else []
+        figures[mode] = {"min": min(cosines), "mean": float(np.mean(cosines)), "cycles": cost.cycles,
+                         "moved": moved, "front": front}
+        print(f"{label} {mode}: cosine vs onnxruntime min {min(cosines):.4f} mean {np.mean(cosines):.4f}, "
+              f"{len(moved)} layer(s) moved to float16, {cost.cycles} cycles, {cost.time_us:.0f} us ({cost.host_layers} "
+              f"host layers, {cost.host_us:.0f} us), compile {seconds:.0f} s")
+    return figures
+
+
+@pytest.mark.models
+def test_silero_vad_auto_hybrid_fixes_its_stft_front_end():
+    """silero-vad int8 loses its STFT magnitude (Pow of the spectrum, then Sqrt): auto-hybrid
+    moves those few layers and the state output comes back to onnxruntime's."""
+    from tests.compiler.test_real_models_sequence import MODELS, _onnxruntime, _sample
+
+    case = MODELS["silero_vad_openvino"]
+    path = case.path()
+    tests = [_sample(case, seed) for seed in range(1000, 1005)]
+    figures = _measure("silero_vad_openvino", path, case.shapes, [_sample(case, seed) for seed in range(8)], tests,
+                       [_onnxruntime(case, path, test) for test in tests], 0.99)
+    moved = figures["auto-hybrid"]["moved"]
+    assert figures["auto-hybrid"]["front"].auto_hybrid.reached
+    assert 1 <= len(moved) <= 6 and all("stft" in name for name in moved), moved
+    assert figures["int8"]["min"] < 0.9 and figures["auto-hybrid"]["min"] >= 0.999
+
+
+@pytest.mark.models
+def test_ppocr_rec_auto_hybrid_reaches_its_target_on_the_emulator():
+    """PP-OCRv4 rec on synthetic document images (mmse, 8 calibration images): target 0.99 on
+    the calibration set gives >= 0.99 against onnxruntime on five separate images, with under
+    half the layers float16 and fewer NPU cycles than the float16 build."""
+    import onnxruntime as ort
+
+    from npuemu.compiler.quant.synthetic import synthetic_batch
+    from tests.compiler.test_quant_accuracy import OCR_PREPROCESS
+    from tests.compiler.test_real_models import MODELS
+
+    case = MODELS["ppocr_rec"]
+    path = case.path()
+
+    def sample(seed):
+        return {"x": OCR_PREPROCESS.apply(synthetic_batch(case.shape, seed, "document"), is_image=True)}
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [output.name for output in session.get_outputs()]
+    tests = [sample(seed) for seed in range(1000, 1005)]
+    figures = _measure("ppocr_rec", path, {"x": list(case.shape)}, [sample(seed) for seed in range(8)], tests,
+                       [dict(zip(names, session.run(None, test))) for test in tests], 0.99, "mmse")
+    hybrid = figures["auto-hybrid"]
+    assert hybrid["front"].auto_hybrid.reached and len(hybrid["moved"]) < len(hybrid["front"].graph.nodes) // 2
+    assert hybrid["min"] >= 0.99 > figures["int8"]["min"]
+    assert figures["int8"]["cycles"] < hybrid["cycles"] < figures["fp16"]["cycles"]
+
+
+def wide_conv_model(onnx_case):
+    """A 1x1 conv whose 480x480 weights fit the CBUF next to its input in int8 but not in float16
+    (PP-OCRv4 rec's p2o.Conv.28 geometry), then the magnitude head of ``magnitude_model``."""
+    rng = np.random.default_rng(9)
+    inits = {"w": rng.normal(0, 0.05, (480, 480, 1, 1)).astype(np.float32), "eps": np.array(1e-4, np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], name="wide"),
+             helper.make_node("Mul", ["y", "y"], ["sq"], name="sq"),
+             helper.make_node("Add", ["sq", "eps"], ["sqe"], name="sqe"),
+             helper.make_node("Sqrt", ["sqe"], ["mag"], name="mag")]
+    return onnx_case.model(nodes, {"x": [1, 480, 6, 80]}, ["mag"], inits)
+
+
+def test_a_layer_that_cannot_be_float16_is_never_moved(onnx_case):
+    from npuemu.platforms import load_platform
+
+    graph = fused(wide_conv_model(onnx_case))
+    samples = []
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        samples.append({"x": (rng.normal(0, 1, (1, 480, 6, 80)) * np.exp(rng.normal(0, 1, (1, 480, 6, 80))))
+                        .astype(np.float32)})
+    platform = load_platform("rk3588")
+    assert list(float16_blocked(graph, platform)) == ["wide"]
+    ranges = calibrate(graph, samples, progress=False).ranges
+    result = auto_hybrid(graph, samples, ranges, target=0.9999, platform=platform)
+    assert result.ranking and "wide" not in result.moved and result.blocked == float16_blocked(graph, platform)
+    assert all("wide" not in unit.layers for unit in result.ranking)
+    assert any("wide does not fit the CBUF in float16" in line for line in result.summary_lines())
+    unblocked = auto_hybrid(graph, samples, ranges, target=0.9999)  # no platform given: nothing is blocked
+    assert any("wide" in unit.layers for unit in unblocked.ranking)
