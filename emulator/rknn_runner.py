@@ -11,12 +11,16 @@ The flow follows the fixture README "Loading a .rknn in an emulator" and
    (``clip(rint(x / scale) + zp)``), and written in its native layout: NC1HWC2 with the C2 of
    the tensor's native shape (``[1,1,H,W,3]`` is the packed 3-channel first-layer format, the
    same rule with C1 = 1, C2 = 3), or plain row-major for 2-D tensors.
+   An fp16 build (``do_quantization=False``) marks its activations ONNX FLOAT16 (tensor slot 0,
+   code 10) with no scale: those are normalised, rounded to float16 and written in the same
+   layouts (C2 = 8 on rk3588), and read back as float16.
 4. Chain 0 (the single-core program) runs on core 0.
 5. The CPU-side layers the file schedules after the NPU program run on the host:
    ``InputOperator`` / ``OutputOperator`` (layout conversion only) and ``Reshape`` (drop the
    channel blocking, reshape, requantise if the two tensors' quantisation differs). Any other
    CPU layer raises :class:`EmulationError` naming it.
-6. Outputs are read in their native layout and dequantised to float32 in the graph's shape.
+6. Outputs are read in their native layout and dequantised (fp16: widened) to float32 in the
+   graph's shape.
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ from npuemu.isa.rknn import (
 
 log = logging.getLogger(__name__)
 
-INT8_DTYPE_CODE = 3                     # ONNX TensorProto.INT8, the only activation type handled
+INT8_DTYPE_CODE = 3                     # ONNX TensorProto.INT8: quantised activations
+FLOAT16_DTYPE_CODE = 10                 # ONNX TensorProto.FLOAT16: a do_quantization=False build
 _PAGE = 4096
 _HOST_LAYOUT_ONLY = ("InputOperator", "OutputOperator")
 
@@ -49,7 +54,7 @@ class RknnRun:
     """The result of one inference: outputs by graph-output name, plus what the NPU did."""
 
     outputs: dict[str, np.ndarray]              # float32, graph shape (NCHW for 4-D)
-    quantized: dict[str, np.ndarray]            # int8, graph shape
+    quantized: dict[str, np.ndarray]            # int8 (float16 for an fp16 build), graph shape
     chain: ChainRun                             # per-task records (registers, DMA traffic)
     host_layers: tuple[str, ...]                # CPU layers executed on the host, in order
     program: RelocatedProgram = field(repr=False)
@@ -88,13 +93,15 @@ class RknnRunner:
         return self.model.output_tensors
 
     def quantize_input(self, index: int, array: np.ndarray) -> np.ndarray:
-        """Float (or already-int8) input ``index`` -> int8 in the graph shape."""
+        """Float (or already-int8) input ``index`` -> int8 in the graph shape (float16 for a
+        float16 input tensor: an fp16 build takes its input unquantised)."""
         tensor = self.input_tensors[index]
         label = f"input {index} ({tensor.name!r})"
         array = np.asarray(array)
         if tuple(array.shape) != tuple(tensor.shape):
             raise InputError(f"{label}: expected shape {list(tensor.shape)}, got {list(array.shape)}")
-        if array.dtype == np.int8:
+        fp16 = _is_float16(tensor)
+        if array.dtype == np.int8 and not fp16:
             return array
         if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
             raise InputError(f"{label}: expected a numeric array, got dtype {array.dtype}")
@@ -102,6 +109,8 @@ class RknnRunner:
         if not np.all(np.isfinite(values)):
             raise InputError(f"{label}: holds NaN or infinite values")
         values = self._normalize(index, values)
+        if fp16:
+            return values.astype(np.float16)
         scale, zero_point = _quantization(tensor, self.model)
         return np.clip(np.rint(values / scale) + zero_point, -128, 127).astype(np.int8)
 
@@ -134,10 +143,8 @@ class RknnRunner:
         outputs: dict[str, np.ndarray] = {}
         for tensor in self.output_tensors:
             values = host[tensor.index] if tensor.index in host else self._read(tensor, memory)
-            scale_out, zero_point = _quantization(tensor, model)
             quantized[tensor.name] = values
-            outputs[tensor.name] = ((values.astype(np.float32) - np.float32(zero_point))
-                                    * np.float32(scale_out)).astype(np.float32)
+            outputs[tensor.name] = _dequantize(tensor, values, model)
         return RknnRun(outputs, quantized, chain, tuple(done), self.program)
 
     # --- layout and memory -------------------------------------------------------------------
@@ -169,9 +176,10 @@ class RknnRunner:
                                  f"plan (kind {tensor.kind_name})") from None
 
     def _read(self, tensor: RknnTensor, memory: Memory) -> np.ndarray:
-        _check_int8(tensor, self.model)
-        nbytes = int(np.prod(tensor.native_shape))
-        raw = memory.dump(self._address(tensor), nbytes).view(np.int8)
+        _check_activation_dtype(tensor, self.model)
+        dtype = np.dtype("<f2") if _is_float16(tensor) else np.dtype(np.int8)
+        nbytes = int(np.prod(tensor.native_shape)) * dtype.itemsize
+        raw = memory.dump(self._address(tensor), nbytes).view(dtype)
         return _from_native(tensor, raw)
 
     def _normalize(self, index: int, values: np.ndarray) -> np.ndarray:
@@ -229,7 +237,13 @@ class RknnRunner:
             raise ModelFileError(f"{model.source}: Reshape {layer.name!r} maps {list(source.shape)} to "
                                  f"{list(target.shape)}: element counts differ")
         values = values.reshape(target.shape)
-        _check_int8(target, model)
+        _check_activation_dtype(target, model)
+        if _is_float16(source) or _is_float16(target):
+            if not (_is_float16(source) and _is_float16(target)):
+                raise EmulationError(f"{model.source}: Reshape {layer.name!r} maps {source.dtype_name} to "
+                                     f"{target.dtype_name}; only same-type reshapes are supported")
+            host[target.index] = values
+            return
         in_scale, in_zero = _quantization(source, model)
         out_scale, out_zero = _quantization(target, model)
         if (in_scale, in_zero) != (out_scale, out_zero):
@@ -250,10 +264,24 @@ def _quantization(tensor: RknnTensor, model: RknnModel) -> tuple[float, int]:
     return scale, int(tensor.zero_points[0])
 
 
-def _check_int8(tensor: RknnTensor, model: RknnModel) -> None:
-    if tensor.dtype != INT8_DTYPE_CODE:
+def _check_activation_dtype(tensor: RknnTensor, model: RknnModel) -> None:
+    if tensor.dtype not in (INT8_DTYPE_CODE, FLOAT16_DTYPE_CODE):
         raise EmulationError(f"{model.source}: tensor {tensor.name!r} has dtype {tensor.dtype_name}; only int8 "
-                             f"activations are supported")
+                             f"and float16 activations are supported")
+
+
+def _is_float16(tensor: RknnTensor) -> bool:
+    """An fp16 build's activation: tensor slot 0 is ONNX FLOAT16 (and it carries no scale)
+    [V] conv_hardswish_fp16 model.rknn, `npuemu inspect`: x/y float16, no scale or zero point."""
+    return tensor.dtype == FLOAT16_DTYPE_CODE
+
+
+def _dequantize(tensor: RknnTensor, values: np.ndarray, model: RknnModel) -> np.ndarray:
+    """Graph-shape int8 (or float16) values -> float32."""
+    if _is_float16(tensor):
+        return values.astype(np.float32)
+    scale, zero_point = _quantization(tensor, model)
+    return ((values.astype(np.float32) - np.float32(zero_point)) * np.float32(scale)).astype(np.float32)
 
 
 def _is_blocked(tensor: RknnTensor) -> bool:
@@ -261,7 +289,7 @@ def _is_blocked(tensor: RknnTensor) -> bool:
 
 
 def _to_native(tensor: RknnTensor, values: np.ndarray) -> np.ndarray:
-    """int8 graph-shape values -> bytes in the tensor's native layout."""
+    """int8 (or float16) graph-shape values -> the tensor's native layout."""
     native = tuple(tensor.native_shape)
     if _is_blocked(tensor):
         if values.ndim != 4:
@@ -279,7 +307,7 @@ def _to_native(tensor: RknnTensor, values: np.ndarray) -> np.ndarray:
 
 
 def _from_native(tensor: RknnTensor, raw: np.ndarray) -> np.ndarray:
-    """int8 bytes in the native layout -> graph-shape values (channel padding dropped)."""
+    """int8 (or float16) values in the native layout -> graph-shape values (channel padding dropped)."""
     native = tuple(tensor.native_shape)
     shape = tuple(tensor.shape)
     if _is_blocked(tensor):

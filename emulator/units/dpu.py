@@ -44,6 +44,9 @@ ERDMA_PER_PIXEL = 1  # ERDMA_DATA_MODE of a full operand cube (rep09, rep12)
 #: EW_DATA_MODE 0, the [1, C, 1, 1] gate at EW_BASE_ADDR; REGISTER_SEMANTICS.md 3.4)
 ERDMA_PER_CHANNEL = 0
 COMB_SPLIT = 5  # DPU_RDMA COMB_USE: MRDMA and ERDMA share the EW operand (rep12, Mesa ConvAdd)
+#: DPU_RDMA COMB_USE 3 (with DPU COMB_USE 1): MRDMA and ERDMA share the MAIN fp32 cube, alternate
+#: surfaces as COMB_USE 5 [V] (conv_hardswish_fp16 task 2; REGISTER_SEMANTICS 3.5)
+COMB_MAIN_PAIR = 3
 
 
 _PRECISION_OF = {dtype: code for code, dtype in PRECISION_DTYPES.items()}
@@ -65,10 +68,14 @@ def decode_dpu(dpu: RegisterView, where: str, atom_bytes: int = ATOM_BYTES) -> D
     atom = atom_bytes
     mode = dpu.fields("FEATURE_MODE_CFG")
     fmt = dpu.fields("DATA_FORMAT")
-    _reject(dpu, where, ("FEATURE_MODE_CFG", "TP_EN"), ("FEATURE_MODE_CFG", "COMB_USE"),
+    _reject(dpu, where, ("FEATURE_MODE_CFG", "TP_EN"),
             ("OFFSET_PEND", "OFFSET_PEND"), ("BS_MUL_CFG", "BS_TRUNCATE_SRC"),
             ("BN_MUL_CFG", "BN_TRUNCATE_SRC"), ("EW_CFG", "EW_EQUAL_EN"), ("LUT_CFG", "LUT_CAL_SEL"),
-            ("LUT_CFG", "LUT_EXPAND_EN"), ("OUT_CVT_SHIFT", "MINUS_EXP"))
+            ("LUT_CFG", "LUT_EXPAND_EN"))
+    if fmt["PROC_PRECISION"] in INTEGER_PROCESSING:  # MINUS_EXP is modelled on the fp path only
+        _reject(dpu, where, ("OUT_CVT_SHIFT", "MINUS_EXP"))
+    if fmt["PROC_PRECISION"] != FP32 or mode["COMB_USE"] != 1:  # 1 only with fp32: the rescale task
+        _reject(dpu, where, ("FEATURE_MODE_CFG", "COMB_USE"))
     ow = dpu.fields("BS_OW_CFG")
     if not ow["SIZE_E_0"] == ow["SIZE_E_1"] == ow["SIZE_E_2"]:
         raise EmulationError(f"{where}: {dpu.show('BS_OW_CFG')} has different SIZE_E_0/1/2; only equal "
@@ -156,7 +163,8 @@ def _out_cvt(dpu: RegisterView) -> OutCvtState:
     scale, shift = dpu.fields("OUT_CVT_SCALE"), dpu.fields("OUT_CVT_SHIFT")
     return OutCvtState(scale=_signed16(scale["OUT_CVT_SCALE"]), shift=shift["OUT_CVT_SHIFT"],
                        offset=dpu.field("OUT_CVT_OFFSET", "OUT_CVT_OFFSET"),
-                       round_bit=shift["CVT_ROUND"], fp32_to_fp16=bool(scale["FP32TOFP16_EN"]))
+                       round_bit=shift["CVT_ROUND"], fp32_to_fp16=bool(scale["FP32TOFP16_EN"]),
+                       minus_exp=shift.get("MINUS_EXP", 0))
 
 
 def _wdma_sizes(dpu: RegisterView) -> tuple[int, int, int]:
@@ -176,9 +184,13 @@ def _check_dpu(state: DpuState, dpu: RegisterView, where: str) -> None:
         raise EmulationError(f"{where}: {dpu.show('FEATURE_MODE_CFG', 'OUTPUT_MODE')}: only the write "
                              f"to memory (2) is modelled; the DPU -> PPU path is not")
     integer = state.proc_precision in INTEGER_PROCESSING
-    if not integer and state.proc_precision != FP16:
+    if not integer and state.proc_precision not in (FP16, FP32):
         raise EmulationError(f"{where}: {dpu.show('DATA_FORMAT', 'PROC_PRECISION')} "
-                             f"({precision_name(state.proc_precision)}) is not modelled (int8, int16, int4, fp16)")
+                             f"({precision_name(state.proc_precision)}) is not modelled (int8, int16, int4, fp16, "
+                             f"fp32 with COMB_USE)")
+    if state.proc_precision == FP32 and not dpu.field("FEATURE_MODE_CFG", "COMB_USE"):
+        raise EmulationError(f"{where}: {dpu.show('DATA_FORMAT', 'PROC_PRECISION')} (fp32) is modelled only "
+                             f"for the vendor's fp32 -> fp16 rescale task (FEATURE_MODE_CFG.COMB_USE=1)")
     allowed = INTEGER_OUTPUTS if integer else (FP16, FP32)
     if state.out_precision not in allowed:
         raise EmulationError(f"{where}: {dpu.show('DATA_FORMAT', 'OUT_PRECISION')} "
@@ -251,6 +263,8 @@ def run_dpu(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult | Non
         return
     data = _main_input(state, rdma, source, dma, where)
     data = _float_stages(state, rdma, data, dma, lut_tables, where)
+    if state.out_cvt.minus_exp:  # the exponent lowered by MINUS_EXP: an exact power-of-two scale [I]
+        data = data * np.float32(2.0 ** -state.out_cvt.minus_exp)
     out = kernels.out_cvt_fp16(data) if state.out_precision == FP16 else data.astype(np.float32)
     # lanes past the channel count are written as 0 [C]
     _write(state, out, c2_of(state.out_precision, state.atom_bytes), dma)
@@ -377,9 +391,20 @@ def _main_blocks(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult 
                              f"is not modelled")
     dtype = PRECISION_DTYPES[rdma.in_precision]
     surfaces = -(-channels // c2_of(rdma.in_precision, rdma.atom_bytes))
-    atoms = read_surfaces(dma, Traffic.MAIN_READ, rdma.src_address, rdma.surface_stride, rdma.line_stride,
-                          surfaces, state.height, state.width, dtype,
-                          f"DPU_RDMA main cube (SRC_BASE_ADDR={rdma.src_address:#x})", rdma.atom_bytes)
+    if (rdma.comb_use == COMB_MAIN_PAIR) != (state.proc_precision == FP32):
+        raise EmulationError(f"{where}: DPU_RDMA.FEATURE_MODE_CFG.COMB_USE={rdma.comb_use} with PROC_PRECISION "
+                             f"{precision_name(state.proc_precision)} is not modelled (COMB_USE 3 with fp32 only)")
+    if rdma.comb_use == COMB_MAIN_PAIR:
+        if not (rdma.erdma_enabled and rdma.erdma_mode == ERDMA_PER_PIXEL and ERDMA_SIZES.get(rdma.erdma_size)
+                == np.dtype(np.int32)):   # the vendor's ERDMA_CFG 0x4000000c: per pixel, 32-bit elements
+            raise EmulationError(f"{where}: DPU_RDMA.FEATURE_MODE_CFG.COMB_USE=3 reads half the fp32 cube through "
+                                 f"the ERDMA, which must be enabled per pixel with 32-bit elements (ERDMA_CFG "
+                                 f"ERDMA_DATA_MODE=1 ERDMA_DATA_SIZE=3)")
+        atoms = _split_operand(state, rdma, dtype, dma)
+    else:
+        atoms = read_surfaces(dma, Traffic.MAIN_READ, rdma.src_address, rdma.surface_stride, rdma.line_stride,
+                              surfaces, state.height, state.width, dtype,
+                              f"DPU_RDMA main cube (SRC_BASE_ADDR={rdma.src_address:#x})", rdma.atom_bytes)
     blocks = atoms.reshape(surfaces, pixels, -1)
     if integer and dtype.kind != "i":
         blocks = blocks.astype(np.int32)
@@ -632,11 +657,11 @@ def _split_operand(state: DpuState, rdma: DpuRdmaState, dtype: np.dtype, dma: Ta
     surfaces = -(-state.channels // c2_of(_PRECISION_OF[dtype], rdma.atom_bytes))
     first = read_surfaces(dma, Traffic.MAIN_READ, rdma.src_address, rdma.surface_stride, rdma.line_stride,
                           -(-surfaces // 2), state.height, state.width, dtype,
-                          f"MRDMA operand surfaces (SRC_BASE_ADDR={rdma.src_address:#x}, COMB_USE=5)",
+                          f"MRDMA surfaces (SRC_BASE_ADDR={rdma.src_address:#x}, COMB_USE={rdma.comb_use})",
                           rdma.atom_bytes)
     second = read_surfaces(dma, Traffic.EW_READ, rdma.ew_address, rdma.ew_notch_stride, rdma.ew_line_stride,
                            surfaces // 2, state.height, state.width, dtype,
-                           f"ERDMA operand surfaces (EW_BASE_ADDR={rdma.ew_address:#x}, COMB_USE=5)",
+                           f"ERDMA surfaces (EW_BASE_ADDR={rdma.ew_address:#x}, COMB_USE={rdma.comb_use})",
                            rdma.atom_bytes)
     atoms = np.empty((surfaces,) + first.shape[1:], dtype)
     atoms[0::2] = first

@@ -190,6 +190,7 @@ class OutCvtState:
     offset: int
     round_bit: int
     fp32_to_fp16: bool
+    minus_exp: int = 0  # OUT_CVT_SHIFT.MINUS_EXP: fp path only, y * 2^-MINUS_EXP (NUMERICS 4.6)
 
 
 @dataclass(frozen=True)
