@@ -691,15 +691,15 @@ def _interleaved_phases(graph: Graph, node: Node, conv: Node, tensors: list[Tens
                                                 list(conv.fused), "NPU")) is not None:
         return None
     new, nodes = [], []
+    stacked = {t.name: t for t in tensors}  # the stacked phase conv's own constants
     for ry in range(s):
         for rx in range(s):
             pick = (np.arange(c_out) * s + ry) * s + rx  # the phase's channels of the stacked conv
             inputs = []
             for name in conv.inputs:
-                tensor = graph.tensor(name) if name not in {t.name for t in tensors} else \
-                    next(t for t in tensors if t.name == name)
+                tensor = stacked.get(name) or graph.tensor(name)
                 inputs.append(name if not tensor.is_const else _phase_constant(tensor, pick, f"_p{ry}{rx}", new))
-            fused = [FusedOp(p.op_type, dict(p.attrs), [_phase_constant(next(t for t in tensors if t.name == p.inputs[0]),
+            fused = [FusedOp(p.op_type, dict(p.attrs), [_phase_constant(stacked[p.inputs[0]],
                                                                         pick, f"_p{ry}{rx}", new)], p.carry_index,
                              p.source, p.tag) if p.inputs else p for p in conv.fused]
             nodes.append(Node(f"{node.name}_phase{ry}{rx}", "Conv", inputs, [node.outputs[0]],
@@ -712,7 +712,7 @@ def _phase_constant(tensor: Tensor, pick: np.ndarray, suffix: str, new: list[Ten
     data = np.asarray(tensor.data)
     quant = tensor.quant
     if data.size > 1:
-        data = data.reshape(data.shape[0], *data.shape[1:])[pick]
+        data = data[pick]
     if quant is not None and quant.per_channel:
         quant = QuantParams(quant.dtype, np.asarray(quant.scale)[pick], np.asarray(quant.zero_point)[pick], 0)
     new.append(Tensor(tensor.name + suffix, tuple(data.shape), tensor.dtype, data, quant))

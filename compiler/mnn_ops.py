@@ -92,9 +92,7 @@ def _conv(net, op) -> None:
     c = S.CONV2D_COMMON
     kx, ky = common.scalar(c["kernelX"], "i", 1), common.scalar(c["kernelY"], "i", 1)
     out_count, group = common.scalar(c["outputCount"]), common.scalar(c["group"], "i", 1)
-    attrs = dict(kernel_shape=[ky, kx], strides=[common.scalar(c["strideY"], "i", 1), common.scalar(c["strideX"], "i", 1)],
-                 dilations=[common.scalar(c["dilateY"], "i", 1), common.scalar(c["dilateX"], "i", 1)], group=group,
-                 **_pads(op, common, c, common.array(c["pads"], "i4")))
+    attrs = _conv_attrs(op, common, ky, kx, group)
     if len(op.inputs) > 1:  # weights (and bias) given as tensors
         inputs = list(op.inputs)
     else:
@@ -104,16 +102,8 @@ def _conv(net, op) -> None:
             raise op.refuse(f"{weight.size} weights do not fit {out_count} outputs of {ky}x{kx}")
         if bias.size not in (0, out_count):
             raise op.refuse(f"{bias.size} biases for {out_count} outputs")
-        inputs = [op.inputs[0], net.const(weight.reshape(out_count, per_group, ky, kx).astype(np.float32), op.name + "_w")]
-        if bias.size:
-            inputs.append(net.const(bias.astype(np.float32), op.name + "_b"))
-    relu, relu6 = common.scalar(c["relu"], "b", 0), common.scalar(c["relu6"], "b", 0)
-    out = net.temp(op.outputs[0]) if relu or relu6 else op.outputs[0]
-    net.node("Conv", inputs, [out], op.name, **attrs)
-    if relu6:
-        _clip(net, out, op.outputs[0], 0.0, 6.0)
-    elif relu:
-        net.node("Relu", [out], [op.outputs[0]])
+        inputs = _weights_and_bias(net, op, weight.reshape(out_count, per_group, ky, kx), bias)
+    _node_with_relu(net, op, common, "Conv", inputs, attrs)
 
 
 def _deconv(net, op) -> None:
@@ -135,17 +125,35 @@ def _deconv(net, op) -> None:
             or bias.size not in (0, out_count):
         raise op.refuse(f"{weight.size} weights, {bias.size} biases do not fit {out_count} outputs of {ky}x{kx}")
     out_pads = [int(p) for p in common.array(c["outPads"], "i4")]
-    attrs = dict(kernel_shape=[ky, kx], strides=[common.scalar(c["strideY"], "i", 1), common.scalar(c["strideX"], "i", 1)],
-                 dilations=[common.scalar(c["dilateY"], "i", 1), common.scalar(c["dilateX"], "i", 1)], group=group,
-                 **_pads(op, common, c, common.array(c["pads"], "i4")))
+    attrs = _conv_attrs(op, common, ky, kx, group)
     if out_pads:
         attrs["output_padding"] = out_pads
-    inputs = [op.inputs[0], net.const(weight.reshape(in_count, per_group, ky, kx).astype(np.float32), op.name + "_w")]
+    inputs = _weights_and_bias(net, op, weight.reshape(in_count, per_group, ky, kx), bias)
+    _node_with_relu(net, op, common, "ConvTranspose", inputs, attrs)
+
+
+def _conv_attrs(op, common, ky: int, kx: int, group: int) -> dict:
+    """ONNX Conv/ConvTranspose attributes of a Convolution2DCommon table."""
+    c = S.CONV2D_COMMON
+    return dict(kernel_shape=[ky, kx], strides=[common.scalar(c["strideY"], "i", 1), common.scalar(c["strideX"], "i", 1)],
+                dilations=[common.scalar(c["dilateY"], "i", 1), common.scalar(c["dilateX"], "i", 1)], group=group,
+                **_pads(op, common, c, common.array(c["pads"], "i4")))
+
+
+def _weights_and_bias(net, op, weight: np.ndarray, bias: np.ndarray) -> list[str]:
+    """[input, weight constant, bias constant if stored] of a (de)convolution."""
+    inputs = [op.inputs[0], net.const(weight.astype(np.float32), op.name + "_w")]
     if bias.size:
         inputs.append(net.const(bias.astype(np.float32), op.name + "_b"))
+    return inputs
+
+
+def _node_with_relu(net, op, common, op_type: str, inputs: list[str], attrs: dict) -> None:
+    """The (de)convolution node, then the Relu or Relu6 (Clip) its common part asks for."""
+    c = S.CONV2D_COMMON
     relu, relu6 = common.scalar(c["relu"], "b", 0), common.scalar(c["relu6"], "b", 0)
     out = net.temp(op.outputs[0]) if relu or relu6 else op.outputs[0]
-    net.node("ConvTranspose", inputs, [out], op.name, **attrs)
+    net.node(op_type, inputs, [out], op.name, **attrs)
     if relu6:
         _clip(net, out, op.outputs[0], 0.0, 6.0)
     elif relu:

@@ -19,15 +19,15 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from npuemu.isa.container_format import MemoryRegion
+from npuemu.isa.container_format import FLAG_DYNAMIC_SHAPES, MemoryRegion
 from npuemu.isa.container_section import Section, name_problem
 from npuemu.isa.container_trailer import SchemaViolation
 from npuemu.isa.errors import InputError
 
 KEY = "dynamic"
-#: optional header flag bit 1: the file has more than one input shape set (format 1.1); bit 0 stays
-#: unassigned (tests use it as the optional bit a reader does not know)
-FLAG_DYNAMIC_SHAPES = 0x2
+# FLAG_DYNAMIC_SHAPES (container_format): optional header flag bit 1, the file has more than one
+# input shape set (format 1.1); bit 0 stays unassigned (tests use it as the optional bit a reader
+# does not know)
 #: the first format version with the ``dynamic`` key; static files are still written as 1.0
 DYNAMIC_VERSION = (1, 1)
 #: shape sets in one file; each is a complete build, so this bounds the work of checking a file

@@ -36,8 +36,10 @@ PAYLOAD_ALIGNMENT = 64
 
 REQUIRED_FLAGS_MASK = 0xFFFF_0000
 """Flag bits a reader must understand; unknown bits below this mask may be ignored."""
-KNOWN_FLAGS = 0x2
-"""bit 1 (optional): dynamic shapes, the trailer has a ``dynamic`` record (1.1, CONTAINER.md 3.7)"""
+FLAG_DYNAMIC_SHAPES = 0x2
+"""bit 1 (optional): dynamic shapes, the trailer has a ``dynamic`` record (1.1, CONTAINER.md 3.7;
+isa/container_dynamic.py)"""
+KNOWN_FLAGS = FLAG_DYNAMIC_SHAPES
 
 _HEADER = struct.Struct("<8sHHIIIQQQIIII")
 _ENTRY = struct.Struct(f"<HBBIQQQII{NAME_CAPACITY}s")

@@ -295,11 +295,11 @@ def _input_shapes(args: argparse.Namespace) -> dict[str, list[int]]:
 
 
 def _single_input_name(path: Path) -> str:
+    from npuemu.compiler.mnn_import import is_mnn_path, mnn_to_onnx
     from npuemu.compiler.onnx_import import onnx_input_names
     from npuemu.isa.errors import CompileError
 
-    if str(path).lower().endswith(".mnn"):  # an MNN file's inputs are those of the graph it holds
-        from npuemu.compiler.mnn_import import mnn_to_onnx
+    if is_mnn_path(path):  # an MNN file's inputs are those of the graph it holds
         names = onnx_input_names(mnn_to_onnx(path))
     else:
         names = onnx_input_names(path)

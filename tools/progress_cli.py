@@ -15,15 +15,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TextIO
 
+from npuemu.compiler.quant.progress import _is_terminal
+
 #: ANSI "erase to end of line": a shorter phase name leaves nothing of a longer one behind
 _CLEAR = "\r\x1b[K"
-
-
-def _is_terminal(stream: TextIO) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):  # closed or not a file
-        return False
 
 
 class PhaseLine:

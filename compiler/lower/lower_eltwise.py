@@ -32,7 +32,7 @@ from .descriptions import (
 )
 from .layers import FLOAT16, ActivationLayer, ConcatLayer, EltwiseLayer, SliceLayer
 from .lower_conv import activation_x_stage, lut_stages, lut_stages_fp16
-from .lookup import check_feature, tensor
+from .lookup import check_feature, tensor, unpacked_pair
 from .placement import Placement, align
 
 EW_ALU = {"add": ALU_ADD, "sub": ALU_MINUS, "max": ALU_MAX, "min": ALU_MIN, "mul": ALU_ADD}
@@ -171,12 +171,7 @@ def lower_concat(layer: ConcatLayer, placements: Mapping[str, Placement], platfo
 def lower_slice(layer: SliceLayer, placements: Mapping[str, Placement], platform: Platform) -> tuple[DpuTask, ...]:
     """One DPU-only task reading the input's surfaces from the slice's first channel group (the
     slice must start on a C2 surface) and writing them, requantized, to the output."""
-    source = tensor(placements, layer.input, layer.name)
-    out = tensor(placements, layer.output, layer.name)
-    check_feature(source, layer.input_shape, layer.dtype, "input", layer.name)
-    check_feature(out, layer.output_shape, layer.dtype, "output", layer.name)
-    if source.packed or out.packed:
-        raise CompileError(f"layer {layer.name}: a channel slice needs NC1HWC2 tensors, not packed images")
+    source, out = unpacked_pair(layer, placements, "a channel slice")
     if layer.start % source.c2:
         raise CompileError(f"layer {layer.name}: the slice starts at channel {layer.start}, not on a "
                            f"{source.c2}-channel surface of the input")

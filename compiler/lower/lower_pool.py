@@ -17,13 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from npuemu.isa.errors import CompileError
 from npuemu.platforms.model import Platform
 
 from ..quant_regs import pool_reciprocal
 from .descriptions import PPU_IN_PRECISION, PRECISION_CODES, PpuTask
 from .layers import PoolLayer
-from .lookup import check_feature, tensor
+from .lookup import unpacked_pair
 from .placement import Placement
 
 POOL_AVERAGE, POOL_MAX = 0, 1
@@ -35,12 +34,7 @@ def needed_pad(out_size: int, kernel: int, stride: int, size: int, pad_before: i
 
 
 def lower_pool(layer: PoolLayer, placements: Mapping[str, Placement], platform: Platform) -> tuple[PpuTask, ...]:
-    inp = tensor(placements, layer.input, layer.name)
-    out = tensor(placements, layer.output, layer.name)
-    check_feature(inp, layer.input_shape, layer.dtype, "input", layer.name)
-    check_feature(out, layer.output_shape, layer.dtype, "output", layer.name)
-    if inp.packed or out.packed:
-        raise CompileError(f"layer {layer.name}: pooling needs NC1HWC2 tensors, not packed images")
+    inp, out = unpacked_pair(layer, placements, "pooling")
     channels, height, width = layer.input_shape
     _, out_height, out_width = layer.output_shape
     (kernel_h, kernel_w), (stride_y, stride_x) = layer.kernel, layer.stride

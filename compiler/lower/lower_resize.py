@@ -32,7 +32,7 @@ from .descriptions import PRECISION_CODES, DpuCube, DpuStages
 from .emit_dpu import BURST_LEN, ENABLE_DPU_ONLY, INT_CLEAR_ALL, INT_MASK_DPU, RdmaSources, write_dpu_body, write_s_pointers
 from .fields import RegisterBuilder
 from .layers import ResizeLayer
-from .lookup import check_feature, tensor
+from .lookup import unpacked_pair
 from .placement import Placement, TensorPlacement
 
 #: the MRDMA reads atoms as int16 in both vendor builds (DATA_FORMAT.IN_PRECISION 1)
@@ -69,12 +69,7 @@ def _surface_task(layer: ResizeLayer, source: TensorPlacement, out: TensorPlacem
 
 def lower_resize(layer: ResizeLayer, placements: Mapping[str, Placement], platform: Platform) -> tuple[UnpoolTask, ...]:
     """One unpooling task per C2 surface holding real channels (module docstring)."""
-    source = tensor(placements, layer.input, layer.name)
-    out = tensor(placements, layer.output, layer.name)
-    check_feature(source, layer.input_shape, layer.dtype, "input", layer.name)
-    check_feature(out, layer.output_shape, layer.dtype, "output", layer.name)
-    if source.packed or out.packed:
-        raise CompileError(f"layer {layer.name}: a resize needs NC1HWC2 tensors, not packed images")
+    source, out = unpacked_pair(layer, placements, "a resize")
     if source.c2 != out.c2 or source.pixel_bytes != source.atom_bytes:
         raise CompileError(f"layer {layer.name}: input and output must hold one {source.atom_bytes}-byte atom "
                            f"a pixel in the same C2")

@@ -37,7 +37,7 @@ from npuemu.isa.errors import CompileError
 from ..ir import FusedOp, Node, QuantParams, Tensor
 from ..ops import REGISTRY
 from ..ops.base import TensorInfo, as_float, like, register
-from .lower_softmax import expand_softmax
+from .lower_softmax import FLOAT16, expand_softmax
 
 HEAD_ATTENTION = "HeadAttention"
 SURFACE = 8  # float16 channels per NC1HWC2 surface on rk3588 [V] hardware.md 3
@@ -73,7 +73,6 @@ if HEAD_ATTENTION not in REGISTRY:  # a second import (pytest's importlib mode) 
 #: a build-internal Conv attribute: the feature map whose bytes are the weights (the weight input
 #: is then a zero constant giving their shape; build_adapt makes it ConvLayer.weight_source)
 WEIGHTS_FROM = "weights_from"
-FLOAT16 = QuantParams("float16", 1.0, 0)
 _ONE_BY_ONE = {"kernel_shape": [1, 1], "strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 1], "group": 1}
 
 

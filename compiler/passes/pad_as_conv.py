@@ -54,7 +54,8 @@ def identity_tap_weights(channels: int, bottom: int, right: int) -> np.ndarray:
 
 
 def pad_as_identity_conv(graph: Graph, ctx: PassContext) -> int:
-    """A standalone zero Pad of H/W becomes a 1x1 depthwise identity Conv with that padding."""
+    """A standalone zero Pad of H/W becomes a depthwise identity Conv with that padding (kernel
+    (bottom + 1) x (right + 1), its one 1 at the bottom-right tap: identity_tap_weights)."""
     rewritten = 0
     for pad in [node for node in graph.nodes if node.op_type == "Pad"]:
         pads = _conv_pads(graph, pad, ctx.limits.max_pad, ctx.limits.max_kernel)

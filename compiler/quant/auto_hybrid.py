@@ -299,7 +299,8 @@ def rank_units(graph: Graph, samples: Sequence[Sample], blocked: Mapping[str, st
     producers = graph.producers()
     units = []
     for name in _int8_activations(graph):
-        layers = tuple(node.name for node in graph.nodes if node.name in float16_layers_for(graph, [name]))
+        wanted = float16_layers_for(graph, [name])
+        layers = tuple(node.name for node in graph.nodes if node.name in wanted)
         if not layers or any(layer in blocked for layer in layers):
             continue
         quantized = {name, *_quantized_constants(graph, producers.get(name))}

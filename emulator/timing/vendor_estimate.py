@@ -79,7 +79,7 @@ def npu_layer_bytes(feature_sizes: list[int], records, platform) -> int:
         return total
     first = next(r for r in records if r.conv is not None)
     weights = conv.weight_bytes
-    if getattr(conv, "decompress", None) is not None:  # RK3576 sparse weights: the streams the DMA reads
+    if conv.decompress is not None:  # RK3576 sparse weights: the streams the DMA reads
         weights = conv.decompress.span
     if conv.depthwise and _depthwise_logical(platform):
         weights = (conv.real_channels or conv.out_channels) * conv.kernel_h * conv.kernel_w

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from npuemu.isa.container_dynamic import MAX_SHAPE_SETS
 from npuemu.isa.errors import ConfigError
 from npuemu.platforms import resolve_name
 
@@ -134,8 +135,8 @@ def _shape_sets(value: Any) -> tuple | None:
     except (TypeError, ValueError):
         raise ConfigError("dynamic_input: expected a list of shape sets, each a list of shapes (one per input), "
                           "e.g. [[[1,3,224,224]], [[1,3,160,160]]]") from None
-    if not 2 <= len(sets) <= 32:  # compiler/dynamic_shapes.py, isa/container_dynamic.MAX_SHAPE_SETS
-        raise ConfigError(f"dynamic_input: {len(sets)} shape set(s); a dynamic-shape model has 2 to 32 (one shape "
+    if not 2 <= len(sets) <= MAX_SHAPE_SETS:  # as compiler/dynamic_shapes.py
+        raise ConfigError(f"dynamic_input: {len(sets)} shape set(s); a dynamic-shape model has 2 to {MAX_SHAPE_SETS} (one shape "
                           "set is a static build: give it with load_onnx's input_size_list)")
     if any(not entry or any(not shape or min(shape) < 1 for shape in entry) for entry in sets):
         raise ConfigError("dynamic_input: every set needs one shape per input, of positive dimensions")
