@@ -202,7 +202,13 @@ class _Converter:
             mapping = _MAPPINGS.get(op.type)
             if mapping is None:
                 raise op.refuse("not supported by the MNN reader (the mapped ops are in compiler/mnn_ops.py)")
-            mapping(self, op)
+            if not op.outputs:
+                raise self.buf.fail(table.offset, f"op '{op.name}' ({op.type}) without outputs")
+            try:
+                mapping(self, op)
+            except (IndexError, ValueError) as error:  # a damaged file's operand counts or array sizes
+                raise self.buf.fail(table.offset, f"op '{op.name}' ({op.type}) whose operands do not fit "
+                                                  f"together ({str(error).splitlines()[0] if str(error) else type(error).__name__})") from None
         self.nodes = _fold_prelu(self.nodes, self.constants)
         outputs = self.net.strings(S.NET["outputName"]) or self._unread_tensors()
         graph = helper.make_graph(self.nodes, self.buf.source, self.inputs,  # errors name the file
@@ -221,7 +227,8 @@ def _fold_prelu(nodes: list[onnx.NodeProto], constants: dict[str, np.ndarray]) -
     """MNN's converter writes ONNX PRelu as x * Select(x < 0, slope, 1) (Identity layout
     conversions in between): give it back as one PRelu, the same function, which the NPU path
     fuses where the Less/Where pair would be host steps. The bypassed nodes are left dead."""
-    alias = {node.output[0]: node.input[0] for node in nodes if node.op_type == "Identity"}
+    alias = {node.output[0]: node.input[0] for node in nodes  # a damaged file may leave an Identity bare
+             if node.op_type == "Identity" and len(node.input) == 1 and len(node.output) == 1}
 
     def root(name: str) -> str:
         while name in alias:
@@ -235,11 +242,11 @@ def _fold_prelu(nodes: list[onnx.NodeProto], constants: dict[str, np.ndarray]) -
 
     def slope_of(mul: onnx.NodeProto, x: str, gate: str) -> str | None:
         select = producer.get(root(gate))
-        if select is None or select.op_type != "Where" or not constant(select.input[2], 1.0) \
+        if select is None or select.op_type != "Where" or len(select.input) != 3 or not constant(select.input[2], 1.0) \
                 or select.input[1] not in constants:
             return None
         less = producer.get(root(select.input[0]))
-        if less is None or less.op_type != "Less" or not constant(less.input[1], 0.0) or root(less.input[0]) != root(x):
+        if less is None or less.op_type != "Less" or len(less.input) != 2 or not constant(less.input[1], 0.0) or root(less.input[0]) != root(x):
             return None
         return select.input[1]
 
