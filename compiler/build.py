@@ -27,6 +27,7 @@ from npuemu.compiler.layer_records import layer_records
 from npuemu.compiler.lower import lower_layer
 from npuemu.compiler.memory_plan import plan_memory, regcmd_bytes
 from npuemu.compiler.package import package
+from npuemu.compiler.passes.output_readout import annotate, strip_readouts
 from npuemu.compiler.schedule import chain_tasks, encode_schedule, segments
 from npuemu.compiler.tensor_plan import plan_tensors
 from npuemu.isa.container import ModelFile
@@ -53,6 +54,7 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
                              elide_copies=elide_copies, pack_inputs=pack_inputs)
     cores = _check_cores(cores, spec)
     regmap = load_regmap(spec.register_map.family)
+    graph, readouts = strip_readouts(graph)  # outputs the runtime permutes as it reads them (LOWERING.md 25)
     records = layer_records(graph, spec)
     tensors = plan_tensors(records, spec, elide_copies=elide_copies, pack_inputs=pack_inputs, sram=sram)
     layers = records.layers
@@ -71,7 +73,7 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
     layer_ids = {id(record): index for index, record in enumerate(records.records)}
     schedule = encode_schedule(plan_steps, lowered, layer_ids, layers, regmap, regcmd_base=plan["regcmd"].address,
                                cores=cores, scale=spec.pc.data_amount_scale)
-    return package(records, tensors, plan, placements, schedule, spec, name=name, options=options)
+    return annotate(package(records, tensors, plan, placements, schedule, spec, name=name, options=options), readouts)
 
 
 def _check_cores(cores: Sequence[int], spec) -> tuple[int, ...]:

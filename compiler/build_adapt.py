@@ -19,9 +19,12 @@ from npuemu.compiler.build_host import (  # noqa: F401 (names build.py imports f
 )
 from npuemu.compiler import op_table
 from npuemu.compiler.ir import FusedOp, Graph, Node, QuantParams, Tensor
-from npuemu.compiler.deconv_phases import interleave_fits, phase_conv, phase_weights
+from npuemu.compiler.deconv_phases import (
+    channel_groups, interleave_chunks, interleave_fits, phase_conv, phase_weights, window_shape,
+)
 from npuemu.compiler.passes.constraints import as_cube
 from npuemu.compiler.passes.lower_attention import WEIGHTS_FROM  # a Conv's weights read from a feature map (22.3)
+from npuemu.compiler.passes.lower_data_convert import convert_record  # DataConvert on the DPU (LOWERING.md 26)
 from npuemu.compiler.lower import Activation, ActivationLayer, ConcatLayer, ConvLayer, SliceLayer, EltwiseLayer, PoolLayer, Quant, Residual
 from npuemu.compiler.lower.layers import ResizeLayer
 from npuemu.compiler.ops.resize import replication_factors
@@ -180,13 +183,15 @@ def _conv(graph: Graph, node: Node) -> ConvLayer:
     top, left, bottom, right = [int(v) for v in attrs.get("pads", [0, 0, 0, 0])]
     wide = stored_dtype(graph, node.outputs[0]) == "int32"
     return ConvLayer(
-        node.layer_name, x, node.outputs[0], chw(graph, x, node), stored_values(weight),
-        bias=bias, stride=tuple(attrs.get("strides", [1, 1])), dilation=tuple(attrs.get("dilations", [1, 1])),
+        node.layer_name, x, node.outputs[0], window_shape(chw(graph, x, node), tuple(attrs.get("interleave", ()))),
+        stored_values(weight), bias=bias, stride=tuple(attrs.get("strides", [1, 1])),
+        dilation=tuple(attrs.get("dilations", [1, 1])),
         pads=(top, left, bottom, right), groups=int(attrs.get("group", 1)), weight_scale=weight_scale,
         weight_zero_point=weight_zp, input_quant=input_quant,
         output_quant=None if wide else int8_quant(graph, node.outputs[0], node),
         activation=activation, residual=residual, bias_in_accumulator_units=True,
         output_dtype="int32" if wide else "", interleave=tuple(attrs.get("interleave", ())),
+        requant_scale_max=float(attrs.get(SCALE_MAX, 0.0)),
     )
 
 
@@ -224,8 +229,9 @@ def _conv_fp16(graph: Graph, node: Node) -> ConvLayer:
     attrs = node.attrs
     top, left, bottom, right = [int(v) for v in attrs.get("pads", [0, 0, 0, 0])]
     return ConvLayer(
-        node.layer_name, x, node.outputs[0], chw(graph, x, node), stored_values(weight), bias=bias,
-        stride=tuple(attrs.get("strides", [1, 1])), dilation=tuple(attrs.get("dilations", [1, 1])),
+        node.layer_name, x, node.outputs[0], window_shape(chw(graph, x, node), tuple(attrs.get("interleave", ()))),
+        stored_values(weight), bias=bias, stride=tuple(attrs.get("strides", [1, 1])),
+        dilation=tuple(attrs.get("dilations", [1, 1])),
         pads=(top, left, bottom, right), groups=int(attrs.get("group", 1)), activation=activation,
         residual=residual, dtype="float16",
         output_dtype="float32" if stored_dtype(graph, node.outputs[0]) == "float32" else "",
@@ -460,13 +466,17 @@ def _slice_record(graph: Graph, node: Node, platform: Platform) -> SliceLayer:
 
 
 def _relu_record(graph: Graph, node: Node, platform: Platform) -> ActivationLayer | None:
-    """A standalone ReLU/Clip/LeakyRelu on int8 (float16 ones run on the host)."""
-    if stored_dtype(graph, node.inputs[0]) != "int8":
+    """A standalone ReLU/Clip/LeakyRelu on int8 or float16 (a DPU-only task, LOWERING.md 28)."""
+    dtype = stored_dtype(graph, node.inputs[0])
+    if dtype not in ("int8", "float16") or stored_dtype(graph, node.outputs[0]) != dtype:
         return None
     if node.fused:
         raise _fail(node, "fused parts after a standalone activation are not lowered")
     x = node.inputs[0]
     part = FusedOp(node.op_type, dict(node.attrs), list(node.inputs[1:]))
+    if dtype == "float16":
+        return ActivationLayer(node.layer_name, x, node.outputs[0], chw(graph, x, node), None, None,
+                               _activation(graph, node, part), dtype="float16")
     return ActivationLayer(node.layer_name, x, node.outputs[0], chw(graph, x, node), int8_quant(graph, x, node),
                            int8_quant(graph, node.outputs[0], node), _activation(graph, node, part))
 
@@ -487,13 +497,15 @@ def _resize_record(graph: Graph, node: Node, platform: Platform) -> ResizeLayer 
     """Nearest upsampling by whole factors (lower/lower_resize.py); the bytes move unchanged, so
     the quantization must be shared (quant/sharing.py passes it through a Resize)."""
     x, y = node.inputs[0], node.outputs[0]
-    factors, _ = replication_factors(node.attrs, graph.tensor(x).shape)
+    edge = int(node.attrs.get("edge_pad", 0))  # a bilinear Resize's edge-padded copy (passes/resize_bilinear.py)
+    factors = (1, 1) if edge else replication_factors(node.attrs, graph.tensor(x).shape)[0]
     if factors is None or node.fused or stored_dtype(graph, x) != stored_dtype(graph, y):
         return None
     quant = layer_quant(graph, x, node)
     if quant != layer_quant(graph, y, node):
         raise _fail(node, "a nearest resize copies bytes, so input and output must share their quantization")
-    return ResizeLayer(node.layer_name, x, y, chw(graph, x, node), factors, quant, dtype=stored_dtype(graph, x))
+    return ResizeLayer(node.layer_name, x, y, chw(graph, x, node), factors, quant, dtype=stored_dtype(graph, x),
+                       edge_pad=edge)
 
 
 #: NPU lowering kind (op_table.LOWERINGS) -> the builder of its record. Kinds not here make no
@@ -501,7 +513,7 @@ def _resize_record(graph: Graph, node: Node, platform: Platform) -> ResizeLayer 
 #: alias is build_adapt.alias_from_node, as_conv exists after a rewrite only, host is a host step.
 LAYER_BUILDERS = {"conv": _conv_record, "pool": _pool_record, "eltwise": _eltwise_record, "concat": _concat_record,
                   "slice": _slice_record, "activation": _relu_record, "lut": _lut_record,
-                  "resize": _resize_record}
+                  "resize": _resize_record, "convert": convert_record}
 
 
 # --- interim: LUT activations after a residual add (broadcasting element-wise ops: layer_records)
@@ -679,14 +691,18 @@ def _interleaved_phases(graph: Graph, node: Node, conv: Node, tensors: list[Tens
     """(per-phase constants, the s*s phase Conv nodes) writing the ConvTranspose's output
     interleaved (deconv_phases.interleaved_write, attr ``interleave`` = [s, ry, rx]), else None
     (stride 1, a crop, a fused part the split would move (split_lut_activation), a phase 1 wide,
-    more output surfaces than one write group or a line wider than the WDMA's channel field, or
-    constants not per channel)."""
+    a line wider than the WDMA's channel field of a phase kernel wider than 1, or constants not
+    per channel). More than 32 output channels are written in channel groups and a 1x1 phase's
+    too-long line in column chunks, one Conv each (attr ``interleave`` the EXTENDED form,
+    LOWERING.md 28)."""
     s = phases.stride
     # surfaces counted in the smallest atom lanes of any chip (RK356x fp16: 4) so the lowering,
     # which knows the chip, never refuses what is chosen here
     quant = graph.tensor(node.outputs[0]).quant
     pass_kernels = 16 if quant is not None and quant.dtype == "float16" else 32
-    if s == 1 or phases.cropped or phases.out_hw[1] < 2 or not interleave_fits(phases.out_hw[1], c_out, pass_kernels) \
+    groups = channel_groups(c_out)
+    chunks = _phase_chunks(phases, max(count for _, count in groups), pass_kernels)
+    if s == 1 or phases.cropped or chunks is None \
             or split_lut_activation(graph, Node(conv.name, "Conv", conv.inputs, [node.outputs[0]], dict(conv.attrs),
                                                 list(conv.fused), "NPU")) is not None:
         return None
@@ -694,17 +710,52 @@ def _interleaved_phases(graph: Graph, node: Node, conv: Node, tensors: list[Tens
     stacked = {t.name: t for t in tensors}  # the stacked phase conv's own constants
     for ry in range(s):
         for rx in range(s):
-            pick = (np.arange(c_out) * s + ry) * s + rx  # the phase's channels of the stacked conv
-            inputs = []
-            for name in conv.inputs:
-                tensor = stacked.get(name) or graph.tensor(name)
-                inputs.append(name if not tensor.is_const else _phase_constant(tensor, pick, f"_p{ry}{rx}", new))
-            fused = [FusedOp(p.op_type, dict(p.attrs), [_phase_constant(stacked[p.inputs[0]],
-                                                                        pick, f"_p{ry}{rx}", new)], p.carry_index,
-                             p.source, p.tag) if p.inputs else p for p in conv.fused]
-            nodes.append(Node(f"{node.name}_phase{ry}{rx}", "Conv", inputs, [node.outputs[0]],
-                              dict(conv.attrs, interleave=[s, ry, rx]), fused, "NPU"))
+            for group, (start, count) in enumerate(groups):
+                # the phase's (group's) channels of the stacked conv
+                pick = (np.arange(start, start + count) * s + ry) * s + rx
+                suffix = f"_p{ry}{rx}" + (f"g{group}" if len(groups) > 1 else "")
+                inputs, fused = _phase_operands(graph, conv, stacked, pick, suffix, new)
+                name = f"{node.name}_phase{ry}{rx}" + (f"_g{group}" if len(groups) > 1 else "")
+                for index, (first, width) in enumerate(chunks):
+                    interleave = [s, ry, rx]
+                    if len(chunks) > 1 or len(groups) > 1:  # a part of the phase (LOWERING.md 28)
+                        interleave += [first, width, phases.out_hw[1], start, c_out]
+                    attrs = dict(conv.attrs, interleave=interleave)
+                    if len(groups) > 1 and quant is not None and quant.dtype == "int8":
+                        attrs[SCALE_MAX] = _scale_max(stacked[conv.inputs[1]])
+                    nodes.append(Node(name + (f"_c{index}" if len(chunks) > 1 else ""), "Conv", inputs,
+                                      [node.outputs[0]], attrs, list(fused), "NPU"))
     return new, nodes
+
+
+#: attr of a channel-group phase Conv: the whole layer's largest weight scale (ConvLayer.requant_scale_max)
+SCALE_MAX = "requant_scale_max"
+
+
+def _scale_max(weight: Tensor) -> float:
+    return float(np.max(np.asarray(weight.quant.scale, np.float64))) if weight.quant is not None else 0.0
+
+
+def _phase_operands(graph: Graph, conv: Node, stacked: dict, pick: np.ndarray, suffix: str,
+                    new: list[Tensor]) -> tuple[list[str], list[FusedOp]]:
+    """A phase conv's inputs and fused parts: the stacked conv's constants cut to channels ``pick``."""
+    inputs = []
+    for name in conv.inputs:
+        tensor = stacked.get(name) or graph.tensor(name)
+        inputs.append(name if not tensor.is_const else _phase_constant(tensor, pick, suffix, new))
+    fused = [FusedOp(p.op_type, dict(p.attrs), [_phase_constant(stacked[p.inputs[0]], pick, suffix, new)],
+                     p.carry_index, p.source, p.tag) if p.inputs else p for p in conv.fused]
+    return inputs, fused
+
+
+def _phase_chunks(phases, c_out: int, pass_kernels: int) -> tuple[tuple[int, int], ...] | None:
+    """The column chunks each phase conv is written in (one: the whole phase), else None. A 1x1
+    phase conv (kernel = stride) with a line wider than the WDMA channel field is split into
+    column chunks that each read their own input columns; a wider kernel writes one chunk only."""
+    width = phases.out_hw[1]
+    if phases.kernel[1] == 1 and phases.pads[1] == phases.pads[3] == 0:
+        return interleave_chunks(width, c_out, pass_kernels)
+    return ((0, width),) if width >= 2 and interleave_fits(width, c_out, pass_kernels) else None
 
 
 def _phase_constant(tensor: Tensor, pick: np.ndarray, suffix: str, new: list[Tensor]) -> str:

@@ -11,7 +11,8 @@ a crop of the ConvTranspose's pads. The conv runs on the NPU with the layer's bi
 quantization; DepthToSpace and the crop move bytes only (host steps, build_adapt). With kernel =
 stride this is the 1x1 conv of the DBNet upsampling heads and nothing is cropped. Where nothing is
 cropped the DepthToSpace is not needed: the s*s phases run as separate convs that write their
-pixels interleaved (``interleaved_write`` below, LOWERING.md 13).
+pixels interleaved (``interleaved_write`` below, LOWERING.md 13), a 1x1 phase conv whose line
+exceeds the WDMA channel field in column chunks (``interleave_chunks``, LOWERING.md 28).
 
 Used by the partition (passes/constraints.py: does the phase conv fit the CNA?) and by the build
 (build_adapt.split_conv_transpose); the arithmetic is the ONNX definition (compiler/ops/conv.py).
@@ -107,21 +108,80 @@ def interleave_fits(width: int, channels: int, pass_kernels: int) -> bool:
     return -(-channels // 4) <= MAX_WRITE_SURFACES and width * allocated <= MAX_WDMA_CHANNELS
 
 
+def interleave_chunks(width: int, channels: int, pass_kernels: int) -> tuple[tuple[int, int], ...] | None:
+    """The (first column, width) chunks a 1x1 phase conv ``width`` pixels wide is written in, each
+    line at most MAX_WDMA_CHANNELS channels (``interleave_fits``), as few and as even as can be and
+    each at least 2 pixels wide; None where it cannot write interleaved (more surfaces than one
+    group, or a phase 1 pixel wide). One chunk is the whole phase (LOWERING.md 13 and 28)."""
+    allocated = -(-channels // pass_kernels) * pass_kernels
+    widest = MAX_WDMA_CHANNELS // allocated
+    if -(-channels // 4) > MAX_WRITE_SURFACES or width < 2 or widest < 2:
+        return None
+    count = -(-width // widest)
+    bounds = [width * i // count for i in range(count + 1)]
+    return tuple((start, end - start) for start, end in zip(bounds, bounds[1:]))
+
+
+#: ``interleave`` of a phase conv written as a part of its phase: (s, ry, rx, first column, width,
+#: full width, first channel, full channels). A column chunk (width < full width, 1x1 phase convs)
+#: reads columns [first, first + width) of its input; a channel group writes its output channels
+#: from ``first channel`` on, a whole number of 32-channel groups into the output (LOWERING.md 28)
+EXTENDED = 8
+#: output channels of one channel group: 8 surfaces of the smallest C2 (RK356x fp16: 4), and a
+#: whole number of passes and surfaces on every chip
+GROUP_CHANNELS = MAX_WRITE_SURFACES * 4
+
+
+def channel_groups(channels: int) -> tuple[tuple[int, int], ...]:
+    """(first channel, count) of the channel groups a phase conv of ``channels`` outputs is written in."""
+    return tuple((start, min(GROUP_CHANNELS, channels - start)) for start in range(0, channels, GROUP_CHANNELS))
+
+
 def written_shape(shape: tuple[int, int, int], interleave: tuple[int, ...]) -> tuple[int, int, int]:
     """The output tensor's (C, H, W) for a conv of output ``shape`` written as phase ``interleave``."""
     if not interleave:
         return shape
     s = interleave[0]
+    if len(interleave) == EXTENDED:
+        return interleave[7], s * shape[1], s * interleave[5]
     return shape[0], s * shape[1], s * shape[2]
+
+
+def first_channel(interleave: tuple[int, ...]) -> int:
+    """The output channel a phase conv's channel 0 is written to (0 unless a channel group)."""
+    return interleave[6] if len(interleave) == EXTENDED else 0
+
+
+def input_window(interleave: tuple[int, ...]) -> tuple[int, int, int] | None:
+    """(first column, chunk width, full input width) of a column-chunk phase conv's input, else None."""
+    if len(interleave) != EXTENDED or interleave[4] == interleave[5]:
+        return None
+    return tuple(interleave[3:6])
+
+
+def window_shape(shape: tuple[int, int, int], interleave: tuple[int, ...]) -> tuple[int, int, int]:
+    """The conv's own input (C, H, W) given its input tensor's ``shape``: the chunk's columns."""
+    window = input_window(interleave)
+    return shape if window is None else (shape[0], shape[1], window[1])
+
+
+def read_shape(shape: tuple[int, int, int], interleave: tuple[int, ...]) -> tuple[int, int, int]:
+    """The input tensor's (C, H, W) for a conv whose own input (a chunk's window) is ``shape``."""
+    window = input_window(interleave)
+    return shape if window is None else (shape[0], shape[1], window[2])
 
 
 def interleaved_write(interleave: tuple[int, ...], out_width: int, c2: int, channels: int, per_pass: int,
                       layer: str, residual: bool = False) -> tuple[int, int, int, tuple[int, int]]:
     """(phase width, SIZE_E + 1, the phase's first atom, (pixel step, line step) in atoms) for phase
     ``interleave`` = (s, ry, rx) written into an output ``out_width`` pixels wide; ``channels`` the
-    surfaces' channels the DPU writes."""
-    s, ry, rx = interleave
+    surfaces' channels the DPU writes. A part (s, ry, rx, first, width, ...: EXTENDED) writes its
+    width from phase column ``first``."""
+    s, ry, rx = interleave[:3]
     width = out_width // s
+    if len(interleave) == EXTENDED:  # a part of the phase: its own width, from its first column
+        width = interleave[4]
+        rx += s * interleave[3]
     surfaces = -(-channels // c2)
     if width < 2 or residual or surfaces > MAX_WRITE_SURFACES:
         # width 1: the WDMA sizes would read as a plain write (REGISTER_SEMANTICS 3.3.1)

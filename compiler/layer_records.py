@@ -20,13 +20,15 @@ from npuemu.compiler import op_table
 from npuemu.compiler.build_adapt import (
     Alias, CpuOp, alias_from_node, channel_gate_operand, concat_fits_surfaces, constant_outputs, cpu_from_node,
     lane_broadcast_operand, lanes_tensor, layer_from_node, split_channels, split_conv_transpose,
-    split_lut_activation, stored_dtype,
+    split_lut_activation,
 )
 from npuemu.compiler.ir import Graph, Tensor
 from npuemu.compiler.lower import ConcatLayer, ConvLayer, EltwiseLayer
 from npuemu.compiler.passes.lower_attention import expand_attention
+from npuemu.compiler.passes.lower_data_convert import host_reason as data_convert_host_reason
 from npuemu.compiler.passes.lower_glu import expand_glu
 from npuemu.compiler.passes.lower_softmax import expand_softmax
+from npuemu.compiler.passes.resize_bilinear import expand_resize_bilinear
 from npuemu.isa.errors import CompileError
 
 
@@ -124,7 +126,8 @@ def _expand(graph: Graph, spec) -> tuple[Graph, list]:
         if attention is not None:
             nodes += [piece for part in attention for piece in split_channels(target.graph, part) or [part]]
             continue
-        glu = expand_glu(target.graph, node) or expand_softmax(target.graph, node)  # LOWERING.md 22.1, 22.2
+        glu = expand_glu(target.graph, node) or expand_softmax(target.graph, node) \
+            or expand_resize_bilinear(target.graph, node, spec)  # LOWERING.md 22.1, 22.2, 19.1
         if glu is not None:
             for tensor in glu[0]:
                 target.add(tensor)
@@ -177,19 +180,18 @@ def _resolve(layer, aliases: Mapping[str, str]):
 
 
 def _host_step(graph: Graph, node, spec) -> bool:
-    """NPU-partitioned nodes the build runs as CPU steps: int8 <-> float16 conversions
-    (DataConvert, lowering ``host`` in the op table), element-wise ops with a constant operand,
-    channel Concats whose slices do not start on C2 surfaces, and float16 standalone
-    ReLU/Clip/LeakyRelu (not lowered; float16 LUT activations are, lower_conv.lut_stages_fp16)."""
+    """NPU-partitioned nodes the build runs as CPU steps: int8 <-> float16 conversions the DPU
+    cannot do (DataConvert, passes/lower_data_convert.host_reason), element-wise ops with a constant operand,
+    and channel Concats whose slices do not start on C2 surfaces (float16 standalone
+    ReLU/Clip/LeakyRelu and LUT activations are lowered, LOWERING.md 28)."""
     kind = op_table.lowering(node.op_type)
-    if kind == "host":
-        return True
+    if kind == "convert":  # a DPU task unless lower_data_convert names a limit (LOWERING.md 26)
+        return data_convert_host_reason(graph, node) is not None
     if kind == "eltwise" and any(graph.tensor(name).is_const for name in node.inputs[:2]):
         return True  # a constant operand that no fusion folded: not lowered (layer_from_node)
-    half = stored_dtype(graph, node.outputs[0]) == "float16"
     if kind == "concat":
         return not concat_fits_surfaces(graph, node, spec)
-    return half and kind == "activation"  # float16 LUT kinds run in the fp16 DPU LUT (NUMERICS.md 5.1)
+    return False
 
 
 def _broadcasting_eltwise(graph: Graph, node) -> bool:

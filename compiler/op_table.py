@@ -48,8 +48,10 @@ LOWERINGS = {
     "split": "one ChannelSlice node per output (build_adapt.split_channels)",
     "slice": "a SliceLayer (a DPU copy of a channel range)",
     "alias": "an Alias: the output views the input's bytes (build_adapt.alias_from_node)",
-    "resize": "a ResizeLayer (DPU-only unpooling tasks: nearest by whole factors, lower/lower_resize.py)",
-    "host": "a host step even when the partition says NPU (build stage 5)",
+    "resize": "a ResizeLayer (DPU-only unpooling tasks: nearest by whole factors, lower/lower_resize.py); "
+              "bilinear: an edge-padded copy + depthwise phase convs (passes/resize_bilinear.py)",
+    "convert": "a ConvertLayer: one DPU-only task, int8 <-> fp16 (lower/lower_convert.py; a host step where "
+               "passes/lower_data_convert.host_reason names a limit)",
 }
 
 #: roles in the conv fusions (passes/fusion_rules.py, fuse_activation.py, fuse_add.py, fuse_pad.py)
@@ -116,8 +118,9 @@ ROWS: tuple[OpRow, ...] = (
     OpRow("Sub", npu="eltwise", lowering="eltwise", eltwise="sub", reference=REF_ELTWISE),
     OpRow("Mul", npu="eltwise", lowering="eltwise", eltwise="mul", reference=REF_ELTWISE),
     OpRow("Div", npu="eltwise"),  # by a constant only (constraints.eltwise_operands); no record of its own
-    OpRow("Max", lowering="eltwise", eltwise="max", reference=REF_ELTWISE),
-    OpRow("Min", lowering="eltwise", eltwise="min", reference=REF_ELTWISE),
+    # on the NPU as a [1,C,1,1] gate only (constraints.eltwise_operands, LOWERING.md 28)
+    OpRow("Max", npu="eltwise", lowering="eltwise", eltwise="max", reference=REF_ELTWISE),
+    OpRow("Min", npu="eltwise", lowering="eltwise", eltwise="min", reference=REF_ELTWISE),
     OpRow("Relu", npu="relu", lowering="activation", fusion="activation", reference=REF_ACTIVATION),
     OpRow("Clip", npu="relu", lowering="activation", fusion="activation", reference=REF_ACTIVATION),
     OpRow("LeakyRelu", npu="relu", lowering="activation", fusion="activation", reference=REF_ACTIVATION),
@@ -130,6 +133,8 @@ ROWS: tuple[OpRow, ...] = (
     _lut("HardSigmoid", "hard_sigmoid", "activation_always", ("alpha", "beta")),
     _lut("Gelu", "gelu"),
     _lut("Softplus", "softplus"),
+    # 1/sqrt and its float16 pieces, made by passes/lower_rsqrt.py (LOWERING.md 24); no fusion
+    _lut("Rsqrt", "rsqrt", None, ("alpha", "beta"), "composite"),
     OpRow("MaxPool", npu="pool", lowering="pool", reference=REF_POOL),
     OpRow("AveragePool", npu="pool", lowering="pool", reference=REF_POOL),
     OpRow("GlobalAveragePool", npu="global_pool", lowering="pool", reference=REF_POOL),
@@ -138,10 +143,13 @@ ROWS: tuple[OpRow, ...] = (
     OpRow("Split", npu="concat_split", lowering="split", reference=REF_COPY),
     OpRow("ChannelSlice", "internal", lowering="slice", host=False, reference=REF_COPY),
     _view("Reshape"), _view("Flatten"), _view("Squeeze"), _view("Unsqueeze"),
+    OpRow("Readout", "composite", npu="readout", host=False,  # a graph output the runtime permutes (LOWERING.md 25)
+          reference="tests.compiler.test_output_readout:reference_readout"),
     OpRow("Pad", fusion="pad"),
-    OpRow("DataConvert", "internal", lowering="host"),  # int8 <-> float16 at hybrid boundaries
+    OpRow("DataConvert", "internal", lowering="convert",  # int8 <-> float16 at hybrid boundaries (LOWERING.md 26)
+          reference="tests.compiler.test_data_convert_npu:reference_convert"),
     OpRow("Constant", "internal"),  # a graph output the import folded to a constant
-    OpRow("Resize", npu="resize", lowering="resize",  # nearest by whole factors (LOWERING.md 19)
+    OpRow("Resize", npu="resize", lowering="resize",  # nearest / bilinear by whole factors (LOWERING.md 19)
           reference="tests.compiler.test_resize_npu:reference_nearest"),
     OpRow("Softmax", npu="softmax", reference=REF_HOST),  # fp16, channel axis: convs + LUTs (passes/lower_softmax)
     OpRow("HeadAttention", "composite", npu="attention", host=False,  # convs + 22.2 at build stage 5 (lower_attention)

@@ -117,8 +117,10 @@ def weight_sums(weights: np.ndarray, zero_points: np.ndarray) -> np.ndarray:
 def conv_requant(*, input_scale: float, input_zero_point: int, weights: np.ndarray,
                  weight_scale: np.ndarray, weight_zero_point: np.ndarray, bias: np.ndarray | None,
                  output_scale: float, output_zero_point: int, bias_in_accumulator_units: bool = False,
-                 layer: str = "?") -> ConvRequant:
-    """BS and OUT_CVT operands of an int8 convolution (formulas in the module docstring)."""
+                 layer: str = "?", scale_max: float = 0.0) -> ConvRequant:
+    """BS and OUT_CVT operands of an int8 convolution (formulas in the module docstring).
+    ``scale_max``: the largest weight scale of the whole layer this conv is a channel group of
+    (compiler/LOWERING.md 28), so that its BS multipliers and OUT_CVT equal the whole layer's."""
     s_w = np.asarray(weight_scale, dtype=np.float64).reshape(-1)
     zp_w = np.asarray(weight_zero_point, dtype=np.int64).reshape(-1)
     out_channels = s_w.size
@@ -137,7 +139,7 @@ def conv_requant(*, input_scale: float, input_zero_point: int, weights: np.ndarr
             f"layer {layer}: bias operand of channel {worst} ({alu[worst]:.0f}) does not fit the int32 "
             "BS ALU operand (bias too large for s_in * s_w)"
         )
-    s_max = float(s_w.max())
+    s_max = max(float(s_w.max()), float(scale_max))
     mul = round_half_away(BS_MUL_ONE * s_w / s_max).astype(np.int64)
     if np.any(mul == 0):
         log.warning("layer %s: %d channel(s) have weight scales below 2^-15 of the largest; their "

@@ -4,8 +4,10 @@ store their weights as 4:2 streams (isa/sparse_layout.py), and why the others st
 A layer goes sparse when the build asked for it (``platform.sparse.enabled``), the chip lists
 the mode (``platform.sparse.modes``, platforms/rk3576.yaml), and the guide's limits hold
 (table 5-12: a 2-D conv with group 1, int8, input and output channels 32-aligned) - plus our
-own: symmetric weights (a pruned weight must be the stored value 0) and at most 16 output
-groups (one DCOMP_AMOUNT register per 32-kernel stream). 16:4 weights (75 %) are 4:2 along
+own: symmetric weights (a pruned weight must be the stored value 0) and, along output channels
+(npuemu's own format), at most 16 output groups (one DCOMP_AMOUNT register per 32-kernel stream;
+along input channels the vendor's format has two streams whatever the size, LOWERING.md 27).
+16:4 weights (75 %) are 4:2 along
 input channels as well: they are stored as 4:2 along input channels, the only 16:4 format we
 can write (no fixture shows the vendor's), so they get 50 % (LOWERING.md 23).
 """
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from npuemu.isa import sparse_layout
+from npuemu.isa import sparse_layout, sparse_vendor
 from npuemu.isa.errors import ConfigError
 from npuemu.isa.sparse_layout import BLOCK, GROUP, KEPT, MAX_STREAMS, SparseStreams
 
@@ -67,9 +69,6 @@ def _limit(weights: np.ndarray, groups: int, dtype: str, zero_point, platform) -
     align = sparse.channel_align
     if oc % align or ic % align:
         return f"{oc} output / {ic} input channels: both must be multiples of {align} (guide table 5-12)"
-    if oc // BLOCK > MAX_STREAMS:
-        return (f"{oc} output channels: one DCOMP_AMOUNT register per {BLOCK}-kernel stream holds at most "
-                f"{MAX_STREAMS * BLOCK}")
     if np.any(np.asarray(zero_point) != 0):
         return "asymmetric weights (non-zero weight zero point): a pruned weight is not stored as 0"
     return None
@@ -89,6 +88,10 @@ def decide(layer: str, weights: np.ndarray, groups: int, dtype: str, zero_point,
                                                    "(the 16:4 stream format is not known)")
         return SparseDecision(layer, "in_4_2", "4:2 along input channels")
     if along_out == 0 and "out_4_2" in modes:
+        if weights.shape[0] // BLOCK > MAX_STREAMS:
+            return SparseDecision(layer, None, f"{weights.shape[0]} output channels 4:2 along output channels: one "
+                                               f"DCOMP_AMOUNT register per {BLOCK}-kernel stream holds at most "
+                                               f"{MAX_STREAMS * BLOCK}")
         return SparseDecision(layer, "out_4_2", "4:2 along output channels")
     total = weights.size // GROUP
     return SparseDecision(layer, None, f"not 4:2 sparse: {along_in} of {total} groups of 4 input channels and "
@@ -170,8 +173,15 @@ def sparse_chips() -> list[str]:
     return [name for name in list_platforms() if load_platform(name).sparse.modes]
 
 
-def sparse_streams(dense_blob: bytes, out_channels: int, mode: str) -> SparseStreams:
-    """The layer's streams: one per 32-kernel output group of its dense blob."""
+def sparse_streams(dense_blob: bytes, out_channels: int, mode: str, weights: np.ndarray) -> SparseStreams:
+    """The layer's streams. 4:2 along input channels: the vendor's two streams of the stored int8
+    weights [OC][IC][KH][KW] (isa/sparse_vendor.py, LOWERING.md 27), with DCOMP_REGNUM 5 and
+    DCOMP_AMOUNT2..4 = 0 as the vendor writes them; along output channels: npuemu's own format,
+    one stream per 32-kernel output group of the dense blob (LOWERING.md 23)."""
+    if mode == "in_4_2":
+        packed = sparse_vendor.encode(np.asarray(weights))
+        amounts = packed.amounts + (0,) * (sparse_vendor.REGNUM - sparse_vendor.STREAMS)
+        return SparseStreams(mode, packed.data, amounts, len(dense_blob))
     return sparse_layout.compress(dense_blob, out_channels // BLOCK, mode)
 
 

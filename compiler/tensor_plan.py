@@ -17,7 +17,7 @@ from npuemu.compiler.layer_records import Records, reads, writes
 from npuemu.compiler.lower import ConvLayer, EltwiseLayer, ConcatLayer, feature_bytes, feature_placement
 from npuemu.compiler.lower import layer_constants, output_align
 from npuemu.compiler.lower.broadcast_lanes import lanes_aligns
-from npuemu.compiler.deconv_phases import written_shape
+from npuemu.compiler.deconv_phases import input_window, read_shape, written_shape
 from npuemu.compiler.lower.driver import copy_views
 from npuemu.compiler.memory_plan import TensorView, fold_views, lifetimes_from_steps, plan_sram, view_roots
 from npuemu.isa.errors import CompileError
@@ -149,7 +149,8 @@ def _packed_inputs(inputs, work, shapes, dtypes) -> set[str]:
             continue
         readers = [record for record in work if name in reads(record)]
         if readers and all(isinstance(r, ConvLayer) and r.input == name and not r.depthwise and r.dtype == "int8"
-                           and (r.residual is None or r.residual.tensor != name) for r in readers):
+                           and (r.residual is None or r.residual.tensor != name)
+                           and input_window(r.interleave) is None for r in readers):  # a chunk reads atoms
             packed.add(name)
     return packed
 
@@ -157,7 +158,8 @@ def _packed_inputs(inputs, work, shapes, dtypes) -> set[str]:
 def _shapes(layer) -> dict[str, tuple[int, int, int]]:
     if isinstance(layer, ConvLayer):
         # a ConvTranspose phase writes the whole interleaved image (deconv_phases.interleaved_write)
-        shapes = {layer.input: layer.input_shape, layer.output: written_shape(layer.output_shape, layer.interleave)}
+        shapes = {layer.input: read_shape(layer.input_shape, layer.interleave),
+                  layer.output: written_shape(layer.output_shape, layer.interleave)}
         if layer.residual:
             shapes[layer.residual.tensor] = layer.output_shape
         return shapes

@@ -15,13 +15,16 @@ anything else is decoded again. The units still run and count every DMA byte eve
 Issue 20: that memory is kept per executing group (a chain of an odd number of tasks starts
 each run on the other group), and a task whose decoded state and DMA counts repeat hands out
 its last (frozen) TaskRecord again, which the timing model then finds by identity.
+Issue 20, chain replay: a chain that starts from a register state it started from before
+(a whole-state comparison, ``RegisterFile.matches``) leads every task to the decoded states of
+that run, so it runs the units alone from them and then restores the end state; see _Replay.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -63,6 +66,27 @@ class _TaskMemo:
     #: record, so that one is handed out again (records are frozen; the timing model then
     #: finds its work by identity).
     last: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Replay:
+    """A chain run whose register state at the start can recur (issue 20: the emulator as an
+    inner loop). Decoding is a pure function of the register values, and the writes are the
+    chain's own, so from an equal start state every task decodes to what it did last time and
+    the chain ends in an equal state: a replay runs the units alone (and the LUT port's writes:
+    the DPU reads its RAM mid-chain) and then restores the end state."""
+
+    start: tuple  # RegisterFile.snapshot() before the first task
+    end: tuple  # ... after the last
+    #: per task: its ``where`` text, its regcmd fetch bytes, its _TaskMemo.last entry (views,
+    #: decoded states, groups, interrupt bits, last record; the record is updated in place),
+    #: its _TaskMemo (the resolved writes, for ``_replay_failed``), its address and amount, and
+    #: its writes to the LUT port (``RegisterFile.lut_steps``)
+    tasks: tuple
+
+
+#: start states kept per chain (a chain of an odd number of tasks alternates between two)
+_REPLAYS = 4
 
 
 @dataclass(frozen=True)
@@ -128,6 +152,8 @@ class NpuCore:
         # Decoded unit states by the register values of the started blocks (decoding is a
         # pure function of them; see _decode).
         self._decoded: Memo[dict[str, object]] = Memo()
+        # Per decoded chain: the _Replay of its last runs from distinct start states, newest first.
+        self._replays: Memo[list] = Memo(identity=1)
 
     # -- the PC -----------------------------------------------------------------------------
     def run_chain(self, start_address: int, first_amount: int, *,
@@ -139,12 +165,78 @@ class NpuCore:
         if driver_setup:
             self.regfile.driver_setup(self.index)
         chain = self._fetch(start_address, first_amount)
-        records = []
+        replays = self._replays.get(chain)
+        for replay in replays or ():
+            if self.regfile.matches(replay.start):
+                records = self._replay(replay)
+                break
+        else:
+            records = self._run_all(chain, replays)
+        log.debug("core %d ran %d tasks from %#x", self.index, len(records), start_address)
+        return records
+
+    def _run_all(self, chain: DecodedChain, replays: list | None) -> tuple[TaskRecord, ...]:
+        """Every task through ``_run_task``; then the chain's start and end register states and
+        its tasks' kept entries become a ``_Replay`` (unless a task's writes are not resolved)."""
+        start = self.regfile.snapshot()
+        records, kept = [], []
         for index, (task, address, amount) in enumerate(zip(chain.chain.tasks, chain.task_addresses,
                                                             chain.amounts)):
-            records.append(self._run_task(index, task, address, amount))
-        log.debug("core %d ran %d tasks from %#x", self.index, len(records), start_address)
+            records.append(self._run_task(index, task, address, amount, kept))
+        if all(memo.steps is not None for memo, _ in kept):
+            luts = [RegisterFile.lut_steps(memo.steps) for memo, _ in kept]
+            if RegisterFile.lut_inert(start, (step for lut in luts for step in lut)):
+                luts = [()] * len(kept)  # (the usual case: the compiler's read-type port writes)
+            tasks = tuple((f"core {self.index} task {index} (regcmd at {address:#x})",
+                           fetch_words(amount, self.scale) * WORD_BYTES, last, memo, address, amount, lut)
+                          for index, ((memo, last), address, amount, lut)
+                          in enumerate(zip(kept, chain.task_addresses, chain.amounts, luts)))
+            replay = _Replay(start, self.regfile.snapshot(), tasks)
+            if replays is None:
+                replays = self._replays.put([], chain)
+            replays[:] = [replay] + replays[:_REPLAYS - 1]
         return tuple(records)
+
+    def _replay(self, replay: _Replay) -> tuple[TaskRecord, ...]:
+        """The chain again from the same register state: every task's writes and decode lead to
+        what they led to last time, so only the units run (every DMA byte counted); then the
+        register file takes the end state the writes would have left."""
+        records = []
+        regfile, memory, cbuf = self.regfile, self.memory, self.cbuf
+        tables = regfile.lut.tables
+        interrupts = 0
+        for index, (where, regcmd_bytes, last, _, address, amount, lut) in enumerate(replay.tasks):
+            views, states, groups, bits, kept = last
+            dma = TaskDma(memory, where)
+            dma.count(Traffic.REGCMD_READ, regcmd_bytes)
+            try:
+                if lut:  # the LUT RAM may change mid-chain: filled in stream order
+                    regfile.apply_lut(lut, where)
+                _run_units(states, dma, cbuf, tables, where)
+            except Exception:
+                self._replay_failed(replay, index)
+                raise
+            interrupts |= bits
+            traffic = dma.traffic()
+            if kept.traffic is not traffic or kept.index != index or kept.address != address \
+                    or kept.amount != amount:  # (the record _run_task would build: only these differ)
+                kept = last[4] = replace(kept, index=index, address=address, amount=amount, traffic=traffic)
+            records.append(kept)
+        self.regfile.restore(replay.end)
+        self.tasks_run += len(records)
+        self.interrupt_raw |= interrupts
+        return tuple(records)
+
+    def _replay_failed(self, replay: _Replay, failed: int) -> None:
+        """The register file, counters and interrupts where ``_run_task`` leaves them when task
+        ``failed`` raises in its units: every earlier task's writes and start, then its writes."""
+        self.regfile.restore(replay.start)
+        for index, (where, _, last, memo, _, _, _) in enumerate(replay.tasks[:failed + 1]):
+            self.regfile.apply(memo.steps, where)
+            if index < failed:
+                self.regfile.started(memo.blocks)
+                self.tasks_run += 1
+                self.interrupt_raw |= last[3]
 
     def _fetch(self, start_address: int, first_amount: int) -> DecodedChain:
         where = f"core {self.index}: PC fetch at {start_address:#x}"
@@ -172,7 +264,7 @@ class NpuCore:
         self.memory.derived.put(key, min(chain.task_addresses), max(ends), (self.regmap, chain))
         return chain
 
-    def _run_task(self, index: int, task: Task, address: int, amount: int) -> TaskRecord:
+    def _run_task(self, index: int, task: Task, address: int, amount: int, kept_by: list) -> TaskRecord:
         where = f"core {self.index} task {index} (regcmd at {address:#x})"
         memo = self._tasks(task)
         if memo.steps is None:
@@ -197,6 +289,7 @@ class NpuCore:
             groups = {name: view.group for name, view in views.items()}
             last = memo.last[executers] = [views, self._decode(views, where), groups, _interrupts(groups), None]
         views, states, groups, interrupts, kept = last
+        kept_by.append((memo, last))
         dma = TaskDma(self.memory, where)
         dma.count(Traffic.REGCMD_READ, fetch_words(amount, self.scale) * WORD_BYTES)
         _run_units(states, dma, self.cbuf, self.regfile.lut.tables, where)

@@ -100,6 +100,16 @@ def _batch_norm(inputs: list, params: dict) -> list[np.ndarray]:
     return [normalized * scale.reshape(shape) + bias.reshape(shape)]
 
 
+def _rsqrt(inputs: list, params: dict) -> list[np.ndarray]:
+    """The compiler's composite Rsqrt (compiler/lower/lut_rsqrt.py, LOWERING.md 24): beta 0 is
+    max(x, alpha) ** -1/2; beta > 0 a piece, sqrt(beta / clamp(x, alpha, beta))."""
+    alpha = _float(params.get("alpha", 2.0 ** -100))
+    beta = _float(params.get("beta", 0.0))
+    if beta > 0:
+        return [np.sqrt(beta / np.clip(inputs[0], alpha, beta))]
+    return [1.0 / np.sqrt(np.maximum(inputs[0], alpha))]
+
+
 MATH_OPS = {
     "Abs": unary(np.abs), "Neg": unary(np.negative), "Floor": unary(np.floor), "Ceil": unary(np.ceil),
     "Round": unary(_round), "Reciprocal": unary(_reciprocal), "Log": unary(_log), "Sign": unary(np.sign),
@@ -109,5 +119,5 @@ MATH_OPS = {
     "And": binary(np.logical_and), "Or": binary(np.logical_or), "Xor": binary(np.logical_xor),
     "Where": _where, "Cast": _cast, "Clip": _clip, "LeakyRelu": _leaky_relu, "PRelu": _prelu,
     "Div": binary(_divide), "Max": variadic(np.maximum), "Min": variadic(np.minimum),
-    "BatchNormalization": _batch_norm,
+    "BatchNormalization": _batch_norm, "Rsqrt": _rsqrt,
 }

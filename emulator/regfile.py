@@ -245,6 +245,62 @@ class RegisterFile:
         for name in blocks:
             self.blocks[name].started()
 
+    # -- whole-state copies, for the core's chain replay (core.py) ----------------------------
+    def snapshot(self) -> tuple:
+        """Every group's values, every pointer, the LUT port's position and the PC registers,
+        copied (not the LUT RAM: a replay applies the chain's LUT writes, :meth:`apply_lut`)."""
+        lut = self.lut
+        return tuple((dict(p.groups[0]), dict(p.groups[1]), p.pointer, p.executer, p.pointer_pp,
+                      p.executer_pp) for p in self.blocks.values()) \
+            + ((lut.access_type, lut.table, lut.address), dict(self.pc))
+
+    def matches(self, snapshot: tuple) -> bool:
+        """Whether the state now equals ``snapshot`` (same values, groups and pointers)."""
+        lut = self.lut
+        if self.pc != snapshot[-1] or (lut.access_type, lut.table, lut.address) != snapshot[-2]:
+            return False
+        for p, (first, second, pointer, executer, pointer_pp, executer_pp) in zip(self.blocks.values(), snapshot):
+            if p.pointer != pointer or p.executer != executer or p.pointer_pp != pointer_pp \
+                    or p.executer_pp != executer_pp or p.groups[0] != first or p.groups[1] != second:
+                return False
+        return True
+
+    def restore(self, snapshot: tuple) -> None:
+        """Set the state to ``snapshot`` (copied again: the snapshot stays as it was)."""
+        # in place: resolved steps hold the PC dict (and the groups are looked up through them)
+        for p, (first, second, pointer, executer, pointer_pp, executer_pp) in zip(self.blocks.values(), snapshot):
+            for group, values in zip(p.groups, (first, second)):
+                group.clear()
+                group.update(values)
+            p.pointer, p.executer, p.pointer_pp, p.executer_pp = pointer, executer, pointer_pp, executer_pp
+        self.lut.access_type, self.lut.table, self.lut.address = snapshot[-2]
+        self.pc.clear()
+        self.pc.update(snapshot[-1])
+
+    @staticmethod
+    def lut_steps(steps: tuple[tuple, ...]) -> tuple[tuple, ...]:
+        """The steps of :meth:`resolve` that move the LUT port or fill the LUT RAM."""
+        return tuple(step for step in steps if step[0] in (_LUT_DATA, _LUT_CFG))
+
+    @staticmethod
+    def lut_inert(start: tuple, steps: Iterable[tuple]) -> bool:
+        """Whether the LUT steps of a chain that starts in the :meth:`snapshot` ``start`` never
+        store into the RAM: the port is read-type at the start and every LUT_ACCESS_CFG write keeps
+        it so (a read-type data write stores nothing, LutPort.data). The port's own position then
+        comes back with the end state's :meth:`restore`."""
+        return start[-2][0] != LUT_ACCESS_WRITE and all(
+            value[1]["LUT_ACCESS_TYPE"] != LUT_ACCESS_WRITE for kind, _, _, value in steps if kind == _LUT_CFG)
+
+    def apply_lut(self, steps: tuple[tuple, ...], where: str) -> None:
+        """:meth:`apply` of :meth:`lut_steps` for the port and RAM alone (the group values they
+        also set come back with a later :meth:`restore`)."""
+        for kind, target, key, value in steps:
+            if kind == _LUT_CFG:
+                self.lut.configure(value[1])
+            elif not self.lut.data_run(key, where):
+                for word in key:  # one at a time, to the error at the right word
+                    self.write("DPU", "LUT_ACCESS_DATA", int(word), where)
+
 
 def _merge_group_runs(steps: Iterable[tuple]) -> list[tuple]:
     """Consecutive plain register writes become one step of per-block dicts: no write between

@@ -14,7 +14,9 @@ The flow follows the fixture README "Loading a .rknn in an emulator" and
    An fp16 build (``do_quantization=False``) marks its activations ONNX FLOAT16 (tensor slot 0,
    code 10) with no scale: those are normalised, rounded to float16 and written in the same
    layouts (C2 = 8 on rk3588), and read back as float16.
-4. Chain 0 (the single-core program) runs on core 0.
+4. Chain 0 (the single-core program) runs on core 0; or, asked for with ``cores``, one of the
+   file's multi-core programs: its pieces on their cores, barrier phase by barrier phase
+   (isa/rknn/variants.py, emulator/rknn_multicore.py).
 5. The CPU-side layers the file schedules after the NPU program run on the host:
    ``InputOperator`` / ``OutputOperator`` (layout conversion only) and ``Reshape`` (drop the
    channel blocking, reshape, requantise if the two tensors' quantisation differs). Any other
@@ -35,11 +37,15 @@ import numpy as np
 from npuemu.emulator.kernels.layout import nc1hwc2_to_nchw, nchw_to_nc1hwc2
 from npuemu.emulator.machine import ChainRun, Machine
 from npuemu.emulator.memory import Memory
-from npuemu.isa.errors import EmulationError, InputError, ModelFileError
+from npuemu.emulator.rknn_multicore import PieceRun, place_pieces, run_pieces
+from npuemu.isa.errors import EmulationError, InputError, ModelFileError, UnsupportedProgramError
+from npuemu.isa.regmap_loader import load_regmap
 from npuemu.isa.rknn import (
     Region, RelocatedProgram, RknnLayer, RknnModel, RknnTensor, default_bases, load_rknn,
     plan_memory, region_image, relocate,
 )
+from npuemu.isa.rknn.variants import CoreProgram, core_programs, launches, single_core
+from npuemu.platforms import load_platform
 
 log = logging.getLogger(__name__)
 
@@ -55,31 +61,43 @@ class RknnRun:
 
     outputs: dict[str, np.ndarray]              # float32, graph shape (NCHW for 4-D)
     quantized: dict[str, np.ndarray]            # int8 (float16 for an fp16 build), graph shape
-    chain: ChainRun                             # per-task records (registers, DMA traffic)
+    chain: ChainRun                             # per-task records (registers, DMA traffic); multi-core:
+    #                                             every piece's records in run order (each names its core)
     host_layers: tuple[str, ...]                # CPU layers executed on the host, in order
     program: RelocatedProgram = field(repr=False)
+    pieces: tuple[PieceRun, ...] = ()           # multi-core: each core's records between barriers
+    cores: tuple[int, ...] = (0,)               # the cores of the program that ran
 
     @property
     def tasks(self):
         return self.chain.tasks
 
 
-def run_rknn_file(path: str | os.PathLike[str], inputs: Sequence[np.ndarray], platform: str = "rk3588") -> RknnRun:
+def run_rknn_file(path: str | os.PathLike[str], inputs: Sequence[np.ndarray], platform: str = "rk3588",
+                  cores: Sequence[int] | None = None) -> RknnRun:
     """Load ``path`` and run it on ``inputs`` (one array per graph input, in graph order)."""
-    return RknnRunner(load_rknn(path), platform).run(inputs)
+    return RknnRunner(load_rknn(path), platform, cores).run(inputs)
 
 
 class RknnRunner:
     """A loaded ``.rknn`` model laid out for the emulator; :meth:`run` may be called repeatedly."""
 
-    def __init__(self, model: RknnModel, platform: str = "rk3588") -> None:
+    def __init__(self, model: RknnModel, platform: str = "rk3588", cores: Sequence[int] | None = None) -> None:
         self.model = model
         self.platform = platform
         if model.program.regcmd_tensor is None or not model.program.chains:
             raise ModelFileError(f"{model.source}: the file holds no NPU program (no regcmd/task blobs)")
         self._check_host_layers()
+        _check_register_layout(model)
+        self.core_program = _pick_program(model, cores)
         self.plan = plan_memory(model)
         self.program = relocate(model, self.plan, default_bases(model, self.plan))
+        self.placed, self._piece_words = (), np.zeros(0, np.uint64)
+        if self.core_program.chains != ((0,),):
+            spec = load_platform(platform)
+            self.placed, self._piece_words = place_pieces(
+                model, self.program, launches(model, self.core_program), load_regmap(spec.register_map.family),
+                spec.pc.data_amount_scale, self._pieces_base())
         self.image_size = self._image_size()
 
     # --- public ----------------------------------------------------------------------------
@@ -126,10 +144,17 @@ class RknnRunner:
         for tensor, values in zip(self.input_tensors, quantized_inputs):
             memory.load(self._address(tensor), _to_native(tensor, values).tobytes())
 
-        first = self.program.tasks[model.program.chains[0].first_task]
-        scale = machine.platform.pc.data_amount_scale
-        amount = -(-(first.regcfg_amount + 4) // scale) - 1   # (amount + 1) * scale >= block words
-        chain = machine.run_chain(first.regcmd_addr, amount, core=0)
+        pieces: tuple[PieceRun, ...] = ()
+        if self.placed:
+            pieces = run_pieces(machine, self.placed)
+            first = pieces[0].run
+            chain = ChainRun(first.core, first.address, first.first_amount,
+                             tuple(task for piece in pieces for task in piece.run.tasks))
+        else:
+            first = self.program.tasks[model.program.chains[0].first_task]
+            scale = machine.platform.pc.data_amount_scale
+            amount = -(-(first.regcfg_amount + 4) // scale) - 1   # (amount + 1) * scale >= block words
+            chain = machine.run_chain(first.regcmd_addr, amount, core=0)
 
         host: dict[int, np.ndarray] = {}            # tensor index -> int8, graph shape
         done: list[str] = []
@@ -145,16 +170,21 @@ class RknnRunner:
             values = host[tensor.index] if tensor.index in host else self._read(tensor, memory)
             quantized[tensor.name] = values
             outputs[tensor.name] = _dequantize(tensor, values, model)
-        return RknnRun(outputs, quantized, chain, tuple(done), self.program)
+        return RknnRun(outputs, quantized, chain, tuple(done), self.program, pieces, self.core_program.list_cores)
 
     # --- layout and memory -------------------------------------------------------------------
 
     def _image_size(self) -> int:
+        pieces = self._piece_words.size * 8
+        return self._pieces_base() + -(-pieces // _PAGE) * _PAGE
+
+    def _pieces_base(self) -> int:
+        """The page after everything the file places, plus one: where a multi-core program's
+        pieces go (rknn_multicore.py), and the end of the image without them."""
         bases, sizes = self.program.bases, self.plan.sizes
         ends = [bases.of(region) + sizes.get(region, 0) for region in (Region.WEIGHT, Region.INTERNAL,
                                                                      Region.MISC, Region.LUT)]
-        ends.append(bases.regcmd + self.program.regcmd.size * 8)
-        ends.append(bases.task + len(self.program.task_blob))
+        ends += [bases.regcmd + self.program.regcmd.size * 8, bases.task + len(self.program.task_blob)]
         return -(-max(ends) // _PAGE) * _PAGE + _PAGE
 
     def _memory_image(self) -> Memory:
@@ -166,6 +196,8 @@ class RknnRunner:
                 memory.load(bases.of(region), bytes(image))
         memory.load(bases.regcmd, self.program.regcmd.astype("<u8").tobytes())
         memory.load(bases.task, self.program.task_blob)
+        if len(self._piece_words):
+            memory.load(self._pieces_base(), self._piece_words.astype("<u8").tobytes())
         return memory
 
     def _address(self, tensor: RknnTensor) -> int:
@@ -252,6 +284,35 @@ class RknnRunner:
         host[target.index] = values
         log.info("host %s: %s %s -> %s %s", layer.name, source.name, list(source.shape), target.name,
                  list(target.shape))
+
+
+def _check_register_layout(model: RknnModel) -> None:
+    """A vendor rk3576 stream writes the RK3576 register layout (CNA 0x1018 CBUF banks, 0x101C
+    weight bytes, ...; DPU per-channel operands in 8-channel records and a BS-config tensor at
+    DPU_RDMA 0x5024): the emulator's units read the RK3588 positions that npuemu's own rk3576
+    builds use (isa/REGISTERS.md), so the file is refused by name (REGISTER_SEMANTICS.md 10.2)."""
+    if model.target == "rk3576":   # the file's own layout, whatever platform it is run on
+        configs = [t.name for t in model.tensors if t.name.endswith("BScfgTensor")]
+        held = f"; DPU BS-config tensors {', '.join(repr(n) for n in configs)}" if configs else ""
+        raise UnsupportedProgramError(
+            f"{model.source}: a vendor rk3576 register stream (re-packed CNA/CORE/DPU geometry: CNA 0x1018 CBUF "
+            f"banks, 0x101C weight bytes, 0x1028/0x102C input sizes{held}) is not decoded by the emulator, whose "
+            f"rk3576 units read the RK3588 positions of npuemu's own builds; emulator/REGISTER_SEMANTICS.md 10 "
+            f"lists the layout read so far")
+
+
+def _pick_program(model: RknnModel, cores: Sequence[int] | None) -> CoreProgram:
+    """The program of the file that runs on exactly ``cores`` (None: chain 0 on core 0)."""
+    wanted = tuple(sorted(set(cores))) if cores is not None else (0,)
+    if wanted == (0,):   # chain 0 needs no reading of the other chains
+        return single_core(model)
+    programs = core_programs(model)
+    for program in programs:
+        if tuple(program.list_cores) == wanted:
+            return program
+    held = "; ".join(f"{p.label} (cores {'_'.join(map(str, p.list_cores))})" for p in programs)
+    raise InputError(f"{model.source}: no program of the file runs on core(s) {'_'.join(map(str, wanted))}; "
+                     f"it holds: {held}")
 
 
 def _quantization(tensor: RknnTensor, model: RknnModel) -> tuple[float, int]:

@@ -196,7 +196,7 @@ class Runtime:
         slices = self._slices(name)
         if slices is not None:  # a multi-batch output: the slices stacked along axis 0
             return np.concatenate([self.output(part, dequantize) for part in slices])
-        stored = self.read_native(name)
+        stored = self._read_out(name, self.read_native(name))
         if not dequantize:
             return stored
         if stored.dtype == np.float16:
@@ -208,6 +208,15 @@ class Runtime:
         values = np.subtract(stored, zero_point, dtype=np.float64)
         values *= scale
         return values.astype(np.float32)
+
+    def _read_out(self, name: str, values: np.ndarray) -> np.ndarray:
+        """An output with a ``readout`` record (isa/CONTAINER.md 3.3) as its model gives it: the
+        stored map transposed by ``perm`` and reshaped, on the host like the NC1HWC2 -> NCHW
+        conversion before it (the vendor's runtime offers NCHW or NHWC the same way)."""
+        readout = self.tensor_info(name).get("readout")
+        if readout is None:
+            return values
+        return np.ascontiguousarray(np.transpose(values, readout["perm"])).reshape(readout["shape"])
 
     # --- running --------------------------------------------------------------------------
 

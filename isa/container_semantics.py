@@ -52,6 +52,7 @@ def check_semantics(sections: Sequence[Section], trailer: Mapping[str, Any]) -> 
         _check_tensor(tensor, f"trailer.tensors[{index}]", regions, tensors)
     _check_batch(trailer, tensors)
     _check_graph_names(trailer, tensors, sections)
+    _check_readouts(trailer)
     _check_schedule(sections, trailer.get("schedule", ()))
 
 
@@ -247,6 +248,28 @@ def _check_graph_names(trailer: Mapping[str, Any], tensors: Mapping[str, Any], s
         if name in tensors and not any(start <= (address or -1) < end for start, end in loaded):
             raise _fail("trailer.graph.inputs", f"tensor {name!r} is read before anything writes it, no section "
                         "preloads it, and it is not a graph input")
+
+
+def _check_readouts(trailer: Mapping[str, Any]) -> None:
+    """A ``readout`` belongs to a graph output (or a slice of one); ``perm`` orders the axes of
+    its ``shape`` and the readout ``shape`` holds as many elements (one slice's, on a multi-batch
+    tensor)."""
+    outputs = set(trailer.get("graph", {}).get("outputs", ()))
+    for index, tensor in enumerate(trailer.get("tensors", ())):
+        readout = tensor.get("readout")
+        if readout is None:
+            continue
+        path = f"trailer.tensors[{index}].readout"
+        if tensor["name"] not in outputs and _slice_of(tensor["name"]) not in outputs:
+            raise _fail(path, f"{tensor['name']!r} is not a graph output")
+        shape = tensor.get("shape")
+        if shape is None or sorted(readout["perm"]) != list(range(len(shape))):
+            raise _fail(f"{path}.perm", f"{readout['perm']} does not order the axes of shape {shape}")
+        _check_shape(readout["shape"], f"{path}.shape")
+        slices = tensor["batch"]["size"] if "batch" in tensor else 1  # a multi-batch tensor: per slice
+        if math.prod(readout["shape"]) * slices != math.prod(shape):
+            raise _fail(f"{path}.shape", f"{readout['shape']} does not hold the {math.prod(shape) // max(1, slices)} "
+                        f"elements of a slice of {shape}")
 
 
 def _slice_of(name: str) -> str:

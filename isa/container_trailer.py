@@ -231,11 +231,13 @@ def _nd_tensor(value: dict[str, Any], path: str) -> None:
 
 #: a multi-batch graph input/output: slice i at ``addresses[i]``, also listed as tensor ``tensors[i]``
 TENSOR_BATCH = record({"size": unsigned, "addresses": list_of(unsigned)}, {"tensors": list_of(text)})
+#: a graph output the runtime hands out transposed by ``perm`` and reshaped to ``shape`` (CONTAINER.md 3.3)
+TENSOR_READOUT = record({"perm": list_of(unsigned), "shape": list_of(unsigned)})
 TENSOR = record(
     {"name": text},
     {"shape": list_of(unsigned), "dtype": text, "layout": text, "native_shape": list_of(unsigned),
      "c2": unsigned, "surface_stride": unsigned, "quantization": QUANTIZATION, "region": text,
-     "address": unsigned, "size": unsigned, "batch": TENSOR_BATCH, "view_of": text},
+     "address": unsigned, "size": unsigned, "batch": TENSOR_BATCH, "view_of": text, "readout": TENSOR_READOUT},
     _nd_tensor,
 )
 TASK_RANGE = record({"step": unsigned, "first": unsigned, "count": unsigned})

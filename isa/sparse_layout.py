@@ -3,15 +3,18 @@ CNA's weight decompressor (DCOMP) reads. Shared by the compiler (compiler/sparse
 and the emulator (emulator/kernels/weights_sparse.py); compiler/LOWERING.md 23 states the
 format with its evidence marks, emulator/REGISTER_SEMANTICS.md 2.8 the registers.
 
-What the vendor's build shows [V] (``sparse_rk3576_int8`` against ``sparse_rk3576_off_int8``):
-one stream per 32-kernel output group (2 streams for 64 kernels, DCOMP_AMOUNT0/1), each stream
-starting on a 64-byte boundary, ``DCOMP_AMOUNTn = ceil(stream bytes / 16) - 1`` (712/716 for
-streams of 11397/11465 bytes, stream 1 at byte 11456), halved WEIGHT_BYTES. The vendor's
-stream *contents* are entropy coded (a 16-byte header with an 8-entry code table, then a
-bit stream) and are not reproduced here.
+What the vendor's builds show [V]: two streams whatever the kernel count (the first and the
+second kept value of each group of 4), each starting on a 64-byte boundary, ``DCOMP_AMOUNTn =
+ceil(stream bytes / 16) - 1`` (712/716 in ``sparse_rk3576_int8``, stream 1 at byte 11456),
+halved WEIGHT_BYTES. Their contents (4:2 along input channels, DECOMP_CONTROL 5) are
+isa/sparse_vendor.py's, which the compiler writes and the emulator reads for ``in_4_2``
+(compiler/LOWERING.md 27).
 
-The stream contents below are npuemu's own [I]: per output group, the dense blob's bytes
-(isa/weight_layout.py order) are cut into groups of 4 along the sparse axis; each group keeps
+The format below is npuemu's own [I], still used for ``out_4_2`` (the vendor's form of that mode
+is known but needs RK3576 mode bits npuemu does not write yet, LOWERING.md 27; the ``in_4_2``
+grouping serves the detection helpers and this format's tests): per output group, the dense
+blob's bytes (isa/weight_layout.py order) are cut into groups of 4 along the sparse axis; each
+group keeps
 2 values (in position order) and a 4-bit index ``p0 | p1 << 2`` (p0 < p1, the kept positions).
 A stream is the kept values of all its groups, then the index nibbles, two per byte, the
 even group in the low nibble. Positions not kept decompress to 0.
@@ -31,7 +34,8 @@ import numpy as np
 #: The sparse modes of platforms/*.yaml ``sparse.modes`` whose streams this module writes.
 MODES = ("in_4_2", "out_4_2")
 #: DCOMP_CTRL.DECOMP_CONTROL per mode: 5 is the vendor's value for 4:2 along input channels [V];
-#: 6 for output channels is our choice (no fixture shows it) [I].
+#: 6 for output channels is our choice [I] - the vendor writes 5 there too and marks the mode in
+#: RK3576 size-register bits npuemu does not write yet (compiler/LOWERING.md 27).
 DECOMP_CONTROL = {"in_4_2": 5, "out_4_2": 6}
 MODE_OF_CONTROL = {code: mode for mode, code in DECOMP_CONTROL.items()}
 GROUP = 4  # values per sparse group

@@ -158,10 +158,15 @@ def _perf_rknn(args):
     from npuemu.tools.cmd_run import rknn_shape_set
 
     model, notes = rknn_shape_set(args)  # a dynamic-shape .rknn: one graph per report
+    from npuemu.tools.cmd_run import rknn_cores
+
     chip = args.platform or model.target or "rk3588"
-    runner = RknnRunner(model, chip)
+    runner = RknnRunner(model, chip, rknn_cores(args, chip))
     arrays = _inputs(args, [(t.name, tuple(t.shape)) for t in runner.input_tensors], notes)
     result = runner.run(arrays)
+    if len(result.cores) > 1:
+        notes.append(f"the file's {runner.core_program.label} program on cores {'_'.join(map(str, result.cores))}: "
+                     f"{len(result.pieces)} pieces, barrier phases side by side")
     args.timed_platform = _rknn_platform(args, load_platform(chip))
     report = report_rknn(model, result, args.timed_platform, args.ddr_model)
     report.model = args.model
@@ -221,9 +226,9 @@ def _refuse_onnx_options(args, kind: str) -> None:
         flags = ", ".join("--" + name.replace("_", "-") if name != "per_channel" else "--per-layer" for name in given)
         raise ConfigError(f"{args.model}: {flags}: options for compiling an ONNX model, and this file is already "
                           "compiled (give perf the .onnx model to study another build)")
-    if kind == "rknn" and (args.core_mask or args.sram or args.batch_size):
-        raise ConfigError(f"{args.model}: --core-mask, --sram and --batch-size apply to .npu files and ONNX models; "
-                          "a vendor .rknn file runs as built (its chain 0)")
+    if kind == "rknn" and (args.sram or args.batch_size):
+        raise ConfigError(f"{args.model}: --sram and --batch-size apply to .npu files and ONNX models; "
+                          "a vendor .rknn file runs as built (--core-mask picks one of its programs)")
 
 
 def _mask_cores(mask: str, model) -> tuple[int, ...]:

@@ -42,6 +42,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--platform", default=None,
                         help="platform name or YAML (default: the model's chip, else rk3588); a .npu file runs on "
                         "the chip it was compiled for, so a different chip is an error")
+    parser.add_argument("--core-mask", default=None, metavar="MASK",
+                        help="a vendor .rknn file: run its program for these cores (auto/0: the single-core "
+                        "chain 0, the default; 0_1, 0_1_2, all: its multi-core programs; 1: rk3576's core-1 copy); "
+                        "a .npu file runs as compiled (npuemu compile --core-mask)")
     add_shape_set_option(parser, "run")
     parser.set_defaults(func=run)
 
@@ -235,7 +239,7 @@ def run_rknn(args: argparse.Namespace, out: TextIO) -> int:
     for note in notes:
         out.write(f"note: {note}\n")
     chip = args.platform or model.target or "rk3588"  # the file's own target, as perf and trace take it
-    runner = RknnRunner(model, chip)
+    runner = RknnRunner(model, chip, rknn_cores(args, chip))
     if not args.input:
         expected = ", ".join(f"{t.name!r} {list(t.shape)}" for t in runner.input_tensors)
         raise InputError(f"{args.model}: no --input given; the model takes {len(runner.input_tensors)} "
@@ -243,7 +247,9 @@ def run_rknn(args: argparse.Namespace, out: TextIO) -> int:
     result = runner.run(_rknn_inputs(runner, args))
 
     chain = result.chain
-    out.write(f"{args.model}: {len(chain.tasks)} NPU tasks on core {chain.core}, "
+    where = f"core {chain.core}" if len(result.cores) == 1 else \
+        f"cores {'_'.join(map(str, result.cores))} ({runner.core_program.label} program, {len(result.pieces)} pieces)"
+    out.write(f"{args.model}: {len(chain.tasks)} NPU tasks on {where}, "
               f"{chain.read_bytes} bytes read, {chain.write_bytes} written\n")
     if result.host_layers:
         out.write(f"host layers: {', '.join(result.host_layers)}\n")
@@ -254,6 +260,17 @@ def run_rknn(args: argparse.Namespace, out: TextIO) -> int:
     out.write(f"timing: {timeline_text(timeline_rknn(model, result, platform), platform)}\n")
     _report_outputs(args, result.quantized if args.raw else result.outputs, out)
     return 0
+
+
+def rknn_cores(args: argparse.Namespace, chip: str) -> tuple[int, ...] | None:
+    """The cores --core-mask names for a vendor file's program (None: auto, its chain 0)."""
+    mask = getattr(args, "core_mask", None)
+    if mask in (None, "auto"):
+        return None
+    from npuemu.compiler.core_mask import parse_core_mask
+    from npuemu.platforms import load_platform
+
+    return parse_core_mask(mask, load_platform(chip).cores.count, chip)
 
 
 def rknn_shape_set(args: argparse.Namespace) -> tuple:

@@ -25,6 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--output", "-o", required=True, metavar="TRACE.json", help="trace file to write")
     parser.add_argument("--platform", default=None,
                         help="platform name or YAML (default: the model's chip, else rk3588)")
+    parser.add_argument("--core-mask", default=None, metavar="MASK",
+                        help="a vendor .rknn file: trace its program for these cores (as `npuemu run --core-mask`)")
     parser.set_defaults(func=run)
 
 
@@ -41,6 +43,10 @@ def run(args: argparse.Namespace) -> int:
     if kind == "rknn":
         timeline, platform = _timeline_rknn(args, notes)
     elif kind == "npu":
+        if args.core_mask:
+            from npuemu.isa.errors import ConfigError
+            raise ConfigError(f"{args.model}: --core-mask picks a program of a vendor .rknn file; a .npu file runs as "
+                              "compiled (npuemu compile --core-mask)")
         timeline, platform, batch = _timeline_npu(args, notes)
     else:
         raise ModelFileError(f"{args.model}: not a .rknn file (no 'RKNN' magic) and not a .npu model file")
@@ -63,8 +69,10 @@ def _timeline_rknn(args, notes):
     from npuemu.tools.cmd_perf import _inputs
 
     model = load_rknn(args.model)
+    from npuemu.tools.cmd_run import rknn_cores
+
     chip = args.platform or model.target or "rk3588"
-    runner = RknnRunner(model, chip)
+    runner = RknnRunner(model, chip, rknn_cores(args, chip))
     arrays = _inputs(args, [(t.name, tuple(t.shape)) for t in runner.input_tensors], notes)
     platform = load_platform(chip)
     return timeline_rknn(model, runner.run(arrays), platform), platform

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from npuemu.compiler import op_table
+from npuemu.tools.testing_convert import float16_island, island_output, reference_convert
 
 INT8 = (-128, 127)
 INT32 = (-(2**31), 2**31 - 1)
@@ -455,6 +456,8 @@ def reference_graph(graph, stored: dict[str, np.ndarray], *, layer_inputs=None, 
         inputs = [name for name in node.inputs if name and not graph.tensors[name].is_const]
         if node.op_type in VIEW_OPS:
             values[output] = read(node.inputs[0]).reshape(shape)
+        elif node.op_type == "Readout":  # the runtime permutes a graph output as it reads it (LOWERING.md 25)
+            values[output] = np.transpose(read(node.inputs[0]), node.attrs["perm"]).reshape(shape)
         elif _on_host(graph, node, host_layers):
             if host_fallback is not None and not _kit_host_step(graph, node):
                 values.update(_fallback_host_node(graph, node, read, float_tensors, host_fallback))
@@ -490,6 +493,12 @@ def reference_graph(graph, stored: dict[str, np.ndarray], *, layer_inputs=None, 
             q = _quant(graph.tensors[output])
             values[output] = reference_host("Resize", node.attrs, [read(inputs[0])], [_quant(graph.tensors[inputs[0]])],
                                             None if output in float_tensors else q, shape, graph.tensors[output].dtype)
+        elif node.op_type == "DataConvert":  # an NPU int8 <-> fp16 task (testing_convert, LOWERING.md 26)
+            side = graph.tensors[output if node.attrs["to"] == "int8" else inputs[0]].quant
+            values[output] = reference_convert(read(inputs[0]), float(side.scale), int(side.zero_point),
+                                               node.attrs["to"]).reshape(shape)
+        elif float16_island(graph, node):  # a float16 NPU layer of an int8 graph: the caller's stored values
+            values[output] = island_output(graph, node, layer_inputs)
         else:
             raise NotImplementedError(f"the testing kit has no reference for {node.display_op} (layer {node.name})")
     return values

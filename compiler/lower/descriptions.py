@@ -74,6 +74,7 @@ class OutCvt:
     shift: int = 0
     offset: int = 0
     fp32_to_fp16: bool = False
+    minus_exp: int = 0  # OUT_CVT_SHIFT.MINUS_EXP: x 2^-MINUS_EXP before the fp16 rounding (LOWERING.md 26)
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,9 @@ class ConvTask:
     residual: Operand | None = None
     lut_upload: bool = False  # this task writes stages.lut's tables into the LUT RAM first
     core: int = 0  # which NPU core runs it (multicore.py); not a register
+    # CONV_CON1.GROUP_LINE_OFF without a packed image: a DMA line is one row, so a window of the
+    # row's columns can be read (a column chunk, LOWERING.md 28; REGISTER_SEMANTICS 2.3)
+    single_rows: bool = False
     # sparse weights (RK3576, LOWERING.md 23): (DCOMP_CTRL.DECOMP_CONTROL, DCOMP_AMOUNTn per stream)
     decompress: tuple[int, tuple[int, ...]] | None = None
 

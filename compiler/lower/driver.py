@@ -24,6 +24,7 @@ from .emit_dpu import emit_dpu_task
 from .emit_ppu import emit_ppu_task
 from .layers import ActivationLayer, ConcatLayer, ConvLayer, SliceLayer, EltwiseLayer, FcLayer, Layer, PoolLayer, ResizeLayer
 from .lower_conv import ConvConstants, conv_constants, lower_conv
+from .lower_convert import ConvertLayer, lower_convert
 from .lower_eltwise import lower_activation, lower_concat, lower_eltwise, lower_slice
 from .lower_pool import lower_pool
 from .lower_resize import UnpoolTask, emit_unpool_task, lower_resize
@@ -83,6 +84,8 @@ def describe_layer(layer: Layer, placements: Mapping[str, Placement], platform: 
         return lower_slice(layer, placements, platform)
     if isinstance(layer, ResizeLayer):
         return lower_resize(layer, placements, platform)
+    if isinstance(layer, ConvertLayer):  # int8 <-> fp16 storage (LOWERING.md 26)
+        return lower_convert(layer, placements, platform)
     raise CompileError(f"no NPU lowering for {type(layer).__name__}")
 
 

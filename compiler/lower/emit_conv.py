@@ -37,7 +37,7 @@ def _cbuf_con0(b: RegisterBuilder, task: ConvTask) -> None:
 
 def _conv_con1(b: RegisterBuilder, task: ConvTask, weight_precision: int) -> None:
     packed = int(task.argb_in > 0)
-    b.write("CNA", "CONV_CON1", NONALIGN_DMA=packed, GROUP_LINE_OFF=packed, ARGB_IN=task.argb_in,
+    b.write("CNA", "CONV_CON1", NONALIGN_DMA=packed, GROUP_LINE_OFF=packed or int(task.single_rows), ARGB_IN=task.argb_in,
             PROC_PRECISION=weight_precision, IN_PRECISION=task.precision, CONV_MODE=task.conv_mode)
 
 

@@ -122,7 +122,7 @@ def write_dpu_body(b: RegisterBuilder, cube: DpuCube, stages: DpuStages, *, conv
     b.write("DPU", "EW_RELUX_CMP_VALUE", signed32(ew.relux_value))
     b.write("DPU", "OUT_CVT_OFFSET", OUT_CVT_OFFSET=out.offset)
     b.write("DPU", "OUT_CVT_SCALE", FP32TOFP16_EN=int(out.fp32_to_fp16), OUT_CVT_SCALE=out.scale)
-    b.write("DPU", "OUT_CVT_SHIFT", OUT_CVT_SHIFT=out.shift)
+    b.write("DPU", "OUT_CVT_SHIFT", OUT_CVT_SHIFT=out.shift, **({"MINUS_EXP": out.minus_exp} if out.minus_exp else {}))
     for index in range(8):
         if b.has("DPU", f"EW_OP_VALUE_{index}"):  # RK3576: EW_OP_VALUE_7's offset holds OUT_CVT_OFFSET
             b.write("DPU", f"EW_OP_VALUE_{index}", **({"V": ew.op_value} if index == 0 else {}))

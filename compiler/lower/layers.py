@@ -157,8 +157,13 @@ class ConvLayer:
     weight_source: str = ""
     # (s, ry, rx): phase (ry, rx) of a stride-s ConvTranspose (compiler/deconv_phases.py). The
     # output tensor is then the whole (C, s*H, s*W) image and the DPU writes this conv's pixels
-    # at (s*y + ry, s*x + rx) (the interleaved write, LOWERING.md 13); () writes as usual
+    # at (s*y + ry, s*x + rx) (the interleaved write, LOWERING.md 13); () writes as usual.
+    # (s, ry, rx, first, width, full width): a column chunk of a 1x1 phase conv - ``input_shape``
+    # is the chunk's window of the full-width input (deconv_phases.input_window, LOWERING.md 28)
     interleave: tuple[int, ...] = ()
+    # int8: the largest weight scale of the whole layer a channel group belongs to (its BS MUL and
+    # OUT_CVT are the whole layer's, quant_regs.conv_requant; LOWERING.md 28); 0: its own
+    requant_scale_max: float = 0.0
 
     def __post_init__(self) -> None:
         _check_dtype(self.dtype, self.name)
@@ -371,15 +376,12 @@ class ActivationLayer:
     input_quant: Quant | None  # None for float16
     output_quant: Quant | None
     activation: Activation
-    dtype: str = "int8"  # "float16": a LUT kind only (lower_conv.lut_stages_fp16)
+    dtype: str = "int8"  # "float16": a LUT kind (lower_conv.lut_stages_fp16) or ReLU/clip/leaky (LOWERING.md 28)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(int(v) for v in self.shape))
         if self.activation.kind == "none":
             raise CompileError(f"layer {self.name}: a standalone activation layer needs an activation")
-        if self.dtype == FLOAT16 and not self.activation.uses_lut:
-            raise CompileError(f"layer {self.name}: a float16 standalone {self.activation.kind} is not lowered "
-                               "(only LUT activations)")
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
@@ -510,6 +512,9 @@ class ResizeLayer:
     factors: tuple[int, int]  # (fy, fx)
     quant: Quant | None = None
     dtype: str = INT8
+    # > 0: not an upsampling but the input edge-padded by this many pixels on every side (factors
+    # 1 x 1), the first part of a bilinear Resize (passes/resize_bilinear.py, LOWERING.md 19.1)
+    edge_pad: int = 0
 
     def __post_init__(self) -> None:
         _check_dtype(self.dtype, self.name)
@@ -517,11 +522,14 @@ class ResizeLayer:
         object.__setattr__(self, "factors", tuple(int(v) for v in self.factors))
         if self.dtype == INT8 and self.quant is None:
             raise CompileError(f"layer {self.name}: an int8 resize needs the tensor quantization")
+        if self.edge_pad and self.factors != (1, 1):
+            raise CompileError(f"layer {self.name}: an edge-padded copy has factors 1 x 1")
 
     @property
     def output_shape(self) -> tuple[int, int, int]:
         channels, height, width = self.input_shape
-        return channels, height * self.factors[0], width * self.factors[1]
+        pad = 2 * self.edge_pad
+        return channels, height * self.factors[0] + pad, width * self.factors[1] + pad
 
 
 Layer = ConvLayer | FcLayer | EltwiseLayer | PoolLayer | ActivationLayer | ConcatLayer | SliceLayer | ResizeLayer

@@ -32,14 +32,16 @@ def check_feature(placement: TensorPlacement, shape: tuple[int, int, int], dtype
         raise CompileError(f"layer {layer}: {what} {placement.name} is {placement.dtype}, the layer computes in {dtype}")
 
 
-def unpacked_pair(layer, placements: Mapping[str, Placement], what: str) -> tuple[TensorPlacement, TensorPlacement]:
+def unpacked_pair(layer, placements: Mapping[str, Placement], what: str,
+                  dtypes: tuple[str, str] | None = None) -> tuple[TensorPlacement, TensorPlacement]:
     """The checked input and output placements of a one-input layer (``input``/``output`` names
-    and ``input_shape``/``output_shape``/``dtype``), both NC1HWC2 (``what`` names the layer kind
-    in the refusal of a packed image)."""
+    and ``input_shape``/``output_shape``/``dtype``, or ``dtypes`` = (input's, output's) where they
+    differ), both NC1HWC2 (``what`` names the layer kind in the refusal of a packed image)."""
     source = tensor(placements, layer.input, layer.name)
     out = tensor(placements, layer.output, layer.name)
-    check_feature(source, layer.input_shape, layer.dtype, "input", layer.name)
-    check_feature(out, layer.output_shape, layer.dtype, "output", layer.name)
+    in_dtype, out_dtype = dtypes or (layer.dtype, layer.dtype)
+    check_feature(source, layer.input_shape, in_dtype, "input", layer.name)
+    check_feature(out, layer.output_shape, out_dtype, "output", layer.name)
     if source.packed or out.packed:
         raise CompileError(f"layer {layer.name}: {what} needs NC1HWC2 tensors, not packed images")
     return source, out

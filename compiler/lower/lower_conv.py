@@ -73,7 +73,8 @@ def conv_constants(layer: ConvLayer, platform: Platform) -> ConvConstants:
         input_scale=layer.input_quant.scale, input_zero_point=layer.input_quant.zero_point, weights=weights,
         weight_scale=layer.weight_scale, weight_zero_point=zp_w, bias=layer.bias,
         output_scale=out_q.scale, output_zero_point=out_q.zero_point,
-        bias_in_accumulator_units=layer.bias_in_accumulator_units, layer=layer.name)
+        bias_in_accumulator_units=layer.bias_in_accumulator_units, layer=layer.name,
+        scale_max=layer.requant_scale_max)
     if layer.depthwise:
         packed = weight_pack.pack_depthwise_weights(weights, weight_pack.INT8_DEPTHWISE)
     else:
@@ -83,7 +84,7 @@ def conv_constants(layer: ConvLayer, platform: Platform) -> ConvConstants:
     blob = packed.astype(np.int8).tobytes()
     decision = sparse_weights.conv_decision(layer, platform)  # None unless --sparse
     if decision is not None and decision.mode is not None:
-        streams = sparse_weights.sparse_streams(blob, layer.out_channels, decision.mode)
+        streams = sparse_weights.sparse_streams(blob, layer.out_channels, decision.mode, weights)
         return ConvConstants(streams.data, bias, requant, dpu_channels, streams)
     return ConvConstants(blob, bias, requant, dpu_channels)
 
@@ -259,10 +260,28 @@ def _input_fields(ctx: _ConvContext, tile: TaskTile) -> dict:
         in_channels = align(group.count, inp.c2)
         grains = feature_grains(rows.in_rows, rows.pad_top, layer.effective_kernel[0], layer.stride[1], entries, False)
     address = inp.address + (group.start // inp.c2) * inp.surface_bytes + rows.in_start * inp.line_bytes
-    return dict(in_width=inp.width, in_height=rows.in_rows, in_channels=in_channels, in_channels_real=group.count,
-                feature_address=address, line_stride=line_stride,
-                surface_stride=(surface - line_stride) & SURF_STRIDE_MASK, data_entries=entries,
-                feature_grains=grains)
+    fields = dict(in_width=inp.width, in_height=rows.in_rows, in_channels=in_channels, in_channels_real=group.count,
+                  feature_address=address, line_stride=line_stride,
+                  surface_stride=(surface - line_stride) & SURF_STRIDE_MASK, data_entries=entries,
+                  feature_grains=grains)
+    window = deconv_phases.input_window(layer.interleave)
+    return fields if window is None else _window_fields(ctx, tile, fields, window)
+
+
+def _window_fields(ctx: _ConvContext, tile: TaskTile, fields: dict, window: tuple[int, int, int]) -> dict:
+    """A column chunk's input (LOWERING.md 28): columns [first, first + width) of each row, read one
+    row a DMA line (GROUP_LINE_OFF 1: LINE_STRIDE the row in atoms, SURF_STRIDE the surface less
+    DATAIN_WIDTH), the form of the vendor's cropped-window 1x1 convs in its resnet18 build [V]
+    (emulator/REGISTER_SEMANTICS.md 2.3: DATAIN_WIDTH 55 of 56, LINE_STRIDE 56, SURF_STRIDE 3081)."""
+    inp, layer = ctx.inp, ctx.layer
+    first, width, _ = window
+    entries = entries_per_row(width, tile.channels.count * ELEMENT_BYTES[layer.dtype])
+    grains = feature_grains(tile.rows.in_rows, tile.rows.pad_top, layer.effective_kernel[0], layer.stride[1],
+                            entries, False)
+    return dict(fields, in_width=width, feature_address=fields["feature_address"] + first * inp.pixel_bytes,
+                line_stride=inp.line_stride_atoms,
+                surface_stride=(inp.surface_stride_atoms - width) & SURF_STRIDE_MASK, data_entries=entries,
+                feature_grains=grains, single_rows=True)
 
 
 def _weight_fields(ctx: _ConvContext, tile: TaskTile) -> dict:
@@ -297,6 +316,7 @@ def _output_fields(ctx: _ConvContext, tile: TaskTile) -> dict:
         width, per_pass, phase_offset, steps = deconv_phases.interleaved_write(
             layer.interleave, out.width, out.c2, min(out_channels, align(out_channels, ctx.kernels_per_pass)),
             per_pass, layer.name, residual=ctx.residual is not None)
+        out_start += deconv_phases.first_channel(layer.interleave)  # a channel group (LOWERING.md 28)
         offset = (out_start // out.c2) * out.surface_bytes + rows.out_start * steps[1] * out.atom_bytes \
             + phase_offset * out.atom_bytes
     cube = DpuCube(width=width, height=rows.out_rows, channels=align(out_channels, ctx.kernels_per_pass),
@@ -336,11 +356,11 @@ def _context(layer: ConvLayer, placements: Mapping[str, Placement], platform: Pl
              constants: ConvConstants) -> _ConvContext:
     inp = tensor(placements, layer.input, layer.name)
     out = tensor(placements, layer.output, layer.name)
-    check_feature(inp, layer.input_shape, layer.dtype, "input", layer.name)
+    check_feature(inp, deconv_phases.read_shape(layer.input_shape, layer.interleave), layer.dtype, "input", layer.name)
     check_feature(out, deconv_phases.written_shape(layer.output_shape, layer.interleave), layer.output_dtype,
                   "output", layer.name)
     per_pass = kernels_per_pass(layer, platform)
-    if out.c1 * out.c2 < align(layer.out_channels, per_pass):
+    if out.c1 * out.c2 < align(layer.out_channels, per_pass) + deconv_phases.first_channel(layer.interleave):
         raise CompileError(
             f"layer {layer.name}: output {out.name} holds {out.c1 * out.c2} channels but the DPU writes "
             f"{align(layer.out_channels, per_pass)} (output channels rounded up to {per_pass}); allocate it "
@@ -390,7 +410,7 @@ def cbuf_request(layer: ConvLayer, inp: TensorPlacement, platform: Platform, wei
     group = max(platform.alignment(PLATFORM_DTYPE[layer.dtype]).depthwise,
                 weight_pack.depthwise_blocking(layer.dtype).channel_block)
     return CbufRequest(
-        layer=layer.name, height=inp.height, width=inp.width, channels=inp.channels,
+        layer=layer.name, height=inp.height, width=layer.input_shape[2], channels=inp.channels,
         element_bytes=ELEMENT_BYTES[layer.dtype], kernel_h=layer.effective_kernel[0], stride_y=layer.stride[0],
         pad_top=layer.pads[0], out_height=layer.output_shape[1], weight_bytes=weight_bytes,
         depthwise=layer.depthwise, depthwise_group=group,

@@ -130,7 +130,11 @@ def activation_stages(layer: ActivationLayer) -> DpuStages:
 def _plain_activation_stages(layer: ActivationLayer) -> DpuStages:
     """ReLU / clip / LeakyRelu alone: the requantizing copy of concat_stages (BS removes the zero
     point in units s_in / 2^14), with the activation in the BN stage in those units (as a conv's
-    BN stage does, lower_conv.activation_x_stage)."""
+    BN stage does, lower_conv.activation_x_stage). float16: BS bypassed, the BN stage of a float16
+    conv (fp32 bounds, LeakyRelu's fp16 slope), OUT_CVT rounding to fp16 once (LOWERING.md 28)."""
+    if layer.dtype == FLOAT16:
+        return DpuStages(bs=XStage(), bn=activation_x_stage(layer.name, layer.activation, 1.0, FLOAT16),
+                         out_cvt=OutCvt(fp32_to_fp16=True))
     unit = layer.input_quant.scale / quant_regs.BS_MUL_ONE  # eltwise_requant's BS unit (s_b = s_a)
     stages = concat_stages(layer.input_quant, layer.output_quant, layer.name)
     return dataclasses.replace(stages, bn=activation_x_stage(layer.name, layer.activation, unit, "int8"))

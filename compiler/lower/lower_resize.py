@@ -53,6 +53,32 @@ class UnpoolTask:
     cube: DpuCube  # the DPU's: fx*W wide, H lines, C2 channels; DST_SURF_STRIDE one output row
     output_surface_atoms: int  # SURFACE_ADD
     atom_bytes: int
+    line_notch: int | None = None  # DATA_CUBE_NOTCH_ADDR; None: W x (fy - 1), the next line fy rows on
+
+
+def _edge_tasks(layer: ResizeLayer, source: TensorPlacement, out: TensorPlacement, surface: int) -> list[UnpoolTask]:
+    """The edge-padded copy of one C2 surface as 1 x 1 unpooling copies (LOWERING.md 19.1), the vendor's
+    five edge copies in its order (resize_bilinear_2x_int8 tasks 0-4 [V]): the interior at (1, 1)
+    with line notch 2, the top and bottom rows, then the left and right columns read back from the
+    padded tensor itself (1 wide, line notch W + 1: so the corners come from the rows just written)."""
+    _, height, width = layer.input_shape
+    wide = width + 2
+    atom = out.atom_bytes
+    src, dst = source.address + surface * source.surface_bytes, out.address + surface * out.surface_bytes
+    line = source.line_stride_atoms * atom
+
+    def copy(from_address, cols, rows, src_notch, to_address):
+        cube = DpuCube(width=cols, height=rows, channels=out.c2, orig_channels=out.c2, dst_address=to_address,
+                       dst_surface_stride=wide, surfaces_per_pass=2, precision=PRECISION_CODES[layer.dtype])
+        return UnpoolTask(layer.name, from_address, cols, rows, src_notch, (1, 1), cube, out.surface_stride_atoms,
+                          atom, line_notch=wide - cols)
+
+    notch = source.line_stride_atoms - width
+    return [copy(src, width, height, notch, dst + (wide + 1) * atom),
+            copy(src, width, 1, notch, dst + atom),
+            copy(src + (height - 1) * line, width, 1, notch, dst + ((height + 1) * wide + 1) * atom),
+            copy(dst + atom, 1, height + 2, wide - 1, dst),
+            copy(dst + width * atom, 1, height + 2, wide - 1, dst + (width + 1) * atom)]
 
 
 def _surface_task(layer: ResizeLayer, source: TensorPlacement, out: TensorPlacement, surface: int) -> UnpoolTask:
@@ -74,6 +100,10 @@ def lower_resize(layer: ResizeLayer, placements: Mapping[str, Placement], platfo
         raise CompileError(f"layer {layer.name}: input and output must hold one {source.atom_bytes}-byte atom "
                            f"a pixel in the same C2")
     surfaces = -(-layer.input_shape[0] // out.c2)  # surfaces of real channels (a conv's padding ones are skipped)
+    if layer.edge_pad:
+        if layer.edge_pad != 1 or out.line_stride_atoms != layer.input_shape[2] + 2:
+            raise CompileError(f"layer {layer.name}: an edge-padded copy pads one pixel into a dense output")
+        return tuple(task for surface in range(surfaces) for task in _edge_tasks(layer, source, out, surface))
     return tuple(_surface_task(layer, source, out, surface) for surface in range(surfaces))
 
 
@@ -94,7 +124,7 @@ def emit_unpool_task(task: UnpoolTask, regmap: RegisterMap, op_idx: int | None =
     write_s_pointers(b)
     cube, (fy, fx) = task.cube, task.factors
     write_dpu_body(b, cube, DpuStages(), conv_mode=0, flying=True, sources=RdmaSources(task.source_address))
-    notch = cube.width * (fy - 1)
+    notch = cube.width * (fy - 1) if task.line_notch is None else task.line_notch
     precision = cube.precision
     _replace(b, "DPU", "DATA_FORMAT", OUT_PRECISION=precision, IN_PRECISION=INT16_CODE, PROC_PRECISION=precision)
     _replace(b, "DPU", "DATA_CUBE_NOTCH_ADDR", NOTCH_ADDR_1=notch, NOTCH_ADDR_0=notch)

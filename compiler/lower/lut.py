@@ -37,9 +37,10 @@ from npuemu.isa.errors import CompileError
 from npuemu.isa.lut_format import LUT_ENTRIES, LUT_INDEX_SELECT, LUT_SPAN
 
 from .. import op_table, quant_regs
+from . import lut_rsqrt
 from ..rounding import round_half_away
 
-LUT_KINDS = ("sigmoid", "tanh", "hard_sigmoid", "hard_swish", "silu", "elu", "gelu", "softplus")
+LUT_KINDS = ("sigmoid", "tanh", "hard_sigmoid", "hard_swish", "silu", "elu", "gelu", "softplus", "rsqrt")
 #: ONNX op type (or the compiler's composite op) of each LUT activation: the op table's rows
 ONNX_LUT_KINDS = op_table.onnx_lut_kinds()
 
@@ -76,6 +77,8 @@ def lut_function(kind: str, alpha: float | None = None, beta: float | None = Non
         return lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
     if kind == "softplus":
         return lambda x: np.logaddexp(0.0, x)
+    if kind == "rsqrt":  # 1/sqrt and its pieces (lut_rsqrt.py, LOWERING.md 24)
+        return lut_rsqrt.rsqrt_function(alpha, beta)
     raise CompileError(f"unknown LUT activation {kind!r}; expected one of {', '.join(LUT_KINDS)}")
 
 
@@ -135,6 +138,8 @@ def lut_program(kind: str, *, input_unit: float, output_scale: float, output_zer
     if kind == "hard_sigmoid":
         reach += 2.0 / max(abs(0.2 if alpha is None else float(alpha)), 1e-6)
     domain = unsaturated_domain(function, low, high, _FLAT_FRACTION * output_scale, reach)
+    if kind == "rsqrt":  # every input code on a knot (lut_rsqrt.py): 1/sqrt is steep near 0
+        domain = lut_rsqrt.int8_domain(input_unit)
     # at least one input step of the stage per LUT input step, so the map factor is <= 1
     domain = max(domain, input_unit)
     to_lut = quant_regs.fixed_point(input_unit * LUT_SPAN / domain, max_shift=BN_SHIFT_MAX,
@@ -202,6 +207,8 @@ def fp16_domain(kind: str, alpha: float | None = None, beta: float | None = None
 def lut_fp16_program(kind: str, alpha: float | None = None, beta: float | None = None,
                      layer: str = "?") -> Fp16Lut:
     """The float16 program of an activation, tables as the vendor computes them (above)."""
+    if kind == "rsqrt":  # a piece of 1/sqrt (lut_rsqrt.py, LOWERING.md 24)
+        return _rsqrt_fp16_program(alpha, beta, layer)
     function = lut_function(kind, alpha, beta)
     domain = fp16_domain(kind, alpha, beta)
     knots = np.arange(LUT_ENTRIES, dtype=np.float64) * (domain / (LUT_ENTRIES - 1))
@@ -226,3 +233,12 @@ def lut_fp16_program(kind: str, alpha: float | None = None, beta: float | None =
     if not np.isfinite(np.float16(LUT_SPAN / domain)):
         raise CompileError(f"layer {layer}: LUT input factor 16384 / {domain} overflows fp16")
     return Fp16Lut(program, bits, unit)
+
+
+def _rsqrt_fp16_program(alpha: float | None, beta: float | None, layer: str) -> Fp16Lut:
+    parts = lut_rsqrt.fp16_tables(alpha, beta, layer)
+    program = LutProgram(le=parts["le"], lo=parts["lo"], domain=parts["domain"],
+                         input_unit=parts["domain"] / lut_rsqrt.FP16_LUT_TOP, output_unit=parts["unit"],
+                         le_start=parts["le_start"], le_end=parts["le_end"], lo_start=parts["lo_start"],
+                         lo_end=parts["lo_end"], index_select=parts["index_select"])
+    return Fp16Lut(program, parts["bn_mul_bits"], parts["unit"])

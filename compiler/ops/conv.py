@@ -94,16 +94,39 @@ def conv(attrs: dict[str, Any], x: list[np.ndarray]) -> np.ndarray:
     kernel, rank, group = attrs["kernel_shape"], len(attrs["kernel_shape"]), attrs["group"]
     pads = attrs["pads"]
     padded = np.pad(data, [(0, 0), (0, 0), *zip(pads[:rank], pads[rank:])])
-    cols = windows(padded, kernel, attrs["strides"], attrs["dilations"])
     batch, channels = data.shape[:2]
-    out_sizes = cols.shape[2:2 + rank]
-    cols = cols.reshape(batch, group, channels // group, *out_sizes, -1)
-    weight = weight.reshape(group, weight.shape[0] // group, channels // group, -1)
-    result = np.einsum("ngc...k,gock->ngo...", cols, weight, optimize=True)
-    result = result.reshape(batch, -1, *out_sizes)
+    if group == channels == weight.shape[0]:
+        result = _depthwise(padded, weight, attrs)
+    elif group == 1 and all(k == 1 for k in kernel):
+        picked = padded[(slice(None), slice(None), *(slice(None, None, s) for s in attrs["strides"]))]
+        result = np.matmul(weight.reshape(weight.shape[0], channels), picked.reshape(batch, channels, -1))
+        result = result.reshape(batch, -1, *picked.shape[2:])
+    else:
+        cols = windows(padded, kernel, attrs["strides"], attrs["dilations"])
+        out_sizes = cols.shape[2:2 + rank]
+        cols = cols.reshape(batch, group, channels // group, *out_sizes, -1)
+        weight = weight.reshape(group, weight.shape[0] // group, channels // group, -1)
+        result = np.einsum("ngc...k,gock->ngo...", cols, weight, optimize=True)
+        result = result.reshape(batch, -1, *out_sizes)
     if len(x) > 2:
         result = result + as_float(x[2]).reshape(-1, *[1] * rank)
     return like(result, x[0])
+
+
+def _depthwise(padded: np.ndarray, weight: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
+    """One channel per group: a multiply-add per kernel tap over strided views (calibration
+    evaluates every depthwise layer of every sample; gathering the windows first costs a copy
+    of the input per tap)."""
+    kernel, strides, dilations = attrs["kernel_shape"], attrs["strides"], attrs["dilations"]
+    sizes = [(padded.shape[2 + i] - window_extent(k, d)) // s + 1
+             for i, (k, s, d) in enumerate(zip(kernel, strides, dilations))]
+    taps = weight.reshape(weight.shape[0], -1)
+    result = np.zeros((*padded.shape[:2], *sizes))
+    for index, tap in enumerate(np.ndindex(*kernel)):
+        view = padded[(slice(None), slice(None),
+                       *(slice(t * d, t * d + s * (n - 1) + 1, s) for t, d, s, n in zip(tap, dilations, strides, sizes)))]
+        result += view * taps[:, index].reshape(-1, *[1] * len(kernel))
+    return result
 
 
 # ---- ConvTranspose -------------------------------------------------------------------------

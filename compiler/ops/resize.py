@@ -248,7 +248,7 @@ def replication_factors(attrs: dict[str, Any], in_shape: tuple[int, ...]) -> tup
     gather qualifies: asymmetric + floor, half_pixel + round_prefer_floor/ceil for any factor,
     asymmetric + round_prefer_floor for factor 2, tf_half_pixel_for_nn + floor, Upsample's simple."""
     if attrs["mode"] != "nearest":
-        return None, f"mode {attrs['mode']} (only nearest is a DPU unpooling; bilinear runs on the host)"
+        return None, f"mode {attrs['mode']} (only nearest is a DPU unpooling; linear: passes/resize_bilinear.py)"
     sizes = list(attrs["sizes"])
     if len(in_shape) != 4 or sizes[:2] != list(in_shape[:2]):
         return None, f"resizes axes other than H and W ({list(in_shape)} -> {sizes})"

@@ -52,9 +52,8 @@ class _Attention:
 
 
 def attention_as_head_convs(graph: Graph, ctx: PassContext) -> int:
-    """Channel-major multi-head attention between 1x1 convs as one HeadAttention (float16 builds)."""
-    if ctx.element_bytes != 2:
-        return 0  # int8 builds keep it on the host (the runtime weights and the softmax are float16)
+    """Channel-major multi-head attention between 1x1 convs as one HeadAttention (float16 builds;
+    in int8 builds a float16 island between DPU DataConverts, quant/islands.py, LOWERING.md 26)."""
     changed = 0
     for softmax in [node for node in graph.nodes if node.op_type == "Softmax"]:
         if not any(node is softmax for node in graph.nodes):
@@ -254,9 +253,9 @@ def _rewrite(graph: Graph, found: _Attention, ctx: PassContext) -> bool:
 
 def attention_partners(graph: Graph, seed: Node, ctx: PassContext) -> list[Node]:
     """The FullyConnected nodes at the other ends of an attention body (BODY_OPS nodes joined
-    through their tensors, two MatMuls and a Softmax among them) that ``seed`` touches; none in
-    int8 builds (the attention stays on the host there, and their regions as they were)."""
-    if seed.op_type != "FullyConnected" or ctx.element_bytes != 2:
+    through their tensors, two MatMuls and a Softmax among them) that ``seed`` touches (int8 builds
+    too: the attention is a float16 island there, LOWERING.md 26)."""
+    if seed.op_type != "FullyConnected":
         return []
     body, sources, exits = _component(graph, [seed.outputs[0], seed.inputs[0]])
     ops = [node.op_type for node in body]

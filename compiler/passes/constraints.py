@@ -264,12 +264,15 @@ def eltwise_operands(graph: Graph, node: Node, ctx: PassContext) -> str | None:
     """Both operands have the output's shape, or one is a scalar or per-channel constant, a per-
     channel [1,C,1,1] tensor (read by the ERDMA's per-channel mode, LOWERING.md 17), or a
     [1,1,H,W] map (replicated across the lanes by a 1x1 conv task and read once per surface,
-    LOWERING.md 16); either broadcast as Sub's first operand is a CPU step; Div only by a
+    LOWERING.md 16); either broadcast as Sub's first operand is a CPU step; Max and Min only
+    against a per-channel [1,C,1,1] gate tensor (LOWERING.md 28); Div only by a
     constant (run as a multiply by its reciprocal)."""
     out = shape(graph, node.outputs[0])
     kinds = [_operand_kind(graph, name, out) for name in node.inputs]
     if None in kinds or kinds.count("tensor") == 0:
         return f"operands {[list(shape(graph, name)) for name in node.inputs]} for output {list(out)}"
+    if node.op_type in ("Max", "Min") and (len(kinds) != 2 or "per-channel tensor" not in kinds):
+        return f"{node.op_type} runs on the NPU only with a [1,C,1,1] gate operand"
     if node.op_type == "Div" and kinds[1] != "constant":
         return "the divisor is not a constant"
     return None
@@ -358,9 +361,10 @@ def resize_nearest_replication(graph: Graph, node: Node, ctx: PassContext) -> st
 
 @Constraint
 def softmax_float16(graph: Graph, node: Node, ctx: PassContext) -> str | None:
-    """Softmax runs on the NPU in float16 builds (the vendor keeps it in float16 even in int8
-    builds; an int8 build keeps it on the host, LOWERING.md 22.2)."""
-    return None if ctx.element_bytes == 2 else "an int8 build"
+    """Softmax runs on the NPU in float16: in float16 builds, and in int8 builds as a float16
+    island between DPU DataConverts, as the vendor keeps it float16 in its int8 builds
+    (quant/islands.py, LOWERING.md 26); CBUF sizes of 1 or 2 bytes per element."""
+    return None if ctx.element_bytes in (1, 2) else f"{ctx.element_bytes}-byte elements"
 
 
 @Constraint
@@ -377,16 +381,18 @@ def softmax_channel_axis(graph: Graph, node: Node, ctx: PassContext) -> str | No
 
 @Constraint
 def softmax_channels(graph: Graph, node: Node, ctx: PassContext) -> str | None:
-    """At most 512 channels (each log-sum-exp step is a C x C 1x1 conv, LOWERING.md 22.2)."""
+    """At most 32768 channels: 22.2's chain up to 512, LOWERING.md 25's above, whose sum of e^d
+    over the channels (up to C) must stay an fp16 value."""
     channels = shape(graph, node.inputs[0])[1]
-    return None if channels <= 512 else f"{channels} channels"
+    return None if channels <= 32768 else f"{channels} channels"
 
 
 @Constraint
 def attention_float16(graph: Graph, node: Node, ctx: PassContext) -> str | None:
-    """Attention runs on the NPU in float16 builds (its weights are float16 feature maps, its
-    softmax is 22.2's float16 chain; LOWERING.md 22.3)."""
-    return None if ctx.element_bytes == 2 else "an int8 build"
+    """Attention runs on the NPU in float16 (its weights are float16 feature maps, its softmax is
+    22.2's float16 chain; LOWERING.md 22.3): in float16 builds, and in int8 builds as a float16
+    island between DPU DataConverts (quant/islands.py, LOWERING.md 26)."""
+    return None if ctx.element_bytes in (1, 2) else f"{ctx.element_bytes}-byte elements"
 
 
 @Constraint
@@ -400,6 +406,12 @@ def attention_heads(graph: Graph, node: Node, ctx: PassContext) -> str | None:
     if width not in (8, 16) and (width % 16 or width > 256) or tokens % 2 or not 2 <= tokens <= 384:
         return f"{tokens} tokens, heads of {width} channels"
     return None
+
+
+@Constraint
+def graph_output(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """A Readout writes a graph output, which the runtime permutes as it reads it (LOWERING.md 25)."""
+    return None if node.outputs[0] in graph.outputs else f"{node.outputs[0]!r} is not a graph output"
 
 
 @Constraint

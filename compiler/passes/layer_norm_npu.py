@@ -6,7 +6,7 @@
     d = Sub(x, m)                 m broadcast over the channels (LOWERING.md 16) (DPU, 2 tasks)
     q = Mul(d, d)                                                              (DPU)
     v = Conv(q, 1/C) + eps        the variance plus eps, one channel           (CNA + DPU)
-    r = Pow(v, -0.5)              1 / sqrt: a host step on the [1, 1, 1, T] statistics
+    r = Rsqrt(v, floor eps)       1 / sqrt: look-up tables (LOWERING.md 24)     (DPU, passes/lower_rsqrt)
     n = Mul(d, r)                 r broadcast over the channels                (DPU, 2 tasks)
     y = depthwise 1x1 Conv(n, gamma) + beta                                    (CNA + DPU)
 
@@ -17,8 +17,10 @@ with the DPU's EW stage adding x (d = x - m), task 9 the variance conv (BS ALU a
 120 eps). Its reciprocal square root (tasks 10-19) is the fp32 bit trick: an int16 pass
 ``0x5f37 - (bits >> 1)`` and three Newton steps ``y (1.5 - 0.5 v y^2)`` in DPU-only tasks -
 integer reinterpretation of fp32 bits that the emulator does not model (NUMERICS.md), so
-``r`` is a host step here, on T values rather than the C x T map. Gamma and beta are the
-scale+bias depthwise conv every unfolded affine map becomes (LOWERING.md 18).
+``r`` is the composite ``Rsqrt`` here (v >= eps, so the floor changes nothing): one int8 LUT
+layer, or in float16 a product of LUT pieces (passes/lower_rsqrt.py, LOWERING.md 24), on T
+values rather than the C x T map. Gamma and beta are the scale+bias depthwise conv every
+unfolded affine map becomes (LOWERING.md 18).
 
 fp16 choices [C]: the mean weights are fp16(1/C) (relative error <= 2^-12 on the mean); the
 square is formed in fp16, so |x - mean| must stay below 255 (fp16's 65504 = 255.9^2).
@@ -29,10 +31,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph, Node
+from .lower_rsqrt import RSQRT
 from .match import add_tensor_like, new_constant
 
-#: the statistics step that stays on the host, and why (shown by the partition report)
-RSQRT_OP = "Pow"
+#: the 1/sqrt of the statistics (a DPU look-up table op, passes/lower_rsqrt.py)
+RSQRT_OP = RSQRT
 
 
 def channel_layer_norm(graph: Graph, index: int, x: str, y: str, gamma: np.ndarray, beta: np.ndarray | None,
@@ -49,7 +52,6 @@ def channel_layer_norm(graph: Graph, index: int, x: str, y: str, gamma: np.ndarr
     mean_w = new_constant(graph, f"{name}_mean_weight", np.full((1, channels, 1, 1), 1.0 / channels))
     eps_bias = new_constant(graph, f"{name}_eps", np.full((1,), eps))
     zero_bias = new_constant(graph, f"{name}_zero", np.zeros((1,)))
-    half = new_constant(graph, f"{name}_minus_half", np.array(-0.5))
     m, d, q = tensor("mean", stat_shape), tensor("centered", (1, channels, 1, tokens)), tensor("square", (1, channels, 1, tokens))
     v, r = tensor("variance", stat_shape), tensor("rstd", stat_shape)
     n = tensor("normalized", (1, channels, 1, tokens))
@@ -58,7 +60,7 @@ def channel_layer_norm(graph: Graph, index: int, x: str, y: str, gamma: np.ndarr
         Node(graph.unique_node_name(f"{name}_sub"), "Sub", [x, m], [d], {}),
         Node(graph.unique_node_name(f"{name}_square"), "Mul", [d, d], [q], {}),
         _conv(graph, f"{name}_variance", [q, mean_w, eps_bias], v, 1),
-        Node(graph.unique_node_name(f"{name}_rsqrt"), RSQRT_OP, [v, half], [r], {}),
+        Node(graph.unique_node_name(f"{name}_rsqrt"), RSQRT_OP, [v], [r], {"alpha": float(eps)} if eps > 0 else {}),
         Node(graph.unique_node_name(f"{name}_scale"), "Mul", [d, r], [n], {}),
     ]
     gamma_w = new_constant(graph, f"{name}_gamma", np.asarray(gamma, dtype=np.float32).reshape(channels, 1, 1, 1))

@@ -26,36 +26,16 @@ and a large negative bias, which the stage maps to "no change".
 reduction mode the emulator does not model and an EW division the element-wise layer does not
 lower; exp and division are what the log-sum-exp form avoids, LOWERING.md 22.2).
 int8 builds keep Softmax on the host (the vendor runs it in float16 even in int8 builds).
+Over 512 channels the C x C steps no longer pay: softmax_wide.py's chain (LOWERING.md 25).
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..ir import FusedOp, Graph, Node, QuantParams, Tensor
-
-NO_PARTNER_BIAS = -1.0e4  # relu(-1e4) = 0; softplus(-1e4) reads its LUT's end entry: (almost) no change
-FLOAT16 = QuantParams("float16", 1.0, 0)
-
-
-def steps(channels: int) -> int:
-    """The pairwise log-sum-exp steps that reduce ``channels`` channels into channel 0."""
-    return max(0, math.ceil(math.log2(channels))) if channels > 1 else 0
-
-
-def step_weights(channels: int, width: int) -> tuple[np.ndarray, np.ndarray]:
-    """(weights [C, C, 1, 1], bias [C]) of step ``width``: t_i = L_{i+width} - L_i, or the
-    no-partner bias where i + width >= C."""
-    weights = np.zeros((channels, channels, 1, 1), np.float32)
-    bias = np.zeros(channels, np.float32)
-    for i in range(channels):
-        if i + width < channels:
-            weights[i, i + width, 0, 0], weights[i, i, 0, 0] = 1.0, -1.0
-        else:
-            bias[i] = NO_PARTNER_BIAS
-    return weights, bias
+from .softmax_steps import FLOAT16, NO_PARTNER_BIAS, step_weights, steps
+from .softmax_wide import WIDE_FROM, expand_wide_softmax
 
 
 def _const(graph: Graph, base: str, data: np.ndarray, quant: QuantParams | None) -> Tensor:
@@ -77,6 +57,8 @@ def expand_softmax(graph: Graph, node: Node) -> tuple[list[Tensor], list[Node]] 
         return [], [Node(node.name, node.op_type, list(node.inputs), list(node.outputs), dict(node.attrs),
                          list(node.fused), "CPU")]
     channels, shape, base = int(source.shape[1]), tuple(source.shape), node.outputs[0]
+    if channels >= WIDE_FROM:  # C x C step convs no longer pay: LOWERING.md 25
+        return expand_wide_softmax(graph, node)
     tensors: list[Tensor] = []
     nodes: list[Node] = []
 
@@ -124,4 +106,4 @@ def expand_softmax(graph: Graph, node: Node) -> tuple[list[Tensor], list[Node]] 
     return tensors, nodes
 
 
-__all__ = ["NO_PARTNER_BIAS", "expand_softmax", "step_weights", "steps"]
+__all__ = ["FLOAT16", "NO_PARTNER_BIAS", "expand_softmax", "step_weights", "steps"]

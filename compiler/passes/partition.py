@@ -6,7 +6,7 @@ rows with that ``npu`` group (``compiler/op_table.py``). A layer runs on the NPU
 constraint holds; otherwise on the CPU, with the first failed rule and its detail as the
 reason (``rule: detail``) (what ``npuemu compile --dump-ir``/``--dump-json``/``--partition-report`` show).
 Everything not listed or failing its rules (Softmax off the channel axis or in int8,
-LayerNormalization, bilinear Resize, Transpose, ReduceMax, ArgMax, Slice, Gather, ...) runs on the CPU: there is no NPU lowering for it. The list is the
+LayerNormalization, align_corners bilinear Resize, Transpose, ReduceMax, ArgMax, Slice, Gather, ...) runs on the CPU: there is no NPU lowering for it. The list is the
 plan of what the NPU lowering handles: CNA convolutions (direct, depthwise, dilated,
 transposed in deconv mode, fully connected as 1x1), DPU element-wise ops and activations
 (the ReLU family in the BS stage, the others by look-up table), PPU pooling, and
@@ -22,6 +22,7 @@ from .. import op_table
 from ..ir import Graph, Node
 from . import constraints as c
 from .context import PassContext
+from .resize_bilinear import resize_on_npu
 
 NPU, CPU = "NPU", "CPU"
 _COMMON = (c.float_tensors, c.feature_maps_4d, c.cube_size)
@@ -57,12 +58,16 @@ RULES: dict[str, tuple[str, tuple[c.Constraint, ...]]] = {
     "concat_split": ("by address / DPU copy", (*_COMMON, c.channel_axis_only)),
     "glu": ("DPU look-up table (sigmoid) + DPU element-wise Mul, halves by address",
             (*_COMMON, c.channel_axis_only, c.glu_halves)),
-    "softmax": ("CNA 1x1 convs + DPU look-up tables (pairwise log-sum-exp over the channels)",
+    "softmax": ("CNA 1x1 convs + DPU look-up tables (pairwise log-sum-exp over the channels; over 512 channels "
+                "max, e^d, sum and 1/sum, LOWERING.md 25)",
                 (*_COMMON, c.softmax_float16, c.softmax_channel_axis, c.softmax_channels)),
     "attention": ("CNA 1x1 convs with run-time weights + the softmax chain, per head",
                   (*_COMMON, c.attention_float16, c.attention_heads)),
-    "resize": ("DPU unpooling (nearest, whole factors)", (*_COMMON, c.resize_nearest_replication)),
+    "resize": ("DPU unpooling (nearest, whole factors); bilinear: DPU edge copies + depthwise phase convs",
+               (*_COMMON, resize_on_npu)),
     "view": ("by address (no data moved)", (c.float_tensors, c.same_native_bytes)),
+    "readout": ("the runtime's readout of a graph output (host, with its NC1HWC2 -> NCHW; no layer)",
+                (c.float_tensors, c.graph_output)),
 }
 
 NPU_OPS: tuple[NpuOp, ...] = tuple(NpuOp(op_table.npu_group(group), unit, rules)

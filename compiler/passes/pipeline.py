@@ -17,14 +17,16 @@ level   what runs
         per-channel Mul/Add folded into conv weights, Conv+BiasAdd; 1-D Conv/pool/BN regions
         on [1, C, L] lifted to [1, C, 1, L] (``lift_1d``); [1, T, C] token regions as
         [1, C, 1, T] (``tokens_as_channels``) and, in float16 builds, their multi-head
-        attention as one HeadAttention layer (``attention_npu``); left-over BN and affine chains as
+        attention as one HeadAttention layer (``attention_npu``); Pow(x, -0.5), 1/Sqrt and
+        float16 Sqrt as DPU look-up tables (``lower_rsqrt``); left-over BN and affine chains as
         1x1 depthwise scale+bias convs; Pad+Conv, Conv+Act, Conv+Add
 2       + clean-up: identities removed, Reshape/Transpose chains merged or cancelled
 3       + vendor rewrites: the Focus block (4 stride-2 Slices + Concat) as one 2x2 stride-2
         conv (``focus_as_conv``), FC as conv, GlobalAveragePool as depthwise convs,
         input-channel tiling for the CBUF, identity conv on odd-sized graph inputs, channel
         Concats and Splits off C2 boundaries as placement/selection convs (``concat_as_convs``,
-        ``split_as_convs``), standalone zero Pads as identity convs (``pad_as_conv``) (the
+        ``split_as_convs``), standalone zero Pads as identity convs (``pad_as_conv``),
+        DepthToSpace as a 0/1 ConvTranspose written interleaved (``depth_to_space``) (the
         default, as the vendor's ``optimization_level`` 3)
 ======  =======================================================================================
 
@@ -46,8 +48,9 @@ from npuemu.isa.errors import CompileError
 from ..ir import Graph
 from . import cleanup, fold_bn, fold_const_affine, fuse_activation, fuse_add, fuse_glu, fuse_layer_norm
 from . import fuse_linear, fuse_pad, fuse_patterns, lift_1d, prune, rewrite_channel_tiling, rewrites
-from . import attention_npu, tokens_as_channels
+from . import attention_npu, lower_rsqrt, tokens_as_channels
 from .concat_as_convs import concat_as_placement_convs
+from .depth_to_space import depth_to_space_as_conv_transpose
 from .focus_as_conv import focus_as_conv
 from .pad_as_conv import pad_as_identity_conv
 from .split_as_convs import split_as_selection_convs
@@ -87,13 +90,15 @@ STAGES: tuple[Stage, ...] = (
     Stage("1-D as 2-D", 1, (lift_1d.lift_1d_layers,)),
     Stage("tokens as channels", 1, (tokens_as_channels.tokens_as_channels,  # [1,T,C] -> [1,C,1,T]
                                     attention_npu.attention_as_head_convs)),  # LOWERING.md 22.3
+    Stage("1/sqrt as look-up tables", 1, (lower_rsqrt.rsqrt_on_npu,)),  # LOWERING.md 24
     Stage("scale+bias layers", 1, (fold_bn.batch_norm_as_depthwise_conv,
                                    fold_const_affine.affine_chain_as_depthwise_conv)),
     Stage("fusion", 1, _FUSE),
     Stage("vendor rewrites", 3, (focus_as_conv, rewrites.fully_connected_as_conv,
                                  rewrites.global_average_pool_as_depthwise_convs,
                                  rewrite_channel_tiling.tile_input_channels, rewrites.input_identity_conv,
-                                 concat_as_placement_convs, split_as_selection_convs, pad_as_identity_conv)),
+                                 concat_as_placement_convs, split_as_selection_convs, pad_as_identity_conv,
+                                 depth_to_space_as_conv_transpose)),
     Stage("clean-up after rewrites", 3, _CLEANUP),
     Stage("fusion after rewrites", 3, _FUSE),
 )

@@ -94,7 +94,8 @@ def _npu_ops() -> list[str]:
 def _host_ops() -> list[str]:
     """The ops a model file can run as host steps (build_host.CPU_OPS, emulator/cpu_ops*.py)."""
     internal = {CONSTANT: "a graph output the import folded to a constant",
-                "DataConvert": "int8 <-> float16 storage at the boundaries of hybrid builds"}
+                "DataConvert": "int8 <-> float16 storage at hybrid and float16-island boundaries: a DPU task, a "
+                               "host step only where LOWERING.md 26 names a limit"}
     npu = {op for entry in NPU_OPS for op in entry.ops}
     fold_only = sorted(set(supported_ops(include_fold_only=True)) - set(supported_ops()))
     public = sorted(CPU_OPS - set(internal))

@@ -15,7 +15,8 @@ Inside a region no tensor changes form; at its edges one Transpose and one Resha
 composed with the model's own conversions where there are some (a ``Transpose(Squeeze(z))`` of
 a ``[1, C, 1, T]`` map is read as z, an output turned back by ``Reshape [1, 1, T, C]`` +
 ``Transpose [0, 3, 1, 2]`` is written directly, a Transpose before or a Reshape + Transpose
-after the region becomes one Transpose). A region whose edges would cost more host steps than
+after the region becomes one Transpose, a ``[1, T, C]`` graph output is the runtime's readout of
+the map - a ``Readout`` node, LOWERING.md 25). A region whose edges would cost more host steps than
 its layers save is left as it was. Ops the region does not know stay outside, so that other
 passes' channel-major forms can join later: add their entry to :data:`REGION_OPS`.
 """
@@ -32,6 +33,7 @@ from ..ir import FusedOp, Graph, Node, Tensor
 from . import layer_norm_npu
 from .context import PassContext
 from .match import add_tensor_like, const, new_constant, per_channel, producer, readers
+from .output_readout import NHWC, readout_node
 from .partition import decide
 
 #: op types whose per-token form is the same op on [1, C, 1, T] with its constants transposed
@@ -82,6 +84,25 @@ def _layer_norm_ok(graph: Graph, node: Node, ctx: PassContext) -> bool:
     return _token(graph, node.inputs[0]) and node.attrs.get("axis") in (-1, len(shape) - 1) \
         and len([name for name in node.outputs if name]) == 1 and const(graph, node.inputs[1]) is not None \
         and all(const(graph, name) is not None for name in node.inputs[2:] if name)
+
+
+def _softmax_ok(graph: Graph, node: Node, ctx: PassContext) -> bool:
+    """Softmax over the features of [1, T, C] (its last axis): channel-major, the channel Softmax
+    the partition runs on the NPU (float16 builds, LOWERING.md 22.2 and 25)."""
+    source, output = node.inputs[0], node.outputs[0]
+    if node.fused or not (_token(graph, source) and _token(graph, output)) or node.attrs.get("flatten_2d"):
+        return False
+    if int(node.attrs.get("axis", -1)) % 3 != 2:
+        return False
+    shape = _channel_major(graph.tensors[source].shape)
+    trial = Graph(graph.name, {name: Tensor(name, shape, graph.tensors[name].dtype) for name in (source, output)})
+    copy = Node(node.name, node.op_type, [source], [output], {**node.attrs, "axis": 1})
+    trial.nodes = [copy]
+    return decide(trial, copy, ctx).target == "NPU"
+
+
+def _convert_softmax(graph: Graph, node: Node) -> None:
+    node.attrs = {**node.attrs, "axis": 1}
 
 
 def _elementwise_ok(graph: Graph, node: Node, ctx: PassContext) -> bool:
@@ -159,9 +180,9 @@ def _convert(graph: Graph, names: set[str]) -> int:
 def _host_work(graph: Graph, ctx: PassContext) -> tuple[int, float]:
     """How many layers the partition would run on the host (dead ones left out), and their time
     by the runtime's host-step model (emulator/timing/host_model.cpu_step_us: the platform's
-    fixed cost per step plus a cost per input element). A lone FC on [1, T, C] graph I/O, or one
-    whose wide output would be transposed back on the host (PP-OCRv4 rec's 6625-class head),
-    is cheaper as it was."""
+    fixed cost per step plus a cost per input element). A lone FC on [1, T, C] graph I/O (two
+    entry steps for one) is cheaper as it was; PP-OCRv4 rec's 6625-class head with its Softmax
+    reaching the graph output (a Readout, no step) is not."""
     live = deepcopy(graph)
     live.remove_dead()
     host = [node for node in live.nodes if decide(live, node, ctx).target != "NPU"]
@@ -314,6 +335,10 @@ def _exit(graph: Graph, source: Node, name: str, outside: list[Node]) -> int:
     if not rest and name not in graph.outputs:
         del graph.tensors[name]
         return 0
+    if not rest and not readers(graph, twin):  # a graph output: the runtime's readout turns it (LOWERING.md 25)
+        graph.nodes.insert(graph.nodes.index(source) + 1,
+                           readout_node(graph.unique_node_name(f"{name}_readout"), twin, name, NHWC, tensor.shape))
+        return 0
     flat = add_tensor_like(graph, f"{name}_flat", (1, target[1], tensor.shape[1]), tensor.dtype)
     index = graph.nodes.index(source) + 1
     graph.nodes[index:index] = [
@@ -421,5 +446,6 @@ REGION_OPS.update({op: (_elementwise_ok, _convert_elementwise) for op in ELEMENT
 SEEDS = ("FullyConnected", "LayerNormalization")
 REGION_OPS["FullyConnected"] = (_fc_ok, _convert_fc)
 REGION_OPS["LayerNormalization"] = (_layer_norm_ok, _convert_layer_norm)
+REGION_OPS["Softmax"] = (_softmax_ok, _convert_softmax)
 
 __all__ = ["tokens_as_channels", "REGION_OPS", "SEEDS", "ELEMENTWISE", "PARTNERS", "TRIAL_PASSES"]

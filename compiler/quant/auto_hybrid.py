@@ -40,6 +40,7 @@ from npuemu.isa.errors import CompileError
 
 from ..float_eval import evaluate, run_node
 from ..ir import Graph
+from . import convert_op
 from .accuracy import cosine, float16_layers_for
 from .affine import Range
 from .calibrate import calibrate
@@ -300,7 +301,8 @@ def rank_units(graph: Graph, samples: Sequence[Sample], blocked: Mapping[str, st
     units = []
     for name in _int8_activations(graph):
         wanted = float16_layers_for(graph, [name])
-        layers = tuple(node.name for node in graph.nodes if node.name in wanted)
+        # a DataConvert (a float16 island's edge, quant/islands.py) is remade by every quantize_graph
+        layers = tuple(node.name for node in graph.nodes if node.name in wanted and node.op_type != convert_op.OP_TYPE)
         if not layers or any(layer in blocked for layer in layers):
             continue
         quantized = {name, *_quantized_constants(graph, producers.get(name))}

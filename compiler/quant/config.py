@@ -53,6 +53,7 @@ from npuemu.isa.errors import ConfigError
 from ..ir import Graph, Node
 from .affine import Range, affine_params
 from .calibrate import is_float_tensor
+from .islands import island_dtype
 from .preprocess import InputPreprocess, preprocess_from_plain
 from .quantize import INT8, LAYER_DTYPES, WEIGHT_CLIPPING
 from .sharing import sharing_groups
@@ -106,7 +107,7 @@ def config_from_ranges(graph: Graph, ranges: Mapping[str, Range], *, layer_dtype
     """A config for ``graph`` (unquantized) from calibrated ranges: every layer int8 unless
     ``layer_dtypes`` says otherwise; members of a sharing group write ``shares: <anchor>`` and
     the anchor the union of the group."""
-    dtypes = {node.name: (layer_dtypes or {}).get(node.name, INT8) for node in graph.nodes}
+    dtypes = {node.name: (layer_dtypes or {}).get(node.name, island_dtype(node) or INT8) for node in graph.nodes}
     anchors = sharing_groups(graph, dtypes, ranges)
     own: dict[str, Range] = {}
     shares: dict[str, str] = {}

@@ -20,7 +20,6 @@ import zlib
 from pathlib import Path
 
 import numpy as np
-from numba import njit
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 #: Channels per pixel for PNG colour types 0 gray, 2 RGB, 3 palette, 4 gray+alpha, 6 RGBA.
@@ -73,7 +72,7 @@ def decode_png(data: bytes) -> np.ndarray:
     if rows[:, 0].max(initial=0) > 4:
         bad = int(np.argmax(rows[:, 0] > 4))
         raise ImageError(f"PNG row {bad} has filter type {rows[bad, 0]}; expected 0-4")
-    pixels = _unfilter(rows, bytes_per_pixel)
+    pixels = _unfilter_jitted()(rows, bytes_per_pixel)
     if depth == 16:  # big-endian samples: keep the high byte
         pixels = pixels.reshape(height, width * channels, 2)[:, :, 0]
     image = pixels.reshape(height, width, channels)
@@ -135,7 +134,18 @@ def _apply_palette(indices: np.ndarray, chunks: list[tuple[bytes, bytes]]) -> np
     return np.concatenate([palette[indices], alpha[indices][:, :, None]], axis=2)
 
 
-@njit(cache=True)
+_UNFILTER = []
+
+
+def _unfilter_jitted():
+    """``_unfilter`` compiled on first use: importing Numba costs ~0.3 s, which a compile that
+    reads no PNG should not pay."""
+    if not _UNFILTER:
+        from numba import njit
+        _UNFILTER.append(njit(cache=True)(_unfilter))
+    return _UNFILTER[0]
+
+
 def _unfilter(rows, bpp):
     """Undo the per-row PNG filters (0 none, 1 sub, 2 up, 3 average, 4 Paeth) in place of a copy.
 

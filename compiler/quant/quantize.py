@@ -39,6 +39,7 @@ from . import convert_op
 from .affine import INT16, INT32, QRANGES, Range, affine_params, affine_params_array, quantize, round_half_away, symmetric_scale
 from .calibrate import activation_tensors, is_float_tensor
 from .clipping import mmse_weight_ranges, weight_ranges
+from .islands import island_dtype
 from .roles import BIAS, PARAMETER, SHARED, WEIGHT, ConstantRole, Slot, bias_axis, constant_roles
 from .sharing import sharing_groups
 
@@ -141,7 +142,8 @@ def _layer_dtypes(graph: Graph, given: Mapping[str, str], default: str) -> dict[
             raise CompileError(f"no layer named '{name}' in graph '{graph.name}'")
         if dtype not in LAYER_DTYPES:
             raise CompileError(f"layer '{name}': dtype '{dtype}' is not one of {', '.join(LAYER_DTYPES)}")
-    return {node.name: given.get(node.name, default) for node in graph.nodes}
+    # an NPU layer that exists in float16 only is a float16 island of an int8 build (islands.py)
+    return {node.name: given.get(node.name, island_dtype(node) or default) for node in graph.nodes}
 
 
 def _storage(graph: Graph, dtypes: Mapping[str, str]) -> dict[str, str]:

@@ -74,8 +74,8 @@ def joins_tensors(node: Node) -> bool:
     """True when the node's float inputs and outputs must share their quantization."""
     if node.fused:
         return False
-    if node.op_type == "Conv" and node.attrs.get("selection"):
-        return True  # a 0/1 selection conv (passes/focus_as_conv.py): outputs input values only
+    if node.op_type in ("Conv", "ConvTranspose") and node.attrs.get("selection"):
+        return True  # a 0/1 selection conv (passes/focus_as_conv.py, depth_to_space.py): input values only
     return node.op_type == "Concat" or node.op_type in VALUE_PRESERVING
 
 

@@ -19,6 +19,10 @@ How it is read here:
   too (resize_bilinear_2x_int8 tasks 0/3/4: a 40-wide copy into a 42-wide tensor with notch 2, a
   1-wide column with notch 41) [V]; the kernel-row step DST_SURF_STRIDE is the one register left
   that equals an output row in both builds [I];
+- kernel = stride = 1 (SRC_DMA_CFG kernel fields 0) is then a plain copy of a W x H cube whose
+  source lines lie W + LINE_NOTCH_ADDR and whose written lines lie W + NOTCH_ADDR_0 atoms apart:
+  the compiler's edge-padded copy for Resize bilinear (compiler/LOWERING.md 19.1) is five such
+  tasks per surface, the vendor's five edge copies in shape (which use plain DPU copies) [I];
 - the atom's bytes are copied unconverted: the int8 build reads int16 and writes int8 with all
   stages bypassed, and its output equals the input bit for bit in the vendor simulator, which a
   value conversion (int16 -> int8 saturation) could not give [I].

@@ -1,9 +1,11 @@
 """The CNA's weight decompressor (RK3576 sparse weights): DCOMP register values -> which
 streams to read, and the streams -> the dense weight blob the MAC array uses.
 
-The stream format is isa/sparse_layout.py's (compiler/LOWERING.md 23); the registers are
-described in emulator/REGISTER_SEMANTICS.md 2.8. Decompression is exact: the MACs see the
-same int8 weights as a dense build of the pruned values, so outputs are bit-identical to it.
+DECOMP_CONTROL 5 (4:2 along input channels) reads the vendor's two streams (isa/sparse_vendor.py,
+compiler/LOWERING.md 27, REGISTER_SEMANTICS.md 2.8.1); 6 (along output channels) npuemu's own
+format (isa/sparse_layout.py, LOWERING.md 23). The registers are described in
+emulator/REGISTER_SEMANTICS.md 2.8. Decompression is exact: the MACs see the same int8 weights as
+a dense build of the pruned values, so outputs are bit-identical to it.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from npuemu.isa import sparse_layout
+from npuemu.isa import sparse_layout, sparse_vendor
+from npuemu.isa.weight_layout import pack_conv_weights
 from npuemu.isa.errors import EmulationError
 
 
@@ -26,6 +29,8 @@ class Decompression:
     @property
     def span(self) -> int:
         """Bytes the weight DMA reads from DCOMP_ADDR0 (all streams)."""
+        if self.mode == "in_4_2":
+            return sparse_vendor.span_bytes(self.amounts)
         return sparse_layout.span_bytes(self.amounts)
 
 
@@ -42,14 +47,27 @@ def decompression(control: int, bypass: int, regnum: int, amounts: list[int], wh
     if not 1 <= regnum <= sparse_layout.MAX_STREAMS:
         raise EmulationError(f"{where}: DCOMP_REGNUM={regnum} with DECOMP_CONTROL={control}: expected 1 to "
                              f"{sparse_layout.MAX_STREAMS} streams")
+    if mode == "in_4_2":  # the vendor's two streams, AMOUNT0/1; it writes REGNUM 5 [V]
+        if regnum < sparse_vendor.STREAMS:
+            raise EmulationError(f"{where}: DCOMP_REGNUM={regnum} with DECOMP_CONTROL={control}: its "
+                                 f"{sparse_vendor.STREAMS} streams need DCOMP_AMOUNT0 and 1 (the vendor writes 5)")
+        return Decompression(mode, tuple(amounts[:sparse_vendor.STREAMS]))
     return Decompression(mode, tuple(amounts[:regnum]))
 
 
-def decompress_weights(raw: np.ndarray, setting: Decompression, dense_bytes: int, where: str) -> np.ndarray:
-    """The streams' bytes (``setting.span`` of them) -> ``dense_bytes`` int8 of the dense blob."""
+def decompress_weights(raw: np.ndarray, setting: Decompression, dense_bytes: int, where: str,
+                       shape: tuple[int, int, int, int], layout) -> np.ndarray:
+    """The streams' bytes (``setting.span`` of them) -> ``dense_bytes`` int8 of the dense blob in
+    ``layout`` (the vendor's streams are decoded for the conv ``shape`` [OC][IC][KH][KW])."""
     try:
+        if setting.mode == "in_4_2":
+            blob = pack_conv_weights(sparse_vendor.decode(raw, setting.amounts, tuple(shape)), layout)
+            if blob.size != dense_bytes:
+                raise EmulationError(f"{where}: sparse weights (DCOMP_ADDR0): a {'x'.join(map(str, shape))} conv "
+                                     f"decodes to {blob.size} bytes, the weight sizes say {dense_bytes}")
+            return blob
         return sparse_layout.decompress(raw, setting.amounts, dense_bytes, setting.mode)
-    except sparse_layout.SparseFormatError as error:
+    except (sparse_layout.SparseFormatError, sparse_vendor.VendorFormatError) as error:
         raise EmulationError(f"{where}: sparse weights (DCOMP_ADDR0): {error}") from None
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from npuemu.emulator.memo import Memo
 from npuemu.emulator.timing.model_index import model_index, shape_text
 from npuemu.emulator.timing.task_time import TaskTime
 from npuemu.emulator.timing.timeline import Span, Timeline, concurrent_cycles, timeline_npu, timeline_rknn
@@ -178,15 +179,30 @@ class PerfReport:
         tasks = self.all_tasks
         parts = list(self.layers) + list(self.unassigned)  # both have the cycle properties
         cycles, time_us, cpu_us = self._frame(parts)
-        return {"npu_cycles": sum(p.npu_cycles for p in parts), "ddr_cycles": sum(p.ddr_cycles for p in parts),
-                "max_cycles": sum(p.max_cycles for p in parts), "cycles": cycles,
-                "ddr_read_bytes": sum(t.ddr_read_bytes for t in tasks),
-                "ddr_write_bytes": sum(t.ddr_write_bytes for t in tasks),
-                "sram_hit_bytes": sum(t.sram_hit_bytes for t in tasks),
-                "time_us": time_us,
-                "single_core_cycles": sum(p.single_core_cycles if isinstance(p, LayerTime) else p.cycles
-                                          for p in parts),
-                "cpu_time_us": cpu_us,
+        # one pass (this runs after every inference): a layer row on one core without the
+        # vendor's estimate is the plain sum of its tasks' figures, the properties' own rule
+        npu = ddr = longest = single = 0
+        summed = []
+        for part in parts:
+            if not isinstance(part, LayerTime):
+                npu, ddr, longest, single = (npu + part.npu_cycles, ddr + part.ddr_cycles,
+                                             longest + part.max_cycles, single + part.cycles)
+            elif part.vendor_ddr is not None or part.vendor_npu is not None or part.split:
+                npu, ddr, longest, single = (npu + part.npu_cycles, ddr + part.ddr_cycles,
+                                             longest + part.max_cycles, single + part.single_core_cycles)
+            else:
+                summed.append(part.tasks)
+        for layer_tasks in summed:
+            for task in layer_tasks:
+                npu, ddr, longest, single = (npu + task.npu_cycles, ddr + task.ddr_cycles,
+                                             longest + task.max_cycles, single + task.cycles)
+        read = written = sram = 0
+        for task in tasks:
+            read, written, sram = (read + task.ddr_read_bytes, written + task.ddr_write_bytes,
+                                   sram + task.sram_hit_bytes)
+        return {"npu_cycles": npu, "ddr_cycles": ddr, "max_cycles": longest, "cycles": cycles,
+                "ddr_read_bytes": read, "ddr_write_bytes": written, "sram_hit_bytes": sram,
+                "time_us": time_us, "single_core_cycles": single, "cpu_time_us": cpu_us,
                 "tasks": len(tasks), "ddr_model": self.ddr_model}
 
     def _frame(self, parts: list) -> tuple[int, float, float]:
@@ -364,43 +380,10 @@ def _unassigned(timeline: Timeline) -> list[TaskTime]:
     return [span.time for span in timeline.task_spans() if not span.layers]
 
 
-def report_rknn(model, run, platform, ddr_model: str = "board") -> PerfReport:
-    """Per-layer report of an :class:`~npuemu.emulator.rknn_runner.RknnRun` of ``model``."""
-    _check_ddr_model(ddr_model)
-    timeline = timeline_rknn(model, run, platform)
-    by_layer = _layer_spans(timeline)
-    layers = []
-    for layer in model.layers:
-        spans = by_layer.get(layer.index, [])
-        records = [span.record for span in spans]
-        out = [model.tensors[i] for i in layer.outputs]
-        dtype, rate = _mac_rate(records, platform)
-        if not dtype and out:
-            dtype = out[0].dtype_name.upper()
-        timed = LayerTime(
-            layer.index, layer.op_type, dtype, layer.unit,
-            ",".join(shape_text(model.tensors[i].shape) for i in layer.inputs) or "\\",
-            shape_text(out[0].shape) if out else "", layer.name, [span.time for span in spans], rate)
-        if ddr_model == "vendor":
-            from npuemu.emulator.timing.vendor_estimate import rknn_layer_bytes, vendor_layer_npu_cycles
-            timed.vendor_npu = vendor_layer_npu_cycles(records, platform)
-            timed.vendor_ddr = _vendor_ddr(timed.npu_cycles, rknn_layer_bytes(model, layer, records, platform),
-                                           platform)
-        layers.append(timed)
-    return PerfReport(model.source, platform.name, platform.clock.npu_mhz, layers, _unassigned(timeline),
-                      ddr_model=ddr_model, host_submit_overhead_us=platform.launch.host_submit_overhead_us,
-                      core_count=platform.cores.count, timeline=timeline).explain(platform)
-
-
-def report_npu(model, runs: Sequence, platform, ddr_model: str = "board",
-               timeline: Timeline | None = None) -> PerfReport:
-    """Per-layer report of a ``.npu`` model's chain runs (``Runtime.runs``, one per NPU step),
-    its totals read from the run's timeline (built here unless given)."""
-    _check_ddr_model(ddr_model)
-    timeline = timeline or timeline_npu(model, runs, platform)
+def _npu_rows(model, timeline: Timeline, platform, ddr_model: str) -> tuple[LayerTime, ...]:
+    """``report_npu``'s layer rows (templates: ``_copy_row`` hands out copies)."""
     _, tensors, model_layers, shapes = model_index(model)
     by_layer, host_us = _layer_spans(timeline), timeline.layer_host_us()
-    batch = model.trailer.get("batch") or {"size": 1, "contexts": 1}  # compiler/batch.py
     layers = []
     for info, (in_shapes, out_shapes) in zip(model_layers, shapes):
         spans = by_layer.get(info.id, [])
@@ -420,6 +403,64 @@ def report_npu(model, runs: Sequence, platform, ddr_model: str = "board",
             sizes = [int(tensors[n].size or 0) for n in (*info.inputs, *info.outputs) if n in tensors]
             timed.vendor_ddr = _vendor_ddr(timed.npu_cycles, npu_layer_bytes(sizes, records, platform), platform)
         layers.append(timed)
+    return tuple(layers)
+
+
+def _copy_row(row: LayerTime) -> LayerTime:
+    """A LayerTime equal to ``row`` with lists of its own (a report's rows may be edited)."""
+    copy = object.__new__(LayerTime)
+    copy.__dict__.update(row.__dict__)
+    copy.tasks, copy.cores = list(row.tasks), list(row.cores)
+    return copy
+
+
+#: per (timeline, model trailer, platform) objects and DDR model: report_npu's rows
+_NPU_ROWS: Memo[tuple[LayerTime, ...]] = Memo(identity=3, limit=16)
+
+
+def report_rknn(model, run, platform, ddr_model: str = "board") -> PerfReport:
+    """Per-layer report of an :class:`~npuemu.emulator.rknn_runner.RknnRun` of ``model``."""
+    _check_ddr_model(ddr_model)
+    timeline = timeline_rknn(model, run, platform)
+    by_layer = _layer_spans(timeline)
+    layers = []
+    for layer in model.layers:
+        spans = by_layer.get(layer.index, [])
+        records = [span.record for span in spans]
+        out = [model.tensors[i] for i in layer.outputs]
+        dtype, rate = _mac_rate(records, platform)
+        if not dtype and out:
+            dtype = out[0].dtype_name.upper()
+        timed = LayerTime(
+            layer.index, layer.op_type, dtype, layer.unit,
+            ",".join(shape_text(model.tensors[i].shape) for i in layer.inputs) or "\\",
+            shape_text(out[0].shape) if out else "", layer.name, [span.time for span in spans], rate,
+            cores=[span.lane for span in spans], shared_ddr_rate=platform.ddr.shared_bytes_per_cycle)
+        if ddr_model == "vendor":
+            from npuemu.emulator.timing.vendor_estimate import rknn_layer_bytes, vendor_layer_npu_cycles
+            timed.vendor_npu = vendor_layer_npu_cycles(records, platform)
+            timed.vendor_ddr = _vendor_ddr(timed.npu_cycles, rknn_layer_bytes(model, layer, records, platform),
+                                           platform)
+        layers.append(timed)
+    return PerfReport(model.source, platform.name, platform.clock.npu_mhz, layers, _unassigned(timeline),
+                      ddr_model=ddr_model, host_submit_overhead_us=platform.launch.host_submit_overhead_us,
+                      core_count=platform.cores.count, timeline=timeline).explain(platform)
+
+
+def report_npu(model, runs: Sequence, platform, ddr_model: str = "board",
+               timeline: Timeline | None = None) -> PerfReport:
+    """Per-layer report of a ``.npu`` model's chain runs (``Runtime.runs``, one per NPU step),
+    its totals read from the run's timeline (built here unless given)."""
+    _check_ddr_model(ddr_model)
+    timeline = timeline or timeline_npu(model, runs, platform)
+    batch = model.trailer.get("batch") or {"size": 1, "contexts": 1}  # compiler/batch.py
+    # The rows are a function of the timeline (handed out again for a run that repeats the last
+    # one's records), the model and the platform: worked out once, each report gets copies.
+    rows = _NPU_ROWS.get(timeline, model.trailer, platform, ddr_model)
+    if rows is None:
+        rows = _NPU_ROWS.put(_npu_rows(model, timeline, platform, ddr_model), timeline, model.trailer, platform,
+                             ddr_model)
+    layers = [_copy_row(row) for row in rows]
     report = PerfReport(str(getattr(model, "path", "")) or "model", platform.name, platform.clock.npu_mhz,
                         layers, _unassigned(timeline), ddr_model=ddr_model,
                         host_submit_overhead_us=platform.launch.host_submit_overhead_us, batch=dict(batch),

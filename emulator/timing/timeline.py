@@ -349,13 +349,29 @@ _HOST_US: Memo[float] = Memo(identity=2, limit=1 << 16)
 
 def plan_rknn(model, run, platform) -> Plan:
     """A vendor ``.rknn`` run as one NPU step (chain 0, core 0), each task labelled by its op_idx;
-    its host-side layers have no time model (rknn_runner.py runs them untimed)."""
-    chain = model.program.chains[0]
+    its host-side layers have no time model (rknn_runner.py runs them untimed). A multi-core
+    program's run (``run.pieces``): one step per piece on its core, the pieces of one barrier
+    phase of a launch group side by side, ending at the barrier (rknn_multicore.py)."""
     layer_ids = {layer.index for layer in model.layers}
-    tasks = []
-    for offset, record in enumerate(run.chain.tasks):
-        op_idx = model.program.tasks[chain.first_task + offset].op_idx
-        tasks.append(PlannedTask(task_work(record, platform), record, (op_idx,) if op_idx in layer_ids else ()))
     names = {layer.index: layer.name for layer in model.layers}
-    step = PlannedStep(0, "npu", run.chain.core, None, tuple(tasks), name="chain 0")
-    return Plan([step], float(platform.clock.npu_mhz), platform.ddr.shared_bytes_per_cycle, names)
+
+    def planned(task_indices, records):
+        return tuple(PlannedTask(task_work(record, platform), record,
+                                 (op,) if (op := model.program.tasks[i].op_idx) in layer_ids else ())
+                     for i, record in zip(task_indices, records))
+
+    pieces = getattr(run, "pieces", ())
+    if not pieces:
+        chain = model.program.chains[0]
+        steps = [PlannedStep(0, "npu", run.chain.core, None, planned(chain.tasks, run.chain.tasks), name="chain 0")]
+    else:
+        together = {}
+        for piece in pieces:
+            key = (piece.placed.launch, piece.placed.phase)
+            together.setdefault(key, set()).add(piece.core)
+        steps = [PlannedStep(index, "npu", piece.core,
+                             ("rknn", *key) if len(together[key := (piece.placed.launch, piece.placed.phase)]) > 1
+                             else None, planned(piece.placed.piece.tasks, piece.run.tasks),
+                             name=f"launch {piece.placed.launch} phase {piece.placed.phase}")
+                 for index, piece in enumerate(pieces)]
+    return Plan(steps, float(platform.clock.npu_mhz), platform.ddr.shared_bytes_per_cycle, names)

@@ -144,8 +144,10 @@ def vendor_layer_npu_cycles(records, platform) -> int:
     for record in records:
         if record.conv is not None:
             conv = record.conv
-            # a depthwise channel group reads its own weights: its address keeps groups apart
-            key = _h1_shape_key(conv) + ((conv.weight_address,) if conv.depthwise else ())
+            # a depthwise channel group, and a kernel group of a conv split by output channels
+            # across cores (resnet18's 2-core program, layer 12: 128 + 128 kernels), read their
+            # own weights: the address keeps them apart; the row blocks of one plane share it
+            key = _h1_shape_key(conv) + (conv.weight_address,)
             planes.setdefault(key, []).append(conv)
     merged = _merge_depthwise_groups([_plane(convs) for convs in planes.values()])
     return sum(conv_npu_cycles(conv, platform) for conv in merged)

@@ -8,6 +8,7 @@ arithmetic is NUMERICS.md section 3 (``kernels.mac``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -318,8 +319,7 @@ def _check_weights(state: ConvState, cna: RegisterView, where: str) -> None:
 # ---------------------------------------------------------------------------------------------
 # CBUF contents (identity, not bytes)
 # ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Resident:
+class _Resident(NamedTuple):  # (a tuple: built twice per task, cheaper than a frozen dataclass)
     key: tuple
     array: np.ndarray
     task: str  # who loaded it, for messages
@@ -376,9 +376,9 @@ def _feature_key(state: ConvState) -> tuple:
 # ---------------------------------------------------------------------------------------------
 # Execution
 # ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class CoreResult:
-    """The CORE's output cube for the DPU, and the window sums BS's CPEND term needs."""
+class CoreResult(NamedTuple):
+    """The CORE's output cube for the DPU, and the window sums BS's CPEND term needs (an
+    immutable tuple: built every task, cheaper than a frozen dataclass)."""
 
     data: np.ndarray  # int32 (or float32 for fp16): [out_channels][OH][OW], or [OH*OW][out_channels] ("hwc")
     window_sums: np.ndarray | None  # int64 [groups][OH][OW]; None for fp16
@@ -472,7 +472,7 @@ def _weights(state: ConvState, plan: _Plan, dma: TaskDma, cbuf: Cbuf, where: str
     def unpack(raw: np.ndarray) -> np.ndarray:
         # int4: the even element of each byte is the high nibble (REGISTER_SEMANTICS 2.7)
         if state.decompress is not None:  # sparse streams -> the dense blob (kernels/weights_sparse.py)
-            raw = weights_sparse.decompress_weights(raw, state.decompress, state.weight_bytes, where)
+            raw = weights_sparse.decompress_weights(raw, state.decompress, state.weight_bytes, where, shape, layout)
         blob = kernels.weights.unpack_int4_bytes(raw.reshape(1, -1), WEIGHT_INT4_HIGH_FIRST).reshape(-1) if int4 \
             else raw.view(dtype)
         if state.depthwise:

@@ -16,7 +16,7 @@ import numpy as np
 from npuemu.emulator import kernels
 from npuemu.emulator.kernels.dpu import int_stages
 from npuemu.emulator.kernels.dpu_pixel import StagePlan, plan_stages, planned_to_atoms
-from npuemu.emulator.kernels import dpu_interleave, dpu_unpool
+from npuemu.emulator.kernels import dpu_convert, dpu_interleave, dpu_unpool
 from npuemu.emulator.memo import Memo
 from npuemu.emulator.memory import TaskDma, Traffic
 from npuemu.emulator.numerics import out_cvt_round_mode
@@ -72,8 +72,8 @@ def decode_dpu(dpu: RegisterView, where: str, atom_bytes: int = ATOM_BYTES) -> D
             ("OFFSET_PEND", "OFFSET_PEND"), ("BS_MUL_CFG", "BS_TRUNCATE_SRC"),
             ("BN_MUL_CFG", "BN_TRUNCATE_SRC"), ("EW_CFG", "EW_EQUAL_EN"), ("LUT_CFG", "LUT_CAL_SEL"),
             ("LUT_CFG", "LUT_EXPAND_EN"))
-    if fmt["PROC_PRECISION"] in INTEGER_PROCESSING:  # MINUS_EXP is modelled on the fp path only
-        _reject(dpu, where, ("OUT_CVT_SHIFT", "MINUS_EXP"))
+    if fmt["PROC_PRECISION"] in INTEGER_PROCESSING and fmt["OUT_PRECISION"] != FP16:
+        _reject(dpu, where, ("OUT_CVT_SHIFT", "MINUS_EXP"))  # the fp path and the int -> fp16 conversion only
     if fmt["PROC_PRECISION"] != FP32 or mode["COMB_USE"] != 1:  # 1 only with fp32: the rescale task
         _reject(dpu, where, ("FEATURE_MODE_CFG", "COMB_USE"))
     ow = dpu.fields("BS_OW_CFG")
@@ -191,7 +191,9 @@ def _check_dpu(state: DpuState, dpu: RegisterView, where: str) -> None:
     if state.proc_precision == FP32 and not dpu.field("FEATURE_MODE_CFG", "COMB_USE"):
         raise EmulationError(f"{where}: {dpu.show('DATA_FORMAT', 'PROC_PRECISION')} (fp32) is modelled only "
                              f"for the vendor's fp32 -> fp16 rescale task (FEATURE_MODE_CFG.COMB_USE=1)")
-    allowed = INTEGER_OUTPUTS if integer else (FP16, FP32)
+    # int -> fp16 and fp16 -> int8: the DataConvert tasks (kernels/dpu_convert.py, REGISTER_SEMANTICS 26)
+    allowed = (*INTEGER_OUTPUTS, FP16) if integer else (FP16, FP32, INT8) if state.proc_precision == FP16 \
+        else (FP16, FP32)
     if state.out_precision not in allowed:
         raise EmulationError(f"{where}: {dpu.show('DATA_FORMAT', 'OUT_PRECISION')} "
                              f"({precision_name(state.out_precision)}) with PROC_PRECISION "
@@ -265,7 +267,11 @@ def run_dpu(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult | Non
     data = _float_stages(state, rdma, data, dma, lut_tables, where)
     if state.out_cvt.minus_exp:  # the exponent lowered by MINUS_EXP: an exact power-of-two scale [I]
         data = data * np.float32(2.0 ** -state.out_cvt.minus_exp)
-    out = kernels.out_cvt_fp16(data) if state.out_precision == FP16 else data.astype(np.float32)
+    if state.out_precision == INT8:  # the fp16 -> int8 conversion (kernels/dpu_convert.py)
+        cvt = state.out_cvt
+        out = dpu_convert.fp_to_int(data, cvt.scale, cvt.shift, cvt.offset, cvt.round_bit, np.int8, where)
+    else:
+        out = kernels.out_cvt_fp16(data) if state.out_precision == FP16 else data.astype(np.float32)
     # lanes past the channel count are written as 0 [C]
     _write(state, out, c2_of(state.out_precision, state.atom_bytes), dma)
 
@@ -277,7 +283,8 @@ def _run_integer(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult 
     fixed = _fixed_settings(state, where)
     blocks, window_sums = _main_blocks(state, rdma, source, dma, where)
     stages, tail = _integer_settings(state, fixed, rdma, window_sums, dma, where)
-    if not fixed.lut and not dpu_interleave.is_interleaved(state):
+    converting = state.out_precision == FP16  # the int -> fp16 conversion (kernels/dpu_convert.py)
+    if not fixed.lut and not converting and not dpu_interleave.is_interleaved(state):
         # the kernel stores whole 8-byte words (every chip's atom is 8 or 16 bytes)
         claimed = None if fixed.c2 * fixed.out_dtype.itemsize % 8 else \
             dma.claim_rows(Traffic.DPU_WRITE, fixed.starts, fixed.line, np.uint64, fixed.what)
@@ -299,7 +306,12 @@ def _run_integer(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult 
         data = kernels.lut_stage(int_stages(data, **stages), _lut_config(state.lut),
                                  lut_tables[0], lut_tables[1])
         stages = {}
-    out = int_stages(data, **stages, **tail, out_dtype=fixed.out_dtype)
+    if converting:
+        cvt = state.out_cvt
+        out = dpu_convert.int_to_fp16(int_stages(data, **stages, **{k: v for k, v in tail.items() if k != "cvt"}),
+                                      cvt.scale, cvt.shift, cvt.round_bit, cvt.minus_exp)
+    else:
+        out = int_stages(data, **stages, **tail, out_dtype=fixed.out_dtype)
     planes = dpu_interleave.as_pixel_rows(state, out[:fixed.surfaces * fixed.c2])
     dma.write_planes(Traffic.DPU_WRITE, fixed.starts, planes, fixed.c2, fixed.what)
 
@@ -469,8 +481,10 @@ def _stage_plan(state: DpuState, rdma: DpuRdmaState | None, blocks: np.ndarray, 
     made_of = (stages.get("bs_alu"), stages.get("bs_cpend"), stages.get("bs_mul"), blocks.dtype,
                None if operand is None else operand.dtype)
     known = _STAGE_PLANS.get(state, rdma)
-    if known is not None and all(a is b for a, b in zip(known[0][:3], made_of)) and known[0][3:] == made_of[3:]:
-        return known[1]
+    if known is not None:  # (unrolled: this runs every task)
+        was = known[0]
+        if was[0] is made_of[0] and was[1] is made_of[1] and was[2] is made_of[2] and was[3:] == made_of[3:]:
+            return known[1]
     plan = plan_stages(state.channels, PRECISION_DTYPES[state.out_precision], blocks.dtype,
                        made_of[4], **{k: v for k, v in stages.items() if k != "window_sum"},
                        **{k: v for k, v in tail.items() if k != "ew_operand"})

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import onnx
+import pytest
 
 from benchmarks import models
 from benchmarks.__main__ import COLUMNS
@@ -57,3 +58,14 @@ def test_unknown_model_is_a_clear_error():
     proc = subprocess.run([sys.executable, "-m", "benchmarks", "--models", "vgg99"], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "unknown model 'vgg99'" in proc.stderr
+
+
+@pytest.mark.models
+def test_every_real_model_builds_with_its_input_fixed():
+    # `python -m benchmarks --models all` covers the default set and every real model
+    assert models.EVERY[:len(models.ALL)] == models.ALL and set(models.PACKAGE_MODELS) <= set(models.EVERY)
+    for name, (_, _, dims) in models.PACKAGE_MODELS.items():
+        model, macs, reason = models.build(name)
+        assert model is not None, reason
+        assert [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim] == dims
+        assert macs > 1e7, name

@@ -230,7 +230,7 @@ def _measure(label: str, path, shapes: dict, calibration: list, tests: list, wan
         cost = frame_cost(model, front.platform)
         moved = front.auto_hybrid.moved if front.auto_hybrid is not None else []
         figures[mode] = {"min": min(cosines), "mean": float(np.mean(cosines)), "cycles": cost.cycles,
-                         "moved": moved, "front": front}
+                         "time_us": cost.time_us, "moved": moved, "front": front}
         print(f"{label} {mode}: cosine vs onnxruntime min {min(cosines):.4f} mean {np.mean(cosines):.4f}, "
               f"{len(moved)} layer(s) moved to float16, {cost.cycles} cycles, {cost.time_us:.0f} us ({cost.host_layers} "
               f"host layers, {cost.host_us:.0f} us), compile {seconds:.0f} s")
@@ -258,7 +258,8 @@ def test_silero_vad_auto_hybrid_fixes_its_stft_front_end():
 def test_ppocr_rec_auto_hybrid_reaches_its_target_on_the_emulator():
     """PP-OCRv4 rec on synthetic document images (mmse, 8 calibration images): target 0.99 on
     the calibration set gives >= 0.99 against onnxruntime on five separate images, with under
-    half the layers float16 and fewer NPU cycles than the float16 build."""
+    half the layers float16 and a shorter frame than the float16 build (its DataConverts are DPU
+    passes, LOWERING.md 26: NPU cycles that a host copy used to hide, so the frame time compares)."""
     import onnxruntime as ort
 
     from npuemu.compiler.quant.synthetic import synthetic_batch
@@ -279,7 +280,8 @@ def test_ppocr_rec_auto_hybrid_reaches_its_target_on_the_emulator():
     hybrid = figures["auto-hybrid"]
     assert hybrid["front"].auto_hybrid.reached and len(hybrid["moved"]) < len(hybrid["front"].graph.nodes) // 2
     assert hybrid["min"] >= 0.99 > figures["int8"]["min"]
-    assert figures["int8"]["cycles"] < hybrid["cycles"] < figures["fp16"]["cycles"]
+    assert figures["int8"]["cycles"] < hybrid["cycles"]
+    assert figures["int8"]["time_us"] < hybrid["time_us"] < figures["fp16"]["time_us"]
 
 
 def wide_conv_model(onnx_case):

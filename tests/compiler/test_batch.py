@@ -192,7 +192,7 @@ def test_sram_is_divided_between_the_contexts() -> None:
 @pytest.mark.parametrize("hybrid", [False, True])
 def test_fp16_and_hybrid_batch_builds(hybrid) -> None:
     model, shape = MODELS["pools_add"]()
-    if hybrid:  # first two layers in float16, DataConvert host steps at the boundaries
+    if hybrid:  # first two layers in float16, DataConvert NPU tasks at the boundaries (LOWERING.md 26)
         # (the driver's hybrid build reads a quant config file: passes by the driver, dtypes by hand)
         graph = prepare(model, "rk3588", CompileOptions(precision="float")).graph
         rng = np.random.default_rng(0)
@@ -207,7 +207,8 @@ def test_fp16_and_hybrid_batch_builds(hybrid) -> None:
     got = runtime.output(graph.outputs[0], dequantize=False)
     assert got.dtype == want[0].dtype
     assert all(np.array_equal(got[i:i + 1], want[i]) for i in range(2))
-    assert hybrid == any(step.kind == "cpu" for step in built.schedule())
+    assert hybrid == any(node.op_type == "DataConvert" for node in graph.nodes)
+    assert not any(step.kind == "cpu" for step in built.schedule())
 
 
 @pytest.mark.parametrize("batch", [0, -1, 2.0])

@@ -26,13 +26,15 @@ def classifier_softmax():
 
 
 def conv_resize_conv():
-    """conv+relu (NPU) -> Resize bilinear x2 (CPU) -> conv (NPU, a second chain)."""
+    """conv+relu (NPU) -> Resize bilinear x2 with align_corners (CPU) -> conv (NPU, a second chain)."""
     net = Net(4)
     net.conv("c1", "x", "a", 3, 8)
     net.node("Relu", ["a"], ["a1"], "r1")
     net.const("roi", np.zeros(0))
     net.const("scales", [1, 1, 2, 2])
-    net.node("Resize", ["a1", "roi", "scales"], ["u"], "up", mode="linear")  # nearest runs on the NPU
+    # nearest and the other bilinear modes run on the NPU; align_corners does not
+    net.node("Resize", ["a1", "roi", "scales"], ["u"], "up", mode="linear",
+             coordinate_transformation_mode="align_corners")
     net.conv("c2", "u", "y", 8, 16)
     return net.model([1, 3, 8, 8], "y"), (1, 3, 8, 8)
 

@@ -1,7 +1,7 @@
 """LayerNormalization over the channels of a [1, C, 1, T] map as NPU layers
 (passes/layer_norm_npu.py, LOWERING.md 21): mean and variance as 1x1 convs to one channel, the
-centring and scaling as channel-broadcast element-wise layers (LOWERING.md 16), 1/sqrt on the
-host on [1, 1, 1, T], gamma/beta as a depthwise 1x1 conv.
+centring and scaling as channel-broadcast element-wise layers (LOWERING.md 16), 1/sqrt as DPU
+look-up tables on [1, 1, 1, T] (LOWERING.md 24), gamma/beta as a depthwise 1x1 conv.
 
 Checked against references written here (numpy, not the compiler's or emulator's code): the
 float graph equals LayerNorm over the channel axis (hypothesis over C, T, eps, affine); the
@@ -25,6 +25,7 @@ from npuemu.compiler.passes.layer_norm_npu import channel_layer_norm
 from npuemu.compiler.quant import calibrate, float16_graph, quantize_graph
 from npuemu.emulator.runtime import Runtime
 from npuemu.tools.testing_reference import reference_model
+from tests.compiler.test_rsqrt_npu import reference_rsqrt_fp16
 
 
 def ln_graph(channels: int, tokens: int, gamma, beta, eps: float) -> Graph:
@@ -63,7 +64,7 @@ def _fp16(value) -> np.ndarray:
 def fp16_chain(x: np.ndarray, gamma, beta, eps: float) -> np.ndarray:
     """The float16 build's arithmetic, stage by stage: each NPU stage's fp32 result rounded to
     fp16 once; the convs' fp16 x fp16 products are exact and summed (here in float64, then to
-    fp32); the host's 1/sqrt in float32 on the fp16 variance."""
+    fp32); 1/sqrt the look-up-table chain of test_rsqrt_npu (floor eps)."""
     channels = x.shape[1]
     x16 = _fp16(x).astype(np.float64)
     w = float(_fp16(1.0 / channels))
@@ -76,7 +77,7 @@ def fp16_chain(x: np.ndarray, gamma, beta, eps: float) -> np.ndarray:
     d = _fp16(x16 - mean).astype(np.float64)
     q = _fp16(d * d).astype(np.float64)
     var = channel_sum(q, eps)
-    r = _fp16(np.power(var.astype(np.float32), np.float32(-0.5))).astype(np.float64)
+    r = reference_rsqrt_fp16(_fp16(var), floor=eps).astype(np.float64)
     n = _fp16(d * r).astype(np.float64)
     g = _fp16(gamma).astype(np.float64).reshape(1, -1, 1, 1)
     b = np.float32(0) if beta is None else np.asarray(beta, np.float32).reshape(1, -1, 1, 1)
@@ -96,7 +97,7 @@ def test_float16_build_bit_exact(channels, tokens):
     gamma, beta, eps = rng.uniform(0.5, 2, channels), rng.normal(0, 0.5, channels), 1e-5
     graph = ln_graph(channels, tokens, gamma, beta, eps)
     _, split = optimize(graph, PassContext.for_chip("rk3588", 3, element_bytes=2), check_every_pass=True)
-    assert dict(split.cpu_ops()) == {"Pow": 1}
+    assert dict(split.cpu_ops()) == {}  # 1/sqrt too (LOWERING.md 24)
     float16_graph(graph)
     x = rng.normal(1.5, 2, (1, channels, 1, tokens)).astype(np.float32)
     got = np.asarray(_run(graph, build_model(graph), x).output("y"), np.float16)

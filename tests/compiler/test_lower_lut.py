@@ -22,7 +22,7 @@ from tests.compiler.test_build_e2e import compare
 from tests.emulator.reference.arithmetic import INT8, lut as reference_lut
 from tests.emulator.reference.arithmetic import clamp, round_shift
 
-KINDS = lut.LUT_KINDS
+KINDS = tuple(kind for kind in lut.LUT_KINDS if kind != "rsqrt")  # 1/sqrt's own table span: test_rsqrt_npu.py
 
 
 def float_function(kind: str, alpha=None, beta=None):

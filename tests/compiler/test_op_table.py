@@ -38,21 +38,24 @@ OLD_NPU_OPS = (
     (("Conv",), "CNA convolution, DPU bias/activation/residual"),
     (("ConvTranspose",), "CNA conv of its stride phases, DPU bias/activation; DepthToSpace and crop on the host"),
     (("FullyConnected",), "CNA 1x1 convolution on [1,K,1,1]"),
-    (("Add", "Sub", "Mul", "Div"), "DPU element-wise (BS/EW stage)"),
+    (("Add", "Sub", "Mul", "Div", "Max", "Min"), "DPU element-wise (BS/EW stage)"),  # Max/Min: gates (LOWERING.md 28)
     (("Relu", "Clip", "LeakyRelu"), "DPU BS stage (ReLU/clip)"),
     (("PRelu",), "DPU BS stage (PReLU)"),
-    (("Sigmoid", "Tanh", "Elu", "Silu", "HardSwish", "HardSigmoid", "Gelu", "Softplus"), "DPU look-up table"),
+    (("Sigmoid", "Tanh", "Elu", "Silu", "HardSwish", "HardSigmoid", "Gelu", "Softplus", "Rsqrt"),  # + 1/sqrt (LOWERING 24)
+     "DPU look-up table"),
     (("MaxPool", "AveragePool"), "PPU pooling"),
     (("GlobalAveragePool", "GlobalMaxPool"), "PPU pooling over the plane"),
     (("Concat", "Split"), "by address / DPU copy"),
     (("Glu",), "DPU look-up table (sigmoid) + DPU element-wise Mul, halves by address"),
-    (("Softmax",), "CNA 1x1 convs + DPU look-up tables (pairwise log-sum-exp over the channels)"),
+    (("Softmax",), "CNA 1x1 convs + DPU look-up tables (pairwise log-sum-exp over the channels; over 512 channels "
+                   "max, e^d, sum and 1/sum, LOWERING.md 25)"),
     (("HeadAttention",), "CNA 1x1 convs with run-time weights + the softmax chain, per head"),  # LOWERING.md 22.3
-    (("Resize",), "DPU unpooling (nearest, whole factors)"),  # issue 18 item 3 (LOWERING.md 19)
+    (("Resize",), "DPU unpooling (nearest, whole factors); bilinear: DPU edge copies + depthwise phase convs"),  # issue 18 item 3 (LOWERING.md 19)
     (("Reshape", "Flatten", "Squeeze", "Unsqueeze"), "by address (no data moved)"),
+    (("Readout",), "the runtime's readout of a graph output (host, with its NC1HWC2 -> NCHW; no layer)"),  # LOWERING.md 25
 )
 #: kinds whose nodes never reach layer_from_node as themselves (op_table.LOWERINGS)
-EXPANDED_KINDS = {"conv_phases", "split", "alias", "as_conv", "host"}
+EXPANDED_KINDS = {"conv_phases", "split", "alias", "as_conv"}
 
 
 def test_every_registered_op_has_a_row_or_is_import_only() -> None:
@@ -96,11 +99,11 @@ def test_host_rows_are_the_runtime_host_ops() -> None:
 
 
 def test_derived_lists_equal_the_ones_they_replaced() -> None:
-    assert build_adapt.ONNX_LUT_KINDS == OLD_LUT_KINDS
-    assert build_adapt.LUT_ACTIVATIONS == frozenset(OLD_LUT_KINDS)
+    assert build_adapt.ONNX_LUT_KINDS == OLD_LUT_KINDS | {"Rsqrt": "rsqrt"}  # 1/sqrt added since (LOWERING.md 24)
+    assert build_adapt.LUT_ACTIVATIONS == frozenset(OLD_LUT_KINDS) | {"Rsqrt"}
     assert build_adapt._ELTWISE == OLD_ELTWISE and build_adapt.ELTWISE_OPS == frozenset(OLD_ELTWISE)
     assert layers.ELTWISE_OPS == ("add", "sub", "mul", "max", "min")
-    assert build_host.CPU_OPS == frozenset(OLD_CPU_OPS) | {"LSTM", "GRU", "RNN"}  # host rows added since (issue 19)
+    assert build_host.CPU_OPS == frozenset(OLD_CPU_OPS) | {"LSTM", "GRU", "RNN", "Rsqrt"}  # host rows added since (issue 19)
     assert fusion_rules.LUT_EXTRAS == ("HardSwish", "HardSigmoid")
     assert match.CONV_TYPES == ("Conv", "ConvTranspose", "FullyConnected")
     assert op_table.ops_lowered_as("conv") == ("Conv",)

@@ -209,7 +209,14 @@ def test_layer_norm_near_misses_stay(onnx_case, rand, change):
 
 def test_gamma_over_an_outer_axis_stays_outside_the_layer_norm(onnx_case, rand):
     nodes, inits = _layer_norm(gamma_shape=(6, 1))
-    graph = _run(onnx_case, rand, nodes, inits, shape=(1, 6, 10), low=-3, high=3)
+    _run(onnx_case, rand, nodes, inits, shape=(1, 6, 10), low=-3, high=3)  # all passes: still onnxruntime's values
+    # the subgraph pass alone (later passes turn the [1,T,C] region into NPU layers)
+    from npuemu.compiler.onnx_import import import_onnx
+    from npuemu.compiler.passes.context import PassContext
+    from npuemu.compiler.passes.fuse_layer_norm import layer_norm_subgraph
+
+    graph = import_onnx(onnx_case.model(nodes, {"x": [1, 6, 10]}, ["y"], inits))
+    assert layer_norm_subgraph(graph, PassContext.for_chip("rk3588", 1)) == 1
     assert ops(graph) == ["LayerNormalization", "Mul", "Add"]
 
 

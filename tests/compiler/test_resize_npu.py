@@ -121,11 +121,13 @@ def test_other_forms_stay_on_the_host_naming_the_limit(mode, rounding, factors, 
     assert decision.target == "CPU" and "upsampling of H and W by whole factors" in decision.reason and words in decision.reason
 
 
-def test_bilinear_stays_on_the_host() -> None:
-    front = prepare(resize_model((1, 16, 4, 6), (2, 2), "half_pixel", interp="linear"), "rk3588",
+def test_align_corners_bilinear_stays_on_the_host() -> None:
+    """Bilinear by whole factors runs on the NPU (tests/compiler/test_resize_bilinear_npu.py);
+    align_corners has no phase form."""
+    front = prepare(resize_model((1, 16, 4, 6), (2, 2), "align_corners", interp="linear"), "rk3588",
                     CompileOptions(precision="fp16"))
     (decision,) = front.partition.decisions
-    assert decision.target == "CPU" and "mode linear" in decision.reason
+    assert decision.target == "CPU" and "linear: coordinate_transformation_mode align_corners" in decision.reason
 
 
 def test_one_task_per_surface() -> None:

@@ -98,10 +98,17 @@ def test_16_4_weights_are_stored_as_4_2_along_input_channels():
 ])
 def test_layers_that_stay_dense_say_why(shape, group, dtype, zero_point, reason):
     weights = np.ones(shape, np.int8)
-    if "not 4:2" not in reason:
-        weights = prune(weights, 1, np.random.default_rng(2)) if shape[1] % 4 == 0 else weights
+    if "not 4:2" not in reason:  # the 512 limit holds along output channels only (npuemu's own streams)
+        axis = 0 if "512" in reason else 1
+        weights = prune(weights, axis, np.random.default_rng(2)) if shape[1] % 4 == 0 else weights
     decision = decide("c", weights, group, dtype, zero_point, SPARSE)
     assert decision.mode is None and reason in decision.reason
+
+
+def test_wide_layers_go_sparse_along_input_channels():
+    """The vendor's format has two streams whatever the kernel count (LOWERING.md 27)."""
+    weights = prune(np.ones((544, 32, 1, 1), np.int8), 1, np.random.default_rng(2))
+    assert decide("c", weights, 1, "int8", 0, SPARSE).mode == "in_4_2"
 
 
 # -- outputs and timing ----------------------------------------------------------------------------
@@ -121,7 +128,10 @@ def test_sparse_build_is_bit_identical_to_the_dense_build_of_the_same_weights(ax
     np.testing.assert_array_equal(ours.read_native("y"), theirs.read_native("y"))
     (task,), (dense_task,) = ([r for run_ in rt.runs for r in run_.tasks] for rt in (ours, theirs))
     assert task.conv.decompress is not None and dense_task.conv.decompress is None
-    assert task.traffic.weight_read == 36864 * 5 // 8 and dense_task.traffic.weight_read == 36864
+    # along output channels npuemu's own streams (5/8 of dense); along input channels the vendor's
+    # entropy-coded pair of streams (LOWERING.md 27), which the DMA reads to the end of stream 1
+    streams = 36864 * 5 // 8 if axis == 0 else task.conv.decompress.span
+    assert task.traffic.weight_read == streams < 0.65 * 36864 and dense_task.traffic.weight_read == 36864
     ours_perf = report_npu(sparse, ours.runs, RK3576).totals()
     dense_perf = report_npu(dense, theirs.runs, RK3576).totals()
     assert ours_perf["npu_cycles"] == dense_perf["npu_cycles"]
@@ -131,7 +141,7 @@ def test_sparse_build_is_bit_identical_to_the_dense_build_of_the_same_weights(ax
 @pytest.mark.skipif(not (FIXTURES / "sparse_rk3576_int8").exists(), reason="rknn op fixtures not present")
 def test_the_vendor_conv_against_its_sparse_build(tmp_path):
     """The fixture's own model (Conv 3x3 64->64 on 56x56, 4:2 along Cin): npuemu's --sparse build
-    writes DECOMP_CONTROL 5 and two 32-kernel streams as the vendor does, halves the weight sizes of
+    writes DECOMP_CONTROL 5 and the vendor's two streams (its AMOUNT0/1), halves the weight sizes of
     the option-off build, reports 50%(IC) as the vendor's table, and keeps the vendor's NPU cycles;
     the vendor-estimate DDR cycles fall by the weight bytes saved (the vendor's fall by more,
     LOWERING.md 23)."""
@@ -146,20 +156,28 @@ def test_the_vendor_conv_against_its_sparse_build(tmp_path):
     sparse = build(front)
     dense = build(dense_twin(front))
     x = np.zeros((1, 64, 56, 56), np.float32)
-    rows = {}
+    rows, runtimes = {}, {}
     for name, model_file in (("sparse", sparse), ("dense", dense)):
-        runtime = run(model_file, x)
+        runtime = runtimes[name] = run(model_file, x)
         (record,) = [r for run_ in runtime.runs for r in run_.tasks]
         rows[name] = (record, report_npu(model_file, runtime.runs, RK3576, ddr_model="vendor").layers[0])
     cna, dense_cna = rows["sparse"][0].registers["CNA"], rows["dense"][0].registers["CNA"]
     assert cna.field("DCOMP_CTRL", "DECOMP_CONTROL") == 5  # the vendor's value (regcmd_diff_vs_off.txt)
-    assert [cna.raw(f"DCOMP_AMOUNT{i}") > 0 for i in range(3)] == [True, True, False]
+    # the vendor's streams of the same int8 weights: its AMOUNT0/1 and REGNUM (LOWERING.md 27)
+    assert [cna.raw(f"DCOMP_AMOUNT{i}") for i in range(3)] == [712, 716, 0]
+    assert cna.field("DCOMP_REGNUM", "DCOMP_REGNUM") == 5
+    from npuemu.isa.rknn import load_rknn
+
+    vendor_file = load_rknn(FIXTURES / "sparse_rk3576_int8" / "model.rknn")
+    vendor_tensor = next(t for t in vendor_file.tensors if t.name == "w1")
+    stored = runtimes["sparse"].machine.memory.dump(cna.raw("DCOMP_ADDR0"), 11456 + 717 * 16)
+    assert stored.tobytes() == bytes(vendor_file.blobs[vendor_tensor.blob_index])[:11456 + 717 * 16]
     assert 2 * cna.field("WEIGHT_SIZE0", "WEIGHT_BYTES") == dense_cna.field("WEIGHT_SIZE0", "WEIGHT_BYTES") == 36864
     sparse_row, dense_row = rows["sparse"][1], rows["dense"][1]
     assert sparse_row.npu_cycles == dense_row.npu_cycles == vendor["npu_cycles"] == off["npu_cycles"]
     assert dense_row.ddr_cycles == off["ddr_cycles"]
     saved = dense_row.ddr_cycles - sparse_row.ddr_cycles
-    assert saved == pytest.approx((36864 - 23040) / 7.465, abs=1)
+    assert saved == pytest.approx((36864 - (11456 + 717 * 16)) / 7.465, abs=1)  # stream 1 ends at 22928
     assert off["ddr_cycles"] - vendor["ddr_cycles"] > saved
 
 

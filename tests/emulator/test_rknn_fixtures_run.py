@@ -395,3 +395,23 @@ def test_cli_runs_a_vendor_fp16_fixture(tmp_path):
     assert y.dtype == np.float32 and np.array_equal(y.astype(np.float16).astype(np.float32), y)
     sim = _load(case / "sim_output_0.npy.xz").reshape(y.shape)
     assert np.abs(y - sim).max() <= FP16_TOLERANCES["conv_hardswish_fp16"].max_abs
+
+
+# --- rknn-fixtures-ops: the vendor's rk3576 builds (issue 24 item 2) -------------------------
+# Their streams use the RK3576 register layout (emulator/REGISTER_SEMANTICS.md 10.2), which the
+# emulator's units do not read: every program of the six files is refused by name, up front.
+
+RK3576_CASES = ("dense_rk3576_int8", "dense_rk3576_fp16", "sparse_rk3576_int8", "sparse_rk3576_fp16",
+                "sparse_rk3576_off_int8", "sparse_rk3576_off_fp16")
+
+
+@pytest.mark.parametrize("cores", [None, (1,), (0, 1)])
+@pytest.mark.parametrize("case", RK3576_CASES)
+def test_vendor_rk3576_stream_is_refused_by_name(case, cores):
+    from npuemu.isa.errors import UnsupportedProgramError
+
+    model = load_rknn(RKNN_FIXTURES_OPS / case / "model.rknn")
+    assert model.target == "rk3576"
+    with pytest.raises(UnsupportedProgramError, match=r"a vendor rk3576 register stream .*CNA 0x1018 CBUF banks.*"
+                                                      r"BS-config tensors '\w*BScfgTensor'.*REGISTER_SEMANTICS.md 10"):
+        RknnRunner(model, "rk3576", cores)

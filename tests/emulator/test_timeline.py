@@ -25,13 +25,16 @@ SHAPE = (1, 3, 32, 32)
 
 
 def conv_resize_conv():
-    """conv+relu (NPU, split over the cores) -> bilinear Resize x2 (a host step) -> conv (NPU, split)."""
+    """conv+relu (NPU, split over the cores) -> align_corners bilinear Resize x2 (a host step) -> conv
+    (NPU, split)."""
     net = Net(4)
     net.conv("c1", "x", "a", 3, 16)
     net.node("Relu", ["a"], ["a1"], "r1")
     net.const("roi", np.zeros(0))
     net.const("scales", [1, 1, 2, 2])
-    net.node("Resize", ["a1", "roi", "scales"], ["u"], "up", mode="linear")  # nearest runs on the NPU
+    # nearest and the other bilinear modes run on the NPU; align_corners does not
+    net.node("Resize", ["a1", "roi", "scales"], ["u"], "up", mode="linear",
+             coordinate_transformation_mode="align_corners")
     net.conv("c2", "u", "y", 16, 16)
     return net.model(list(SHAPE), "y")
 

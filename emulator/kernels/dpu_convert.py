@@ -1,0 +1,65 @@
+"""The DPU's precision conversions: integer processing with an fp16 output, fp16 processing with
+an int8 output (the vendor's DataConvert tasks; NUMERICS.md 26, REGISTER_SEMANTICS.md 26).
+
+- int -> fp16 [V] layernorm_int8 task 6 (PROC/IN int8, OUT fp16, BN ALU add -zp, OUT_CVT SCALE
+  30353 = s_in x 2^20, SHIFT 6, MINUS_EXP 14, FP32TOFP16_EN 1): the integer result goes through
+  OUT_CVT's multiplier and shift, is converted to fp32, lowered by 2^-MINUS_EXP (an exponent
+  decrement, as on the fp path) and rounded once to fp16 [I]. OUT_CVT_OFFSET is not applied to an
+  fp16 output [I]: the vendor writes 1 there, which would make q = zp a non-zero output.
+- fp16 -> int8 [V] layernorm_int8 task 23 (PROC fp16, OUT int8, BS MUL fp16 1/s_out, BN ALU add
+  zp, OUT_CVT identity): the fp32 result is rounded to an integer by OUT_CVT's CVT_ROUND mode
+  and saturated [C]; OUT_CVT scale/shift/offset must be the identity the vendor writes (any other
+  value is refused: no stream shows what they would do on this path).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from npuemu.emulator.kernels.fp16 import fp32_to_fp16
+from npuemu.emulator.numerics import INT32_MAX, INT32_MIN, ROUND_HALF_AWAY, ROUND_HALF_EVEN, out_cvt_round_mode
+from npuemu.isa.errors import EmulationError
+
+_RANGES = {np.dtype(np.int8): (-128, 127), np.dtype(np.int16): (-32768, 32767),
+           np.dtype(np.int32): (INT32_MIN, INT32_MAX)}
+
+
+def _rshift(value: np.ndarray, shift: int, mode: int) -> np.ndarray:
+    """``value / 2^shift`` rounded (NUMERICS.md 1) on an int64 array."""
+    if shift <= 0:
+        return value
+    half = np.int64(1) << np.int64(shift - 1)
+    if mode == ROUND_HALF_AWAY:
+        return (value + half + (value >> 63)) >> shift
+    quotient = value >> shift
+    rest = value - (quotient << shift)
+    return quotient + ((rest > half) | ((rest == half) & ((quotient & 1) == 1)))
+
+
+def int_to_fp16(data: np.ndarray, scale: int, shift: int, round_bit: int, minus_exp: int) -> np.ndarray:
+    """int32 [C][H][W] after BS/BN/EW -> fp16: ``fp16(fp32(sat32(rshift(v x SCALE, SHIFT))) x 2^-MINUS_EXP)``."""
+    product = np.asarray(data, np.int64) * np.int64(scale)
+    value = np.clip(_rshift(product, int(shift), out_cvt_round_mode(round_bit)), INT32_MIN, INT32_MAX)
+    floats = value.astype(np.float32)
+    if minus_exp:
+        floats = floats * np.float32(2.0 ** -minus_exp)
+    return fp32_to_fp16(floats)
+
+
+def fp_to_int(data: np.ndarray, scale: int, shift: int, offset: int, round_bit: int, out_dtype: np.dtype,
+              where: str) -> np.ndarray:
+    """fp32 [C][H][W] after BS/BN/EW -> an integer output: rounded by CVT_ROUND, saturated. NaN
+    gives 0 [C] (no stream shows it)."""
+    if (scale, shift, offset) != (1, 0, 0):
+        raise EmulationError(f"{where}: OUT_CVT SCALE={scale} SHIFT={shift} OFFSET={offset} with an fp16 "
+                             f"PROC_PRECISION and an integer OUT_PRECISION is not modelled (only the identity "
+                             f"1/0/0 the vendor writes)")
+    dtype = np.dtype(out_dtype)
+    low, high = _RANGES[dtype]
+    values = np.asarray(data, np.float64)
+    if out_cvt_round_mode(round_bit) == ROUND_HALF_EVEN:
+        rounded = np.rint(values)
+    else:
+        rounded = np.sign(values) * np.floor(np.abs(values) + 0.5)
+    rounded = np.where(np.isnan(rounded), 0.0, rounded)
+    return np.clip(rounded, low, high).astype(dtype)
