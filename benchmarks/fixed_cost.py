@@ -10,6 +10,10 @@ model, the host step's layout round trip):
 - host steps: a 1x1 convolution, then N ``Abs`` nodes (a host-only op, compiler/SUPPORT.md),
   then a 1x1 convolution; us/host-step the same difference.
 
+``--first-call N`` also times a fresh process's first inference (issue 20: import, model
+load, one run and output with the Numba cache warm) on the ``tasks_few`` build, N processes,
+and prints the minimum with its parts (import, Runtime(), the first run).
+
 The reference is onnxruntime's single-thread time of the same layers (the same difference of the
 same models: a Conv+Relu pair per task, an Abs per host step) in the same run (``ort us``), so
 the figure can be read against the machine's load at the time. Times are
@@ -85,6 +89,47 @@ def _worker(npu_path: str, x_path: str, repeat: int) -> None:
                       "steps": len(runtime.model.schedule())}))
 
 
+#: a fresh process's first inference (seconds, wall), timed from before numpy's import (the
+#: issue's ``python -c "import time; t = time.time(); from npuemu.emulator.runtime import ..."``)
+_FIRST_CALL = """
+import time
+began = time.perf_counter()
+import json, sys
+from npuemu.emulator.runtime import Runtime
+from npuemu.isa.container import ModelFile
+import numpy as np
+imported = time.perf_counter()
+runtime = Runtime(ModelFile.read(sys.argv[1]))
+loaded = time.perf_counter()
+runtime.set_input(runtime.inputs[0], np.load(sys.argv[2]))
+runtime.run()
+runtime.output(runtime.outputs[0])
+done = time.perf_counter()
+print(json.dumps({"total_s": done - began, "import_s": imported - began, "load_s": loaded - imported,
+                  "run_s": done - loaded}))
+"""
+
+
+def measure_first_call(workdir: str, processes: int, log=print) -> dict:
+    """The fastest of ``processes`` fresh processes' first inference of the ``tasks_few`` build
+    (built by :func:`measure_fixed` in the same ``workdir``)."""
+    from benchmarks import measure
+
+    npu, x_path = os.path.join(workdir, "fixed_tasks_few.npu"), os.path.join(workdir, "fixed_x.npy")
+    rows = []
+    for _ in range(processes):
+        proc = subprocess.run([sys.executable, "-c", _FIRST_CALL, npu, x_path],
+                              capture_output=True, text=True, env=measure.child_env(),
+                              cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        if proc.returncode != 0:
+            raise RuntimeError(f"first-call worker failed: {proc.stderr.strip()[-800:]}")
+        rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    best = min(rows, key=lambda row: row["total_s"])
+    log(f"first call in a fresh process (min of {processes}): {best['total_s']:.3f} s = import "
+        f"{best['import_s']:.3f} + Runtime() {best['load_s']:.3f} + first run and output {best['run_s']:.3f}")
+    return best
+
+
 def _ort_ms(onnx_path: str, x: np.ndarray, repeat: int) -> float:
     import onnxruntime as ort
 
@@ -158,9 +203,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--workdir")
     parser.add_argument("--json", metavar="OUT")
+    parser.add_argument("--first-call", type=int, default=0, metavar="N",
+                        help="also time N fresh processes' first inference (the minimum is printed)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="npuemu-fixed-") as tmp:
         result = measure_fixed(args.workdir or tmp, args.repeat)
+        if args.first_call > 0:
+            result["first_call"] = measure_first_call(args.workdir or tmp, args.first_call)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -27,6 +27,7 @@ from npuemu.compiler.passes.lower_attention import WEIGHTS_FROM  # a Conv's weig
 from npuemu.compiler.passes.lower_data_convert import convert_record  # DataConvert on the DPU (LOWERING.md 26)
 from npuemu.compiler.lower import Activation, ActivationLayer, ConcatLayer, ConvLayer, SliceLayer, EltwiseLayer, PoolLayer, Quant, Residual
 from npuemu.compiler.lower.layers import ResizeLayer
+from npuemu.compiler.lower.lower_flat_concat import FlatConcatLayer
 from npuemu.compiler.ops.resize import replication_factors
 from npuemu.compiler.lower.broadcast_lanes import lane_broadcast
 from npuemu.compiler.lower.lut import ONNX_LUT_KINDS  # ONNX op -> LUT function kind (the op table's)
@@ -511,9 +512,21 @@ def _resize_record(graph: Graph, node: Node, platform: Platform) -> ResizeLayer 
 #: NPU lowering kind (op_table.LOWERINGS) -> the builder of its record. Kinds not here make no
 #: record of their own: conv_phases and split expand into conv/slice nodes first (layer_records),
 #: alias is build_adapt.alias_from_node, as_conv exists after a rewrite only, host is a host step.
+def _flat_concat_record(graph: Graph, node: Node, platform: Platform) -> FlatConcatLayer:
+    """Maps flattened along the pixels and joined (LOWERING.md 29): DPU copies like a Concat's."""
+    inputs, dtype = tuple(node.inputs), stored_dtype(graph, node.outputs[0])
+    shapes = tuple(chw(graph, name, node) for name in inputs)
+    if dtype == "float16":
+        if any(stored_dtype(graph, name) != dtype for name in inputs):
+            raise _fail(node, "a float16 flat concat with int8 inputs is not lowered")
+        return FlatConcatLayer(node.layer_name, inputs, node.outputs[0], shapes, (None,) * len(inputs), None, dtype)
+    return FlatConcatLayer(node.layer_name, inputs, node.outputs[0], shapes,
+                           tuple(int8_quant(graph, name, node) for name in inputs), int8_quant(graph, node.outputs[0], node))
+
+
 LAYER_BUILDERS = {"conv": _conv_record, "pool": _pool_record, "eltwise": _eltwise_record, "concat": _concat_record,
                   "slice": _slice_record, "activation": _relu_record, "lut": _lut_record,
-                  "resize": _resize_record, "convert": convert_record}
+                  "resize": _resize_record, "convert": convert_record, "flat_concat": _flat_concat_record}
 
 
 # --- interim: LUT activations after a residual add (broadcasting element-wise ops: layer_records)

@@ -24,6 +24,7 @@ from npuemu.compiler.build_adapt import (
 )
 from npuemu.compiler.ir import Graph, Tensor
 from npuemu.compiler.lower import ConcatLayer, ConvLayer, EltwiseLayer
+from npuemu.compiler.lower.lower_flat_concat import FlatConcatLayer
 from npuemu.compiler.passes.lower_attention import expand_attention
 from npuemu.compiler.passes.lower_data_convert import host_reason as data_convert_host_reason
 from npuemu.compiler.passes.lower_glu import expand_glu
@@ -39,7 +40,7 @@ def reads(layer) -> tuple[str, ...]:
     if isinstance(layer, ConvLayer):
         return (layer.input,) + ((layer.residual.tensor,) if layer.residual else ()) \
             + ((layer.weight_source,) if layer.weight_source else ())
-    if isinstance(layer, (EltwiseLayer, ConcatLayer)):
+    if isinstance(layer, (EltwiseLayer, ConcatLayer, FlatConcatLayer)):
         return tuple(layer.inputs)
     return (layer.input,)
 
@@ -174,7 +175,7 @@ def _resolve(layer, aliases: Mapping[str, str]):
             residual = dataclasses.replace(residual, tensor=aliases[residual.tensor])
         return dataclasses.replace(layer, input=aliases.get(layer.input, layer.input), residual=residual,
                                    weight_source=aliases.get(layer.weight_source, layer.weight_source))
-    if isinstance(layer, (EltwiseLayer, ConcatLayer, CpuOp)):
+    if isinstance(layer, (EltwiseLayer, ConcatLayer, FlatConcatLayer, CpuOp)):
         return dataclasses.replace(layer, inputs=tuple(aliases.get(name, name) for name in layer.inputs))
     return dataclasses.replace(layer, input=aliases.get(layer.input, layer.input))
 

@@ -45,6 +45,7 @@ LOWERINGS = {
     "lut": "an ActivationLayer through the DPU look-up table (lower/lut.py), int8 and float16",
     "pool": "a PoolLayer (PPU, lower/lower_pool.py)",
     "concat": "a ConcatLayer (by address or DPU copies)",
+    "flat_concat": "a FlatConcatLayer: one DPU copy per input into its columns (lower/lower_flat_concat.py)",
     "split": "one ChannelSlice node per output (build_adapt.split_channels)",
     "slice": "a SliceLayer (a DPU copy of a channel range)",
     "alias": "an Alias: the output views the input's bytes (build_adapt.alias_from_node)",
@@ -143,6 +144,8 @@ ROWS: tuple[OpRow, ...] = (
     OpRow("Split", npu="concat_split", lowering="split", reference=REF_COPY),
     OpRow("ChannelSlice", "internal", lowering="slice", host=False, reference=REF_COPY),
     _view("Reshape"), _view("Flatten"), _view("Squeeze"), _view("Unsqueeze"),
+    OpRow("FlatConcat", "composite", npu="flat_concat", lowering="flat_concat", host=False,  # LOWERING.md 29
+          reference="tests.compiler.test_flat_concat_npu:reference_flat_concat"),
     OpRow("Readout", "composite", npu="readout", host=False,  # a graph output the runtime permutes (LOWERING.md 25)
           reference="tests.compiler.test_output_readout:reference_readout"),
     OpRow("Pad", fusion="pad"),
@@ -162,7 +165,9 @@ ROWS: tuple[OpRow, ...] = (
                 "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Where", "Cast"),
     *_host_only("ReduceSum", "ReduceMin", "ReduceMean", "ReduceMax", "ReduceProd", "ArgMax"),
     *_host_only("Slice", "Gather", "Expand", "Tile", "Identity", "Dropout"),
-    *_host_only("LSTM", "GRU", "RNN"),  # the sequence loop on the host (compiler/ops/recurrent.py)
+    # a float16 forward LSTM is unrolled into NPU layers (passes/lstm_npu.py, LOWERING.md 30), else a host step
+    OpRow("LSTM", npu="lstm"),
+    *_host_only("GRU", "RNN"),  # the sequence loop on the host (compiler/ops/recurrent.py)
 )
 
 #: ops the importer accepts that never reach the compiler's graph as themselves

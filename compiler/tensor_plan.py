@@ -19,6 +19,7 @@ from npuemu.compiler.lower import layer_constants, output_align
 from npuemu.compiler.lower.broadcast_lanes import lanes_aligns
 from npuemu.compiler.deconv_phases import input_window, read_shape, written_shape
 from npuemu.compiler.lower.driver import copy_views
+from npuemu.compiler.lower.lower_flat_concat import FlatConcatLayer
 from npuemu.compiler.memory_plan import TensorView, fold_views, lifetimes_from_steps, plan_sram, view_roots
 from npuemu.isa.errors import CompileError
 
@@ -165,7 +166,7 @@ def _shapes(layer) -> dict[str, tuple[int, int, int]]:
         return shapes
     if isinstance(layer, EltwiseLayer):
         return layer.shapes
-    if isinstance(layer, ConcatLayer):
+    if isinstance(layer, (ConcatLayer, FlatConcatLayer)):
         return dict(zip(layer.inputs, layer.shapes)) | {layer.output: layer.output_shape}
     return {layer.input: layer.input_shape, layer.output: layer.output_shape}
 

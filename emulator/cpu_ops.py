@@ -14,6 +14,8 @@ reshaped to the output tensor's logical shape before it is stored (so Reshape/Fl
 Squeeze/Unsqueeze only pass their input on). The ops live here and in cpu_ops_math.py
 (element-wise, comparison, logic), cpu_ops_move.py (data movement, pooling), cpu_ops_conv.py
 (convolutions) and cpu_ops_resize.py; an op not in :data:`OPS` is refused with its name.
+int8 and float16 tensors are read and stored through per-tensor plans (cpu_ops_io.py), with
+the very arithmetic of the general path below.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Callable
 import numpy as np
 
 from npuemu.emulator.cpu_ops_conv import CONV_OPS
+from npuemu.emulator.cpu_ops_io import tensor_io
 from npuemu.emulator.cpu_ops_math import MATH_OPS, binary, unary
 from npuemu.emulator.cpu_ops_move import MOVE_OPS
 from npuemu.emulator.cpu_ops_recurrent import RECURRENT_OPS
@@ -218,10 +221,8 @@ def _operand(operand) -> np.ndarray:
     return _computing(values.reshape(constant["shape"]))
 
 
-def _operands(operands: list, tensors) -> list:
-    """Operand records ({"tensor"} | {"constant"} | None) as values, tensors taken in order."""
-    return [None if operand is None else next(tensors) if "tensor" in operand else _operand(operand)
-            for operand in operands]
+#: an operand record's place for the next tensor (``_Prepared.operand_values``)
+_TENSOR = object()
 
 
 def _computing(values: np.ndarray) -> np.ndarray:
@@ -230,6 +231,9 @@ def _computing(values: np.ndarray) -> np.ndarray:
 
 
 def _read(runtime, name: str) -> np.ndarray:
+    plan = tensor_io(runtime, name)  # an int8 tensor: its plan, worked out once (cpu_ops_io.py)
+    if plan is not None:
+        return plan.read()
     info = runtime.tensor_info(name)
     if "quantization" in info or info.get("layout") != ND_LAYOUT:
         return runtime.output(name, dequantize=True).astype(np.float64)
@@ -237,6 +241,10 @@ def _read(runtime, name: str) -> np.ndarray:
 
 
 def _store(runtime, name: str, value: np.ndarray, op: str) -> None:
+    plan = tensor_io(runtime, name)
+    if plan is not None:
+        plan.store(value, name, op)
+        return
     info = runtime.tensor_info(name)
     shape = tuple(info["shape"])
     value = np.asarray(value)
@@ -281,33 +289,75 @@ def _custom_runner(runtime, step) -> Callable[[list[np.ndarray], dict], list[np.
     return run
 
 
+class _Prepared:
+    """What ``run_step`` derives from a step's record alone, once per step (the Runtime keeps its
+    parsed steps): the op's function and its params without the entries ``run_step`` consumes."""
+
+    __slots__ = ("function", "params", "fused", "operands", "index", "plain", "constants", "__weakref__")
+
+    def __init__(self, function, step) -> None:
+        params = dict(step.params or {})
+        self.function = function
+        self.fused = params.pop("fused", [])
+        self.operands = params.pop("operands", None)  # constant operands, in the node's input order
+        self.index = params.pop("output_index", None)
+        self.params = params
+        # without operands: the step's inputs, of which the fused parts' tensors come last
+        self.plain = None if self.fused else len(step.inputs)
+        self.constants: dict[int, tuple[list, list]] = {}  # by id of an operand list: (it, its values)
+
+    def operand_values(self, operands: list, tensors) -> list:
+        """Operand records ({"tensor"} | {"constant"} | None) as values, tensors taken in order;
+        each constant built once per step (its JSON values parsed) and handed out as a copy."""
+        entry = self.constants.get(id(operands))
+        if entry is None or entry[0] is not operands:
+            entry = self.constants[id(operands)] = (operands, [
+                None if operand is None else _TENSOR if "tensor" in operand else _operand(operand)
+                for operand in operands])
+        return [next(tensors) if value is _TENSOR else None if value is None else value.copy()
+                for value in entry[1]]
+
+
+#: each schedule step's _Prepared (the Runtime keeps its parsed steps across runs)
+_PREPARED: Memo = Memo(identity=1)
+
+
+def _prepared(runtime, step) -> _Prepared:
+    prepared = _PREPARED.get(step)
+    if prepared is None:
+        function = _custom_op(runtime, step) if CUSTOM_OP_KEY in (step.params or {}) else OPS.get(step.op)
+        if function is None:
+            raise EmulationError(f"CPU step {step.op!r} is not implemented by the runtime "
+                                 f"(known: {', '.join(sorted(OPS))})")
+        prepared = _PREPARED.put(_Prepared(function, step), step)
+    return prepared
+
+
 def run_step(runtime, step) -> None:
     """Run one CPU step: read its inputs (dequantized int8, float16 and float as float64;
     integer and bool host tensors as they are), apply the op, store its output in the output
     tensor's type (int8 quantized, float16 or the ND tensor's element type). A step of a
     multi-output op keeps output ``output_index`` (params)."""
-    function = _custom_op(runtime, step) if CUSTOM_OP_KEY in (step.params or {}) else OPS.get(step.op)
-    if function is None:
-        raise EmulationError(f"CPU step {step.op!r} is not implemented by the runtime "
-                             f"(known: {', '.join(sorted(OPS))})")
-    params = dict(step.params or {})
-    fused = params.pop("fused", [])
+    prepared = _prepared(runtime, step)
+    params = dict(prepared.params)
     tensors = iter([_read(runtime, name) for name in step.inputs])
-    if "operands" in params:  # constant operands travel in the params, in the node's input order
-        inputs = _operands(params.pop("operands"), tensors)
+    if prepared.operands is not None:
+        inputs = prepared.operand_values(prepared.operands, tensors)
     else:
-        fused_tensors = sum("tensor" in operand for part in fused for operand in part["operands"] if operand) \
-            if fused else 0
-        inputs = [next(tensors) for _ in range(len(step.inputs) - fused_tensors)]
-    index = params.pop("output_index", None)
+        plain = prepared.plain
+        if plain is None:
+            plain = len(step.inputs) - sum("tensor" in operand for part in prepared.fused
+                                           for operand in part["operands"] if operand)
+        inputs = [next(tensors) for _ in range(plain)]
     try:
-        outputs = function(inputs, params)
-        for part in fused:  # fused parts on output 0: the running result is operand "carry"
-            operands = _operands(part["operands"], tensors)
+        outputs = prepared.function(inputs, params)
+        for part in prepared.fused:  # fused parts on output 0: the running result is operand "carry"
+            operands = prepared.operand_values(part["operands"], tensors)
             operands.insert(int(part.get("carry", 0)), outputs[0])
             outputs[0] = OPS[part["op"]](operands, dict(part.get("attrs", {})))[0]
     except (ValueError, IndexError, TypeError, KeyError) as error:  # e.g. an out-of-range Gather index
         raise EmulationError(f"CPU step {step.op!r}: {type(error).__name__}: {error}") from None
+    index = prepared.index
     if index is not None:
         outputs = outputs[int(index):int(index) + 1]
     elif 0 < len(step.outputs) < len(outputs):  # ONNX's optional trailing outputs, not asked for

@@ -19,7 +19,6 @@ copy, the byte counts and the derived-value invalidation still happen on every a
 from __future__ import annotations
 
 import bisect
-import enum
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -235,8 +234,11 @@ def _first_outside(memory: Memory, starts: np.ndarray, row_bytes: int) -> int:
     return int(starts.min())  # rows fit regions individually but straddle two of them
 
 
-class Traffic(enum.Enum):
-    """DMA streams counted per task (the units' read and write engines)."""
+class Traffic:
+    """DMA streams counted per task (the units' read and write engines): each is the name of
+    its :class:`DmaTraffic` field, a plain string, so the per-task counters key a dict by the
+    field name itself (issue 20: no Enum members to hash or translate through ``.value``, a
+    Python property; a DmaTraffic is built straight from the counts)."""
 
     REGCMD_READ = "regcmd_read"  # PC fetch of the task's command words
     FEATURE_READ = "feature_read"  # CNA feature DMA
@@ -248,10 +250,6 @@ class Traffic(enum.Enum):
     PPU_READ = "ppu_read"  # PPU_RDMA
     DPU_WRITE = "dpu_write"  # DPU WDMA
     PPU_WRITE = "ppu_write"  # PPU write DMA
-
-    # Members are singletons compared by identity: hash them by identity too, in C (Enum's
-    # own __hash__ is Python code; the per-task counters hash a stream several times a task)
-    __hash__ = object.__hash__
 
 
 @dataclass(frozen=True)
@@ -297,9 +295,9 @@ class DmaTraffic:
 
 
 _READ_STREAMS = tuple(f.name for f in fields(DmaTraffic) if f.name.endswith("_read"))
-# Enum ``.value`` is a slow property: the per-task counters look these up instead
-_FIELD = {stream: stream.value for stream in Traffic}
-_IS_READ = {stream: stream.value in _READ_STREAMS for stream in Traffic}
+#: every stream of :class:`Traffic`, and whether it reads (for the SRAM hit counts)
+STREAMS = tuple(value for key, value in vars(Traffic).items() if key.isupper())
+_IS_READ = {stream: stream in _READ_STREAMS for stream in STREAMS}
 
 
 @dataclass
@@ -313,11 +311,11 @@ class TaskDma:
 
     memory: Memory
     where: str  # "core 0 task 3"
-    counts: dict[Traffic, int] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)  # bytes by stream (a Traffic name)
     sram_reads: int = 0
     sram_writes: int = 0
 
-    def count(self, stream: Traffic, nbytes: int, region: MemoryRegion | None = None) -> None:
+    def count(self, stream: str, nbytes: int, region: MemoryRegion | None = None) -> None:
         counts = self.counts
         counts[stream] = counts.get(stream, 0) + int(nbytes)
         if region is not None and region.name == SRAM_REGION:
@@ -326,7 +324,7 @@ class TaskDma:
             else:
                 self.sram_writes += int(nbytes)
 
-    def read_rows(self, stream: Traffic, starts: np.ndarray, row_bytes: int, what: str) -> np.ndarray:
+    def read_rows(self, stream: str, starts: np.ndarray, row_bytes: int, what: str) -> np.ndarray:
         """``uint8 [len(starts), row_bytes]``: one contiguous run per start address."""
         if isinstance(starts, np.ndarray) and not starts.flags.writeable:  # a plan's fixed rows: located once
             located = self.memory.locate_fixed(starts, row_bytes, lambda: f"{self.where}: {what} read")
@@ -338,7 +336,7 @@ class TaskDma:
         self.count(stream, starts.size * row_bytes, region)
         return rows
 
-    def read_located(self, stream: Traffic, region: MemoryRegion, offsets: np.ndarray,
+    def read_located(self, stream: str, region: MemoryRegion, offsets: np.ndarray,
                      row_bytes: int) -> np.ndarray:
         """``read_rows`` of rows found by ``Memory.locate_fixed``: the same copy and byte counts."""
         rows = np.empty((offsets.size, row_bytes), np.uint8)
@@ -346,7 +344,7 @@ class TaskDma:
         self.count(stream, offsets.size * row_bytes, region)
         return rows
 
-    def write_rows(self, stream: Traffic, starts: np.ndarray, rows: np.ndarray, what: str) -> None:
+    def write_rows(self, stream: str, starts: np.ndarray, rows: np.ndarray, what: str) -> None:
         """Write ``uint8 [len(starts), row_bytes]`` rows at the start addresses."""
         starts = _addresses(starts)
         rows = np.ascontiguousarray(rows).view(np.uint8).reshape(starts.size, -1)
@@ -356,7 +354,7 @@ class TaskDma:
         self.memory.derived.invalidate_rows(starts, row_bytes)
         self.count(stream, starts.size * row_bytes, region)
 
-    def write_planes(self, stream: Traffic, starts: np.ndarray, planes: np.ndarray, c2: int,
+    def write_planes(self, stream: str, starts: np.ndarray, planes: np.ndarray, c2: int,
                      what: str) -> None:
         """Write a cube ``[C][H][W]`` as NC1HWC2 rows of C2-lane atoms: ``starts`` holds the
         address of each surface's rows, surface-major ([S][H], S = ceil(C / C2)); lanes past C
@@ -389,7 +387,7 @@ class TaskDma:
         self.memory.derived.invalidate_rows(starts, row_bytes)
         self.count(stream, starts.size * row_bytes, region)
 
-    def claim_rows(self, stream: Traffic, starts: np.ndarray, row_bytes: int, dtype: np.dtype,
+    def claim_rows(self, stream: str, starts: np.ndarray, row_bytes: int, dtype: np.dtype,
                    what: str, disjoint: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
         """For a kernel that stores rows itself: bounds-check the rows ``[start, start +
         row_bytes)``, count them and drop the derived values they overwrite, as ``write_rows``
@@ -416,10 +414,10 @@ class TaskDma:
         self.count(stream, starts.size * row_bytes, region)
         return view, offsets // itemsize
 
-    def read_block(self, stream: Traffic, address: int, nbytes: int, what: str) -> np.ndarray:
+    def read_block(self, stream: str, address: int, nbytes: int, what: str) -> np.ndarray:
         return self.read_rows(stream, np.array([address]), nbytes, what)[0]
 
-    def derived_from_block(self, stream: Traffic, address: int, nbytes: int, what: str,
+    def derived_from_block(self, stream: str, address: int, nbytes: int, what: str,
                            key: Hashable, build: Callable[[np.ndarray], Any]) -> Any:
         """``build(read_block(...))``, counted as the same read, but built once per contents:
         the value is kept until a DMA or host write touches ``[address, address + nbytes)``.
@@ -428,7 +426,7 @@ class TaskDma:
         region, _ = self.memory._locate_rows(starts, nbytes, f"{self.where}: {what} read")
         return self.derived_from_located(stream, region, int(starts[0]), nbytes, key, build)
 
-    def derived_from_located(self, stream: Traffic, region: MemoryRegion, address: int, nbytes: int,
+    def derived_from_located(self, stream: str, region: MemoryRegion, address: int, nbytes: int,
                              key: Hashable, build: Callable[[np.ndarray], Any]) -> Any:
         """``derived_from_block`` of a block ``Memory.locate_fixed`` found in ``region`` (``address``
         wrapped to 32 bits): the same count and cache, without locating it again."""
@@ -449,8 +447,7 @@ class TaskDma:
 
 
 def _build_traffic(counts: tuple, sram_reads: int, sram_writes: int) -> DmaTraffic:
-    return DmaTraffic(**{_FIELD[stream]: n for stream, n in counts},
-                      sram_hit_reads=sram_reads, sram_hit_writes=sram_writes)
+    return DmaTraffic(**dict(counts), sram_hit_reads=sram_reads, sram_hit_writes=sram_writes)
 
 
 #: DmaTraffic by counter values (stream order included: equal dicts built in another order

@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from npuemu.emulator import cpu_ops
 from npuemu.emulator.cpu_ops_tensors import is_nd, nd_dtype, read_nd, write_nd
 from npuemu.emulator.machine import Machine
 from npuemu.emulator.memo import Memo
@@ -53,6 +52,8 @@ class Runtime:
         self._schedule: tuple | None = None  # parsed on the first run, then kept (same assumption)
         # what the runtime derives from a tensor's record (geometry, quantization), by (kind, name)
         self._per_tensor: Memo = Memo()
+        # host steps' per-tensor read/store plans (emulator/cpu_ops_io.py), by name
+        self.host_io: dict[str, Any] = {}
         _check_atoms(self._tensors.values(), self.machine.atom_bytes, self.machine.platform.name)
         for name in self.inputs + self.outputs:
             info = self._tensors.get(name)
@@ -60,6 +61,10 @@ class Runtime:
                 raise ModelFileError(f"graph input/output tensor {name!r} has no address in the model file")
 
     # --- layout ---------------------------------------------------------------------------
+
+    def geometry(self, name: str) -> tuple[dict[str, Any], tuple[int, int, int], int, int, int]:
+        """An NC1HWC2 tensor's record, (C, H, W), C1, C2 and surface stride in pixels."""
+        return self._geometry(name)
 
     def _geometry(self, name: str) -> tuple[dict[str, Any], tuple[int, int, int], int, int, int]:
         # a pure function of the tensor's trailer record: worked out once per tensor (host
@@ -228,7 +233,7 @@ class Runtime:
             if isinstance(step, NpuStep):
                 runs.append(self._run_chain(index, step))
             elif isinstance(step, CpuStep):
-                cpu_ops.run_step(self, step)
+                _cpu_ops().run_step(self, step)
             else:  # pragma: no cover - the container knows two step kinds
                 raise EmulationError(f"schedule step {index}: unknown kind")
         self.runs = tuple(runs)
@@ -243,6 +248,14 @@ class Runtime:
                                  f"{step.chain.offset:#x} ran {len(run.tasks)} task(s); the model file declares "
                                  f"{step.chain.tasks} (trailer.schedule[{index}].chain.tasks)")
         return run
+
+
+def _cpu_ops():
+    """The host-step operators, imported when a model first runs one (issue 20: a model without
+    host steps does not pay for importing every op module at start-up)."""
+    from npuemu.emulator import cpu_ops
+
+    return cpu_ops
 
 
 def _machine(model: ModelFile, platform) -> Machine:

@@ -26,6 +26,7 @@ from .layers import ActivationLayer, ConcatLayer, ConvLayer, SliceLayer, Eltwise
 from .lower_conv import ConvConstants, conv_constants, lower_conv
 from .lower_convert import ConvertLayer, lower_convert
 from .lower_eltwise import lower_activation, lower_concat, lower_eltwise, lower_slice
+from .lower_flat_concat import FlatConcatLayer, lower_flat_concat
 from .lower_pool import lower_pool
 from .lower_resize import UnpoolTask, emit_unpool_task, lower_resize
 from .placement import Placement, feature_placement
@@ -82,6 +83,8 @@ def describe_layer(layer: Layer, placements: Mapping[str, Placement], platform: 
         return lower_concat(layer, placements, platform)
     if isinstance(layer, SliceLayer):
         return lower_slice(layer, placements, platform)
+    if isinstance(layer, FlatConcatLayer):  # LOWERING.md 29
+        return lower_flat_concat(layer, placements, platform)
     if isinstance(layer, ResizeLayer):
         return lower_resize(layer, placements, platform)
     if isinstance(layer, ConvertLayer):  # int8 <-> fp16 storage (LOWERING.md 26)

@@ -364,8 +364,22 @@ class EltwiseLayer:
                                f"H x W, not both")
 
 
+class SameShape:
+    """For a layer whose ``shape`` field (C, H, W) is both its input's and its output's."""
+
+    shape: tuple[int, int, int]  # (a plain base: the dataclass below declares the field)
+
+    @property
+    def input_shape(self) -> tuple[int, int, int]:
+        return self.shape
+
+    @property
+    def output_shape(self) -> tuple[int, int, int]:
+        return self.shape
+
+
 @dataclass(frozen=True)
-class ActivationLayer:
+class ActivationLayer(SameShape):
     """A standalone activation on one int8 tensor: a DPU-only task - LUT kinds as the vendor's
     rep10, ReLU / clip / LeakyRelu in the BN stage."""
 
@@ -383,13 +397,19 @@ class ActivationLayer:
         if self.activation.kind == "none":
             raise CompileError(f"layer {self.name}: a standalone activation layer needs an activation")
 
-    @property
-    def input_shape(self) -> tuple[int, int, int]:
-        return self.shape
 
-    @property
-    def output_shape(self) -> tuple[int, int, int]:
-        return self.shape
+def check_joined_inputs(layer, what: str) -> None:
+    """Normalize and check the per-input fields of a layer that joins its inputs (``inputs``,
+    ``shapes``, ``input_quants``, ``output_quant``, ``dtype``): one shape and quantization per
+    input, and int8 quantization everywhere."""
+    _check_dtype(layer.dtype, layer.name)
+    object.__setattr__(layer, "inputs", tuple(layer.inputs))
+    object.__setattr__(layer, "shapes", tuple(tuple(int(v) for v in shape) for shape in layer.shapes))
+    object.__setattr__(layer, "input_quants", tuple(layer.input_quants))
+    if not layer.inputs or len(layer.inputs) != len(layer.shapes) or len(layer.inputs) != len(layer.input_quants):
+        raise CompileError(f"layer {layer.name}: a {what} needs one shape and quantization per input")
+    if layer.dtype == INT8 and (layer.output_quant is None or None in layer.input_quants):
+        raise CompileError(f"layer {layer.name}: an int8 {what} needs the quantization of every input and the output")
 
 
 @dataclass(frozen=True)
@@ -408,14 +428,7 @@ class ConcatLayer:
     dtype: str = INT8
 
     def __post_init__(self) -> None:
-        _check_dtype(self.dtype, self.name)
-        object.__setattr__(self, "inputs", tuple(self.inputs))
-        object.__setattr__(self, "shapes", tuple(tuple(int(v) for v in shape) for shape in self.shapes))
-        object.__setattr__(self, "input_quants", tuple(self.input_quants))
-        if not self.inputs or len(self.inputs) != len(self.shapes) or len(self.inputs) != len(self.input_quants):
-            raise CompileError(f"layer {self.name}: a concat needs one shape and quantization per input")
-        if self.dtype == INT8 and (self.output_quant is None or None in self.input_quants):
-            raise CompileError(f"layer {self.name}: an int8 concat needs the quantization of every input and the output")
+        check_joined_inputs(self, "concat")
         if len({shape[1:] for shape in self.shapes}) != 1:
             raise CompileError(f"layer {self.name}: concat inputs differ in height/width: {list(self.shapes)}")
 

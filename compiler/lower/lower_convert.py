@@ -31,7 +31,7 @@ from npuemu.isa.errors import CompileError
 from npuemu.platforms.model import Platform
 
 from .descriptions import ALU_ADD, OUT_PRECISION_CODES, PRECISION_CODES, DpuCube, DpuStages, DpuTask, OutCvt, XStage
-from .layers import FLOAT16, INT8, Quant
+from .layers import FLOAT16, INT8, Quant, SameShape
 from .lookup import unpacked_pair
 from .placement import Placement, align
 
@@ -41,7 +41,7 @@ SCALE_BITS = 15  # OUT_CVT_SCALE is signed 16-bit: M < 2^15
 
 
 @dataclass(frozen=True)
-class ConvertLayer:
+class ConvertLayer(SameShape):
     """int8 <-> float16 storage of one tensor: ``to`` the output's dtype, ``quant`` the int8 side's."""
 
     name: str
@@ -54,14 +54,6 @@ class ConvertLayer:
     def __post_init__(self) -> None:
         if self.to not in (INT8, FLOAT16):
             raise CompileError(f"layer {self.name}: DataConvert to {self.to!r}; expected int8 or float16")
-
-    @property
-    def input_shape(self) -> tuple[int, int, int]:
-        return self.shape
-
-    @property
-    def output_shape(self) -> tuple[int, int, int]:
-        return self.shape
 
     @property
     def source_dtype(self) -> str:

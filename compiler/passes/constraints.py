@@ -20,6 +20,7 @@ from ..ir import Graph, Node
 from .cbuf_fit import cbuf_fit, conv_geometry
 from .context import PassContext
 from .fusion_rules import fusable_activations, part_kind
+from .lstm_npu import host_reason as lstm_host_reason  # the pass's own test names what it refused
 from .match import BIAS_TAG, const, per_channel
 
 Check = Callable[[Graph, Node, PassContext], "str | None"]
@@ -341,6 +342,19 @@ def channel_axis_only(graph: Graph, node: Node, ctx: PassContext) -> str | None:
 
 
 @Constraint
+def flat_concat_columns(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """Every input is a map of the output's channels, at most {max_cube_channels} channels and
+    {max_cube_width} wide (each is one DPU copy cube; the output is only written, through
+    DST_SURF_STRIDE, so its N columns are not a cube; LOWERING.md 29)."""
+    channels = shape(graph, node.outputs[0])[1]
+    for name in node.inputs:
+        dims = shape(graph, name)
+        if dims[1] != channels or channels > ctx.limits.max_cube_channels or dims[3] > ctx.limits.max_cube_width:
+            return f"'{name}' is {list(dims)}, the output has {channels} channels"
+    return None
+
+
+@Constraint
 def glu_halves(graph: Graph, node: Node, ctx: PassContext) -> str | None:
     """Each half of a Glu's channels starts on a 16-channel NC1HWC2 surface (C/2 a multiple of
     16), so both halves are read by address (LOWERING.md 22.1)."""
@@ -427,3 +441,11 @@ def same_native_bytes(graph: Graph, node: Node, ctx: PassContext) -> str | None:
     if before is None or before != after or before[0] != 1:
         return f"{list(shape(graph, node.inputs[0]))} -> {list(shape(graph, node.outputs[0]))}"
     return None
+
+
+@Constraint
+def lstm_unrolled(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """An LSTM runs on the NPU only as the layers passes/lstm_npu.py unrolls it into (float16, any
+    direction, batch 1, at most 64 steps and 8 MiB of unrolled weights, default activations, no
+    clip/peepholes/sequence_lens, zero initial states; LOWERING.md 30); one left as itself is a host step."""
+    return lstm_host_reason(graph, node, ctx) or "not unrolled: the LSTM pass runs from optimization level 1"

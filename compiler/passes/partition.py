@@ -68,6 +68,10 @@ RULES: dict[str, tuple[str, tuple[c.Constraint, ...]]] = {
     "view": ("by address (no data moved)", (c.float_tensors, c.same_native_bytes)),
     "readout": ("the runtime's readout of a graph output (host, with its NC1HWC2 -> NCHW; no layer)",
                 (c.float_tensors, c.graph_output)),
+    "lstm": ("unrolled into 1x1 convs, DPU look-up tables and element-wise layers (LOWERING.md 30)",
+             (c.lstm_unrolled,)),
+    "flat_concat": ("DPU copies, one per input, into its columns of the output (LOWERING.md 29)",
+                    (c.float_tensors, c.feature_maps_4d, c.flat_concat_columns)),
 }
 
 NPU_OPS: tuple[NpuOp, ...] = tuple(NpuOp(op_table.npu_group(group), unit, rules)

@@ -48,9 +48,10 @@ from npuemu.isa.errors import CompileError
 from ..ir import Graph
 from . import cleanup, fold_bn, fold_const_affine, fuse_activation, fuse_add, fuse_glu, fuse_layer_norm
 from . import fuse_linear, fuse_pad, fuse_patterns, lift_1d, prune, rewrite_channel_tiling, rewrites
-from . import attention_npu, lower_rsqrt, tokens_as_channels
+from . import attention_npu, lower_rsqrt, lstm_npu, tokens_as_channels
 from .concat_as_convs import concat_as_placement_convs
 from .depth_to_space import depth_to_space_as_conv_transpose
+from .flat_concat import flat_concat_tail
 from .focus_as_conv import focus_as_conv
 from .pad_as_conv import pad_as_identity_conv
 from .split_as_convs import split_as_selection_convs
@@ -90,7 +91,9 @@ STAGES: tuple[Stage, ...] = (
     Stage("1-D as 2-D", 1, (lift_1d.lift_1d_layers,)),
     Stage("tokens as channels", 1, (tokens_as_channels.tokens_as_channels,  # [1,T,C] -> [1,C,1,T]
                                     attention_npu.attention_as_head_convs)),  # LOWERING.md 22.3
+    Stage("detector tail", 1, (flat_concat_tail,)),  # Reshapes + Concat + Transpose: LOWERING.md 29
     Stage("1/sqrt as look-up tables", 1, (lower_rsqrt.rsqrt_on_npu,)),  # LOWERING.md 24
+    Stage("LSTM unrolled", 1, (lstm_npu.lstm_as_npu_layers,)),  # float16 LSTM unrolled, LOWERING.md 30
     Stage("scale+bias layers", 1, (fold_bn.batch_norm_as_depthwise_conv,
                                    fold_const_affine.affine_chain_as_depthwise_conv)),
     Stage("fusion", 1, _FUSE),

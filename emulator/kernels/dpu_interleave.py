@@ -24,36 +24,28 @@ NOTCH_ADDR_1 (equal to NOTCH_ADDR_0 in both builds) has no modelled effect.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from npuemu.emulator.units.state import DpuState
 from npuemu.isa.errors import EmulationError
 
 
-@dataclasses.dataclass(frozen=True)
-class InterleavedDpuState(DpuState):
-    """A DPU state whose WDMA writes pixels ``pixel_step`` bytes and lines ``surface_add`` bytes apart."""
-
-    pixel_step: int = 0  # bytes: (NOTCH_ADDR_0 + 1) atoms
-
-
 def is_interleaved(state: DpuState) -> bool:
-    return isinstance(state, InterleavedDpuState)
+    """Whether the WDMA writes pixels ``pixel_step`` bytes and lines ``surface_add`` bytes apart."""
+    return state.pixel_step != 0
 
 
-def with_interleave(state: DpuState, wdma: tuple[int, int, int], notch: int, where: str) -> DpuState:
-    """``wdma``: WDMA_SIZE_1/0 as (width, height, channels), each field + 1. The state unchanged unless
-    they give the interleaved form (a width-1 line of W x CHANNEL channels, W > 1)."""
-    if not (state.width > 1 and wdma == (1, state.height, state.width * state.channels)):
-        return state
-    fields = {f.name: getattr(state, f.name) for f in dataclasses.fields(DpuState)}
-    interleaved = InterleavedDpuState(**fields, pixel_step=(notch + 1) * state.atom_bytes)
-    return interleaved
+def pixel_step(cube: tuple[int, int, int], wdma: tuple[int, int, int], notch: int, atom_bytes: int) -> int:
+    """``DpuState.pixel_step``: (NOTCH_ADDR_0 + 1) atoms if ``wdma`` (WDMA_SIZE_1/0 as (width, height,
+    channels), each field + 1) gives the interleaved form of the DATA_CUBE ``cube`` (width, height,
+    channels): a width-1 line of W x CHANNEL channels, W > 1; else 0."""
+    width, height, channels = cube
+    if not (width > 1 and wdma == (1, height, width * channels)):
+        return 0
+    return (notch + 1) * atom_bytes
 
 
-def check_interleave(state: InterleavedDpuState, c2: int, where: str) -> int:
+def check_interleave(state: DpuState, c2: int, where: str) -> int:
     """The surfaces written; refuses a write that would need SURFACE_ADD as the group step too."""
     surfaces = -(-min(state.channels, state.orig_channels) // c2)
     if surfaces > state.size_e + 1:
@@ -64,7 +56,7 @@ def check_interleave(state: InterleavedDpuState, c2: int, where: str) -> int:
     return surfaces
 
 
-def wdma_pixels(state: InterleavedDpuState, c2: int, where: str = "DPU") -> tuple[int, np.ndarray, int]:
+def wdma_pixels(state: DpuState, c2: int, where: str = "DPU") -> tuple[int, np.ndarray, int]:
     """(surfaces written, the address of every atom [S][H*W] surface-major, the atom's bytes)."""
     surfaces = check_interleave(state, c2, where)
     s = np.arange(surfaces, dtype=np.int64)[:, None, None] * state.dst_surface_stride

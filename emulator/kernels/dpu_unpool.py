@@ -30,49 +30,12 @@ How it is read here:
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
+from npuemu.emulator.memo import Memo
 from npuemu.emulator.memory import TaskDma, Traffic
-from npuemu.emulator.units.state import PRECISION_DTYPES, DpuRdmaState, DpuState
+from npuemu.emulator.units.state import PRECISION_DTYPES, DpuRdmaState, DpuState, Unpool
 from npuemu.isa.errors import EmulationError
-
-
-@dataclasses.dataclass(frozen=True)
-class Unpool:
-    """SRC_DMA_CFG's kernel and stride, decoded (field + 1)."""
-
-    kernel_w: int
-    kernel_h: int
-    stride_w: int
-    stride_h: int
-
-
-@dataclasses.dataclass(frozen=True)
-class NotchedDpuState(DpuState):
-    """A DPU state with a non-zero DATA_CUBE_NOTCH_ADDR.NOTCH_ADDR_0 (atoms added to each written
-    line); only the unpooling write reads it, the other paths keep lines W atoms apart as before."""
-
-    line_notch: int = 0
-
-
-def with_line_notch(state: DpuState, notch: int) -> DpuState:
-    if not notch:
-        return state
-    return NotchedDpuState(**{f.name: getattr(state, f.name) for f in dataclasses.fields(DpuState)},
-                           line_notch=notch)
-
-
-def line_notch_of(state: DpuState) -> int:
-    return state.line_notch if isinstance(state, NotchedDpuState) else 0
-
-
-@dataclasses.dataclass(frozen=True)
-class UnpoolRdmaState(DpuRdmaState):
-    """A DPU_RDMA state whose MRDMA feeds the unpooling unit."""
-
-    unpool: Unpool | None = None
 
 
 def decode_unpool(src_dma: dict[str, int], where: str) -> Unpool | None:
@@ -90,16 +53,11 @@ def decode_unpool(src_dma: dict[str, int], where: str) -> Unpool | None:
     return unpool
 
 
-def with_unpool(rdma: DpuRdmaState, unpool: Unpool) -> UnpoolRdmaState:
-    return UnpoolRdmaState(**{f.name: getattr(rdma, f.name) for f in dataclasses.fields(DpuRdmaState)},
-                           unpool=unpool)
-
-
 def _atom_bytes_of(channels: int, precision: int) -> int:
     return channels * PRECISION_DTYPES[precision].itemsize
 
 
-def check_unpool(state: DpuState, rdma: UnpoolRdmaState, where: str) -> None:
+def check_unpool(state: DpuState, rdma: DpuRdmaState, where: str) -> None:
     """The DPU cube must be the unpooled MRDMA cube, one atom a pixel, with nothing converted."""
     unpool = rdma.unpool
     atom = rdma.atom_bytes
@@ -139,15 +97,25 @@ def output_row_starts(state: DpuState, kernel_h: int, notch: int) -> np.ndarray:
     return (state.dst_address + lines + rows).reshape(-1)
 
 
-def run_unpool(state: DpuState, rdma: UnpoolRdmaState, dma: TaskDma) -> None:
+def _row_starts(state: DpuState, rdma: DpuRdmaState) -> tuple[np.ndarray, np.ndarray]:
+    """The source rows' and the output rows' addresses, read-only (the DMA locates them once)."""
+    source = rdma.src_address + np.arange(rdma.height, dtype=np.int64) * rdma.line_stride
+    output = output_row_starts(state, rdma.unpool.kernel_h, state.line_notch)
+    source.flags.writeable = output.flags.writeable = False
+    return source, output
+
+
+#: per (DpuState, DpuRdmaState) objects: a network's unpooling tasks reuse theirs every run
+_ROW_STARTS: Memo[tuple[np.ndarray, np.ndarray]] = Memo(_row_starts, identity=2)
+
+
+def run_unpool(state: DpuState, rdma: DpuRdmaState, dma: TaskDma) -> None:
     """Read the MRDMA cube, write every atom into its kernel block."""
-    notch = line_notch_of(state)
     atom = rdma.atom_bytes
-    starts = rdma.src_address + np.arange(rdma.height, dtype=np.int64) * rdma.line_stride
-    raw = dma.read_rows(Traffic.MAIN_READ, starts, rdma.width * atom,
+    source, output = _ROW_STARTS(state, rdma)
+    raw = dma.read_rows(Traffic.MAIN_READ, source, rdma.width * atom,
                         f"DPU_RDMA unpooling source (SRC_BASE_ADDR={rdma.src_address:#x})")
     atoms = raw.reshape(rdma.height, rdma.width, atom)
     rows = unpool_atoms(atoms, rdma.unpool.kernel_w, rdma.unpool.kernel_h)
-    dma.write_rows(Traffic.DPU_WRITE, output_row_starts(state, rdma.unpool.kernel_h, notch),
-                   np.ascontiguousarray(rows).reshape(-1, state.width * atom),
+    dma.write_rows(Traffic.DPU_WRITE, output, np.ascontiguousarray(rows).reshape(-1, state.width * atom),
                    f"DPU unpooling output (DST_BASE_ADDR={state.dst_address:#x})")

@@ -83,22 +83,22 @@ def decode_dpu(dpu: RegisterView, where: str, atom_bytes: int = ATOM_BYTES) -> D
     dst = dpu.raw("DST_BASE_ADDR")
     if dst % ATOM_BYTES:  # the address field is bits 31:4 on every chip, whatever its atom
         raise EmulationError(f"{where}: {dpu.show('DST_BASE_ADDR')} is not 16-byte aligned (rknpu-isa.md 4)")
+    cube = (dpu.field("DATA_CUBE_WIDTH", "WIDTH") + 1, dpu.field("DATA_CUBE_HEIGHT", "HEIGHT") + 1,
+            dpu.field("DATA_CUBE_CHANNEL", "CHANNEL") + 1)
+    # the line notch matters to the unpooling write only (kernels/dpu_unpool.py), or is the pixel
+    # gap of the interleaved write (kernels/dpu_interleave.py, which _check_dpu then accepts)
+    notch = dpu.field("DATA_CUBE_NOTCH_ADDR", "NOTCH_ADDR_0")
     state = DpuState(
         flying=bool(mode["FLYING_MODE"]), to_memory=bool(mode["OUTPUT_MODE"] & 2),
         to_ppu=bool(mode["OUTPUT_MODE"] & 1), conv_mode=mode["CONV_MODE"],
         in_precision=fmt["IN_PRECISION"], proc_precision=fmt["PROC_PRECISION"],
-        out_precision=fmt["OUT_PRECISION"],
-        width=dpu.field("DATA_CUBE_WIDTH", "WIDTH") + 1, height=dpu.field("DATA_CUBE_HEIGHT", "HEIGHT") + 1,
-        channels=dpu.field("DATA_CUBE_CHANNEL", "CHANNEL") + 1,
+        out_precision=fmt["OUT_PRECISION"], width=cube[0], height=cube[1], channels=cube[2],
         orig_channels=dpu.field("DATA_CUBE_CHANNEL", "ORIG_CHANNEL") + 1,
         dst_address=dst, dst_surface_stride=dpu.field("DST_SURF_STRIDE", "DST_SURF_STRIDE") * atom,
         surface_add=dpu.field("SURFACE_ADD", "SURF_ADD") * atom, size_e=ow["SIZE_E_0"],
         bs=_x_stage(dpu, "BS", fmt, ow), bn=_x_stage(dpu, "BN", fmt, None),
-        ew=_ew(dpu, fmt), lut=_lut(dpu), out_cvt=_out_cvt(dpu), atom_bytes=atom)
-    # the line notch matters to the unpooling write only (kernels/dpu_unpool.py), or is the pixel
-    # gap of the interleaved write (kernels/dpu_interleave.py, which _check_dpu then accepts)
-    notch = dpu.field("DATA_CUBE_NOTCH_ADDR", "NOTCH_ADDR_0")
-    state = dpu_interleave.with_interleave(dpu_unpool.with_line_notch(state, notch), _wdma_sizes(dpu), notch, where)
+        ew=_ew(dpu, fmt), lut=_lut(dpu), out_cvt=_out_cvt(dpu), atom_bytes=atom, line_notch=notch,
+        pixel_step=dpu_interleave.pixel_step(cube, _wdma_sizes(dpu), notch, atom))
     _check_dpu(state, dpu, where)
     return state
 
@@ -217,7 +217,7 @@ def decode_dpu_rdma(rdma: RegisterView, where: str, atom_bytes: int = ATOM_BYTES
     for register in ("SRC_BASE_ADDR", "EW_BASE_ADDR"):
         if rdma.raw(register) % ATOM_BYTES:
             raise EmulationError(f"{where}: {rdma.show(register)} is not 16-byte aligned")
-    state = DpuRdmaState(
+    return DpuRdmaState(
         width=width, height=height, channels=rdma.field("DATA_CUBE_CHANNEL", "CHANNEL") + 1,
         main_enabled=not mode["MRDMA_DISABLE"], flying=bool(mode["FLYING_MODE"]),
         comb_use=mode["COMB_USE"], in_precision=mode["IN_PRECISION"],
@@ -230,15 +230,14 @@ def decode_dpu_rdma(rdma: RegisterView, where: str, atom_bytes: int = ATOM_BYTES
         ew_line_stride=ew_line * atom,
         ew_surface_stride=rdma.field("EW_SURF_STRIDE", "EW_SURF_STRIDE") * atom,
         ew_notch_stride=(ew_line * height + rdma.field("EW_SURF_NOTCH", "EW_SURF_NOTCH")) * atom,
-        atom_bytes=atom)
-    return state if unpool is None else dpu_unpool.with_unpool(state, unpool)
+        atom_bytes=atom, unpool=unpool)
 
 
 def check_rdma_matches(state: DpuState, rdma: DpuRdmaState, views: tuple[RegisterView, RegisterView],
                        where: str) -> None:
     """The DPU and its RDMA must describe the same cube (the hardware streams one into the other)."""
     dpu_view, rdma_view = views
-    if isinstance(rdma, dpu_unpool.UnpoolRdmaState):
+    if rdma.unpool is not None:
         dpu_unpool.check_unpool(state, rdma, where)
         return
     if (rdma.width, rdma.height, rdma.channels) != (state.width, state.height, state.channels):
@@ -257,7 +256,7 @@ def check_rdma_matches(state: DpuState, rdma: DpuRdmaState, views: tuple[Registe
 def run_dpu(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult | None, dma: TaskDma,
             lut_tables: np.ndarray, where: str) -> None:
     """Run the DPU for one task and write its output through the WDMA."""
-    if isinstance(rdma, dpu_unpool.UnpoolRdmaState):
+    if rdma is not None and rdma.unpool is not None:
         dpu_unpool.run_unpool(state, rdma, dma)
         return
     if state.proc_precision in INTEGER_PROCESSING:
@@ -347,14 +346,13 @@ def _fixed_settings(state: DpuState, where: str) -> _FixedSettings:
                              f"BN_MUL_CFG.BN_MUL_SRC) are not modelled: no stream shows their layout")
     out_dtype = PRECISION_DTYPES[state.out_precision]
     c2 = c2_of(state.out_precision, state.atom_bytes)
-    surfaces, starts, line = _wdma_rows(state, c2, out_dtype.itemsize)
-    starts.flags.writeable = False  # lets the DMA locate the rows once (Memory.locate_fixed)
+    wdma = _WDMA(state, c2, out_dtype.itemsize)
     fixed = _FixedSettings(
         bs=None if bs.bypass else _x_config(bs, cpend=not bs.cpend_bypass),
         bn=None if bn.bypass else _x_config(bn), ew=None if ew.bypass else _ew_config(ew),
         cvt=kernels.OutCvtConfig(cvt.scale, cvt.shift, cvt.offset, out_cvt_round_mode(cvt.round_bit)),
-        out_dtype=out_dtype, lut=not ew.bypass and not ew.lut_bypass, c2=c2, surfaces=surfaces,
-        starts=starts, line=line, what=_wdma_what(state))
+        out_dtype=out_dtype, lut=not ew.bypass and not ew.lut_bypass, c2=c2, surfaces=wdma.surfaces,
+        starts=wdma.starts, line=wdma.line, what=wdma.what)
     return _FIXED.put(fixed, state)
 
 
@@ -468,10 +466,22 @@ def _integer_settings(state: DpuState, fixed: _FixedSettings, rdma: DpuRdmaState
     return stages, tail
 
 
-#: per (DpuState, DpuRdmaState) objects: the stage plan and what it was made from besides them
-#: (the per-channel operands by identity - BRDMA blobs come from the memory's derived cache, a
-#: new object when their bytes change - and the element types)
-_STAGE_PLANS: Memo[tuple[tuple, StagePlan]] = Memo(identity=2)
+class _PairFacts:
+    """What the integer path works out once per (DpuState, DpuRdmaState) objects, filled in on first use.
+
+    ``brdma_needed``: ``_brdma_needed`` (a pure function of the two states; None until asked).
+    ``plan``: the stage plan and what it was made from besides them (the per-channel operands by
+    identity - BRDMA blobs come from the memory's derived cache, a new object when their bytes
+    change - and the element types), or None."""
+
+    __slots__ = ("brdma_needed", "plan")
+
+    def __init__(self, state: DpuState, rdma: DpuRdmaState | None) -> None:
+        self.brdma_needed: bool | None = None
+        self.plan: tuple[tuple, StagePlan] | None = None
+
+
+_PAIRS: Memo[_PairFacts] = Memo(_PairFacts, identity=2)
 
 
 def _stage_plan(state: DpuState, rdma: DpuRdmaState | None, blocks: np.ndarray, stages: dict,
@@ -480,7 +490,8 @@ def _stage_plan(state: DpuState, rdma: DpuRdmaState | None, blocks: np.ndarray, 
     operand = tail.get("ew_operand")
     made_of = (stages.get("bs_alu"), stages.get("bs_cpend"), stages.get("bs_mul"), blocks.dtype,
                None if operand is None else operand.dtype)
-    known = _STAGE_PLANS.get(state, rdma)
+    facts = _PAIRS(state, rdma)
+    known = facts.plan
     if known is not None:  # (unrolled: this runs every task)
         was = known[0]
         if was[0] is made_of[0] and was[1] is made_of[1] and was[2] is made_of[2] and was[3:] == made_of[3:]:
@@ -490,7 +501,8 @@ def _stage_plan(state: DpuState, rdma: DpuRdmaState | None, blocks: np.ndarray, 
                        **{k: v for k, v in tail.items() if k != "ew_operand"})
     if any(isinstance(part, np.ndarray) and part.flags.writeable for part in made_of[:3]):
         return plan  # an operand that may change in place: not kept
-    return _STAGE_PLANS.put((made_of, plan), state, rdma)[1]
+    facts.plan = (made_of, plan)
+    return plan
 
 
 def _x_config(stage: XStageState, cpend: bool = False) -> kernels.XStageConfig:
@@ -504,17 +516,14 @@ def _x_config(stage: XStageState, cpend: bool = False) -> kernels.XStageConfig:
 def _bs_operands(state: DpuState, rdma: DpuRdmaState | None, dma: TaskDma,
                  where: str) -> tuple[np.ndarray | int, np.ndarray | int, np.ndarray | int]:
     bs = state.bs
-    needed = _BRDMA_NEEDED.get(state, rdma)
-    if needed is None:  # (a pure function of the two states; raises where they disagree)
-        needed = _BRDMA_NEEDED.put(_brdma_needed(state, rdma, where), state, rdma)
+    facts = _PAIRS(state, rdma)
+    needed = facts.brdma_needed
+    if needed is None:  # (raises where the two states disagree)
+        needed = facts.brdma_needed = _brdma_needed(state, rdma, where)
     blob = read_bias_blob(dma, rdma, state.channels, where) if needed else {}
     return (blob["ALU"] if bs.alu_from_dma else bs.alu_operand,
             blob["CPEND"] if bs.cpend_from_dma else bs.cpend_operand,
             blob["MUL"] if bs.mul_from_dma else bs.mul_operand)
-
-
-#: ``_brdma_needed`` of the integer path per (DpuState, DpuRdmaState) objects
-_BRDMA_NEEDED: Memo[bool] = Memo(identity=2)
 
 
 def _brdma_needed(state: DpuState, rdma: DpuRdmaState | None, where: str, cpend: bool = True) -> bool:
@@ -750,13 +759,30 @@ def _wdma_rows(state: DpuState, c2: int, itemsize: int) -> tuple[int, np.ndarray
     return surfaces, starts.reshape(-1), line
 
 
-def _wdma_what(state: DpuState) -> str:
-    return (f"DPU WDMA (DST_BASE_ADDR={state.dst_address:#x}, DST_SURF_STRIDE="
-            f"{state.dst_surface_stride} B, SURFACE_ADD={state.surface_add} B, SIZE_E={state.size_e})")
+@dataclasses.dataclass(frozen=True)
+class _WdmaRows:
+    """``_wdma_rows`` of one DpuState and element size, with the write's name."""
+
+    surfaces: int
+    starts: np.ndarray  # read-only: lets the DMA locate the rows once (Memory.locate_fixed)
+    line: int
+    what: str
+
+    @classmethod
+    def build(cls, state: DpuState, c2: int, itemsize: int) -> _WdmaRows:
+        surfaces, starts, line = _wdma_rows(state, c2, itemsize)
+        starts.flags.writeable = False
+        what = (f"DPU WDMA (DST_BASE_ADDR={state.dst_address:#x}, DST_SURF_STRIDE="
+                f"{state.dst_surface_stride} B, SURFACE_ADD={state.surface_add} B, SIZE_E={state.size_e})")
+        return cls(surfaces, starts, line, what)
+
+
+#: per (DpuState object, C2, element bytes): built once, for both data paths
+_WDMA: Memo[_WdmaRows] = Memo(_WdmaRows.build, identity=1)
 
 
 def _write(state: DpuState, out: np.ndarray, c2: int, dma: TaskDma) -> None:
     """The WDMA write of the output [C][H][W] as NC1HWC2 atoms of ``c2`` lanes (lanes past C: 0)."""
-    surfaces, starts, _ = _wdma_rows(state, c2, out.dtype.itemsize)
-    planes = dpu_interleave.as_pixel_rows(state, out[:surfaces * c2])
-    dma.write_planes(Traffic.DPU_WRITE, starts, planes, c2, _wdma_what(state))
+    wdma = _WDMA(state, c2, out.dtype.itemsize)
+    planes = dpu_interleave.as_pixel_rows(state, out[:wdma.surfaces * c2])
+    dma.write_planes(Traffic.DPU_WRITE, wdma.starts, planes, c2, wdma.what)

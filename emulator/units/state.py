@@ -218,6 +218,22 @@ class DpuState:
     lut: LutState
     out_cvt: OutCvtState
     atom_bytes: int = ATOM_BYTES  # the chip's NC1HWC2 atom: the unit of lines written
+    #: DATA_CUBE_NOTCH_ADDR.NOTCH_ADDR_0, atoms added to each written line: read by the unpooling
+    #: write only (kernels/dpu_unpool.py); the other paths keep lines W atoms apart
+    line_notch: int = 0
+    #: bytes between written pixels, (NOTCH_ADDR_0 + 1) atoms, when the WDMA sizes give the
+    #: interleaved write (kernels/dpu_interleave.py); 0: the plain write
+    pixel_step: int = 0
+
+
+@dataclass(frozen=True)
+class Unpool:
+    """DPU_RDMA SRC_DMA_CFG's unpooling kernel and stride, decoded (field + 1; kernels/dpu_unpool.py)."""
+
+    kernel_w: int
+    kernel_h: int
+    stride_w: int
+    stride_h: int
 
 
 @dataclass(frozen=True)
@@ -246,6 +262,7 @@ class DpuRdmaState:
     ew_surface_stride: int  # bytes, from EW_SURF_STRIDE
     ew_notch_stride: int  # bytes, (line * height + EW_SURF_NOTCH) * 16: the stride with COMB_USE = 5
     atom_bytes: int = ATOM_BYTES  # the chip's NC1HWC2 atom (strides above count it)
+    unpool: Unpool | None = None  # SRC_DMA_CFG.UNPOOLING_EN: the MRDMA feeds the unpooling unit
 
 
 @dataclass(frozen=True)

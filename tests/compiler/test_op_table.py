@@ -53,6 +53,8 @@ OLD_NPU_OPS = (
     (("Resize",), "DPU unpooling (nearest, whole factors); bilinear: DPU edge copies + depthwise phase convs"),  # issue 18 item 3 (LOWERING.md 19)
     (("Reshape", "Flatten", "Squeeze", "Unsqueeze"), "by address (no data moved)"),
     (("Readout",), "the runtime's readout of a graph output (host, with its NC1HWC2 -> NCHW; no layer)"),  # LOWERING.md 25
+    (("LSTM",), "unrolled into 1x1 convs, DPU look-up tables and element-wise layers (LOWERING.md 30)"),  # LOWERING.md 30
+    (("FlatConcat",), "DPU copies, one per input, into its columns of the output (LOWERING.md 29)"),  # LOWERING.md 29
 )
 #: kinds whose nodes never reach layer_from_node as themselves (op_table.LOWERINGS)
 EXPANDED_KINDS = {"conv_phases", "split", "alias", "as_conv"}
