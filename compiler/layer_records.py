@@ -4,7 +4,7 @@ Every node becomes one record: an NPU layer for ``lower`` (build_adapt.layer_fro
 step (``CpuOp``) or an ``Alias`` (a Reshape-like view of another tensor's bytes, no work). Some
 nodes become several: a channel Split per output, a ConvTranspose as the conv of its stride
 phases plus host moves (deconv_phases.py), an NPU Glu or Softmax as the nodes of
-passes/lower_glu.py or lower_softmax.py, a conv whose fused parts split
+passes/lower_glu.py or lower_softmax.py, a float16 Rsqrt in an int8 build as lower_rsqrt.py's pieces, a conv whose fused parts split
 (build_adapt.split_lut_activation) as the conv plus the node after it. New tensors those need go into a copy of the graph, never into the
 caller's.
 """
@@ -28,6 +28,7 @@ from npuemu.compiler.lower.lower_flat_concat import FlatConcatLayer
 from npuemu.compiler.passes.lower_attention import expand_attention
 from npuemu.compiler.passes.lower_data_convert import host_reason as data_convert_host_reason
 from npuemu.compiler.passes.lower_glu import expand_glu
+from npuemu.compiler.passes.lower_rsqrt import expand_rsqrt
 from npuemu.compiler.passes.lower_softmax import expand_softmax
 from npuemu.compiler.passes.resize_bilinear import expand_resize_bilinear
 from npuemu.isa.errors import CompileError
@@ -128,7 +129,8 @@ def _expand(graph: Graph, spec) -> tuple[Graph, list]:
             nodes += [piece for part in attention for piece in split_channels(target.graph, part) or [part]]
             continue
         glu = expand_glu(target.graph, node) or expand_softmax(target.graph, node) \
-            or expand_resize_bilinear(target.graph, node, spec)  # LOWERING.md 22.1, 22.2, 19.1
+            or expand_resize_bilinear(target.graph, node, spec) \
+            or expand_rsqrt(target.graph, node)  # LOWERING.md 22.1, 22.2, 19.1, 24 (a hybrid's fp16 1/sqrt)
         if glu is not None:
             for tensor in glu[0]:
                 target.add(tensor)

@@ -9,7 +9,7 @@ answers "where is tensor t" for the lowering.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from npuemu.compiler.build_adapt import chw, host_tensors, layer_quant, stored_dtype
 from npuemu.compiler.build_host import host_constants
@@ -21,6 +21,7 @@ from npuemu.compiler.deconv_phases import input_window, read_shape, written_shap
 from npuemu.compiler.lower.driver import copy_views
 from npuemu.compiler.lower.lower_flat_concat import FlatConcatLayer
 from npuemu.compiler.memory_plan import TensorView, fold_views, lifetimes_from_steps, plan_sram, view_roots
+from npuemu.compiler.shared_weights import share_constants
 from npuemu.isa.errors import CompileError
 
 
@@ -38,6 +39,7 @@ class TensorPlan:
     lifetimes: list
     roots: dict[str, tuple[str, int]]  # a view -> (its root tensor, byte offset)
     sram_plan: object = None
+    shared: dict[str, str] = field(default_factory=dict)  # a conv's blob -> the equal one stored (shared_weights)
 
     @property
     def constant_sizes(self) -> dict[str, int]:
@@ -62,6 +64,7 @@ class TensorPlan:
     def placements(self, plan, spec) -> dict:
         """Every constant's and feature map's placement under the address plan ``plan``."""
         placements = {name: plan.constant(name) for name in self.constants}
+        placements |= {name: replace(placements[kept], name=name) for name, kept in self.shared.items()}
         return placements | {name: self.feature(plan, name, spec) for name in self.shapes}
 
 
@@ -71,6 +74,7 @@ def plan_tensors(records: Records, spec, *, elide_copies: bool, pack_inputs: boo
     constants: dict[str, bytes] = {}
     for layer in layers:
         constants.update(layer_constants(layer, spec))
+    shared = share_constants(records, constants)  # one stored blob per shared weight tensor
     aligns = {layer.output: output_align(layer, spec) for layer in layers} | lanes_aligns(layers, spec)
     shapes = _layer_shapes(layers)
     # tensors only host steps touch: ND records (build_host); the others NC1HWC2 like NPU feature maps
@@ -88,7 +92,7 @@ def plan_tensors(records: Records, spec, *, elide_copies: bool, pack_inputs: boo
     steps = [(reads(layer), writes(layer)) for layer in records.work]
     outputs = [records.aliases.get(o, o) for o in graph.outputs]
     lifetimes = lifetimes_from_steps(steps, sizes, graph.inputs, outputs)
-    tensors = TensorPlan(constants, shapes, dtypes, aligns, packed, host, sizes, lifetimes, {})
+    tensors = TensorPlan(constants, shapes, dtypes, aligns, packed, host, sizes, lifetimes, {}, shared=shared)
     _fold_copies(tensors, records, spec, elide_copies)
     if sram:
         _plan_sram(tensors, spec)

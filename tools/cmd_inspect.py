@@ -150,6 +150,21 @@ def _tensors(model: ModelFile, out: TextIO) -> None:
         for t in tensors
     ]
     table(rows, ["name", "shape", "dtype", "layout", "native shape", "quantization", "region", "address", "size"], out)
+    _readouts(model, out)
+
+
+def _readouts(model: ModelFile, out: TextIO) -> None:
+    """Graph outputs the runtime hands out permuted (isa/CONTAINER.md 3.3 ``readout``, LOWERING.md
+    25): read from the raw trailer, one line each, none when no tensor has one."""
+    readouts = [(t["name"], t.get("shape"), t["readout"]) for t in model.trailer.get("tensors", ())
+                if t.get("readout") is not None]
+    if not readouts:
+        return
+    out.write(f"  readout ({len(readouts)}): stored shape -> transposed by perm -> handed out as\n")
+    for name, shape, readout in readouts:
+        stored = _shape(None if shape is None else tuple(shape))
+        out.write(f"    {name}: {stored} -> perm [{','.join(str(a) for a in readout.get('perm', ()))}] -> "
+                  f"{_shape(tuple(readout.get('shape', ())))}\n")
 
 
 def _layers(model: ModelFile, out: TextIO) -> None:

@@ -78,7 +78,8 @@ def fp16_tables(alpha: float | None, beta: float | None, layer: str = "?") -> di
     if top == 0 and low < FP16_ONE_TABLE_FLOOR:
         raise CompileError(f"layer {layer}: a float16 1/sqrt floored at {low:.3g} spans more octaves than one LUT "
                            f"(from {FP16_ONE_TABLE_FLOOR:g} up): float16 builds make it a product of pieces "
-                           "(passes/lower_rsqrt.py); in a hybrid build keep this layer int8 (LOWERING.md 24)")
+                           "(passes/lower_rsqrt.py: the float16 graph pass, or build stage 5 for a hybrid's float16 layer; "
+                           "this one was not expanded) (LOWERING.md 24)")
     span = fp16_span(alpha, beta)
     with np.errstate(over="ignore"):
         multiplier = np.float16(FP16_LUT_TOP / span)

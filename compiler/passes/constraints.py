@@ -446,6 +446,6 @@ def same_native_bytes(graph: Graph, node: Node, ctx: PassContext) -> str | None:
 @Constraint
 def lstm_unrolled(graph: Graph, node: Node, ctx: PassContext) -> str | None:
     """An LSTM runs on the NPU only as the layers passes/lstm_npu.py unrolls it into (float16, any
-    direction, batch 1, at most 64 steps and 8 MiB of unrolled weights, default activations, no
+    direction, batch 1, at most 64 steps and 32 MiB of W and R (stored once), default activations, no
     clip/peepholes/sequence_lens, zero initial states; LOWERING.md 30); one left as itself is a host step."""
     return lstm_host_reason(graph, node, ctx) or "not unrolled: the LSTM pass runs from optimization level 1"

@@ -24,19 +24,30 @@ wholly below the floor alpha (the LayerNorm's eps) are left out; the lowest piec
 is alpha itself. v = 0 gives 2^12 (every piece at its top). Tasks for n pieces below the top:
 2 n + 1 DPU tasks and a conv per scaling used (LayerNorm eps 1e-5: 8 pieces, 18 tasks; the
 whole fp16 range: 9 pieces, 21 tasks).
+
+Hybrid int8 builds: the graph pass runs before precisions are chosen, so an int8 build keeps one
+Rsqrt layer (attributes cleared: the default floor). Where a quant config or auto-hybrid sets
+that layer to float16, build stage 5 (layer_records._expand, as lower_softmax / lower_glu)
+makes it the same product of pieces (``expand_rsqrt``; floor 2^-24 there, the whole fp16 range:
+21 tasks), the new tensors float16. Its input and output are float16 (the hybrid's DataConverts
+are the boundary); a float16 Rsqrt reading a map that is not 4-D with N = 1, or not stored in
+float16, becomes a host step (emulator ``Rsqrt``), as Softmax / Glu do at that stage.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from ..ir import Graph, Node
+from ..ir import Graph, Node, Tensor
 from ..lower.lut_rsqrt import FP16_ONE_TABLE_FLOOR, RSQRT_FLOOR, attributes, rsqrt_function
 from ..ops import REGISTRY
 from ..ops.base import as_float, like, register, same_as_input
 from .context import PassContext
 from .match import add_tensor_like, const, new_constant, producer, readers, scalar
 from .partition import decide
+from .softmax_steps import FLOAT16
 
 RSQRT = "Rsqrt"
 #: float16: the top piece's floor, the pieces' width (octaves), the lowest piece's floor
@@ -150,44 +161,125 @@ def _sqrt_nodes(graph: Graph, x: str, y: str, base: str) -> list[Node]:
             Node(graph.unique_node_name(f"{base}_times_input"), "Mul", [x, r], [y], {})]
 
 
-def _rsqrt_nodes(graph: Graph, x: str, y: str, base: str, half: bool, floor: float | None) -> list[Node]:
-    """The Rsqrt layer (int8) or the float16 product of pieces writing ``y``; names from ``base``."""
+class _InGraph:
+    """Where the graph pass puts the chain's tensors and names: straight into the graph."""
+
+    target = None  # the partition decides
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+
+    def tensor(self, name: str) -> Tensor:
+        return self.graph.tensors[name]
+
+    def feature(self, base: str, like_tensor: str) -> str:
+        tensor = self.graph.tensors[like_tensor]
+        return add_tensor_like(self.graph, base, tensor.shape, tensor.dtype)
+
+    def constant(self, base: str, data: np.ndarray) -> str:
+        return new_constant(self.graph, base, data)
+
+    def node_name(self, base: str) -> str:
+        return self.graph.unique_node_name(base)
+
+
+class _Collected:
+    """Build stage 5 (layer_records._expand): new float16 tensors collected, the graph unchanged
+    (the caller adds them to its copy); names unique against the graph and each other."""
+
+    target = "NPU"
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph, self.tensors, self.names = graph, [], set()
+
+    def _name(self, base: str) -> str:
+        name = base
+        index = 0
+        while name in self.graph.tensors or name in self.names:
+            index += 1
+            name = f"{base}_{index}"
+        self.names.add(name)
+        return name
+
+    def tensor(self, name: str) -> Tensor:
+        return next((t for t in self.tensors if t.name == name), None) or self.graph.tensors[name]
+
+    def feature(self, base: str, like_tensor: str) -> str:
+        tensor = self.tensor(like_tensor)
+        self.tensors.append(Tensor(self._name(base), tuple(tensor.shape), tensor.dtype, quant=FLOAT16))
+        return self.tensors[-1].name
+
+    def constant(self, base: str, data: np.ndarray) -> str:
+        quant = FLOAT16 if data.ndim == 4 else None  # fp16 weights, a float32 bias (as lower_softmax's)
+        data = np.asarray(data, np.float32)
+        self.tensors.append(Tensor(self._name(base), tuple(data.shape), "float32", data=data, quant=quant))
+        return self.tensors[-1].name
+
+    def node_name(self, base: str) -> str:
+        return self._name(base)
+
+
+def _rsqrt_nodes(graph: Graph, x: str, y: str, base: str, half: bool, floor: float | None,
+                 sink=None) -> list[Node]:
+    """The Rsqrt layer (int8) or the float16 product of pieces writing ``y``; names from ``base``,
+    new tensors through ``sink`` (default: into the graph)."""
+    sink = _InGraph(graph) if sink is None else sink
     if not half:
-        return [Node(graph.unique_node_name(base), RSQRT, [x], [y], {})]
+        return [Node(sink.node_name(base), RSQRT, [x], [y], {}, target=sink.target)]
     floor = max(FP16_FLOOR, RSQRT_FLOOR if floor is None else float(floor))
-    shape, dtype = graph.tensors[x].shape, graph.tensors[x].dtype
     lower = pieces(floor)
     if not lower:
-        return [Node(graph.unique_node_name(base), RSQRT, [x], [y], {"alpha": max(floor, TOP_FLOOR)})]
+        return [Node(sink.node_name(base), RSQRT, [x], [y], {"alpha": max(floor, TOP_FLOOR)}, target=sink.target)]
     nodes: list[Node] = []
     sources = [x]  # x, x * 2^15, x * 2^30: what the pieces read (module docstring)
-    partial = add_tensor_like(graph, f"{base}_top", shape, dtype)
-    nodes.append(Node(graph.unique_node_name(f"{base}_top"), RSQRT, [x], [partial], {"alpha": TOP_FLOOR}))
+    partial = sink.feature(f"{base}_top", x)
+    nodes.append(Node(sink.node_name(f"{base}_top"), RSQRT, [x], [partial], {"alpha": TOP_FLOOR},
+                      target=sink.target))
     for number, (alpha, beta) in enumerate(lower, 1):
         times = scalings(beta)
         while len(sources) <= times:
-            sources.append(_scaled_input(graph, sources[-1], f"{base}_scale{len(sources)}", nodes))
+            sources.append(_scaled_input(sink, sources[-1], f"{base}_scale{len(sources)}", nodes))
         source, factor = sources[times], SCALE ** times
-        piece = add_tensor_like(graph, f"{base}_piece{number}", shape, dtype)
-        nodes.append(Node(graph.unique_node_name(f"{base}_piece{number}"), RSQRT, [source], [piece],
-                          {"alpha": alpha * factor, "beta": beta * factor}))
-        product = y if number == len(lower) else add_tensor_like(graph, f"{base}_product{number}", shape, dtype)
-        nodes.append(Node(graph.unique_node_name(f"{base}_product{number}"), "Mul", [partial, piece],
-                          [product], {}))
+        piece = sink.feature(f"{base}_piece{number}", x)
+        nodes.append(Node(sink.node_name(f"{base}_piece{number}"), RSQRT, [source], [piece],
+                          {"alpha": alpha * factor, "beta": beta * factor}, target=sink.target))
+        product = y if number == len(lower) else sink.feature(f"{base}_product{number}", x)
+        nodes.append(Node(sink.node_name(f"{base}_product{number}"), "Mul", [partial, piece],
+                          [product], {}, target=sink.target))
         partial = product
     return nodes
 
 
-def _scaled_input(graph: Graph, x: str, name: str, nodes: list[Node]) -> str:
+def _scaled_input(sink, x: str, name: str, nodes: list[Node]) -> str:
     """x * 2^15 by a depthwise 1x1 conv (one output channel per input channel): exact, or inf."""
-    shape, dtype = graph.tensors[x].shape, graph.tensors[x].dtype
-    channels = shape[1]
-    weight = new_constant(graph, f"{name}_weight", np.full((channels, 1, 1, 1), SCALE))
-    bias = new_constant(graph, f"{name}_bias", np.zeros(channels))
-    scaled = add_tensor_like(graph, name, shape, dtype)
+    channels = sink.tensor(x).shape[1]
+    weight = sink.constant(f"{name}_weight", np.full((channels, 1, 1, 1), SCALE))
+    bias = sink.constant(f"{name}_bias", np.zeros(channels))
+    scaled = sink.feature(name, x)
     attrs = {"kernel_shape": [1, 1], "strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 1], "group": channels}
-    nodes.append(Node(graph.unique_node_name(name), "Conv", [x, weight, bias], [scaled], attrs))
+    nodes.append(Node(sink.node_name(name), "Conv", [x, weight, bias], [scaled], attrs, target=sink.target))
     return scaled
 
 
-__all__ = ["RSQRT", "pieces", "rsqrt", "rsqrt_on_npu", "scalings"]
+def expand_rsqrt(graph: Graph, node: Node) -> tuple[list[Tensor], list[Node]] | None:
+    """Build stage 5 (layer_records._expand, as lower_softmax / lower_glu): (new tensors, nodes)
+    of an NPU Rsqrt stored in float16 whose floor one table cannot hold - an int8 build's Rsqrt
+    a quant config or auto-hybrid set to float16 (LOWERING.md 24) - as the product of pieces the
+    float16 graph pass makes; None for any other node. Input and output in different precisions
+    (not a hybrid build's DataConvert boundary) stay one host step."""
+    if node.op_type != RSQRT or node.target != "NPU":
+        return None
+    source, output = graph.tensor(node.inputs[0]), graph.tensor(node.outputs[0])
+    if output.quant is None or output.quant.dtype != "float16":
+        return None
+    if not _expandable(node, True):
+        return None
+    if source.quant is None or source.quant.dtype != "float16" or not _feature_map(graph, source.name):
+        return [], [dataclasses.replace(node, target="CPU")]
+    sink = _Collected(graph)
+    base = node.name if node.name.endswith("rsqrt") else f"{node.name}_rsqrt"
+    nodes = _rsqrt_nodes(graph, source.name, output.name, base, True, node.attrs.get("alpha"), sink)
+    return sink.tensors, nodes
+
+
+__all__ = ["RSQRT", "expand_rsqrt", "pieces", "rsqrt", "rsqrt_on_npu", "scalings"]

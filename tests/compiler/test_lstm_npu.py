@@ -148,10 +148,29 @@ def test_int8_build_keeps_the_lstm_on_the_host():
     assert decision.target == "CPU" and "not a float16 build" in decision.reason
 
 
-def test_lstm_whose_unrolled_weights_are_too_large_stays_on_the_host():
-    model, _ = lstm_model(64, 64, 128)  # 64 steps x 4 x 128 x (64 + 128) x 2 bytes = 12 MiB
+def test_lstm_whose_weights_are_too_large_stays_on_the_host():
+    model, _ = lstm_model(2, 2048, 1536)  # one copy: 4 x 1536 x (2048 + 1536) x 2 bytes = 42 MiB > 32 MiB
     decision = _reason(model)
-    assert decision.target == "CPU" and "12.0 MiB of weights" in decision.reason, decision.reason
+    assert decision.target == "CPU" and "42.0 MiB of float16 weights" in decision.reason, decision.reason
+
+
+def test_every_step_shares_one_stored_copy_of_w_and_r():
+    """16 steps would pack 16 copies of W and R (1.5 MiB); the build stores each gate's once
+    (compiler/shared_weights.py), so the weights section stays under two copies' worth."""
+    steps, size, hidden = 16, 32, 64
+    model, (w, r, b) = lstm_model(steps, size, hidden, seed=3, direction="bidirectional")
+    front = prepare(model, "rk3588", CompileOptions(precision="fp16"))
+    assert not [n for n in front.graph.nodes if n.op_type == "LSTM"]
+    built = build_graph(front.graph)
+    one_copy = 2 * 2 * 4 * hidden * (size + hidden)  # float16 W and R of both directions
+    weights = next(s.data for s in built.sections if s.name == "weights")
+    assert one_copy <= len(weights) < 2 * one_copy
+    x = np.random.default_rng(4).normal(0, 1, (steps, 1, size)).astype(np.float32)
+    runtime = Runtime(built)
+    runtime.set_input("x", x)
+    runtime.run()
+    for name, want in zip(OUTPUTS, reference_lstm(x, w, r, b, "bidirectional")):
+        check_close(runtime.output(name), want)
 
 
 @pytest.mark.skipif(not RKNN_FIXTURES_OPS.exists(), reason="vendor fixtures not present")

@@ -101,7 +101,10 @@ def test_sequence_model_compiles_runs_and_matches_onnxruntime(key, precision):
     dataset = [_sample(model, seed) for seed in range(4)] if precision == "int8" else None
     built = compile_model(path, "rk3588", CompileOptions(precision=precision, input_shapes=model.shapes,
                                                           freeze=model.freeze, dataset=dataset))
-    assert "LSTM" in [step.op for step in built.schedule() if step.kind == "cpu"]
+    # ddddocr's fp16 LSTM is unrolled onto the NPU (LOWERING.md 30); silero's reads its state
+    # input (not a constant zero state) and int8 LSTMs are host steps
+    unrolled = key == "ddddocr_common" and precision == "fp16"
+    assert ("LSTM" in [step.op for step in built.schedule() if step.kind == "cpu"]) != unrolled
     test = _sample(model, 1000)
     runtime = Runtime(built)
     for name, value in test.items():

@@ -196,19 +196,90 @@ def test_pow_on_a_rank_3_tensor_stays_a_host_step() -> None:
     assert [(n.op_type, n.target) for n in graph.nodes] == [("Pow", "CPU")]
 
 
-def test_float16_rsqrt_layer_in_a_hybrid_int8_build_is_refused_by_name() -> None:
-    """int8 builds keep one Rsqrt layer; a hybrid choice of float16 for it cannot be one table
-    (LOWERING.md 24): a CompileError naming the layer and the way out, not wrong values."""
+def _hybrid_pow_build(shape, x_samples):
+    """An int8 build of Pow(x, -0.5) (one Rsqrt layer, attributes cleared) whose layer a hybrid
+    choice sets to float16 (as a quant config / auto-hybrid does): built at stage 5."""
+    from npuemu.compiler.build import build_model
+    from npuemu.compiler.ir import Graph, Node, Tensor
+    from npuemu.compiler.passes import PassContext, optimize
+    from npuemu.compiler.quant import calibrate, quantize_graph
+    graph = Graph("g", inputs=["x"], outputs=["y"])
+    graph.add_tensor(Tensor("x", shape, "float32"))
+    graph.add_tensor(Tensor("y", shape, "float32"))
+    graph.add_constant("half", np.array(-0.5, np.float32))
+    graph.nodes.append(Node("p", "Pow", ["x", "half"], ["y"], {}))
+    optimize(graph, PassContext.for_chip("rk3588", 3))
+    assert [(n.op_type, n.attrs) for n in graph.nodes] == [("Rsqrt", {})]  # the int8 graph pass's one layer
+    ranges = calibrate(graph, [{"x": s} for s in x_samples], "normal", progress=False).ranges
+    quantize_graph(graph, ranges, layer_dtypes={graph.nodes[0].name: "float16"})
+    return build_model(graph)
+
+
+def test_float16_rsqrt_layer_in_a_hybrid_int8_build_runs_the_pieces_on_the_npu() -> None:
+    """A float16 Rsqrt layer in an int8 build (default floor: the whole fp16 range) is expanded at
+    build stage 5 (layer_records) into the float16 chain: no host step, bit-exact with the
+    reference chain on every positive fp16 value, and within the fp16 accuracy of LOWERING.md 24
+    of onnxruntime's Pow(x, -0.5)."""
+    x = _positive_fp16()
+    built = _hybrid_pow_build(x.shape, [x])
+    assert [s.kind for s in built.schedule()] == ["npu"]  # no host step
+    runtime = Runtime(built)
+    assert runtime.dtype("x") == runtime.dtype("y") == "float16"
+    runtime.set_input("x", x)
+    runtime.run()
+    got = np.asarray(runtime.output("y"), np.float32).astype(F16)
+    np.testing.assert_array_equal(got.view(np.uint16), reference_rsqrt_fp16(x).view(np.uint16))
+    model = _pow_model(x.shape)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    normal = x >= 2.0 ** -14  # below, onnxruntime's float32 result of a subnormal input is exact, ours rounded
+    assert np.max(np.abs(got.astype(np.float64)[normal] / want[normal] - 1)) <= 4.91e-4
+    assert cosine(got.astype(np.float64), want) >= 0.99999
+
+
+def test_float16_rsqrt_layer_in_a_hybrid_layer_norm_runs_on_the_npu() -> None:
+    """The int8 LayerNorm chain with its 1/sqrt set to float16 (before this the build refused it):
+    DataConvert to float16, the pieces, DataConvert back, all on the NPU; the output against
+    float64 LayerNorm within the int8 build's error."""
     from npuemu.compiler.build import build_model
     from npuemu.compiler.passes import PassContext, optimize
     from npuemu.compiler.quant import calibrate, quantize_graph
-    from npuemu.isa.errors import CompileError
-    from tests.compiler.test_layer_norm_npu import ln_graph
+    from tests.compiler.test_layer_norm_npu import layer_norm_channels, ln_graph
     rng = np.random.default_rng(4)
     graph = ln_graph(16, 8, np.ones(16), None, 1e-5)
     optimize(graph, PassContext.for_chip("rk3588", 3))
-    ranges = calibrate(graph, [{"x": rng.normal(0, 1, (1, 16, 1, 8)).astype(np.float32)}], "normal",
-                       progress=False).ranges
-    quantize_graph(graph, ranges, layer_dtypes={"ln_rsqrt": "float16"})
-    with pytest.raises(CompileError, match="layer ln_rsqrt: a float16 1/sqrt .* keep this layer int8"):
-        build_model(graph)
+    samples = [{"x": rng.normal(0, 1, (1, 16, 1, 8)).astype(np.float32)} for _ in range(4)]
+    quantize_graph(graph, calibrate(graph, samples, "normal", progress=False).ranges,
+                   layer_dtypes={"ln_rsqrt": "float16"})
+    built = build_model(graph)
+    assert [s.kind for s in built.schedule()] == ["npu"]
+    runtime = Runtime(built)
+    assert runtime.dtype("ln_rsqrt_piece9") == "float16"  # the stage-5 chain's last piece
+    x = rng.normal(0, 1, (1, 16, 1, 8)).astype(np.float32)
+    runtime.set_input("x", x)
+    runtime.run()
+    got = np.asarray(runtime.output("y"), np.float64)
+    want = layer_norm_channels(x, np.ones(16), None, 1e-5)
+    assert cosine(got, want) >= 0.995
+
+
+def test_stage5_expansion_only_for_a_float16_layer_reading_float16() -> None:
+    """expand_rsqrt: an int8 Rsqrt, or one a single table holds (floor from 2^12), is left to the
+    layer as it is (None); a float16 one reading a map not stored in float16 becomes a host step."""
+    from npuemu.compiler.ir import Graph, Node, QuantParams, Tensor
+    from npuemu.compiler.passes.lower_rsqrt import expand_rsqrt
+    int8, half = QuantParams("int8", 0.02, -128), QuantParams("float16", 1.0, 0)
+
+    def case(source_quant, output_quant, attrs):
+        graph = Graph("g", inputs=["x"], outputs=["y"])
+        graph.add_tensor(Tensor("x", (1, 4, 2, 2), "float32", quant=source_quant))
+        graph.add_tensor(Tensor("y", (1, 4, 2, 2), "float32", quant=output_quant))
+        return expand_rsqrt(graph, Node("r", "Rsqrt", ["x"], ["y"], attrs, [], "NPU"))
+
+    assert case(int8, int8, {}) is None
+    assert case(half, half, {"alpha": TOP}) is None
+    tensors, nodes = case(int8, half, {})
+    assert tensors == [] and [(n.op_type, n.target) for n in nodes] == [("Rsqrt", "CPU")]
+    tensors, nodes = case(half, half, {"alpha": 1e-5})  # LayerNorm's eps: 8 pieces, 1 scaling conv
+    assert [n.op_type for n in nodes].count("Rsqrt") == 9 and [n.op_type for n in nodes].count("Conv") == 1
+    assert all(n.target == "NPU" for n in nodes) and nodes[-1].outputs == ["y"]
+    assert all(t.quant is not None and t.quant.dtype == "float16" for t in tensors if t.data is None)

@@ -158,3 +158,27 @@ def test_damaged_rknn_file_goes_to_the_rknn_reader(capsys, tmp_path):
 def test_missing_file(capsys, tmp_path):
     code, _, err = inspect(capsys, tmp_path / "absent.npu")
     assert code == 2 and "absent.npu: cannot read the model file" in err
+
+
+def test_readout_of_a_built_token_output_is_shown(capsys, tmp_path):
+    """A build whose output is read out token-major (LOWERING.md 25, isa/CONTAINER.md 3.3): the
+    summary names the output, its stored shape, perm and the shape handed out; --json keeps the
+    record as written; a file without readouts prints no readout line."""
+    from tests.compiler.test_output_readout import _tail_fp16
+
+    built = _tail_fp16()
+    path = tmp_path / "tail.npu"
+    built.write(path)
+    record = next(t for t in built.trailer["tensors"] if t["name"] == "y")
+    assert record["readout"] == {"perm": [0, 2, 3, 1], "shape": [1, 10, 40]}
+    code, out, err = inspect(capsys, path)
+    assert code == 0 and err == ""
+    assert "  readout (1): stored shape -> transposed by perm -> handed out as" in out
+    stored = "[" + ",".join(str(d) for d in record["shape"]) + "]"
+    assert f"    y: {stored} -> perm [0,2,3,1] -> [1,10,40]" in out.splitlines()
+    code, out, _ = inspect(capsys, path, "--json")
+    assert code == 0
+    assert next(t for t in json.loads(out)["tensors"] if t["name"] == "y")["readout"] == record["readout"]
+    sample_model().write(tmp_path / "plain.npu")
+    code, out, _ = inspect(capsys, tmp_path / "plain.npu")
+    assert code == 0 and "  readout (" not in out  # (the tmp path itself holds the word)
