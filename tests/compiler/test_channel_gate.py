@@ -7,8 +7,7 @@ Checked: the registers against the vendor's task (ERDMA_CFG, EW_CFG data mode an
 EW_SURF_STRIDE = the gate's 1-atom surfaces, EW_BASE_ADDR at the gate); the DMA reads the gate
 once; whole layers bit for bit against the testing kit's independent int8 reference
 (reference_eltwise with the gate broadcast by numpy) and, in float16, against the fp32 operation
-rounded once - hypothesis over chips (16- and 8-byte atoms), Mul/Add/Sub (and Max/Min, which
-the partition keeps on the host, forced onto the NPU), channels not a multiple of C2, either
+rounded once - hypothesis over chips (16- and 8-byte atoms), Mul/Add/Sub/Max/Min, channels not a multiple of C2, either
 operand order; Sub with the gate first stays a host step; an SE block (GAP -> conv + Relu ->
 conv + HardSigmoid -> Mul) end to end against onnxruntime and the kit's reference_model."""
 
@@ -37,8 +36,9 @@ OPS = {"Mul": "mul", "Add": "add", "Sub": "sub", "Max": "max", "Min": "min"}
 
 def compiled(op: str, shape: tuple[int, int, int], chip: str, *, swap=False, fp16=False, seed=0):
     """(graph, model file) of ``y = op(a, b)``, a [1, C, H, W] and b the [1, C, 1, 1] gate
-    (``swap``: the gate first). Level 2 keeps the graph one layer. Max/Min have no partition rule
-    group (op_table: always host steps): they are put on the NPU by hand to check the lowering."""
+    (``swap``: the gate first). Level 2 keeps the graph one layer. Max/Min are put on the NPU by
+    hand here (the partition takes their gate form since LOWERING.md 28, checked in
+    test_gate_minmax_fp16_activation.py)."""
     channels, height, width = shape
     full, gate = [1, channels, height, width], [1, channels, 1, 1]
     graph = import_onnx(two_input_model(op, *((gate, full) if swap else (full, gate)), full))
