@@ -131,10 +131,15 @@ def table(rows: list[dict]) -> str:
         lines.append(f"{r['model']:<17} {r['macs'] / 1e9:>6.2f} {r['compile_s']:>9.2f} {r['first_run_s']:>10.2f} "
                      f"{r['emu_int8_ms']:>9.1f} {fp16:>9} {r['peak_rss_mb']:>7.0f} {r['ort_ms']:>8.2f} "
                      f"{r['ratio']:>7.1f}x {r['emu_int8_cpu_ms']:>9.1f} {r['ort_cpu_ms']:>8.2f} "
-                     f"{r['cpu_ratio']:>8.1f}x {f'{vendor:.1f}x' if vendor else '-':>10}")
+                     f"{r['cpu_ratio']:>8.1f}x {_vendor_cell(vendor):>10}")
     if any(r["model"] in models.VENDOR_SIM_RATIO for r in rows):
-        notes.append("vendor sim: the vendor simulator's CPU time / onnxruntime's, as issue 20 quotes it (not measured here)")
+        notes.append("vendor sim: rknn-toolkit2's simulator CPU time / onnxruntime's, not measured by this command: "
+                     "m = measured on the dev machine (benchmarks/vendor_sim.py), q = quoted from issue 20")
     return "\n".join(lines + notes)
+
+
+def _vendor_cell(vendor: tuple[float, str] | None) -> str:
+    return f"{vendor[0]:.1f}x {vendor[1][0]}" if vendor else "-"
 
 
 def batch_table(rows: list[dict]) -> str:
