@@ -9,6 +9,7 @@ model file, the dumps, the summary) run in order.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 from collections.abc import Callable
@@ -207,16 +208,24 @@ def _shape_spec(text: str) -> tuple[str | None, list[int]]:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def run(args: argparse.Namespace) -> int:
+@contextlib.contextmanager
+def _phased(args: argparse.Namespace, options, *, lowering: bool):
+    """The compile options with ``on_phase`` set to the command's phase line, inside that line's
+    context (progress_cli.compile_phases)."""
     import dataclasses
 
-    from npuemu.compiler.driver import build, prepare
     from npuemu.tools.progress_cli import compile_phases
 
+    with compile_phases(args, options.precision, lowering=lowering) as line:
+        yield dataclasses.replace(options, on_phase=line)
+
+
+def run(args: argparse.Namespace) -> int:
+    from npuemu.compiler.driver import build, prepare
+
     _refuse_inputs_as_outputs(args)
-    options = compile_options(args)
-    with compile_phases(args, options.precision, lowering=args.output is not None) as line:
-        front = prepare(args.model, args.target, dataclasses.replace(options, on_phase=line))
+    with _phased(args, compile_options(args), lowering=args.output is not None) as options:
+        front = prepare(args.model, args.target, options)
         if args.output is not None and front.quantization is not None:
             build(front)  # under the phase line; build_step writes it (or says why it cannot)
     for step in STEPS:
@@ -271,14 +280,10 @@ def _dynamic_input(args: argparse.Namespace) -> list:
 def prepare_float(args: argparse.Namespace):
     """Import and graph passes as ``compile`` runs them, no quantization (the driver's Front):
     ``quant-config`` and ``accuracy`` calibrate the graph themselves."""
-    import dataclasses
-
     from npuemu.compiler.driver import prepare
-    from npuemu.tools.progress_cli import compile_phases
 
-    options = compile_options(args, precision="float")
-    with compile_phases(args, "float", lowering=False) as line:
-        return prepare(args.model, args.target, dataclasses.replace(options, on_phase=line))
+    with _phased(args, compile_options(args, precision="float"), lowering=False) as options:
+        return prepare(args.model, args.target, options)
 
 
 def _input_shapes(args: argparse.Namespace) -> dict[str, list[int]]:
@@ -405,14 +410,10 @@ def build_step(args: argparse.Namespace, front) -> None:
 
 def compile_in_memory(args: argparse.Namespace):
     """The model file ``compile -o`` would write, without writing it (``perf MODEL.onnx``)."""
-    import dataclasses
-
     from npuemu.compiler.driver import compile_model
-    from npuemu.tools.progress_cli import compile_phases
 
-    options = compile_options(args)
-    with compile_phases(args, options.precision, lowering=True) as line:
-        return compile_model(args.model, args.target, dataclasses.replace(options, on_phase=line))
+    with _phased(args, compile_options(args), lowering=True) as options:
+        return compile_model(args.model, args.target, options)
 
 
 def _write(destination: str, text: str) -> None:

@@ -19,6 +19,7 @@ Conventions:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -398,27 +399,13 @@ class ActivationLayer(SameShape):
             raise CompileError(f"layer {self.name}: a standalone activation layer needs an activation")
 
 
-def check_joined_inputs(layer, what: str) -> None:
-    """Normalize and check the per-input fields of a layer that joins its inputs (``inputs``,
-    ``shapes``, ``input_quants``, ``output_quant``, ``dtype``): one shape and quantization per
-    input, and int8 quantization everywhere."""
-    _check_dtype(layer.dtype, layer.name)
-    object.__setattr__(layer, "inputs", tuple(layer.inputs))
-    object.__setattr__(layer, "shapes", tuple(tuple(int(v) for v in shape) for shape in layer.shapes))
-    object.__setattr__(layer, "input_quants", tuple(layer.input_quants))
-    if not layer.inputs or len(layer.inputs) != len(layer.shapes) or len(layer.inputs) != len(layer.input_quants):
-        raise CompileError(f"layer {layer.name}: a {what} needs one shape and quantization per input")
-    if layer.dtype == INT8 and (layer.output_quant is None or None in layer.input_quants):
-        raise CompileError(f"layer {layer.name}: an int8 {what} needs the quantization of every input and the output")
-
-
 @dataclass(frozen=True)
-class ConcatLayer:
-    """Channel concatenation: one DPU-only copy task per input that writes it (int8: requantized)
-    into its channel slice of the output (every input but the last must fill whole C2 groups,
-    so the slices start on surface boundaries). float16 concats copy without quantization
-    (``input_quants`` all None, ``output_quant`` None)."""
+class JoinedLayer:
+    """The fields and checks shared by layers that join their inputs into one output (ConcatLayer,
+    lower_flat_concat.FlatConcatLayer): one shape and quantization per input, and int8
+    quantization everywhere in int8 builds. ``WHAT`` names the kind in errors."""
 
+    WHAT: ClassVar[str] = "join"
     name: str
     inputs: tuple[str, ...]
     output: str
@@ -428,7 +415,28 @@ class ConcatLayer:
     dtype: str = INT8
 
     def __post_init__(self) -> None:
-        check_joined_inputs(self, "concat")
+        _check_dtype(self.dtype, self.name)
+        object.__setattr__(self, "inputs", tuple(self.inputs))
+        object.__setattr__(self, "shapes", tuple(tuple(int(v) for v in shape) for shape in self.shapes))
+        object.__setattr__(self, "input_quants", tuple(self.input_quants))
+        if not self.inputs or len(self.inputs) != len(self.shapes) or len(self.inputs) != len(self.input_quants):
+            raise CompileError(f"layer {self.name}: a {self.WHAT} needs one shape and quantization per input")
+        if self.dtype == INT8 and (self.output_quant is None or None in self.input_quants):
+            raise CompileError(f"layer {self.name}: an int8 {self.WHAT} needs the quantization of every input and "
+                               f"the output")
+
+
+@dataclass(frozen=True)
+class ConcatLayer(JoinedLayer):
+    """Channel concatenation: one DPU-only copy task per input that writes it (int8: requantized)
+    into its channel slice of the output (every input but the last must fill whole C2 groups,
+    so the slices start on surface boundaries). float16 concats copy without quantization
+    (``input_quants`` all None, ``output_quant`` None)."""
+
+    WHAT: ClassVar[str] = "concat"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
         if len({shape[1:] for shape in self.shapes}) != 1:
             raise CompileError(f"layer {self.name}: concat inputs differ in height/width: {list(self.shapes)}")
 

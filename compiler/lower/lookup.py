@@ -45,3 +45,19 @@ def unpacked_pair(layer, placements: Mapping[str, Placement], what: str,
     if source.packed or out.packed:
         raise CompileError(f"layer {layer.name}: {what} needs NC1HWC2 tensors, not packed images")
     return source, out
+
+
+def joined_placements(layer, placements: Mapping[str, Placement], what: str):
+    """The checked output placement of a layer joining its inputs (layers.JoinedLayer) and, per
+    input, (placement, shape, quantization), all NC1HWC2 (``what`` names the kind in the refusal
+    of a packed image)."""
+    out = tensor(placements, layer.output, layer.name)
+    check_feature(out, layer.output_shape, layer.dtype, "output", layer.name)
+    sources = []
+    for index, (name, shape, quant) in enumerate(zip(layer.inputs, layer.shapes, layer.input_quants)):
+        source = tensor(placements, name, layer.name)
+        check_feature(source, shape, layer.dtype, f"input {index}", layer.name)
+        if source.packed or out.packed:
+            raise CompileError(f"layer {layer.name}: {what} needs NC1HWC2 tensors, not packed images")
+        sources.append((source, shape, quant))
+    return out, sources

@@ -32,7 +32,7 @@ from .descriptions import (
 )
 from .layers import FLOAT16, ActivationLayer, ConcatLayer, EltwiseLayer, SliceLayer
 from .lower_conv import activation_x_stage, lut_stages, lut_stages_fp16
-from .lookup import check_feature, tensor, unpacked_pair
+from .lookup import check_feature, joined_placements, tensor, unpacked_pair
 from .placement import Placement, align
 
 EW_ALU = {"add": ALU_ADD, "sub": ALU_MINUS, "max": ALU_MAX, "min": ALU_MIN, "mul": ALU_ADD}
@@ -154,14 +154,9 @@ def concat_stages(input_quant, output_quant, layer: str) -> DpuStages:
 def lower_concat(layer: ConcatLayer, placements: Mapping[str, Placement], platform: Platform) -> tuple[DpuTask, ...]:
     """One DPU-only task per input, writing its channels at the output's surface for its first
     channel (the vendor lists Concat among the DPU-only layers; vendor-corpus README 4)."""
-    out = tensor(placements, layer.output, layer.name)
-    check_feature(out, layer.output_shape, layer.dtype, "output", layer.name)
+    out, sources = joined_placements(layer, placements, "concat")
     tasks, start = [], 0
-    for index, (name, shape, quant) in enumerate(zip(layer.inputs, layer.shapes, layer.input_quants)):
-        source = tensor(placements, name, layer.name)
-        check_feature(source, shape, layer.dtype, f"input {index}", layer.name)
-        if source.packed or out.packed:
-            raise CompileError(f"layer {layer.name}: concat needs NC1HWC2 tensors, not packed images")
+    for index, (source, shape, quant) in enumerate(sources):
         if start % out.c2:
             raise CompileError(f"layer {layer.name}: input {index} starts at channel {start}, not on a {out.c2}-channel "
                                f"surface of the output; only the last input may end part-way through a surface")

@@ -16,30 +16,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 from npuemu.isa.errors import CompileError
 
 from .descriptions import PRECISION_CODES, DpuCube, DpuTask
-from .layers import INT8, Quant, check_joined_inputs
-from .lookup import check_feature, tensor
+from .layers import JoinedLayer
+from .lookup import joined_placements
 from .lower_eltwise import copy_stages
 from .placement import Placement, align
 
 
 @dataclass(frozen=True)
-class FlatConcatLayer:
+class FlatConcatLayer(JoinedLayer):
     """Inputs (C, H_i, W_i) flattened and concatenated into (C, 1, sum H_i W_i)."""
 
-    name: str
-    inputs: tuple[str, ...]
-    output: str
-    shapes: tuple[tuple[int, int, int], ...]
-    input_quants: tuple[Quant | None, ...]
-    output_quant: Quant | None
-    dtype: str = INT8
+    WHAT: ClassVar[str] = "flat concat"
 
     def __post_init__(self) -> None:
-        check_joined_inputs(self, "flat concat")
+        super().__post_init__()
         if len({shape[0] for shape in self.shapes}) != 1:
             raise CompileError(f"layer {self.name}: flat concat inputs differ in channels: {list(self.shapes)}")
 
@@ -50,14 +45,9 @@ class FlatConcatLayer:
 
 def lower_flat_concat(layer: FlatConcatLayer, placements: Mapping[str, Placement], platform) -> tuple[DpuTask, ...]:
     """One DPU-only copy per input into its run of columns of every output surface."""
-    out = tensor(placements, layer.output, layer.name)
-    check_feature(out, layer.output_shape, layer.dtype, "output", layer.name)
+    out, sources = joined_placements(layer, placements, "a flat concat")
     tasks, column = [], 0
-    for index, (name, shape, quant) in enumerate(zip(layer.inputs, layer.shapes, layer.input_quants)):
-        source = tensor(placements, name, layer.name)
-        check_feature(source, shape, layer.dtype, f"input {index}", layer.name)
-        if source.packed or out.packed:
-            raise CompileError(f"layer {layer.name}: a flat concat needs NC1HWC2 tensors, not packed images")
+    for source, shape, quant in sources:
         channels, height, width = shape
         cube = DpuCube(width=width, height=height, channels=align(channels, out.c2), orig_channels=channels,
                        dst_address=out.address + column * out.pixel_bytes,

@@ -73,25 +73,38 @@ def attention_as_head_convs(graph: Graph, ctx: PassContext) -> int:
 def _component(graph: Graph, start: list[str]) -> tuple[list[Node], list[str], list[str]]:
     """(BODY_OPS nodes joined to the tensors ``start`` through their non-constant tensors, the
     tensors they read that none of them writes, the ones they write that others read)."""
-    body, frontier, seen = [], list(start), set(start)
+    made, read = _links(graph)
+    body, inside, frontier, seen = [], set(), list(start), set(start)
     while frontier:
         name = frontier.pop()
-        made_by = producer(graph, name)
-        for node in [*readers(graph, name), *([made_by] if made_by is not None else [])]:
-            if node.op_type not in BODY_OPS or any(node is other for other in body):
+        made_by = made.get(name)
+        for node in [*read.get(name, ()), *([made_by] if made_by is not None else [])]:
+            if node.op_type not in BODY_OPS or id(node) in inside:
                 continue
             body.append(node)
+            inside.add(id(node))
             for item in [*node.inputs, *node.outputs]:
                 if item and item not in seen and const(graph, item) is None:
                     seen.add(item)
                     frontier.append(item)
-    inside = {id(node) for node in body}
     produced = {out for node in body for out in node.outputs if out}
     sources = list(dict.fromkeys(name for node in body for name in node.inputs
                                  if name and name not in produced and const(graph, name) is None))
     exits = [name for name in dict.fromkeys(out for node in body for out in node.outputs if out)
-             if name in graph.outputs or any(id(node) not in inside for node in readers(graph, name))]
+             if name in graph.outputs or any(id(node) not in inside for node in read.get(name, ()))]
     return body, sources, exits
+
+
+def _links(graph: Graph) -> tuple[dict[str, Node], dict[str, list[Node]]]:
+    """match.producer and match.readers for every tensor at once (one pass over the nodes)."""
+    made: dict[str, Node] = {}
+    read: dict[str, list[Node]] = {}
+    for node in graph.nodes:
+        for out in node.outputs:
+            made.setdefault(out, node)
+        for name in dict.fromkeys(node.all_inputs):
+            read.setdefault(name, []).append(node)
+    return made, read
 
 
 def _find(graph: Graph, softmax: Node) -> _Attention | None:
