@@ -282,6 +282,7 @@ def _eltwise(graph: Graph, node: Node, platform: Platform) -> EltwiseLayer:
                           "as a CPU step")
     if operand == 0 or gate == 0:
         a, b = b, a  # add/mul/max/min commute: the broadcast operand goes second, through the ERDMA
+    gate_first = gate == 0 and node.op_type == "Sub"  # gate - map: BS negates the map (LOWERING.md 33.2)
     activation = Activation("none")
     for part in node.fused:
         if activation.kind != "none":
@@ -294,11 +295,12 @@ def _eltwise(graph: Graph, node: Node, platform: Platform) -> EltwiseLayer:
     gated = gate is not None
     if dtype == "float16":
         return EltwiseLayer(node.layer_name, _ELTWISE[node.op_type], (a, b), node.outputs[0], shape,
-                            activation=activation, dtype="float16", broadcast=broadcast, channel_gate=gated)
+                            activation=activation, dtype="float16", broadcast=broadcast, channel_gate=gated,
+                            gate_first=gate_first)
     return EltwiseLayer(node.layer_name, _ELTWISE[node.op_type], (a, b), node.outputs[0], shape,
                         (int8_quant(graph, a, node), int8_quant(graph, b, node)),
                         int8_quant(graph, node.outputs[0], node), activation=activation, broadcast=broadcast,
-                        channel_gate=gated)
+                        channel_gate=gated, gate_first=gate_first)
 
 
 def lane_broadcast_operand(graph: Graph, node: Node) -> int | None:
@@ -318,15 +320,16 @@ def channel_gate_operand(graph: Graph, node: Node) -> int | None:
     """Which input (0 or 1) of an element-wise node on two feature maps is a 4-D [1, C, 1, 1]
     gate broadcast over the other's [1, C, H, W] (H x W > 1) - the SE block's Mul, which the
     ERDMA reads in its per-channel mode (ERDMA_DATA_MODE 0, as the vendor's se_gate Mul;
-    LOWERING.md 17) - else None. Not for Sub's first operand (the ERDMA's is the subtrahend).
-    4-D only: a [C] or [1, C] operand of a lower-rank layer is another broadcast."""
+    LOWERING.md 17) - else None. Sub's first operand too: the gate still goes through the ERDMA
+    and BS negates the map (gate - map, LOWERING.md 33.2). 4-D only: a [C] or [1, C] operand of a
+    lower-rank layer is another broadcast."""
     cubes = _feature_operands(graph, node)
     if cubes is None or cubes[2][1] * cubes[2][2] < 2:
         return None
     dims = [tuple(graph.tensor(name).shape) for name in node.inputs[:2]]
     if any(len(d) != 4 for d in dims):
         return None
-    return _broadcast_index(node, cubes, (cubes[2][0], 1, 1))
+    return _broadcast_index(node, cubes, (cubes[2][0], 1, 1), either=True)
 
 
 def _feature_operands(graph: Graph, node: Node) -> tuple | None:
@@ -340,10 +343,11 @@ def _feature_operands(graph: Graph, node: Node) -> tuple | None:
     return None if None in cubes else cubes
 
 
-def _broadcast_index(node: Node, cubes: tuple, narrow: tuple[int, int, int]) -> int | None:
-    """The operand of shape ``narrow`` next to one of the output's shape (Sub: the second only)."""
+def _broadcast_index(node: Node, cubes: tuple, narrow: tuple[int, int, int], either: bool = False) -> int | None:
+    """The operand of shape ``narrow`` next to one of the output's shape (Sub: the second only,
+    unless ``either``)."""
     out = cubes[2]
-    for index in (1, 0) if node.op_type != "Sub" else (1,):
+    for index in (1, 0) if node.op_type != "Sub" or either else (1,):
         if cubes[index] == narrow and cubes[1 - index] == out:
             return index
     return None

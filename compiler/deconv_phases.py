@@ -127,6 +127,9 @@ def interleave_chunks(width: int, channels: int, pass_kernels: int) -> tuple[tup
 #: reads columns [first, first + width) of its input; a channel group writes its output channels
 #: from ``first channel`` on, a whole number of 32-channel groups into the output (LOWERING.md 28)
 EXTENDED = 8
+#: ``interleave`` = (s, ry, rx, out_h, out_w): a phase of an output that is not s x the phase
+#: (bilinear align_corners to s*(n-1)+1, LOWERING.md 33.3): phase rx is ceil((out_w - rx) / s) wide
+CROPPED = 5
 #: output channels of one channel group: 8 surfaces of the smallest C2 (RK356x fp16: 4), and a
 #: whole number of passes and surfaces on every chip
 GROUP_CHANNELS = MAX_WRITE_SURFACES * 4
@@ -144,6 +147,8 @@ def written_shape(shape: tuple[int, int, int], interleave: tuple[int, ...]) -> t
     s = interleave[0]
     if len(interleave) == EXTENDED:
         return interleave[7], s * shape[1], s * interleave[5]
+    if len(interleave) == CROPPED:
+        return shape[0], interleave[3], interleave[4]
     return shape[0], s * shape[1], s * shape[2]
 
 
@@ -179,6 +184,8 @@ def interleaved_write(interleave: tuple[int, ...], out_width: int, c2: int, chan
     width from phase column ``first``."""
     s, ry, rx = interleave[:3]
     width = out_width // s
+    if len(interleave) == CROPPED:  # the phase's own columns of an output not s x the phase wide
+        width = -(-(out_width - rx) // s)
     if len(interleave) == EXTENDED:  # a part of the phase: its own width, from its first column
         width = interleave[4]
         rx += s * interleave[3]

@@ -36,7 +36,6 @@ from npuemu.compiler.build import build_model
 from npuemu.compiler.core_mask import parse_core_mask
 from npuemu.compiler.ir import Graph
 from npuemu.compiler.onnx_import import import_onnx
-from npuemu.compiler.mnn_import import is_mnn_path, mnn_to_onnx
 from npuemu.compiler.passes import PassContext, optimize
 from npuemu.compiler.quant import (CalibrationOptions, calibrate, float16_graph, preprocess_for_inputs,
                                    quantize_from_config, quantize_graph, quantize_with_dataset, read_config)
@@ -198,8 +197,10 @@ def prepare(model: str | Path | Any, target: str | Platform = "rk3588",
             options: CompileOptions | None = None) -> Front:
     """Stages 1-4: import, graph passes and partition, quantization."""
     options = options or CompileOptions()
-    if is_mnn_path(model):  # an .mnn file is read into the ONNX graph it holds (compiler/mnn_import.py)
-        model = mnn_to_onnx(model)
+    if isinstance(model, (str, Path)) and str(model).lower().endswith(".mnn"):  # mnn_import.is_mnn_path
+        from npuemu.compiler.mnn_import import mnn_to_onnx  # here: an ONNX build skips its ~20-50 ms import
+
+        model = mnn_to_onnx(model)  # an .mnn file is read into the ONNX graph it holds
     if options.dynamic_input:  # set 0 is prepared as a static build is (compiler/dynamic_shapes.py)
         options = dynamic_shapes.first_set_options(model, options)
     platform = target_platform(target, options.platform_overrides)  # a typo fails first

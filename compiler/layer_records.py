@@ -199,7 +199,7 @@ def _host_step(graph: Graph, node, spec) -> bool:
 
 def _broadcasting_eltwise(graph: Graph, node) -> bool:
     """An element-wise NPU node with broadcasting feature-map operands that the NPU does not run
-    (e.g. a [1, C, 1, 1] gate as Sub's first operand): a CPU step. A [1, 1, H, W] operand is
+    (e.g. a [1, 1, H, W] map as Sub's first operand): a CPU step. A [1, 1, H, W] operand is
     replicated across lanes (build_adapt.lane_broadcast_operand), a [1, C, 1, 1] gate read by the
     ERDMA's per-channel mode (build_adapt.channel_gate_operand), both on the NPU."""
     if op_table.lowering(node.op_type) != "eltwise" or node.fused or len(node.inputs) < 2:

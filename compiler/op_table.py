@@ -148,7 +148,12 @@ ROWS: tuple[OpRow, ...] = (
           reference="tests.compiler.test_flat_concat_npu:reference_flat_concat"),
     OpRow("Readout", "composite", npu="readout", host=False,  # a graph output the runtime permutes (LOWERING.md 25)
           reference="tests.compiler.test_output_readout:reference_readout"),
-    OpRow("Pad", fusion="pad"),
+    OpRow("Readin", "composite", npu="readin", host=False,  # a graph input the runtime permutes (LOWERING.md 33.4)
+          reference="tests.compiler.test_input_readin:reference_readin"),
+    # on the NPU only as the layers a graph pass rewrites them into (passes/rewritten_ops.py, LOWERING.md 32)
+    OpRow("Pad", npu="rewritten", fusion="pad"),
+    OpRow("Slice", npu="rewritten"), OpRow("Pow", npu="rewritten"), OpRow("Sqrt", npu="rewritten"),
+    OpRow("ReduceMean", npu="rewritten"), OpRow("Gather", npu="rewritten"),
     OpRow("DataConvert", "internal", lowering="convert",  # int8 <-> float16 at hybrid boundaries (LOWERING.md 26)
           reference="tests.compiler.test_data_convert_npu:reference_convert"),
     OpRow("Constant", "internal"),  # a graph output the import folded to a constant
@@ -158,16 +163,18 @@ ROWS: tuple[OpRow, ...] = (
     OpRow("HeadAttention", "composite", npu="attention", host=False,  # convs + 22.2 at build stage 5 (lower_attention)
           reference="tests.compiler.test_attention_npu:reference_attention"),
     *_host_only("DepthToSpace", reference=REF_HOST),
+    OpRow("SpaceToDepth", npu="space_to_depth"),  # at -O3 a 0/1 stride-b conv (passes/space_to_depth.py, LOWERING.md 33.1)
     OpRow("Glu", "composite", npu="glu",  # Split + Sigmoid + Mul at build stage 5 (passes/lower_glu.py)
           reference="tests.compiler.test_glu_npu:reference_glu"),
-    *_host_only("Transpose", "LayerNormalization", "MatMul", "Gemm", "BatchNormalization", "Pow", "Sqrt", "Exp",
+    *_host_only("Transpose", "LayerNormalization", "MatMul", "Gemm", "BatchNormalization", "Exp",
                 "Erf", "Abs", "Neg", "Floor", "Ceil", "Round", "Reciprocal", "Log", "Sign", "Not", "Equal", "Less",
                 "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Where", "Cast"),
-    *_host_only("ReduceSum", "ReduceMin", "ReduceMean", "ReduceMax", "ReduceProd", "ArgMax"),
-    *_host_only("Slice", "Gather", "Expand", "Tile", "Identity", "Dropout"),
-    # a float16 forward LSTM is unrolled into NPU layers (passes/lstm_npu.py, LOWERING.md 30), else a host step
-    OpRow("LSTM", npu="lstm"),
-    *_host_only("GRU", "RNN"),  # the sequence loop on the host (compiler/ops/recurrent.py)
+    *_host_only("ReduceSum", "ReduceMin", "ReduceMax", "ReduceProd", "ArgMax"),
+    *_host_only("Expand", "Tile", "Identity", "Dropout"),
+    # unrolled into NPU layers (passes/lstm_npu.py, LOWERING.md 30, 31), else a host step
+    OpRow("LSTM", npu="recurrent"),
+    OpRow("GRU", npu="recurrent"),  # passes/gru_npu.py, LOWERING.md 31.3
+    OpRow("RNN", npu="recurrent"),  # passes/recurrent_rnn.py, LOWERING.md 31.4
 )
 
 #: ops the importer accepts that never reach the compiler's graph as themselves

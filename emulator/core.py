@@ -18,6 +18,9 @@ its last (frozen) TaskRecord again, which the timing model then finds by identit
 Issue 20, chain replay: a chain that starts from a register state it started from before
 (a whole-state comparison, ``RegisterFile.matches``) leads every task to the decoded states of
 that run, so it runs the units alone from them and then restores the end state; see _Replay.
+Issue 20, task programs: as a replay first runs, its CNA+CORE+DPU tasks are compiled into steps
+that hold what the units look up per access (task_plan.py); they run while the memory's derived
+values are those they were built from, and keep the DMA counts of the full runs.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ import numpy as np
 from npuemu.emulator.memo import Memo
 from npuemu.emulator.memory import DmaTraffic, Memory, TaskDma, Traffic
 from npuemu.emulator.regfile import RegisterFile, RegisterView
+from npuemu.emulator.task_plan import MAX_BUILDS, ChainProgram, build_program
+from npuemu.emulator.task_plan import current as task_current
 from npuemu.emulator.units.cna_core import Cbuf, CoreResult, decode_conv, run_cna_core
 from npuemu.emulator.units.dpu import check_rdma_matches, decode_dpu, decode_dpu_rdma, run_dpu
 from npuemu.emulator.units.ppu import check_ppu_source, decode_ppu, decode_ppu_rdma, run_ppu
@@ -83,6 +88,9 @@ class _Replay:
     #: its _TaskMemo (the resolved writes, for ``_replay_failed``), its address and amount, and
     #: its writes to the LUT port (``RegisterFile.lut_steps``)
     tasks: tuple
+    #: [its task_plan.ChainProgram or None, programs built so far] (built with it, again as it
+    #: replays after a write dropped what the steps hold)
+    program: list = field(default_factory=lambda: [None, 0])
 
 
 #: start states kept per chain (a chain of an odd number of tasks alternates between two)
@@ -154,6 +162,8 @@ class NpuCore:
         self._decoded: Memo[dict[str, object]] = Memo()
         # Per decoded chain: the _Replay of its last runs from distinct start states, newest first.
         self._replays: Memo[list] = Memo(identity=1)
+        # Task programs' steps by (decoded states, where) (task_plan.build_program)
+        self._steps: Memo = Memo(identity=1)
 
     # -- the PC -----------------------------------------------------------------------------
     def run_chain(self, start_address: int, first_amount: int, *,
@@ -192,6 +202,8 @@ class NpuCore:
                           for index, ((memo, last), address, amount, lut)
                           in enumerate(zip(kept, chain.task_addresses, chain.amounts, luts)))
             replay = _Replay(start, self.regfile.snapshot(), tasks)
+            # compiled now (steps already made are looked up), so its first replay runs it
+            replay.program[:] = [build_program(tasks, self.memory, self._steps), 1]
             if replays is None:
                 replays = self._replays.put([], chain)
             replays[:] = [replay] + replays[:_REPLAYS - 1]
@@ -203,21 +215,33 @@ class NpuCore:
         register file takes the end state the writes would have left."""
         records = []
         regfile, memory, cbuf = self.regfile, self.memory, self.cbuf
-        tables = regfile.lut.tables
-        interrupts = 0
+        tables, derived = regfile.lut.tables, memory.derived
+        program = replay.program[0]  # the tasks compiled (task_plan.py)
+        if program is None and replay.program[1] < MAX_BUILDS:
+            program = build_program(replay.tasks, memory, self._steps)
+            replay.program[:] = [program, replay.program[1] + 1]
+        steps, epoch = (None, None) if program is None else (program.steps, program.epoch)
+        began, stale, interrupts = derived.epoch, False, 0
         for index, (where, regcmd_bytes, last, _, address, amount, lut) in enumerate(replay.tasks):
-            views, states, groups, bits, kept = last
-            dma = TaskDma(memory, where)
-            dma.count(Traffic.REGCMD_READ, regcmd_bytes)
+            _, states, _, bits, kept = last
+            step = None if steps is None else steps[index]
+            if step is not None and derived.epoch != epoch and not task_current(step, memory):
+                step, stale = None, True  # a write dropped what it holds: the full path
             try:
                 if lut:  # the LUT RAM may change mid-chain: filled in stream order
                     regfile.apply_lut(lut, where)
-                _run_units(states, dma, cbuf, tables, where)
+                if step is not None:  # the DMA counts of the full runs: a function of the states
+                    step(cbuf)
+                    traffic = kept.traffic
+                else:
+                    dma = TaskDma(memory, where)
+                    dma.count(Traffic.REGCMD_READ, regcmd_bytes)
+                    _run_units(states, dma, cbuf, tables, where)
+                    traffic = dma.traffic()
             except Exception:
                 self._replay_failed(replay, index)
                 raise
             interrupts |= bits
-            traffic = dma.traffic()
             if kept.traffic is not traffic or kept.index != index or kept.address != address \
                     or kept.amount != amount:  # (the record _run_task would build: only these differ)
                 kept = last[4] = replace(kept, index=index, address=address, amount=amount, traffic=traffic)
@@ -225,6 +249,11 @@ class NpuCore:
         self.regfile.restore(replay.end)
         self.tasks_run += len(records)
         self.interrupt_raw |= interrupts
+        if program is not None and program.epoch != derived.epoch:
+            if stale:  # built again as it next replays (while MAX_BUILDS allows)
+                replay.program[0] = None if replay.program[1] < MAX_BUILDS else program
+            elif began == derived.epoch:  # every step checked current, and nothing dropped since
+                replay.program[0] = ChainProgram(began, program.steps)
         return tuple(records)
 
     def _replay_failed(self, replay: _Replay, failed: int) -> None:

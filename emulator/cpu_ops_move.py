@@ -1,5 +1,5 @@
 """Host-side data movement and windowed ops (ONNX semantics): Slice, Pad, Gather, Expand,
-Tile, Split, and N-D MaxPool/AveragePool (any rank, batch, dilation, ceil mode).
+Tile, Split, SpaceToDepth, and N-D MaxPool/AveragePool (any rank, batch, dilation, ceil mode).
 Parameters are the compiler's canonical attributes (constant configuration inputs folded in:
 Slice ``starts``/``ends``/``axes``/``steps`` already clamped, Pad ``pads`` for every axis,
 ``mode``, ``value``; pools' explicit ``pads`` = begins then ends)."""
@@ -59,6 +59,16 @@ def _split(inputs: list, params: dict) -> list[np.ndarray]:
     sizes = [int(s) for s in params["split"]]
     bounds = np.cumsum(sizes)[:-1]
     return list(np.split(x, bounds, axis=axis))
+
+
+def _space_to_depth(inputs: list, params: dict) -> list[np.ndarray]:
+    """ONNX SpaceToDepth: output channel (i*b + j)*C + c at (y, x) is input c at (y*b + i, x*b + j)."""
+    x, block = inputs[0], int(params.get("blocksize", 1))
+    n, c, h, w = x.shape
+    if block < 1 or h % block or w % block:
+        raise EmulationError(f"CPU step 'SpaceToDepth': {h}x{w} is not a multiple of blocksize {block}")
+    y = x.reshape(n, c, h // block, block, w // block, block).transpose(0, 3, 5, 1, 2, 4)
+    return [y.reshape(n, c * block * block, h // block, w // block)]
 
 
 def _windows(x: np.ndarray, params: dict):
@@ -135,6 +145,7 @@ def _global_pool(function):
 
 MOVE_OPS = {
     "Slice": _slice, "Pad": _pad, "Gather": _gather, "Expand": _expand, "Tile": _tile, "Split": _split,
+    "SpaceToDepth": _space_to_depth,
     "MaxPool": _max_pool, "AveragePool": _average_pool,
     "GlobalAveragePool": _global_pool(np.mean), "GlobalMaxPool": _global_pool(np.max),
 }

@@ -463,6 +463,10 @@ class DerivedCache:
 
     def __init__(self) -> None:
         self._entries: dict[Hashable, tuple[int, int, Any]] = {}
+        #: bumped whenever a kept value is dropped (a write over its bytes, or the cache starting
+        #: over): a holder of values taken from here (a core's task programs, emulator/task_plan.py)
+        #: knows they are all still current while it reads the same number
+        self.epoch = 0
         # keys sorted by start, their starts (a list, for bisect) and ends, and the running
         # maximum of the ends: most writes (feature maps) overlap no entry, found in O(log n)
         self._index: tuple[list, list, np.ndarray, np.ndarray] | None = None
@@ -523,10 +527,12 @@ class DerivedCache:
             del self._entries[key]
         if keys:
             self._index = None
+            self.epoch += 1
 
     def clear(self) -> None:
         self._entries.clear()
         self._index = None
+        self.epoch += 1
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -541,6 +547,11 @@ def _gather_rows(data, offsets, rows):
         target = rows[r]
         for i in range(row_bytes):
             target[i] = source[i]
+
+
+#: the row copy of ``TaskDma.read_located``, for callers that locate rows once and copy them
+#: on every run themselves (a core's task programs, emulator/task_plan.py)
+gather_rows = _gather_rows
 
 
 @njit(cache=True)

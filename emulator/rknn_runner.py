@@ -17,16 +17,19 @@ The flow follows the fixture README "Loading a .rknn in an emulator" and
 4. Chain 0 (the single-core program) runs on core 0; or, asked for with ``cores``, one of the
    file's multi-core programs: its pieces on their cores, barrier phase by barrier phase
    (isa/rknn/variants.py, emulator/rknn_multicore.py).
-5. The CPU-side layers the file schedules after the NPU program run on the host:
-   ``InputOperator`` / ``OutputOperator`` (layout conversion only) and ``Reshape`` (drop the
-   channel blocking, reshape, requantise if the two tensors' quantisation differs). Any other
-   CPU layer raises :class:`EmulationError` naming it.
+5. The CPU-side layers run on the host: ``InputOperator`` / ``OutputOperator`` (layout
+   conversion only) and ``Reshape`` (drop the channel blocking, reshape, requantise if the two
+   tensors' quantisation differs). Any other CPU layer raises :class:`EmulationError` naming it.
+   A Reshape that an NPU layer reads runs where the table puts it, its output written in that
+   tensor's native layout, the NPU tasks before it run as a submit of their own
+   (emulator/rknn_cpu_layers.py); the others run after the NPU program.
 6. Outputs are read in their native layout and dequantised (fp16: widened) to float32 in the
    graph's shape.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass, field
@@ -37,14 +40,19 @@ import numpy as np
 from npuemu.emulator.kernels.layout import nc1hwc2_to_nchw, nchw_to_nc1hwc2
 from npuemu.emulator.machine import ChainRun, Machine
 from npuemu.emulator.memory import Memory
-from npuemu.emulator.rknn_multicore import PieceRun, place_pieces, run_pieces
+from npuemu.emulator.rknn_cpu_layers import HostStep, feeds_npu, host_layers, host_steps, segments
+from npuemu.emulator.rknn_multicore import PlacedPiece, PieceRun, place_pieces, run_pieces
+from npuemu.emulator.rknn_self_modifying import run_fetching_each_block, scratch_words
 from npuemu.isa.errors import EmulationError, InputError, ModelFileError, UnsupportedProgramError
 from npuemu.isa.regmap_loader import load_regmap
 from npuemu.isa.rknn import (
     Region, RelocatedProgram, RknnLayer, RknnModel, RknnTensor, default_bases, load_rknn,
     plan_memory, region_image, relocate,
 )
-from npuemu.isa.rknn.variants import CoreProgram, core_programs, launches, single_core
+from npuemu.isa.rknn import rk3576_program
+from npuemu.isa.rknn.relocate import has_self_modifying_entries
+from npuemu.isa.tensor_layout import surface_atoms
+from npuemu.isa.rknn.variants import CoreProgram, Launch, Piece, core_programs, launches, single_core
 from npuemu.platforms import load_platform
 
 log = logging.getLogger(__name__)
@@ -67,6 +75,7 @@ class RknnRun:
     program: RelocatedProgram = field(repr=False)
     pieces: tuple[PieceRun, ...] = ()           # multi-core: each core's records between barriers
     cores: tuple[int, ...] = (0,)               # the cores of the program that ran
+    host_steps: tuple[HostStep, ...] = ()       # CPU layers the NPU program waited for (timed)
 
     @property
     def tasks(self):
@@ -88,16 +97,29 @@ class RknnRunner:
         if model.program.regcmd_tensor is None or not model.program.chains:
             raise ModelFileError(f"{model.source}: the file holds no NPU program (no regcmd/task blobs)")
         self._check_host_layers()
-        _check_register_layout(model)
         self.core_program = _pick_program(model, cores)
         self.plan = plan_memory(model)
-        self.program = relocate(model, self.plan, default_bases(model, self.plan))
+        # the exLSTM writes into its own regcmd buffer: run by rknn_self_modifying.py
+        self.self_modifying = has_self_modifying_entries(model)
+        self.program = _emulator_layout(model, relocate(model, self.plan, default_bases(model, self.plan),
+                                                        self_modifying=self.self_modifying), platform,
+                                        self.core_program)
+        self.host_steps = host_steps(model)
+        self._feeds_npu = feeds_npu(model)
         self.placed, self._piece_words = (), np.zeros(0, np.uint64)
+        self._segments: tuple[tuple[tuple[int, int], PlacedPiece | None], ...] = ()
+        spec = load_platform(platform)
         if self.core_program.chains != ((0,),):
-            spec = load_platform(platform)
+            self._check_multicore_host_steps()
             self.placed, self._piece_words = place_pieces(
                 model, self.program, launches(model, self.core_program), load_regmap(spec.register_map.family),
                 spec.pc.data_amount_scale, self._pieces_base())
+        else:
+            self._place_segments(spec)
+        if self.self_modifying:
+            self._check_self_modifying()
+            largest = max(model.program.tasks[i].regcfg_amount for i in model.program.chains[0].tasks)
+            self._piece_words = np.zeros(scratch_words(largest), np.uint64)   # the PC's block copy
         self.image_size = self._image_size()
 
     # --- public ----------------------------------------------------------------------------
@@ -144,23 +166,21 @@ class RknnRunner:
         for tensor, values in zip(self.input_tensors, quantized_inputs):
             memory.load(self._address(tensor), _to_native(tensor, values).tobytes())
 
+        host: dict[int, np.ndarray] = {}            # tensor index -> int8, graph shape
+        done: list[str] = []
         pieces: tuple[PieceRun, ...] = ()
         if self.placed:
+            for step in self.host_steps:   # all before the first task (_check_multicore_host_steps)
+                self._run_host_layer(step.layer, memory, host)
+                done.append(step.layer.name)
             pieces = run_pieces(machine, self.placed)
             first = pieces[0].run
             chain = ChainRun(first.core, first.address, first.first_amount,
                              tuple(task for piece in pieces for task in piece.run.tasks))
         else:
-            first = self.program.tasks[model.program.chains[0].first_task]
-            scale = machine.platform.pc.data_amount_scale
-            amount = -(-(first.regcfg_amount + 4) // scale) - 1   # (amount + 1) * scale >= block words
-            chain = machine.run_chain(first.regcmd_addr, amount, core=0)
+            chain = self._run_segments(machine, memory, host, done)
 
-        host: dict[int, np.ndarray] = {}            # tensor index -> int8, graph shape
-        done: list[str] = []
-        for layer in model.layers:
-            if layer.unit == "NPU" or layer.op_type in _HOST_LAYOUT_ONLY:
-                continue
+        for layer in host_layers(model)[len(self.host_steps):]:   # after the NPU program
             self._run_host_layer(layer, memory, host)
             done.append(layer.name)
 
@@ -170,7 +190,62 @@ class RknnRunner:
             values = host[tensor.index] if tensor.index in host else self._read(tensor, memory)
             quantized[tensor.name] = values
             outputs[tensor.name] = _dequantize(tensor, values, model)
-        return RknnRun(outputs, quantized, chain, tuple(done), self.program, pieces, self.core_program.list_cores)
+        return RknnRun(outputs, quantized, chain, tuple(done), self.program, pieces, self.core_program.list_cores,
+                       self.host_steps)
+
+    # --- NPU submits around the host steps (rknn_cpu_layers.py) -------------------------------
+
+    def _place_segments(self, spec) -> None:
+        """Chain 0 cut at the host steps: a range that stops before the chain's end (or starts
+        after its beginning) is laid out as a piece (rknn_multicore.py); the whole chain runs in place."""
+        chain = self.model.program.chains[0]
+        ranges = segments(chain.task_count, self.host_steps)
+        whole = ((0, chain.task_count),)
+        if ranges == whole:
+            self._segments = ((whole[0], None),)
+            return
+        cut = tuple(Launch(((Piece(0, tuple(chain.tasks[a:b]), True),),)) for a, b in ranges)
+        placed, self._piece_words = place_pieces(self.model, self.program, cut, load_regmap(spec.register_map.family),
+                                                 spec.pc.data_amount_scale, self._pieces_base())
+        self._segments = tuple(zip(ranges, placed))
+
+    def _run_segments(self, machine: Machine, memory: Memory, host: dict[int, np.ndarray], done: list[str]) -> ChainRun:
+        """Chain 0 submit by submit, each host step once the tasks before it have run."""
+        steps = list(self.host_steps)
+        records, first = [], None
+        for (start, _), placed in self._segments:
+            while steps and steps[0].after_tasks <= start:
+                step = steps.pop(0)
+                self._run_host_layer(step.layer, memory, host)
+                done.append(step.layer.name)
+            if placed is None:
+                chain = self.model.program.chains[0]
+                task = self.program.tasks[chain.first_task]
+                scale = machine.platform.pc.data_amount_scale
+                amount = -(-(task.regcfg_amount + 4) // scale) - 1   # (amount + 1) * scale >= block words
+                if self.self_modifying:
+                    run = run_fetching_each_block(machine, task.regcmd_addr, amount, chain.task_count,
+                                                  (self._pieces_base(), self._piece_words.size))
+                else:
+                    run = machine.run_chain(task.regcmd_addr, amount, core=0)
+            else:
+                run = run_pieces(machine, (placed,))[0].run
+            first = first or run
+            records.extend(run.tasks)
+        return ChainRun(0, first.address, first.first_amount, tuple(records))
+
+    def _check_self_modifying(self) -> None:
+        if self.core_program.chains != ((0,),) or len(self._segments) != 1:
+            raise UnsupportedProgramError(
+                f"{self.model.source}: the program writes into its own regcmd buffer (isa/RKNN_TAILS.md 2); the "
+                f"runner runs such a program only as chain 0 on core 0 in one submit")
+
+    def _check_multicore_host_steps(self) -> None:
+        inside = [step.layer.name for step in self.host_steps if step.after_tasks > 0]
+        if inside:
+            raise UnsupportedProgramError(
+                f"{self.model.source}: CPU layer(s) {', '.join(map(repr, inside))} run between NPU layers; the "
+                f"runner cuts only the single-core program (chain 0) at CPU layers, not a multi-core one")
 
     # --- layout and memory -------------------------------------------------------------------
 
@@ -210,7 +285,7 @@ class RknnRunner:
     def _read(self, tensor: RknnTensor, memory: Memory) -> np.ndarray:
         _check_activation_dtype(tensor, self.model)
         dtype = np.dtype("<f2") if _is_float16(tensor) else np.dtype(np.int8)
-        nbytes = int(np.prod(tensor.native_shape)) * dtype.itemsize
+        nbytes = _native_elements(tensor, dtype.itemsize) * dtype.itemsize
         raw = memory.dump(self._address(tensor), nbytes).view(dtype)
         return _from_native(tensor, raw)
 
@@ -240,19 +315,11 @@ class RknnRunner:
     # --- host (CPU) layers -----------------------------------------------------------------
 
     def _check_host_layers(self) -> None:
-        """Refuse CPU layers we cannot execute, and CPU work the NPU program depends on."""
-        produced_on_host: set[int] = set()
+        """Refuse CPU layers we cannot execute (NPU layers may read what a Reshape made:
+        rknn_cpu_layers.py)."""
         for layer in self.model.layers:
-            if layer.unit == "NPU":
-                used = produced_on_host.intersection(layer.inputs)
-                if used:
-                    names = ", ".join(repr(self.model.tensors[i].name) for i in sorted(used))
-                    raise EmulationError(f"{self.model.source}: NPU layer {layer.name!r} consumes {names}, made by a "
-                                         f"CPU layer; CPU steps inside the NPU program are not supported yet")
-            elif layer.op_type in _HOST_LAYOUT_ONLY:
+            if layer.unit == "NPU" or layer.op_type in _HOST_LAYOUT_ONLY or layer.op_type == "Reshape":
                 continue
-            elif layer.op_type == "Reshape":
-                produced_on_host.update(layer.outputs)
             else:
                 raise EmulationError(f"{self.model.source}: CPU layer {layer.name!r} (op {layer.op_type}) "
                                      f"is not supported by the host-side runner")
@@ -274,31 +341,42 @@ class RknnRunner:
             if not (_is_float16(source) and _is_float16(target)):
                 raise EmulationError(f"{model.source}: Reshape {layer.name!r} maps {source.dtype_name} to "
                                      f"{target.dtype_name}; only same-type reshapes are supported")
-            host[target.index] = values
+            self._keep(layer, target, values, memory, host)
             return
         in_scale, in_zero = _quantization(source, model)
         out_scale, out_zero = _quantization(target, model)
         if (in_scale, in_zero) != (out_scale, out_zero):
             real = (values.astype(np.float64) - in_zero) * in_scale
             values = np.clip(np.rint(real / out_scale) + out_zero, -128, 127).astype(np.int8)
-        host[target.index] = values
+        self._keep(layer, target, values, memory, host)
         log.info("host %s: %s %s -> %s %s", layer.name, source.name, list(source.shape), target.name,
                  list(target.shape))
 
 
-def _check_register_layout(model: RknnModel) -> None:
-    """A vendor rk3576 stream writes the RK3576 register layout (CNA 0x1018 CBUF banks, 0x101C
-    weight bytes, ...; DPU per-channel operands in 8-channel records and a BS-config tensor at
-    DPU_RDMA 0x5024): the emulator's units read the RK3588 positions that npuemu's own rk3576
-    builds use (isa/REGISTERS.md), so the file is refused by name (REGISTER_SEMANTICS.md 10.2)."""
-    if model.target == "rk3576":   # the file's own layout, whatever platform it is run on
-        configs = [t.name for t in model.tensors if t.name.endswith("BScfgTensor")]
-        held = f"; DPU BS-config tensors {', '.join(repr(n) for n in configs)}" if configs else ""
-        raise UnsupportedProgramError(
-            f"{model.source}: a vendor rk3576 register stream (re-packed CNA/CORE/DPU geometry: CNA 0x1018 CBUF "
-            f"banks, 0x101C weight bytes, 0x1028/0x102C input sizes{held}) is not decoded by the emulator, whose "
-            f"rk3576 units read the RK3588 positions of npuemu's own builds; emulator/REGISTER_SEMANTICS.md 10 "
-            f"lists the layout read so far")
+    def _keep(self, layer: RknnLayer, target: RknnTensor, values: np.ndarray, memory: Memory,
+              host: dict[int, np.ndarray]) -> None:
+        """A host layer's result: for later host layers, and in DDR in the tensor's native layout
+        (the Feature Tensor table's NativeShape: NC1HWC2 or plain) when an NPU layer reads it."""
+        host[target.index] = values
+        if layer.index in self._feeds_npu:
+            memory.load(self._address(target), _to_native(target, values).tobytes())
+
+
+def _emulator_layout(model: RknnModel, program: RelocatedProgram, platform: str,
+                     core_program: CoreProgram) -> RelocatedProgram:
+    """A vendor rk3576 stream writes the vendor's rk3576 layout (isa/regmaps/rk3576_vendor.yaml);
+    its conv tasks are rewritten to the positions the emulator's units read (those of the
+    platform's map: npuemu's own rk3576 builds keep RK3588 positions), REGISTER_SEMANTICS.md 10.3.
+    A task the translation does not cover raises UnsupportedProgramError naming it."""
+    if not rk3576_program.is_vendor_layout(model.target):   # the file's own layout, whatever it runs on
+        return program
+    spec = load_platform(platform)
+    lists = [[model.program.tasks[index] for index in tasks] for tasks in core_program.lists]
+    words = rk3576_program.translate_regcmd(program.regcmd, lists, load_regmap(rk3576_program.VENDOR_FAMILY),
+                                            load_regmap(spec.register_map.family),
+                                            rk3576_program.region_reader(model, program), model.source,
+                                            (spec.cbuf.banks, spec.cbuf.bank_bytes))
+    return dataclasses.replace(program, regcmd=words)
 
 
 def _pick_program(model: RknnModel, cores: Sequence[int] | None) -> CoreProgram:
@@ -349,6 +427,29 @@ def _is_blocked(tensor: RknnTensor) -> bool:
     return len(tensor.native_shape) == 5
 
 
+def _surface_pixels(tensor: RknnTensor, itemsize: int) -> int:
+    """Pixels from one NC1HWC2 surface to the next: align(H*W, 4), a 1x1 surface one atom
+    (isa/tensor_layout.py, from the vendor corpus' DST_SURF_STRIDE) [V: a vendor int8 (1,24,1,10)
+    tensor, native (1,2,1,10,16), is 384 bytes and written with DST_SURF_STRIDE 12, read with
+    LINE_STRIDE 40 and SURF_STRIDE -28 (12 - 40): tests/emulator/vendor_builds/reshape_conv_int8].
+    A graph input, which the runtime writes, is not padded: H*W pixels per surface [V: the int8
+    (1,17,11,6) input of tests/emulator/vendor_dpu_transpose/nhwc_int8_17x11x6 is read with
+    LINE_STRIDE 24 + SURF_STRIDE 42 = 66 pixels per surface, though its region holds 2 x 68]."""
+    _, c1, height, width, c2 = tensor.native_shape
+    if c1 == 1 or tensor.kind_name == "input":
+        return height * width
+    return surface_atoms(height, width, c2 * itemsize)
+
+
+def _native_elements(tensor: RknnTensor, itemsize: int) -> int:
+    """Elements the tensor spans in memory: every surface but the last padded to the surface stride."""
+    native = tuple(tensor.native_shape)
+    if not _is_blocked(tensor):
+        return int(np.prod(native))
+    _, c1, height, width, c2 = native
+    return ((c1 - 1) * _surface_pixels(tensor, itemsize) + height * width) * c2
+
+
 def _to_native(tensor: RknnTensor, values: np.ndarray) -> np.ndarray:
     """int8 (or float16) graph-shape values -> the tensor's native layout."""
     native = tuple(tensor.native_shape)
@@ -360,7 +461,10 @@ def _to_native(tensor: RknnTensor, values: np.ndarray) -> np.ndarray:
         if blocked.shape != native:
             raise EmulationError(f"tensor {tensor.name!r}: graph shape {list(values.shape)} does not fit native "
                                  f"shape {list(native)}")
-        return np.ascontiguousarray(blocked)
+        _, c1, height, width, c2 = native
+        surfaces = np.zeros((c1, _surface_pixels(tensor, values.dtype.itemsize), c2), values.dtype)
+        surfaces[:, :height * width] = blocked.reshape(c1, height * width, c2)
+        return surfaces.reshape(-1)[:_native_elements(tensor, values.dtype.itemsize)]
     if int(np.prod(native)) != values.size:
         raise EmulationError(f"tensor {tensor.name!r}: native shape {list(native)} does not hold graph shape "
                              f"{list(values.shape)}")
@@ -373,7 +477,12 @@ def _from_native(tensor: RknnTensor, raw: np.ndarray) -> np.ndarray:
     shape = tuple(tensor.shape)
     if _is_blocked(tensor):
         channels = shape[1] if len(shape) >= 2 else native[1] * native[4]
-        nchw = nc1hwc2_to_nchw(np.ascontiguousarray(raw.reshape(native)), channels)
+        _, c1, height, width, c2 = native
+        surface = _surface_pixels(tensor, raw.dtype.itemsize)
+        surfaces = np.zeros(c1 * surface * c2, raw.dtype)
+        surfaces[:raw.size] = raw
+        blocked = surfaces.reshape(c1, surface, c2)[:, :height * width].reshape(native)
+        nchw = nc1hwc2_to_nchw(blocked, channels)
         if int(np.prod(shape)) != nchw.size:
             raise EmulationError(f"tensor {tensor.name!r}: native shape {list(native)} does not give graph shape "
                                  f"{list(shape)}")

@@ -156,7 +156,16 @@ class Runtime:
             dtype = nd_dtype(info)
         else:
             dtype = STORED_DTYPES.get(str(info.get("dtype")), np.dtype(np.int8))
-        return np.zeros(tuple(info["shape"]), dtype)
+        return np.zeros(self.input_shape(name), dtype)
+
+    def input_shape(self, name: str) -> tuple[int, ...]:
+        """The shape the caller gives input ``name`` in: its ``readin`` shape where the model
+        permutes it as it stores it (isa/CONTAINER.md 3.3), else its shape."""
+        info = self.tensor_info(name)
+        if info.get("readin") is None:
+            return tuple(info["shape"])
+        given = tuple(info["readin"]["shape"])  # a multi-batch input: each slice's record carries it
+        return (info["batch"]["size"], *given[1:]) if "batch" in info else given
 
     def _slices(self, name: str) -> list[str] | None:
         """The per-slice tensor names of a multi-batch input/output (compiler/batch.py), else None."""
@@ -180,6 +189,7 @@ class Runtime:
         self._store_input(name, values)
 
     def _store_input(self, name: str, values: np.ndarray) -> None:
+        values = self._read_in(name, values)
         if is_nd(self.tensor_info(name)) and "quantization" not in self.tensor_info(name):
             self.write_native(name, values)  # a host tensor of its own element type (int64, bool, float32...)
             return
@@ -196,6 +206,17 @@ class Runtime:
         scale, zero_point = self.quantization(name)
         stored = np.clip(np.rint(values.astype(np.float64) / scale) + zero_point, -128, 127)
         self.write_native(name, stored.astype(np.int8))
+
+    def _read_in(self, name: str, values: np.ndarray) -> np.ndarray:
+        """An input with a ``readin`` record (isa/CONTAINER.md 3.3) as the model stores it: the
+        caller's array transposed by ``perm`` and reshaped, on the host like the NCHW -> NC1HWC2
+        conversion after it (the vendor's runtime takes NCHW or NHWC the same way)."""
+        readin = self.tensor_info(name).get("readin")
+        if readin is None:
+            return values
+        if tuple(values.shape) != tuple(readin["shape"]):
+            raise InputError(f"input {name!r}: expected shape {list(readin['shape'])}, got {list(values.shape)}")
+        return np.ascontiguousarray(np.transpose(values, readin["perm"])).reshape(self.tensor_info(name)["shape"])
 
     def output(self, name: str, dequantize: bool = True) -> np.ndarray:
         slices = self._slices(name)

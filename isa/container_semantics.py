@@ -53,6 +53,7 @@ def check_semantics(sections: Sequence[Section], trailer: Mapping[str, Any]) -> 
     _check_batch(trailer, tensors)
     _check_graph_names(trailer, tensors, sections)
     _check_readouts(trailer)
+    _check_readins(trailer)
     _check_schedule(sections, trailer.get("schedule", ()))
 
 
@@ -270,6 +271,26 @@ def _check_readouts(trailer: Mapping[str, Any]) -> None:
         if math.prod(readout["shape"]) * slices != math.prod(shape):
             raise _fail(f"{path}.shape", f"{readout['shape']} does not hold the {math.prod(shape) // max(1, slices)} "
                         f"elements of a slice of {shape}")
+
+
+def _check_readins(trailer: Mapping[str, Any]) -> None:
+    """A ``readin`` belongs to a graph input (or a slice of one); ``perm`` orders the axes of the
+    readin ``shape`` (the caller's), which holds as many elements as the stored ``shape`` (a slice's)."""
+    inputs = set(trailer.get("graph", {}).get("inputs", ()))
+    for index, tensor in enumerate(trailer.get("tensors", ())):
+        readin = tensor.get("readin")
+        if readin is None:
+            continue
+        path = f"trailer.tensors[{index}].readin"
+        if tensor["name"] not in inputs and _slice_of(tensor["name"]) not in inputs:
+            raise _fail(path, f"{tensor['name']!r} is not a graph input")
+        _check_shape(readin["shape"], f"{path}.shape")
+        if sorted(readin["perm"]) != list(range(len(readin["shape"]))):
+            raise _fail(f"{path}.perm", f"{readin['perm']} does not order the axes of shape {readin['shape']}")
+        shape = tensor.get("shape")
+        slices = tensor["batch"]["size"] if "batch" in tensor else 1
+        if shape is None or math.prod(readin["shape"]) * slices != math.prod(shape):
+            raise _fail(f"{path}.shape", f"{readin['shape']} does not hold the elements of a slice of {shape}")
 
 
 def _slice_of(name: str) -> str:

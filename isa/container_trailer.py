@@ -233,11 +233,14 @@ def _nd_tensor(value: dict[str, Any], path: str) -> None:
 TENSOR_BATCH = record({"size": unsigned, "addresses": list_of(unsigned)}, {"tensors": list_of(text)})
 #: a graph output the runtime hands out transposed by ``perm`` and reshaped to ``shape`` (CONTAINER.md 3.3)
 TENSOR_READOUT = record({"perm": list_of(unsigned), "shape": list_of(unsigned)})
+#: a graph input the runtime takes in ``shape``, transposed by ``perm`` before it is stored (CONTAINER.md 3.3)
+TENSOR_READIN = TENSOR_READOUT
 TENSOR = record(
     {"name": text},
     {"shape": list_of(unsigned), "dtype": text, "layout": text, "native_shape": list_of(unsigned),
      "c2": unsigned, "surface_stride": unsigned, "quantization": QUANTIZATION, "region": text,
-     "address": unsigned, "size": unsigned, "batch": TENSOR_BATCH, "view_of": text, "readout": TENSOR_READOUT},
+     "address": unsigned, "size": unsigned, "batch": TENSOR_BATCH, "view_of": text, "readout": TENSOR_READOUT,
+     "readin": TENSOR_READIN},
     _nd_tensor,
 )
 TASK_RANGE = record({"step": unsigned, "first": unsigned, "count": unsigned})

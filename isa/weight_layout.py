@@ -40,6 +40,15 @@ def _align(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
+def _atoms_pow2(rest: int, atom: int, block: int) -> int:
+    """``rest`` elements rounded up to 1, 2, 4 ... atoms, at most ``block`` (the vendor's partial
+    groups, LOWERING.md 34: fp16 17..24 channels store 32)."""
+    size = atom
+    while size < rest and size < block:
+        size *= 2
+    return size
+
+
 # ---------------------------------------------------------------------------------------------
 # Convolution and depthwise weight blobs
 # ---------------------------------------------------------------------------------------------
@@ -49,8 +58,11 @@ class ConvWeightLayout:
 
     oc_block: int  # kernels per output group
     ic_block: int  # input channels per input group
-    ic_align: int  # IC is rounded up to this before grouping
+    ic_align: int  # IC is rounded up to this before grouping (one atom's channels)
     oc_align: int  # the partial last output group is rounded up to this
+    #: the partial input group is rounded up to 1, 2, 4 ... atoms (``ic_align``) instead of to
+    #: the next atom: the vendor's rk3588/rk3576 fp16 rule (LOWERING.md 34)
+    pow2_atoms: bool = False
 
     def stored_kernels(self, out_channels: int) -> int:
         full, rest = divmod(out_channels, self.oc_block)
@@ -59,7 +71,10 @@ class ConvWeightLayout:
     def stored_channels(self, in_channels: int) -> int:
         """Input channels stored per kernel (the name DepthwiseWeightLayout shares, so callers
         size either blob alike)."""
-        return _align(in_channels, self.ic_align)
+        if not self.pow2_atoms:
+            return _align(in_channels, self.ic_align)
+        full, rest = divmod(in_channels, self.ic_block)
+        return full * self.ic_block + (_atoms_pow2(rest, self.ic_align, self.ic_block) if rest else 0)
 
     def stored_input_channels(self, in_channels: int) -> int:
         return self.stored_channels(in_channels)
@@ -75,8 +90,10 @@ class ConvWeightLayout:
         whose 16-kernel case is RK356x's matmul B layout [N/16][K/32][16][32] (hardware.md 2)."""
         if kernels is None or kernels == self.oc_block:
             return self
+        # these chips keep npuemu's own rule (IC to whole atoms, the kernel tail even): no
+        # stream of theirs shows the power-of-two one (LOWERING.md 34)
         return ConvWeightLayout(oc_block=kernels, ic_block=self.ic_block, ic_align=self.ic_align,
-                                oc_align=min(self.oc_align, kernels))
+                                oc_align=min(max(self.oc_align, 2), kernels))
 
 
 @dataclass(frozen=True)
@@ -97,9 +114,14 @@ class DepthwiseWeightLayout:
 #: RK3588 int8 convolution (rknpu-isa.md 4; vendor-corpus 5 and layers.csv).
 INT8_CONV = ConvWeightLayout(oc_block=32, ic_block=32, ic_align=16, oc_align=2)
 #: RK3588 fp16 convolution: 16 kernels per group (CONV_CON2 "16 kernels per group for 16-bit
-#: types", MTX weight_fp16 [N/16][K/32][16][32], rknpu-isa.md 4); IC rounded to one 16-byte
-#: atom and a partial group to even, choices [C] (NUMERICS.md 8.3).
-FP16_CONV = ConvWeightLayout(oc_block=16, ic_block=32, ic_align=8, oc_align=2)
+#: types", MTX weight_fp16 [N/16][K/32][16][32], rknpu-isa.md 4); the partial input group
+#: rounded up to 1, 2 or 4 atoms of 8 channels and the last output group's kernels unpadded
+#: [V: rknn-toolkit2 2.5.0 rk3588 and rk3576 builds, IC 24 -> 960 B per 3x5 kernel, 17 kernels
+#: store 17; LOWERING.md 34]. Before LOWERING.md 34: IC to 8 and the tail to even
+#: (FP16_CONV_V1, still read by the emulator).
+FP16_CONV = ConvWeightLayout(oc_block=16, ic_block=32, ic_align=8, oc_align=1, pow2_atoms=True)
+#: npuemu's fp16 conv blocking before LOWERING.md 34 (IC to 8, kernel tail to even) [C]
+FP16_CONV_V1 = ConvWeightLayout(oc_block=16, ic_block=32, ic_align=8, oc_align=2)
 #: RK3588 int4 (precision 6): 64 kernels x 32 channels per block (rknpu-isa.md 4, matmul B int4
 #: [N/64][K/32][64][32], hardware.md 2); whole blocks only (Matmul N and K are 64- and 32-aligned
 #: for int4, table 3-7), a choice where no conv stream shows a partial int4 group.

@@ -132,7 +132,8 @@ _CHIP_NAME = re.compile(r"[a-z]{2}[0-9]{3,5}[a-z]?")
 
 
 def _rknn_family(target: str | None) -> str:
-    """The register map of the file's target chip (model slot 8), as for a .npu file's chip; rk3588
+    """The register map of the file's target chip (model slot 8), as for a .npu file's chip (the
+    vendor's own layout for rk3576, which npuemu's rk3576 builds do not use); rk3588
     when the target is absent or unknown. Only a plain chip name is looked up: the slot is file data,
     and a platform name may also be a YAML path."""
     from npuemu.isa.errors import ConfigError
@@ -140,6 +141,9 @@ def _rknn_family(target: str | None) -> str:
 
     if not target or not _CHIP_NAME.fullmatch(target):
         return "rk3588"
+    if target == "rk3576":  # the vendor writes its own rk3576 layout (emulator/REGISTER_SEMANTICS.md 10.3)
+        from npuemu.isa.rknn.rk3576_layout import VENDOR_FAMILY
+        return VENDOR_FAMILY
     try:
         return load_platform(target).register_map.family
     except ConfigError:

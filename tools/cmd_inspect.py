@@ -151,6 +151,21 @@ def _tensors(model: ModelFile, out: TextIO) -> None:
     ]
     table(rows, ["name", "shape", "dtype", "layout", "native shape", "quantization", "region", "address", "size"], out)
     _readouts(model, out)
+    _readins(model, out)
+
+
+def _readins(model: ModelFile, out: TextIO) -> None:
+    """Graph inputs the runtime takes permuted (isa/CONTAINER.md 3.3 ``readin``, compiler/LOWERING.md
+    33.4), as :func:`_readouts`: none when no tensor has one."""
+    readins = [(t["name"], t.get("shape"), t["readin"]) for t in model.trailer.get("tensors", ())
+               if t.get("readin") is not None]
+    if not readins:
+        return
+    out.write(f"  readin ({len(readins)}): taken as -> transposed by perm -> stored shape\n")
+    for name, shape, readin in readins:
+        stored = _shape(None if shape is None else tuple(shape))
+        out.write(f"    {name}: {_shape(tuple(readin.get('shape', ())))} -> perm "
+                  f"[{','.join(str(a) for a in readin.get('perm', ()))}] -> {stored}\n")
 
 
 def _readouts(model: ModelFile, out: TextIO) -> None:

@@ -306,6 +306,8 @@ def input_shapes(runtime, path: str) -> list[tuple[str, tuple]]:
     shapes = []
     for name in runtime.inputs:
         shape = runtime.model.tensor(name).shape
+        if shape is not None:
+            shape = runtime.input_shape(name)  # a readin input: the caller's shape (isa/CONTAINER.md 3.3)
         if shape is None:
             raise ModelFileError(f"{path}: input tensor {name!r} has no shape in the model file")
         shapes.append((name, tuple(shape)))

@@ -148,7 +148,7 @@ def _npu_inputs(runtime, args: argparse.Namespace) -> list:
     recorded = (runtime.model.trailer.get("compiler", {}).get("options", {}) or {}).get("preprocess", {})
     arrays = []
     for name, path in zip(runtime.inputs, args.input):
-        shape = tuple(runtime.model.tensor(name).shape)
+        shape = runtime.input_shape(name)  # a readin input: the caller's shape (isa/CONTAINER.md 3.3)
         if str(path).lower().endswith(".npy"):
             array, is_image = load_input_arrays([path])[0], False
             array = _in_layout(array, args.layout, shape, name, path)

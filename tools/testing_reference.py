@@ -332,7 +332,7 @@ def reference_pool(x: np.ndarray, *, method: str, kernel, stride, pads=(0, 0, 0,
 
 
 def reference_eltwise(op: str, a: np.ndarray, b: np.ndarray, *, a_quant: Quant, b_quant: Quant,
-                      output_quant: Quant, activation: str = "none", bounds=None) -> np.ndarray:
+                      output_quant: Quant, activation: str = "none", bounds=None, gate_first: bool = False) -> np.ndarray:
     """int8 element-wise layer on two tensors of one shape, or ``b`` broadcasting to ``a``'s
     (numpy rules: a [C, 1, 1] gate, LOWERING.md 17) (NUMERICS.md 4.1, 4.4, 4.5, 9).
 
@@ -345,7 +345,9 @@ def reference_eltwise(op: str, a: np.ndarray, b: np.ndarray, *, a_quant: Quant, 
     When s_b >= 2 s_a the unit is s_b / 2^14 instead: the converter multiplies by 2^14 and BS
     scales the first operand by SCALE 2^-SHIFT = 2^14 s_a / s_b, rounding half away.
     A fused relu / relu6 / clip(0, hi) (``activation``, ``bounds``) follows the combination in
-    the EW stage, in its units (:func:`dpu_activation`).
+    the EW stage, in its units (:func:`dpu_activation`). ``gate_first`` (sub of a [C, 1, 1] gate
+    ``b`` minus the map ``a``, compiler/LOWERING.md 33.2): BS negates the first operand (its
+    half-away rounding is symmetric) and the EW ALU adds.
     """
     s_a, zp_a = float(np.float64(a_quant.scale)), int(a_quant.zero_point)
     s_b, zp_b = float(np.float64(b_quant.scale)), int(b_quant.zero_point)
@@ -366,6 +368,8 @@ def reference_eltwise(op: str, a: np.ndarray, b: np.ndarray, *, a_quant: Quant, 
     combine = {"add": np.add, "sub": np.subtract, "max": np.maximum, "min": np.minimum, "mul": np.multiply}[op]
     operand = clamp_array(round_shift_array((np.asarray(b, np.int64) - zp_b) * ew_scale, ew_shift, "half_even"), INT32)
     first = clamp_array(round_shift_array((np.asarray(a, np.int64) - zp_a) * a_factor, a_shift, "half_away"), INT32)
+    if gate_first:
+        first, combine = -first, np.add
     v = dpu_activation(clamp_array(combine(first, operand), INT32), activation, unit, bounds=bounds)
     return clamp_array(round_shift_array(v * out_scale, out_shift, "half_even") + zp_out, INT8).astype(np.int8)
 
@@ -456,7 +460,7 @@ def reference_graph(graph, stored: dict[str, np.ndarray], *, layer_inputs=None, 
         inputs = [name for name in node.inputs if name and not graph.tensors[name].is_const]
         if node.op_type in VIEW_OPS:
             values[output] = read(node.inputs[0]).reshape(shape)
-        elif node.op_type == "Readout":  # the runtime permutes a graph output as it reads it (LOWERING.md 25)
+        elif node.op_type in ("Readout", "Readin"):  # the runtime's permutation of an output / input (LOWERING 25, 33.4)
             values[output] = np.transpose(read(node.inputs[0]), node.attrs["perm"]).reshape(shape)
         elif _on_host(graph, node, host_layers):
             if host_fallback is not None and not _kit_host_step(graph, node):
@@ -586,7 +590,7 @@ def _on_host(graph, node, host_layers) -> bool:
 
 def _npu_broadcast(graph, node) -> int | None:
     """Which operand of a 4-D element-wise node the NPU broadcasts, taken as its second operand
-    (not Sub's first), else None (a host step): a [1, 1, H, W] map over the other's [1, C, H, W]
+    (Sub's first only as a [1, C, 1, 1] gate), else None (a host step): a [1, 1, H, W] map over the other's [1, C, H, W]
     with C > 1 (compiler/LOWERING.md 16, replicated across the lanes) or a [1, C, 1, 1] gate over
     [1, C, H, W] with H x W > 1 (LOWERING.md 17, the ERDMA's per-channel mode)."""
     if node.op_type not in ELTWISE_OPS:
@@ -597,8 +601,9 @@ def _npu_broadcast(graph, node) -> int | None:
         return None
     narrow = [shape for shape, wide in (((1, 1, *out[2:]), out[1] > 1), ((1, out[1], 1, 1), out[2] * out[3] > 1))
               if wide]
-    for index in (1, 0) if node.op_type != "Sub" else (1,):
-        if shapes[index] in narrow and shapes[1 - index] == out:
+    for index in (1, 0):  # Sub: a [1, C, 1, 1] gate first too (BS negates the map, LOWERING.md 33.2)
+        first_ok = node.op_type != "Sub" or index == 1 or shapes[index] == (1, out[1], 1, 1)
+        if first_ok and shapes[index] in narrow and shapes[1 - index] == out:
             return index
     return None
 
@@ -888,6 +893,7 @@ def _pool_node(graph, node, read) -> np.ndarray:
 
 def _eltwise_node(graph, node, inputs: list[str], read) -> np.ndarray:
     """An NPU element-wise layer on two feature maps, with its fused relu / clip if any."""
+    gate_first = _npu_broadcast(graph, node) == 0 and node.op_type == "Sub"  # gate - map (LOWERING.md 33.2)
     if _npu_broadcast(graph, node) == 0:  # the NPU takes the broadcast operand second
         inputs = inputs[::-1]
     shape = graph.tensors[node.outputs[0]].shape
@@ -900,7 +906,7 @@ def _eltwise_node(graph, node, inputs: list[str], read) -> np.ndarray:
     a, b = (np.broadcast_to(read(name)[0], shape[1:]) for name in inputs)
     return reference_eltwise(ELTWISE_OPS[node.op_type], a, b, a_quant=_quant(graph.tensors[inputs[0]]),
                              b_quant=_quant(graph.tensors[inputs[1]]), output_quant=_quant(graph.tensors[node.outputs[0]]),
-                             activation=activation.kind, bounds=activation.bounds)
+                             activation=activation.kind, bounds=activation.bounds, gate_first=gate_first)
 
 
 def _split_node(graph, node, read) -> dict[str, np.ndarray]:

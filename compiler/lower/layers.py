@@ -325,7 +325,9 @@ class LaneBroadcast:
 class EltwiseLayer:
     """``out = a <op> b`` for two tensors of the same (C, H, W) shape, ``b`` of shape (1, H, W)
     broadcast over the channels (``broadcast``), or ``b`` of shape (C, 1, 1) broadcast over H x W
-    (``channel_gate``: the SE block's gate, read by the ERDMA's per-channel mode, LOWERING.md 17)."""
+    (``channel_gate``: the SE block's gate, read by the ERDMA's per-channel mode, LOWERING.md 17).
+    ``gate_first``: Sub with the gate as the minuend, ``out = b - a`` (a the map, BS negates it,
+    LOWERING.md 33.2)."""
 
     name: str
     op: str
@@ -338,6 +340,7 @@ class EltwiseLayer:
     dtype: str = INT8
     broadcast: LaneBroadcast | None = None
     channel_gate: bool = False
+    gate_first: bool = False
 
     @property
     def shapes(self) -> dict[str, tuple[int, int, int]]:
@@ -363,6 +366,8 @@ class EltwiseLayer:
         if self.channel_gate and self.broadcast is not None:
             raise CompileError(f"layer {self.name}: an element-wise operand broadcasts over the channels or over "
                                f"H x W, not both")
+        if self.gate_first and not (self.channel_gate and self.op == "sub"):
+            raise CompileError(f"layer {self.name}: only a Sub of a [C, 1, 1] gate minus a map takes the gate first")
 
 
 class SameShape:

@@ -13,7 +13,9 @@ A second input of shape (1, H, W) broadcast over the channels is first replicate
 lanes of one surface by a conv task (broadcast_lanes.py, LOWERING.md 16). A second input of
 shape (C, 1, 1) - the SE block's gate - is read by the ERDMA's per-channel mode: ERDMA_DATA_MODE
 and EW_DATA_MODE 0, EW_SURF_STRIDE = the gate's surface stride, one task (the vendor's se_gate
-Mul, rknn-fixtures-ops se_gate_int8/se_gate_fp16 task 5; LOWERING.md 17).
+Mul, rknn-fixtures-ops se_gate_int8/se_gate_fp16 task 5; LOWERING.md 17). Sub with the gate
+first (gate - map) keeps that form and negates the map in BS instead: EW ALU add, BS MUL the
+negated int8 multiplier or fp16 -1.0 (LOWERING.md 33.2).
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from .placement import Placement, align
 
 EW_ALU = {"add": ALU_ADD, "sub": ALU_MINUS, "max": ALU_MAX, "min": ALU_MIN, "mul": ALU_ADD}
 EW_OP_MUL = 1
+#: fp16 bits of -1.0: the BS multiplier that negates the map of a gate-first Sub (NUMERICS.md 4.6)
+FP16_MINUS_ONE = 0xBC00
 #: EW_DATA_MODE / ERDMA_DATA_MODE: 1 a per-pixel operand cube (rep09, rep12), 0 one operand per
 #: channel (se_gate_int8 task 5: EW_CFG 0x804002c4, ERDMA_CFG 0x4; se_gate_fp16: 0x008003c4, 0x8)
 PER_PIXEL, PER_CHANNEL = 1, 0
@@ -54,18 +58,25 @@ def _activation(layer: EltwiseLayer, unit: float) -> dict:
 
 
 def eltwise_stages(layer: EltwiseLayer) -> DpuStages:
+    """``gate_first`` (gate - map): the map -(a) from BS, the gate added by the EW ALU. [V] the
+    vendor's own Sub negates an operand by a signed scale and adds (EW_OP_CVT_SCALE -16384 with
+    EW ALU add, rk3588 int8 Sub built with rknn-toolkit2 2.5.0); the ERDMA's per-channel gate
+    cannot be the negated one, so the BS multiplier carries the sign [I] (LOWERING.md 33.2)."""
     op_type = EW_OP_MUL if layer.op == "mul" else 0
     mode = PER_CHANNEL if layer.channel_gate else PER_PIXEL
+    alu = ALU_ADD if layer.gate_first else EW_ALU[layer.op]
     if layer.dtype == FLOAT16:
-        ew = EwStage(bypass=False, op_bypass=False, op_from_dma=True, op_type=op_type, alu_algo=EW_ALU[layer.op],
+        ew = EwStage(bypass=False, op_bypass=False, op_from_dma=True, op_type=op_type, alu_algo=alu,
                      data_mode=mode, data_size=2, **_activation(layer, 1.0))
-        return DpuStages(bs=XStage(), ew=ew, out_cvt=OutCvt(fp32_to_fp16=True))
+        bs = XStage(bypass=False, mul_bypass=False, mul_operand=FP16_MINUS_ONE) if layer.gate_first else XStage()
+        return DpuStages(bs=bs, ew=ew, out_cvt=OutCvt(fp32_to_fp16=True))
     (a, b), out = layer.input_quants, layer.output_quant
     requant = quant_regs.eltwise_requant(layer.op, a.scale, a.zero_point, b.scale, b.zero_point, out.scale,
                                          out.zero_point, layer.name)
+    bs_mul = -requant.bs_mul if layer.gate_first else requant.bs_mul  # |mul| < 2^15: its negation fits the field
     bs = XStage(bypass=False, alu_bypass=False, alu_algo=ALU_ADD, alu_operand=requant.bs_alu,
-                mul_bypass=False, mul_operand=requant.bs_mul, mul_shift=requant.bs_mul_shift)
-    ew = EwStage(bypass=False, op_bypass=False, op_from_dma=True, op_type=op_type, alu_algo=EW_ALU[layer.op],
+                mul_bypass=False, mul_operand=bs_mul, mul_shift=requant.bs_mul_shift)
+    ew = EwStage(bypass=False, op_bypass=False, op_from_dma=True, op_type=op_type, alu_algo=alu,
                  cvt_bypass=False, cvt_offset=requant.ew.offset, cvt_scale=requant.ew.scale,
                  cvt_shift=requant.ew.shift, data_mode=mode, data_size=1, **_activation(layer, requant.acc_scale))
     out_cvt = OutCvt(scale=requant.out_cvt.scale, shift=requant.out_cvt.shift, offset=requant.out_offset)

@@ -90,43 +90,132 @@ def _infer_conv(attrs: dict[str, Any], inputs: list[TensorInfo]) -> list[TensorI
 
 @register("Conv", infer=_infer_conv, canonicalize=_canonical_conv)
 def conv(attrs: dict[str, Any], x: list[np.ndarray]) -> np.ndarray:
-    data, weight = as_float(x[0]), as_float(x[1])
+    """float64 sums (every float32 product is exact in float64), cast to the input's dtype.
+
+    Calibration evaluates every conv of every sample, so each path below is the arithmetic of
+    the plain formulation (einsum over gathered windows, one matmul for 1x1, a multiply-add per
+    tap for depthwise) with its copies cut: the same BLAS products on the same operands in the
+    same layouts, so the values are the same bits (tests/compiler/test_conv_float_paths.py)."""
+    weight = np.ascontiguousarray(x[1], dtype=np.float64)
     kernel, rank, group = attrs["kernel_shape"], len(attrs["kernel_shape"]), attrs["group"]
-    pads = attrs["pads"]
-    padded = np.pad(data, [(0, 0), (0, 0), *zip(pads[:rank], pads[rank:])])
-    batch, channels = data.shape[:2]
+    channels, pads = x[0].shape[1], attrs["pads"]
+    bias = np.asarray(x[2], dtype=np.float64).reshape(-1) if len(x) > 2 else None
     if group == channels == weight.shape[0]:
-        result = _depthwise(padded, weight, attrs)
-    elif group == 1 and all(k == 1 for k in kernel):
-        picked = padded[(slice(None), slice(None), *(slice(None, None, s) for s in attrs["strides"]))]
+        return _finish(_depthwise(_padded(x[0], pads, rank, np.float64), weight, attrs), bias, x[0])
+    if group == 1 and all(k == 1 for k in kernel):
+        data = _padded(x[0], pads, rank, np.float64)
+        picked = data[(slice(None), slice(None), *(slice(None, None, s) for s in attrs["strides"]))]
+        batch = data.shape[0]
         result = np.matmul(weight.reshape(weight.shape[0], channels), picked.reshape(batch, channels, -1))
-        result = result.reshape(batch, -1, *picked.shape[2:])
+        return _finish(result.reshape(batch, -1, *picked.shape[2:]), bias, x[0])
+    strides, dilations = attrs["strides"], attrs["dilations"]
+    positions = x[0].shape[0] * int(np.prod([conv_out_size(n, k, s, d, pads[i] + pads[i + rank]) for i, (n, k, s, d)
+                                             in enumerate(zip(x[0].shape[2:], kernel, strides, dilations))]))
+    # einsum drops size-1 axes (one column or one output channel: a vector product), so not here
+    if group == 1 and channels > 1 and weight.shape[0] > 1 and np.prod(kernel) > 1 and positions > 1:
+        columns, out_sizes = _im2col(_padded(x[0], pads, rank, _exact(x[0])), kernel, strides, dilations)
+        # einsum's own plan for this case (numpy 2.x bmm_einsum): (O, C * taps) @ (C * taps, N * out)
+        result = np.matmul(weight.reshape(weight.shape[0], -1), columns)
+        return _finish(result.reshape(weight.shape[0], x[0].shape[0], *out_sizes).swapaxes(0, 1), bias, x[0])
+    padded = _padded(x[0], pads, rank, np.float64)
+    batch = padded.shape[0]
+    cols = windows(padded, kernel, attrs["strides"], attrs["dilations"])
+    out_sizes = cols.shape[2:2 + rank]
+    cols = cols.reshape(batch, group, channels // group, *out_sizes, -1)
+    outputs = weight.shape[0]
+    weight = weight.reshape(group, outputs // group, channels // group, -1)
+    result = np.einsum("ngc...k,gock->ngo...", cols, weight, optimize=True)
+    return _finish(result.reshape(batch, outputs, *out_sizes), bias, x[0])
+
+
+def _exact(data: np.ndarray):
+    """The dtype to gather ``data`` in: its own when its products with float64 weights (and its
+    float64 cast) are exact, else float64, as before."""
+    dtype = np.asarray(data).dtype
+    return dtype if dtype.kind == "f" and dtype.itemsize <= 4 else np.float64
+
+
+def _padded(data: np.ndarray, pads: list[int], rank: int, dtype) -> np.ndarray:
+    """``data`` as ``dtype`` with its zero pads, in one copy (none when it already is)."""
+    data = np.asarray(data)
+    if not any(pads):
+        return np.asarray(data, dtype=dtype)
+    shape = (*data.shape[:2], *(n + pads[i] + pads[i + rank] for i, n in enumerate(data.shape[2:])))
+    padded = np.zeros(shape, dtype=dtype)
+    padded[(slice(None), slice(None), *(slice(pads[i], pads[i] + n) for i, n in enumerate(data.shape[2:])))] = data
+    return padded
+
+
+def _im2col(padded: np.ndarray, kernel: list[int], strides: list[int], dilations: list[int]):
+    """The gathered windows as float64 (C * taps, N * out positions), C-ordered: the operand
+    einsum copies ``windows(...)`` into for this product, made with one strided copy per tap
+    (numpy's copy of the window view runs its inner loop over the few kernel taps)."""
+    batch, channels = padded.shape[:2]
+    sizes = [(padded.shape[2 + i] - window_extent(k, d)) // s + 1
+             for i, (k, s, d) in enumerate(zip(kernel, strides, dilations))]
+    columns = np.empty((channels, *kernel, batch, *sizes), dtype=np.float64)
+    source = padded.swapaxes(0, 1)  # (C, N, *spatial)
+    for tap in np.ndindex(*kernel):
+        columns[(slice(None), *tap)] = source[(slice(None), slice(None), *(slice(t * d, t * d + s * (n - 1) + 1, s)
+                                               for t, d, s, n in zip(tap, dilations, strides, sizes)))]
+    return columns.reshape(channels * int(np.prod(kernel)), -1), sizes
+
+
+def _finish(result: np.ndarray, bias: np.ndarray | None, reference: np.ndarray) -> np.ndarray:
+    """(N, O, *sizes) float64 sums in any layout: the bias added in float64 and the sum cast to
+    ``reference``'s dtype in one pass, into a C-ordered array (later reductions sum in memory
+    order, so the layout matters too)."""
+    out = np.empty(result.shape, dtype=reference.dtype)
+    if bias is None:
+        np.copyto(out, result, casting="unsafe")
     else:
-        cols = windows(padded, kernel, attrs["strides"], attrs["dilations"])
-        out_sizes = cols.shape[2:2 + rank]
-        cols = cols.reshape(batch, group, channels // group, *out_sizes, -1)
-        weight = weight.reshape(group, weight.shape[0] // group, channels // group, -1)
-        result = np.einsum("ngc...k,gock->ngo...", cols, weight, optimize=True)
-        result = result.reshape(batch, -1, *out_sizes)
-    if len(x) > 2:
-        result = result + as_float(x[2]).reshape(-1, *[1] * rank)
-    return like(result, x[0])
+        np.add(result, bias.reshape(-1, *[1] * (result.ndim - 2)), out=out, casting="unsafe")
+    return out
 
 
 def _depthwise(padded: np.ndarray, weight: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
-    """One channel per group: a multiply-add per kernel tap over strided views (calibration
-    evaluates every depthwise layer of every sample; gathering the windows first costs a copy
-    of the input per tap)."""
+    """One channel per group: a float64 multiply-add per kernel tap from a zero start (0 + -0 is
+    +0), tap after tap, over blocks of channels small enough to stay in cache. With unit strides
+    each tap is one run over the flattened padded plane (each output row then spans the padded
+    width; the extra columns are dropped at the end) instead of a loop over short rows."""
     kernel, strides, dilations = attrs["kernel_shape"], attrs["strides"], attrs["dilations"]
-    sizes = [(padded.shape[2 + i] - window_extent(k, d)) // s + 1
-             for i, (k, s, d) in enumerate(zip(kernel, strides, dilations))]
-    taps = weight.reshape(weight.shape[0], -1)
-    result = np.zeros((*padded.shape[:2], *sizes))
-    for index, tap in enumerate(np.ndindex(*kernel)):
-        view = padded[(slice(None), slice(None),
-                       *(slice(t * d, t * d + s * (n - 1) + 1, s) for t, d, s, n in zip(tap, dilations, strides, sizes)))]
-        result += view * taps[:, index].reshape(-1, *[1] * len(kernel))
+    batch, channels, *spatial = padded.shape
+    sizes = [(n - window_extent(k, d)) // s + 1 for n, k, s, d in zip(spatial, kernel, strides, dilations)]
+    if all(s == 1 for s in strides):
+        pitch = [int(np.prod(spatial[i + 1:])) for i in range(len(spatial))]  # elements per step of each axis
+        length = sum((n - 1) * p for n, p in zip(sizes, pitch)) + 1  # the last output position + 1
+        source = np.ascontiguousarray(padded).reshape(batch, channels, -1)
+        taps = [(slice(start, start + length),) for start in
+                (sum(t * d * p for t, d, p in zip(tap, dilations, pitch)) for tap in np.ndindex(*kernel))]
+        result = np.zeros((batch, channels, sizes[0] * pitch[0]))
+        _tap_sums(source, weight, taps, result[..., :length])
+        planes = result.reshape(batch, channels, sizes[0], *spatial[1:])
+        return planes[(Ellipsis, *(slice(n) for n in sizes[1:]))]
+    taps = [tuple(slice(t * d, t * d + s * (n - 1) + 1, s) for t, d, s, n in zip(tap, dilations, strides, sizes))
+            for tap in np.ndindex(*kernel)]
+    result = np.zeros((batch, channels, *sizes))
+    _tap_sums(padded, weight, taps, result)
     return result
+
+
+def _tap_sums(source: np.ndarray, weight: np.ndarray, taps: list[tuple], result: np.ndarray) -> None:
+    """``result[:, c] += source[:, c][tap] * weight[c, tap]`` for each tap in order, channel block
+    by channel block (products in float64: exact for float32 and float16 sources)."""
+    batch, channels = result.shape[:2]
+    scales = weight.reshape(channels, -1)
+    step = max(1, _BLOCK // max(1, result[0, 0].size * batch))
+    scratch = np.empty((batch, min(step, channels), *result.shape[2:]))
+    ones = [1] * (result.ndim - 2)
+    for start in range(0, channels, step):
+        block = slice(start, min(start + step, channels))
+        out, product = result[:, block], scratch[:, :block.stop - block.start]
+        for index, tap in enumerate(taps):
+            np.multiply(source[(slice(None), block, *tap)], scales[block, index].reshape(-1, *ones), out=product)
+            out += product
+
+
+#: float64 elements of one depthwise channel block (result and scratch stay in L2)
+_BLOCK = 16384
 
 
 # ---- ConvTranspose -------------------------------------------------------------------------

@@ -1,8 +1,9 @@
-"""Ops that only rearrange data: Reshape, Flatten, Squeeze, Unsqueeze, Transpose, DepthToSpace.
+"""Ops that only rearrange data: Reshape, Flatten, Squeeze, Unsqueeze, Transpose, DepthToSpace,
+SpaceToDepth.
 
 Canonical attributes: Reshape ``shape`` (resolved: no 0 or -1 left), Flatten ``axis``,
 Squeeze/Unsqueeze ``axes`` (non-negative, sorted), Transpose ``perm``, DepthToSpace
-``blocksize`` and ``mode`` (DCR or CRD).
+``blocksize`` and ``mode`` (DCR or CRD), SpaceToDepth ``blocksize``.
 """
 
 from __future__ import annotations
@@ -170,3 +171,29 @@ def depth_to_space(attrs: dict[str, Any], x: list[np.ndarray]) -> np.ndarray:
         return blocks.transpose(0, 1, 4, 2, 5, 3).reshape(n, depth, h * b, w * b)
     blocks = x[0].reshape(n, b, b, depth, h, w)  # [n][i][j][d][y][x]
     return blocks.transpose(0, 3, 4, 1, 5, 2).reshape(n, depth, h * b, w * b)
+
+
+def _canonical_space_to_depth(view: NodeView) -> Canonical:
+    block = int(view.attr("blocksize", 0))
+    if view.rank(0) != 4:
+        raise view.fail(f"SpaceToDepth needs a 4-D input, not rank {view.rank(0)}")
+    height, width = view.info(0).shape[2:]
+    if block < 1 or height % block or width % block:
+        raise view.fail(f"blocksize {block}: height {height} and width {width} are not multiples of it")
+    return Canonical({"blocksize": block}, [view.input_names[0]])
+
+
+def _infer_space_to_depth(attrs: dict[str, Any], inputs: list[TensorInfo]) -> list[TensorInfo]:
+    n, c, h, w = inputs[0].shape
+    block = attrs["blocksize"]
+    return [TensorInfo.of([n, c * block * block, h // block, w // block], inputs[0].dtype)]
+
+
+@register("SpaceToDepth", infer=_infer_space_to_depth, canonicalize=_canonical_space_to_depth)
+def space_to_depth(attrs: dict[str, Any], x: list[np.ndarray]) -> np.ndarray:
+    """Output channel (i*b + j)*C + c at (y, x) takes input channel c at (y*b + i, x*b + j) (the
+    inverse of DepthToSpace DCR)."""
+    n, c, h, w = x[0].shape
+    b = attrs["blocksize"]
+    blocks = x[0].reshape(n, c, h // b, b, w // b, b)  # [n][c][y][i][x][j]
+    return blocks.transpose(0, 3, 5, 1, 2, 4).reshape(n, c * b * b, h // b, w // b)

@@ -20,7 +20,6 @@ from ..ir import Graph, Node
 from .cbuf_fit import cbuf_fit, conv_geometry
 from .context import PassContext
 from .fusion_rules import fusable_activations, part_kind
-from .lstm_npu import host_reason as lstm_host_reason  # the pass's own test names what it refused
 from .match import BIAS_TAG, const, per_channel
 
 Check = Callable[[Graph, Node, PassContext], "str | None"]
@@ -265,7 +264,8 @@ def eltwise_operands(graph: Graph, node: Node, ctx: PassContext) -> str | None:
     """Both operands have the output's shape, or one is a scalar or per-channel constant, a per-
     channel [1,C,1,1] tensor (read by the ERDMA's per-channel mode, LOWERING.md 17), or a
     [1,1,H,W] map (replicated across the lanes by a 1x1 conv task and read once per surface,
-    LOWERING.md 16); either broadcast as Sub's first operand is a CPU step; Max and Min only
+    LOWERING.md 16); a [1,1,H,W] map as Sub's first operand is a CPU step (a [1,C,1,1] gate
+    first runs with BS negating the map, LOWERING.md 33.2); Max and Min only
     against a per-channel [1,C,1,1] gate tensor (LOWERING.md 28); Div only by a
     constant (run as a multiply by its reciprocal)."""
     out = shape(graph, node.outputs[0])
@@ -441,11 +441,3 @@ def same_native_bytes(graph: Graph, node: Node, ctx: PassContext) -> str | None:
     if before is None or before != after or before[0] != 1:
         return f"{list(shape(graph, node.inputs[0]))} -> {list(shape(graph, node.outputs[0]))}"
     return None
-
-
-@Constraint
-def lstm_unrolled(graph: Graph, node: Node, ctx: PassContext) -> str | None:
-    """An LSTM runs on the NPU only as the layers passes/lstm_npu.py unrolls it into (float16, any
-    direction, batch 1, at most 64 steps and 32 MiB of W and R (stored once), default activations, no
-    clip/peepholes/sequence_lens, zero initial states; LOWERING.md 30); one left as itself is a host step."""
-    return lstm_host_reason(graph, node, ctx) or "not unrolled: the LSTM pass runs from optimization level 1"

@@ -20,6 +20,13 @@ of the graph (graph inputs and outputs, ops with no 4-D form); inside it no tens
 Runs after the subgraph matches (a GELU/SiLU subgraph is one op by then) and the folding stage
 (a BatchNormalization after a Conv1d is folded into it on the 3-D graph); a BatchNormalization
 lifted with a region becomes the scale+bias depthwise conv of the next stage (fold_bn).
+
+LOWERING.md 32 (silero-vad's STFT): a conv too wide for the CNA also seeds a region when the next
+stage rewrites its lifted form into per-frame 1x1 convs (passes/signal_frames.py: a one-channel
+signal read from a channel vector); channel Slices, Pow and Sqrt join regions (the channel Slice,
+the square and the float16 1/sqrt passes then take their 4-D forms). At -O3,
+:func:`elementwise_between_reshapes` drops a Reshape pair around a one-input element-wise op
+(``[1, C, 1, 1] -> [1, C, 1] -> Relu -> [1, C, 1, 1]``: two host Reshapes).
 """
 
 from __future__ import annotations
@@ -32,15 +39,18 @@ from .. import op_table
 from ..ir import Graph, Node, Tensor
 from .context import PassContext
 from .partition import decide
-from .match import add_tensor_like, const, new_constant, producer
+from .match import add_tensor_like, const, new_constant, producer, sole_reader
+from .signal_frames import frame_geometry, signal_source
 
 #: ops whose 1-D form needs the lift (spatial windows on [N, C, L]): a region starts at one
 WINDOWED = ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool")
 #: ops whose 4-D form is the same computation with a unit axis inserted before L (per element,
 #: or along the channels)
 ELEMENTWISE = (*op_table.ops_lowered_as("eltwise"), *op_table.ops_lowered_as("activation"),
-               *op_table.ops_lowered_as("lut"), "Div", "PRelu")
+               *op_table.ops_lowered_as("lut"), "Div", "PRelu", "Pow", "Sqrt")  # Pow/Sqrt: pow_as_mul, lower_rsqrt
 CHANNEL_AXIS_OPS = ("Concat",)
+CHANNEL_SLICE = ("Slice",)  # a step-1 Slice of the channels (passes/channel_slice.py once 4-D)
+RESHAPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 
 
 def lift_1d_layers(graph: Graph, ctx: PassContext) -> int:
@@ -85,7 +95,10 @@ def _npu_when_lifted(graph: Graph, node: Node, ctx: PassContext) -> bool:
                 deepcopy(node.fused))
     _lift_attrs(trial, copy)
     trial.nodes = [copy]
-    return decide(trial, copy, ctx).target == "NPU"
+    if decide(trial, copy, ctx).target == "NPU":
+        return True
+    # a wide conv over a one-channel signal read from a channel vector: per-frame 1x1 convs (signal_frames)
+    return frame_geometry(trial, copy, ctx) is not None and signal_source(graph, node.inputs[0]) is not None
 
 
 def _liftable(graph: Graph, node: Node) -> bool:
@@ -95,13 +108,15 @@ def _liftable(graph: Graph, node: Node) -> bool:
     is not a region: as a host step it costs less than the two host Reshapes around it."""
     if node.op_type == "BatchNormalization":
         return _rank3(graph, node.inputs[0]) and all(const(graph, name) is not None for name in node.inputs[1:5])
-    if node.op_type not in ELEMENTWISE + CHANNEL_AXIS_OPS or node.fused or len(node.outputs) != 1:
+    if node.op_type not in ELEMENTWISE + CHANNEL_AXIS_OPS + CHANNEL_SLICE or node.fused or len(node.outputs) != 1:
         return False
     maps = [name for name in node.inputs if const(graph, name) is None]
     if not maps or not all(_rank3(graph, name) for name in [*maps, node.outputs[0]]):
         return False
     if node.op_type in CHANNEL_AXIS_OPS:
         return node.attrs.get("axis") in (1, -2)
+    if node.op_type in CHANNEL_SLICE:  # axis 1 of [1, C, L] is axis 1 of [1, C, 1, L]: attributes unchanged
+        return list(node.attrs["axes"]) == [1] and list(node.attrs["steps"]) == [1]
     out_shape = graph.tensors[node.outputs[0]].shape
     return all(graph.tensors[name].shape == out_shape for name in maps) \
         and all(const(graph, name).ndim <= 3 for name in node.inputs if name not in maps)
@@ -191,4 +206,27 @@ def _insert_reshape(graph: Graph, index: int, source: str, target: str, shape: t
                                    {"shape": list(shape)}))
 
 
-__all__ = ["lift_1d_layers"]
+def elementwise_between_reshapes(graph: Graph, ctx: PassContext) -> int:
+    """Reshape -> one-input element-wise op -> the inverse Reshape becomes the op on the first input."""
+    changed = 0
+    for node in list(graph.nodes):
+        maps = [name for name in node.inputs if const(graph, name) is None]
+        if node.op_type not in ELEMENTWISE or node.fused or len(maps) != 1 or len(node.outputs) != 1 \
+                or any(const(graph, name).size != 1 for name in node.inputs if name not in maps):
+            continue
+        first, second = producer(graph, maps[0]), sole_reader(graph, node.outputs[0])
+        if first is None or second is None or sole_reader(graph, maps[0]) is not node \
+                or first.op_type not in RESHAPES or second.op_type not in RESHAPES or first.fused or second.fused \
+                or graph.tensors[first.inputs[0]].shape != graph.tensors[second.outputs[0]].shape:
+            continue
+        node.inputs = [first.inputs[0] if name == maps[0] else name for name in node.inputs]
+        for done in (first, second):
+            graph.nodes.remove(done)
+        graph.tensors.pop(maps[0])
+        graph.tensors.pop(node.outputs[0])
+        node.outputs = list(second.outputs)
+        changed += 1
+    return changed
+
+
+__all__ = ["elementwise_between_reshapes", "lift_1d_layers"]

@@ -13,6 +13,7 @@ In the graph the node is a layer like any other (the float evaluator runs it; th
 places it by the op table's ``view`` group, constraints.same_native_bytes naming the rule); the
 build strips it (:func:`strip_readouts`: the map it reads becomes the graph output under the
 output's name) and records the permutation in the output's tensor record (:func:`annotate`).
+The input side, ``Readin`` (input_readin.py, LOWERING.md 33.4), is stripped and recorded here too.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from npuemu.isa.errors import CompileError
 from ..ir import Graph, Node, Tensor
 from ..ops import REGISTRY
 from ..ops.base import TensorInfo, register
+from .input_readin import strip_readins
 
 READOUT = "Readout"
 #: NCHW -> NHWC: what the vendor's runtime offers besides NCHW
@@ -53,15 +55,17 @@ def readout_node(name: str, source: str, output: str, perm: list[int], shape: tu
     return Node(name, READOUT, [source], [output], {"perm": list(perm), "shape": [int(d) for d in shape]})
 
 
-def strip_readouts(graph: Graph) -> tuple[Graph, dict[str, dict[str, list[int]]]]:
-    """``graph`` without its Readout nodes (a copy if it has any): each one's input renamed to its
-    output, so the layer before writes the graph output in its stored form; and the permutation
-    records by output name."""
+def strip_readouts(graph: Graph) -> tuple[Graph, dict[str, dict[str, dict[str, list[int]]]]]:
+    """``graph`` without its Readout and Readin nodes (a copy if it has any): each Readout's input
+    renamed to its output, so the layer before writes the graph output in its stored form, each
+    Readin's graph input given its stored form (input_readin.strip_readins); and the records by
+    tensor name: ``{"readout": ...}`` or ``{"readin": ...}``."""
+    graph, readins = strip_readins(graph)
+    records: dict[str, dict[str, dict[str, list[int]]]] = {name: {"readin": record} for name, record in readins.items()}
     found = [node for node in graph.nodes if node.op_type == READOUT]
     if not found:
-        return graph, {}
+        return graph, records
     graph = copy.deepcopy(graph)
-    records = {}
     for node in [node for node in graph.nodes if node.op_type == READOUT]:
         source, output = node.inputs[0], node.outputs[0]
         readers = [other for other in graph.nodes if source in other.all_inputs and other is not node]
@@ -73,18 +77,18 @@ def strip_readouts(graph: Graph) -> tuple[Graph, dict[str, dict[str, list[int]]]
         graph.tensors[output] = Tensor(output, stored.shape, stored.dtype, quant=stored.quant)
         for other in graph.nodes:
             other.outputs = [output if name == source else name for name in other.outputs]
-        records[output] = {"perm": list(node.attrs["perm"]), "shape": list(node.attrs["shape"])}
+        records[output] = {"readout": {"perm": list(node.attrs["perm"]), "shape": list(node.attrs["shape"])}}
     return graph, records
 
 
-def annotate(model: ModelFile, records: dict[str, dict[str, list[int]]]) -> ModelFile:
-    """``model`` with each output's ``readout`` record (isa/CONTAINER.md 3.3)."""
+def annotate(model: ModelFile, records: dict[str, dict[str, dict[str, list[int]]]]) -> ModelFile:
+    """``model`` with each output's ``readout`` and each input's ``readin`` record (isa/CONTAINER.md 3.3)."""
     if not records:
         return model
     trailer = copy.deepcopy(model.trailer)
     for tensor in trailer.get("tensors", ()):
         if tensor["name"] in records:
-            tensor["readout"] = records[tensor["name"]]
+            tensor.update(records[tensor["name"]])
     return ModelFile(model.sections, trailer)
 
 

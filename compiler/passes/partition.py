@@ -6,7 +6,7 @@ rows with that ``npu`` group (``compiler/op_table.py``). A layer runs on the NPU
 constraint holds; otherwise on the CPU, with the first failed rule and its detail as the
 reason (``rule: detail``) (what ``npuemu compile --dump-ir``/``--dump-json``/``--partition-report`` show).
 Everything not listed or failing its rules (Softmax off the channel axis or in int8,
-LayerNormalization, align_corners bilinear Resize, Transpose, ReduceMax, ArgMax, Slice, Gather, ...) runs on the CPU: there is no NPU lowering for it. The list is the
+LayerNormalization, align_corners bilinear Resize other than to s(n-1)+1, Transpose, ReduceMax, ArgMax, Slice, Gather, ...) runs on the CPU: there is no NPU lowering for it. The list is the
 plan of what the NPU lowering handles: CNA convolutions (direct, depthwise, dilated,
 transposed in deconv mode, fully connected as 1x1), DPU element-wise ops and activations
 (the ReLU family in the BS stage, the others by look-up table), PPU pooling, and
@@ -22,7 +22,11 @@ from .. import op_table
 from ..ir import Graph, Node
 from . import constraints as c
 from .context import PassContext
+from .recurrent_constraint import recurrent_unrolled
+from .input_readin import graph_input
 from .resize_bilinear import resize_on_npu
+from .space_to_depth import space_to_depth_rewritten
+from .rewritten_ops import rewritten_by_a_pass
 
 NPU, CPU = "NPU", "CPU"
 _COMMON = (c.float_tensors, c.feature_maps_4d, c.cube_size)
@@ -68,10 +72,15 @@ RULES: dict[str, tuple[str, tuple[c.Constraint, ...]]] = {
     "view": ("by address (no data moved)", (c.float_tensors, c.same_native_bytes)),
     "readout": ("the runtime's readout of a graph output (host, with its NC1HWC2 -> NCHW; no layer)",
                 (c.float_tensors, c.graph_output)),
-    "lstm": ("unrolled into 1x1 convs, DPU look-up tables and element-wise layers (LOWERING.md 30)",
-             (c.lstm_unrolled,)),
+    "space_to_depth": ("CNA conv of 0/1 weights, kernel = stride = blocksize (LOWERING.md 33.1)",
+                       (space_to_depth_rewritten,)),
+    "readin": ("the runtime's readin of a graph input (host, with its NCHW -> NC1HWC2; no layer)",
+               (c.float_tensors, graph_input)),  # LOWERING.md 33.4
+    "recurrent": ("unrolled into 1x1 convs, DPU look-up tables and element-wise layers (LOWERING.md 30, 31)",
+                  (recurrent_unrolled,)),
     "flat_concat": ("DPU copies, one per input, into its columns of the output (LOWERING.md 29)",
                     (c.float_tensors, c.feature_maps_4d, c.flat_concat_columns)),
+    "rewritten": ("the layers a graph pass rewrites it into (LOWERING.md 20.3, 24, 32)", (rewritten_by_a_pass,)),
 }
 
 NPU_OPS: tuple[NpuOp, ...] = tuple(NpuOp(op_table.npu_group(group), unit, rules)

@@ -15,18 +15,23 @@ level   what runs
 1       folding and the hardware fusions: activation subgraphs (hard-swish, SiLU, GELU), GLU
         and LayerNorm matches; Gemm/MatMul -> FullyConnected, BatchNormalization and
         per-channel Mul/Add folded into conv weights, Conv+BiasAdd; 1-D Conv/pool/BN regions
-        on [1, C, L] lifted to [1, C, 1, L] (``lift_1d``); [1, T, C] token regions as
+        on [1, C, L] lifted to [1, C, 1, L] (``lift_1d``); channel Pads, Slices and Gathers,
+        Pow(x, 2), ReduceMean and wide convs over a signal vector as NPU layers, in int8 a
+        magnitude sqrt(sum x^2) as a float16 island (LOWERING.md 32); [1, T, C] token regions as
         [1, C, 1, T] (``tokens_as_channels``) and, in float16 builds, their multi-head
-        attention as one HeadAttention layer (``attention_npu``); Pow(x, -0.5), 1/Sqrt and
+        attention as one HeadAttention layer (``attention_npu``), a [1, T, C] graph input's
+        entry as the runtime's readin (``input_readin``); Pow(x, -0.5), 1/Sqrt and
         float16 Sqrt as DPU look-up tables (``lower_rsqrt``); left-over BN and affine chains as
         1x1 depthwise scale+bias convs; Pad+Conv, Conv+Act, Conv+Add
-2       + clean-up: identities removed, Reshape/Transpose chains merged or cancelled
+2       + clean-up: identities removed, Reshape/Transpose chains merged or cancelled (at 3 also
+        around a one-input element-wise op, LOWERING.md 32)
 3       + vendor rewrites: the Focus block (4 stride-2 Slices + Concat) as one 2x2 stride-2
         conv (``focus_as_conv``), FC as conv, GlobalAveragePool as depthwise convs,
         input-channel tiling for the CBUF, identity conv on odd-sized graph inputs, channel
         Concats and Splits off C2 boundaries as placement/selection convs (``concat_as_convs``,
         ``split_as_convs``), standalone zero Pads as identity convs (``pad_as_conv``),
-        DepthToSpace as a 0/1 ConvTranspose written interleaved (``depth_to_space``) (the
+        DepthToSpace as a 0/1 ConvTranspose written interleaved (``depth_to_space``),
+        SpaceToDepth as a 0/1 stride-b conv (``space_to_depth``) (the
         default, as the vendor's ``optimization_level`` 3)
 ======  =======================================================================================
 
@@ -48,12 +53,15 @@ from npuemu.isa.errors import CompileError
 from ..ir import Graph
 from . import cleanup, fold_bn, fold_const_affine, fuse_activation, fuse_add, fuse_glu, fuse_layer_norm
 from . import fuse_linear, fuse_pad, fuse_patterns, lift_1d, prune, rewrite_channel_tiling, rewrites
-from . import attention_npu, lower_rsqrt, lstm_npu, tokens_as_channels
+from . import attention_npu, gru_npu, lower_rsqrt, lstm_npu, recurrent_rnn, tokens_as_channels
+from . import channel_slice, gather_index, magnitude_island, pad_channels, pow_as_mul, reduce_mean_npu, signal_frames
 from .concat_as_convs import concat_as_placement_convs
 from .depth_to_space import depth_to_space_as_conv_transpose
 from .flat_concat import flat_concat_tail
+from .input_readin import readin_token_inputs
 from .focus_as_conv import focus_as_conv
 from .pad_as_conv import pad_as_identity_conv
+from .space_to_depth import space_to_depth_as_conv
 from .split_as_convs import split_as_selection_convs
 from .context import PassContext
 from .health import check_health
@@ -89,11 +97,17 @@ STAGES: tuple[Stage, ...] = (
                          fold_const_affine.fold_bias_add, fold_const_affine.fold_scale_into_producer,
                          fold_const_affine.fold_scale_into_consumer, fold_const_affine.fold_shift_into_consumer)),
     Stage("1-D as 2-D", 1, (lift_1d.lift_1d_layers,)),
+    Stage("signal frames, channel pads and slices, squares", 1, (  # LOWERING.md 32
+        pad_channels.pad_channels_as_copies, signal_frames.conv_as_frames, gather_index.gather_as_channel_pick,
+        channel_slice.slice_channels, pow_as_mul.pow_square_as_mul, reduce_mean_npu.reduce_mean_on_npu)),
     Stage("tokens as channels", 1, (tokens_as_channels.tokens_as_channels,  # [1,T,C] -> [1,C,1,T]
                                     attention_npu.attention_as_head_convs)),  # LOWERING.md 22.3
     Stage("detector tail", 1, (flat_concat_tail,)),  # Reshapes + Concat + Transpose: LOWERING.md 29
+    Stage("graph-input readin", 1, (readin_token_inputs,)),  # token inputs: LOWERING.md 33.4
     Stage("1/sqrt as look-up tables", 1, (lower_rsqrt.rsqrt_on_npu,)),  # LOWERING.md 24
-    Stage("LSTM unrolled", 1, (lstm_npu.lstm_as_npu_layers,)),  # float16 LSTM unrolled, LOWERING.md 30
+    Stage("int8: magnitudes in float16", 1, (magnitude_island.magnitude_as_float16_island,)),  # LOWERING.md 32
+    Stage("recurrent layers unrolled", 1, (lstm_npu.lstm_as_npu_layers, gru_npu.gru_as_npu_layers,  # LOWERING.md 30, 31
+                                         recurrent_rnn.rnn_as_npu_layers)),
     Stage("scale+bias layers", 1, (fold_bn.batch_norm_as_depthwise_conv,
                                    fold_const_affine.affine_chain_as_depthwise_conv)),
     Stage("fusion", 1, _FUSE),
@@ -101,8 +115,9 @@ STAGES: tuple[Stage, ...] = (
                                  rewrites.global_average_pool_as_depthwise_convs,
                                  rewrite_channel_tiling.tile_input_channels, rewrites.input_identity_conv,
                                  concat_as_placement_convs, split_as_selection_convs, pad_as_identity_conv,
-                                 depth_to_space_as_conv_transpose)),
+                                 depth_to_space_as_conv_transpose, space_to_depth_as_conv)),
     Stage("clean-up after rewrites", 3, _CLEANUP),
+    Stage("element-wise ops between inverse reshapes", 3, (lift_1d.elementwise_between_reshapes,)),  # LOWERING.md 32
     Stage("fusion after rewrites", 3, _FUSE),
 )
 

@@ -12,8 +12,16 @@ of the two filters (zeros in the unused taps), one conv per phase, each writing 
 LOWERING.md 13). The weights are multiples of ``1 / D`` (D the filters' common denominator
 squared: 16 for half_pixel x2, 9 for x3, 4 for asymmetric x2), stored in int8 as the integers ``w * D`` with scale ``1 / D``: exact, so the int8
 result is the exact bilinear sum rounded once by the conv's requantization (input and output share
-their quantization, quant/sharing.py). align_corners maps ``o -> o (n-1) / (s n - 1)``, which does
-not repeat every s pixels: no phase form, a host step.
+their quantization, quant/sharing.py).
+
+align_corners maps ``o -> o (n-1) / (S-1)`` (S the output size). Where ``S - 1 = s (n-1)`` (20 ->
+39 for s = 2) that is ``o / s``: phase r reads ``x[i]`` and ``x[i+1]`` with weights ``1 - r/s``
+and ``r/s``, never past the edge, so the phase convs read the input itself (kernel 1 for phase 0,
+2 for the others, per axis; no edge copy) and phase r writes ``ceil((S - r) / s)`` pixels
+(``deconv_phases.CROPPED``). That is the vendor's form [V] (rknn-toolkit2 2.5.0, rk3588,
+[1,16,20,20] -> 39 x 39: four depthwise convs of kernels 1x1, 2x1, 1x2, 2x2, no edge copy). Other
+sizes (20 -> 40: ``o * 19/39``) repeat only every S - 1 pixels: a host step, as the vendor's
+(its table runs that Resize on the CPU [V]); LOWERING.md 33.3.
 
 A map wider than one interleaved write (8 surfaces, or W x channels > 8192) runs the phase convs
 per channel group (``channel_group``), joined by a channel Concat.
@@ -85,6 +93,24 @@ def phase_kernel(filters: list[list[Fraction]], ry: int, rx: int) -> list[list[F
     return [[a * b for b in filters[rx]] for a in filters[ry]]
 
 
+def align_corners_factor(in_shape: tuple[int, ...], sizes: list[int]) -> tuple[int | None, str]:
+    """(s, "") when align_corners output S - 1 = s (n - 1) on H and W with one s in 2..MAX_FACTOR."""
+    (_, _, h, w) = in_shape
+    if h < 2 or w < 2 or (sizes[2] - 1) % (h - 1) or (sizes[3] - 1) % (w - 1) \
+            or (sizes[2] - 1) // (h - 1) != (sizes[3] - 1) // (w - 1):
+        return None, (f"coordinate_transformation_mode align_corners: output {sizes[2:]} is not s x (n - 1) + 1 "
+                      f"of input {[h, w]} with one whole s (source positions o (n-1)/(S-1) do not repeat)")
+    s = (sizes[2] - 1) // (h - 1)
+    if not 2 <= s <= MAX_FACTOR:
+        return None, f"align_corners factor {s} is not 2..{MAX_FACTOR}"
+    return s, ""
+
+
+def align_corners_filters(s: int) -> list[list[Fraction]]:
+    """[s] taps on x[i], x[i + 1] of align_corners phase r (source i + r/s): [1] for r = 0."""
+    return [[Fraction(1)]] + [[1 - Fraction(r, s), Fraction(r, s)] for r in range(1, s)]
+
+
 def bilinear_factor(attrs: dict, in_shape: tuple[int, ...]) -> tuple[int | None, str]:
     """(s, "") when this Resize is linear upsampling of H and W by one whole factor 2..MAX_FACTOR
     with a per-phase source offset that matches onnxruntime's float32 coordinates; else (None, why)."""
@@ -96,6 +122,9 @@ def bilinear_factor(attrs: dict, in_shape: tuple[int, ...]) -> tuple[int | None,
     if len(in_shape) != 4 or sizes[:2] != list(in_shape[:2]):
         return None, f"resizes axes other than H and W ({list(in_shape)} -> {sizes})"
     (_, _, h, w), mode = in_shape, attrs["coordinate_transformation_mode"]
+    if mode == "align_corners":
+        s, reason = align_corners_factor(in_shape, sizes)
+        return (s, reason) if s is None else _checked_coordinates(attrs, in_shape, s)
     if sizes[2] % h or sizes[3] % w or sizes[2] // h != sizes[3] // w:
         return None, f"output {sizes[2:]} is not one whole factor x input {[h, w]} on both axes"
     s = sizes[2] // h
@@ -103,10 +132,20 @@ def bilinear_factor(attrs: dict, in_shape: tuple[int, ...]) -> tuple[int | None,
         return None, f"factor {s} is not 2..{MAX_FACTOR}"
     if phase_offset(mode, s, 0) is None:
         return None, f"coordinate_transformation_mode {mode}: source positions do not repeat every {s} pixels"
-    for axis, size in ((2, h), (3, w)):
-        got = source_coordinates(mode, size, s * size, attrs["scales"][axis]).astype(np.float64)
-        o = np.arange(s * size)
-        want = o // s + np.array([float(phase_offset(mode, s, r)) for r in range(s)])[o % s]
+    return _checked_coordinates(attrs, in_shape, s)
+
+
+def _checked_coordinates(attrs: dict, in_shape: tuple[int, ...], s: int) -> tuple[int | None, str]:
+    """(s, "") when onnxruntime's float32 source coordinates are the phase offsets of factor s."""
+    mode = attrs["coordinate_transformation_mode"]
+    for axis in (2, 3):
+        size, out = in_shape[axis], int(attrs["sizes"][axis])
+        got = source_coordinates(mode, size, out, attrs["scales"][axis]).astype(np.float64)
+        o = np.arange(out)
+        if mode == "align_corners":
+            want = o / s
+        else:
+            want = o // s + np.array([float(phase_offset(mode, s, r)) for r in range(s)])[o % s]
         if np.max(np.abs(np.clip(got, 0, size - 1) - np.clip(want, 0, size - 1))) > 1e-5:
             return None, f"scale {attrs['scales'][axis]} on axis {axis} does not give the phase offsets of factor {s}"
     return s, ""
@@ -136,11 +175,15 @@ def _bilinear_fits(graph: Graph, node: Node, ctx: PassContext) -> str | None:
     if width < 2 or not channel_group(channels, width, ctx.platform.c2(dtype), dtype == "float16"):
         return (f"input width {width}: the interleaved phase write needs width >= 2 and one pass of "
                 f"{DEPTHWISE_PASS[dtype]} {dtype} channels x width <= {MAX_WDMA_CHANNELS} channels a line")
-    filters = phase_filters(node.attrs["coordinate_transformation_mode"], s)
+    filters = _filters(node.attrs["coordinate_transformation_mode"], s)
     biggest = _largest_int8_weight(filters)
     if ctx.element_bytes == 1 and biggest > INT8_WEIGHT_MAX:
         return f"factor {s}: the int8 phase weights (w x {weight_denominator(filters)}) reach {biggest} > 127"
     return None
+
+
+def _filters(mode: str, s: int) -> list[list[Fraction]]:
+    return align_corners_filters(s) if mode == "align_corners" else phase_filters(mode, s)
 
 
 def _largest_int8_weight(filters: list[list[Fraction]]) -> int:
@@ -153,9 +196,9 @@ def resize_on_npu(graph: Graph, node: Node, ctx: PassContext) -> str | None:
     """Resize is nearest-neighbour upsampling of H and W by whole factors 1..8 in which output
     pixel (y, x) copies input pixel (y // fy, x // fx) - asymmetric + floor, half_pixel + round,
     ... (DPU unpooling) - or linear upsampling by one whole factor 2..8 on both axes whose source
-    positions repeat every factor pixels (half_pixel, pytorch_half_pixel, asymmetric, not
-    align_corners): an edge-padded copy and depthwise 3x3 phase convs written interleaved
-    (LOWERING.md 19)."""
+    positions repeat every factor pixels (half_pixel, pytorch_half_pixel, asymmetric): an
+    edge-padded copy and depthwise 3x3 phase convs written interleaved (LOWERING.md 19); or
+    align_corners to s x (n - 1) + 1 on both axes: depthwise 1/2-tap phase convs (LOWERING.md 33.3)."""
     if node.attrs["mode"] == "linear":
         reason = _bilinear_fits(graph, node, ctx)
         return None if reason is None else f"linear: {reason}"
@@ -179,6 +222,8 @@ def expand_resize_bilinear(graph: Graph, node: Node, platform) -> tuple[list[Ten
     _, channels, h, w = source.shape
     int8 = source.quant is not None and source.quant.dtype == "int8"
     group = channel_group(channels, w, platform.c2("int8" if int8 else "float16"), not int8)
+    if node.attrs["coordinate_transformation_mode"] == "align_corners":
+        return _expand_align_corners(graph, node, s, group, int8)
     padded = Tensor(f"{y}_edge", (1, channels, h + 2, w + 2), source.dtype, quant=source.quant)
     tensors, nodes = [padded], [Node(f"{node.name}_edge", "Resize", [x], [padded.name], {EDGE_PAD: 1}, [], "NPU")]
     parts = []
@@ -197,6 +242,50 @@ def expand_resize_bilinear(graph: Graph, node: Node, platform) -> tuple[list[Ten
     if len(parts) > 1:
         nodes.append(Node(f"{node.name}_concat", "Concat", parts, [y], {"axis": 1}, [], "NPU"))
     return tensors, nodes
+
+
+def _expand_align_corners(graph: Graph, node: Node, s: int, group: int,
+                          int8: bool) -> tuple[list[Tensor], list[Node]]:
+    """align_corners to s (n - 1) + 1: per channel group the s*s phase convs read the input (a
+    ChannelSlice of it where grouped) and write their pixels into the output; a Concat joins groups."""
+    x, y = node.inputs[0], node.outputs[0]
+    source, out_shape = graph.tensor(x), graph.tensor(y).shape
+    _, channels, h, w = source.shape
+    tensors, nodes, parts = [], [], []
+    for start in range(0, channels, group or channels):
+        size = min(group or channels, channels - start)
+        suffix = "" if size == channels else f"_g{start // group}"
+        source_part, out_part = x, y
+        if suffix:
+            source_part, out_part = f"{x}_{node.name}{suffix}", f"{y}{suffix}"
+            tensors += [Tensor(source_part, (1, size, h, w), source.dtype, quant=source.quant),
+                        Tensor(out_part, (1, size, *out_shape[2:]), source.dtype, quant=graph.tensor(y).quant)]
+            nodes.append(Node(f"{node.name}_in{suffix}", "ChannelSlice", [x], [source_part],
+                              {"start": start, "size": size}, [], "NPU"))  # build_adapt.CHANNEL_SLICE
+        _corner_phase_convs(node, s, size, int8, source_part, out_part, suffix, tuple(out_shape[2:]), tensors, nodes)
+        parts.append(out_part)
+    if len(parts) > 1:
+        nodes.append(Node(f"{node.name}_concat", "Concat", parts, [y], {"axis": 1}, [], "NPU"))
+    return tensors, nodes
+
+
+def _corner_phase_convs(node: Node, s: int, channels: int, int8: bool, source: str, out: str, suffix: str,
+                        out_hw: tuple[int, int], tensors: list[Tensor], nodes: list[Node]) -> None:
+    """Phase (ry, rx): a depthwise conv of kernel (1 or 2) x (1 or 2), the outer product of the two
+    axes' taps, valid on the input, writing ceil((S - r) / s) pixels per axis (deconv_phases.CROPPED)."""
+    filters = align_corners_filters(s)
+    denominator = weight_denominator(filters)
+    for ry in range(s):
+        for rx in range(s):
+            kernel = np.array([[float(a * b) for b in filters[rx]] for a in filters[ry]])
+            data = np.broadcast_to(kernel, (channels, 1, *kernel.shape)).astype(np.float32)
+            quant = QuantParams("int8", np.full(channels, 1.0 / denominator, np.float32),
+                                np.zeros(channels, np.int32), 0) if int8 else QuantParams("float16", 1.0, 0)
+            tensors.append(Tensor(f"{out}_phase{ry}{rx}_w", data.shape, "float32", data, quant))
+            nodes.append(Node(f"{node.name}_phase{ry}{rx}{suffix}", "Conv", [source, tensors[-1].name], [out],
+                              {"kernel_shape": list(kernel.shape), "strides": [1, 1], "pads": [0, 0, 0, 0],
+                               "dilations": [1, 1], "group": channels, "interleave": [s, ry, rx, *out_hw]},
+                              [], "NPU"))
 
 
 def _phase_convs(node: Node, s: int, channels: int, int8: bool, source: str, out: str, suffix: str,

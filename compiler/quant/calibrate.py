@@ -11,7 +11,9 @@ post-processing (a threshold on a probability map, an argmax), not a layer whose
 distribution KL is meant to preserve, and KL clips sparse outputs hard (PP-OCRv4 det's
 sigmoid map [0, 1] became [0, 0.066], saturating every text pixel).
 The samples are evaluated one at a time, so memory stays at one evaluation plus the
-statistics (4096 float64 counts per tensor).
+statistics (4096 float64 counts per tensor); with ``workers`` > 1 (the compile command's
+default on a multi-core machine) as many forked processes share them out, with the same
+ranges bit for bit (calibrate_workers.py).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from ..float_eval import evaluate
 from ..ir import Graph, Tensor
 from .affine import Range
 from .blas_threads import single_threaded_blas
+from .calibrate_workers import picker, run_parallel, usable
 from .clipping import ALGORITHMS, kl_range, mmse_range
 from .observers import Histogram, RangeObserver
 from .progress import Progress
@@ -60,8 +63,9 @@ def activation_tensors(graph: Graph) -> list[str]:
 
 
 def calibrate(graph: Graph, samples: Iterable[Sample], algorithm: str = "normal", *,
-              progress: bool = True) -> CalibrationResult:
-    """Ranges of every activation tensor of ``graph`` from ``samples`` (dicts by input name)."""
+              progress: bool = True, workers: int = 1) -> CalibrationResult:
+    """Ranges of every activation tensor of ``graph`` from ``samples`` (dicts by input name),
+    evaluated in ``workers`` processes where that is possible (calibrate_workers.py)."""
     if algorithm not in ALGORITHMS:
         raise CompileError(f"unknown calibration algorithm '{algorithm}'; expected one of {', '.join(ALGORITHMS)}")
     if algorithm != "normal" and iter(samples) is samples:  # a generator cannot be read twice
@@ -71,7 +75,7 @@ def calibrate(graph: Graph, samples: Iterable[Sample], algorithm: str = "normal"
     total = _count(samples)
     observers = {name: RangeObserver() for name in names}
     count = _run(graph, samples, observers, f"calibrating ({algorithm}) 1/{passes}" if passes > 1 else "calibrating",
-                 total, progress)
+                 total, progress, workers)
     if count == 0:
         raise InputError("calibration needs at least one sample; the dataset is empty")
     observed = {name: _observed(name, observer) for name, observer in observers.items()}
@@ -79,7 +83,7 @@ def calibrate(graph: Graph, samples: Iterable[Sample], algorithm: str = "normal"
         ranges = dict(observed)
     else:
         histograms = {name: Histogram.for_range(r.lo, r.hi) for name, r in observed.items()}
-        _run(graph, samples, histograms, f"calibrating ({algorithm}) 2/2", total, progress)
+        _run(graph, samples, histograms, f"calibrating ({algorithm}) 2/2", total, progress, workers)
         choose = kl_range if algorithm == "kl_divergence" else mmse_range
         ranges = {name: choose(histogram).including_zero() for name, histogram in histograms.items()}
         if algorithm == "kl_divergence":  # graph outputs keep min/max (see the module docstring)
@@ -95,19 +99,26 @@ def _count(samples: Iterable[Sample]) -> int:
         return 0
 
 
-def _run(graph: Graph, samples: Iterable[Sample], observers: Mapping, label: str, total: int, progress: bool) -> int:
+def _run(graph: Graph, samples: Iterable[Sample], observers: Mapping, label: str, total: int, progress: bool,
+         workers: int = 1) -> int:
     """Evaluate every sample, feeding each watched tensor's value to its observer."""
 
-    def hook(tensor: Tensor, value: np.ndarray) -> np.ndarray:
-        observer = observers.get(tensor.name)
-        if observer is not None and not tensor.is_const:
-            observer.update(value)
-        return value
+    def evaluate_one(sample: Sample, index: int, observers: Mapping) -> None:
+        def hook(tensor: Tensor, value: np.ndarray) -> np.ndarray:
+            observer = observers.get(tensor.name)
+            if observer is not None and not tensor.is_const:
+                observer.update(value, index)
+            return value
+
+        evaluate(graph, sample, tensor_hook=hook)
 
     count = 0
     with single_threaded_blas(), Progress(total, label, enabled=progress) as bar:  # (blas_threads.py: why)
-        for sample in samples:
-            evaluate(graph, sample, tensor_hook=hook)
+        if usable(samples, total, workers):
+            run_parallel(total, workers, picker(samples), observers, evaluate_one, bar.advance)
+            return total
+        for index, sample in enumerate(samples):
+            evaluate_one(sample, index, observers)
             count += 1
             bar.advance()
     return count

@@ -6,7 +6,8 @@ multi-head attention (22.3). The vendor keeps Softmax in float16 inside its int8
 an NPU layer a float16 layer by default: quantize_graph then stores its output in float16 and
 inserts a DataConvert at each int8 edge, which the DPU runs (LOWERING.md 26). A layer the
 partition sends to the host keeps the build's dtype; a dtype given explicitly (a quant config,
-auto-hybrid) wins.
+auto-hybrid) wins. A graph pass may mark the nodes it makes as island layers (``ISLAND_ATTR``:
+float16 whatever their op and unit).
 """
 
 from __future__ import annotations
@@ -16,11 +17,17 @@ from ..ir import Node
 FLOAT16 = "float16"
 #: ops whose NPU lowering computes in float16 whatever the build's precision
 FLOAT16_ISLAND_OPS = ("Softmax", "HeadAttention")
+#: a node attribute: the layer belongs to a float16 island a graph pass made (e.g. an unrolled
+#: LSTM, GRU or RNN, passes/recurrent_unroll.py, LOWERING.md 31.2), on the NPU or the host
+ISLAND_ATTR = "float16_island"
 
 
 def island_dtype(node: Node) -> str | None:
-    """"float16" for an NPU layer that exists in float16 only, else None (the build's default)."""
+    """"float16" for an NPU layer that exists in float16 only or a marked island layer, else None
+    (the build's default)."""
+    if node.attrs.get(ISLAND_ATTR):
+        return FLOAT16
     return FLOAT16 if node.target == "NPU" and node.op_type in FLOAT16_ISLAND_OPS else None
 
 
-__all__ = ["FLOAT16_ISLAND_OPS", "island_dtype"]
+__all__ = ["FLOAT16_ISLAND_OPS", "ISLAND_ATTR", "island_dtype"]

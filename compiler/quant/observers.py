@@ -26,20 +26,39 @@ def _finite(values: np.ndarray) -> tuple[np.ndarray, int]:
 
 @dataclass
 class RangeObserver:
-    """Running min and max (the ``normal`` algorithm needs nothing else)."""
+    """Running min and max (the ``normal`` algorithm needs nothing else).
+
+    ``lo_at`` / ``hi_at`` are the sample indices the extremes were first seen at: min and max
+    keep the first of equal values, and 0.0 == -0.0, so merging the observers of samples
+    evaluated in parallel (:meth:`merge`) needs them to keep the sign a sequential run keeps."""
 
     lo: float = math.inf
     hi: float = -math.inf
     count: int = 0
     non_finite: int = 0
+    lo_at: int = 0
+    hi_at: int = 0
 
-    def update(self, values: np.ndarray) -> None:
+    def update(self, values: np.ndarray, at: int = 0) -> None:
+        """Take one sample's values (``at``: its index; samples come in increasing order)."""
         values, bad = _finite(values)
         self.non_finite += bad
         if values.size:
-            self.lo = min(self.lo, float(values.min()))
-            self.hi = max(self.hi, float(values.max()))
+            lo, hi = float(values.min()), float(values.max())
+            if lo < self.lo:
+                self.lo, self.lo_at = lo, at
+            if hi > self.hi:
+                self.hi, self.hi_at = hi, at
             self.count += values.size
+
+    def merge(self, other: "RangeObserver") -> None:
+        """Take another observer's samples, as if they had come in index order with these."""
+        if other.lo < self.lo or (other.lo == self.lo and other.lo_at < self.lo_at):
+            self.lo, self.lo_at = other.lo, other.lo_at
+        if other.hi > self.hi or (other.hi == self.hi and other.hi_at < self.hi_at):
+            self.hi, self.hi_at = other.hi, other.hi_at
+        self.count += other.count
+        self.non_finite += other.non_finite
 
     @property
     def seen(self) -> bool:
@@ -76,13 +95,17 @@ class Histogram:
     def size(self) -> int:
         return self.negative_bins + self.positive_bins
 
-    def update(self, values: np.ndarray) -> None:
+    def update(self, values: np.ndarray, at: int = 0) -> None:
         values, _ = _finite(values)
         if not values.size:
             return
         index = np.floor(values.astype(np.float64) / self.width).astype(np.int64) + self.negative_bins
         np.clip(index, 0, self.size - 1, out=index)
         self.counts += np.bincount(index, minlength=self.size)
+
+    def merge(self, other: "Histogram") -> None:
+        """Add another histogram of the same bins (whole counts: exact in any order)."""
+        self.counts += other.counts
 
     def centers(self) -> np.ndarray:
         return (np.arange(self.size) - self.negative_bins + 0.5) * self.width

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..ir import Graph
 from .calibrate import CalibrationResult, calibrate
+from .calibrate_workers import default_workers
 from .config import QuantConfig, config_from_ranges
 from .dataset import CalibrationSamples, read_dataset
 from .preprocess import InputPreprocess, identity_preprocess
@@ -20,6 +21,9 @@ class CalibrationOptions:
     algorithm: str = "normal"
     per_channel: bool = True
     progress: bool = True
+    #: calibration processes (calibrate_workers.py; the same ranges bit for bit with any count);
+    #: None: NPUEMU_CALIBRATION_WORKERS, else the usable cores (at most 4)
+    workers: int | None = None
 
     @property
     def weight_clipping(self) -> str:
@@ -31,7 +35,8 @@ def calibrate_dataset(graph: Graph, dataset: Path | str, preprocess: Mapping[str
                       options: CalibrationOptions) -> CalibrationResult:
     """Read the dataset file and calibrate ``graph`` (float, after the passes) on it."""
     samples = CalibrationSamples(read_dataset(dataset, list(graph.inputs)), graph, preprocess)
-    return calibrate(graph, samples, options.algorithm, progress=options.progress)
+    workers = options.workers if options.workers is not None else default_workers()
+    return calibrate(graph, samples, options.algorithm, progress=options.progress, workers=workers)
 
 
 def quantize_with_dataset(graph: Graph, dataset: Path | str, preprocess: Mapping[str, InputPreprocess] | None = None,

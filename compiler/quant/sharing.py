@@ -44,6 +44,7 @@ VALUE_PRESERVING = frozenset({
     "MaxPool", "GlobalMaxPool", "AveragePool", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose",
     "Identity", "Dropout", "Slice", "Split", "Gather", "Pad", "Expand", "Tile", "ReduceMax", "ReduceMin",
     "Resize", "Upsample", "DepthToSpace", "SpaceToDepth",
+    "Readin",  # the runtime's permutation of a graph input (passes/input_readin.py): its stored form, one quantization
 })
 
 

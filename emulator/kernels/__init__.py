@@ -44,9 +44,11 @@ from npuemu.emulator.kernels.weights import (
 )
 
 from npuemu.emulator.kernels import conv_pixels, depthwise, dpu, fp16, layout, lut, mac, ppu, weights
+from npuemu.emulator.kernels.scipy_blas import preload_cython_blas
 from npuemu.emulator.kernels.stale_cache import drop_caches_built_on_old_numerics
 
 drop_caches_built_on_old_numerics([conv_pixels, depthwise, dpu, fp16, layout, lut, mac, ppu, weights])
+preload_cython_blas()  # before the first compiled call: Numba's BLAS check then skips scipy.linalg
 
 __all__ = [
     "DEPTHWISE_OUTPUT_CHANNEL_ALIGN", "FP16_CONV_RK3588", "FP16_DEPTHWISE_RK3588",

@@ -38,6 +38,9 @@ BLOCK_ELEMENTS = 1 << 20
 #: Largest padded input (float32 elements, 32 MiB) the per-tap path gathers whole; bigger layers
 #: take the blocked im2col path.
 TAP_OPERAND_ELEMENTS = 1 << 23
+#: Largest operand or product block (elements) a prepared small layer keeps buffers of its own
+#: for (``prepare_conv_int8_pixels``)
+OWN_BUFFER_ELEMENTS = 1 << 14
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,10 @@ def _scratch(name: str, size: int, dtype: type) -> np.ndarray:
     if buffer is None or buffer.size < size:
         buffer = buffers[name] = np.empty(size, dtype)
     return buffer[:size]
+
+
+#: the thread's working buffers, for other prepared kernels (kernels/depthwise_plan.py)
+working_buffer = _scratch
 
 
 @njit(cache=True)
@@ -250,6 +257,89 @@ def conv_int8_pixels(feature: np.ndarray, channels: int, real: int, weights: np.
         _core_rows(acc[:count], out_w, out_w, kernels, clip_truncate, round_mode,
                    out[first:first + count], sums[first:first + count])
     return out, sums.reshape(1, out_h, out_w)
+
+
+def prepare_conv_int8_pixels(feature_shape: tuple[int, int, int, int], channels: int, real: int,
+                             weights: np.ndarray, geometry: ConvGeometry, pad_value: int, clip_truncate: int,
+                             round_mode: int, out_channels: int):
+    """``conv_int8_pixels`` for int8 atoms of ``feature_shape`` (contiguous) and read-only
+    ``weights``, its checks, operands and blocking worked out once: ``run(feature) -> (out,
+    sums)``, the same calls on every run (issue 20: a core's task programs, emulator/task_plan.py);
+    None where ``conv_int8_pixels`` would refuse them (it then raises its own error)."""
+    kernels = weights.shape[0]
+    if len(feature_shape) != 4 or weights.dtype != np.int8 or weights.flags.writeable or weights.ndim != 4 \
+            or weights.shape[1] != channels or geometry.groups != 1 \
+            or channels > feature_shape[0] * feature_shape[3] or kernels > out_channels:
+        return None
+    choose_blas_threads()
+    operands = pixel_operands(weights, real)
+    out_h, out_w = geometry.out_h, geometry.out_w
+    pixels = out_h * out_w
+    reduction, columns = operands.matrix.shape
+    if operands.taps is not None and geometry.stride_y == geometry.stride_x == 1 \
+            and geometry.padded_h * geometry.padded_w * operands.taps.shape[1] <= TAP_OPERAND_ELEMENTS:
+        def taps(feature: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            out, sums = _results(pixels, out_channels)
+            _tap_products(feature, operands, geometry, pad_value, clip_truncate, round_mode, out, sums)
+            return out, sums.reshape(1, out_h, out_w)
+        return taps
+    block = max(1, min(pixels, BLOCK_ELEMENTS // reduction))
+    single, matrix, bounds = len(operands.bounds) == 2, operands.matrix, operands.bounds
+    gather = (operands.channels, operands.virtual, float(pad_value), geometry.kernel_h,
+              geometry.kernel_w, geometry.stride_y, geometry.stride_x, geometry.dilation_y,
+              geometry.dilation_x, geometry.pad_top, geometry.pad_left, out_w)
+    pointwise = geometry.kernel_h == geometry.kernel_w == geometry.stride_y == geometry.stride_x == 1 \
+        and geometry.pad_top == geometry.pad_left == 0 and out_w == feature_shape[2] and out_h <= feature_shape[1]
+    blocks = tuple((first, min(block, pixels - first)) for first in range(0, pixels, block))
+    # a small layer keeps its own working buffers (the thread's shared ones cost more to look up
+    # than such a layer computes); their contents never outlive a run
+    small = block * max(reduction, columns) <= OWN_BUFFER_ELEMENTS and pixels * out_channels <= OWN_BUFFER_ELEMENTS
+    own = _buffers(block, reduction, columns, single) if small else None
+    results = (np.empty((pixels, out_channels), np.int32), np.empty(pixels, np.int64)) if small else None
+
+    def run(feature: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        out, sums = results or _results(pixels, out_channels)
+        operand, product, acc = own or _buffers(block, reduction, columns, single, _scratch)
+        for first, count in blocks:
+            rows = operand[:count]
+            if pointwise:
+                _gather_pointwise(feature, gather[0], gather[1], first, rows)
+            else:
+                _gather(feature, *gather, first, rows)
+            _products(rows, matrix, bounds, single, product[:count], acc[:count])
+            _core_rows(acc[:count], out_w, out_w, kernels, clip_truncate, round_mode,
+                       out[first:first + count], sums[first:first + count])
+        return out, sums.reshape(1, out_h, out_w)
+
+    return run
+
+
+def _results(pixels: int, out_channels: int) -> tuple[np.ndarray, np.ndarray]:
+    """A prepared run's outputs and window sums, in the thread's working buffers: the task's DPU
+    consumes them before the next task's CORE runs, and every element is written (``_core_rows``)."""
+    return (_scratch("results", pixels * out_channels, np.int32).reshape(pixels, out_channels),
+            _scratch("window sums", pixels, np.int64))
+
+
+def _buffers(block: int, reduction: int, columns: int, single: bool,
+             make=lambda name, size, dtype: np.empty(size, dtype)) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The operand rows, the product and the accumulator of ``conv_int8_pixels``' blocks."""
+    operand = make("operand", block * reduction, np.float32).reshape(block, reduction)
+    product = make("product", block * columns, np.float32).reshape(block, columns)
+    return operand, product, product if single else make("acc", block * columns, np.float64).reshape(block, columns)
+
+
+def _products(rows: np.ndarray, matrix: np.ndarray, bounds: tuple[int, ...], single: bool,
+              product: np.ndarray, acc: np.ndarray) -> None:
+    """The block's sums into ``acc``: one product, or exact chunks added in float64 (as
+    ``conv_int8_pixels``)."""
+    if single:
+        np.matmul(rows, matrix, out=acc)
+        return
+    acc[:] = 0
+    for k0, k1 in zip(bounds, bounds[1:]):
+        np.matmul(rows[:, k0:k1], matrix[k0:k1], out=product)
+        acc += product
 
 
 def _tap_products(feature: np.ndarray, operands: PixelOperands, geometry: ConvGeometry,

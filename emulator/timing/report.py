@@ -422,7 +422,7 @@ def report_rknn(model, run, platform, ddr_model: str = "board") -> PerfReport:
     """Per-layer report of an :class:`~npuemu.emulator.rknn_runner.RknnRun` of ``model``."""
     _check_ddr_model(ddr_model)
     timeline = timeline_rknn(model, run, platform)
-    by_layer = _layer_spans(timeline)
+    by_layer, host_us = _layer_spans(timeline), timeline.layer_host_us()   # host: rknn_cpu_layers.py
     layers = []
     for layer in model.layers:
         spans = by_layer.get(layer.index, [])
@@ -436,6 +436,7 @@ def report_rknn(model, run, platform, ddr_model: str = "board") -> PerfReport:
             ",".join(shape_text(model.tensors[i].shape) for i in layer.inputs) or "\\",
             shape_text(out[0].shape) if out else "", layer.name, [span.time for span in spans], rate,
             cores=[span.lane for span in spans], shared_ddr_rate=platform.ddr.shared_bytes_per_cycle)
+        timed.host_us = host_us.get(layer.index, 0.0)
         if ddr_model == "vendor":
             from npuemu.emulator.timing.vendor_estimate import rknn_layer_bytes, vendor_layer_npu_cycles
             timed.vendor_npu = vendor_layer_npu_cycles(records, platform)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from npuemu.emulator.memo import Memo
 from npuemu.emulator.timing.task_time import TaskFigures, TaskTime, TaskWork, task_work, time_work
@@ -349,7 +349,9 @@ _HOST_US: Memo[float] = Memo(identity=2, limit=1 << 16)
 
 def plan_rknn(model, run, platform) -> Plan:
     """A vendor ``.rknn`` run as one NPU step (chain 0, core 0), each task labelled by its op_idx;
-    its host-side layers have no time model (rknn_runner.py runs them untimed). A multi-core
+    the CPU layers the program waits for (``run.host_steps``, rknn_cpu_layers.py) are host steps
+    between its submits, timed like npuemu's own (host_model.py); the CPU layers after the
+    program stay untimed (rknn_runner.py). A multi-core
     program's run (``run.pieces``): one step per piece on its core, the pieces of one barrier
     phase of a launch group side by side, ending at the barrier (rknn_multicore.py)."""
     layer_ids = {layer.index for layer in model.layers}
@@ -362,8 +364,7 @@ def plan_rknn(model, run, platform) -> Plan:
 
     pieces = getattr(run, "pieces", ())
     if not pieces:
-        chain = model.program.chains[0]
-        steps = [PlannedStep(0, "npu", run.chain.core, None, planned(chain.tasks, run.chain.tasks), name="chain 0")]
+        steps = _rknn_chain0_steps(model, run, planned, platform)
     else:
         together = {}
         for piece in pieces:
@@ -374,4 +375,31 @@ def plan_rknn(model, run, platform) -> Plan:
                              else None, planned(piece.placed.piece.tasks, piece.run.tasks),
                              name=f"launch {piece.placed.launch} phase {piece.placed.phase}")
                  for index, piece in enumerate(pieces)]
+        hosts = _rknn_host_steps(getattr(run, "host_steps", ()), platform)   # all before the first task
+        steps = [replace(step, index=i) for i, step in enumerate(hosts + steps)]
     return Plan(steps, float(platform.clock.npu_mhz), platform.ddr.shared_bytes_per_cycle, names)
+
+
+def _rknn_chain0_steps(model, run, planned, platform) -> list[PlannedStep]:
+    """Chain 0's records as NPU steps cut at the host steps, which sit between them."""
+    chain = model.program.chains[0]
+    tasks, records = tuple(chain.tasks), run.chain.tasks
+    steps: list[PlannedStep] = []
+    start = 0
+    for host in getattr(run, "host_steps", ()):
+        if host.after_tasks > start:
+            steps.append(PlannedStep(len(steps), "npu", run.chain.core, None,
+                                     planned(tasks[start:host.after_tasks], records[start:host.after_tasks]),
+                                     name="chain 0"))
+            start = host.after_tasks
+        steps.append(replace(_rknn_host_steps((host,), platform)[0], index=len(steps)))
+    steps.append(PlannedStep(len(steps), "npu", run.chain.core, None, planned(tasks[start:], records[start:]),
+                             name="chain 0"))
+    return steps
+
+
+def _rknn_host_steps(hosts, platform) -> list[PlannedStep]:
+    from npuemu.emulator.timing.host_model import cpu_step_us
+
+    return [PlannedStep(0, "cpu", 0, None, host_us=cpu_step_us(host.input_shapes, platform),
+                        layers=(host.layer.index,), name=host.layer.op_type) for host in hosts]

@@ -15,17 +15,21 @@ import numpy as np
 from npuemu.emulator import kernels
 from npuemu.emulator.memo import Memo
 from npuemu.emulator.kernels import weights_sparse
-from npuemu.emulator.memory import ADDRESS_SPACE, TaskDma, Traffic
+from npuemu.emulator.kernels.depthwise_plan import prepare_depthwise_int8_atoms
+from npuemu.emulator.memory import ADDRESS_SPACE, TaskDma, Traffic, gather_rows
 from npuemu.emulator.numerics import core_round_mode
 from npuemu.emulator.regfile import RegisterView
 from npuemu.emulator.units.state import (
     ATOM_BYTES, FP16, INT4, INT8, PRECISION_DTYPES, ConvState, precision_name,
 )
 from npuemu.isa.errors import EmulationError
-from npuemu.isa.weight_layout import FEATURE_INT4_HIGH_FIRST, WEIGHT_INT4_HIGH_FIRST
+from npuemu.isa.weight_layout import FEATURE_INT4_HIGH_FIRST, FP16_CONV_V1, WEIGHT_INT4_HIGH_FIRST
 
 CONV_DIRECT, CONV_DEPTHWISE = 0, 3  # CONV_CON1.CONV_MODE (rknpu-isa.md 3)
 ARGB_FIRST, ARGB_LAST = 8, 11  # ARGB_IN 8..11 = 1..4 image channels (rknpu-isa.md 3)
+#: image mode also takes fp16 pixels: 3 x 2 bytes, packed [V focus_slice_fp16 / dynamic_shape_fp16
+#: regcmd: ARGB_IN=10 with IN_PRECISION=2; task 1's FEATURE_DATA_ADDR 67584 = 88 rows x 128 x 6 B]
+ARGB_PRECISIONS = (INT8, FP16)
 #: Kernels the MAC array produces per pass: the CORE's output channel count must be a whole
 #: number of them, or the hardware hangs (rknpu-isa.md 4 and 7.1 [3P]; CONV_CON2 "16 kernels
 #: per group for 16-bit types"). Every vendor task has a multiple of 32 (int8). RK3588's figures;
@@ -89,7 +93,7 @@ def decode_conv(cna: RegisterView, core: RegisterView, cbuf_banks: int, where: s
         in_width=width, in_height=height, in_channels=channels,
         real_channels=_real_channels(cna, channels, argb, where),
         feature_address=cna.raw("FEATURE_DATA_ADDR"),
-        **_feature_strides(cna, argb, atom),
+        **_feature_strides(cna, argb * PRECISION_DTYPES[precision].itemsize if argb else 0, atom),
         pad_top=cna.field("PAD_CON0", "PAD_TOP"), pad_left=cna.field("PAD_CON0", "PAD_LEFT"),
         pad_value=_pad_value(cna.raw("PAD_CON1"), feature),
         **_geometry(cna, where),
@@ -164,8 +168,8 @@ def _kernel_group(weight: int, kernel_atoms: dict[int, int] | None) -> int:
 def _argb_channels(argb_in: int, precision: int, where: str, cna: RegisterView) -> int:
     if argb_in == 0:
         return 0
-    if not ARGB_FIRST <= argb_in <= ARGB_LAST or precision != INT8:
-        raise EmulationError(f"{where}: {cna.show('CONV_CON1', 'ARGB_IN')} is not an int8 image mode "
+    if not ARGB_FIRST <= argb_in <= ARGB_LAST or precision not in ARGB_PRECISIONS:
+        raise EmulationError(f"{where}: {cna.show('CONV_CON1', 'ARGB_IN')} is not an int8/fp16 image mode "
                              f"(0, or 8..11 for 1..4 channels)")
     return argb_in - ARGB_FIRST + 1
 
@@ -194,7 +198,7 @@ def _real_channels(cna: RegisterView, channels: int, argb: int, where: str) -> i
     return real
 
 
-def _feature_strides(cna: RegisterView, argb: int, atom: int) -> dict[str, int]:
+def _feature_strides(cna: RegisterView, pixel_bytes: int, atom: int) -> dict[str, int]:
     """Row and surface strides in bytes (REGISTER_SEMANTICS 2.3; they count the chip's
     ``atom``-byte atoms, REGISTER_SEMANTICS 9).
 
@@ -206,10 +210,11 @@ def _feature_strides(cna: RegisterView, argb: int, atom: int) -> dict[str, int]:
     """
     line, surface = cna.field("DMA_CON1", "LINE_STRIDE"), cna.field("DMA_CON2", "SURF_STRIDE")
     width = cna.field("DATA_SIZE0", "DATAIN_WIDTH")
-    if argb:
+    if pixel_bytes:
         # Image mode: LINE_STRIDE counts pixels (rep03: 224 for 224 x 3-byte pixels; conv_006:
-        # 14 for 14 x 1-byte pixels); the image is a single surface.
-        return {"line_stride": line * argb, "surface_stride": 0}
+        # 14 for 14 x 1-byte pixels; focus_slice_fp16: 128 for 128 x 6-byte fp16 pixels); the
+        # image is a single surface.
+        return {"line_stride": line * pixel_bytes, "surface_stride": 0}
     if cna.field("CONV_CON1", "GROUP_LINE_OFF"):
         row_atoms, rows_per_line = line, 1
     else:
@@ -291,9 +296,54 @@ def _check_output(state: ConvState, cna: RegisterView, core: RegisterView, where
 def _weight_layout(state: ConvState):
     """The weight blob's blocking: RK3588's, with output groups of the chip's kernel group on
     16- and 8-kernel chips (isa.weight_layout's ConvWeightLayout.with_kernel_group, the rule the
-    compiler packs by; REGISTER_SEMANTICS.md 2.5)."""
+    compiler packs by; REGISTER_SEMANTICS.md 2.5); or the vendor's where only it fits the sizes."""
     layout = _WEIGHT_LAYOUTS[(state.weight_type, state.depthwise)]
-    return layout if state.depthwise else layout.with_kernel_group(state.kernel_group)
+    if not state.depthwise:
+        layout = layout.with_kernel_group(state.kernel_group)
+    vendor = _vendor_blocking(state, layout)
+    written = (state.weight_bytes_per_kernel, state.weight_bytes)
+    if vendor is not None and _weight_sizes(state, layout) != written == _weight_sizes(state, vendor):
+        return vendor   # only where ours would not fit the sizes: npuemu's builds read as before
+    return layout
+
+
+def _vendor_blocking(state: ConvState, layout):
+    """The vendor's blocking where it differs from ours (REGISTER_SEMANTICS.md 34): the partial
+    channel group rounded up to 1, 2 or 4 atoms, and (fp16 convs) the last output group's kernels
+    unpadded [V: rknn-toolkit2 2.5.0 rk3588 builds: fp16 conv IC 3, 12, 20, 24, 40, 48, 56 store
+    8, 16, 32, 32, 32+8, 32+16, 64 channels, 17, 19, 33, 40 kernels store as many; int8 depthwise
+    48 and 112 channels store 64 and 128]. None where there is no other reading (int8/int4 convs)."""
+    if state.depthwise:
+        rest = state.in_channels % layout.channel_block
+        return type(layout)(channel_block=layout.channel_block,
+                            channel_align=_whole_atoms(layout.channel_align, layout.channel_block, rest))
+    if state.weight_type != FP16:
+        return None
+    if layout.pow2_atoms:
+        # the compiler packs the vendor's form since LOWERING.md 34; its older builds (IC to
+        # whole atoms, the kernel tail even) are read by their sizes
+        return FP16_CONV_V1
+    align = _whole_atoms(layout.ic_align, layout.ic_block, state.in_channels % layout.ic_block)
+    return type(layout)(oc_block=layout.oc_block, ic_block=layout.ic_block, ic_align=align, oc_align=1)
+
+
+def _whole_atoms(atom: int, block: int, rest: int) -> int:
+    """One atom's elements doubled until they hold ``rest`` (at most ``block``)."""
+    while atom < block and atom < rest:
+        atom *= 2
+    return atom
+
+
+def _weight_sizes(state: ConvState, layout) -> tuple[int, int]:
+    """(bytes per kernel, bytes) the blocking needs for the task's geometry (depthwise: both
+    the blob)."""
+    bits = 4 if state.weight_type == INT4 else 8 * PRECISION_DTYPES[state.weight_type].itemsize
+    if state.depthwise:
+        total = layout.elements(state.in_channels, state.kernel_h, state.kernel_w) * bits // 8
+        return total, total
+    per_kernel = state.kernel_h * state.kernel_w * layout.stored_input_channels(state.in_channels) * bits // 8
+    total = layout.elements(state.kernels, state.in_channels, state.kernel_h, state.kernel_w) * bits // 8
+    return per_kernel, total
 
 
 def _check_weights(state: ConvState, cna: RegisterView, where: str) -> None:
@@ -301,19 +351,15 @@ def _check_weights(state: ConvState, cna: RegisterView, where: str) -> None:
         raise EmulationError(f"{where}: depthwise with {cna.show('WEIGHT_SIZE2', 'WEIGHT_KERNELS')}; "
                              f"the vendor and Mesa program 1 kernel of all channels")
     layout = _weight_layout(state)
-    bits = 4 if state.weight_type == INT4 else 8 * PRECISION_DTYPES[state.weight_type].itemsize
-    taps = state.kernel_h * state.kernel_w
-    if state.depthwise:
-        per_kernel = total = layout.elements(state.in_channels, state.kernel_h, state.kernel_w) * bits // 8
-    else:
-        per_kernel = taps * layout.stored_input_channels(state.in_channels) * bits // 8
-        total = layout.elements(state.kernels, state.in_channels, state.kernel_h, state.kernel_w) * bits // 8
+    per_kernel, total = _weight_sizes(state, layout)
     if (state.weight_bytes_per_kernel, state.weight_bytes) != (per_kernel, total):
+        vendor = _vendor_blocking(state, layout)
+        also = "" if vendor is None else " (%d and %d in the vendor's blocking)" % _weight_sizes(state, vendor)
         raise EmulationError(
             f"{where}: weight sizes disagree with the geometry: {cna.show('WEIGHT_SIZE1')} and "
             f"{cna.show('WEIGHT_SIZE0')} but {state.kernels} kernels of {state.kernel_h}x{state.kernel_w}x"
             f"{state.in_channels} {precision_name(state.weight_type)} need {per_kernel} bytes per kernel, "
-            f"{total} in all")
+            f"{total} in all{also}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -430,9 +476,14 @@ def _feature(state: ConvState, plan: _Plan, dma: TaskDma, cbuf: Cbuf, where: str
 
 def _read_feature(state: ConvState, plan: _Plan, dma: TaskDma) -> np.ndarray:
     raw = dma.read_rows(Traffic.FEATURE_READ, plan.feature_rows, plan.feature_row_bytes, plan.feature_what)
+    return _feature_from_rows(state, plan, raw)
+
+
+def _feature_from_rows(state: ConvState, plan: _Plan, raw: np.ndarray) -> np.ndarray:
+    """The CBUF's feature atoms from the feature DMA's rows (a fresh array, masked here)."""
     if state.argb_channels:
-        pixels = raw.view(np.int8).reshape(state.in_height, state.in_width, state.argb_channels)
-        feature = np.zeros((1, state.in_height, state.in_width, state.c2), np.int8)
+        pixels = raw.view(plan.feature_dtype).reshape(state.in_height, state.in_width, state.argb_channels)
+        feature = np.zeros((1, state.in_height, state.in_width, state.c2), plan.feature_dtype)
         feature[0, :, :, :state.argb_channels] = pixels
     else:
         if state.feature_type == INT4:  # even channel in the low nibble (REGISTER_SEMANTICS 2.7)
@@ -525,7 +576,8 @@ class _Plan:
         shape = (state.kernels, state.in_channels, state.kernel_h, state.kernel_w)
         return cls(
             feature_key=_feature_key(state), weight_key=_weight_key(state), feature_rows=rows,
-            feature_row_bytes=state.in_width * (state.argb_channels or state.atom_bytes),
+            feature_row_bytes=state.in_width * (state.argb_channels * PRECISION_DTYPES[state.feature_type].itemsize
+                                                 if state.argb_channels else state.atom_bytes),
             feature_what=(f"CNA feature (FEATURE_DATA_ADDR={state.feature_address:#x}, "
                           f"{state.in_width}x{state.in_height}x{state.in_channels}, line "
                           f"{state.line_stride} B, surface {state.surface_stride} B)"),
@@ -550,3 +602,90 @@ class _Plan:
 #: One _Plan per live ConvState object (the core hands back the same state while a task's
 #: registers are unchanged).
 _PLANS = Memo(_Plan.build, identity=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# A task program's CNA + CORE step (issue 20, emulator/task_plan.py)
+# ---------------------------------------------------------------------------------------------
+def prepare_cna_core(state: ConvState, memory, where: str):
+    """``run_cna_core`` of ``state`` worked out for one memory: a callable ``run(cbuf) ->
+    CoreResult`` doing the same reads, CBUF bookkeeping and kernel, without the DMA's per-access
+    lookups and counting (the caller keeps the counts of a full run; they depend on the state
+    alone). None for a form it does not take (int8 features and weights only, no sparse
+    weights) or when the weights are not in the memory's derived cache: the caller's full path
+    then runs. The unpacked weights are held: ``run.held`` lists them as (derived-cache key,
+    value), and the caller must not run it once a write over their bytes dropped them."""
+    if state.precision != INT8 or state.feature_type != INT8 or state.weight_type != INT8 \
+            or state.decompress is not None:
+        return None
+    plan = _PLANS(state)
+    weights, held = None, ()
+    if not state.weight_reuse:
+        key = (int(plan.weight_rows[0]), plan.weight_bytes, plan.weight_cache_key)  # (_weights' key)
+        weights = memory.derived.get(key)
+        if weights is None or weights.dtype != np.int8:
+            return None
+        held = ((key, weights),)
+    read = None
+    if not state.data_reuse:
+        located = memory.locate_fixed(plan.feature_rows, plan.feature_row_bytes,
+                                      lambda: f"{where}: {plan.feature_what} read")
+        read = (located.region.data, located.offsets, (located.offsets.size, plan.feature_row_bytes))
+    kernel = _prepared_kernel(state, plan)
+    # what Cbuf.keep stores (the weights' entry is the same every run)
+    kept_weights = None if weights is None else _Resident(plan.weight_key, weights, where)
+    feature_key, feature_shape, mask = plan.feature_key, plan.feature_shape, plan.mask_channels
+    image = bool(state.argb_channels)
+
+    def run(cbuf: Cbuf) -> CoreResult:
+        if read is None:
+            feature = cbuf.take("feature", feature_key, "DATA_REUSE", where)
+        else:
+            rows = np.empty(read[2], np.uint8)
+            gather_rows(read[0], read[1], rows)
+            if image:  # (the image input's pixels into atoms: _read_feature's path)
+                feature = _feature_from_rows(state, plan, rows)
+            else:
+                feature = rows.view(np.int8).reshape(feature_shape)
+                if mask:
+                    _mask_channels(feature, state.real_channels)
+            cbuf.feature = _Resident(feature_key, feature, where)
+        if kept_weights is None:
+            return kernel(feature, cbuf.take("weights", plan.weight_key, "WEIGHT_REUSE", where))
+        cbuf.weights = kept_weights
+        return kernel(feature, weights)
+
+    run.held = held
+    return run
+
+
+def _prepared_kernel(state: ConvState, plan: _Plan):
+    """The int8 kernel call of ``run_cna_core`` for ``state``: ``kernel(feature, weights)``, the
+    kernel prepared once per (read-only) weights object (kernels/conv_pixels.py,
+    kernels/depthwise_plan.py), the plain kernel for anything they do not take."""
+    geometry, pad, clip, mode, out = (plan.geometry, state.pad_value, state.clip_truncate, plan.round_mode,
+                                      state.out_channels)
+    channels, real, shape = state.in_channels, state.real_channels, plan.feature_shape
+    if state.depthwise:
+        def prepare(weights: np.ndarray):
+            return prepare_depthwise_int8_atoms(shape, weights, geometry, pad, clip, mode, out)
+
+        def plain(feature: np.ndarray, weights: np.ndarray):
+            return kernels.depthwise.depthwise_int8_atoms(feature, weights, geometry, pad, clip, mode, out)
+    else:
+        def prepare(weights: np.ndarray):
+            return kernels.conv_pixels.prepare_conv_int8_pixels(shape, channels, real, weights, geometry, pad, clip,
+                                                                mode, out)
+
+        def plain(feature: np.ndarray, weights: np.ndarray):
+            return kernels.conv_pixels.conv_int8_pixels(feature, channels, real, weights, geometry, pad, clip,
+                                                        mode, out)
+    prepared: list = [None, None]  # the weights object and its prepared kernel (a WEIGHT_REUSE task's may vary)
+
+    def kernel(feature: np.ndarray, weights: np.ndarray) -> CoreResult:
+        if prepared[0] is not weights:
+            prepared[:] = [weights, None if weights.flags.writeable else prepare(weights)]
+        run = prepared[1]
+        data, sums = plain(feature, weights) if run is None else run(np.ascontiguousarray(feature))
+        return CoreResult(data, sums, "hwc")
+    return kernel

@@ -16,7 +16,7 @@ import numpy as np
 from npuemu.emulator import kernels
 from npuemu.emulator.kernels.dpu import int_stages
 from npuemu.emulator.kernels.dpu_pixel import StagePlan, plan_stages, planned_to_atoms
-from npuemu.emulator.kernels import dpu_convert, dpu_interleave, dpu_unpool
+from npuemu.emulator.kernels import dpu_convert, dpu_interleave, dpu_reduce, dpu_transpose, dpu_unpool
 from npuemu.emulator.memo import Memo
 from npuemu.emulator.memory import TaskDma, Traffic
 from npuemu.emulator.numerics import out_cvt_round_mode
@@ -68,8 +68,8 @@ def decode_dpu(dpu: RegisterView, where: str, atom_bytes: int = ATOM_BYTES) -> D
     atom = atom_bytes
     mode = dpu.fields("FEATURE_MODE_CFG")
     fmt = dpu.fields("DATA_FORMAT")
-    _reject(dpu, where, ("FEATURE_MODE_CFG", "TP_EN"),
-            ("OFFSET_PEND", "OFFSET_PEND"), ("BS_MUL_CFG", "BS_TRUNCATE_SRC"),
+    minmax = dpu.field("DATA_CUBE_HEIGHT", "MINMAX_CTL")  # OFFSET_PEND only as its start value (dpu_reduce)
+    _reject(dpu, where, *(() if minmax else (("OFFSET_PEND", "OFFSET_PEND"),)), ("BS_MUL_CFG", "BS_TRUNCATE_SRC"),
             ("BN_MUL_CFG", "BN_TRUNCATE_SRC"), ("EW_CFG", "EW_EQUAL_EN"), ("LUT_CFG", "LUT_CAL_SEL"),
             ("LUT_CFG", "LUT_EXPAND_EN"))
     if fmt["PROC_PRECISION"] in INTEGER_PROCESSING and fmt["OUT_PRECISION"] != FP16:
@@ -85,8 +85,8 @@ def decode_dpu(dpu: RegisterView, where: str, atom_bytes: int = ATOM_BYTES) -> D
         raise EmulationError(f"{where}: {dpu.show('DST_BASE_ADDR')} is not 16-byte aligned (rknpu-isa.md 4)")
     cube = (dpu.field("DATA_CUBE_WIDTH", "WIDTH") + 1, dpu.field("DATA_CUBE_HEIGHT", "HEIGHT") + 1,
             dpu.field("DATA_CUBE_CHANNEL", "CHANNEL") + 1)
-    # the line notch matters to the unpooling write only (kernels/dpu_unpool.py), or is the pixel
-    # gap of the interleaved write (kernels/dpu_interleave.py, which _check_dpu then accepts)
+    # the line notch: atoms past W in each written line (_wdma_rows), or the pixel gap of the
+    # interleaved write (kernels/dpu_interleave.py, which _check_dpu then accepts)
     notch = dpu.field("DATA_CUBE_NOTCH_ADDR", "NOTCH_ADDR_0")
     state = DpuState(
         flying=bool(mode["FLYING_MODE"]), to_memory=bool(mode["OUTPUT_MODE"] & 2),
@@ -98,7 +98,17 @@ def decode_dpu(dpu: RegisterView, where: str, atom_bytes: int = ATOM_BYTES) -> D
         surface_add=dpu.field("SURFACE_ADD", "SURF_ADD") * atom, size_e=ow["SIZE_E_0"],
         bs=_x_stage(dpu, "BS", fmt, ow), bn=_x_stage(dpu, "BN", fmt, None),
         ew=_ew(dpu, fmt), lut=_lut(dpu), out_cvt=_out_cvt(dpu), atom_bytes=atom, line_notch=notch,
-        pixel_step=dpu_interleave.pixel_step(cube, _wdma_sizes(dpu), notch, atom))
+        pixel_step=dpu_interleave.pixel_step(cube, _wdma_sizes(dpu), notch, atom),
+        transpose=dpu_transpose.decode_transpose(mode["TP_EN"], ow["TP_ORG_EN"], dpu.fields("WDMA_SIZE_0"),
+                                                 dpu.fields("WDMA_SIZE_1"), notch, where))
+    if minmax:  # the channel max (kernels/dpu_reduce.py, REGISTER_SEMANTICS.md 35)
+        state = dataclasses.replace(state, minmax_ctl=minmax, offset_pend=dpu.field("OFFSET_PEND", "OFFSET_PEND"))
+        dpu_reduce.check_reduce(state, where)
+    if dpu_transpose.pads_lanes(state, _wdma_sizes(dpu), dpu.field("WDMA_SIZE_0", "SIZE_C_WDMA")):
+        state = dataclasses.replace(state, pads_lanes=True)
+    sub_cube = dpu_transpose.wdma_sub_cube(state, _wdma_sizes(dpu))
+    if sub_cube is not None:  # a copy of the WDMA's (and MRDMA's) smaller cube (kernels/dpu_transpose.py)
+        state = dataclasses.replace(state, width=sub_cube[0], height=sub_cube[1])
     _check_dpu(state, dpu, where)
     return state
 
@@ -174,7 +184,10 @@ def _wdma_sizes(dpu: RegisterView) -> tuple[int, int, int]:
 
 def _check_dpu(state: DpuState, dpu: RegisterView, where: str) -> None:
     wdma = _wdma_sizes(dpu)
-    if wdma != (state.width, state.height, state.channels) and not dpu_interleave.is_interleaved(state):
+    if state.transpose is not None:  # its own WDMA sizes (kernels/dpu_transpose.py)
+        dpu_transpose.check_transpose(state, where)
+    elif wdma != (state.width, state.height, state.channels) and not dpu_interleave.is_interleaved(state) and \
+            not state.pads_lanes and not dpu_transpose.relines(state, wdma):
         raise EmulationError(
             f"{where}: DPU sizes disagree: DATA_CUBE_WIDTH/HEIGHT/CHANNEL give {state.width}x"
             f"{state.height}x{state.channels} but WDMA_SIZE_0/1 give {wdma[0]}x{wdma[1]}x{wdma[2]}")
@@ -222,7 +235,10 @@ def decode_dpu_rdma(rdma: RegisterView, where: str, atom_bytes: int = ATOM_BYTES
         main_enabled=not mode["MRDMA_DISABLE"], flying=bool(mode["FLYING_MODE"]),
         comb_use=mode["COMB_USE"], in_precision=mode["IN_PRECISION"],
         src_address=rdma.raw("SRC_BASE_ADDR"), line_stride=line * atom,
-        surface_stride=(line * height + rdma.field("SURF_NOTCH", "SURF_NOTCH_ADDR")) * atom,
+        # the notch counts from the end of the last line's pixels, not of its line notch
+        # (REGISTER_SEMANTICS.md 31: equal readings with LINE_NOTCH_ADDR 0, as in 3.4's evidence)
+        surface_stride=(line * height - src_dma["LINE_NOTCH_ADDR"]
+                        + rdma.field("SURF_NOTCH", "SURF_NOTCH_ADDR")) * atom,
         brdma_use=rdma.field("BRDMA_CFG", "BRDMA_DATA_USE"), bs_address=rdma.raw("BS_BASE_ADDR"),
         nrdma_use=rdma.field("NRDMA_CFG", "NRDMA_DATA_USE"), bn_address=rdma.raw("BN_BASE_ADDR"),
         erdma_enabled=not erdma["ERDMA_DISABLE"], erdma_mode=erdma["ERDMA_DATA_MODE"],
@@ -258,6 +274,15 @@ def run_dpu(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult | Non
     """Run the DPU for one task and write its output through the WDMA."""
     if rdma is not None and rdma.unpool is not None:
         dpu_unpool.run_unpool(state, rdma, dma)
+        return
+    if state.minmax_ctl:
+        dpu_reduce.run_reduce(state, rdma, dma, where)
+        return
+    if state.transpose is not None:
+        dpu_transpose.run_transpose(state, rdma, dma, where)
+        return
+    if state.pads_lanes or dpu_transpose.is_notched_copy(state, rdma):
+        dpu_transpose.run_pad_lanes(state, rdma, dma, where)
         return
     if state.proc_precision in INTEGER_PROCESSING:
         _run_integer(state, rdma, source, dma, lut_tables, where)
@@ -743,7 +768,7 @@ def _float_stages(state: DpuState, rdma: DpuRdmaState | None, data: np.ndarray, 
 
 def _wdma_rows(state: DpuState, c2: int, itemsize: int) -> tuple[int, np.ndarray, int]:
     """WDMA: surfaces of C2 channels, SIZE_E + 1 of them DST_SURF_STRIDE apart per group,
-    groups SURFACE_ADD apart, lines width pixels apart (REGISTER_SEMANTICS 3.3, 9). Returns the
+    groups SURFACE_ADD apart, lines W + NOTCH_ADDR_0 atoms apart (REGISTER_SEMANTICS 3.3, 9, 34). Returns the
     surfaces written, each row's address ([S][H], surface-major) and the row bytes."""
     if dpu_interleave.is_interleaved(state):  # one atom a row, pixels apart (kernels/dpu_interleave.py)
         return dpu_interleave.wdma_pixels(state, c2)
@@ -755,7 +780,11 @@ def _wdma_rows(state: DpuState, c2: int, itemsize: int) -> tuple[int, np.ndarray
     surface_start = (state.dst_address + (surface // per_group) * state.surface_add
                      + (surface % per_group) * state.dst_surface_stride)
     line = state.width * c2 * itemsize  # 16 bytes for 32-bit elements on every chip
-    starts = surface_start[:, None] + np.arange(state.height, dtype=np.int64)[None, :] * line
+    # lines W + NOTCH_ADDR_0 atoms apart, as the plain copies' (REGISTER_SEMANTICS 31, 34) [V:
+    # matmul_rows_fp16's transposing convs, 1 x 15 cubes with NOTCH 39 into 40-atom lines: the
+    # whole stream bit-identical to the simulator; with lines W apart it was 4.9 off]
+    step = (state.width + state.line_notch) * c2 * itemsize
+    starts = surface_start[:, None] + np.arange(state.height, dtype=np.int64)[None, :] * step
     return surfaces, starts.reshape(-1), line
 
 

@@ -224,6 +224,26 @@ class DpuState:
     #: bytes between written pixels, (NOTCH_ADDR_0 + 1) atoms, when the WDMA sizes give the
     #: interleaved write (kernels/dpu_interleave.py); 0: the plain write
     pixel_step: int = 0
+    #: TP_EN / TP_ORG_EN: the transpose write (kernels/dpu_transpose.py); None: not transposing
+    transpose: Transpose | None = None
+    #: WDMA_SIZE_0 rounds CHANNEL up to whole atoms: the lane-clearing copy (kernels/dpu_transpose.py)
+    pads_lanes: bool = False
+    #: DATA_CUBE_HEIGHT.MINMAX_CTL and OFFSET_PEND (its start value): the channel max (kernels/dpu_reduce.py)
+    minmax_ctl: int = 0
+    offset_pend: int = 0
+
+
+@dataclass(frozen=True)
+class Transpose:
+    """The DPU's transpose write, decoded (kernels/dpu_transpose.py, REGISTER_SEMANTICS.md 31)."""
+
+    mode: int            # 1: FEATURE_MODE_CFG.TP_EN (atom transpose), 2: BS_OW_CFG.TP_ORG_EN (rows to lanes)
+    element_bytes: int   # WDMA_SIZE_0.TP_PRECISION: 0 -> 1 byte, 1 -> 2 bytes
+    wdma_width: int      # WDMA_SIZE_1 / WDMA_SIZE_0 fields + 1: checked against the vendor's form
+    wdma_height: int
+    wdma_channels: int
+    wdma_atoms: int      # WDMA_SIZE_0.SIZE_C_WDMA + 1
+    block_atoms: int     # DATA_CUBE_NOTCH_ADDR.NOTCH_ADDR_0 + 1: TP_ORG_EN's step between row blocks
 
 
 @dataclass(frozen=True)

@@ -237,14 +237,18 @@ def tensor_addresses(plan: MemoryPlan, bases: Bases, overrides: Mapping[str, int
 
 
 def relocate(model: RknnModel, plan: MemoryPlan | None = None, bases: Bases | None = None,
-             overrides: Mapping[str, int] | None = None) -> RelocatedProgram:
-    """Apply R1 (the relocation table) and R2 (regcmd-buffer addresses) to a copy of the program."""
+             overrides: Mapping[str, int] | None = None, self_modifying: bool = False) -> RelocatedProgram:
+    """Apply R1 (the relocation table) and R2 (regcmd-buffer addresses) to a copy of the program.
+
+    ``self_modifying``: entries naming the placeholder tensor 0 are offsets into the regcmd buffer
+    itself (the vendor's exLSTM, isa/RKNN_TAILS.md 2) and relocate to ``bases.regcmd``; without
+    it they are refused (:func:`has_self_modifying_entries`)."""
     plan = plan or plan_memory(model)
     bases = bases or default_bases(model, plan)
     check_bases(model, plan, bases)
     addresses = tensor_addresses(plan, bases, overrides)
     regcmd = model.program.regcmd.copy()
-    relocated = _apply_table(model, regcmd, addresses)
+    relocated = _apply_table(model, regcmd, addresses, bases.regcmd if self_modifying else None)
     tails = _patch_tails(model, regcmd, bases.regcmd)
     tasks = tuple(_moved(task, bases.regcmd) for task in model.program.tasks)
     regcmd.setflags(write=False)
@@ -252,18 +256,22 @@ def relocate(model: RknnModel, plan: MemoryPlan | None = None, bases: Bases | No
                             relocated, tails)
 
 
-def _apply_table(model: RknnModel, regcmd: np.ndarray, addresses: Mapping[str, int]) -> tuple[int, ...]:
+def _apply_table(model: RknnModel, regcmd: np.ndarray, addresses: Mapping[str, int],
+                 regcmd_base: int | None) -> tuple[int, ...]:
     words: list[int] = []
     values: list[int] = []
     for entry in model.relocations:
-        if entry.tensor_name not in addresses:
+        placeholder = model.tensors[entry.tensor_index].kind == TensorKind.NONE
+        if entry.tensor_name not in addresses and not (placeholder and regcmd_base is not None):
             tensor = model.tensors[entry.tensor_index]
-            if tensor.kind == TensorKind.NONE:
+            if placeholder:
                 raise _self_modifying(model, entry)
             raise ModelFileError(f"{model.source}: the relocation table names {entry.tensor_name!r} "
                                  f"({tensor.kind_name}), which has no data and so no place in the memory plan")
-        base = addresses[entry.tensor_name]
+        base = regcmd_base if placeholder else addresses[entry.tensor_name]
         for offset, word in entry.pairs:
+            if placeholder:   # the stored value is the regcmd-blob offset (its pair's is 0; RKNN_TAILS.md 2)
+                offset = (int(model.program.regcmd[word]) >> 16) & 0xFFFFFFFF
             if base + offset >= ADDRESS_SPACE:
                 raise ModelFileError(f"{model.source}: relocation of {entry.tensor_name!r} to regcmd word {word}: "
                                      f"address {base:#x} + offset {offset:#x} does not fit the 32-bit value field")
@@ -274,16 +282,22 @@ def _apply_table(model: RknnModel, regcmd: np.ndarray, addresses: Mapping[str, i
     return tuple(words)
 
 
+def has_self_modifying_entries(model: RknnModel) -> bool:
+    """True when the relocation table points words at the placeholder tensor 0 (the regcmd buffer)."""
+    return any(model.tensors[entry.tensor_index].kind == TensorKind.NONE for entry in model.relocations)
+
+
 def _self_modifying(model: RknnModel, entry) -> UnsupportedProgramError:
     """Entries naming the unnamed placeholder tensor 0 point DPU output addresses into the regcmd
     blob itself: in lstm_int8, DPU DST_BASE_ADDR of task 71 (word 10650) holds 0x15a30, the PC
     tail of the block replayed per timestep (isa/RKNN_TAILS.md §2). Such a program rewrites its
-    own commands while it runs, which the emulator does not model: refuse it by name."""
+    own commands while it runs: a caller that can run it (the runner, emulator/rknn_self_modifying.py)
+    asks for ``relocate(..., self_modifying=True)``; anything else gets this refusal by name."""
     words = ", ".join(str(word) for _, word in entry.pairs[:4])
     more = f" and {len(entry.pairs) - 4} more" if len(entry.pairs) > 4 else ""
     return UnsupportedProgramError(f"{model.source}: the relocation table points regcmd words {words}{more} at the "
                           f"placeholder tensor 0, i.e. into the regcmd buffer itself (the program rewrites its "
-                          f"own commands, as the vendor's exLSTM does); self-modifying programs are not supported")
+                          f"own commands, as the vendor's exLSTM does); relocate it with self_modifying=True")
 
 
 def _patch_tails(model: RknnModel, regcmd: np.ndarray, regcmd_base: int) -> tuple[int, ...]:

@@ -53,8 +53,12 @@ OLD_NPU_OPS = (
     (("Resize",), "DPU unpooling (nearest, whole factors); bilinear: DPU edge copies + depthwise phase convs"),  # issue 18 item 3 (LOWERING.md 19)
     (("Reshape", "Flatten", "Squeeze", "Unsqueeze"), "by address (no data moved)"),
     (("Readout",), "the runtime's readout of a graph output (host, with its NC1HWC2 -> NCHW; no layer)"),  # LOWERING.md 25
-    (("LSTM",), "unrolled into 1x1 convs, DPU look-up tables and element-wise layers (LOWERING.md 30)"),  # LOWERING.md 30
+    (("SpaceToDepth",), "CNA conv of 0/1 weights, kernel = stride = blocksize (LOWERING.md 33.1)"),  # LOWERING 33.1
+    (("Readin",), "the runtime's readin of a graph input (host, with its NCHW -> NC1HWC2; no layer)"),  # LOWERING.md 33.4
+    (("LSTM", "GRU", "RNN"), "unrolled into 1x1 convs, DPU look-up tables and element-wise layers (LOWERING.md 30, 31)"),  # LOWERING.md 30, 31
     (("FlatConcat",), "DPU copies, one per input, into its columns of the output (LOWERING.md 29)"),  # LOWERING.md 29
+    (("Pad", "Slice", "Pow", "Sqrt", "ReduceMean", "Gather"),  # rewritten by graph passes (LOWERING.md 32)
+     "the layers a graph pass rewrites it into (LOWERING.md 20.3, 24, 32)"),
 )
 #: kinds whose nodes never reach layer_from_node as themselves (op_table.LOWERINGS)
 EXPANDED_KINDS = {"conv_phases", "split", "alias", "as_conv"}
@@ -105,7 +109,7 @@ def test_derived_lists_equal_the_ones_they_replaced() -> None:
     assert build_adapt.LUT_ACTIVATIONS == frozenset(OLD_LUT_KINDS) | {"Rsqrt"}
     assert build_adapt._ELTWISE == OLD_ELTWISE and build_adapt.ELTWISE_OPS == frozenset(OLD_ELTWISE)
     assert layers.ELTWISE_OPS == ("add", "sub", "mul", "max", "min")
-    assert build_host.CPU_OPS == frozenset(OLD_CPU_OPS) | {"LSTM", "GRU", "RNN", "Rsqrt"}  # host rows added since (issue 19)
+    assert build_host.CPU_OPS == frozenset(OLD_CPU_OPS) | {"LSTM", "GRU", "RNN", "Rsqrt", "SpaceToDepth"}  # host rows added since (issue 18/19)
     assert fusion_rules.LUT_EXTRAS == ("HardSwish", "HardSigmoid")
     assert match.CONV_TYPES == ("Conv", "ConvTranspose", "FullyConnected")
     assert op_table.ops_lowered_as("conv") == ("Conv",)

@@ -8,7 +8,9 @@ naming the limit); the NPU form's arithmetic written here from the ONNX definiti
 formula, one rounding) against onnxruntime, and the int8 / float16 builds bit for bit against it
 (hypothesis over modes, factors, shapes); accuracy against onnxruntime per variant; the vendor
 fixture's model end to end and the task structure (five edge copies per surface, the phase
-convs' interleaved write addresses as the vendor's)."""
+convs' interleaved write addresses as the vendor's). align_corners to s (n - 1) + 1 (LOWERING.md
+33.3): its own reference from the ONNX formula (Fractions) against onnxruntime, the builds bit for
+bit against it, the sizes that stay host steps, perf's four phase convs."""
 
 from __future__ import annotations
 
@@ -325,3 +327,137 @@ def test_task_structure_follows_the_vendors(precision, surfaces, tmp_path) -> No
         assert task["CNA CONV_CON1.CONV_MODE"] == 3 and task["DPU DST_SURF_STRIDE.DST_SURF_STRIDE"] == 6400
         assert task["DPU DATA_CUBE_NOTCH_ADDR"] == 0x00010001 and task["DPU SURFACE_ADD.SURF_ADD"] == 160
         assert task["DPU WDMA_SIZE_0.CHANNEL_WDMA"] == 40 * (64 if precision == "int8" else 32) - 1
+
+
+# --- align_corners to s (n - 1) + 1 (LOWERING.md 33.3) ------------------------------------------
+
+def corner_model(shape, out_hw, conv: bool = False, seed: int = 0):
+    """x -> [Conv 1x1 -> c ->] Resize linear align_corners to ``out_hw`` (by sizes) -> y (and c)."""
+    channels = shape[1]
+    nodes, inits, source = [], [], "x"
+    if conv:
+        weight = np.random.default_rng(seed).normal(0, 1 / np.sqrt(channels), (channels, channels, 1, 1))
+        inits.append(onnx.numpy_helper.from_array(weight.astype(np.float32), "w"))
+        nodes.append(onnx.helper.make_node("Conv", ["x", "w"], ["c"], name="conv"))
+        source = "c"
+    inits.append(onnx.numpy_helper.from_array(np.array([*shape[:2], *out_hw], np.int64), "sizes"))
+    nodes.append(onnx.helper.make_node("Resize", [source, "", "", "sizes"], ["y"], name="resize", mode="linear",
+                                       coordinate_transformation_mode="align_corners"))
+    outputs = [onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None) for name in
+               (("y", "c") if conv else ("y",))]
+    graph = onnx.helper.make_graph(nodes, "corners", [onnx.helper.make_tensor_value_info(
+        "x", onnx.TensorProto.FLOAT, list(shape))], outputs, inits)
+    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)], ir_version=8)
+
+
+def align_corners_reference(x: np.ndarray, out_hw: tuple[int, int], zero_point: int | None = None) -> np.ndarray:
+    """[C, H, W] -> [C, S_h, S_w] from the ONNX formula: source o (n-1)/(S-1) as a Fraction, the
+    two taps' exact weights. int8 (``zero_point``): the exact sum of (x - zp) x w, rounded once half
+    to even, + zp, saturated; float16: the exact sum rounded once to float16 (weights as stored)."""
+    def taps(n_in: int, n_out: int) -> list[tuple[int, Fraction]]:
+        out = []
+        for o in range(n_out):
+            position = Fraction(o * (n_in - 1), n_out - 1)
+            j = min(position.numerator // position.denominator, n_in - 1)
+            out.append((j, position - j))
+        return out
+
+    c, h, w = x.shape
+    values = x.astype(np.int64) - zero_point if zero_point is not None else x.astype(np.float64)
+    rows, cols = taps(h, out_hw[0]), taps(w, out_hw[1])
+    d = int(np.lcm.reduce([f.denominator for _, f in rows + cols])) ** 2
+    out = np.zeros((c, *out_hw), np.int64 if zero_point is not None else np.float64)
+    for oy, (jy, fy) in enumerate(rows):
+        for ox, (jx, fx) in enumerate(cols):
+            acc = 0
+            for dy, wy in ((0, 1 - fy), (1, fy)):
+                for dx, wx in ((0, 1 - fx), (1, fx)):
+                    weight = wy * wx
+                    if weight:
+                        stored = int(weight * d) if zero_point is not None else float(np.float16(float(weight)))
+                        acc = acc + stored * values[:, jy + dy, jx + dx]
+            out[:, oy, ox] = acc
+    if zero_point is None:
+        return out.astype(np.float16)
+    quotient, remainder = np.divmod(out, d)
+    up = (2 * remainder > d) | ((2 * remainder == d) & (quotient % 2 == 1))
+    return np.clip(quotient + up + zero_point, -128, 127).astype(np.int8)
+
+
+CORNERS = [((1, 16, 20, 20), (39, 39)), ((1, 3, 5, 7), (9, 13)), ((1, 40, 4, 6), (13, 21)), ((1, 8, 3, 4), (17, 25))]
+
+
+@pytest.mark.parametrize("shape, out_hw", CORNERS)
+def test_align_corners_reference_equals_onnxruntime(shape, out_hw) -> None:
+    x = np.random.default_rng(1).normal(0, 1, shape).astype(np.float16)
+    ref = ort_run(corner_model(shape, out_hw), x.astype(np.float32))
+    c, h, w = shape[1:]
+    exact = np.zeros((c, *out_hw))
+    for oy in range(out_hw[0]):
+        for ox in range(out_hw[1]):
+            sy, sx = oy * (h - 1) / (out_hw[0] - 1), ox * (w - 1) / (out_hw[1] - 1)
+            jy, jx = min(int(sy), h - 2), min(int(sx), w - 2)
+            fy, fx = sy - jy, sx - jx
+            patch = x[0, :, jy:jy + 2, jx:jx + 2].astype(np.float64)
+            exact[:, oy, ox] = ((1 - fy) * (1 - fx) * patch[:, 0, 0] + (1 - fy) * fx * patch[:, 0, 1]
+                                + fy * (1 - fx) * patch[:, 1, 0] + fy * fx * patch[:, 1, 1])
+    np.testing.assert_allclose(exact, ref[0], atol=2e-6)
+
+
+@pytest.mark.parametrize("precision", ["int8", "fp16"])
+@pytest.mark.parametrize("shape, out_hw", CORNERS)
+def test_align_corners_is_bit_exact_on_the_npu(shape, out_hw, precision) -> None:
+    """Behind a conv in int8 (any stored values), every output byte against the reference; fp16
+    on a 2^-4 grid (exact products and sums in float32), rounded once; no edge copy: s*s convs."""
+    rng = np.random.default_rng(shape[1])
+    if precision == "int8":
+        samples = [{"x": rng.normal(0, 1, shape).astype(np.float32)} for _ in range(2)]
+        front, built = build(corner_model(shape, out_hw, conv=True), "int8", samples)
+        source, got = _run(built, rng.normal(0, 1, shape).astype(np.float32), ["c", "y"], False)
+        zero_point = int(front.graph.tensors["y"].quant.zero_point)
+        want = align_corners_reference(source[0], out_hw, zero_point)
+    else:
+        x = (rng.integers(-64, 64, shape) / 16).astype(np.float16)
+        front, built = build(corner_model(shape, out_hw), "fp16")
+        (got,) = _run(built, x.astype(np.float32), ["y"], True)
+        got, want = got.astype(np.float16).view(np.uint16), align_corners_reference(x[0], out_hw).view(np.uint16)
+    assert [step.kind for step in built.schedule()] == ["npu"]
+    s = (out_hw[0] - 1) // (shape[2] - 1)
+    phases = [layer.name for layer in built.layers() if "_phase" in layer.name]
+    assert len(phases) % (s * s) == 0 and len(phases) >= s * s  # s*s per channel group
+    assert not any("edge" in layer.name for layer in built.layers())
+    np.testing.assert_array_equal(got[0], want)
+
+
+@pytest.mark.parametrize("precision, bound", [("int8", 0.9998), ("fp16", 0.9999999)])  # int8: the input's rounding
+def test_align_corners_against_onnxruntime(precision, bound) -> None:
+    shape, out_hw = (1, 16, 20, 20), (39, 39)
+    rng = np.random.default_rng(3)
+    x = rng.normal(0, 1, shape).astype(np.float32)
+    samples = [{"x": rng.normal(0, 1, shape).astype(np.float32)} for _ in range(2)]
+    _, built = build(corner_model(shape, out_hw), precision, samples if precision == "int8" else None)
+    (got,) = _run(built, x, ["y"], True)
+    assert cosine(got, ort_run(corner_model(shape, out_hw), x)) >= bound
+
+
+@pytest.mark.parametrize("out_hw, words", [((40, 40), "do not repeat"), ((39, 40), "do not repeat"),
+                                           ((20 * 9 - 8, 20 * 9 - 8), "not 2..8")])
+def test_other_align_corners_sizes_stay_on_the_host(out_hw, words) -> None:
+    """20 -> 40 (o x 19/39): the vendor's table runs it on the CPU too."""
+    front = prepare(corner_model((1, 16, 20, 20), out_hw), "rk3588", CompileOptions(precision="fp16"))
+    (decision,) = [d for d in front.partition.decisions if d.op == "Resize"]
+    assert decision.target == "CPU" and "align_corners" in decision.reason and words in decision.reason, decision.reason
+
+
+def test_align_corners_perf_counts_the_phase_convs() -> None:
+    """`npuemu perf`: four depthwise phase convs (as the vendor's four), each NPU cycles > 0."""
+    from npuemu.emulator.timing.report import report_npu
+
+    shape, out_hw = (1, 16, 20, 20), (39, 39)
+    _, built = build(corner_model(shape, out_hw), "fp16")
+    runtime = Runtime(built)
+    runtime.set_input("x", np.ones(shape, np.float32))
+    runtime.run()
+    layers = [entry for entry in report_npu(built, runtime.runs, runtime.machine.platform).layers if entry.tasks]
+    assert len(layers) == 4 and all(entry.target == "NPU" for entry in layers)
+    assert all(task.npu_cycles > 0 for entry in layers for task in entry.tasks)

@@ -174,7 +174,8 @@ def _cosine(a, b):
 @pytest.mark.parametrize("op", ["LSTM", "GRU"])
 def test_compiled_recurrent_runs_on_the_emulator(op, precision, floor):
     """Conv -> Reshape -> recurrent node (bidirectional, all three outputs used): the host step
-    in a built model, int8 inputs dequantized and outputs requantized by the runtime."""
+    in a built model (-O0; from -O1 it is unrolled onto the NPU, tests/compiler/test_gru_npu.py),
+    int8 inputs dequantized and outputs requantized by the runtime."""
     rng = np.random.default_rng(2)
     seq, channels, hidden = 6, 8, 5
     given_, attrs = _case(op, "bidirectional", seq=seq, batch=1, size=channels, hidden=hidden, seed=4, initial=False)
@@ -194,7 +195,8 @@ def test_compiled_recurrent_runs_on_the_emulator(op, precision, floor):
     graph.input.append(conv_in)
     onnx.checker.check_model(model)
     samples = [{"img": rng.normal(size=(1, 1, 1, seq)).astype(np.float32)} for _ in range(4)]
-    options = CompileOptions(precision=precision, dataset=samples if precision == "int8" else None)
+    options = CompileOptions(precision=precision, dataset=samples if precision == "int8" else None,
+                             optimization_level=0)
     runtime = Runtime(compile_model(model, "rk3588", options))
     runtime.set_input("img", samples[0]["img"])
     runtime.run()
@@ -216,7 +218,8 @@ def _fixture_array(folder, name):
 def test_vendor_fixture_models_run_as_host_steps(case):
     """The vendor's single-op LSTM / GRU (linear_before_reset) fixtures built by npuemu in the
     fixture's precision (int8 calibrated on inputs 0 and 1), run on input 2 against the
-    fixture's onnxruntime output; int8 as close as the vendor's own int8 simulator output."""
+    fixture's onnxruntime output; int8 as close as the vendor's own int8 simulator output.
+    (-O0 keeps the host step; from -O1 they are unrolled onto the NPU, tests/compiler/test_gru_npu.py.)"""
     from tests.shared_data import MISSING_REASON, RKNN_FIXTURES_OPS
 
     folder = RKNN_FIXTURES_OPS / case
@@ -226,7 +229,8 @@ def test_vendor_fixture_models_run_as_host_steps(case):
     inputs = [_fixture_array(folder, f"input_{k}") for k in range(3)]
     precision = "int8" if case.endswith("int8") else "fp16"
     dataset = [{"x": value} for value in inputs[:2]] if precision == "int8" else None
-    runtime = Runtime(compile_model(model, "rk3588", CompileOptions(precision=precision, dataset=dataset)))
+    options = CompileOptions(precision=precision, dataset=dataset, optimization_level=0)
+    runtime = Runtime(compile_model(model, "rk3588", options))
     runtime.set_input("x", inputs[2])
     runtime.run()
     got, want = runtime.output("y"), _fixture_array(folder, "ort_output_2")
@@ -254,9 +258,9 @@ def test_an_output_left_out_in_the_middle_costs_no_step(precision):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
     x = rng.randn(6, 1, 5).astype(np.float32)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    # -O0 keeps the float16 LSTM itself (from -O1 it is unrolled into NPU layers, LOWERING.md 30)
+    # -O0 keeps the LSTM itself (from -O1 it is unrolled into NPU layers, LOWERING.md 30, 31)
     options = CompileOptions(precision="fp16", optimization_level=0) if precision == "fp16" else \
-        CompileOptions(dataset=[{"x": x}])
+        CompileOptions(dataset=[{"x": x}], optimization_level=0)
     built = compile_model(model, "rk3588", options)
     assert len(built.schedule()) == 1
     runtime = Runtime(built)

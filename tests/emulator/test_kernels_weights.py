@@ -33,7 +33,7 @@ def test_conv_blob_matches_reference_and_unpacks(case):
     layout, weights, fill = case
     blob = pack_conv_weights(weights, layout, input_fill=fill)
     expected = ref.conv_blob(weights, layout.oc_block, layout.ic_block, layout.ic_align,
-                             layout.oc_align, fill)
+                             layout.oc_align, fill, layout.pow2_atoms)
     assert blob.view(np.uint8).tobytes() == expected.view(np.uint8).tobytes()
     assert np.array_equal(unpack_conv_weights(blob, *weights.shape, layout=layout), weights)
 

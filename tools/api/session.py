@@ -34,7 +34,7 @@ class NpuSession:
         self.preprocess = dict(options.get("preprocess") or {})  # recorded by the build: mean/std per input
 
     def input_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
-        return [(name, tuple(self.model.tensor(name).shape)) for name in self.runtime.inputs]
+        return [(name, self.runtime.input_shape(name)) for name in self.runtime.inputs]  # readin: the caller's
 
     def run(self, arrays: Sequence[Any], data_format: Any) -> list[np.ndarray]:
         """inference(): layout, mean/std, quantize on store, run, dequantized float32 outputs."""
@@ -56,7 +56,7 @@ class NpuSession:
             if chosen.trailer != self.runtime.model.trailer:
                 from npuemu.emulator.runtime import Runtime
                 self.runtime = Runtime(chosen)
-        return [(name, tuple(self.runtime.model.tensor(name).shape)) for name in self.runtime.inputs]
+        return [(name, self.runtime.input_shape(name)) for name in self.runtime.inputs]
 
     def perf(self):
         """eval_perf(): the last inference's timing (zero inputs if none ran: timing does not

@@ -24,10 +24,16 @@ def nc1hwc2_to_nchw(x: np.ndarray, channels: int) -> np.ndarray:
 
 
 def conv_blob(w: np.ndarray, oc_block: int, ic_block: int, ic_align: int, oc_align: int,
-              fill) -> np.ndarray:
-    """Pack [OC][IC][KH][KW]: per output group, per input group, a [KH][KW][oc][ic] block."""
+              fill, pow2_atoms: bool = False) -> np.ndarray:
+    """Pack [OC][IC][KH][KW]: per output group, per input group, a [KH][KW][oc][ic] block.
+    ``pow2_atoms``: the partial input group holds 1, 2 or 4 atoms of ``ic_align`` (the vendor's
+    fp16 rule, LOWERING.md 34)."""
     out_channels, in_channels, kh, kw = w.shape
     stored_ic = align(in_channels, ic_align)
+    if pow2_atoms and in_channels % ic_block:
+        sizes = [ic_align * 2 ** n for n in range(8) if ic_align * 2 ** n <= ic_block]
+        partial = min(s for s in sizes if s >= in_channels % ic_block)
+        stored_ic = in_channels - in_channels % ic_block + partial
     full, rest = divmod(out_channels, oc_block)
     stored_oc = full * oc_block + (align(rest, oc_align) if rest else 0)
     padded = np.zeros((stored_oc, stored_ic, kh, kw), w.dtype)

@@ -1,0 +1,78 @@
+"""ReduceMean over the channels or over the plane, as a conv or a global average pool (LOWERING.md 32).
+
+- **Channels** (axes ``[1]`` of ``[1, C]`` or ``[1, C, H, W]``): a 1x1 conv to one channel with
+  every weight ``1/C`` (the CNA sums the C products in float32 and the DPU rounds once, as any
+  conv; C = 1 or a power of two gives the weights exactly). A ``[1, C]`` vector is reshaped to
+  ``[1, C, 1, 1]`` first (the same bytes: by address).
+- **The plane** (axes ``[2, 3]`` of ``[1, C, H, W]``): ``GlobalAveragePool`` - the same value by
+  definition - which the PPU runs or, at -O3, depthwise convs (rewrites.global_average_pool_as_depthwise_convs).
+
+With ``keepdims = 0`` a Reshape to the output shape follows; ``[1, C, 1, 1] -> [1, C]`` is by
+address, a rank-1 or rank-3 result is a host Reshape unless the clean-up merges it with the
+next reshape (silero-vad's ``ReduceMean -> [1] -> Unsqueeze -> [1, 1]`` becomes one by-address
+Reshape at -O2 and above). Any other ReduceMean (the batch axis, channels together with the
+plane, rank 3) stays a host step ("no NPU lowering for ReduceMean").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Graph, Node
+from .context import PassContext
+from .match import add_tensor_like, new_constant
+from .partition import decide
+from .rewritten_ops import CHANNELS, reduction
+
+def _channel_mean(graph: Graph, node: Node, x4: str) -> Node:
+    channels, plane = graph.tensors[x4].shape[1], tuple(graph.tensors[x4].shape[2:])
+    weight = new_constant(graph, f"{node.name}_weight", np.full((1, channels, 1, 1), 1.0 / channels, np.float32))
+    out = add_tensor_like(graph, f"{node.outputs[0]}_4d", (1, 1, *plane), graph.tensors[x4].dtype)
+    attrs = {"kernel_shape": [1, 1], "strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 1], "group": 1}
+    return Node(graph.unique_node_name(f"{node.name}_conv"), "Conv", [x4, weight], [out], attrs)
+
+
+def _reshape(graph: Graph, source: str, target: str) -> Node:
+    shape = list(graph.tensors[target].shape)
+    return Node(graph.unique_node_name(f"{target}_reshape"), "Reshape", [source], [target], {"shape": shape})
+
+
+def _mean_nodes(graph: Graph, node: Node, kind: str) -> list[Node]:
+    x, y = node.inputs[0], node.outputs[0]
+    nodes = []
+    if kind == CHANNELS:
+        if len(graph.tensors[x].shape) == 2:
+            x4 = add_tensor_like(graph, f"{x}_4d", (1, graph.tensors[x].shape[1], 1, 1), graph.tensors[x].dtype)
+            nodes.append(_reshape(graph, x, x4))
+            x = x4
+        nodes.append(_channel_mean(graph, node, x))
+    else:
+        pooled = add_tensor_like(graph, f"{y}_4d", (*graph.tensors[x].shape[:2], 1, 1), graph.tensors[x].dtype)
+        nodes.append(Node(graph.unique_node_name(f"{node.name}_pool"), "GlobalAveragePool", [x], [pooled]))
+    result = nodes[-1].outputs[0]
+    if graph.tensors[result].shape == graph.tensors[y].shape:
+        nodes[-1].outputs = [y]
+        graph.tensors.pop(result)
+    else:
+        nodes.append(_reshape(graph, result, y))
+    return nodes
+
+
+def reduce_mean_on_npu(graph: Graph, ctx: PassContext) -> int:
+    """ReduceMean over the channels becomes a 1x1 conv of weights 1/C, over the plane a GlobalAveragePool."""
+    rewritten = 0
+    for node in [node for node in graph.nodes if node.op_type == "ReduceMean"]:
+        kind = reduction(graph, node)
+        if kind is None:
+            continue
+        nodes = _mean_nodes(graph, node, kind)
+        work = [new for new in nodes if new.op_type != "Reshape"]  # a host Reshape at the end may merge later
+        if any(decide(graph, new, ctx).target != "NPU" for new in work):
+            continue  # remove_dead drops the new tensors
+        index = graph.nodes.index(node)
+        graph.nodes[index:index + 1] = nodes
+        rewritten += 1
+    return rewritten
+
+
+__all__ = ["reduce_mean_on_npu"]

@@ -1,0 +1,107 @@
+"""``depthwise.depthwise_int8_atoms`` for one task's fixed shapes and read-only weights (issue
+20: a core's task programs, emulator/task_plan.py): the lane weights tiled over an output row,
+the padded layout's shape and the tap offsets worked out once (the 3x3 path rebuilt a
+taps x OW x lanes int32 array on every call), so a run is the same kernel calls on the same
+values as ``depthwise_int8_atoms`` makes - the same outputs and window sums.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from npuemu.emulator.kernels import depthwise as dw
+from npuemu.emulator.kernels.conv_pixels import working_buffer
+from npuemu.emulator.kernels.mac import ConvGeometry
+from npuemu.emulator.memo import Memo
+
+
+def prepare_depthwise_int8_atoms(feature_shape: tuple[int, int, int, int], weights: np.ndarray,
+                                 geometry: ConvGeometry, pad_value: int, clip_truncate: int, round_mode: int,
+                                 out_channels: int) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None:
+    """``run(feature) -> (out, sums)`` for contiguous int8 atoms of ``feature_shape``; None where
+    ``depthwise_int8_atoms`` would refuse the shapes (it then raises its own error)."""
+    channels = weights.shape[0]
+    surfaces, height, width, c2 = feature_shape
+    taps = geometry.kernel_h * geometry.kernel_w
+    if weights.dtype != np.int8 or weights.flags.writeable or weights.shape[1:] != (1, geometry.kernel_h,
+                                                                                  geometry.kernel_w) \
+            or channels > surfaces * c2 or channels > out_channels or taps >= dw.MAX_EXACT_TAPS or c2 % 8:
+        return None
+    lanes = surfaces * c2
+    out_h, out_w, stride = geometry.out_h, geometry.out_w, geometry.stride_x
+    tiled = _TILED(weights, lanes, out_w)
+    pixels = out_h * out_w
+    if geometry.kernel_h == geometry.kernel_w == 3 and clip_truncate == 0 and -128 <= pad_value <= 127 \
+            and geometry.pad_top >= 0 and geometry.pad_left >= 0:
+        three = _three_by_three(feature_shape, geometry, int(pad_value), tiled)
+
+        def run3(feature: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            out, sums = _results(pixels, out_channels)
+            if out_channels == lanes:
+                three(feature, out, sums)
+            else:
+                values = working_buffer("depthwise values", 2 * pixels * lanes, np.int32).reshape(2, pixels, lanes)
+                three(feature, values[0], values[1])
+                kept = min(lanes, out_channels)
+                out[:, :kept], sums[:, :kept] = values[0, :, :kept], values[1, :, :kept]
+                out[:, kept:], sums[:, kept:] = 0, 0
+            sums[:, channels:lanes] = 0
+            return out, sums.T.reshape(out_channels, out_h, out_w)
+        return run3
+    phase_w = -(-width // stride)
+    settings = (int(pad_value), geometry.kernel_h, geometry.kernel_w, geometry.stride_y, stride, geometry.dilation_y,
+                geometry.dilation_x, geometry.pad_top, geometry.pad_left, clip_truncate, round_mode, (out_h, out_w))
+
+    def run(feature: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        out, sums = _results(pixels, out_channels)
+        phased_words = np.empty((height, stride, phase_w, lanes // 8), np.uint64)
+        dw._depthwise_pixels(feature.view(np.uint64), phased_words,
+                             phased_words.view(np.int8).reshape(height, stride, phase_w, lanes), tiled, *settings,
+                             out, sums)
+        sums[:, channels:lanes] = 0
+        return out, sums.T.reshape(out_channels, out_h, out_w)
+    return run
+
+
+def _results(pixels: int, out_channels: int) -> tuple[np.ndarray, np.ndarray]:
+    """A run's outputs and window sums [P][C] in the thread's working buffers: the task's DPU
+    consumes them before the next task's CORE runs, and the kernels write every element."""
+    both = working_buffer("depthwise results", 2 * pixels * out_channels, np.int32).reshape(2, pixels, out_channels)
+    return both[0], both[1]
+
+
+def _build_tiled(weights: np.ndarray, lanes: int, out_w: int) -> np.ndarray:
+    """The lane weights [taps][L] (lanes past the channels 0) tiled over an output row: [taps][OW * L]."""
+    channels, _, kernel_h, kernel_w = weights.shape
+    taps = kernel_h * kernel_w
+    lane_weights = np.zeros((taps, lanes), np.int32)
+    lane_weights[:, :channels] = weights.reshape(channels, taps).T
+    return dw._tiled(lane_weights, out_w).reshape(taps, -1)
+
+
+#: per read-only weights object (the CNA unpacks each weight blob once), lanes and row width:
+#: a program built again (core.py, after a write moved the derived cache) tiles nothing twice
+_TILED: Memo[np.ndarray] = Memo(_build_tiled, identity=1, limit=256)
+
+
+def _three_by_three(feature_shape: tuple[int, int, int, int], geometry: ConvGeometry, pad_value: int,
+                    tiled: np.ndarray) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
+    """``depthwise._depthwise3x3`` with its layout worked out: ``run(feature, out, sums)``."""
+    surfaces, height, width, c2 = feature_shape
+    lanes = surfaces * c2
+    out_h, out_w, stride = geometry.out_h, geometry.out_w, geometry.stride_x
+    padded_h = max(height + geometry.pad_top, (out_h - 1) * geometry.stride_y + 2 * geometry.dilation_y + 1)
+    padded_w = max(width + geometry.pad_left, (out_w - 1) * stride + 2 * geometry.dilation_x + 1)
+    phase_w = -(-padded_w // stride)
+    pad_word = np.uint64((pad_value & 0xFF) * 0x0101010101010101)
+    starts = np.array([divmod(kx * geometry.dilation_x, stride)[::-1] for kx in range(3)], np.int64)
+
+    def run(feature: np.ndarray, out: np.ndarray, sums: np.ndarray) -> None:
+        phased_words = working_buffer("depthwise padded", padded_h * stride * phase_w * (lanes // 8),
+                                      np.uint64).reshape(padded_h, stride, phase_w, lanes // 8)
+        dw._pad_pixels(feature.view(np.uint64), pad_word, phased_words, geometry.pad_top, geometry.pad_left)
+        dw._depthwise3x3_rows(phased_words.view(np.int8).reshape(padded_h, stride, phase_w, lanes), tiled, out_h,
+                              out_w, geometry.stride_y, geometry.dilation_y, starts, out, sums)
+    return run

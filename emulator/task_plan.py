@@ -1,0 +1,98 @@
+"""Task programs (issue 20: the emulator as an inner loop): a replayed chain's tasks compiled
+into plain steps.
+
+A chain replay (core.py ``_Replay``) already skips every task's register writes and decoding:
+from a start state it saw before, each task runs the units from its kept decoded states. What
+is left per task is the units' own per-access work - memo lookups of plans and settings,
+locating DMA rows, the derived-value cache's lookups of weights and bias blobs, byte counting
+and building the DmaTraffic. All of it is a function of the decoded states, the memory's
+regions and the derived values, so after a successful replay each task is compiled once into
+a step holding those answers (``cna_core.prepare_cna_core``, ``units.dpu_plan.prepare_dpu``):
+its run copies the feature rows, runs the kernels and writes the output rows, and its record
+keeps the DMA counts of the full runs (they depend on the states alone).
+
+Replay-safety: a program belongs to one ``_Replay``, so it runs only from that replay's start
+register state (a task whose registers differ is never reached through it); everything it holds
+from the memory's derived cache (unpacked weights, BRDMA operands) is current while
+``DerivedCache.epoch`` is the one it was built at. A write that drops a kept value moves the
+epoch; from then on each step runs only while the values it holds are still the cache's
+(``current``), a task whose are not runs the replay's full unit path, and the program is built
+again (up to MAX_BUILDS times: a chain that writes over its own weights every run keeps that
+task on the full path).
+Tasks of other forms (PPU, flying DPU, LUT, fp16, ...) always take the full unit path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from npuemu.emulator.memo import Memo
+from npuemu.emulator.memory import Memory
+from npuemu.emulator.units.cna_core import Cbuf, prepare_cna_core
+from npuemu.emulator.units.dpu_plan import prepare_dpu
+from npuemu.isa.errors import EmulationError
+
+#: programs built for one replay before it gives up (its chain keeps writing over what its
+#: steps hold, so each program would be dropped again on the next run)
+MAX_BUILDS = 3
+
+
+@dataclass(frozen=True)
+class ChainProgram:
+    """The compiled steps of a replayed chain: per task ``step(cbuf)`` or None (full unit path)."""
+
+    epoch: int  # memory.derived.epoch the held values are current at
+    #: run by core.py ``_replay`` for task ``index`` while ``memory.derived.epoch`` is ``epoch``
+    steps: tuple[Callable[[Cbuf], None] | None, ...]
+
+
+def build_program(tasks: tuple, memory: Memory, made: Memo) -> ChainProgram | None:
+    """The program of a replay's ``tasks`` (core.py ``_Replay.tasks``: ``where`` first, the
+    _TaskMemo.last entry third, its decoded states second in that), or None when no task
+    compiles or the derived cache moved while the steps were made. ``made``: the core's steps
+    by (decoded states, ``where``) - the replays of one chain from different start states
+    (a chain of an odd number of tasks alternates between two) share them - reused while
+    what they hold is current."""
+    epoch = memory.derived.epoch
+    steps = []
+    for task in tasks:
+        states, where = task[2][1], task[0]
+        step = made.get(states, where)
+        if step is None or not current(step, memory):
+            step = task_step(states, memory, where)
+            if step is not None:
+                made.put(step, states, where)
+        steps.append(step)
+    if memory.derived.epoch != epoch or not any(step is not None for step in steps):
+        return None
+    return ChainProgram(epoch, tuple(steps))
+
+
+def task_step(states: dict, memory: Memory, where: str) -> Callable[[Cbuf], None] | None:
+    """One task's compiled step: CNA + CORE feeding the DPU (with DPU_RDMA) and nothing else,
+    both units in a form their ``prepare_*`` takes; None otherwise."""
+    conv, state, rdma = states["conv"], states["dpu"], states["dpu_rdma"]
+    if conv is None or state is None or states["ppu"] is not None or states["ppu_rdma"] is not None:
+        return None
+    try:
+        cna = prepare_cna_core(conv, memory, where)
+        dpu = prepare_dpu(state, rdma, memory, where) if cna is not None else None
+    except EmulationError:  # (the full path, which ran these states, raises it where it belongs)
+        return None
+    if dpu is None:
+        return None
+
+    def step(cbuf: Cbuf) -> None:
+        dpu(cna(cbuf))
+
+    step.held = cna.held + dpu.held
+    return step
+
+
+def current(step: Callable, memory: Memory) -> bool:
+    """Whether every derived value ``step`` holds is still the memory's (the check for a step
+    whose program was built at another ``memory.derived.epoch``: a write dropped something, not
+    necessarily what this step holds)."""
+    derived = memory.derived
+    return all(derived.get(key) is value for key, value in step.held)

@@ -1,0 +1,122 @@
+"""Vendor rk3576 programs rewritten into the register positions the emulator's units read.
+
+Each task block of the program to run is decoded (``rk3576_layout``), checked, and replaced in
+place by the RK3588 form of the same conv (``rk3576_forms``) encoded with the emulator's map; the
+block keeps its size, so task records, tails and PC amounts stay valid (emulator/rknn_runner.py
+applies this when it loads an rk3576 file; REGISTER_SEMANTICS.md 10.3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from npuemu.isa.errors import EncodingError, UnsupportedProgramError
+from npuemu.isa.regmap import RegisterMap
+from npuemu.isa.rknn.model import Region, RknnModel, TaskRecord
+from npuemu.isa.rknn.relocate import RelocatedProgram, region_image
+from npuemu.isa.rknn.rk3576_forms import RK3588_CBUF, Cbuf, rk3588_specs
+from npuemu.isa.rknn.rk3576_layout import (
+    KERNEL_GROUP, VENDOR_FAMILY, Reader, VendorTask, bs_shift, check_conv, read_task,
+)
+from npuemu.isa.words import TARGET_OP_ENABLE, encode_word
+
+__all__ = ["VENDOR_FAMILY", "encode_writes", "is_vendor_layout", "region_reader", "translate_regcmd", "translate_task"]
+
+
+def translate_task(task: VendorTask, out: RegisterMap, read: Reader,
+                   cbuf: Cbuf = RK3588_CBUF) -> list[tuple[str, str, int]]:
+    """The (block, register, value) writes the emulator's map ``out`` needs for ``task``: the
+    kept registers as written, then the RK3588 form of every re-packed one."""
+    check_conv(task)
+    precision = task.field("CNA", "CONV_CON1", "PROC_PRECISION")
+    if precision not in KERNEL_GROUP:
+        raise UnsupportedProgramError(f"{task.where}: vendor rk3576 conv precision {precision} is not decoded "
+                                      f"(int8 0 and fp16 2 are)")
+    writes = list(task.kept)
+    for block, name, fields in rk3588_specs(task, precision, bs_shift(task, read), cbuf):
+        if out.block(block).has(name):   # rk3576.yaml has no FC_DATA_SIZE1 / EW_OP_VALUE_7 (REGISTERS.md)
+            writes.append((block, name, out.register(block, name).pack(fields)))
+    return writes
+
+
+def encode_writes(writes: list[tuple[str, str, int]], out: RegisterMap, count: int, where: str) -> list[int]:
+    """``writes`` as ``count`` command words: the vendor task's slot keeps its size (the tails
+    and PC amounts stay valid), filled by repeating the last write."""
+    words = [encode_word(out.block(block).target, value, out.register(block, name).offset)
+             for block, name, value in writes]
+    if len(words) > count:
+        raise UnsupportedProgramError(f"{where}: the RK3588 form of this vendor rk3576 task needs {len(words)} "
+                                      f"writes, more than its {count}")
+    return words + [words[-1]] * (count - len(words))
+
+
+def is_vendor_layout(target: str | None) -> bool:
+    """A vendor ``.rknn`` built for rk3576 holds this layout (model slot 8 names the target)."""
+    return target == "rk3576"
+
+
+def translate_regcmd(regcmd: np.ndarray, lists: Sequence[Sequence[TaskRecord]], regmap: RegisterMap,
+                     out: RegisterMap, read: Reader, source: str, cbuf: Cbuf = RK3588_CBUF) -> np.ndarray:
+    """A copy of the relocated ``regcmd`` words with the task blocks of ``lists`` (the program's
+    task records, one list per core in run order; ``regcmd_addr`` a blob offset) rewritten in
+    ``out``'s positions. Block sizes, tails (but the sync bit) and padding stay as stored.
+
+    Registers are ping-pong groups (REGISTER_SEMANTICS.md 1.1): task n of a list writes the group
+    task n - 2 wrote, so a vendor delta task is read on top of that task's values, and when the
+    full RK3588 form does not fit its slot only the registers whose RK3588 value differs from the
+    group's are written."""
+    words = regcmd.copy()
+    for records in lists:
+        vendor: list[dict] = [{}, {}]   # per group: the vendor values its last task left
+        held: list[dict] = [{}, {}]     # per group: the RK3588 values written into it
+        for position, record in enumerate(records):
+            group, first, amount = position % 2, record.regcmd_addr // 8, record.regcfg_amount
+            where = f"{source}: task record {record.index} (regcmd word {first})"
+            task = read_task(regcmd[first:first + amount], regmap, where, record.enable_mask, vendor[group])
+            writes = _translate(task, out, read, where, cbuf)
+            if len(writes) > amount:
+                writes = list(task.kept) + [(block, name, value) for block, name, value in writes[len(task.kept):]
+                                            if held[group].get((block, name)) != value]
+            words[first:first + amount] = encode_writes(writes, out, amount, where)
+            _clear_sync_bit(words, first + amount + 3)
+            vendor[group] = dict(task.values)
+            held[group].update(((block, name), value) for block, name, value in writes)
+    return words
+
+
+def _translate(task: VendorTask, out: RegisterMap, read: Reader, where: str,
+               cbuf: Cbuf) -> list[tuple[str, str, int]]:
+    try:
+        return translate_task(task, out, read, cbuf)
+    except EncodingError as error:   # a vendor value that no RK3588 field holds
+        raise UnsupportedProgramError(f"{where}: the vendor rk3576 task has no RK3588 form: {error}") from None
+
+
+#: OP_EN bit 24: set in the tails of the 2-core program's tasks only, next to PC_REGISTER_AMOUNTS
+#: bits 31:16 = 1 [V FIX, isa/RKNN_TAILS.md 1]; read as the cores' sync [I]. No block owns it on
+#: RK3588; the emulator models the barrier from bits 31:16 (emulator/rknn_multicore.py).
+SYNC_BIT = 1 << 24
+
+
+def _clear_sync_bit(words: np.ndarray, index: int) -> None:
+    if index < len(words):
+        word = int(words[index])
+        if word >> 48 == TARGET_OP_ENABLE and (word >> 16) & SYNC_BIT:
+            words[index] = np.uint64(word & ~(SYNC_BIT << 16))
+
+
+def region_reader(model: RknnModel, program: RelocatedProgram) -> Reader:
+    """Reads the constant regions (weight, misc, LUT) of a relocated program by device
+    address: where the BS shift words (const tensors) live."""
+    images = [(program.bases.of(region), bytes(region_image(model, program.plan, region)))
+              for region in (Region.WEIGHT, Region.MISC, Region.LUT)]
+
+    def read(address: int, size: int) -> bytes:
+        for base, image in images:
+            if base <= address and address + size <= base + len(image):
+                return image[address - base:address - base + size]
+        raise UnsupportedProgramError(f"{model.source}: a vendor rk3576 BS shift word at {address:#x} lies in no "
+                                      f"constant region of the file")
+    return read
