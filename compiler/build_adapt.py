@@ -28,6 +28,7 @@ from npuemu.compiler.passes.lower_data_convert import convert_record  # DataConv
 from npuemu.compiler.lower import Activation, ActivationLayer, ConcatLayer, ConvLayer, SliceLayer, EltwiseLayer, PoolLayer, Quant, Residual
 from npuemu.compiler.lower.layers import ResizeLayer
 from npuemu.compiler.lower.lower_flat_concat import FlatConcatLayer
+from npuemu.compiler.lower.lower_transpose import TransposeLayer
 from npuemu.compiler.ops.resize import replication_factors
 from npuemu.compiler.lower.broadcast_lanes import lane_broadcast
 from npuemu.compiler.lower.lut import ONNX_LUT_KINDS  # ONNX op -> LUT function kind (the op table's)
@@ -528,9 +529,23 @@ def _flat_concat_record(graph: Graph, node: Node, platform: Platform) -> FlatCon
                            tuple(int8_quant(graph, name, node) for name in inputs), int8_quant(graph, node.outputs[0], node))
 
 
+def _transpose_record(graph: Graph, node: Node, platform: Platform) -> TransposeLayer:
+    """H <-> W of a stored map (passes/transpose_npu.py, LOWERING.md 35): bytes move unchanged, so
+    the quantization is shared (quant/sharing.py passes it through a Transpose)."""
+    x, y = node.inputs[0], node.outputs[0]
+    dtype = stored_dtype(graph, x)
+    if node.fused or dtype != stored_dtype(graph, y):
+        raise _fail(node, "a transpose moves bytes: no fused parts, one dtype in and out")
+    quant = None if dtype == "float16" else layer_quant(graph, x, node)
+    if dtype != "float16" and quant != layer_quant(graph, y, node):
+        raise _fail(node, "a transpose moves bytes, so input and output must share their quantization")
+    return TransposeLayer(node.layer_name, x, y, chw(graph, x, node), quant, dtype)
+
+
 LAYER_BUILDERS = {"conv": _conv_record, "pool": _pool_record, "eltwise": _eltwise_record, "concat": _concat_record,
                   "slice": _slice_record, "activation": _relu_record, "lut": _lut_record,
-                  "resize": _resize_record, "convert": convert_record, "flat_concat": _flat_concat_record}
+                  "resize": _resize_record, "convert": convert_record, "flat_concat": _flat_concat_record,
+                  "transpose": _transpose_record}
 
 
 # --- interim: LUT activations after a residual add (broadcasting element-wise ops: layer_records)

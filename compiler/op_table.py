@@ -53,6 +53,7 @@ LOWERINGS = {
               "bilinear: an edge-padded copy + depthwise phase convs (passes/resize_bilinear.py)",
     "convert": "a ConvertLayer: one DPU-only task, int8 <-> fp16 (lower/lower_convert.py; a host step where "
                "passes/lower_data_convert.host_reason names a limit)",
+    "transpose": "a TransposeLayer: DPU-only copies swapping H and W, one per C1 surface (lower/lower_transpose.py)",
 }
 
 #: roles in the conv fusions (passes/fusion_rules.py, fuse_activation.py, fuse_add.py, fuse_pad.py)
@@ -166,7 +167,9 @@ ROWS: tuple[OpRow, ...] = (
     OpRow("SpaceToDepth", npu="space_to_depth"),  # at -O3 a 0/1 stride-b conv (passes/space_to_depth.py, LOWERING.md 33.1)
     OpRow("Glu", "composite", npu="glu",  # Split + Sigmoid + Mul at build stage 5 (passes/lower_glu.py)
           reference="tests.compiler.test_glu_npu:reference_glu"),
-    *_host_only("Transpose", "LayerNormalization", "MatMul", "Gemm", "BatchNormalization", "Exp",
+    OpRow("Transpose", npu="transpose", lowering="transpose",  # H <-> W perms: DPU copies (LOWERING.md 35)
+          reference=f"{_KIT}:reference_transpose"),
+    *_host_only("LayerNormalization", "MatMul", "Gemm", "BatchNormalization", "Exp",
                 "Erf", "Abs", "Neg", "Floor", "Ceil", "Round", "Reciprocal", "Log", "Sign", "Not", "Equal", "Less",
                 "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Where", "Cast"),
     *_host_only("ReduceSum", "ReduceMin", "ReduceMax", "ReduceProd", "ArgMax"),

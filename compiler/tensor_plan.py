@@ -81,6 +81,10 @@ def plan_tensors(records: Records, spec, *, elide_copies: bool, pack_inputs: boo
     host = host_tensors(graph, records.cpu_ops, set(shapes) | set(records.aliases.values()))
     constants.update(host_constants(graph, host))  # large constant operands of host steps, in the weights area
     _add_host_step_shapes(records, host, shapes)
+    for storage in set(records.aliases.values()) - set(shapes) - set(host):
+        # a by-address reshape no layer reads or writes around (a graph of reshapes only):
+        # its storage is a [1, C(, 1, 1)] graph tensor (build_adapt.alias_from_node)
+        _set_shape(shapes, storage, (int(graph.tensor(storage).shape[1]), 1, 1))
     for layer in layers:  # a residual read by a conv's EW unit uses the conv output geometry
         if isinstance(layer, ConvLayer) and layer.residual is not None:
             aligns[layer.residual.tensor] = max(output_align(layer, spec), aligns.get(layer.residual.tensor, 1))
@@ -90,6 +94,8 @@ def plan_tensors(records: Records, spec, *, elide_copies: bool, pack_inputs: boo
              for name, shape in shapes.items()}
     sizes |= {name: record["size"] for name, record in host.items() if name not in constants}
     steps = [(reads(layer), writes(layer)) for layer in records.work]
+    touched = {name for step in steps for names in step for name in names}
+    steps += [((storage,), ()) for storage in sorted(set(records.aliases.values()) - touched) if storage in sizes]
     outputs = [records.aliases.get(o, o) for o in graph.outputs]
     lifetimes = lifetimes_from_steps(steps, sizes, graph.inputs, outputs)
     tensors = TensorPlan(constants, shapes, dtypes, aligns, packed, host, sizes, lifetimes, {}, shared=shared)

@@ -5,6 +5,10 @@ are stated once in ``npuemu.isa.weight_layout`` (with their sources), which the 
 reads back with; this module is the compiler's side: which layout a layer gets, its input
 checks (CompileError), and the operand values' placement.
 
+**Blocking**: the vendor's where its streams show it - float16 direct convs store a partial
+input group as 1, 2 or 4 atoms and an unpadded kernel tail on 16-kernel chips (LOWERING.md 34);
+int8 as before (already the vendor's); depthwise tails unchanged (LOWERING.md 34, not landed).
+
 **Padding values** (compiler choices): padded input channels of a conv hold the output
 channel's weight zero point (so the MAC and CPEND terms cancel there, NUMERICS.md 3.1),
 padded kernels and depthwise channels 0.

@@ -4,7 +4,8 @@ functions (``compiler/weight_pack.py``) and the emulator reads them back with th
 
 **Convolution weights** are blocks ``[OC/ob][IC/ib][KH][KW][ob oc][ib ic]`` (int8: ob = ib =
 32; rknpu-isa.md 4, Mesa COEFS; confirmed by the vendor's native shapes, vendor-corpus 5).
-IC is rounded up to ``ic_align`` and split into groups of ``ib`` (the last may be smaller);
+IC is rounded up to ``ic_align`` (float16: its partial group to 1, 2 or 4 atoms, the vendor's
+rule, compiler/LOWERING.md 34) and split into groups of ``ib`` (the last may be smaller);
 OC is split into groups of ``ob``, the last holding ``OC mod ob`` kernels rounded up to
 ``oc_align``. Each output group's bytes are contiguous, its input groups in order, each block
 ``[KH][KW][kernels][channels]`` (NUMERICS.md 8.2): for the vendor's own shapes this is
@@ -16,8 +17,9 @@ byte-identical to its "main block + tail block" listing (vendor-corpus layers.cs
 channels rounded up to 16 (int8, vendor-corpus 4.3 and 5: 16 channels ->
 ``1x0x3x3x1x64 + 1x1x3x3x1x16``).
 
-**float16** layouts are documented choices (NUMERICS.md 8.3), **int4** and the 16- and
-8-kernel chips' groups likewise (REGISTER_SEMANTICS.md 2.5, 2.7): see each layout below.
+**float16** convolution follows the vendor's rk3588/rk3576 builds (LOWERING.md 34), fp16
+depthwise is a documented choice (NUMERICS.md 8.3), **int4** and the 16- and 8-kernel chips'
+groups likewise (REGISTER_SEMANTICS.md 2.5, 2.7): see each layout below.
 
 **int4** elements travel two per byte; which nibble holds the even element differs between
 weights (high) and features (low) (REGISTER_SEMANTICS.md 2.7; the Matmul API's reference

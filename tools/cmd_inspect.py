@@ -157,29 +157,28 @@ def _tensors(model: ModelFile, out: TextIO) -> None:
 def _readins(model: ModelFile, out: TextIO) -> None:
     """Graph inputs the runtime takes permuted (isa/CONTAINER.md 3.3 ``readin``, compiler/LOWERING.md
     33.4), as :func:`_readouts`: none when no tensor has one."""
-    readins = [(t["name"], t.get("shape"), t["readin"]) for t in model.trailer.get("tensors", ())
-               if t.get("readin") is not None]
-    if not readins:
-        return
-    out.write(f"  readin ({len(readins)}): taken as -> transposed by perm -> stored shape\n")
-    for name, shape, readin in readins:
-        stored = _shape(None if shape is None else tuple(shape))
-        out.write(f"    {name}: {_shape(tuple(readin.get('shape', ())))} -> perm "
-                  f"[{','.join(str(a) for a in readin.get('perm', ()))}] -> {stored}\n")
+    _permuted(model, "readin", "taken as -> transposed by perm -> stored shape", True, out)
 
 
 def _readouts(model: ModelFile, out: TextIO) -> None:
     """Graph outputs the runtime hands out permuted (isa/CONTAINER.md 3.3 ``readout``, LOWERING.md
     25): read from the raw trailer, one line each, none when no tensor has one."""
-    readouts = [(t["name"], t.get("shape"), t["readout"]) for t in model.trailer.get("tensors", ())
-                if t.get("readout") is not None]
-    if not readouts:
+    _permuted(model, "readout", "stored shape -> transposed by perm -> handed out as", False, out)
+
+
+def _permuted(model: ModelFile, key: str, header: str, stored_last: bool, out: TextIO) -> None:
+    """One line per tensor record holding ``key``: the caller's shape, the perm and the stored
+    shape, in the order the runtime goes through them."""
+    found = [(t["name"], t.get("shape"), t[key]) for t in model.trailer.get("tensors", ()) if t.get(key) is not None]
+    if not found:
         return
-    out.write(f"  readout ({len(readouts)}): stored shape -> transposed by perm -> handed out as\n")
-    for name, shape, readout in readouts:
+    out.write(f"  {key} ({len(found)}): {header}\n")
+    for name, shape, record in found:
         stored = _shape(None if shape is None else tuple(shape))
-        out.write(f"    {name}: {stored} -> perm [{','.join(str(a) for a in readout.get('perm', ()))}] -> "
-                  f"{_shape(tuple(readout.get('shape', ())))}\n")
+        given = _shape(tuple(record.get("shape", ())))
+        perm = f"perm [{','.join(str(a) for a in record.get('perm', ()))}]"
+        first, last = (given, stored) if stored_last else (stored, given)
+        out.write(f"    {name}: {first} -> {perm} -> {last}\n")
 
 
 def _layers(model: ModelFile, out: TextIO) -> None:

@@ -384,6 +384,12 @@ def reference_copy(x: np.ndarray, *, input_quant: Quant, output_quant: Quant) ->
                        INT8).astype(np.int8)
 
 
+def reference_transpose(x: np.ndarray, perm) -> np.ndarray:
+    """An NPU Transpose (LOWERING.md 35): the stored values moved, input and output sharing one
+    quantization (int8) or both float16 - numpy's transpose of the stored tensor."""
+    return np.transpose(np.asarray(x), perm)
+
+
 def reference_activation(x: np.ndarray, activation: str, *, input_quant: Quant, output_quant: Quant, bounds=None,
                          alpha: float | None = None, lut: LutTables | None = None) -> np.ndarray:
     """A standalone int8 activation, one DPU-only task (LOWERING.md 4 and 4.1).
@@ -460,8 +466,8 @@ def reference_graph(graph, stored: dict[str, np.ndarray], *, layer_inputs=None, 
         inputs = [name for name in node.inputs if name and not graph.tensors[name].is_const]
         if node.op_type in VIEW_OPS:
             values[output] = read(node.inputs[0]).reshape(shape)
-        elif node.op_type in ("Readout", "Readin"):  # the runtime's permutation of an output / input (LOWERING 25, 33.4)
-            values[output] = np.transpose(read(node.inputs[0]), node.attrs["perm"]).reshape(shape)
+        elif node.op_type in ("Readout", "Readin") or _npu_transpose(graph, node, host_layers):  # LOWERING 25, 33.4, 35
+            values[output] = reference_transpose(read(node.inputs[0]), node.attrs["perm"]).reshape(shape)
         elif _on_host(graph, node, host_layers):
             if host_fallback is not None and not _kit_host_step(graph, node):
                 values.update(_fallback_host_node(graph, node, read, float_tensors, host_fallback))
@@ -576,6 +582,11 @@ def quantize_input(values, quant: Quant) -> np.ndarray:
         return values
     s_in = float(np.float64(quant.scale))
     return np.clip(np.rint(values.astype(np.float64) / s_in) + int(quant.zero_point), *INT8).astype(np.int8)
+
+
+def _npu_transpose(graph, node, host_layers) -> bool:
+    """An NPU Transpose (its copies move the stored values: :func:`reference_transpose`)."""
+    return node.op_type == "Transpose" and not node.fused and not _on_host(graph, node, host_layers)
 
 
 def _on_host(graph, node, host_layers) -> bool:

@@ -27,6 +27,7 @@ from .lower_conv import ConvConstants, conv_constants, lower_conv
 from .lower_convert import ConvertLayer, lower_convert
 from .lower_eltwise import lower_activation, lower_concat, lower_eltwise, lower_slice
 from .lower_flat_concat import FlatConcatLayer, lower_flat_concat
+from .lower_transpose import TransposeLayer, TransposeTask, emit_transpose_task, lower_transpose
 from .lower_pool import lower_pool
 from .lower_resize import UnpoolTask, emit_unpool_task, lower_resize
 from .placement import Placement, feature_placement
@@ -89,6 +90,8 @@ def describe_layer(layer: Layer, placements: Mapping[str, Placement], platform: 
         return lower_resize(layer, placements, platform)
     if isinstance(layer, ConvertLayer):  # int8 <-> fp16 storage (LOWERING.md 26)
         return lower_convert(layer, placements, platform)
+    if isinstance(layer, TransposeLayer):  # H <-> W as DPU copies (LOWERING.md 35)
+        return lower_transpose(layer, placements, platform)
     raise CompileError(f"no NPU lowering for {type(layer).__name__}")
 
 
@@ -101,6 +104,8 @@ def emit(description: TaskDescription, regmap: RegisterMap, op_idx: int | None =
         return emit_ppu_task(description, regmap, op_idx)
     if isinstance(description, UnpoolTask):
         return emit_unpool_task(description, regmap, op_idx)
+    if isinstance(description, TransposeTask):
+        return emit_transpose_task(description, regmap, op_idx)
     raise CompileError(f"no register emission for {type(description).__name__}")
 
 

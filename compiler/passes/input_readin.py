@@ -39,20 +39,28 @@ from .match import readers
 READIN = "Readin"
 
 
-def _infer(attrs: dict[str, Any], inputs: list[TensorInfo]) -> list[TensorInfo]:
-    perm, shape = list(attrs["perm"]), [int(d) for d in attrs["shape"]]
-    if sorted(perm) != list(range(len(inputs[0].shape))) or int(np.prod(shape)) != int(np.prod(inputs[0].shape)):
-        raise CompileError(f"Readin: perm {perm} and shape {shape} do not fit input {list(inputs[0].shape)}")
-    return [TensorInfo.of(shape, inputs[0].dtype)]
+def permute_infer(op: str):
+    """Shape inference of a Readin or Readout: the input transposed by ``perm``, then ``shape``."""
+    def infer(attrs: dict[str, Any], inputs: list[TensorInfo]) -> list[TensorInfo]:
+        perm, shape = list(attrs["perm"]), [int(d) for d in attrs["shape"]]
+        if sorted(perm) != list(range(len(inputs[0].shape))) or int(np.prod(shape)) != int(np.prod(inputs[0].shape)):
+            raise CompileError(f"{op}: perm {perm} and shape {shape} do not fit input {list(inputs[0].shape)}")
+        return [TensorInfo.of(shape, inputs[0].dtype)]
+    return infer
+
+
+def permuted(attrs: dict[str, Any], x: list[np.ndarray]) -> np.ndarray:
+    """The array transposed by ``perm`` and reshaped to ``shape`` (Readin and Readout)."""
+    return np.ascontiguousarray(np.transpose(x[0], attrs["perm"])).reshape(attrs["shape"])
 
 
 def readin(attrs: dict[str, Any], x: list[np.ndarray]) -> np.ndarray:
     """The caller's array transposed by ``perm`` and reshaped to the stored ``shape``."""
-    return np.ascontiguousarray(np.transpose(x[0], attrs["perm"])).reshape(attrs["shape"])
+    return permuted(attrs, x)
 
 
 if READIN not in REGISTRY:  # a second import under another name (pytest's importlib mode) finds it
-    register(READIN, infer=_infer)(readin)
+    register(READIN, infer=permute_infer(READIN))(readin)
 
 
 @Constraint

@@ -28,27 +28,20 @@ from npuemu.isa.errors import CompileError
 
 from ..ir import Graph, Node, Tensor
 from ..ops import REGISTRY
-from ..ops.base import TensorInfo, register
-from .input_readin import strip_readins
+from ..ops.base import register
+from .input_readin import permute_infer, permuted, strip_readins
 
 READOUT = "Readout"
 #: NCHW -> NHWC: what the vendor's runtime offers besides NCHW
 NHWC = [0, 2, 3, 1]
 
 
-def _infer(attrs: dict[str, Any], inputs: list[TensorInfo]) -> list[TensorInfo]:
-    perm, shape = list(attrs["perm"]), [int(d) for d in attrs["shape"]]
-    if sorted(perm) != list(range(len(inputs[0].shape))) or int(np.prod(shape)) != int(np.prod(inputs[0].shape)):
-        raise CompileError(f"Readout: perm {perm} and shape {shape} do not fit input {list(inputs[0].shape)}")
-    return [TensorInfo.of(shape, inputs[0].dtype)]
-
-
 def readout(attrs: dict[str, Any], x: list[np.ndarray]) -> np.ndarray:
-    return np.ascontiguousarray(np.transpose(x[0], attrs["perm"])).reshape(attrs["shape"])
+    return permuted(attrs, x)
 
 
 if READOUT not in REGISTRY:  # a second import under another name (pytest's importlib mode) finds it
-    register(READOUT, infer=_infer)(readout)
+    register(READOUT, infer=permute_infer(READOUT))(readout)
 
 
 def readout_node(name: str, source: str, output: str, perm: list[int], shape: tuple[int, ...]) -> Node:

@@ -6,7 +6,7 @@ rows with that ``npu`` group (``compiler/op_table.py``). A layer runs on the NPU
 constraint holds; otherwise on the CPU, with the first failed rule and its detail as the
 reason (``rule: detail``) (what ``npuemu compile --dump-ir``/``--dump-json``/``--partition-report`` show).
 Everything not listed or failing its rules (Softmax off the channel axis or in int8,
-LayerNormalization, align_corners bilinear Resize other than to s(n-1)+1, Transpose, ReduceMax, ArgMax, Slice, Gather, ...) runs on the CPU: there is no NPU lowering for it. The list is the
+LayerNormalization, align_corners bilinear Resize other than to s(n-1)+1, Transpose other than H <-> W, ReduceMax, ArgMax, Slice, Gather, ...) runs on the CPU: there is no NPU lowering for it. The list is the
 plan of what the NPU lowering handles: CNA convolutions (direct, depthwise, dilated,
 transposed in deconv mode, fully connected as 1x1), DPU element-wise ops and activations
 (the ReLU family in the BS stage, the others by look-up table), PPU pooling, and
@@ -27,6 +27,7 @@ from .input_readin import graph_input
 from .resize_bilinear import resize_on_npu
 from .space_to_depth import space_to_depth_rewritten
 from .rewritten_ops import rewritten_by_a_pass
+from .transpose_npu import transpose_swaps_height_width
 
 NPU, CPU = "NPU", "CPU"
 _COMMON = (c.float_tensors, c.feature_maps_4d, c.cube_size)
@@ -81,6 +82,8 @@ RULES: dict[str, tuple[str, tuple[c.Constraint, ...]]] = {
     "flat_concat": ("DPU copies, one per input, into its columns of the output (LOWERING.md 29)",
                     (c.float_tensors, c.feature_maps_4d, c.flat_concat_columns)),
     "rewritten": ("the layers a graph pass rewrites it into (LOWERING.md 20.3, 24, 32)", (rewritten_by_a_pass,)),
+    "transpose": ("DPU copies swapping H and W, one per C1 surface (LOWERING.md 35)",
+                  (c.float_tensors, transpose_swaps_height_width)),
 }
 
 NPU_OPS: tuple[NpuOp, ...] = tuple(NpuOp(op_table.npu_group(group), unit, rules)

@@ -5,15 +5,11 @@ Two steps, both on the fake-quant evaluator (float arithmetic, no build):
 
 1. **Rank once.** A *unit* is one int8 activation tensor with its producer's quantized
    constants (weights, bias, operands); keeping it out of int8 takes its producer and every
-   reader to float16 (``float16_layers_for``). Each unit's share of the int8 loss is
-   estimated from both ends, on the graph outputs' worst cosine: its *cost*, the loss with
-   only that unit stored quantized and everything else float (the ``tensor_sensitivity``
-   question, which finds amplifying stems and tensors whose error a later copy repeats), and
-   its *gain*, what keeping only that unit out of an all-int8 graph wins back (leave one
-   out). Where errors add the two agree; where they interact they differ, and the unit's
-   score is their mean (QUANTIZATION.md 14: on PP-OCRv4 rec the cost ranks the stem first and
-   then tensors whose removal gains nothing; the gain alone misses a square repeated by its
-   +eps copy). Only the nodes downstream of the unit are recomputed.
+   reader to float16 (``float16_layers_for``). Each unit is scored by the graph outputs'
+   cosine when only that unit is stored quantized and everything else stays float (the
+   ``tensor_sensitivity`` question, which finds amplifying stems that single-layer cosines
+   miss). Only the nodes downstream of the unit are recomputed; the rest reuse the float
+   values.
 2. **Move in order, bisect the count.** The first k units of the ranking give a float16 layer
    set; the whole hybrid graph (``quantize_graph`` with those dtypes, DataConvert nodes and
    all) is evaluated on the calibration samples, and the smallest k that meets the target is
@@ -25,8 +21,7 @@ The target holds when **every** checked sample's worst graph-output cosine reach
 minimum over the samples; the mean is reported too): an average would let one badly served
 input hide behind easy ones. That makes the checks cheap to fail: the samples are checked
 worst-first (their all-int8 order) and a check stops at the first one below the target. The
-ranking runs on the ``rank_samples`` samples int8 serves worst, the ones that decide (more
-than one: ranked on the worst one alone, the choice fits that sample's error, not the model's).
+ranking runs on the ``rank_samples`` samples int8 serves worst, the ones that decide.
 Everything is deterministic: same graph, ranges and samples give the same choice (ties keep
 graph and sample order).
 """
@@ -61,9 +56,8 @@ DEFAULT_TARGET = 0.99
 #: fake-quant evaluation per sample. Chosen to bound the search's time.
 MAX_CHECK_SAMPLES = 8
 #: Calibration samples the ranking runs on (the ones int8 serves worst): it evaluates the
-#: downstream part of the graph twice per unit per sample, the search's dominant cost. Chosen:
-#: on PP-OCRv4 rec the three worst rank as all eight do (QUANTIZATION.md 14).
-RANK_SAMPLES = 3
+#: downstream part of the graph once per unit per sample, the search's dominant cost. Chosen.
+RANK_SAMPLES = 1
 
 Sample = Mapping[str, np.ndarray]
 
@@ -74,13 +68,7 @@ class Unit:
 
     tensor: str
     layers: tuple[str, ...]  # node names to set to float16: its producer and every reader
-    cost: float  # the outputs' worst cosine lost with only this unit quantized (mean over ranking samples)
-    gain: float  # ... won back by keeping only this unit out of int8 (leave one out; mean)
-
-    @property
-    def score(self) -> float:
-        """The unit's share of the int8 loss, estimated from both ends (module docstring)."""
-        return (self.cost + self.gain) / 2
+    cosine: float  # the outputs' cosine with only this unit quantized (mean over ranking samples)
 
 
 @dataclass(frozen=True)
@@ -303,38 +291,26 @@ def float16_blocked(graph: Graph, platform: Any) -> dict[str, str]:
 
 
 def rank_units(graph: Graph, samples: Sequence[Sample], blocked: Mapping[str, str] | None = None) -> list[Unit]:
-    """Every int8 activation tensor of the all-int8 ``graph`` as a unit, highest score first
-    (``Unit.score``; ties in graph order). A unit that would take a ``blocked`` layer to float16
-    is left out (it cannot be kept out of int8)."""
+    """Every int8 activation tensor of the all-int8 ``graph`` as a unit, most harmful first
+    (lowest outputs' cosine with only that unit quantized; ties in graph order). A unit that
+    would take a ``blocked`` layer to float16 is left out (it cannot be kept out of int8)."""
     blocked = blocked or {}
     hook = storage_hook(graph)
+    references = [evaluate(graph, sample, return_all=True) for sample in samples]
     producers = graph.producers()
-    units: list[tuple[str, tuple[str, ...], set[str]]] = []
+    units = []
     for name in _int8_activations(graph):
         wanted = float16_layers_for(graph, [name])
         # a DataConvert (a float16 island's edge, quant/islands.py) is remade by every quantize_graph
         layers = tuple(node.name for node in graph.nodes if node.name in wanted and node.op_type != convert_op.OP_TYPE)
-        if layers and not any(layer in blocked for layer in layers):
-            units.append((name, layers, {name, *_quantized_constants(graph, producers.get(name))}))
-    costs, gains = np.zeros(len(units)), np.zeros(len(units))
-    constants = _StoredConstants(graph, hook)
-    for sample in samples:  # one sample's values at a time: memory stays at two evaluations
-        floats = evaluate(graph, sample, return_all=True)
-        stored = evaluate(graph, sample, return_all=True, tensor_hook=hook)
-        base = _worst_output(graph, stored, floats)
-        for index, (_, _, quantized) in enumerate(units):
-            held = [name for name in quantized if graph.tensors[name].is_const or name in graph.inputs]
-            only = _recompute(graph, floats, {name: stored[name] if name in stored else constants(name) for name in held},
-                              quantized, hook, constants, True)
-            without = _recompute(graph, stored, {name: floats.get(name, graph.tensors[name].data) for name in held},
-                                 quantized, hook, constants, False)
-            costs[index] += 1.0 - _worst_output(graph, only, floats)
-            gains[index] += _worst_output(graph, without, floats) - base
-    count = max(1, len(samples))
-    ranked = [Unit(name, layers, float(cost / count), float(gain / count))
-              for (name, layers, _), cost, gain in zip(units, costs, gains)]
-    order = sorted(range(len(ranked)), key=lambda index: (-ranked[index].score, index))
-    return [ranked[index] for index in order]
+        if not layers or any(layer in blocked for layer in layers):
+            continue
+        quantized = {name, *_quantized_constants(graph, producers.get(name))}
+        scores = [_worst_output(graph, _only(graph, reference, quantized, hook), reference)
+                  for reference in references]
+        units.append(Unit(name, layers, float(np.mean(scores))))
+    order = sorted(range(len(units)), key=lambda index: (units[index].cosine, index))
+    return [units[index] for index in order]
 
 
 def _int8_activations(graph: Graph) -> list[str]:
@@ -356,45 +332,31 @@ def _quantized_constants(graph: Graph, node: Any) -> list[str]:
             and graph.tensors[name].quant is not None and graph.tensors[name].quant.dtype != FLOAT16]
 
 
-class _StoredConstants:
-    """Each constant as ``hook`` stores it, computed once."""
-
-    def __init__(self, graph: Graph, hook):
-        self.graph, self.hook, self.values = graph, hook, {}
-
-    def __call__(self, name: str) -> np.ndarray:
-        if name not in self.values:
-            tensor = self.graph.tensors[name]
-            self.values[name] = self.hook(tensor, tensor.data)
-        return self.values[name]
-
-
-def _recompute(graph: Graph, base: Mapping[str, np.ndarray], start: dict[str, np.ndarray], unit: set[str], hook,
-               constants: _StoredConstants, only: bool) -> dict[str, np.ndarray]:
-    """The graph outputs with the ``unit``'s tensors stored otherwise than in ``base`` (every
-    activation's value): ``only`` - base holds float values and the unit is stored quantized;
-    else base holds the all-quantized values and the unit stays float. ``start``: the unit's
-    constants and graph inputs as they are stored here. Nodes no changed value reaches keep
-    their ``base`` values."""
-    changed = dict(start)
+def _only(graph: Graph, reference: Mapping[str, np.ndarray], quantized: set[str], hook) -> dict[str, np.ndarray]:
+    """The graph outputs when only the ``quantized`` tensors are stored as their ``quant`` says:
+    the nodes no changed value reaches keep their float ``reference`` values."""
+    changed: dict[str, np.ndarray] = {}
+    for name in quantized:
+        tensor = graph.tensors[name]
+        if tensor.is_const:
+            changed[name] = hook(tensor, tensor.data)
+        elif name in reference and name in graph.inputs:
+            changed[name] = hook(tensor, reference[name])
 
     def fetch(name: str) -> np.ndarray:
         if name in changed:
             return changed[name]
-        if name in base:
-            return base[name]
-        return graph.tensors[name].data if only else constants(name)
+        return reference[name] if name in reference else graph.tensors[name].data
 
     for node in graph.nodes:
         touched = any(name in changed for name in node.all_inputs)
-        if not touched and not unit.intersection(node.outputs):
+        if not touched and not quantized.intersection(node.outputs):
             continue
-        # a float output is in the float base; a quantized one is recomputed to keep it float
-        results = run_node(node, fetch) if touched or not only else [base[name] for name in node.outputs]
+        results = run_node(node, fetch) if touched else [reference[name] for name in node.outputs]
         for name, value in zip(node.outputs, results):
             tensor = graph.tensors[name]
             value = np.asarray(value).astype(tensor.dtype, copy=False)
-            changed[name] = hook(tensor, value) if (name in unit) == only else value
+            changed[name] = hook(tensor, value) if name in quantized else value
     return {name: fetch(name) for name in graph.outputs}
 
 

@@ -11,6 +11,9 @@ reads the 320 values back as one fp16 per pixel. The whole softmax stream then m
 simulator (tests/emulator/test_vendor_dpu_modes.py). OFFSET_PEND is read as the fp16 start value
 [I: the one value seen is fp16's lowest, the neutral element of a max]. Other MINMAX_CTL values,
 other precisions, H > 1 or an enabled stage are refused, naming the register.
+
+OFFSET_PEND without MINMAX_CTL is the padding channels' value of an int8 copy (``check_pending`` /
+``fill_pending``; matmul_act_int8's exMatMul pads q's 15 channels with its zero point -3).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from npuemu.emulator.memory import TaskDma, Traffic
-from npuemu.emulator.units.state import FP16, DpuRdmaState, DpuState
+from npuemu.emulator.units.state import FP16, INT8, DpuRdmaState, DpuState
 from npuemu.isa.errors import EmulationError
 
 #: DATA_CUBE_HEIGHT.MINMAX_CTL of the channel max [V: softmax_last tasks 2-4]
@@ -59,3 +62,35 @@ def run_reduce(state: DpuState, rdma: DpuRdmaState | None, dma: TaskDma, where: 
     out = np.maximum(channels.max(axis=1), start).astype(np.float16)  # a max is exact in fp16
     dma.write_rows(Traffic.DPU_WRITE, np.array([state.dst_address], dtype=np.int64),
                    out.view(np.uint8).reshape(1, -1), f"DPU channel max (DST_BASE_ADDR={state.dst_address:#x})")
+
+
+def check_pending(state: DpuState, where: str) -> None:
+    """OFFSET_PEND without MINMAX_CTL: the value of the padding channels (ORIG_CHANNEL + 1 .. CHANNEL + 1) in the
+    output [V: matmul_act_int8 tasks 49-50, an int8 copy of 15 channels padded to 16 with OFFSET_PEND -3, the
+    zero point of q; REGISTER_SEMANTICS.md 35]. Only that form: an int8 copy, stages bypassed, one partial atom."""
+    cvt = state.out_cvt
+    pure = state.bs.bypass and state.bn.bypass and state.ew.bypass and (cvt.scale, cvt.shift, cvt.offset) == (1, 0, 0)
+    lanes = state.atom_bytes  # int8 lanes
+    if not (pure and state.in_precision == state.proc_precision == state.out_precision == INT8) or \
+            state.transpose is not None or state.pixel_step or state.channels % lanes or \
+            state.channels - state.orig_channels >= lanes or state.orig_channels == state.channels:
+        raise EmulationError(f"{where}: DPU.OFFSET_PEND.OFFSET_PEND={state.offset_pend} is modelled only as the "
+                             f"padding channels' value of an int8 copy (stages bypassed, ORIG_CHANNEL inside the "
+                             f"last atom, the vendor's exMatMul pad)")
+
+
+def fill_pending(state: DpuState, dma: TaskDma) -> None:
+    """After the task's write: the padding lanes of the last surface's pixels hold OFFSET_PEND (its low byte,
+    int8). A host-side store into the atoms the WDMA wrote whole, so no DMA bytes are counted twice."""
+    lanes = state.atom_bytes
+    surface = state.orig_channels // lanes
+    group = state.size_e + 1
+    start = state.dst_address + (surface // group) * state.surface_add + (surface % group) * state.dst_surface_stride
+    line = (state.width + state.line_notch) * lanes
+    value = np.uint8(state.offset_pend & 0xFF)
+    first = state.orig_channels % lanes
+    for y in range(state.height):
+        row = start + y * line
+        atoms = dma.memory.dump(row, state.width * lanes).reshape(state.width, lanes)
+        atoms[:, first:] = value
+        dma.memory.load(row, atoms)

@@ -16,6 +16,9 @@ from npuemu.emulator import kernels
 from npuemu.emulator.memo import Memo
 from npuemu.emulator.kernels import weights_sparse
 from npuemu.emulator.kernels.depthwise_plan import prepare_depthwise_int8_atoms
+from npuemu.emulator.kernels.cna_convert import (
+    check_convert_geometry, convert_int8_features, decode_input_convert,
+)
 from npuemu.emulator.memory import ADDRESS_SPACE, TaskDma, Traffic, gather_rows
 from npuemu.emulator.numerics import core_round_mode
 from npuemu.emulator.regfile import RegisterView
@@ -70,10 +73,9 @@ def decode_conv(cna: RegisterView, core: RegisterView, cbuf_banks: int, where: s
                   ("FC_CON0", "FC_SKIP_EN"))
     decompress = _decompression(cna, where)
     size_factor = 2 if decompress is not None else 1  # WEIGHT_SIZE0/1 count the kept half of 4:2 weights
-    if not cna.field("CVT_CON0", "CVT_BYPASS"):
-        raise EmulationError(f"{where}: {cna.show('CVT_CON0')} enables the CNA input converter, which "
-                             f"is not modelled (every vendor stream bypasses it)")
     precision, feature, weight = _conv_precision(cna, core, con1, where)
+    input_convert = None if cna.field("CVT_CON0", "CVT_BYPASS") else \
+        decode_input_convert(cna, feature, con1["ARGB_IN"], where)
     depthwise = mode == CONV_DEPTHWISE
     if depthwise and (feature != weight or feature == INT4):
         raise EmulationError(f"{where}: a depthwise convolution in {precision_name(feature)} x "
@@ -112,8 +114,10 @@ def decode_conv(cna: RegisterView, core: RegisterView, cbuf_banks: int, where: s
         kernel_group=_kernel_group(weight, kernel_atoms), atom_bytes=atom,
         feature_precision=None if feature == precision else feature,
         weight_precision=None if weight == precision else weight,
-        decompress=decompress,
+        decompress=decompress, input_convert=input_convert,
     )
+    if input_convert is not None:
+        check_convert_geometry(state, where)
     _check_banks(state, cna, cbuf_banks, where)
     _check_output(state, cna, core, where)
     _check_weights(state, cna, where)
@@ -312,7 +316,9 @@ def _vendor_blocking(state: ConvState, layout):
     channel group rounded up to 1, 2 or 4 atoms, and (fp16 convs) the last output group's kernels
     unpadded [V: rknn-toolkit2 2.5.0 rk3588 builds: fp16 conv IC 3, 12, 20, 24, 40, 48, 56 store
     8, 16, 32, 32, 32+8, 32+16, 64 channels, 17, 19, 33, 40 kernels store as many; int8 depthwise
-    48 and 112 channels store 64 and 128]. None where there is no other reading (int8/int4 convs)."""
+    48 and 112 channels store 64 and 128]. For fp16 convs the compiler packs the vendor's form
+    itself (compiler/LOWERING.md 34), so the other reading is its older one (FP16_CONV_V1).
+    None where there is no other reading (int8/int4 convs)."""
     if state.depthwise:
         rest = state.in_channels % layout.channel_block
         return type(layout)(channel_block=layout.channel_block,
@@ -490,6 +496,8 @@ def _feature_from_rows(state: ConvState, plan: _Plan, raw: np.ndarray) -> np.nda
             raw = kernels.weights.unpack_int4_bytes(raw.reshape(1, -1), FEATURE_INT4_HIGH_FIRST)
         # a fresh array (the DMA's copy): masked in place below
         feature = raw.view(plan.feature_dtype).reshape(plan.feature_shape)
+    if state.input_convert is not None:  # before the mask: REGISTER_SEMANTICS 36
+        feature = convert_int8_features(feature, state.input_convert)
     if plan.mask_channels:
         _mask_channels(feature, state.real_channels)
     return feature
@@ -616,7 +624,7 @@ def prepare_cna_core(state: ConvState, memory, where: str):
     then runs. The unpacked weights are held: ``run.held`` lists them as (derived-cache key,
     value), and the caller must not run it once a write over their bytes dropped them."""
     if state.precision != INT8 or state.feature_type != INT8 or state.weight_type != INT8 \
-            or state.decompress is not None:
+            or state.decompress is not None or state.input_convert is not None:
         return None
     plan = _PLANS(state)
     weights, held = None, ()

@@ -16,7 +16,8 @@ import numpy as np
 from npuemu.emulator import kernels
 from npuemu.emulator.kernels.dpu import int_stages
 from npuemu.emulator.kernels.dpu_pixel import StagePlan, plan_stages, planned_to_atoms
-from npuemu.emulator.kernels import dpu_convert, dpu_interleave, dpu_reduce, dpu_transpose, dpu_unpool
+from npuemu.emulator.kernels import (dpu_convert, dpu_fp_to_int16, dpu_interleave, dpu_reduce, dpu_transpose,
+                                     dpu_unpool)
 from npuemu.emulator.memo import Memo
 from npuemu.emulator.memory import TaskDma, Traffic
 from npuemu.emulator.numerics import out_cvt_round_mode
@@ -68,8 +69,7 @@ def decode_dpu(dpu: RegisterView, where: str, atom_bytes: int = ATOM_BYTES) -> D
     atom = atom_bytes
     mode = dpu.fields("FEATURE_MODE_CFG")
     fmt = dpu.fields("DATA_FORMAT")
-    minmax = dpu.field("DATA_CUBE_HEIGHT", "MINMAX_CTL")  # OFFSET_PEND only as its start value (dpu_reduce)
-    _reject(dpu, where, *(() if minmax else (("OFFSET_PEND", "OFFSET_PEND"),)), ("BS_MUL_CFG", "BS_TRUNCATE_SRC"),
+    _reject(dpu, where, ("BS_MUL_CFG", "BS_TRUNCATE_SRC"),
             ("BN_MUL_CFG", "BN_TRUNCATE_SRC"), ("EW_CFG", "EW_EQUAL_EN"), ("LUT_CFG", "LUT_CAL_SEL"),
             ("LUT_CFG", "LUT_EXPAND_EN"))
     if fmt["PROC_PRECISION"] in INTEGER_PROCESSING and fmt["OUT_PRECISION"] != FP16:
@@ -101,9 +101,10 @@ def decode_dpu(dpu: RegisterView, where: str, atom_bytes: int = ATOM_BYTES) -> D
         pixel_step=dpu_interleave.pixel_step(cube, _wdma_sizes(dpu), notch, atom),
         transpose=dpu_transpose.decode_transpose(mode["TP_EN"], ow["TP_ORG_EN"], dpu.fields("WDMA_SIZE_0"),
                                                  dpu.fields("WDMA_SIZE_1"), notch, where))
-    if minmax:  # the channel max (kernels/dpu_reduce.py, REGISTER_SEMANTICS.md 35)
-        state = dataclasses.replace(state, minmax_ctl=minmax, offset_pend=dpu.field("OFFSET_PEND", "OFFSET_PEND"))
-        dpu_reduce.check_reduce(state, where)
+    minmax, pend = dpu.field("DATA_CUBE_HEIGHT", "MINMAX_CTL"), dpu.field("OFFSET_PEND", "OFFSET_PEND")
+    if minmax or pend:  # the channel max, or the padding channels' value (kernels/dpu_reduce.py, REGISTER_SEMANTICS 35)
+        state = dataclasses.replace(state, minmax_ctl=minmax, offset_pend=pend)
+        (dpu_reduce.check_reduce if minmax else dpu_reduce.check_pending)(state, where)
     if dpu_transpose.pads_lanes(state, _wdma_sizes(dpu), dpu.field("WDMA_SIZE_0", "SIZE_C_WDMA")):
         state = dataclasses.replace(state, pads_lanes=True)
     sub_cube = dpu_transpose.wdma_sub_cube(state, _wdma_sizes(dpu))
@@ -205,7 +206,8 @@ def _check_dpu(state: DpuState, dpu: RegisterView, where: str) -> None:
         raise EmulationError(f"{where}: {dpu.show('DATA_FORMAT', 'PROC_PRECISION')} (fp32) is modelled only "
                              f"for the vendor's fp32 -> fp16 rescale task (FEATURE_MODE_CFG.COMB_USE=1)")
     # int -> fp16 and fp16 -> int8: the DataConvert tasks (kernels/dpu_convert.py, REGISTER_SEMANTICS 26)
-    allowed = (*INTEGER_OUTPUTS, FP16) if integer else (FP16, FP32, INT8) if state.proc_precision == FP16 \
+    # fp16 -> int16: exSoftmax13's exp, whose int16 the next task reads as fp16 bits (REGISTER_SEMANTICS 35)
+    allowed = (*INTEGER_OUTPUTS, FP16) if integer else (FP16, FP32, INT8, INT16) if state.proc_precision == FP16 \
         else (FP16, FP32)
     if state.out_precision not in allowed:
         raise EmulationError(f"{where}: {dpu.show('DATA_FORMAT', 'OUT_PRECISION')} "
@@ -286,6 +288,8 @@ def run_dpu(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult | Non
         return
     if state.proc_precision in INTEGER_PROCESSING:
         _run_integer(state, rdma, source, dma, lut_tables, where)
+        if state.offset_pend:  # the padding channels' value (kernels/dpu_reduce.py)
+            dpu_reduce.fill_pending(state, dma)
         return
     data = _main_input(state, rdma, source, dma, where)
     data = _float_stages(state, rdma, data, dma, lut_tables, where)
@@ -294,6 +298,9 @@ def run_dpu(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult | Non
     if state.out_precision == INT8:  # the fp16 -> int8 conversion (kernels/dpu_convert.py)
         cvt = state.out_cvt
         out = dpu_convert.fp_to_int(data, cvt.scale, cvt.shift, cvt.offset, cvt.round_bit, np.int8, where)
+    elif state.out_precision == INT16:  # truncated and wrapped (kernels/dpu_fp_to_int16.py)
+        cvt = state.out_cvt
+        out = dpu_fp_to_int16.fp_to_int16(data, cvt.scale, cvt.shift, cvt.offset, cvt.round_bit, where)
     else:
         out = kernels.out_cvt_fp16(data) if state.out_precision == FP16 else data.astype(np.float32)
     # lanes past the channel count are written as 0 [C]

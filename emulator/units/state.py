@@ -87,6 +87,9 @@ class ConvState:
     #: decompressor's setting (kernels.weights_sparse.Decompression); weight_bytes and
     #: weight_bytes_per_kernel then hold the dense sizes (twice WEIGHT_SIZE0/1). None: dense
     decompress: Any = None
+    #: CNA input converter (CVT_CON0..5, REGISTER_SEMANTICS.md 36): kernels.cna_convert.InputConvert
+    #: applied to the int8 features on their way into the CBUF; None: CVT_BYPASS
+    input_convert: Any = None
 
     @property
     def feature_type(self) -> int:

@@ -40,11 +40,11 @@ def conv_resize_conv():
 
 
 def conv_transpose_conv():
-    """conv (NPU) -> Transpose H<->W (CPU) -> conv (NPU)."""
+    """conv (NPU) -> Transpose C<->W (CPU; H<->W runs on the DPU, LOWERING.md 35) -> conv (NPU)."""
     net = Net(5)
     net.conv("c1", "x", "a", 3, 8)
-    net.node("Transpose", ["a"], ["t"], "swap", perm=[0, 1, 3, 2])
-    net.conv("c2", "t", "y", 8, 8)
+    net.node("Transpose", ["a"], ["t"], "swap", perm=[0, 3, 2, 1])
+    net.conv("c2", "t", "y", 10, 8)
     return net.model([1, 3, 6, 10], "y"), (1, 3, 6, 10)
 
 

@@ -59,6 +59,7 @@ OLD_NPU_OPS = (
     (("FlatConcat",), "DPU copies, one per input, into its columns of the output (LOWERING.md 29)"),  # LOWERING.md 29
     (("Pad", "Slice", "Pow", "Sqrt", "ReduceMean", "Gather"),  # rewritten by graph passes (LOWERING.md 32)
      "the layers a graph pass rewrites it into (LOWERING.md 20.3, 24, 32)"),
+    (("Transpose",), "DPU copies swapping H and W, one per C1 surface (LOWERING.md 35)"),  # LOWERING.md 35
 )
 #: kinds whose nodes never reach layer_from_node as themselves (op_table.LOWERINGS)
 EXPANDED_KINDS = {"conv_phases", "split", "alias", "as_conv"}

@@ -369,8 +369,8 @@ def _ops_meta(case: str) -> dict:
 FP16_REFUSED = {
     # (focus_slice_fp16's fp16 image input runs: test_cna_image_fp16.py)
     # (conv1d_fp16's transpose writes and resize_bilinear_2x_fp16's edge copies run:
-    # test_vendor_dpu_transpose.py); task 2: a max over channels (MINMAX_CTL with OFFSET_PEND)
-    "softmax_last_fp16": r"OFFSET_PEND",
+    # test_vendor_dpu_transpose.py); softmax_last_fp16 runs (test_vendor_dpu_modes.py)
+    "gru_fp16": r"PROC_PRECISION=5 \(fp32\)",   # task 4: an fp32 EW add (REGISTER_SEMANTICS 31, 35)
 }
 
 

@@ -4,8 +4,11 @@ disassembles, and ``npuemu run`` either runs it or refuses it with a one-line er
 They are rknn-toolkit2 2.5.0 builds of ops npuemu does not all run yet (Resize, LayerNorm,
 exLSTM, rk3576 convs, ...). When they were made, inspect refused 16 and disasm 8 of them; the
 loader's tail and const-size checks now accept what the vendor really writes
-(isa/RKNN_TAILS.md). Whether an op *runs* is not asserted here: only that a refusal is a clean
-NpuemuError, never a traceback. Skipped when ../shared is absent (tests/shared_data.py).
+(isa/RKNN_TAILS.md). ``npuemu run`` must run exactly the fixtures of ``RUNS`` (their outputs are
+compared with the vendor simulator in the tests of the modes they need: test_rknn_fixtures_run,
+test_vendor_dpu_transpose, test_vendor_dpu_modes, test_rknn_rk3576, test_cna_input_convert, ...)
+and refuse the others with a clean one-line NpuemuError, never a traceback. Skipped when ../shared
+is absent (tests/shared_data.py).
 """
 
 from __future__ import annotations
@@ -27,6 +30,16 @@ from npuemu.tools.cli import main
 relocation = importlib.import_module("npuemu.isa.rknn.relocate")   # the package re-exports a function of that name
 
 FIXTURE_COUNT = 44   # the folder's README: 23 cases, int8 and fp16 builds
+#: the 36 that run (session 10); the 8 others stop at DPU bf16 output (layernorm x4), DPU int32
+#: (lstm x2) and fp32 processing (gru x2), REGISTER_SEMANTICS.md 32 and 35
+RUNS = frozenset("""
+    conv1d_fp16 conv1d_int8 conv_hardswish_fp16 conv_hardswish_int8 conv_silu_add_fp16 dense_rk3576_fp16
+    dense_rk3576_int8 dynamic_shape_fp16 dynamic_shape_int8 focus_slice_fp16 focus_slice_int8 gelu_fp16 gelu_int8
+    glu_fp16 glu_int8 matmul_act_fp16 matmul_act_int8 matmul_rows_fp16 matmul_rows_int8 qdq_prequant_int8
+    resize_bilinear_2x_fp16 resize_bilinear_2x_int8 resize_nearest_2x_fp16 resize_nearest_2x_int8 se_gate_fp16
+    se_gate_int8 softmax_last_fp16 softmax_last_int8 sparse_rk3576_fp16 sparse_rk3576_int8 sparse_rk3576_off_fp16
+    sparse_rk3576_off_int8 transpose_heads_fp16 transpose_heads_int8 transpose_nhwc_fp16 transpose_nhwc_int8
+""".split())
 NAMES = sorted(path.parent.name for path in RKNN_FIXTURES_OPS.glob("*/model.rknn"))
 CASES = NAMES or [pytest.param(None, marks=pytest.mark.skip(reason=MISSING_REASON))]
 
@@ -85,6 +98,7 @@ def test_run_runs_or_refuses_cleanly(name, tmp_path, capsys):
     else:
         assert code == 2, err
         _one_line_error(err, name)
+    assert (code == 0) == (name in RUNS), err
 
 
 # --- the three relaxations (isa/RKNN_TAILS.md), and what they still refuse --------------------------
