@@ -21,7 +21,7 @@ from ..ir import Graph, Node
 from .context import PassContext
 from .focus_as_conv import SELECTION_ATTR
 from .match import add_tensor_like, new_constant
-from .partition import decide
+from .replace_on_npu import replace_each
 from .rewritten_ops import gather_channels
 
 
@@ -54,18 +54,12 @@ def _gather_nodes(graph: Graph, node: Node, picked: list[int]) -> list[Node]:
 
 def gather_as_channel_pick(graph: Graph, ctx: PassContext) -> int:
     """A Gather of constant 1-D channel indices becomes a channel Slice or a 1x1 selection Conv."""
-    rewritten = 0
-    for node in [node for node in graph.nodes if node.op_type == "Gather"]:
+    def replacement(node: Node) -> list[Node] | None:
         picked = gather_channels(graph, node)
-        if picked is None:
-            continue
-        nodes = _gather_nodes(graph, node, picked)
-        if any(decide(graph, new, ctx).target != "NPU" for new in nodes if new.op_type != "Slice"):
-            continue  # remove_dead drops the new tensors; a Slice is the channel Slice pass's to decide
-        index = graph.nodes.index(node)
-        graph.nodes[index:index + 1] = nodes
-        rewritten += 1
-    return rewritten
+        return None if picked is None else _gather_nodes(graph, node, picked)
+
+    # a Slice is the channel Slice pass's to decide
+    return replace_each(graph, ctx, "Gather", replacement, exempt=("Slice",))
 
 
 __all__ = ["gather_as_channel_pick"]

@@ -33,7 +33,7 @@ from .concat_as_convs import element_c2
 from .context import PassContext
 from .focus_as_conv import SELECTION_ATTR
 from .match import add_tensor_like, new_constant
-from .partition import decide
+from .replace_on_npu import replace_each
 from .rewritten_ops import channel_pads
 
 def source_channel(mode: str, channel: int, position: int) -> int:
@@ -95,18 +95,12 @@ def _pad_nodes(graph: Graph, node: Node, before: int, after: int, c2: int) -> li
 
 def pad_channels_as_copies(graph: Graph, ctx: PassContext) -> int:
     """A reflect/edge Pad of a map's channels becomes selection convs and a channel Concat."""
-    rewritten = 0
-    for node in [node for node in graph.nodes if node.op_type == "Pad"]:
+    def replacement(node: Node) -> list[Node] | None:
         pads = channel_pads(graph, node)
-        if pads is None:
-            continue
-        nodes = _pad_nodes(graph, node, *pads, element_c2(ctx))
-        if any(decide(graph, new, ctx).target != "NPU" for new in nodes if new.op_type != "Slice"):
-            continue  # e.g. more channels than the CNA reads: the Pad stays (remove_dead drops the new tensors)
-        index = graph.nodes.index(node)
-        graph.nodes[index:index + 1] = nodes
-        rewritten += 1
-    return rewritten
+        return None if pads is None else _pad_nodes(graph, node, *pads, element_c2(ctx))
+
+    # e.g. more channels than the CNA reads: the Pad stays
+    return replace_each(graph, ctx, "Pad", replacement, exempt=("Slice",))
 
 
 __all__ = ["pad_channels_as_copies", "source_channel"]

@@ -21,7 +21,7 @@ import numpy as np
 from ..ir import Graph, Node
 from .context import PassContext
 from .match import add_tensor_like, new_constant
-from .partition import decide
+from .replace_on_npu import replace_each
 from .rewritten_ops import CHANNELS, reduction
 
 def _channel_mean(graph: Graph, node: Node, x4: str) -> Node:
@@ -60,19 +60,12 @@ def _mean_nodes(graph: Graph, node: Node, kind: str) -> list[Node]:
 
 def reduce_mean_on_npu(graph: Graph, ctx: PassContext) -> int:
     """ReduceMean over the channels becomes a 1x1 conv of weights 1/C, over the plane a GlobalAveragePool."""
-    rewritten = 0
-    for node in [node for node in graph.nodes if node.op_type == "ReduceMean"]:
+    def replacement(node: Node) -> list[Node] | None:
         kind = reduction(graph, node)
-        if kind is None:
-            continue
-        nodes = _mean_nodes(graph, node, kind)
-        work = [new for new in nodes if new.op_type != "Reshape"]  # a host Reshape at the end may merge later
-        if any(decide(graph, new, ctx).target != "NPU" for new in work):
-            continue  # remove_dead drops the new tensors
-        index = graph.nodes.index(node)
-        graph.nodes[index:index + 1] = nodes
-        rewritten += 1
-    return rewritten
+        return None if kind is None else _mean_nodes(graph, node, kind)
+
+    # a host Reshape at the end may merge later
+    return replace_each(graph, ctx, "ReduceMean", replacement, exempt=("Reshape",))
 
 
 __all__ = ["reduce_mean_on_npu"]
