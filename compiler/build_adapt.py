@@ -374,14 +374,22 @@ def _concat(graph: Graph, node: Node) -> ConcatLayer:
     inputs = tuple(node.inputs)
     if any(graph.tensor(name).is_const for name in inputs):
         raise _fail(node, "a concat with a constant input is not lowered")
+    return _joined_record(ConcatLayer, graph, node, "a float16 concat with int8 inputs is not lowered (a DataConvert "
+                                                       "goes first)")
+
+
+def _joined_record(kind, graph: Graph, node: Node, mixed: str):
+    """A ConcatLayer / FlatConcatLayer of ``node``'s inputs: float16 throughout (``mixed`` names the
+    refusal otherwise) or int8 with each input's and the output's quantization."""
+    inputs, output = tuple(node.inputs), node.outputs[0]
     shapes = tuple(chw(graph, name, node) for name in inputs)
-    dtype = stored_dtype(graph, node.outputs[0])
+    dtype = stored_dtype(graph, output)
     if dtype == "float16":
         if any(stored_dtype(graph, name) != dtype for name in inputs):
-            raise _fail(node, "a float16 concat with int8 inputs is not lowered (a DataConvert goes first)")
-        return ConcatLayer(node.layer_name, inputs, node.outputs[0], shapes, (None,) * len(inputs), None, dtype)
-    return ConcatLayer(node.layer_name, inputs, node.outputs[0], shapes,
-                       tuple(int8_quant(graph, name, node) for name in inputs), int8_quant(graph, node.outputs[0], node))
+            raise _fail(node, mixed)
+        return kind(node.layer_name, inputs, output, shapes, (None,) * len(inputs), None, dtype)
+    return kind(node.layer_name, inputs, output, shapes, tuple(int8_quant(graph, name, node) for name in inputs),
+                int8_quant(graph, output, node))
 
 
 def concat_fits_surfaces(graph: Graph, node: Node, platform) -> bool:
@@ -519,14 +527,7 @@ def _resize_record(graph: Graph, node: Node, platform: Platform) -> ResizeLayer 
 #: alias is build_adapt.alias_from_node, as_conv exists after a rewrite only, host is a host step.
 def _flat_concat_record(graph: Graph, node: Node, platform: Platform) -> FlatConcatLayer:
     """Maps flattened along the pixels and joined (LOWERING.md 29): DPU copies like a Concat's."""
-    inputs, dtype = tuple(node.inputs), stored_dtype(graph, node.outputs[0])
-    shapes = tuple(chw(graph, name, node) for name in inputs)
-    if dtype == "float16":
-        if any(stored_dtype(graph, name) != dtype for name in inputs):
-            raise _fail(node, "a float16 flat concat with int8 inputs is not lowered")
-        return FlatConcatLayer(node.layer_name, inputs, node.outputs[0], shapes, (None,) * len(inputs), None, dtype)
-    return FlatConcatLayer(node.layer_name, inputs, node.outputs[0], shapes,
-                           tuple(int8_quant(graph, name, node) for name in inputs), int8_quant(graph, node.outputs[0], node))
+    return _joined_record(FlatConcatLayer, graph, node, "a float16 flat concat with int8 inputs is not lowered")
 
 
 def _transpose_record(graph: Graph, node: Node, platform: Platform) -> TransposeLayer:

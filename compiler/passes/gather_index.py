@@ -20,7 +20,7 @@ import numpy as np
 from ..ir import Graph, Node
 from .context import PassContext
 from .focus_as_conv import SELECTION_ATTR
-from .match import add_tensor_like, new_constant
+from .match import add_tensor_like, new_constant, reshape_node
 from .replace_on_npu import replace_each
 from .rewritten_ops import gather_channels
 
@@ -46,10 +46,7 @@ def _gather_nodes(graph: Graph, node: Node, picked: list[int]) -> list[Node]:
     dtype = graph.tensors[x].dtype
     x4 = add_tensor_like(graph, f"{x}_4d", (1, graph.tensors[x].shape[1], 1, 1), dtype)  # [1, C]: the same bytes
     y4 = add_tensor_like(graph, f"{y}_4d", (1, len(picked), 1, 1), dtype)
-    channels = graph.tensors[x].shape[1]
-    return [Node(graph.unique_node_name(f"{x4}_reshape"), "Reshape", [x], [x4], {"shape": [1, channels, 1, 1]}),
-            _picked(graph, node, x4, picked, y4),
-            Node(graph.unique_node_name(f"{y}_reshape"), "Reshape", [y4], [y], {"shape": [1, len(picked)]})]
+    return [reshape_node(graph, x, x4), _picked(graph, node, x4, picked, y4), reshape_node(graph, y4, y)]
 
 
 def gather_as_channel_pick(graph: Graph, ctx: PassContext) -> int:

@@ -101,6 +101,12 @@ def add_tensor_like(graph: Graph, base: str, shape: tuple[int, ...], dtype: str)
     return graph.add_tensor(Tensor(graph.unique_tensor_name(base), shape, dtype)).name
 
 
+def reshape_node(graph: Graph, source: str, target: str) -> Node:
+    """A Reshape of ``source`` into the existing tensor ``target`` (named after it)."""
+    return Node(graph.unique_node_name(f"{target}_reshape"), "Reshape", [source], [target],
+                {"shape": list(graph.tensors[target].shape)})
+
+
 def new_constant(graph: Graph, base: str, data: np.ndarray, dtype: str = "float32") -> str:
     """A new constant (never an edit of an existing one: constants may be shared)."""
     return graph.add_constant(base, np.asarray(data, dtype=dtype)).name

@@ -32,7 +32,7 @@ from ..ir import Graph, Node
 from .concat_as_convs import element_c2
 from .context import PassContext
 from .focus_as_conv import SELECTION_ATTR
-from .match import add_tensor_like, new_constant
+from .match import add_tensor_like, new_constant, reshape_node
 from .replace_on_npu import replace_each
 from .rewritten_ops import channel_pads
 
@@ -69,7 +69,7 @@ def _selection(graph: Graph, name: str, x4: str, mode: str, positions: range, pl
 def _reshaped(graph: Graph, source: str, shape: tuple[int, ...], target: str | None = None) -> Node:
     if target is None:
         target = add_tensor_like(graph, f"{source}_4d", shape, graph.tensors[source].dtype)
-    return Node(graph.unique_node_name(f"{target}_reshape"), "Reshape", [source], [target], {"shape": list(shape)})
+    return reshape_node(graph, source, target)
 
 
 def _pad_nodes(graph: Graph, node: Node, before: int, after: int, c2: int) -> list[Node]:

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..ir import Graph, Node
 from .context import PassContext
-from .match import add_tensor_like, new_constant
+from .match import add_tensor_like, new_constant, reshape_node
 from .replace_on_npu import replace_each
 from .rewritten_ops import CHANNELS, reduction
 
@@ -32,18 +32,13 @@ def _channel_mean(graph: Graph, node: Node, x4: str) -> Node:
     return Node(graph.unique_node_name(f"{node.name}_conv"), "Conv", [x4, weight], [out], attrs)
 
 
-def _reshape(graph: Graph, source: str, target: str) -> Node:
-    shape = list(graph.tensors[target].shape)
-    return Node(graph.unique_node_name(f"{target}_reshape"), "Reshape", [source], [target], {"shape": shape})
-
-
 def _mean_nodes(graph: Graph, node: Node, kind: str) -> list[Node]:
     x, y = node.inputs[0], node.outputs[0]
     nodes = []
     if kind == CHANNELS:
         if len(graph.tensors[x].shape) == 2:
             x4 = add_tensor_like(graph, f"{x}_4d", (1, graph.tensors[x].shape[1], 1, 1), graph.tensors[x].dtype)
-            nodes.append(_reshape(graph, x, x4))
+            nodes.append(reshape_node(graph, x, x4))
             x = x4
         nodes.append(_channel_mean(graph, node, x))
     else:
@@ -54,7 +49,7 @@ def _mean_nodes(graph: Graph, node: Node, kind: str) -> list[Node]:
         nodes[-1].outputs = [y]
         graph.tensors.pop(result)
     else:
-        nodes.append(_reshape(graph, result, y))
+        nodes.append(reshape_node(graph, result, y))
     return nodes
 
 
