@@ -198,7 +198,8 @@ def batch_model(model: ModelFile, spec, batch: int) -> ModelFile:
     trailer = copy.deepcopy(model.trailer)
     contexts = batch_contexts(batch, spec)
     relocation = _Relocation(trailer, batch, contexts)
-    regmap = load_regmap(spec.register_map.family)
+    # a build in the vendor rk3576 layout keeps it per slice (LOWERING.md 39)
+    regmap = load_regmap(trailer.get("platform", {}).get("register_layout", spec.register_map.family))
     scale = spec.pc.data_amount_scale
     sections = {s.name: s for s in model.sections}
     regcmd_base = _align(relocation.io_end)

@@ -19,12 +19,14 @@ single-batch build per slice (compiler/batch.py).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from npuemu.compiler.batch import build_batched
 from npuemu.compiler.ir import Graph
 from npuemu.compiler.layer_records import layer_records
-from npuemu.compiler.lower import lower_layer
+from npuemu.compiler.lower.lowering_cache import LoweringCache
+from npuemu.compiler.lower.emit_rk3576 import SHIFT_TENSOR, choose_layout, to_vendor_layout
 from npuemu.compiler.memory_plan import plan_memory, regcmd_bytes
 from npuemu.compiler.package import package
 from npuemu.compiler.passes.output_readout import annotate, strip_readouts
@@ -58,22 +60,31 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
     records = layer_records(graph, spec)
     tensors = plan_tensors(records, spec, elide_copies=elide_copies, pack_inputs=pack_inputs, sram=sram)
     layers = records.layers
+    cache = LoweringCache()
 
     def lower_all(plan):
         placements = tensors.placements(plan, spec)
-        return placements, [lower_layer(layer, placements, spec, regmap, op_idx=i, cores=len(cores))
+        return placements, [cache.lower(layer, placements, spec, regmap, op_idx=i, cores=len(cores))
                             for i, layer in enumerate(layers)]
 
-    # lowered once to size the regcmd area, then again with the final addresses
+    # lowered to size the regcmd area, then with the final addresses: the regcmd area is planned
+    # last, so no other address moves and the cache hands back the first lowering (lowering_cache.py)
     _, first = lower_all(plan_memory(tensors.constant_sizes, tensors.lifetimes))
+    layout = choose_layout(first, regmap, len(cores))  # the vendor rk3576 layout where it fits (LOWERING.md 39)
+    if layout.words:
+        tensors.constants[SHIFT_TENSOR] = layout.shift_blob
     plan_steps = segments(records.work, first)
-    all_tasks = chain_tasks(first, plan_steps, spec.pc.max_tasks_per_submit)
+    all_tasks = chain_tasks(to_vendor_layout(first, regmap, layout, 0), plan_steps, spec.pc.max_tasks_per_submit)
     plan = plan_memory(tensors.constant_sizes, tensors.lifetimes, regcmd_bytes(all_tasks))
     placements, lowered = lower_all(plan)
+    lowered = to_vendor_layout(lowered, regmap, layout, plan.address(SHIFT_TENSOR) if layout.words else 0)
     layer_ids = {id(record): index for index, record in enumerate(records.records)}
-    schedule = encode_schedule(plan_steps, lowered, layer_ids, layers, regmap, regcmd_base=plan["regcmd"].address,
-                               cores=cores, scale=spec.pc.data_amount_scale)
-    return annotate(package(records, tensors, plan, placements, schedule, spec, name=name, options=options), readouts)
+    schedule = encode_schedule(plan_steps, lowered, layer_ids, layers, layout.vendor or regmap,
+                               regcmd_base=plan["regcmd"].address, cores=cores, scale=spec.pc.data_amount_scale)
+    model = package(records, tensors, plan, placements, schedule, spec, name=name, options=options)
+    if layout.trailer():
+        model = replace(model, trailer={**model.trailer, "platform": {**model.trailer["platform"], **layout.trailer()}})
+    return annotate(model, readouts)
 
 
 def _check_cores(cores: Sequence[int], spec) -> tuple[int, ...]:

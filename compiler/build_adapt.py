@@ -19,12 +19,14 @@ from npuemu.compiler.build_host import (  # noqa: F401 (names build.py imports f
 )
 from npuemu.compiler import op_table
 from npuemu.compiler.ir import FusedOp, Graph, Node, QuantParams, Tensor
+from npuemu.compiler.deconv_crop import cropped_phase_convs, phase_atoms_addressable  # LOWERING.md 40
 from npuemu.compiler.deconv_phases import (
     channel_groups, interleave_chunks, interleave_fits, phase_conv, phase_weights, window_shape,
 )
 from npuemu.compiler.passes.constraints import as_cube
 from npuemu.compiler.passes.lower_attention import WEIGHTS_FROM  # a Conv's weights read from a feature map (22.3)
 from npuemu.compiler.passes.lower_data_convert import convert_record  # DataConvert on the DPU (LOWERING.md 26)
+from npuemu.compiler.passes.transpose_npu import transpose_form  # Transpose perms on the DPU (LOWERING.md 36)
 from npuemu.compiler.lower import Activation, ActivationLayer, ConcatLayer, ConvLayer, SliceLayer, EltwiseLayer, PoolLayer, Quant, Residual
 from npuemu.compiler.lower.layers import ResizeLayer
 from npuemu.compiler.lower.lower_flat_concat import FlatConcatLayer
@@ -540,7 +542,8 @@ def _transpose_record(graph: Graph, node: Node, platform: Platform) -> Transpose
     quant = None if dtype == "float16" else layer_quant(graph, x, node)
     if dtype != "float16" and quant != layer_quant(graph, y, node):
         raise _fail(node, "a transpose moves bytes, so input and output must share their quantization")
-    return TransposeLayer(node.layer_name, x, y, chw(graph, x, node), quant, dtype)
+    return TransposeLayer(node.layer_name, x, y, chw(graph, x, node), quant, dtype,
+                          **transpose_form(graph, node))  # the cube perm; a split node's stage (LOWERING.md 36)
 
 
 LAYER_BUILDERS = {"conv": _conv_record, "pool": _pool_record, "eltwise": _eltwise_record, "concat": _concat_record,
@@ -665,7 +668,8 @@ def conv_transpose_phases(graph: Graph, node: Node):
                       in_hw)
 
 
-def split_conv_transpose(graph: Graph, node: Node) -> tuple[list[Tensor], Node, list[Node]] | None:
+def split_conv_transpose(graph: Graph, node: Node, platform: Platform | None = None
+                         ) -> tuple[list[Tensor], Node, list[Node]] | None:
     """(new tensors, the phase conv node, the CPU nodes after it: DepthToSpace and, where the
     pads crop, a Slice) for an NPU ConvTranspose, else None."""
     if node.op_type != "ConvTranspose" or node.target != "NPU" or len(node.outputs) != 1:
@@ -692,6 +696,9 @@ def split_conv_transpose(graph: Graph, node: Node) -> tuple[list[Tensor], Node, 
         elif part.inputs:  # a residual or a per-channel operand would need the same reordering
             return None
         fused.append(part)
+    cropped = cropped_phase_convs(graph, node, phases, platform) if phases.cropped else None
+    if cropped is not None:  # one conv per phase of the rows the crop keeps (deconv_crop.py, LOWERING.md 40)
+        return cropped[0], cropped[1][0], cropped[1][1:]
     out = graph.tensor(base)
     (height, width), (y0, x0, crop_h, crop_w) = phases.out_hw, phases.crop
     direct = s == 1 and not phases.cropped  # the conv writes the layer's output itself
@@ -701,7 +708,9 @@ def split_conv_transpose(graph: Graph, node: Node) -> tuple[list[Tensor], Node, 
     conv = Node(node.name, "Conv", inputs, [source],
                 {"kernel_shape": list(phases.kernel), "strides": [1, 1], "pads": list(phases.pads),
                  "dilations": [1, 1], "group": 1}, fused, "NPU")
-    interleaved = _interleaved_phases(graph, node, conv, tensors, phases, c_out)
+    float16 = out.quant is not None and out.quant.dtype == "float16"
+    interleaved = _interleaved_phases(graph, node, conv, tensors, phases, c_out) \
+        if platform is None or phase_atoms_addressable(platform, float16) else None  # RK356x: odd atoms
     if interleaved is not None:  # no DepthToSpace: each phase conv writes its pixels (LOWERING.md 13)
         return interleaved[0], interleaved[1][0], interleaved[1][1:]
     moves = []

@@ -130,6 +130,14 @@ EXTENDED = 8
 #: ``interleave`` = (s, ry, rx, out_h, out_w): a phase of an output that is not s x the phase
 #: (bilinear align_corners to s*(n-1)+1, LOWERING.md 33.3): phase rx is ceil((out_w - rx) / s) wide
 CROPPED = 5
+#: ``interleave`` = (s, ry, rx, out_h, out_w, first channel, full channels): a channel group of such
+#: a phase (a cropping ConvTranspose of more than 32 output channels, deconv_crop.py, LOWERING.md 40)
+CROPPED_GROUP = 7
+#: (s, ry, rx, out_h, out_w, first channel, full channels, first column, width, input first column,
+#: input width, input full width): a column chunk of such a phase (its line past the WDMA channel
+#: field): it writes phase columns [first, first + width) and reads its own input window, halo
+#: columns included (deconv_crop.py, LOWERING.md 40)
+CROPPED_CHUNK = 12
 #: output channels of one channel group: 8 surfaces of the smallest C2 (RK356x fp16: 4), and a
 #: whole number of passes and surfaces on every chip
 GROUP_CHANNELS = MAX_WRITE_SURFACES * 4
@@ -149,16 +157,22 @@ def written_shape(shape: tuple[int, int, int], interleave: tuple[int, ...]) -> t
         return interleave[7], s * shape[1], s * interleave[5]
     if len(interleave) == CROPPED:
         return shape[0], interleave[3], interleave[4]
+    if len(interleave) in (CROPPED_GROUP, CROPPED_CHUNK):
+        return interleave[6], interleave[3], interleave[4]
     return shape[0], s * shape[1], s * shape[2]
 
 
 def first_channel(interleave: tuple[int, ...]) -> int:
     """The output channel a phase conv's channel 0 is written to (0 unless a channel group)."""
+    if len(interleave) in (CROPPED_GROUP, CROPPED_CHUNK):
+        return interleave[5]
     return interleave[6] if len(interleave) == EXTENDED else 0
 
 
 def input_window(interleave: tuple[int, ...]) -> tuple[int, int, int] | None:
     """(first column, chunk width, full input width) of a column-chunk phase conv's input, else None."""
+    if len(interleave) == CROPPED_CHUNK:
+        return None if interleave[10] == interleave[11] else tuple(interleave[9:12])
     if len(interleave) != EXTENDED or interleave[4] == interleave[5]:
         return None
     return tuple(interleave[3:6])
@@ -184,11 +198,14 @@ def interleaved_write(interleave: tuple[int, ...], out_width: int, c2: int, chan
     width from phase column ``first``."""
     s, ry, rx = interleave[:3]
     width = out_width // s
-    if len(interleave) == CROPPED:  # the phase's own columns of an output not s x the phase wide
+    if len(interleave) in (CROPPED, CROPPED_GROUP):  # the phase's own columns of an output not s x the phase wide
         width = -(-(out_width - rx) // s)
     if len(interleave) == EXTENDED:  # a part of the phase: its own width, from its first column
         width = interleave[4]
         rx += s * interleave[3]
+    if len(interleave) == CROPPED_CHUNK:  # a column chunk of a cropped phase
+        width = interleave[8]
+        rx += s * interleave[7]
     surfaces = -(-channels // c2)
     if width < 2 or residual or surfaces > MAX_WRITE_SURFACES:
         # width 1: the WDMA sizes would read as a plain write (REGISTER_SEMANTICS 3.3.1)

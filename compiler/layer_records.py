@@ -30,6 +30,7 @@ from npuemu.compiler.passes.lower_data_convert import host_reason as data_conver
 from npuemu.compiler.passes.lower_glu import expand_glu
 from npuemu.compiler.passes.lower_rsqrt import expand_rsqrt
 from npuemu.compiler.passes.lower_softmax import expand_softmax
+from npuemu.compiler.passes.transpose_npu import expand_transpose
 from npuemu.compiler.passes.resize_bilinear import expand_resize_bilinear
 from npuemu.isa.errors import CompileError
 
@@ -130,7 +131,8 @@ def _expand(graph: Graph, spec) -> tuple[Graph, list]:
             continue
         glu = expand_glu(target.graph, node) or expand_softmax(target.graph, node) \
             or expand_resize_bilinear(target.graph, node, spec) \
-            or expand_rsqrt(target.graph, node)  # LOWERING.md 22.1, 22.2, 19.1, 24 (a hybrid's fp16 1/sqrt)
+            or expand_rsqrt(target.graph, node) \
+            or expand_transpose(target.graph, node)  # LOWERING.md 22.1, 22.2, 19.1, 24 (a hybrid's fp16 1/sqrt), 36
         if glu is not None:
             for tensor in glu[0]:
                 target.add(tensor)
@@ -140,7 +142,7 @@ def _expand(graph: Graph, spec) -> tuple[Graph, list]:
         if slices is not None:
             nodes += slices
             continue
-        transposed = split_conv_transpose(target.graph, node)
+        transposed = split_conv_transpose(target.graph, node, spec)  # spec: the cropped phases' atom (LOWERING.md 40)
         if transposed is not None:
             tensors, conv, moves = transposed
             for tensor in tensors:

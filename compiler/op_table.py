@@ -37,8 +37,9 @@ ORIGINS = {
 #: NPU lowering kinds: how build_adapt turns an NPU node into a record
 LOWERINGS = {
     "conv": "a ConvLayer (CNA -> CORE -> DPU tasks, lower/lower_conv.py)",
-    "conv_phases": "a Conv per stride phase writing interleaved (DPU), or one phase Conv plus host DepthToSpace/crop "
-                   "where the pads crop (build_adapt.split_conv_transpose)",
+    "conv_phases": "a Conv per stride phase writing interleaved (DPU), where the pads crop of the rows kept "
+                   "(deconv_crop.py); a cropped phase 1 wide, or RK356x's 8-byte atoms: one phase Conv plus "
+                   "host DepthToSpace/crop (build_adapt.split_conv_transpose)",
     "as_conv": "runs as a Conv after the -O3 rewrite fully_connected_as_conv (not built as itself)",
     "eltwise": "an EltwiseLayer (DPU BS/EW stage, lower/lower_eltwise.py; a [1,C,1,1] gate through the ERDMA per channel)",
     "activation": "an ActivationLayer without the LUT (DPU BS stage ReLU/clip), int8 only",
@@ -53,7 +54,9 @@ LOWERINGS = {
               "bilinear: an edge-padded copy + depthwise phase convs (passes/resize_bilinear.py)",
     "convert": "a ConvertLayer: one DPU-only task, int8 <-> fp16 (lower/lower_convert.py; a host step where "
                "passes/lower_data_convert.host_reason names a limit)",
-    "transpose": "a TransposeLayer: DPU-only copies swapping H and W, one per C1 surface (lower/lower_transpose.py)",
+    "transpose": "a TransposeLayer: DPU-only moves - H <-> W one copy per C1 surface, the other perms keeping N "
+                 "the vendor's TP_EN / TP_ORG_EN chains with a scratch tensor (lower/lower_transpose.py, "
+                 "transpose_perms.py)",
 }
 
 #: roles in the conv fusions (passes/fusion_rules.py, fuse_activation.py, fuse_add.py, fuse_pad.py)
@@ -167,9 +170,13 @@ ROWS: tuple[OpRow, ...] = (
     OpRow("SpaceToDepth", npu="space_to_depth"),  # at -O3 a 0/1 stride-b conv (passes/space_to_depth.py, LOWERING.md 33.1)
     OpRow("Glu", "composite", npu="glu",  # Split + Sigmoid + Mul at build stage 5 (passes/lower_glu.py)
           reference="tests.compiler.test_glu_npu:reference_glu"),
-    OpRow("Transpose", npu="transpose", lowering="transpose",  # H <-> W perms: DPU copies (LOWERING.md 35)
+    OpRow("Transpose", npu="transpose", lowering="transpose",  # perms keeping N: DPU moves (LOWERING.md 35, 36)
           reference=f"{_KIT}:reference_transpose"),
-    *_host_only("LayerNormalization", "MatMul", "Gemm", "BatchNormalization", "Exp",
+    # of two activations: an ActMatMul where passes/matmul_act_npu.py finds the layouts (LOWERING.md 37)
+    OpRow("MatMul", npu="matmul_act"),
+    OpRow("ActMatMul", "composite", npu="matmul_act", host=False,  # run-time-weight convs at build stage 5
+          reference="tests.compiler.test_matmul_activations_npu:reference_act_matmul"),
+    *_host_only("LayerNormalization", "Gemm", "BatchNormalization", "Exp",
                 "Erf", "Abs", "Neg", "Floor", "Ceil", "Round", "Reciprocal", "Log", "Sign", "Not", "Equal", "Less",
                 "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Where", "Cast"),
     *_host_only("ReduceSum", "ReduceMin", "ReduceMax", "ReduceProd", "ArgMax"),

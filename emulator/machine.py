@@ -25,6 +25,7 @@ from npuemu.isa.container import ModelFile, NpuStep
 from npuemu.isa.errors import EmulationError
 from npuemu.isa.regmap import RegisterMap
 from npuemu.isa.regmap_loader import load_regmap
+from npuemu.isa.rknn import rk3576_program
 from npuemu.platforms import load_platform
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,7 @@ class Machine:
             raise EmulationError("the model has no memory_map regions: nothing says how big the "
                                  "DDR image must be (isa/CONTAINER.md 3.4)")
         machine = cls(Memory.from_regions(regions), chip)
+        translated = _vendor_layout_sections(model, machine)
         for section in model.sections:
             if section.region.name.lower() == "none":
                 continue
@@ -104,7 +106,7 @@ class Machine:
                 raise EmulationError(
                     f"section {section.name!r} ({len(section.data)} bytes at {section.load_address:#x}) "
                     f"does not fit memory region {region.describe()}")
-            machine.memory.load(section.load_address, section.data)
+            machine.memory.load(section.load_address, translated.get(section.name, section.data))
         return machine
 
     def run_chain(self, address: int, first_amount: int, core: int = 0) -> ChainRun:
@@ -131,6 +133,22 @@ class Machine:
             runs.append(self.run_chain(section.load_address + step.chain.offset,
                                        step.chain.first_amount, step.core))
         return tuple(runs)
+
+
+def _vendor_layout_sections(model: ModelFile, machine: Machine) -> dict[str, bytes]:
+    """A model file whose trailer says its tasks are in a vendor register layout (LOWERING.md 39:
+    npuemu's own rk3576 builds) runs on the units' RK3588 positions: its chains are translated as
+    vendor .rknn programs are (isa/rknn/rk3576_program.py). Files without the key run as stored."""
+    layout = model.trailer.get("platform", {}).get("register_layout")
+    if layout is None or layout == machine.regmap.family:
+        return {}
+    if layout != rk3576_program.VENDOR_FAMILY:
+        raise EmulationError(f"the model file's tasks are in register layout {layout!r}, which the emulator "
+                             f"cannot translate to {machine.regmap.family!r}")
+    chains = [(step.chain.section, step.chain.offset, step.chain.first_amount)
+              for step in model.schedule() if isinstance(step, NpuStep)]
+    return rk3576_program.translate_model_sections(model.sections, chains, load_regmap(layout), machine.regmap,
+                                                   machine.platform.pc.data_amount_scale)
 
 
 def _check_atoms(platform, atom_bytes: int) -> None:

@@ -42,7 +42,8 @@ from npuemu.emulator.machine import ChainRun, Machine
 from npuemu.emulator.memory import Memory
 from npuemu.emulator.rknn_cpu_layers import HostStep, feeds_npu, host_layers, host_steps, segments
 from npuemu.emulator.rknn_multicore import PlacedPiece, PieceRun, place_pieces, run_pieces
-from npuemu.emulator.rknn_self_modifying import run_fetching_each_block, scratch_words
+from npuemu.emulator.rknn_recurrent_output import input_rows, read_sequence, sequence_buffer
+from npuemu.emulator.rknn_self_modifying import Rebase, run_fetching_each_block, scratch_words
 from npuemu.isa.errors import EmulationError, InputError, ModelFileError, UnsupportedProgramError
 from npuemu.isa.regmap_loader import load_regmap
 from npuemu.isa.rknn import (
@@ -165,6 +166,9 @@ class RknnRunner:
         machine = Machine(memory, self.platform)
         for tensor, values in zip(self.input_tensors, quantized_inputs):
             memory.load(self._address(tensor), _to_native(tensor, values).tobytes())
+            copy = input_rows(self.model, tensor, values)  # exGRU / exLSTM's atom rows (rknn_recurrent_output.py)
+            if copy is not None:
+                memory.load(self._address(copy[0]), copy[1].tobytes())
 
         host: dict[int, np.ndarray] = {}            # tensor index -> int8, graph shape
         done: list[str] = []
@@ -225,7 +229,8 @@ class RknnRunner:
                 amount = -(-(task.regcfg_amount + 4) // scale) - 1   # (amount + 1) * scale >= block words
                 if self.self_modifying:
                     run = run_fetching_each_block(machine, task.regcmd_addr, amount, chain.task_count,
-                                                  (self._pieces_base(), self._piece_words.size))
+                                                  (self._pieces_base(), self._piece_words.size),
+                                                  rebase=Rebase.of(self.model, self.program))
                 else:
                     run = machine.run_chain(task.regcmd_addr, amount, core=0)
             else:
@@ -285,6 +290,9 @@ class RknnRunner:
     def _read(self, tensor: RknnTensor, memory: Memory) -> np.ndarray:
         _check_activation_dtype(tensor, self.model)
         dtype = np.dtype("<f2") if _is_float16(tensor) else np.dtype(np.int8)
+        buffer = sequence_buffer(self.model, tensor, dtype.itemsize)  # exGRU / exLSTM (rknn_recurrent_output.py)
+        if buffer is not None:
+            return read_sequence(self._address(buffer), tensor, dtype, memory.dump)
         nbytes = _native_elements(tensor, dtype.itemsize) * dtype.itemsize
         raw = memory.dump(self._address(tensor), nbytes).view(dtype)
         return _from_native(tensor, raw)

@@ -16,10 +16,13 @@ scratch copy whose tail ends the chain; the driver's task count (TASK_CONTROL, r
 stops it. [C] The PC's prefetch of the next block while a task runs (TASK_CON pp_en) is not
 modelled: a block is read after every earlier task has written. [C] The copy's fetch leaves out
 the extra PC words, so the regcmd bytes counted for such a block are up to 3 words fewer.
+The values the exLSTM computes are offsets (DynamicCMD_StackBuf); :class:`Rebase` makes the fetched
+run-time words addresses (REGISTER_SEMANTICS.md 38).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,17 +82,62 @@ def _aligned(words: int) -> int:
     return -(-words // per) * per
 
 
+@dataclass(frozen=True)
+class Rebase:
+    """What the exLSTM's run-time words are relative to (REGISTER_SEMANTICS.md 38) [V: lstm_int8: the int32
+    tasks compute 0xc20 + 0x1000 k for DPU_RDMA SRC_BASE_ADDR words the file relocates to y_compute_zone +
+    0xc10 + 0x1000 k, x_exSecondary2 + 0x40 t for a DPU DST word relocated to x_exSecondary2 + 0x40, and
+    0x9e80, block 33's offset in the regcmd buffer, for the replay's PC BASE_ADDRESS: DynamicCMD_StackBuf
+    holds offsets, and the file says nowhere how the runtime makes them addresses]. [C] A fetched word that
+    differs from the relocated program's (a DPU task wrote it) gets the base the file relocates that word
+    against added to its value - the tensor's address, or the regcmd buffer's for a PC BASE_ADDRESS."""
+
+    regcmd: int                       # the regcmd buffer's device address
+    words: np.ndarray                 # the relocated program's words (uint64), as loaded
+    tensor_bases: dict[int, int]      # word index -> address of the tensor its relocation entry names
+
+    @classmethod
+    def of(cls, model, program) -> Rebase:
+        bases = {}
+        for entry in model.relocations:
+            if entry.tensor_name in program.addresses:
+                for _, word in entry.pairs:
+                    bases[word] = program.addresses[entry.tensor_name]
+        return cls(program.bases.regcmd, program.regcmd, bases)
+
+    def apply(self, address: int, raw: np.ndarray, regmap: RegisterMap) -> np.ndarray:
+        """The fetched words with the run-time ones made addresses (a copy when any changes)."""
+        first = (address - self.regcmd) // WORD_BYTES
+        out = raw
+        for i, word in enumerate(raw.tolist()):
+            index = first + i
+            if not 0 <= index < self.words.size or word == int(self.words[index]):
+                continue
+            decoded = decode_word(word, regmap)
+            if decoded.kind is not WordKind.WRITE:
+                continue
+            base = self.tensor_bases.get(index)
+            if base is None and decoded.block == "PC" and decoded.register == "BASE_ADDRESS":
+                base = self.regcmd
+            if base:
+                out = out.copy() if out is raw else out
+                out[i] = encode_write(regmap, decoded.block, decoded.register, (decoded.value + base) & 0xFFFFFFFF)
+        return out
+
+
 def run_fetching_each_block(machine: Machine, address: int, amount: int, task_count: int,
-                            scratch: tuple[int, int], core: int = 0) -> ChainRun:
+                            scratch: tuple[int, int], core: int = 0, rebase: Rebase | None = None) -> ChainRun:
     """Run up to ``task_count`` blocks from ``address`` (first fetch ``amount``), each read from DDR
-    when it starts (module note); ``scratch``: (address, words) of the copy's buffer. The records
-    are in run order."""
+    when it starts (module note); ``scratch``: (address, words) of the copy's buffer; ``rebase``: the
+    run-time words' bases (:class:`Rebase`). The records are in run order."""
     memory, regmap = machine.memory, machine.regmap
     scale = machine.platform.pc.data_amount_scale
     records, start, start_amount = [], address, amount
     for step in range(task_count):
         where = f"core {core} PC step {step} (block at {address:#x})"
         raw = memory.dump(address, fetch_words(amount, scale) * WORD_BYTES).view("<u8")
+        if rebase is not None:
+            raw = rebase.apply(address, raw, regmap)
         block = parse_block(raw, regmap, where)
         words = list(block.body) + [0, encode_write(regmap, "PC", "REGISTER_AMOUNTS",
                                                     block.next_amount_word & 0xFFFF0000), MARKER_WORD, block.enable]
@@ -103,7 +151,8 @@ def run_fetching_each_block(machine: Machine, address: int, amount: int, task_co
                                                 driver_setup=step == 0)
         except EmulationError as error:   # every EmulationError subclass takes the one message
             raise type(error)(f"{where}, run from a copy at {scratch[0]:#x}: {error}") from None
-        records.extend(ran)
+        # each block runs as a one-task chain (its record says task 0): numbered by PC step, as a chain's are
+        records.extend(dataclasses.replace(record, index=step) for record in ran)
         address, amount = block.next_address, block.next_amount_word & 0xFFFF
         if amount == 0:
             break

@@ -250,11 +250,13 @@ class Runtime:
         runs = []
         if self._schedule is None:
             self._schedule = self.model.schedule()
+        run_step = None  # (the host-step runner, looked up once per run: issue 20, per-step cost)
         for index, step in enumerate(self._schedule):
             if isinstance(step, NpuStep):
                 runs.append(self._run_chain(index, step))
             elif isinstance(step, CpuStep):
-                _cpu_ops().run_step(self, step)
+                run_step = run_step or _cpu_ops().run_step
+                run_step(self, step)
             else:  # pragma: no cover - the container knows two step kinds
                 raise EmulationError(f"schedule step {index}: unknown kind")
         self.runs = tuple(runs)

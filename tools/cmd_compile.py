@@ -402,6 +402,11 @@ def build_step(args: argparse.Namespace, front) -> None:
     model.write(args.output)
     print(f"wrote {args.output}: {len(model.layers())} layers, "
           f"{sum(step.chain.tasks for step in model.schedule() if step.kind == 'npu')} NPU tasks")
+    layout = model.trailer.get("platform", {})  # rk3576: the vendor's register layout or why not (LOWERING.md 39)
+    if layout.get("register_layout"):
+        print(f"register layout: {layout['register_layout']} (the vendor's, as a real chip reads it)")
+    if layout.get("register_layout_notice"):
+        print(f"note: {layout['register_layout_notice']}")
     if model.shape_sets():  # a dynamic-shape build: the figures above are set 0's
         from npuemu.isa.container_dynamic import describe
         print(f"{len(model.shape_sets())} shape sets (one chain set each, weights stored once): "

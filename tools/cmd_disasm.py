@@ -62,6 +62,7 @@ def _disassemble_model(model, map_name: str | None) -> str:
     if map_name is None:
         chip = model.platform().chip
         map_name = load_platform(chip).register_map.family if chip else "rk3588"
+        map_name = model.trailer.get("platform", {}).get("register_layout", map_name)  # LOWERING.md 39
     regmap = load_regmap(map_name)
     layers = task_layers(model, regmap)
     parts = []

@@ -114,6 +114,11 @@ def _header_lines(model: ModelFile, label: str, out: TextIO) -> None:
     out.write(f"file:      {label}\n")
     out.write(f"format:    {fmt['name']} {fmt['version']}\n")
     out.write(f"platform:  {platform.chip or '(not recorded)'}\n")
+    recorded = model.trailer.get("platform", {})  # the register layout of the tasks (LOWERING.md 39)
+    if recorded.get("register_layout"):
+        out.write(f"  register layout: {recorded['register_layout']}\n")
+    if recorded.get("register_layout_notice"):
+        out.write(f"  register layout: {recorded['register_layout_notice']}\n")
     if platform.overrides:
         out.write(f"  overrides: {_compact(platform.overrides)}\n")
     if platform.figures:

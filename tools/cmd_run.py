@@ -141,8 +141,9 @@ def _npu_inputs(runtime, args: argparse.Namespace) -> list:
     """Inputs given as files, each made what the runtime stores: .npy arrays in --layout order;
     images (PNG, JPEG with the ``images`` extra) and uint8 arrays as NCHW pixel values,
     preprocessed with the mean/std/BGR the model was calibrated with (recorded by `npuemu
-    compile` in the model file's compiler options); int8 only with --raw-input."""
-    from npuemu.compiler.quant.dataset import load_input_file
+    compile` in the model file's compiler options); int8 only with --raw-input. (The compiler's
+    modules are imported only for an image or a uint8 array: running a model on float .npy
+    inputs imports neither the compiler nor onnx, tests/test_import_cost.py.)"""
     from npuemu.emulator.rknn_runner import load_input_arrays
 
     recorded = (runtime.model.trailer.get("compiler", {}).get("options", {}) or {}).get("preprocess", {})
@@ -153,6 +154,8 @@ def _npu_inputs(runtime, args: argparse.Namespace) -> list:
             array, is_image = load_input_arrays([path])[0], False
             array = _in_layout(array, args.layout, shape, name, path)
         else:
+            from npuemu.compiler.quant.dataset import load_input_file
+
             array, is_image = load_input_file(path, shape, name)
         arrays.append(_npu_input_values(runtime, name, array, is_image, recorded.get(name), args.raw_input, path))
     return arrays
@@ -184,7 +187,6 @@ def _npu_input_values(runtime, name: str, array, is_image: bool, recorded: dict 
     int8 -> stored values, only with --raw-input (an int8 array is too easily a pixel buffer)."""
     import numpy as np
 
-    from npuemu.compiler.quant.preprocess import preprocess_from_plain
     from npuemu.emulator.cpu_ops_tensors import is_nd
 
     info = runtime.tensor_info(name) if name in runtime._tensors else {}
@@ -196,6 +198,8 @@ def _npu_input_values(runtime, name: str, array, is_image: bool, recorded: dict 
     if array.dtype == np.uint8 or is_image:
         array = array.astype(np.float32)
         if recorded:
+            from npuemu.compiler.quant.preprocess import preprocess_from_plain
+
             array = preprocess_from_plain(recorded, f"model preprocess of {name}").apply(array, is_image=True)
         return array
     return _check_real(array, stored, name, path)
@@ -364,12 +368,13 @@ def model_platform(model, asked: str | None, path: str):
     """The platform a .npu file runs on: its own chip with the figures it was compiled with
     (``compile --set``); ``--platform`` may name that chip (or a YAML describing it, e.g. with
     overrides) but not another one, whose layout and register figures the file was not compiled for."""
-    from npuemu.compiler.driver import target_platform
     from npuemu.isa.errors import ConfigError
     from npuemu.platforms import load_platform
 
     chip = model.platform().chip or "rk3588"
     recorded = dict(model.platform().overrides)  # `compile --set` figures the file was built with
+    if recorded:  # the compiler's driver (and with it onnx) only for a file built with --set
+        from npuemu.compiler.driver import target_platform
     if asked is None:
         return target_platform(chip, recorded) if recorded else None
     spec = load_platform(asked)

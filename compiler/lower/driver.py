@@ -8,6 +8,7 @@ then - once the memory plan has given every tensor and constant an address -
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -53,13 +54,31 @@ def as_conv(layer: Layer) -> Layer:
 def layer_constants(layer: Layer, platform: Platform) -> dict[str, bytes]:
     """Constant blobs ``layer`` needs, by name (conv/FC: packed weights and BS operands; an
     element-wise layer with a broadcast map: its lane-replicating conv's, broadcast_lanes.py)."""
+    constants = cached_conv_constants(layer, platform)
     layer = as_conv(layer)
-    if isinstance(layer, ConvLayer):
-        constants = conv_constants(layer, platform)
+    if constants is not None:
         if layer.weight_source:  # the weights are a feature map's bytes (LOWERING.md 22.3)
             return {layer.bias_tensor: constants.bias}
         return {layer.weight_tensor: constants.weights, layer.bias_tensor: constants.bias}
     return lanes_constants(layer, platform)
+
+
+#: layer object -> (platform, its ConvConstants): the tensor plan needs the blobs' sizes and
+#: every lowering of the layer the same bytes; layers are frozen, so they cannot go stale
+_CONV_CONSTANTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def cached_conv_constants(layer: Layer, platform: Platform) -> ConvConstants | None:
+    """``conv_constants`` of a conv or FC layer, packed once per layer object and platform
+    (issue 20: compile time); None for other layers."""
+    if not isinstance(layer, (ConvLayer, FcLayer)):
+        return None
+    known = _CONV_CONSTANTS.get(layer)
+    if known is not None and known[0] is platform:
+        return known[1]
+    constants = conv_constants(as_conv(layer), platform)
+    _CONV_CONSTANTS[layer] = (platform, constants)
+    return constants
 
 
 def output_align(layer: Layer, platform: Platform) -> int:
@@ -117,7 +136,8 @@ def lower_layer(layer: Layer, placements: Mapping[str, Placement], platform: Pla
     if regmap.family != platform.register_map.family:
         raise CompileError(f"register map {regmap.family!r} does not belong to platform {platform.name} "
                            f"(expects {platform.register_map.family!r})")
-    descriptions = describe_layer(layer, placements, platform, constants, cores)
+    descriptions = describe_layer(layer, placements, platform, constants or cached_conv_constants(layer, platform),
+                                  cores)
     limit = platform.pc.max_tasks_per_submit
     if len(descriptions) > limit:
         raise CompileError(f"layer {layer.name}: {len(descriptions)} tasks exceed the {limit} tasks of one "

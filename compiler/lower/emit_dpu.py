@@ -18,6 +18,7 @@ from npuemu.isa.task import Task
 from .descriptions import DpuCube, DpuStages, DpuTask, EwStage, Operand, XStage
 from .fields import RegisterBuilder, signed32
 from .lut import LutProgram
+from .lut_upload import upload_writes
 from .placement import ATOM_BYTES
 
 S_POINTER_PP = dict(POINTER_PP_MODE=1, EXECUTER_PP_EN=1, POINTER_PP_EN=1)  # 0xe (rknpu-isa.md 2.5)
@@ -179,11 +180,9 @@ def _write_lut_registers(b: RegisterBuilder, lut: LutProgram | None) -> None:
 
 def write_lut_upload(b: RegisterBuilder, lut: LutProgram) -> None:
     """The LUT RAM upload as rep10 does it: LUT_ACCESS_CFG (write access, table, address 0),
-    then one LUT_ACCESS_DATA word per entry, LE (table 0) then LO (table 1)."""
-    for table_id, values in ((lut_format.LUT_TABLE_LE, lut.le), (lut_format.LUT_TABLE_LO, lut.lo)):
-        b.write("DPU", "LUT_ACCESS_CFG", LUT_ACCESS_TYPE=lut_format.LUT_ACCESS_WRITE, LUT_TABLE_ID=table_id, LUT_ADDR=0)
-        for value in values:
-            b.write("DPU", "LUT_ACCESS_DATA", LUT_ACCESS_DATA=lut_format.data_word(value))
+    then one LUT_ACCESS_DATA word per entry, LE (table 0) then LO (table 1); packed as one block
+    and kept per table contents (lut_upload.py)."""
+    b.writes.extend(upload_writes(lut, b.regmap, b.layer))
 
 
 def write_s_pointers(b: RegisterBuilder) -> None:

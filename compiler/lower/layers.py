@@ -161,6 +161,8 @@ class ConvLayer:
     # at (s*y + ry, s*x + rx) (the interleaved write, LOWERING.md 13); () writes as usual.
     # (s, ry, rx, first, width, full width): a column chunk of a 1x1 phase conv - ``input_shape``
     # is the chunk's window of the full-width input (deconv_phases.input_window, LOWERING.md 28)
+    # (1, ry, 0, out_h, out_w): stride 1, the conv's rows written plainly from row ry of a taller
+    # output as wide as the conv (lower_conv._row_window; ActMatMul's heads, LOWERING.md 41)
     interleave: tuple[int, ...] = ()
     # int8: the largest weight scale of the whole layer a channel group belongs to (its BS MUL and
     # OUT_CVT are the whole layer's, quant_regs.conv_requant; LOWERING.md 28); 0: its own

@@ -312,7 +312,9 @@ def _output_fields(ctx: _ConvContext, tile: TaskTile) -> dict:
     out_start = group.start if layer.depthwise else 0
     offset = (out_start // out.c2) * out.surface_bytes + rows.out_start * out.line_bytes
     width, per_pass, steps = out.width, ctx.surfaces_per_pass, None
-    if layer.interleave:  # phase (ry, rx) of s x s: every s-th pixel of every s-th row (LOWERING.md 13)
+    if layer.interleave and layer.interleave[0] == 1:  # stride 1: a window of rows, a plain write (LOWERING.md 41)
+        offset += _row_window(layer, out) * out.line_bytes
+    elif layer.interleave:  # phase (ry, rx) of s x s: every s-th pixel of every s-th row (LOWERING.md 13)
         width, per_pass, phase_offset, steps = deconv_phases.interleaved_write(
             layer.interleave, out.width, out.c2, min(out_channels, align(out_channels, ctx.kernels_per_pass)),
             per_pass, layer.name, residual=ctx.residual is not None)
@@ -334,6 +336,21 @@ def _output_fields(ctx: _ConvContext, tile: TaskTile) -> dict:
                 bias_address=ctx.bias.address + group.start * (
                     weight_pack.FLOAT_BS_CHANNEL_BYTES if layer.dtype == FLOAT16
                     else weight_pack.BS_GROUP_BYTES // weight_pack.BS_GROUP_CHANNELS))
+
+
+def _row_window(layer: ConvLayer, out: TensorPlacement) -> int:
+    """The first output row of a stride-1 "phase" (1, ry, 0, out_h, out_w) (deconv_phases.CROPPED
+    with s = 1): the conv's rows land at rows ry.. of a taller output of its own width. A plain
+    write at + ry lines with the whole tensor's surface stride places them, and unlike the
+    interleaved write it takes a residual: lines are W atoms apart and no register holds an output
+    line stride (REGISTER_SEMANTICS 3.3), so the widths must agree (ActMatMul's heads, LOWERING.md 41)."""
+    _, ry, rx = layer.interleave[:3]
+    rows, cols = layer.output_shape[1:]
+    if len(layer.interleave) != deconv_phases.CROPPED or rx or cols != out.width or ry + rows > out.height:
+        raise CompileError(f"layer {layer.name}: a stride-1 write window {list(layer.interleave)} must be rows "
+                           f"(1, first row, 0, height, width) of an output as wide as the conv ({rows} x {cols} "
+                           f"into {out.height} x {out.width})")
+    return ry
 
 
 def _conv_task(ctx: _ConvContext, tile: TaskTile, data_bank: int, weight_bank: int) -> ConvTask:

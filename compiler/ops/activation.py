@@ -38,8 +38,9 @@ def clip(attrs: dict[str, Any], x: list[np.ndarray]) -> np.ndarray:
     if np.issubdtype(x[0].dtype, np.integer):
         info = np.iinfo(x[0].dtype)
         low, high = max(low, info.min), min(high, info.max)
-    # ONNX: min then max, so max wins when min > max
-    return np.minimum(np.maximum(x[0], x[0].dtype.type(low)), x[0].dtype.type(high))
+    # ONNX: min then max, so max wins when min > max (the second in the first's buffer)
+    result = np.maximum(x[0], x[0].dtype.type(low))
+    return np.minimum(result, x[0].dtype.type(high), out=result)
 
 
 def _with_defaults(**defaults: Any):
@@ -67,9 +68,15 @@ def prelu(attrs: dict[str, Any], x: list[np.ndarray]) -> np.ndarray:
 @register("Sigmoid", infer=same_as_input)
 def sigmoid(attrs: dict[str, Any], x: list[np.ndarray]) -> np.ndarray:
     value = as_float(x[0])
-    # two branches so exp never overflows
-    positive = 1.0 / (1.0 + np.exp(-np.abs(value)))
-    return like(np.where(value >= 0, positive, 1.0 - positive), x[0])
+    # two branches so exp never overflows: 1 / (1 + exp(-|v|)) where v >= 0, else 1 minus that;
+    # the same operations in one buffer (calibration runs every activation of every sample)
+    result = np.abs(value)
+    np.negative(result, out=result)
+    np.exp(result, out=result)
+    np.add(result, 1.0, out=result)
+    np.divide(1.0, result, out=result)
+    np.subtract(1.0, result, out=result, where=~(value >= 0))
+    return like(result, x[0])
 
 
 @register("Tanh", infer=same_as_input)
@@ -91,7 +98,11 @@ def hard_sigmoid(attrs: dict[str, Any], x: list[np.ndarray]) -> np.ndarray:
 @register("HardSwish", infer=same_as_input)
 def hard_swish(attrs: dict[str, Any], x: list[np.ndarray]) -> np.ndarray:
     value = as_float(x[0])
-    return like(value * np.clip(value / 6.0 + 0.5, 0.0, 1.0), x[0])
+    gate = np.divide(value, 6.0)  # value * clip(value / 6 + 0.5, 0, 1), in one buffer
+    np.add(gate, 0.5, out=gate)
+    np.clip(gate, 0.0, 1.0, out=gate)
+    np.multiply(gate, value, out=gate)
+    return like(gate, x[0])
 
 
 @register("Softplus", infer=same_as_input)

@@ -185,10 +185,12 @@ def _depthwise(padded: np.ndarray, weight: np.ndarray, attrs: dict[str, Any]) ->
         pitch = [int(np.prod(spatial[i + 1:])) for i in range(len(spatial))]  # elements per step of each axis
         length = sum((n - 1) * p for n, p in zip(sizes, pitch)) + 1  # the last output position + 1
         source = np.ascontiguousarray(padded).reshape(batch, channels, -1)
-        taps = [(slice(start, start + length),) for start in
-                (sum(t * d * p for t, d, p in zip(tap, dilations, pitch)) for tap in np.ndindex(*kernel))]
-        result = np.zeros((batch, channels, sizes[0] * pitch[0]))
-        _tap_sums(source, weight, taps, result[..., :length])
+        starts = [sum(t * d * p for t, d, p in zip(tap, dilations, pitch)) for tap in np.ndindex(*kernel)]
+        if length <= _CHANNELS_LAST_RATIO * channels:  # many channels over a short plane
+            result = _tap_sums_channels_last(source, weight, starts, length, sizes[0] * pitch[0]).transpose(0, 2, 1)
+        else:
+            result = np.zeros((batch, channels, sizes[0] * pitch[0]))
+            _tap_sums(source, weight, [(slice(start, start + length),) for start in starts], result[..., :length])
         planes = result.reshape(batch, channels, sizes[0], *spatial[1:])
         return planes[(Ellipsis, *(slice(n) for n in sizes[1:]))]
     taps = [tuple(slice(t * d, t * d + s * (n - 1) + 1, s) for t, d, s, n in zip(tap, dilations, strides, sizes))
@@ -216,6 +218,34 @@ def _tap_sums(source: np.ndarray, weight: np.ndarray, taps: list[tuple], result:
 
 #: float64 elements of one depthwise channel block (result and scratch stay in L2)
 _BLOCK = 16384
+
+
+def _tap_sums_channels_last(source: np.ndarray, weight: np.ndarray, starts: list[int], length: int,
+                            total: int) -> np.ndarray:
+    """``_tap_sums`` over the flattened planes (N, C, L) with the channels as the inner axis:
+    (N, total, C) sums, the first ``length`` positions computed. The same products added in the
+    same tap order from the same zero start, so the same bits; numpy's inner loops then run
+    over the channels instead of over short planes, 1.3-2x faster where the plane is short
+    (MobileNetV2's 14x14 and 7x7 stages, PP-OCRv4 rec's 5x5 convs on 12x80), slower on large
+    planes with few channels, which keep the other path (``_CHANNELS_LAST_RATIO``)."""
+    batch, channels = source.shape[:2]
+    src = np.ascontiguousarray(source.transpose(0, 2, 1))
+    scales = np.ascontiguousarray(weight.reshape(channels, -1).T)  # (taps, C), taps row-major
+    result = np.zeros((batch, total, channels))
+    rows = max(1, _BLOCK * 2 // (channels * batch))  # positions per block: result and scratch in L2
+    scratch = np.empty((batch, min(rows, length), channels))
+    for begin in range(0, length, rows):
+        end = min(begin + rows, length)
+        out, product = result[:, begin:end], scratch[:, :end - begin]
+        for index, start in enumerate(starts):
+            np.multiply(src[:, start + begin:start + end], scales[index], out=product)
+            out += product
+    return result
+
+
+#: flattened plane length per channel up to which the channels-last tap sums run (measured on
+#: the depthwise convs of MobileNetV2 and PP-OCRv4 rec: faster up to ~15, slower from ~22)
+_CHANNELS_LAST_RATIO = 16
 
 
 # ---- ConvTranspose -------------------------------------------------------------------------

@@ -210,7 +210,9 @@ def pool_values_only(graph: Graph, node: Node, ctx: PassContext) -> str | None:
 def deconv_lowered(graph: Graph, node: Node, ctx: PassContext) -> str | None:
     """The phase conv fits the CNA: kernel ceil(k/s) at most {max_kernel}, pads at most {max_pad},
     s*s*C_out kernels at most {max_kernels} (build_adapt.split_conv_transpose: the phases write
-    interleaved into the output, or, where the pads crop, DepthToSpace and the crop are host steps)."""
+    interleaved into the output, where the pads crop each computing only the rows kept
+    (deconv_crop.py); a cropped phase 1 pixel wide, or a chip with 8-byte atoms (RK356x), keeps
+    one stacked phase conv plus host DepthToSpace and crop)."""
     attrs = node.attrs
     phases = phase_conv(attrs["kernel_shape"], attrs["strides"], attrs["pads"], attrs["output_padding"],
                         shape(graph, node.inputs[0])[2:])
@@ -441,3 +443,64 @@ def same_native_bytes(graph: Graph, node: Node, ctx: PassContext) -> str | None:
     if before is None or before != after or before[0] != 1:
         return f"{list(shape(graph, node.inputs[0]))} -> {list(shape(graph, node.outputs[0]))}"
     return None
+
+
+# ---- MatMul of two activations (passes/matmul_act_npu.py, LOWERING.md 37) ----------------------
+
+ACT_MATMUL_MAX_HEADS = 16  # heads on the rows: placed through H - 1 <= 15 rows of padding (PAD_CON0's 4-bit fields)
+ACT_MATMUL_MAX_SELECTION = 65536  # elements of a head's Kp x (K + 14) selection weights (128 KB float16)
+
+
+def matmul_form(graph: Graph, node: Node) -> tuple[int, int, int, int] | str:
+    """(H, T, K, N) of a MatMul of two activations A [.., T, K] x B [.., K, N] with the same batch
+    axes, at most one of them other than 1 (H heads); else why not."""
+    a, b = (shape(graph, name) for name in node.inputs[:2])
+    if any(const(graph, name) is not None for name in node.inputs[:2]):
+        return "a constant operand (the folding stage makes it a FullyConnected where it fits)"
+    if len(a) != len(b) or len(a) not in (2, 3, 4) or a[:-2] != b[:-2] or a[-1] != b[-2] \
+            or sum(d != 1 for d in a[:-2]) > 1 or (len(a) == 4 and a[0] != 1):
+        return f"{list(a)} x {list(b)} is not [.., T, K] x [.., K, N] over the same single batch axis"
+    return int(np.prod(a[:-2])), int(a[-2]), int(a[-1]), int(b[-1])
+
+
+def _act_matmul_limit(heads: int, depth: int, columns: int, merged: bool = False) -> str | None:
+    padded = -(-depth // 8) * 8
+    if columns % 2:
+        return f"N = {columns} columns (odd)"
+    if merged and columns % 16:
+        return f"heads merged on the channels with N = {columns}, not whole 16-kernel passes"
+    if heads > ACT_MATMUL_MAX_HEADS and not merged:
+        return f"{heads} heads"
+    if heads > 1 and depth % 8 and padded * (depth + 14) > ACT_MATMUL_MAX_SELECTION:
+        return f"heads of K = {depth}: {padded} x {depth + 14} selection weights per head"
+    return None
+
+
+@Constraint
+def matmul_activations(graph: Graph, node: Node, ctx: PassContext) -> str | None:
+    """A MatMul of two activations A [.., T, K] x B [.., K, N] (one batch axis of H heads at most)
+    runs as CNA 1x1 convs whose weights are B's bytes, float16 (an island in int8 builds): N even
+    (the conv's kernel count), H <= 16 (heads placed on the rows through H - 1 rows of padding;
+    heads merged on the channels for a later tensor that holds them so: N a multiple of 16), heads
+    of K off the 8-channel surface re-spread by selection convs of at most 65536 weights; and only
+    where the graph pass found its operands' layouts without adding host steps (to [1, H K, 1, T]
+    and [1, H K, 1, N], the result from [1, N, H, T]: a token region's maps, the runtime's readin
+    and readout of graph inputs and outputs; LOWERING.md 37)."""
+    if ctx.element_bytes not in (1, 2):
+        return f"{ctx.element_bytes}-byte elements"
+    if ctx.platform.c2("float16") * 2 < 16:  # the run-time weights are 16-byte float16 atoms (8 channels)
+        return (f"{ctx.platform.name}: its float16 atoms are {ctx.platform.c2('float16') * 2} bytes, and the second "
+                "operand's surfaces are read as weights of 8-channel (16-byte) atoms")
+    if node.op_type == "MatMul":
+        if ctx.level < 1:
+            return "the graph passes run from optimization level 1"
+        form = matmul_form(graph, node)
+        if isinstance(form, str):
+            return form
+        heads, _, depth, columns = form
+        return _act_matmul_limit(heads, depth, columns) or \
+            "its operands' or result's layout changes would be host steps (no token-region map, graph input or " \
+            "output holds them)"
+    heads = int(node.attrs["heads"])
+    return _act_matmul_limit(heads, shape(graph, node.inputs[0])[1] // heads, shape(graph, node.inputs[1])[3],
+                             node.attrs.get("layout") == "channels")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..deconv_crop import phase_atoms_addressable  # RK356x atoms (LOWERING.md 40)
 from ..deconv_phases import GROUP_CHANNELS, interleave_chunks
 from ..ir import Graph, Node
 from .context import PassContext
@@ -51,6 +52,8 @@ def _fits(graph: Graph, node: Node, ctx: PassContext) -> bool:
     if len(shape) != 4 or shape[0] != 1 or block < 2 or np.dtype(graph.tensors[node.inputs[0]].dtype).kind != "f":
         return False
     depth, width = shape[1] // (block * block), shape[3]
+    if not phase_atoms_addressable(ctx.platform, ctx.element_bytes == 2):
+        return False  # RK356x: a phase write would start at an odd 8-byte atom (deconv_crop.py)
     pass_kernels = 16 if ctx.element_bytes == 2 else 32  # build_adapt._interleaved_phases' rule
     # more than 32 channels: written in 32-channel groups (build_adapt._interleaved_phases)
     return interleave_chunks(width, min(depth, GROUP_CHANNELS), pass_kernels) is not None

@@ -28,6 +28,7 @@ At build stage 5 (``layer_records._expand``) it becomes existing records, per he
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -96,11 +97,13 @@ class _Builder:
         return name
 
     def conv(self, suffix: str, x: str, weights: np.ndarray, output: str, *, source: str | None = None,
-             residual: str | None = None, bias: np.ndarray | None = None, pads=(0, 0, 0, 0), stride: int = 1) -> None:
+             residual: str | None = None, bias: np.ndarray | None = None, pads=(0, 0, 0, 0), stride: int = 1,
+             group: int = 1) -> None:
         """A float16 conv; ``source``: the map whose bytes are its weights (``weights`` zeros of
         their shape)."""
         bias = np.zeros(weights.shape[0], np.float32) if bias is None else bias
-        attrs = {**_ONE_BY_ONE, "kernel_shape": list(weights.shape[2:]), "pads": list(pads), "strides": [1, stride]}
+        attrs = {**_ONE_BY_ONE, "kernel_shape": list(weights.shape[2:]), "pads": list(pads), "strides": [1, stride],
+                 "group": group}
         if source is not None:
             attrs[WEIGHTS_FROM] = source
         fused = [FusedOp("Add", {}, [residual])] if residual else []
@@ -159,9 +162,17 @@ def _identity_map(b: _Builder, any_map: str, width: int) -> list[str]:
     return b.split("identity_surface", identity, [SURFACE] * (width // SURFACE), columns, rows)
 
 
+#: other composite ops expanded into run-time-weight convs, by op type (lower_matmul_act.py's
+#: ActMatMul, LOWERING.md 37, registers itself: it builds on this module, so it cannot be imported here)
+EXPANSIONS: dict[str, Callable[[Any, Node], list[Node] | None]] = {}
+Builder = _Builder
+
+
 def expand_attention(target, node: Node) -> list[Node] | None:
-    """The nodes of an NPU HeadAttention (module docstring); None for any other node. ``target``
-    is layer_records' graph copy (``graph``, ``add``)."""
+    """The nodes of an NPU HeadAttention (module docstring), or of an op in :data:`EXPANSIONS`;
+    None for any other node. ``target`` is layer_records' graph copy (``graph``, ``add``)."""
+    if node.op_type in EXPANSIONS:
+        return EXPANSIONS[node.op_type](target, node)
     if node.op_type != HEAD_ATTENTION:
         return None
     if node.target != "NPU":
@@ -202,4 +213,4 @@ def expand_attention(target, node: Node) -> list[Node] | None:
     return b.nodes
 
 
-__all__ = ["HEAD_ATTENTION", "SURFACE", "WEIGHTS_FROM", "expand_attention", "head_attention"]
+__all__ = ["EXPANSIONS", "HEAD_ATTENTION", "SURFACE", "WEIGHTS_FROM", "Builder", "expand_attention", "head_attention"]

@@ -49,7 +49,9 @@ class NpuOp:
 #: the constraints a layer must meet, in the order SUPPORT.md lists them.
 RULES: dict[str, tuple[str, tuple[c.Constraint, ...]]] = {
     "conv": ("CNA convolution, DPU bias/activation/residual", (*_COMMON, *_CONV)),
-    "conv_transpose": ("CNA conv of its stride phases, DPU bias/activation; DepthToSpace and crop on the host",
+    "conv_transpose": ("CNA convs of its stride phases written interleaved by the DPU, also where the pads crop "
+                       "(one conv per phase of the kept rows, LOWERING.md 40); a stacked conv plus host DepthToSpace "
+                       "and crop where the phase writes cannot (RK356x atoms, 1-pixel phases)",
                        (*_COMMON, c.constant_weights, c.deconv_form, c.deconv_lowered, c.kernel_size, c.conv_widths,
                         c.conv_kernels, c.fused_parts)),
     "fully_connected": ("CNA 1x1 convolution on [1,K,1,1]",
@@ -82,8 +84,11 @@ RULES: dict[str, tuple[str, tuple[c.Constraint, ...]]] = {
     "flat_concat": ("DPU copies, one per input, into its columns of the output (LOWERING.md 29)",
                     (c.float_tensors, c.feature_maps_4d, c.flat_concat_columns)),
     "rewritten": ("the layers a graph pass rewrites it into (LOWERING.md 20.3, 24, 32)", (rewritten_by_a_pass,)),
-    "transpose": ("DPU copies swapping H and W, one per C1 surface (LOWERING.md 35)",
+    "transpose": ("DPU-only copies in the vendor's forms: H<->W one per C1 surface, the other perms with TP_EN, "
+                  "TP_ORG_EN tiles and a compacting copy (LOWERING.md 35, 36)",
                   (c.float_tensors, transpose_swaps_height_width)),
+    "matmul_act": ("CNA 1x1 convs with run-time weights (the second operand's bytes), per head and surface "
+                   "(LOWERING.md 37)", (c.float_tensors, c.matmul_activations)),
 }
 
 NPU_OPS: tuple[NpuOp, ...] = tuple(NpuOp(op_table.npu_group(group), unit, rules)

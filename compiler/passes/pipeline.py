@@ -19,7 +19,8 @@ level   what runs
         Pow(x, 2), ReduceMean and wide convs over a signal vector as NPU layers, in int8 a
         magnitude sqrt(sum x^2) as a float16 island (LOWERING.md 32); [1, T, C] token regions as
         [1, C, 1, T] (``tokens_as_channels``) and, in float16 builds, their multi-head
-        attention as one HeadAttention layer (``attention_npu``), a [1, T, C] graph input's
+        attention as one HeadAttention layer (``attention_npu``), other MatMuls of two
+        activations as ActMatMul layers (``matmul_act_npu``, LOWERING.md 37), a [1, T, C] graph input's
         entry as the runtime's readin (``input_readin``); Pow(x, -0.5), 1/Sqrt and
         float16 Sqrt as DPU look-up tables (``lower_rsqrt``); left-over BN and affine chains as
         1x1 depthwise scale+bias convs; Pad+Conv, Conv+Act, Conv+Add
@@ -54,15 +55,18 @@ from ..ir import Graph
 from . import cleanup, fold_bn, fold_const_affine, fuse_activation, fuse_add, fuse_glu, fuse_layer_norm
 from . import fuse_linear, fuse_pad, fuse_patterns, lift_1d, prune, rewrite_channel_tiling, rewrites
 from . import attention_npu, gru_npu, lower_rsqrt, lstm_npu, recurrent_rnn, tokens_as_channels
+from . import recurrent_state_io, sequence_fc
 from . import channel_slice, gather_index, magnitude_island, pad_channels, pow_as_mul, reduce_mean_npu, signal_frames
 from .concat_as_convs import concat_as_placement_convs
 from .depth_to_space import depth_to_space_as_conv_transpose
 from .flat_concat import flat_concat_tail
 from .input_readin import readin_token_inputs
+from .matmul_act_npu import matmul_activations_on_npu
 from .focus_as_conv import focus_as_conv
 from .pad_as_conv import pad_as_identity_conv
 from .space_to_depth import space_to_depth_as_conv
 from .split_as_convs import split_as_selection_convs
+from .transpose_npu import transposes_as_lowered_pairs
 from .context import PassContext
 from .health import check_health
 
@@ -102,12 +106,16 @@ STAGES: tuple[Stage, ...] = (
         channel_slice.slice_channels, pow_as_mul.pow_square_as_mul, reduce_mean_npu.reduce_mean_on_npu)),
     Stage("tokens as channels", 1, (tokens_as_channels.tokens_as_channels,  # [1,T,C] -> [1,C,1,T]
                                     attention_npu.attention_as_head_convs)),  # LOWERING.md 22.3
+    Stage("MatMul of two activations", 1, (matmul_activations_on_npu,)),  # LOWERING.md 37
     Stage("detector tail", 1, (flat_concat_tail,)),  # Reshapes + Concat + Transpose: LOWERING.md 29
     Stage("graph-input readin", 1, (readin_token_inputs,)),  # token inputs: LOWERING.md 33.4
     Stage("1/sqrt as look-up tables", 1, (lower_rsqrt.rsqrt_on_npu,)),  # LOWERING.md 24
     Stage("int8: magnitudes in float16", 1, (magnitude_island.magnitude_as_float16_island,)),  # LOWERING.md 32
-    Stage("recurrent layers unrolled", 1, (lstm_npu.lstm_as_npu_layers, gru_npu.gru_as_npu_layers,  # LOWERING.md 30, 31
-                                         recurrent_rnn.rnn_as_npu_layers)),
+    Stage("recurrent layers unrolled", 1, (recurrent_state_io.state_input_as_channels,  # LOWERING.md 38.1
+                                         lstm_npu.lstm_as_npu_layers, gru_npu.gru_as_npu_layers,  # LOWERING.md 30, 31
+                                         recurrent_rnn.rnn_as_npu_layers,
+                                         recurrent_state_io.state_output_as_channels,
+                                         sequence_fc.fc_rows_as_convs)),  # LOWERING.md 38.2
     Stage("scale+bias layers", 1, (fold_bn.batch_norm_as_depthwise_conv,
                                    fold_const_affine.affine_chain_as_depthwise_conv)),
     Stage("fusion", 1, _FUSE),
@@ -119,6 +127,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("clean-up after rewrites", 3, _CLEANUP),
     Stage("element-wise ops between inverse reshapes", 3, (lift_1d.elementwise_between_reshapes,)),  # LOWERING.md 32
     Stage("fusion after rewrites", 3, _FUSE),
+    Stage("transposes as two DPU perms", 1, (transposes_as_lowered_pairs,)),  # LOWERING.md 36; after the clean-ups
 )
 
 

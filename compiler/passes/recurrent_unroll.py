@@ -5,6 +5,9 @@ layers the compiler already lowers (1x1 convs, DPU look-up tables, DPU element-w
 channel Split/Concat). :class:`Unroll` holds the parts that do not depend on the cell:
 
 - X [T, 1, I] reshaped to one pixel of T*I channels and split into the T steps' [1, I, 1, 1];
+  or, where X is a map [1, C, H, T] transposed into the time-major form (a CRNN), each input
+  projection as one conv over the map's T columns and each step's term picked from it
+  (:meth:`Unroll.x_columns`, LOWERING.md 38.3);
 - the initial states: absent or constant zero (no layer; the cell skips the recurrent terms of
   its first step), a feature map [D, 1, H] (a graph input or a layer's output: a Reshape to
   [1, D*H, 1, 1], split per direction), or a non-zero constant (a 1x1 conv with zero weights
@@ -35,6 +38,7 @@ from ..ir import Graph, Node, Tensor
 from ..quant.islands import ISLAND_ATTR
 from .context import PassContext
 from .focus_as_conv import SELECTION_ATTR
+from .match import producer, readers
 from .split_as_convs import channel_selection_weights
 
 #: the longest sequence unrolled ([C]: every step is ~10-20 layers; the issue asks for small T)
@@ -110,6 +114,38 @@ def _split_reason(ctx: PassContext, steps: int, size: int, hidden: int, directio
     return f"input size {size} / hidden size {hidden} off the {c2}-channel C2 boundaries below -O3"
 
 
+RESHAPES = ("Reshape", "Squeeze", "Unsqueeze", "Flatten")
+#: Transpose of a map [1, C, H, W] into the time-major [W, 1, C, H] (a CRNN's columns as steps)
+COLUMNS_PERM = [3, 0, 1, 2]
+
+
+def transposed_columns(graph: Graph, x: str) -> str | None:
+    """The map [1, C, H, T] that X [T, 1, C*H] is, through reshapes, the Transpose(perm [3, 0, 1, 2])
+    of (X's feature c*H + h of step t is the map's (c, h, t)), else None."""
+    steps, _, size = graph.tensor(x).shape
+    node = producer(graph, x)
+    while node is not None and node.op_type in RESHAPES and not node.fused:
+        node = producer(graph, node.inputs[0])
+    if node is None or node.op_type != "Transpose" or node.fused or list(node.attrs.get("perm", ())) != COLUMNS_PERM:
+        return None
+    source = graph.tensor(node.inputs[0])
+    dims = tuple(source.shape)
+    if source.is_const or len(dims) != 4 or dims[0] != 1 or dims[3] != steps or dims[1] * dims[2] != size:
+        return None
+    return source.name
+
+
+def drop_unread_chain(graph: Graph, name: str) -> None:
+    """Remove the reshapes and Transpose that made ``name`` back to the first tensor still read."""
+    while name not in graph.outputs and not readers(graph, name):
+        node = producer(graph, name)
+        if node is None or node.op_type not in (*RESHAPES, "Transpose") or node.fused:
+            return
+        graph.nodes.remove(node)
+        graph.tensors.pop(name, None)
+        name = node.inputs[0]
+
+
 class Unroll:
     """The new tensors and nodes of one recurrent node, inserted where it was. A cell subclass
     writes :meth:`step`: (direction, t, x_t, states) -> the new states, h first."""
@@ -131,6 +167,10 @@ class Unroll:
         # int8 / hybrid builds: a float16 island (module docstring); float16 builds: no mark
         self.island = ctx.element_bytes != 2
         self.c2, self.max_channels = ctx.platform.c2("int8"), ctx.limits.max_cube_channels
+        self.max_kernel = ctx.limits.max_kernel
+        self.columns: dict[str, tuple[int, int]] = {}  # the map X is transposed from -> (C, H)
+        self.column_map, self.column_steps, self.projections = "", {}, {}  # x_columns, conv
+        self.picked: dict[str, tuple[str, int, bool]] = {}  # a picked projection -> (key, step, biased)
 
     # ---- building blocks ----------------------------------------------------------------------
     def tensor(self, label: str, shape: tuple[int, ...] | None = None, name: str | None = None) -> str:
@@ -155,11 +195,46 @@ class Unroll:
         return self.constants[key]
 
     def conv(self, label: str, key: str, x: str, weight: np.ndarray, bias: np.ndarray | None) -> str:
-        """A 1x1 conv of the [1, C, 1, 1] map ``x`` with ``weight`` [H', C]."""
-        inputs = [x, self.constant(f"{key}_w", weight[:, :, None, None])]
+        """A 1x1 conv of the [1, C, 1, 1] map ``x`` with ``weight`` [H', C]. Of step t of a map X was
+        transposed from (:meth:`x_columns`): pixel t of the conv over all steps (:meth:`projection`),
+        picked; of the map's only column [1, C, H, 1], a conv with kernel [H, 1]."""
+        if x in self.column_steps:
+            picked = self.pick(label, self.projection(key, weight, bias), self.column_steps[x])
+            self.picked[picked] = (key, self.column_steps[x], bias is not None)
+            return picked
+        attrs, kernel = CONV_1X1, weight[:, :, None, None]
+        if x in self.columns:
+            channels, height = self.columns[x]
+            attrs, kernel = dict(CONV_1X1, kernel_shape=[height, 1]), weight.reshape(-1, channels, height, 1)
+        inputs = [x, self.constant(f"{key}_w", kernel)]
         if bias is not None:
             inputs.append(self.constant(f"{key}_b", bias))
-        return self.add(label, "Conv", inputs, self.tensor(label, (1, weight.shape[0], 1, 1)), CONV_1X1)
+        return self.add(label, "Conv", inputs, self.tensor(label, (1, weight.shape[0], 1, 1)), attrs)
+
+    def projection(self, key: str, weight: np.ndarray, bias: np.ndarray | None) -> str:
+        """The input projection of every step at once, made once per ``key``: a conv with kernel [H, 1]
+        of the map [1, C, H, T] X was transposed from, ``weight`` [H', C*H] read as [H', C, H, 1]
+        (X's feature c*H + h of step t is the map's (c, h, t)) -> [1, H', 1, T] (the vendor's
+        all-steps projection, LOWERING.md 31.2 [V]; each weight read once, not once per step)."""
+        if key not in self.projections:
+            source, (channels, height) = self.column_map, self.columns[self.column_map]
+            inputs = [source, self.constant(f"{key}_w", weight.reshape(-1, channels, height, 1))]
+            if bias is not None:
+                inputs.append(self.constant(f"{key}_b", bias))
+            shape = (1, weight.shape[0], 1, self.steps)
+            self.projections[key] = self.add(f"{key}_all_steps", "Conv", inputs, self.tensor(f"{key}_all_steps", shape),
+                                             dict(CONV_1X1, kernel_shape=[height, 1]))
+        return self.projections[key]
+
+    def pick(self, label: str, source: str, t: int) -> str:
+        """Pixel t of the [1, C, 1, T] map ``source`` as a [1, C, 1, 1] map: a depthwise conv with
+        kernel [1, T] whose weights are 1 at tap t, 0 elsewhere (exact: one product by 1.0)."""
+        channels = self.graph.tensor(source).shape[1]
+        onehot = np.zeros((channels, 1, 1, self.steps), np.float32)
+        onehot[:, 0, 0, t] = 1.0
+        attrs = dict(CONV_1X1, kernel_shape=[1, self.steps], group=channels, **{SELECTION_ATTR: 1})
+        return self.add(label, "Conv", [source, self.constant(f"pick{t}_{channels}", onehot)],
+                        self.tensor(label, (1, channels, 1, 1)), attrs)
 
     def scale(self, label: str, key: str, x: str, vector: np.ndarray) -> str:
         """x times a constant per-channel vector: a 1x1 depthwise conv (made here, so it carries the
@@ -201,11 +276,57 @@ class Unroll:
 
     # ---- the chain ----------------------------------------------------------------------------
     def x_steps(self) -> list[str]:
+        columns = self.x_columns()
+        if columns is not None:
+            return columns
         steps, size = self.steps, self.inputs
         flat = self.add("x_flat", "Reshape", [self.node.inputs[0]], self.tensor("x_flat", (1, steps * size, 1, 1)),
                         {"shape": [1, steps * size, 1, 1]},
                         island=self.own_input(self.node.inputs[0]) and self.pieces_in_island(steps * size))
         return [flat] if steps == 1 else self.pieces("x", flat, steps, size)
+
+    def x_columns(self) -> list[str] | None:
+        """X [T, 1, C*H] made from a map [1, C, H, T] by Transpose(perm [3, 0, 1, 2]) and reshapes
+        (a CRNN's feature map into its LSTM, LOWERING.md 38.3): no Transpose or flattening; each
+        input projection is one conv over the map's T columns and each step picks its pixel
+        (:meth:`conv`). The steps are names :meth:`conv` knows, not tensors. None where X is not made
+        so, or T or H pass the CNA's kernel size."""
+        source = transposed_columns(self.graph, self.node.inputs[0])
+        if source is None:
+            return None
+        _, channels, height, width = self.graph.tensor(source).shape
+        if max(width, height) > self.max_kernel:
+            return None
+        self.columns[source], self.column_map = (channels, height), source
+        if width == 1:
+            return [source]
+        self.column_steps = {f"{source}@step{t}": t for t in range(width)}
+        return list(self.column_steps)
+
+    def alone_from_columns(self) -> None:
+        """A picked projection with no recurrent term to add (the first step's, h(0) = 0) feeds its
+        activation directly: there it is the step's own conv of column t of the map (the column a
+        one-hot depthwise conv picks, the gate conv with kernel [H, 1]), whose activation runs on
+        the conv's output before it is rounded to float16, as the flattened route does (38.3)."""
+        users: dict[str, list[Node]] = {}
+        for node in self.nodes:
+            for name in node.inputs:
+                users.setdefault(name, []).append(node)
+        columns: dict[int, str] = {}
+        for index, node in enumerate(self.nodes):
+            if node.outputs[0] not in self.picked or any(user.op_type in ("Add", "Sub")
+                                                         for user in users.get(node.outputs[0], [])):
+                continue
+            key, t, biased = self.picked[node.outputs[0]]
+            if t not in columns:
+                columns[t] = self.pick(f"x{t}_column", self.column_map, t)
+            channels, height = self.columns[self.column_map]
+            self.graph.tensors[columns[t]].shape = (1, channels, height, 1)
+            inputs = [columns[t], self.constants[f"{key}_w"]] + ([self.constants[f"{key}_b"]] if biased else [])
+            island = {ISLAND_ATTR: 1} if node.attrs.get(ISLAND_ATTR) else {}
+            attrs = dict(CONV_1X1, kernel_shape=[height, 1], **island)
+            self.nodes[index] = Node(node.name, "Conv", inputs, node.outputs, attrs)
+        self.nodes.sort(key=lambda node: 0 if node.outputs[0] in columns.values() else 1)  # columns first
 
     def initial(self, slot: int, label: str, x: str) -> list[str | None]:
         """Each direction's initial state as a [1, H, 1, 1] map, None where it is zero."""
@@ -214,7 +335,7 @@ class Unroll:
             return [None] * count
         if tensor.is_const:  # a map of the constant: zero weights, the state as bias
             data = tensor.data.astype(np.float32).reshape(count, self.hidden)
-            zeros = np.zeros((self.hidden, self.graph.tensor(x).shape[1]), np.float32)
+            zeros = np.zeros((self.hidden, self.inputs), np.float32)
             return [self.conv(f"{label}{d}", f"{label}{d}", x, zeros, data[d]) for d in range(count)]
         shape = [1, count * self.hidden, 1, 1]
         flat = self.add(f"{label}_flat", "Reshape", [tensor.name], self.tensor(f"{label}_flat", tuple(shape)),
@@ -234,8 +355,12 @@ class Unroll:
                 hs[d][t] = states[0]
             finals.append(states)
         self.outputs(hs, finals)
+        if self.column_steps:
+            self.alone_from_columns()
         index = self.graph.nodes.index(self.node)
         self.graph.nodes[index:index + 1] = self.nodes
+        if self.columns:  # the Transpose and reshapes that made X, when nothing else reads them
+            drop_unread_chain(self.graph, self.node.inputs[0])
 
     def step(self, d: int, t: int, x: str, states: tuple) -> tuple[str, ...]:
         raise NotImplementedError
@@ -266,5 +391,6 @@ class Unroll:
                      island=output and island)
 
 
-__all__ = ["CONV_1X1", "DIRECTIONS", "MAX_STEPS", "MAX_WEIGHT_BYTES", "SLOT_B", "SLOT_INITIAL_H",
-           "SLOT_SEQUENCE_LENS", "Unroll", "common_reason", "operand", "state_reason", "zero_or_absent"]
+__all__ = ["COLUMNS_PERM", "CONV_1X1", "DIRECTIONS", "MAX_STEPS", "MAX_WEIGHT_BYTES", "SLOT_B", "SLOT_INITIAL_H",
+           "SLOT_SEQUENCE_LENS", "Unroll", "common_reason", "drop_unread_chain", "operand", "state_reason",
+           "transposed_columns", "zero_or_absent"]

@@ -36,6 +36,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from ..deconv_crop import phase_atoms_addressable  # RK356x atoms (LOWERING.md 40)
 from ..deconv_phases import MAX_WDMA_CHANNELS, MAX_WRITE_SURFACES
 from npuemu.isa.errors import CompileError
 
@@ -172,6 +173,10 @@ def _bilinear_fits(graph: Graph, node: Node, ctx: PassContext) -> str | None:
         return reason
     channels, width = shape(graph, node.inputs[0])[1], shape(graph, node.inputs[0])[3]
     dtype = "float16" if ctx.element_bytes == 2 else "int8"
+    if not phase_atoms_addressable(ctx.platform, dtype == "float16"):
+        return (f"{ctx.platform.name}: its {dtype} atoms are {ctx.platform.c2(dtype) * ctx.element_bytes} bytes, and the "
+                "edge copy and phase writes start at odd atoms while DST_BASE_ADDR must be 16-byte aligned "
+                "(rknpu-isa.md 4)")
     if width < 2 or not channel_group(channels, width, ctx.platform.c2(dtype), dtype == "float16"):
         return (f"input width {width}: the interleaved phase write needs width >= 2 and one pass of "
                 f"{DEPTHWISE_PASS[dtype]} {dtype} channels x width <= {MAX_WDMA_CHANNELS} channels a line")

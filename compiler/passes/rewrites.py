@@ -142,7 +142,8 @@ def input_identity_conv(graph: Graph, ctx: PassContext) -> int:
         if len(shape) != 4 or shape[2] * shape[3] == 1 or shape[2] * shape[3] % 4 == 0 \
                 or graph.tensors[name].dtype != "float32":
             continue
-        others = [node for node in readers(graph, name) if node.op_type not in CONV_TYPES]
+        # a Readin is the runtime's permuted store of the input itself (LOWERING.md 33.4, 37)
+        others = [node for node in readers(graph, name) if node.op_type not in (*CONV_TYPES, "Readin")]
         if not others:
             continue
         out = add_tensor_like(graph, f"{name}_pre", shape, "float32")

@@ -79,8 +79,9 @@ def _npu_ops() -> list[str]:
     lines = ["## NPU support", "",
              "A layer runs on the NPU when its op is listed here and every rule holds; otherwise on the CPU, "
              "and the first rule it breaks is the reason `--dump-ir`, `--dump-json` and `--partition-report` "
-             "show. Ops not listed (Softmax, LayerNormalization, Glu, Resize, Transpose, Slice, Gather, "
-             "MatMul of two tensors, ReduceMean/Max, ArgMax, ...) have no NPU lowering and run on the CPU.", ""]
+             "show. Ops not listed either become listed layers in the graph passes above (Softmax, "
+             "LayerNormalization, GLU, Resize, Transpose, Slice, Gather, MatMul of two activations, LSTM, ...: "
+             "their rows say when) or run on the CPU (ArgMax, comparisons, Cast, ...).", ""]
     for entry in NPU_OPS:
         lines.append(f"### {', '.join(entry.ops)}")
         lines.append("")

@@ -19,7 +19,11 @@ Two steps, both on the fake-quant evaluator (float arithmetic, no build):
 
 The target holds when **every** checked sample's worst graph-output cosine reaches it (the
 minimum over the samples; the mean is reported too): an average would let one badly served
-input hide behind easy ones. That makes the checks cheap to fail: the samples are checked
+input hide behind easy ones. A few samples that pass say little about the next input, so the
+target must also hold for the *predicted* worst cosine of a new input (``predicted_worst``: a
+one-sided 95 % prediction bound on the samples' errors 1 - cos, taken as log-normal;
+QUANTIZATION.md 15), and the hybrid must not be worse than plain int8 on the samples (min and
+mean). The minimum makes the checks cheap to fail: the samples are checked
 worst-first (their all-int8 order) and a check stops at the first one below the target. The
 ranking runs on the ``rank_samples`` samples int8 serves worst, the ones that decide.
 Everything is deterministic: same graph, ranges and samples give the same choice (ties keep
@@ -31,7 +35,7 @@ from __future__ import annotations
 import copy
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -58,6 +62,9 @@ MAX_CHECK_SAMPLES = 8
 #: Calibration samples the ranking runs on (the ones int8 serves worst): it evaluates the
 #: downstream part of the graph once per unit per sample, the search's dominant cost. Chosen.
 RANK_SAMPLES = 1
+#: Student's t, one-sided 95 %, by degrees of freedom (1..10); beyond, the Cornish-Fisher
+#: expansion z + (z^3 + z) / (4 df) with z = 1.645 (within 0.02 of the exact value at df = 10).
+_T95 = (6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812)
 
 Sample = Mapping[str, np.ndarray]
 
@@ -82,6 +89,7 @@ class Check:
     mean: float
     samples: int  # samples evaluated
     passed: bool
+    predicted: float = float("nan")  # predicted worst cosine of a new input (all samples evaluated)
 
 
 @dataclass
@@ -108,9 +116,11 @@ class AutoHybridResult:
     def summary_lines(self) -> list[str]:
         """What ``npuemu compile --auto-hybrid`` prints."""
         lines = [f"auto-hybrid: target cosine {self.target:g} on every one of {self.samples} calibration sample(s) "
-                 f"(worst output, fake quant vs float); int8 {_figures(self.int8)}"]
+                 f"and predicted for a new input (worst output, fake quant vs float); int8 {_figures(self.int8)}"]
         if not self.moved:
-            lines.append("auto-hybrid: int8 meets the target; no layer moved to float16")
+            lines.append("auto-hybrid: int8 meets the target; no layer moved to float16" if self.int8.passed else
+                         "auto-hybrid: no layer set reached the target without being worse than int8 on the "
+                         "calibration samples; no layer moved to float16")
             return lines
         verdict = "meets the target" if self.reached else "still below the target (every ranked tensor moved)"
         lines.append(f"auto-hybrid: {len(self.moved)} layer(s) moved to float16 (the {self.hybrid.units} most harmful "
@@ -125,22 +135,39 @@ class AutoHybridResult:
 
 
 def _figures(check: Check) -> str:
-    return f"cosine min {check.minimum:.5f} / mean {check.mean:.5f}"
+    predicted = "" if np.isnan(check.predicted) else f", predicted worst of a new input {check.predicted:.5f}"
+    return f"cosine min {check.minimum:.5f} / mean {check.mean:.5f}{predicted}"
+
+
+def predicted_worst(scores: Sequence[float]) -> float:
+    """The cosine a new input stays above with ~95 % confidence, from the samples' cosines: the
+    errors 1 - cos taken as log-normal (per-input errors on a model spread over a factor, not a
+    difference), the one-sided prediction bound exp(m + t s sqrt(1 + 1/n)) on the error, with m,
+    s the mean and sample deviation of the log errors and t Student's for n - 1 degrees of
+    freedom. One sample shows no spread: its own cosine. QUANTIZATION.md 15."""
+    errors = np.maximum(1.0 - np.asarray(scores, np.float64), 1e-12)
+    if errors.size < 2:
+        return float(1.0 - errors.max())
+    logs, freedom = np.log(errors), errors.size - 1
+    t = _T95[freedom - 1] if freedom <= len(_T95) else 1.645 + (1.645 ** 3 + 1.645) / (4 * freedom)
+    return float(1.0 - np.exp(logs.mean() + t * logs.std(ddof=1) * np.sqrt(1.0 + 1.0 / errors.size)))
 
 
 def auto_hybrid(graph: Graph, samples: Sequence[Sample], ranges: Mapping[str, Range], *,
                 target: float = DEFAULT_TARGET, per_channel: bool = True, weight_clipping: str = "minmax",
                 rank_samples: int = RANK_SAMPLES, check_samples: int = MAX_CHECK_SAMPLES,
-                platform: Any = None) -> AutoHybridResult:
+                platform: Any = None, predict: bool = True) -> AutoHybridResult:
     """Choose the float16 layers of ``graph`` (float, after the passes; left unchanged) for
     ``target`` (module docstring). ``ranges``: the int8 calibration of ``graph``; ``platform``
-    (when given): layers that cannot be float16 on it are never moved (``float16_blocked``)."""
+    (when given): layers that cannot be float16 on it are never moved (``float16_blocked``);
+    ``predict=False``: no prediction bound, the samples' minimum decides (as before QUANTIZATION.md
+    15; the never-worse-than-int8 rule still applies)."""
     if not 0.0 < target <= 1.0:
         raise CompileError(f"auto-hybrid target cosine {target}: expected a value in (0, 1], e.g. 0.99")
     samples = list(samples)[:check_samples]
     if not samples:
         raise CompileError("auto-hybrid needs at least one calibration sample")
-    search = _Search(graph, samples, ranges, target, per_channel, weight_clipping)
+    search = _Search(graph, samples, ranges, target, per_channel, weight_clipping, predict)
     int8 = search.int8_check()
     result = AutoHybridResult(target, [], int8, int8, [], search.checks, len(samples), 0, graph, dict(ranges))
     if int8.passed:
@@ -152,6 +179,10 @@ def auto_hybrid(graph: Graph, samples: Sequence[Sample], ranges: Mapping[str, Ra
     count = _bisect(search, result.ranking)
     result.moved = _prefix_layers(result.ranking, count)
     result.hybrid = search.check(count, result.moved)
+    if not result.hybrid.passed:  # the whole ranking falls short: keep it only if it beats int8
+        result.hybrid = search.complete(count, result.moved)
+        if not search.not_worse(result.hybrid):
+            result.moved, result.hybrid = [], int8
     return result
 
 
@@ -204,8 +235,9 @@ class _Search:
     """Whole-model checks of float16 layer sets against the float outputs, memoized."""
 
     def __init__(self, graph: Graph, samples: list[Sample], ranges: Mapping[str, Range], target: float,
-                 per_channel: bool, weight_clipping: str):
-        self.graph, self.samples, self.ranges, self.target = graph, samples, ranges, target
+                 per_channel: bool, weight_clipping: str, predict: bool = True):
+        self.graph, self.samples, self.ranges, self.target, self.predict = graph, samples, ranges, target, predict
+        self.int8: Check | None = None
         self.options = {"per_channel": per_channel, "weight_clipping": weight_clipping}
         self.references = [evaluate(graph, sample) for sample in samples]
         self.order = list(range(len(samples)))  # worst-first once the int8 check ran
@@ -227,16 +259,31 @@ class _Search:
         return scores
 
     def _record(self, key: frozenset, units: int, scores: list[float]) -> Check:
-        passed = len(scores) == len(self.samples) and min(scores) >= self.target
-        self.memo[key] = Check(units, len(key), float(min(scores)), float(np.mean(scores)), len(scores), passed)
+        complete = len(scores) == len(self.samples)
+        predicted = predicted_worst(scores) if complete else float("nan")
+        check = Check(units, len(key), float(min(scores)), float(np.mean(scores)), len(scores), False, predicted)
+        passed = complete and check.minimum >= self.target and (not self.predict or predicted >= self.target)
+        self.memo[key] = replace(check, passed=passed and self.not_worse(check))
         self.checks.append(self.memo[key])
         return self.memo[key]
+
+    def not_worse(self, check: Check) -> bool:
+        """Not below plain int8 on the samples, in minimum or mean (True for int8 itself)."""
+        return self.int8 is None or (check.minimum >= self.int8.minimum and check.mean >= self.int8.mean)
 
     def int8_check(self) -> Check:
         """All samples (no early stop), and they are ordered worst-first for the later checks."""
         scores = self._scores(self.quantized(()), None)
         self.order = sorted(self.order, key=lambda index: (scores[index], index))
-        return self._record(frozenset(), 0, scores)
+        self.int8 = self._record(frozenset(), 0, scores)
+        return self.int8
+
+    def complete(self, units: int, layers: Sequence[str]) -> Check:
+        """``check`` on every sample (a failing check stops early; a comparison needs them all)."""
+        check = self.check(units, layers)
+        if check.samples < len(self.samples):
+            check = self._record(frozenset(layers), units, self._scores(self.quantized(layers), None))
+        return check
 
     def check(self, units: int, layers: Sequence[str]) -> Check:
         key = frozenset(layers)
@@ -361,4 +408,4 @@ def _only(graph: Graph, reference: Mapping[str, np.ndarray], quantized: set[str]
 
 
 __all__ = ["DEFAULT_TARGET", "AutoHybridResult", "Check", "Unit", "auto_hybrid", "calibrate_auto_hybrid",
-           "proposed_config", "quantize_auto_hybrid", "rank_units"]
+           "predicted_worst", "proposed_config", "quantize_auto_hybrid", "rank_units"]

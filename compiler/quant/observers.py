@@ -41,15 +41,23 @@ class RangeObserver:
 
     def update(self, values: np.ndarray, at: int = 0) -> None:
         """Take one sample's values (``at``: its index; samples come in increasing order)."""
-        values, bad = _finite(values)
-        self.non_finite += bad
-        if values.size:
+        values = np.asarray(values, dtype=np.float32).reshape(-1)
+        if not values.size:
+            return
+        # finite extremes mean every value is finite (a NaN or an infinity would be one): two
+        # passes over the values in the common case, the filtering path only otherwise
+        lo, hi = float(values.min()), float(values.max())
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            values, bad = _finite(values)
+            self.non_finite += bad
+            if not values.size:
+                return
             lo, hi = float(values.min()), float(values.max())
-            if lo < self.lo:
-                self.lo, self.lo_at = lo, at
-            if hi > self.hi:
-                self.hi, self.hi_at = hi, at
-            self.count += values.size
+        if lo < self.lo:
+            self.lo, self.lo_at = lo, at
+        if hi > self.hi:
+            self.hi, self.hi_at = hi, at
+        self.count += values.size
 
     def merge(self, other: "RangeObserver") -> None:
         """Take another observer's samples, as if they had come in index order with these."""

@@ -177,12 +177,15 @@ def _gather_pointwise(atoms, channels, virtual, first, operand):
 
 
 @njit(cache=True)
-def _core_rows(acc, pitch, out_w, kernels, clip_truncate, mode, out, sums):
+def _core_rows(acc, pitch, out_w, kernels, clip_truncate, mode, out, sums, exact=False):
     # CORE stage on integer-valued float sums, pixel (oy, ox) in row oy * pitch + ox of ``acc``
     # [.][kernels + 1] -> int32 ``out`` [P][out_channels] (channels past the kernels have no
     # weights: 0, REGISTER_SEMANTICS 2.5) and the last column -> ``sums`` [P]. Unsigned
     # offsets: a signed computed index carries Numba's wraparound branch, which stops LLVM's
-    # vectorisation.
+    # vectorisation. ``exact``: the sums come from one exact chunk (NUMERICS.md 3.5), so each is
+    # an integer of magnitude <= 2**24 - inside int32: without a shift the saturation never
+    # applies and the conversion alone is the CORE's output (issue 20: one instruction an
+    # element instead of four).
     source, target = acc.reshape(-1), out.reshape(-1)
     columns, channels = np.uint64(acc.shape[1]), np.uint64(out.shape[1])
     count = np.uint64(kernels)
@@ -190,7 +193,10 @@ def _core_rows(acc, pitch, out_w, kernels, clip_truncate, mode, out, sums):
         oy, ox = divmod(p, out_w)
         first = np.uint64(oy * pitch + ox) * columns
         row = np.uint64(p) * channels
-        if clip_truncate == 0:  # core_output without a shift: the int32 saturation alone
+        if clip_truncate == 0 and exact:
+            for m in range(count):
+                target[row + m] = np.int32(source[first + m])
+        elif clip_truncate == 0:  # core_output without a shift: the int32 saturation alone
             for m in range(count):
                 value = np.float64(source[first + m])
                 target[row + m] = np.int32(min(max(value, -2147483648.0), 2147483647.0))
@@ -255,7 +261,7 @@ def conv_int8_pixels(feature: np.ndarray, channels: int, real: int, weights: np.
                 np.matmul(rows[:, k0:k1], operands.matrix[k0:k1], out=product[:count])
                 acc[:count] += product[:count]  # float32 -> float64: exact; chunks add there
         _core_rows(acc[:count], out_w, out_w, kernels, clip_truncate, round_mode,
-                   out[first:first + count], sums[first:first + count])
+                   out[first:first + count], sums[first:first + count], single)
     return out, sums.reshape(1, out_h, out_w)
 
 
@@ -308,7 +314,7 @@ def prepare_conv_int8_pixels(feature_shape: tuple[int, int, int, int], channels:
                 _gather(feature, *gather, first, rows)
             _products(rows, matrix, bounds, single, product[:count], acc[:count])
             _core_rows(acc[:count], out_w, out_w, kernels, clip_truncate, round_mode,
-                       out[first:first + count], sums[first:first + count])
+                       out[first:first + count], sums[first:first + count], single)
         return out, sums.reshape(1, out_h, out_w)
 
     return run
@@ -357,4 +363,4 @@ def _tap_products(feature: np.ndarray, operands: PixelOperands, geometry: ConvGe
     acc = _scratch("product", run * columns, np.float32).reshape(run, columns)
     tap_gemm.tap_products_pixels(padded, operands.taps, geometry.kernel_w, geometry.dilation_y,
                                  geometry.dilation_x, padded_w, acc)
-    _core_rows(acc, padded_w, geometry.out_w, columns - 1, clip_truncate, round_mode, out, sums)
+    _core_rows(acc, padded_w, geometry.out_w, columns - 1, clip_truncate, round_mode, out, sums, True)

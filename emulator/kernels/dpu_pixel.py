@@ -162,7 +162,8 @@ def _stages_to_atoms(data, sums, sums_layout, kernels_per_group, stages, bs, bs_
 def _chain_to_atoms(data, sums, sums_layout, kernels_per_group, operands, operand, chain, channels,
                     surfaces, width, tile, offsets, target):
     """``_stages_to_atoms`` with the float64 chain (``chain_settings``, NUMERICS.md 4.9) in
-    place of the int64 stages; ``operands``: float64 [3][C] BS ALU, CPEND, MUL * 2**-shift."""
+    place of the int64 stages; ``operands``: float64 [3][C] BS ALU and CPEND times MUL *
+    2**-shift, and MUL * 2**-shift (``_build_chain_operands``)."""
     per_block, lanes_out = tile.shape
     computed = min(channels, lanes_out)
     block, window, other = _scratch(per_block * computed, np.float64)
@@ -193,9 +194,13 @@ def _scratch(size, dtype):
 @njit(cache=True)
 def _tiled(operands, computed, per_block, dtype):
     """Per-channel operand rows tiled over a block (up to three; zeros past the given rows):
-    the stage loops read them contiguously."""
-    rows = (np.zeros(per_block * computed, dtype), np.zeros(per_block * computed, dtype),
-            np.zeros(per_block * computed, dtype))
+    the stage loops read them contiguously. (A given row with at least ``computed`` channels is
+    written whole, so it starts empty: no zeroing pass, issue 20.)"""
+    given = min(3, operands.shape[0]) if operands.shape[1] >= computed else 0
+    size = per_block * computed
+    rows = (np.empty(size, dtype) if given > 0 else np.zeros(size, dtype),
+            np.empty(size, dtype) if given > 1 else np.zeros(size, dtype),
+            np.empty(size, dtype) if given > 2 else np.zeros(size, dtype))
     for r in range(min(3, operands.shape[0])):
         _tile(operands[r, :computed], per_block, rows[r])
     return rows
@@ -266,54 +271,106 @@ def _round_half_away(y):
 
 
 @njit(cache=True, inline="always")
+def _bs_sum(d, w, cpend, alu, scaled_mul):
+    # BS: (data + CPEND * window + ALU) * MUL * 2**-shift as data * (MUL * 2**-shift) + (window
+    # * CPEND' + ALU') with CPEND', ALU' the operands already times MUL * 2**-shift
+    # (_build_chain_operands: 0, 0, 1 where a part is off). Exact: every product and partial sum
+    # is an integer times 2**-shift of magnitude below CHAIN_BOUND (NUMERICS.md 4.9's bound
+    # |data| + |CPEND * window| + |ALU| <= (CHAIN_BOUND - 1) // |MUL| bounds each term and each
+    # sum of terms), so this is the value the int64 stages shift, whatever the association.
+    return d * scaled_mul + (w * cpend + alu)
+
+
+@njit(cache=True, inline="always")
+def _out_cvt(v, k, offset, low, high, even):
+    # OUT_CVT: v * scale * 2**-shift rounded, plus the offset, saturated
+    y = v * k
+    r = np.rint(y) if even else _round_half_away(y)
+    return min(max(r + offset, low), high)
+
+
+@njit(cache=True, inline="always")
 def _chain_value(d, w, cpend, alu, scaled_mul, e, low1, high1, ew_offset, ew_k, ew_even, ew_add,
-                 ew_low, ew_high, k, offset, low, high, ew_on, even):
-    # BS: CPEND and ALU add, then MUL and the shift as one product by MUL * 2**-shift (0, 0, 1
-    # when off) and its rounding; then BS's and BN's saturation / ReLU / RELUX as one clamp
-    v = _round_half_away((d + cpend * w + alu) * scaled_mul)
-    v = min(max(v, low1), high1)
+                 ew_low, ew_high, k, offset, low, high, ew_on, even, relu):
+    # BS's sum and its rounding, then BS's and BN's saturation / ReLU / RELUX as one clamp
+    # [low1, high1]; the EW stage; OUT_CVT
+    y = _bs_sum(d, w, cpend, alu, scaled_mul)
+    if relu:  # low1 == 0 <= high1: y < 0 ends at 0 both ways; y >= 0 rounds half away as trunc(y + 0.5)
+        v = min(np.trunc(max(y, 0.0) + 0.5), high1)
+    else:
+        v = min(max(_round_half_away(y), low1), high1)
     if ew_on:
         x = (e + ew_offset) * ew_k
         x = np.rint(x) if ew_even else _round_half_away(x)
         x = min(max(x, -2147483648.0), 2147483647.0)
         v = min(max(v + ew_add * x, ew_low), ew_high)
-    y = v * k
-    r = np.rint(y) if even else _round_half_away(y)
-    return min(max(r + offset, low), high)
+    return _out_cvt(v, k, offset, low, high, even)
+
+
+@njit(cache=True, inline="always")
+def _chain_loop(block, window, cpend, alu, scaled_mul, operand, chain, out, ew_on, even, relu):
+    """One of ``_chain_flat``'s loop copies (``ew_on``, ``even``, ``relu``: literals)."""
+    low1, high1, ew_offset, ew_k = chain[CH_LOW1], chain[CH_HIGH1], chain[CH_EW_OFFSET], chain[CH_EW_K]
+    ew_even, ew_add, ew_low, ew_high = chain[CH_EW_EVEN] != 0, chain[CH_EW_ADD], chain[CH_EW_LOW], \
+        chain[CH_EW_HIGH]
+    k, offset, low, high = chain[CH_K], chain[CH_OFFSET], chain[CH_LOW], chain[CH_HIGH]
+    for i in range(block.shape[0]):
+        out[i] = _chain_value(block[i], window[i], cpend[i], alu[i], scaled_mul[i], operand[i], low1, high1,
+                              ew_offset, ew_k, ew_even, ew_add, ew_low, ew_high, k, offset, low, high, ew_on,
+                              even, relu)
+
+
+@njit(cache=True, inline="always")
+def _folded_loop(block, window, cpend, alu, scaled_mul, chain, out, even):
+    """``_chain_loop`` without the EW stage and with OUT_CVT's scale >= 0, BS's clamp folded into
+    OUT_CVT's: OUT_CVT (``_out_cvt``, float operations included) is non-decreasing in v, and for
+    a non-decreasing f, f(min(max(t, L), H)) = min(max(f(t), f(L)), f(H)); with f's own clamp
+    [low, high] holding [f(L), f(H)] that is min(max(g(t), f(L)), f(H)), g its unclamped part.
+    Where t lies in [L, H] g runs on the very value the unfolded form gives f; elsewhere the
+    answer is f(L) or f(H) as the unfolded form's - whether t * k is exact there or not."""
+    low1, high1 = chain[CH_LOW1], chain[CH_HIGH1]
+    k, offset, low, high = chain[CH_K], chain[CH_OFFSET], chain[CH_LOW], chain[CH_HIGH]
+    floor, ceiling = _out_cvt(low1, k, offset, low, high, even), _out_cvt(high1, k, offset, low, high, even)
+    for i in range(block.shape[0]):
+        y = _round_half_away(_bs_sum(block[i], window[i], cpend[i], alu[i], scaled_mul[i])) * k
+        r = np.rint(y) if even else _round_half_away(y)
+        out[i] = min(max(r + offset, floor), ceiling)
 
 
 # contract: a * b + c may become one fused multiply-add; every product and sum here is exact,
 # so the fused and the separate forms give the same numbers
 @njit(cache=True, fastmath={"contract"})
 def _chain_flat(block, window, cpend, alu, scaled_mul, operand, chain, out):
-    """BS -> BN -> EW -> OUT_CVT of ``chain_settings`` in float64. The settings are read into
-    locals (loads from an array the loop might write would stop the vectorisation), and the EW
-    stage and OUT_CVT's rounding mode are decided outside the loops: four loop copies."""
-    low1, high1, ew_offset, ew_k = chain[CH_LOW1], chain[CH_HIGH1], chain[CH_EW_OFFSET], chain[CH_EW_K]
-    ew_even, ew_add, ew_low, ew_high = chain[CH_EW_EVEN] != 0, chain[CH_EW_ADD], chain[CH_EW_LOW], \
-        chain[CH_EW_HIGH]
-    k, offset, low, high = chain[CH_K], chain[CH_OFFSET], chain[CH_LOW], chain[CH_HIGH]
-    ew_on, even = chain[CH_EW_ON] != 0, chain[CH_EVEN] != 0
-    if ew_on and even:
-        for i in range(block.shape[0]):
-            out[i] = _chain_value(block[i], window[i], cpend[i], alu[i], scaled_mul[i], operand[i], low1,
-                                  high1, ew_offset, ew_k, ew_even, ew_add, ew_low, ew_high, k, offset,
-                                  low, high, True, True)
+    """BS -> BN -> EW -> OUT_CVT of ``chain_settings`` in float64 (``cpend``, ``alu``: the
+    operands times ``scaled_mul``, ``_build_chain_operands``; ``operand`` read only with EW on).
+    The settings are read into locals (loads from an array the loop might write would stop the
+    vectorisation), and the EW stage, OUT_CVT's rounding mode and whether BS's clamp starts at 0
+    (a ReLU: one operation fewer, ``_chain_value``) are decided outside the loops; without EW
+    and with OUT_CVT's scale >= 0 BS's clamp is folded into OUT_CVT's (``_folded_loop``: two
+    operations fewer). Ten loop copies."""
+    ew_on, even, relu = chain[CH_EW_ON] != 0, chain[CH_EVEN] != 0, chain[CH_LOW1] == 0.0
+    if not ew_on and chain[CH_K] >= 0.0:
+        if even:
+            _folded_loop(block, window, cpend, alu, scaled_mul, chain, out, True)
+        else:
+            _folded_loop(block, window, cpend, alu, scaled_mul, chain, out, False)
+    elif relu:
+        if ew_on and even:
+            _chain_loop(block, window, cpend, alu, scaled_mul, operand, chain, out, True, True, True)
+        elif ew_on:
+            _chain_loop(block, window, cpend, alu, scaled_mul, operand, chain, out, True, False, True)
+        elif even:
+            _chain_loop(block, window, cpend, alu, scaled_mul, operand, chain, out, False, True, True)
+        else:
+            _chain_loop(block, window, cpend, alu, scaled_mul, operand, chain, out, False, False, True)
+    elif ew_on and even:
+        _chain_loop(block, window, cpend, alu, scaled_mul, operand, chain, out, True, True, False)
     elif ew_on:
-        for i in range(block.shape[0]):
-            out[i] = _chain_value(block[i], window[i], cpend[i], alu[i], scaled_mul[i], operand[i], low1,
-                                  high1, ew_offset, ew_k, ew_even, ew_add, ew_low, ew_high, k, offset,
-                                  low, high, True, False)
+        _chain_loop(block, window, cpend, alu, scaled_mul, operand, chain, out, True, False, False)
     elif even:
-        for i in range(block.shape[0]):
-            out[i] = _chain_value(block[i], window[i], cpend[i], alu[i], scaled_mul[i], 0.0, low1, high1,
-                                  ew_offset, ew_k, ew_even, ew_add, ew_low, ew_high, k, offset, low,
-                                  high, False, True)
+        _chain_loop(block, window, cpend, alu, scaled_mul, operand, chain, out, False, True, False)
     else:
-        for i in range(block.shape[0]):
-            out[i] = _chain_value(block[i], window[i], cpend[i], alu[i], scaled_mul[i], 0.0, low1, high1,
-                                  ew_offset, ew_k, ew_even, ew_add, ew_low, ew_high, k, offset, low,
-                                  high, False, False)
+        _chain_loop(block, window, cpend, alu, scaled_mul, operand, chain, out, False, False, False)
 
 
 @njit(cache=True)
@@ -344,12 +401,12 @@ def _chain_pixels_to_atoms(data, sums, sums_layout, operands, operand, chain, su
     gather = lanes < channels
     alu, cpend, mul = _tiled(operands, lanes, per_block, np.float64)
     flat_data = data.reshape(-1)
-    rows = np.zeros(size if gather else 1, np.int32)
+    rows = np.empty(size if gather else 1, np.int32)  # (each block's run written before it is read)
     per_channel = sums_layout == SUMS_PIXEL_MAJOR
     sum_rows = sums.reshape(-1, channels) if per_channel else sums.reshape(1, -1)
     window = np.zeros(size if not per_channel or gather else 1, sums.dtype)  # 0 without CPEND
     ew_on, per_pixel = chain[CH_EW_ON] != 0, operand.shape[1] > 1
-    other = np.zeros(size if ew_on and (gather or not per_pixel) else 1, np.int32)
+    other = np.empty(size if ew_on and (gather or not per_pixel) else 1, np.int32)  # (as rows)
     if ew_on and not per_pixel:
         _tile(operand[0, 0, :lanes], per_block, other)
     flat_tile = tile.reshape(-1)
@@ -429,7 +486,7 @@ class StagePlan:
     cvt: OutCvtConfig | None
     bs_operands: np.ndarray  # int64 [3][C] (kernels.dpu._OPERAND_MATRICES)
     bn_operands: np.ndarray  # int64 [2][C]
-    floats: np.ndarray  # the chain's float64 BS operands [3][C]
+    floats: np.ndarray  # the chain's float64 BS operands [3][C] (_build_chain_operands)
     chain: tuple[np.ndarray, int] | None  # chain_settings: CH_* and the largest |window sum|
 
 
@@ -583,7 +640,8 @@ def _magnitude(dtype: np.dtype) -> int:
 
 def _build_chain_operands(matrix: np.ndarray, bs: XStageConfig | None) -> tuple[np.ndarray, tuple[int, ...]]:
     """The chain's float64 operands of an operand matrix (``kernels.dpu._OPERAND_MATRICES``,
-    which returns the same object for the same operands) and the operands' largest magnitudes."""
+    which returns the same object for the same operands) - ALU and CPEND times MUL * 2**-shift,
+    then MUL * 2**-shift - and the operands' largest magnitudes."""
     tops = tuple(int(np.abs(row).max(initial=0)) for row in matrix)  # ALU, CPEND, MUL
     floats = np.asarray(matrix, np.float64).copy()
     # 0, 0, 1 where a part is off; MUL * 2**-shift is exact (a 16-bit integer scaled by a
@@ -596,6 +654,13 @@ def _build_chain_operands(matrix: np.ndarray, bs: XStageConfig | None) -> tuple[
         floats[2] = 1
     else:
         floats[2] *= 2.0 ** -bs.shift_positive
+    # ALU and CPEND times MUL * 2**-shift (the chain's form, _chain_value). Exact wherever the
+    # chain runs: _build_chain_settings requires |data| + |ALU| <= (CHAIN_BOUND - 1) // |MUL|,
+    # so |ALU * MUL| < CHAIN_BOUND; likewise |CPEND * MUL| when a window sum of 1 is allowed,
+    # and where none is (window limit 0) the chain runs only with every window sum 0, when any
+    # finite CPEND' gives 0.
+    floats[0] *= floats[2]
+    floats[1] *= floats[2]
     return floats, tops
 
 

@@ -59,7 +59,8 @@ class LayerTime:
 
     @property
     def split(self) -> bool:
-        return len(set(self.cores)) > 1
+        cores = self.cores  # (a set only for a layer of several tasks: the report asks per layer and run)
+        return len(cores) > 1 and len(set(cores)) > 1
 
     def _concurrent(self, cycles_of) -> int:
         """Cores run their shares together: the layer takes the longest core, or - with a shared
@@ -176,34 +177,38 @@ class PerfReport:
         return [t for layer in self.layers for t in layer.tasks] + list(self.unassigned)
 
     def totals(self) -> dict:
-        tasks = self.all_tasks
         parts = list(self.layers) + list(self.unassigned)  # both have the cycle properties
         cycles, time_us, cpu_us = self._frame(parts)
         # one pass (this runs after every inference): a layer row on one core without the
-        # vendor's estimate is the plain sum of its tasks' figures, the properties' own rule
-        npu = ddr = longest = single = 0
-        summed = []
+        # vendor's estimate is the plain sum of its tasks' figures, the properties' own rule;
+        # the byte counts are every task's (all_tasks: the layers', then the unassigned ones)
+        npu = ddr = longest = single = read = written = sram = count = 0
         for part in parts:
             if not isinstance(part, LayerTime):
                 npu, ddr, longest, single = (npu + part.npu_cycles, ddr + part.ddr_cycles,
                                              longest + part.max_cycles, single + part.cycles)
-            elif part.vendor_ddr is not None or part.vendor_npu is not None or part.split:
+                read, written, sram = (read + part.ddr_read_bytes, written + part.ddr_write_bytes,
+                                       sram + part.sram_hit_bytes)
+                count += 1
+                continue
+            tasks = part.tasks
+            count += len(tasks)
+            if part.vendor_ddr is not None or part.vendor_npu is not None or part.split:
                 npu, ddr, longest, single = (npu + part.npu_cycles, ddr + part.ddr_cycles,
                                              longest + part.max_cycles, single + part.single_core_cycles)
-            else:
-                summed.append(part.tasks)
-        for layer_tasks in summed:
-            for task in layer_tasks:
+                for task in tasks:
+                    read, written, sram = (read + task.ddr_read_bytes, written + task.ddr_write_bytes,
+                                           sram + task.sram_hit_bytes)
+                continue
+            for task in tasks:
                 npu, ddr, longest, single = (npu + task.npu_cycles, ddr + task.ddr_cycles,
                                              longest + task.max_cycles, single + task.cycles)
-        read = written = sram = 0
-        for task in tasks:
-            read, written, sram = (read + task.ddr_read_bytes, written + task.ddr_write_bytes,
-                                   sram + task.sram_hit_bytes)
+                read, written, sram = (read + task.ddr_read_bytes, written + task.ddr_write_bytes,
+                                       sram + task.sram_hit_bytes)
         return {"npu_cycles": npu, "ddr_cycles": ddr, "max_cycles": longest, "cycles": cycles,
                 "ddr_read_bytes": read, "ddr_write_bytes": written, "sram_hit_bytes": sram,
                 "time_us": time_us, "single_core_cycles": single, "cpu_time_us": cpu_us,
-                "tasks": len(tasks), "ddr_model": self.ddr_model}
+                "tasks": count, "ddr_model": self.ddr_model}
 
     def _frame(self, parts: list) -> tuple[int, float, float]:
         """(NPU cycles, time in us, host us) of the frame: the timeline's end (board model), plus
@@ -438,8 +443,8 @@ def report_rknn(model, run, platform, ddr_model: str = "board") -> PerfReport:
             cores=[span.lane for span in spans], shared_ddr_rate=platform.ddr.shared_bytes_per_cycle)
         timed.host_us = host_us.get(layer.index, 0.0)
         if ddr_model == "vendor":
-            from npuemu.emulator.timing.vendor_estimate import rknn_layer_bytes, vendor_layer_npu_cycles
-            timed.vendor_npu = vendor_layer_npu_cycles(records, platform)
+            from npuemu.emulator.timing.vendor_estimate import estimated_op, rknn_layer_bytes, vendor_layer_npu_cycles
+            timed.vendor_npu = vendor_layer_npu_cycles(records, platform) if estimated_op(layer.op_type) else 0
             timed.vendor_ddr = _vendor_ddr(timed.npu_cycles, rknn_layer_bytes(model, layer, records, platform),
                                            platform)
         layers.append(timed)

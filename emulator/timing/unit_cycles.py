@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import math
 
-from npuemu.emulator.units.state import PRECISION_DTYPES
+from npuemu.emulator.units.state import BF16, PRECISION_DTYPES
 
 
 def _itemsize(precision: int) -> int:
+    """Bytes per element of a precision code; bf16 (no numpy type) is 2, like fp16."""
+    if precision == BF16:
+        return 2
     dtype = PRECISION_DTYPES.get(precision)
     return dtype.itemsize if dtype is not None else 1
 

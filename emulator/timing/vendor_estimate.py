@@ -55,18 +55,49 @@ _ITEMSIZE = {"int8": 1, "uint8": 1, "int16": 2, "float16": 2, "fp16": 2, "bfloat
              "fp32": 4}
 
 
+def estimated_op(op_type: str) -> bool:
+    """Whether librknnc's table gives a vendor .rknn layer of this op type cycles: conv-type
+    layers (Conv, ConvRelu, ConvExSwish, ...) and exMatMul. [V] the fixtures' and corpus tables:
+    every Resize, Transpose, Reshape, exNorm, exSoftmax13, exLSTM, exGRU, exGlu, Mul and Add row
+    is 0/0/0, even where its tasks are convs (matmul_rows_fp16's Transposes, the bilinear
+    Resize's depthwise convs)."""
+    return op_type.startswith("Conv") or op_type == "exMatMul"
+
+
+def counted_weight_bytes(shape, itemsize: int) -> int:
+    """The direct-conv weight bytes librknnc's estimate counts: Cout * kh * kw kernels rows of
+    Cin rounded up to 8 channels and to at least one 16-byte atom; neither the stored blob (its
+    input groups rounded to 1, 2 or 4 atoms, LOWERING.md 34) nor the logical size. [V] every
+    row where the three differ: matmul_rows int8/fp16 (Cin 120: 120 counted, 128 stored),
+    mobilenet_v2 rows 7 and 10 (int8 Cin 24: 24 counted, 32 stored), focus_slice int8 (Cin 3
+    and 12: 16 counted) and fp16 (Cin 3: 8, Cin 12: 16)."""
+    cout, cin, kh, kw = (int(v) for v in shape)
+    return cout * kh * kw * max(16, -(-cin // 8) * 8 * itemsize)
+
+
+#: the vendor's scratch copies of an operand (``q_exSecondary``): a layer input in its tensor table
+#: that librknnc's estimate leaves out [V: matmul_act_int8/fp16, exMatMul DDR = both operands + output]
+_SECONDARY = "_exSecondary"
+
+
 def rknn_layer_bytes(model, layer, records, platform) -> int:
     """Bytes of a vendor .rknn layer as librknnc counts them: its inputs and output (native
-    feature sizes, stored constant sizes)."""
+    feature sizes, direct-conv weights as ``counted_weight_bytes``, stored bias) without the
+    vendor's ``_exSecondary`` scratch tensors."""
     conv = first_conv(records)
     total = 0
     for index in layer.inputs:
         tensor = model.tensors[index]
+        if tensor.name.endswith(_SECONDARY):
+            continue
         size = _rknn_feature_bytes(tensor)
         shape = tuple(tensor.shape or ())
-        if conv is not None and conv.depthwise and _depthwise_logical(platform) and len(shape) == 4 and \
-                tensor.dtype_name == "int8" and shape[2:] == (conv.kernel_h, conv.kernel_w):
-            size = int(math.prod(shape))  # logical C*kh*kw depthwise weights
+        if conv is not None and tensor.kind_name == "const" and len(shape) == 4 and \
+                shape[2:] == (conv.kernel_h, conv.kernel_w):
+            if not conv.depthwise:
+                size = counted_weight_bytes(shape, _ITEMSIZE.get(tensor.dtype_name, 1))
+            elif _depthwise_logical(platform) and tensor.dtype_name == "int8":
+                size = int(math.prod(shape))  # logical C*kh*kw depthwise weights
         total += size
     return total + sum(_rknn_feature_bytes(model.tensors[i]) for i in layer.outputs)
 

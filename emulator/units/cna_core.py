@@ -14,7 +14,7 @@ import numpy as np
 
 from npuemu.emulator import kernels
 from npuemu.emulator.memo import Memo
-from npuemu.emulator.kernels import weights_sparse
+from npuemu.emulator.kernels import cbuf_reuse, cna_bf16, conv_int16, weights_sparse
 from npuemu.emulator.kernels.depthwise_plan import prepare_depthwise_int8_atoms
 from npuemu.emulator.kernels.cna_convert import (
     check_convert_geometry, convert_int8_features, decode_input_convert,
@@ -23,7 +23,7 @@ from npuemu.emulator.memory import ADDRESS_SPACE, TaskDma, Traffic, gather_rows
 from npuemu.emulator.numerics import core_round_mode
 from npuemu.emulator.regfile import RegisterView
 from npuemu.emulator.units.state import (
-    ATOM_BYTES, FP16, INT4, INT8, PRECISION_DTYPES, ConvState, precision_name,
+    ATOM_BYTES, FP16, INT4, INT8, INT16, PRECISION_DTYPES, ConvState, precision_name,
 )
 from npuemu.isa.errors import EmulationError
 from npuemu.isa.weight_layout import FEATURE_INT4_HIGH_FIRST, FP16_CONV_V1, WEIGHT_INT4_HIGH_FIRST
@@ -44,13 +44,15 @@ INT4_KERNEL_GROUP = 64
 #: precision that sets the rate (REGISTER_SEMANTICS.md 2.7: int4 x int4 at the int4 rate, an
 #: int8 or fp16 feature at its own rate whatever the narrower weights)
 PRECISION_PAIRS = {(INT8, INT8): INT8, (FP16, FP16): FP16, (INT4, INT4): INT4,
-                   (INT8, INT4): INT8, (FP16, INT8): FP16, (FP16, INT4): FP16}
+                   (INT8, INT4): INT8, (FP16, INT8): FP16, (FP16, INT4): FP16,
+                   (INT16, INT16): INT16}  # int16: the exLSTM's Rubik convs (kernels/conv_int16.py)
 REAL_CHANNEL_SLICE = 64  # DATAIN_CHANNEL_REAL counts the last 64-channel slice (REGISTER_SEMANTICS 2.2)
 
 _WEIGHT_LAYOUTS = {
     (INT8, False): kernels.INT8_CONV_RK3588, (INT8, True): kernels.INT8_DEPTHWISE_RK3588,
     (FP16, False): kernels.FP16_CONV_RK3588, (FP16, True): kernels.FP16_DEPTHWISE_RK3588,
     (INT4, False): kernels.weights.INT4_CONV_RK3588,
+    (INT16, False): kernels.FP16_CONV_RK3588,  # 2-byte elements as fp16's [I] (kernels/conv_int16.py)
 }
 
 
@@ -121,6 +123,8 @@ def decode_conv(cna: RegisterView, core: RegisterView, cbuf_banks: int, where: s
     _check_banks(state, cna, cbuf_banks, where)
     _check_output(state, cna, core, where)
     _check_weights(state, cna, where)
+    if cna_bf16.is_bf16_pair(con1["IN_PRECISION"], con1["PROC_PRECISION"], core.field("MISC_CFG", "PROC_PRECISION")):
+        return cna_bf16.mark(state, where)  # its words are bf16 (REGISTER_SEMANTICS 37)
     return state
 
 
@@ -151,6 +155,8 @@ def _conv_precision(cna: RegisterView, core: RegisterView, con1: dict[str, int],
     """(MAC, feature, weight) precision: CNA IN_PRECISION is the feature's, CNA PROC_PRECISION
     the weights' and must equal CORE PROC_PRECISION (REGISTER_SEMANTICS.md 2.1, 2.7)."""
     feature, weight = con1["IN_PRECISION"], con1["PROC_PRECISION"]
+    if cna_bf16.is_bf16_pair(feature, weight, core.field("MISC_CFG", "PROC_PRECISION")):
+        return cna_bf16.carrier_precisions()  # bf16 in fp16's memory forms (kernels/cna_bf16.py)
     if weight != core.field("MISC_CFG", "PROC_PRECISION"):
         raise EmulationError(
             f"{where}: precisions disagree: {cna.show('CONV_CON1', 'PROC_PRECISION')} but "
@@ -166,6 +172,8 @@ def _conv_precision(cna: RegisterView, core: RegisterView, con1: dict[str, int],
 def _kernel_group(weight: int, kernel_atoms: dict[int, int] | None) -> int:
     if weight == INT4:
         return INT4_KERNEL_GROUP
+    if weight == INT16:
+        return conv_int16.KERNEL_GROUP
     return (kernel_atoms or KERNEL_ATOM)[weight]
 
 
@@ -394,14 +402,19 @@ class Cbuf:
         if resident is None:
             raise EmulationError(f"{where}: CNA.CBUF_CON0.{register}=1 but this core's CBUF holds no "
                                  f"{slot} yet: nothing to reuse")
-        if resident.key != key:
-            raise EmulationError(
-                f"{where}: CNA.CBUF_CON0.{register}=1 but the CBUF holds the {slot} loaded by "
-                f"{resident.task} ({_describe_key(resident.key)}), not the ones this task describes "
-                f"({_describe_key(key)})")
+        if resident.key != key:  # still in place under another bank split? (kernels/cbuf_reuse.py)
+            held = cbuf_reuse.still_held(self, slot, resident.key, resident.array, key)
+            if held is None:
+                raise EmulationError(
+                    f"{where}: CNA.CBUF_CON0.{register}=1 but the CBUF holds the {slot} loaded by "
+                    f"{resident.task} ({_describe_key(resident.key)}), not the ones this task describes "
+                    f"({_describe_key(key)})")
+            return held
         return resident.array
 
     def keep(self, slot: str, key: tuple, array: np.ndarray, where: str) -> None:
+        was = self.weights if slot == "weights" else None
+        cbuf_reuse.remember(self, slot, key, array, None if was is None else (was.key, was.array))
         setattr(self, slot, _Resident(key, array, where))
 
 
@@ -444,6 +457,13 @@ def run_cna_core(state: ConvState, dma: TaskDma, cbuf: Cbuf, where: str) -> Core
     feature = _feature(state, plan, dma, cbuf, where)
     weights = _weights(state, plan, dma, cbuf, where)
     geometry = plan.geometry
+    if cna_bf16.is_bf16(state):  # bf16 words in fp16's forms (kernels/cna_bf16.py)
+        data = cna_bf16.conv2d_bf16(feature, state.in_channels, weights, geometry)
+        return CoreResult(_pad_channels(data, state.out_channels), None)
+    if state.precision == INT16:  # the exLSTM's Rubik convs (kernels/conv_int16.py)
+        conv_int16.check_int16_conv((state.kernel_h, state.kernel_w), (state.stride_y, state.stride_x),
+                                    (state.pad_top, state.pad_left), state.depthwise, where)
+        return CoreResult(*conv_int16.conv1x1_int16(feature, state.in_channels, weights, state.out_channels))
     if state.precision == FP16:
         padded = kernels.fetch_padded_input(feature, state.in_channels, geometry, state.pad_value)
         # integer weights of the mixed path enter the fp16 MAC as exact fp16 values (REGISTER_SEMANTICS 2.7)
@@ -640,8 +660,7 @@ def prepare_cna_core(state: ConvState, memory, where: str):
                                       lambda: f"{where}: {plan.feature_what} read")
         read = (located.region.data, located.offsets, (located.offsets.size, plan.feature_row_bytes))
     kernel = _prepared_kernel(state, plan)
-    # what Cbuf.keep stores (the weights' entry is the same every run)
-    kept_weights = None if weights is None else _Resident(plan.weight_key, weights, where)
+    kept_weights = weights  # None: the task reuses the CBUF's weights
     feature_key, feature_shape, mask = plan.feature_key, plan.feature_shape, plan.mask_channels
     image = bool(state.argb_channels)
 
@@ -657,10 +676,10 @@ def prepare_cna_core(state: ConvState, memory, where: str):
                 feature = rows.view(np.int8).reshape(feature_shape)
                 if mask:
                     _mask_channels(feature, state.real_channels)
-            cbuf.feature = _Resident(feature_key, feature, where)
+            cbuf.keep("feature", feature_key, feature, where)  # the full path's bookkeeping (cbuf_reuse)
         if kept_weights is None:
             return kernel(feature, cbuf.take("weights", plan.weight_key, "WEIGHT_REUSE", where))
-        cbuf.weights = kept_weights
+        cbuf.keep("weights", plan.weight_key, weights, where)
         return kernel(feature, weights)
 
     run.held = held

@@ -16,22 +16,24 @@ import numpy as np
 from npuemu.emulator import kernels
 from npuemu.emulator.kernels.dpu import int_stages
 from npuemu.emulator.kernels.dpu_pixel import StagePlan, plan_stages, planned_to_atoms
-from npuemu.emulator.kernels import (dpu_convert, dpu_fp_to_int16, dpu_interleave, dpu_reduce, dpu_transpose,
-                                     dpu_unpool)
+from npuemu.emulator.kernels import (dpu_convert, dpu_fp32, dpu_fp_to_int16, dpu_int32, dpu_interleave,
+                                     dpu_reduce, dpu_transpose, dpu_unpool)
+from npuemu.emulator.kernels import dpu_bf16, dpu_fp16_pair
 from npuemu.emulator.memo import Memo
 from npuemu.emulator.memory import TaskDma, Traffic
 from npuemu.emulator.numerics import out_cvt_round_mode
 from npuemu.emulator.regfile import RegisterView
 from npuemu.emulator.units.cna_core import CoreResult
 from npuemu.emulator.units.state import (
-    ATOM_BYTES, FP16, FP32, INT4, INT8, INT16, INT32, PRECISION_DTYPES, DpuRdmaState, DpuState, EwState,
+    ATOM_BYTES, BF16, FP16, FP32, INT4, INT8, INT16, INT32, PRECISION_DTYPES, DpuRdmaState, DpuState, EwState,
     LutState, LutTableState, OutCvtState, XStageState, c2_of, precision_name,
 )
 from npuemu.isa import weight_layout
 from npuemu.isa.errors import EmulationError
 
-#: int4 convs hand the DPU int32 accumulators like int8 (REGISTER_SEMANTICS.md 2.7)
-INTEGER_PROCESSING = (INT8, INT16, INT4)
+#: int4 convs hand the DPU int32 accumulators like int8 (REGISTER_SEMANTICS.md 2.7); int32: the
+#: exLSTM's int32 cubes through the same stages (kernels/dpu_int32.py, REGISTER_SEMANTICS.md 38)
+INTEGER_PROCESSING = (INT8, INT16, INT4, INT32)
 INTEGER_OUTPUTS = (INT8, INT16, INT32)
 #: BRDMA_DATA_USE bits of the operands; the blob's groups are isa.weight_layout's BS format
 BRDMA_ALU, BRDMA_CPEND, BRDMA_MUL = (bit for bit, _, _ in weight_layout.BS_OPERANDS)
@@ -74,7 +76,9 @@ def decode_dpu(dpu: RegisterView, where: str, atom_bytes: int = ATOM_BYTES) -> D
             ("LUT_CFG", "LUT_EXPAND_EN"))
     if fmt["PROC_PRECISION"] in INTEGER_PROCESSING and fmt["OUT_PRECISION"] != FP16:
         _reject(dpu, where, ("OUT_CVT_SHIFT", "MINUS_EXP"))  # the fp path and the int -> fp16 conversion only
-    if fmt["PROC_PRECISION"] != FP32 or mode["COMB_USE"] != 1:  # 1 only with fp32: the rescale task
+    if (fmt["PROC_PRECISION"] not in (FP32, INT32) or mode["COMB_USE"] != 1) and \
+            not dpu_fp16_pair.accepts(fmt, mode):  # int32: the exLSTM's int32 rescale (kernels/dpu_int32.py)
+        # 1 only with fp32 (the rescale task) and fp16 (exNorm's fp16 -> int8 edge, kernels/dpu_fp16_pair.py)
         _reject(dpu, where, ("FEATURE_MODE_CFG", "COMB_USE"))
     ow = dpu.fields("BS_OW_CFG")
     if not ow["SIZE_E_0"] == ow["SIZE_E_1"] == ow["SIZE_E_2"]:
@@ -110,6 +114,7 @@ def decode_dpu(dpu: RegisterView, where: str, atom_bytes: int = ATOM_BYTES) -> D
     sub_cube = dpu_transpose.wdma_sub_cube(state, _wdma_sizes(dpu))
     if sub_cube is not None:  # a copy of the WDMA's (and MRDMA's) smaller cube (kernels/dpu_transpose.py)
         state = dataclasses.replace(state, width=sub_cube[0], height=sub_cube[1])
+    state = dpu_int32.packed(state, mode, where)  # NONALIGN's packed write (kernels/dpu_int32.py)
     _check_dpu(state, dpu, where)
     return state
 
@@ -197,14 +202,18 @@ def _check_dpu(state: DpuState, dpu: RegisterView, where: str) -> None:
     if not state.to_memory or state.to_ppu:
         raise EmulationError(f"{where}: {dpu.show('FEATURE_MODE_CFG', 'OUTPUT_MODE')}: only the write "
                              f"to memory (2) is modelled; the DPU -> PPU path is not")
+    if dpu_bf16.involves_bf16(state):  # 16-bit floats with bf16 (kernels/dpu_bf16.py, REGISTER_SEMANTICS 37)
+        dpu_bf16.check_precisions(state, where)
+        return
     integer = state.proc_precision in INTEGER_PROCESSING
+    if state.proc_precision == INT32:  # the exLSTM's forms only (kernels/dpu_int32.py)
+        dpu_int32.check_int32_processing(state, where)
     if not integer and state.proc_precision not in (FP16, FP32):
         raise EmulationError(f"{where}: {dpu.show('DATA_FORMAT', 'PROC_PRECISION')} "
                              f"({precision_name(state.proc_precision)}) is not modelled (int8, int16, int4, fp16, "
                              f"fp32 with COMB_USE)")
     if state.proc_precision == FP32 and not dpu.field("FEATURE_MODE_CFG", "COMB_USE"):
-        raise EmulationError(f"{where}: {dpu.show('DATA_FORMAT', 'PROC_PRECISION')} (fp32) is modelled only "
-                             f"for the vendor's fp32 -> fp16 rescale task (FEATURE_MODE_CFG.COMB_USE=1)")
+        dpu_fp32.check_fp32_processing(state, where)  # the exGRU's fp32 adds (kernels/dpu_fp32.py)
     # int -> fp16 and fp16 -> int8: the DataConvert tasks (kernels/dpu_convert.py, REGISTER_SEMANTICS 26)
     # fp16 -> int16: exSoftmax13's exp, whose int16 the next task reads as fp16 bits (REGISTER_SEMANTICS 35)
     allowed = (*INTEGER_OUTPUTS, FP16) if integer else (FP16, FP32, INT8, INT16) if state.proc_precision == FP16 \
@@ -255,6 +264,10 @@ def check_rdma_matches(state: DpuState, rdma: DpuRdmaState, views: tuple[Registe
                        where: str) -> None:
     """The DPU and its RDMA must describe the same cube (the hardware streams one into the other)."""
     dpu_view, rdma_view = views
+    if state.proc_precision in (FP32, INT32):  # the rescale's COMB_USE pair or plain (kernels/dpu_fp32.py)
+        dpu_fp32.check_comb_use(dpu_view.field("FEATURE_MODE_CFG", "COMB_USE"), rdma.comb_use, where)
+    if state.proc_precision == FP16:  # COMB_USE 1 goes with 3 (kernels/dpu_fp16_pair.py)
+        dpu_fp16_pair.check_comb_use(dpu_view.field("FEATURE_MODE_CFG", "COMB_USE"), rdma.comb_use, where)
     if rdma.unpool is not None:
         dpu_unpool.check_unpool(state, rdma, where)
         return
@@ -290,6 +303,8 @@ def run_dpu(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult | Non
         _run_integer(state, rdma, source, dma, lut_tables, where)
         if state.offset_pend:  # the padding channels' value (kernels/dpu_reduce.py)
             dpu_reduce.fill_pending(state, dma)
+        elif dpu_int32.pads_past_orig(state):  # the exLSTM's counters (kernels/dpu_int32.py)
+            dpu_int32.zero_past_orig(state, dma)
         return
     data = _main_input(state, rdma, source, dma, where)
     data = _float_stages(state, rdma, data, dma, lut_tables, where)
@@ -301,10 +316,12 @@ def run_dpu(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult | Non
     elif state.out_precision == INT16:  # truncated and wrapped (kernels/dpu_fp_to_int16.py)
         cvt = state.out_cvt
         out = dpu_fp_to_int16.fp_to_int16(data, cvt.scale, cvt.shift, cvt.offset, cvt.round_bit, where)
+    elif state.out_precision == BF16:  # rounded to bf16, 2-byte lanes (kernels/dpu_bf16.py)
+        out = dpu_bf16.fp32_to_bf16_bits(data).view(np.int16)
     else:
         out = kernels.out_cvt_fp16(data) if state.out_precision == FP16 else data.astype(np.float32)
     # lanes past the channel count are written as 0 [C]
-    _write(state, out, c2_of(state.out_precision, state.atom_bytes), dma)
+    _write(state, out, c2_of(dpu_bf16.carrier(state.out_precision), state.atom_bytes), dma)
 
 
 def _run_integer(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult | None, dma: TaskDma,
@@ -315,7 +332,8 @@ def _run_integer(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult 
     blocks, window_sums = _main_blocks(state, rdma, source, dma, where)
     stages, tail = _integer_settings(state, fixed, rdma, window_sums, dma, where)
     converting = state.out_precision == FP16  # the int -> fp16 conversion (kernels/dpu_convert.py)
-    if not fixed.lut and not converting and not dpu_interleave.is_interleaved(state):
+    if not fixed.lut and not converting and not dpu_interleave.is_interleaved(state) and \
+            not isinstance(state, dpu_int32.PackedDpuState):
         # the kernel stores whole 8-byte words (every chip's atom is 8 or 16 bytes)
         claimed = None if fixed.c2 * fixed.out_dtype.itemsize % 8 else \
             dma.claim_rows(Traffic.DPU_WRITE, fixed.starts, fixed.line, np.uint64, fixed.what)
@@ -343,6 +361,9 @@ def _run_integer(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult 
                                       cvt.scale, cvt.shift, cvt.round_bit, cvt.minus_exp)
     else:
         out = int_stages(data, **stages, **tail, out_dtype=fixed.out_dtype)
+    if isinstance(state, dpu_int32.PackedDpuState):  # NONALIGN (kernels/dpu_int32.py)
+        dpu_int32.write_packed(state, out, dma)
+        return
     planes = dpu_interleave.as_pixel_rows(state, out[:fixed.surfaces * fixed.c2])
     dma.write_planes(Traffic.DPU_WRITE, fixed.starts, planes, fixed.c2, fixed.what)
 
@@ -373,7 +394,7 @@ def _fixed_settings(state: DpuState, where: str) -> _FixedSettings:
     if fixed is not None:
         return fixed
     bs, bn, ew, cvt = state.bs, state.bn, state.ew, state.out_cvt
-    if not bn.bypass and (bn.alu_from_dma or bn.mul_from_dma):
+    if not bn.bypass and (bn.alu_from_dma and state.proc_precision != INT32 or bn.mul_from_dma):
         raise EmulationError(f"{where}: BN operands from the NRDMA (DPU.BN_CFG.BN_ALU_SRC / "
                              f"BN_MUL_CFG.BN_MUL_SRC) are not modelled: no stream shows their layout")
     out_dtype = PRECISION_DTYPES[state.out_precision]
@@ -398,6 +419,10 @@ def blocks_to_cube(blocks: np.ndarray, shape: tuple[int, int, int]) -> np.ndarra
 def _main_input(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult | None,
                 dma: TaskDma, where: str) -> np.ndarray:
     """The main cube as [C][H][W] float32 (the fp path: no window sums)."""
+    if dpu_bf16.reads_other_float(state, rdma):  # a bf16 cube, or fp16 under a bf16 DPU (REGISTER_SEMANTICS 37)
+        return dpu_bf16.main_cube(state, rdma, dma, where, read_surfaces)
+    if dpu_fp16_pair.applies(state, rdma):  # an fp16 cube in MRDMA / ERDMA halves (REGISTER_SEMANTICS 37)
+        return dpu_fp16_pair.main_cube(state, rdma, dma, where, read_surfaces)
     blocks, _ = _main_blocks(state, rdma, source, dma, where)
     cube = blocks_to_cube(blocks, (state.channels, state.height, state.width))
     return cube.astype(np.float32, copy=False)
@@ -433,7 +458,8 @@ def _main_blocks(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult 
                              f"is not modelled")
     dtype = PRECISION_DTYPES[rdma.in_precision]
     surfaces = -(-channels // c2_of(rdma.in_precision, rdma.atom_bytes))
-    if (rdma.comb_use == COMB_MAIN_PAIR) != (state.proc_precision == FP32):
+    if (rdma.comb_use == COMB_MAIN_PAIR) != (state.proc_precision == FP32) and \
+            not dpu_fp32.plain_fp32_read(state, rdma) and not dpu_int32.paired_read(state, rdma):
         raise EmulationError(f"{where}: DPU_RDMA.FEATURE_MODE_CFG.COMB_USE={rdma.comb_use} with PROC_PRECISION "
                              f"{precision_name(state.proc_precision)} is not modelled (COMB_USE 3 with fp32 only)")
     if rdma.comb_use == COMB_MAIN_PAIR:
@@ -488,7 +514,9 @@ def _integer_settings(state: DpuState, fixed: _FixedSettings, rdma: DpuRdmaState
                                  f"needs the CNA's window sums; a flying-mode task has none")
         stages = {"bs": fixed.bs, "bs_alu": alu, "bs_mul": mul, "bs_cpend": cpend, "window_sum": window_sums}
     if fixed.bn is not None:
-        stages.update(bn=fixed.bn, bn_alu=state.bn.alu_operand, bn_mul=state.bn.mul_operand)
+        bn_alu = dpu_int32.nrdma_bn_alu(state, rdma, dma, where) if state.bn.alu_from_dma and not \
+            state.bn.alu_bypass else state.bn.alu_operand  # the NRDMA's int32 (kernels/dpu_int32.py)
+        stages.update(bn=fixed.bn, bn_alu=bn_alu, bn_mul=state.bn.mul_operand)
     tail: dict = {"cvt": fixed.cvt}
     if fixed.ew is not None:
         ew = state.ew
@@ -659,7 +687,9 @@ def _ew_operand(state: DpuState, rdma: DpuRdmaState | None, dma: TaskDma, where:
         raise EmulationError(f"{where}: ERDMA_CFG ERDMA_DATA_MODE={rdma.erdma_mode} ERDMA_DATA_SIZE="
                              f"{rdma.erdma_size} is not modelled (modes 0 and 1 with sizes 1..3)")
     dtype = np.dtype(np.float16) if floating and rdma.erdma_size == 2 else ERDMA_SIZES[rdma.erdma_size]
-    if floating and dtype != np.float16:
+    if floating and state.proc_precision == FP32:  # fp32 bits (kernels/dpu_fp32.py)
+        dtype = dpu_fp32.ew_operand_dtype(rdma, where)
+    if floating and dtype not in (np.float16, np.float32):
         raise EmulationError(f"{where}: an fp16 EW operation takes an fp16 operand (ERDMA_DATA_SIZE 2), "
                              f"got ERDMA_DATA_SIZE={rdma.erdma_size}")
     if rdma.erdma_mode == ERDMA_PER_CHANNEL:
@@ -668,7 +698,7 @@ def _ew_operand(state: DpuState, rdma: DpuRdmaState | None, dma: TaskDma, where:
     else:
         blocks = _pixel_operand(state, rdma, dtype, dma, where)
         shape = (state.channels, state.height, state.width)
-    return blocks_to_cube(blocks, shape).astype(np.float32) if floating else blocks
+    return dpu_bf16.float_operand(blocks_to_cube(blocks, shape), state) if floating else blocks  # fp16 or bf16
 
 
 def _pixel_operand(state: DpuState, rdma: DpuRdmaState, dtype: np.dtype, dma: TaskDma, where: str) -> np.ndarray:
@@ -739,6 +769,8 @@ def _float_stages(state: DpuState, rdma: DpuRdmaState | None, data: np.ndarray, 
         blob = None
         if name == "BS" and _brdma_needed(state, rdma, where, cpend=False):
             blob = read_bias_blob(dma, rdma, state.channels, where)
+        elif name == "BN" and stage.mul_from_dma and not stage.mul_bypass:  # the NRDMA (kernels/dpu_fp32.py)
+            blob = dpu_fp32.read_nrdma_mul(dma, rdma, state.channels, where)
         mul = None
         if not stage.mul_bypass:
             if stage.mul_from_dma and blob is None:
@@ -747,13 +779,13 @@ def _float_stages(state: DpuState, rdma: DpuRdmaState | None, data: np.ndarray, 
             # the mixed fp16 x int path's B scales, REGISTER_SEMANTICS 2.7) holds fp16 bits on the
             # fp path [C] (NUMERICS.md 4.6)
             bits = blob["MUL"] if stage.mul_from_dma else stage.mul_operand
-            mul = (np.asarray(bits, np.int64) & 0xFFFF).astype(np.uint16).view(np.float16).astype(np.float32)
+            mul = dpu_bf16.mul_operand(bits, state.proc_precision)  # bf16 bits under PROC bf16 (REGISTER_SEMANTICS 37)
         alu = None
         if not stage.alu_bypass:
             if name == "BS" and state.bs.alu_from_dma:
                 alu = _fp32(blob["ALU"])
             elif stage.alu_from_dma:
-                raise EmulationError(f"{where}: BN operands from the NRDMA are not modelled")
+                alu = dpu_bf16.nrdma_alu(state, rdma, dma, where)  # fp32 per channel (kernels/dpu_bf16.py)
             else:
                 alu = _fp32(stage.alu_operand)
         config = dataclasses.replace(_x_config(stage), relux_value=float(_fp32(stage.relux_value)))

@@ -8,9 +8,13 @@ CNA.CONV_CON2 (FEATURE_GRAINS: no vendor rk3576 word gives it and the emulator d
 
 from __future__ import annotations
 
+from functools import cache
+
 from npuemu.isa.errors import UnsupportedProgramError
+from npuemu.isa.regmap_loader import load_regmap
 from npuemu.isa.rknn.rk3576_layout import (
-    ALU, CPEND, FEATURE_ALIGN, KERNEL_GROUP, MUL, VendorTask, activation, retained_rows, round_up,
+    ALU, CPEND, EW_RELU_BYPASS, FEATURE_ALIGN, INT8, KERNEL_GROUP, MUL, VendorTask, activation, ew_config,
+    ew_relu, retained_rows, round_up,
 )
 
 ATOM_BYTES = 16   # NC1HWC2 atom of RK3588 and RK3576 (platforms/*.yaml)
@@ -168,8 +172,8 @@ def _dpu(task: VendorTask, precision: int, shift: tuple[int, int]) -> list[Spec]
                                 "WIDTH_WDMA": f("DPU", "WDMA_SIZE", "WIDTH_WDMA")}),
         *_dpu_bn_ew(task),
         ("DPU", "OUT_CVT_OFFSET", {"OUT_CVT_OFFSET": f("DPU", "OUT_CVT_OFFSET", "OUT_CVT_OFFSET")}),
-        ("DPU", "OUT_CVT_SCALE", {name: f("DPU", "OUT_CVT_SCALE", name)
-                                  for name in ("FP32TOFP16_EN", "OUT_CVT_SCALE")}),
+        ("DPU", "OUT_CVT_SCALE", {"OUT_CVT_SCALE": f("DPU", "OUT_CVT_SCALE", "OUT_CVT_SCALE"),
+                                  "FP32TOFP16_EN": _fp32_to_fp16(task, precision)}),
         ("DPU", "OUT_CVT_SHIFT", {name: f("DPU", "OUT_CVT_SHIFT", name)
                                   for name in ("CVT_TYPE", "CVT_ROUND", "MINUS_EXP", "OUT_CVT_SHIFT")}),
         ("DPU", "SURFACE_ADD", {"SURF_ADD": 2 * surface}),   # SIZE_E 1: two surfaces a group [V ORC twins]
@@ -198,16 +202,30 @@ def _dpu_bs(task: VendorTask, shift: tuple[int, int]) -> list[Spec]:
     ]
 
 
+def _fp32_to_fp16(task: VendorTask, precision: int) -> int:
+    """OUT_CVT_SCALE bit 16: FP32TOFP16_EN, except in an int8 task with an EW Add, where the vendor
+    sets it and its rk3588 build does not [V ORC: Conv + Add int8, with and without Relu] [I: role]."""
+    bit = task.field("DPU", "OUT_CVT_SCALE", "FP32TOFP16_EN")
+    return 0 if precision == INT8 and ew_config(task) is not None else bit
+
+
 def _dpu_bn_ew(task: VendorTask) -> list[Spec]:
     """BN and EW bypassed, or the Relu in BN as the rk3588 build puts it [V ORC relu twin:
     BN_CFG 0x12]; EW_OP_VALUE_7 is absent from rk3576.yaml (its offset holds OUT_CVT_OFFSET)."""
     relu = activation(task) == "relu"
     bn = ({"BN_MUL_BYPASS": 1, "BN_ALU_BYPASS": 1} if relu else
           {"BN_RELU_BYPASS": 1, "BN_MUL_BYPASS": 1, "BN_ALU_BYPASS": 1, "BN_BYPASS": 1})
-    ew = {"EW_RELU_BYPASS": 1, "EW_OP_CVT_BYPASS": 1, "EW_LUT_BYPASS": 1, "EW_OP_BYPASS": 1, "EW_BYPASS": 1}
+    config = ew_config(task)
+    if config is None:
+        ew = {"EW_RELU_BYPASS": 1, "EW_OP_CVT_BYPASS": 1, "EW_LUT_BYPASS": 1, "EW_OP_BYPASS": 1, "EW_BYPASS": 1}
+        converter = ({}, {"EW_OP_CVT_SCALE": 1})
+    else:   # the Add of the ERDMA operand, its converter words as written [V ORC add twins]
+        ew = _rk3588_fields("EW_CFG", config & ~(EW_RELU_BYPASS if ew_relu(task) else 0))
+        converter = (_rk3588_fields("EW_CVT_OFFSET_VALUE", task.raw("DPU", "CFG_4080")),
+                     _rk3588_fields("EW_CVT_SCALE_VALUE", task.raw("DPU", "CFG_4084")))
     specs: list[Spec] = [("DPU", "BN_CFG", bn), ("DPU", "BN_ALU_CFG", {}), ("DPU", "BN_MUL_CFG", {}),
                          ("DPU", "BN_RELUX_CMP_VALUE", {}), ("DPU", "EW_CFG", ew),
-                         ("DPU", "EW_CVT_OFFSET_VALUE", {}), ("DPU", "EW_CVT_SCALE_VALUE", {"EW_OP_CVT_SCALE": 1}),
+                         ("DPU", "EW_CVT_OFFSET_VALUE", converter[0]), ("DPU", "EW_CVT_SCALE_VALUE", converter[1]),
                          ("DPU", "EW_RELUX_CMP_VALUE", {})]
     return specs + [("DPU", f"EW_OP_VALUE_{index}", {}) for index in range(8)]
 
@@ -221,9 +239,17 @@ def _dpu_rdma(task: VendorTask, precision: int) -> list[Spec]:
     mode = {name: f("DPU_RDMA", "FEATURE_MODE_CFG", name) for name in
             ("IN_PRECISION", "COMB_USE", "PROC_PRECISION", "MRDMA_DISABLE", "MRDMA_FP16TOFP32_EN", "CONV_MODE",
              "FLYING_MODE")}
-    if task.raw("DPU_RDMA", "NRDMA_CFG") or not erdma["ERDMA_DISABLE"] or not mode["MRDMA_DISABLE"]:
-        raise UnsupportedProgramError(f"{task.where}: vendor rk3576 DPU_RDMA reads a BN, EW or main operand "
-                                      f"(NRDMA_CFG, ERDMA_CFG, FEATURE_MODE_CFG); only conv outputs are decoded")
+    residual = ew_config(task) is not None
+    if (task.raw("DPU_RDMA", "NRDMA_CFG") or erdma["ERDMA_DISABLE"] == residual or not mode["MRDMA_DISABLE"]
+            or mode["COMB_USE"] or (residual and erdma["ERDMA_DATA_MODE"] != 1)):
+        raise UnsupportedProgramError(f"{task.where}: vendor rk3576 DPU_RDMA reads a BN or main operand, or an EW "
+                                      f"operand other than a whole cube added by the EW stage (NRDMA_CFG, "
+                                      f"ERDMA_CFG, FEATURE_MODE_CFG); not decoded")
+    # with the EW Add the vendor reads the whole residual through the ERDMA (COMB_USE 0, MRDMA off),
+    # sets ERDMA bit 28 and FEATURE_MODE_CFG bit 3, which its rk3588 builds do not [V ORC add]:
+    # the RK3588 form reads it the same way (REGISTER_SEMANTICS.md 3.4, ERDMA alone)
+    erdma["ERDMA_NONALIGN"] = 0
+    mode["MRDMA_FP16TOFP32_EN"] = 0 if residual else mode["MRDMA_FP16TOFP32_EN"]
     return [
         ("DPU_RDMA", "DATA_CUBE_CHANNEL", {"CHANNEL": channels - 1}),
         ("DPU_RDMA", "BRDMA_CFG", {"BRDMA_DATA_USE": f("DPU_RDMA", "BRDMA_CFG", "BRDMA_DATA_USE")}),
@@ -231,4 +257,18 @@ def _dpu_rdma(task: VendorTask, precision: int) -> list[Spec]:
         ("DPU_RDMA", "ERDMA_CFG", erdma),
         ("DPU_RDMA", "FEATURE_MODE_CFG", {**mode, "BURST_LEN": 15}),
         ("DPU_RDMA", "WEIGHT", {"E_WEIGHT": 1, "N_WEIGHT": 1, "B_WEIGHT": 1, "M_WEIGHT": 1}),
+        # surface steps in atoms from bit 0 on rk3576, bits 31:4 on RK3588 [V ORC add]
+        ("DPU_RDMA", "EW_SURF_STRIDE", {"EW_SURF_STRIDE": f("DPU_RDMA", "EW_SURF_STRIDE", "EW_SURF_STRIDE")}),
+        ("DPU_RDMA", "SURF_NOTCH", {"SURF_NOTCH_ADDR": f("DPU_RDMA", "SURF_NOTCH", "SURF_NOTCH_ADDR")}),
+        ("DPU_RDMA", "EW_SURF_NOTCH", {"EW_SURF_NOTCH": f("DPU_RDMA", "EW_SURF_NOTCH", "EW_SURF_NOTCH")}),
     ]
+
+
+@cache
+def _rk3588_map():
+    return load_regmap("rk3588")
+
+
+def _rk3588_fields(register: str, raw: int) -> dict[str, int]:
+    """A raw DPU word as RK3588 field values (packed back by the translation's own map)."""
+    return _rk3588_map().register("DPU", register).unpack(raw)

@@ -11,7 +11,8 @@ conv and ``rk3576_program`` rewrites a whole program.
 
 Only what the oracle builds pin down is translated: direct int8/fp16 convolutions (any kernel,
 stride, pads, channel counts; split into row windows that keep CBUF rows, with delta tasks),
-with no activation or a Relu. Anything else - depthwise, image input, a Clip or a LUT
+with no activation or a Relu, and with a residual Add (+ Relu) in the EW stage (REGISTER_SEMANTICS.md
+39). Anything else - depthwise, image input, a Clip or a LUT
 activation, a non-conv task, a constant word with an unseen value - raises
 :class:`UnsupportedProgramError` naming the task and the word.
 """
@@ -37,9 +38,9 @@ RELU_CLAMPS = ("CLAMP2", "CLAMP3")      # lower bound 0 with Relu [V ORC relu in
 #: Registers the vendor writes at the RK3588 position with the RK3588 meaning: copied as written.
 KEPT = {"CNA": ("S_POINTER",), "CORE": ("S_POINTER",), "DPU": ("S_POINTER",),
         "DPU_RDMA": ("S_POINTER", "DATA_CUBE_WIDTH", "DATA_CUBE_HEIGHT", "SRC_BASE_ADDR", "BS_BASE_ADDR",
-                     "BN_BASE_ADDR", "EW_BASE_ADDR", "EW_SURF_STRIDE", "SRC_DMA_CFG", "SURF_NOTCH",
-                     "PAD_CFG", "EW_SURF_NOTCH")}
+                     "BN_BASE_ADDR", "EW_BASE_ADDR", "SRC_DMA_CFG", "PAD_CFG")}
 KEPT_PREFIXES = ("DCOMP_", "LUT_")      # CNA weight decompression, DPU LUT port [V FIX sparse]
+RESERVED_PREFIX = "RSV_"                # words every vendor conv task writes 0 to (rk3576_vendor.yaml)
 
 Reader = Callable[[int, int], bytes]    # (device address, bytes) -> bytes
 
@@ -87,7 +88,7 @@ def read_task(words, regmap: RegisterMap, where: str, enable: int = CONV_ENABLE,
             continue
         block = regmap.block_for_target(target)
         register = block.register_at(offset) if block is not None else None
-        if register is None:
+        if register is None or register.name.startswith(RESERVED_PREFIX):
             if value:   # every unnamed offset holds 0 in every vendor conv task [V ORC]
                 raise UnsupportedProgramError(f"{where}: vendor rk3576 word {word:#018x} writes {value:#x} at "
                                               f"offset {offset:#06x}, which no decoded register holds")
@@ -128,14 +129,15 @@ def check_conv(task: VendorTask) -> None:
                                       f"not decoded")
     retained_rows(task)
     activation(task)   # the clamp words first: they name a refused activation better than 0x407C does
+    ew_config(task)
     _check_constants(task)
 
 
 #: Words with no RK3588 equivalent, and the values every decoded build holds [V ORC, FIX]: any
 #: other value is a configuration not seen, refused rather than ignored. BS_OW_CFG bit 8 varies
 #: with the output channels (set for 17, 32, 64; clear for 16, 40, 48) and is not compared.
-CONSTANTS = {("CNA", "CONV_CON2"): {0xFFF}, ("DPU", "DATA_CUBE_NOTCH"): {0}, ("DPU", "CFG_407C"): {0x010041C1},
-             ("DPU", "CFG_4080"): {0}, ("DPU", "CFG_4084"): {1}, ("DPU", "CFG_4094"): {0}, ("DPU", "CFG_409C"): {0},
+CONSTANTS = {("CNA", "CONV_CON2"): {0xFFF}, ("DPU", "DATA_CUBE_NOTCH"): {0}, ("DPU", "CFG_4094"): {0},
+             ("DPU", "CFG_409C"): {0},
              ("DPU", "CFG_40BC"): {0}, ("DPU", "CFG_40C0"): {0x04440100}, ("DPU", "CFG_40D0"): {0x0040FFFF}}
 BY_PRECISION = {INT8: {("DPU", "CFG_4038"): 0x00120080, ("DPU", "BS_MODE"): 1, ("DPU", "BS_OW_CFG"): 0x80011011},
                 FP16: {("DPU", "CFG_4038"): 0x00100092, ("DPU", "BS_MODE"): 2, ("DPU", "BS_OW_CFG"): 0x00021011}}
@@ -156,11 +158,46 @@ def _check_constants(task: VendorTask) -> None:
                                           f"({seen}); not decoded (emulator/REGISTER_SEMANTICS.md 10.3)")
 
 
+#: The EW stage (DPU 0x407C) -> RK3588 EW_CFG, by precision [V ORC: Conv + Add of a second conv's
+#: output (the residual operand through the ERDMA), with and without a Relu after it, int8 and fp16,
+#: each next to the vendor's rk3588 build of the same ONNX]. A Relu after the Add is CLAMP4 and
+#: CLAMP5 with min 0 in rk3576 and EW_RELU_BYPASS 0 in RK3588.
+EW_BYPASS = 0x010041C1
+EW_CONFIGS = {(INT8, 0x8002C0C0): 0x904202C0, (FP16, 0x0002C0C0): 0x108202C0}
+EW_RELU_CLAMPS = ("CLAMP4", "CLAMP5")
+EW_RELU_BYPASS = 1 << 9                 # RK3588 EW_CFG.EW_RELU_BYPASS
+
+
+def ew_config(task: VendorTask) -> int | None:
+    """The RK3588 EW_CFG of the task's EW stage without its Relu (None: bypassed), refusing
+    configurations no decoded build writes."""
+    value = task.raw("DPU", "CFG_407C")
+    if value == EW_BYPASS:
+        if task.raw("DPU", "CFG_4080") or task.raw("DPU", "CFG_4084") != 1:
+            raise UnsupportedProgramError(f"{task.where}: vendor rk3576 EW stage bypassed (0x407C) with converter "
+                                          f"words {task.raw('DPU', 'CFG_4080'):#x} / {task.raw('DPU', 'CFG_4084'):#x}")
+        return None
+    precision = task.field("CNA", "CONV_CON1", "PROC_PRECISION")
+    if (precision, value) not in EW_CONFIGS:
+        raise UnsupportedProgramError(f"{task.where}: vendor rk3576 DPU.CFG_407C = {value:#x}, an EW stage no decoded "
+                                      f"build writes (an Add of the ERDMA operand is; "
+                                      f"emulator/REGISTER_SEMANTICS.md 39)")
+    return EW_CONFIGS[(precision, value)]
+
+
+def ew_relu(task: VendorTask) -> bool:
+    return task.signed("DPU", "CLAMP4_MIN") == 0
+
+
 def activation(task: VendorTask) -> str:
-    """"none" or "relu" from the DPU's clamp words; anything else is refused by name."""
+    """"none" or "relu" from the DPU's clamp words; anything else is refused by name. CLAMP4 and
+    CLAMP5 hold the Relu after an EW Add (ew_relu)."""
     relu = not task.field("DPU", "ACT_CFG", "RELU_BYPASS")
     clip = task.field("DPU", "ACT_CFG", "CLIP_EN")
-    expected = {name: (0 if relu and name in RELU_CLAMPS else INT32_MIN, INT32_MAX) for name in CLAMPS}
+    precision = task.field("CNA", "CONV_CON1", "PROC_PRECISION")
+    after_ew = (precision, task.raw("DPU", "CFG_407C")) in EW_CONFIGS and ew_relu(task)
+    expected = {name: (0 if (relu and name in RELU_CLAMPS) or (after_ew and name in EW_RELU_CLAMPS) else INT32_MIN,
+                       INT32_MAX) for name in CLAMPS}
     found = {name: (task.signed("DPU", f"{name}_MIN"), task.signed("DPU", f"{name}_MAX")) for name in CLAMPS}
     odd = [f"{name} = [{low}, {high}]" for name, (low, high) in found.items() if (low, high) != expected[name]]
     if clip or odd or task.raw("DPU", "EW_OP_VALUE_0"):

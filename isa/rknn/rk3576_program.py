@@ -120,3 +120,55 @@ def region_reader(model: RknnModel, program: RelocatedProgram) -> Reader:
         raise UnsupportedProgramError(f"{model.source}: a vendor rk3576 BS shift word at {address:#x} lies in no "
                                       f"constant region of the file")
     return read
+
+
+def translate_model_sections(sections, chains, regmap: RegisterMap, out: RegisterMap, scale: int) -> dict[str, bytes]:
+    """An npuemu model file in the vendor layout (trailer ``platform.register_layout``, LOWERING.md
+    39) with every task of ``chains`` ((section name, byte offset, first PC amount) each) rewritten
+    into ``out``'s positions: {section name: new bytes}. ``sections``: the file's sections (name,
+    data, load_address); the BS shift words are read from them by device address."""
+    images = {section.name: bytearray(section.data) for section in sections}
+    bases = [(section.load_address, section.name) for section in sections]
+
+    def read(address: int, size: int) -> bytes:
+        for base, name in bases:
+            if base <= address and address + size <= base + len(images[name]):
+                return bytes(images[name][address - base:address - base + size])
+        raise UnsupportedProgramError(f"a vendor rk3576 BS shift word at {address:#x} lies in no section")
+
+    done: dict[str, bytes] = {}
+    for name, offset, amount in chains:
+        image, base = images[name], dict((n, b) for b, n in bases)[name]
+        for first, count, enable in _chain_tasks(image, base, offset, amount, scale, name):
+            where = f"model section {name!r}: task at byte {first * 8:#x}"
+            body = np.frombuffer(bytes(image[first * 8:(first + count) * 8]), "<u8")
+            task = read_task(body, regmap, where, enable)
+            words = encode_writes(_translate(task, out, read, where, RK3588_CBUF), out, count, where)
+            image[first * 8:(first + count) * 8] = np.asarray(words, "<u8").tobytes()
+        done[name] = bytes(image)
+    return done
+
+
+def _chain_tasks(image: bytearray, base: int, offset: int, amount: int, scale: int, name: str):
+    """(first body word, body words, op-enable) of each task the PC fetches from byte ``offset``
+    of a section loaded at ``base`` (tails as isa/chain.py lays them: link, amounts, marker,
+    op-enable, then at most scale - 1 padding words in the fetch)."""
+    def word_at(index: int) -> int:
+        if not 0 <= index * 8 < len(image):
+            raise UnsupportedProgramError(f"model section {name!r}: a chain runs past the section (word {index})")
+        return int.from_bytes(image[index * 8:index * 8 + 8], "little")
+
+    index, seen = offset // 8, set()
+    while True:
+        if index in seen:
+            raise UnsupportedProgramError(f"model section {name!r}: a chain loops back to a task it already ran")
+        seen.add(index)
+        end = index + (amount + 1) * scale
+        while end > index + 4 and word_at(end - 1) == 0:
+            end -= 1
+        link, amounts, enable = word_at(end - 4), word_at(end - 3), word_at(end - 1)
+        yield index, end - 4 - index, (enable >> 16) & 0xFFFFFFFF
+        amount = (amounts >> 16) & 0xFFFF
+        if not amount:
+            return
+        index = (((link >> 16) & 0xFFFFFFFF) - base) // 8

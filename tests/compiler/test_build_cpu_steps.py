@@ -40,12 +40,13 @@ def conv_resize_conv():
 
 
 def conv_transpose_conv():
-    """conv (NPU) -> Transpose C<->W (CPU; H<->W runs on the DPU, LOWERING.md 35) -> conv (NPU)."""
+    """conv (NPU) -> Transpose C<->W (CPU: W 200 x H 64 is 1600 TP_ORG_EN tiles of fp16 > 1024, and
+    as a pair NWCH's 25-atom lines > 8, LOWERING.md 36) -> conv (NPU)."""
     net = Net(5)
     net.conv("c1", "x", "a", 3, 8)
     net.node("Transpose", ["a"], ["t"], "swap", perm=[0, 3, 2, 1])
-    net.conv("c2", "t", "y", 10, 8)
-    return net.model([1, 3, 6, 10], "y"), (1, 3, 6, 10)
+    net.conv("c2", "t", "y", 200, 8)
+    return net.model([1, 3, 64, 200], "y"), (1, 3, 64, 200)
 
 
 def conv_glu_conv():

@@ -36,7 +36,9 @@ OLD_CPU_OPS = {
     "Dropout", "Conv", "ConvTranspose", "FullyConnected", "Constant"}
 OLD_NPU_OPS = (
     (("Conv",), "CNA convolution, DPU bias/activation/residual"),
-    (("ConvTranspose",), "CNA conv of its stride phases, DPU bias/activation; DepthToSpace and crop on the host"),
+    (("ConvTranspose",), "CNA convs of its stride phases written interleaved by the DPU, also where the pads crop "
+                        "(one conv per phase of the kept rows, LOWERING.md 40); a stacked conv plus host DepthToSpace "
+                        "and crop where the phase writes cannot (RK356x atoms, 1-pixel phases)"),
     (("FullyConnected",), "CNA 1x1 convolution on [1,K,1,1]"),
     (("Add", "Sub", "Mul", "Div", "Max", "Min"), "DPU element-wise (BS/EW stage)"),  # Max/Min: gates (LOWERING.md 28)
     (("Relu", "Clip", "LeakyRelu"), "DPU BS stage (ReLU/clip)"),
@@ -59,7 +61,10 @@ OLD_NPU_OPS = (
     (("FlatConcat",), "DPU copies, one per input, into its columns of the output (LOWERING.md 29)"),  # LOWERING.md 29
     (("Pad", "Slice", "Pow", "Sqrt", "ReduceMean", "Gather"),  # rewritten by graph passes (LOWERING.md 32)
      "the layers a graph pass rewrites it into (LOWERING.md 20.3, 24, 32)"),
-    (("Transpose",), "DPU copies swapping H and W, one per C1 surface (LOWERING.md 35)"),  # LOWERING.md 35
+    (("Transpose",), "DPU-only copies in the vendor's forms: H<->W one per C1 surface, the other perms "
+                    "with TP_EN, TP_ORG_EN tiles and a compacting copy (LOWERING.md 35, 36)"),
+    (("MatMul", "ActMatMul"),  # MatMul of two activations (LOWERING.md 37)
+     "CNA 1x1 convs with run-time weights (the second operand's bytes), per head and surface (LOWERING.md 37)"),
 )
 #: kinds whose nodes never reach layer_from_node as themselves (op_table.LOWERINGS)
 EXPANDED_KINDS = {"conv_phases", "split", "alias", "as_conv"}

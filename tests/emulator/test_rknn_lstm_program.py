@@ -11,6 +11,7 @@ from tests.emulator.test_machine_support import MASK_FLYING, REGMAP, flying_task
 from tests.shared_data import RKNN_FIXTURES_OPS
 from npuemu.emulator.machine import Machine
 from npuemu.emulator.rknn_runner import RknnRunner
+from npuemu.emulator import rknn_self_modifying as sm
 from npuemu.emulator.rknn_self_modifying import run_fetching_each_block
 from npuemu.isa.chain import encode_chain
 from npuemu.isa.errors import EmulationError, UnsupportedProgramError
@@ -68,16 +69,24 @@ def test_rubik_convs_assemble_register_words(case):
 
 
 @pytest.mark.parametrize("case", LSTM)
-def test_lstm_runs_until_its_first_unmodelled_task(case):
-    """The PC now fetches block by block; the program stops at the first DPU task in int32
-    (the exLSTM's address arithmetic on DynamicCMD_StackBuf), named with its block."""
+def test_lstm_runs_every_block_and_replays_the_step(case, monkeypatch):
+    """The PC fetches block by block through the whole program (REGISTER_SEMANTICS.md 38): blocks 0-32
+    (the set-up and the first time step), blocks 33-75 fifteen times - the link back to block 33 is
+    what the Rubik convs write into block 75's tail - and the final block: 33 + 15 x 43 + 1 = 679 fetches
+    for lstm_int8, as many as the chain has task records (the vendor's table unrolls the loop)."""
     model = _model(case)
     runner = RknnRunner(model)
     assert runner.self_modifying
-    x = np.zeros(model.input_tensors[0].shape, np.float32)
-    with pytest.raises(EmulationError, match=r"PC step 1 \(block at 0x1280\).*PROC_PRECISION=4 \(int32\) "
-                                             r"is not modelled"):
-        runner.run([x])
+    run = runner.run([np.zeros(model.input_tensors[0].shape, np.float32)])
+    assert len(run.chain.tasks) == model.program.chains[0].task_count
+    fetched = []
+    real = sm.parse_block
+    monkeypatch.setattr(sm, "parse_block",
+                        lambda words, regmap, where: fetched.append(where) or real(words, regmap, where))
+    runner.run([np.zeros(model.input_tensors[0].shape, np.float32)])
+    stack = np.frombuffer(bytes(model.blob(model.tensor("DynamicCMD_StackBuf"))), "<u4")
+    replay = f"(block at {runner.program.bases.regcmd + int(stack[608 // 4]):#x})"   # the loop's first block
+    assert sum(where.endswith(replay) for where in fetched) == 15
 
 
 def test_multicore_run_of_a_self_modifying_program_is_refused():

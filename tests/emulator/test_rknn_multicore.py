@@ -219,7 +219,7 @@ def test_vendor_estimate_keeps_a_kernel_split_apart():
     """resnet18's 2-core program splits layer 12 (3x3 s2 to 14x14, 256 kernels) by kernels, 128
     per core: H1 over each kernel group (2 x 29952) is the table's 59904; merged as if the halves
     were row blocks (14 x 28 pixels, 128 kernels) it would be 57600. mobilenet_v2: every program
-    gives the table's total (its rows 7 and 10 are 49 DDR cycles off in chain 0 already)."""
+    gives the table's total (every row of chain 0 equal since the counted-weights rule)."""
     platform = load_platform("rk3588")
     for case, total in (("resnet18", 3077058), ("mobilenet_v2", 1312664)):
         model = load_rknn(_folder(case) / "model.rknn")

@@ -16,6 +16,7 @@ from npuemu.emulator import task_plan
 from npuemu.emulator.kernels.conv_pixels import conv_int8_pixels
 from npuemu.emulator.kernels.depthwise import depthwise_int8_atoms
 from npuemu.emulator.kernels.dpu import EwConfig, OutCvtConfig, XStageConfig
+from npuemu.emulator.kernels import dpu_pixel
 from npuemu.emulator.kernels.dpu_pixel import plan_stages, planned_to_atoms
 from npuemu.emulator.kernels.dpu_pixel_plan import prepare_planned_to_atoms
 from npuemu.emulator.machine import Machine
@@ -381,3 +382,201 @@ def test_weights_a_chain_writes_every_run_keep_only_that_task_on_the_full_path(m
     assert counting.steps - steps >= 4  # task 0's step ran on in the last runs
     program = fast.cores[0]._replays.get(fast.cores[0]._fetch(ADDRESS, amount))[0].program
     assert program[0] is not None and program[1] == task_plan.MAX_BUILDS
+
+
+# ---------------------------------------------------------------------------------------------
+# One prepared store run again and again (as a program runs it), inputs changing every run
+# ---------------------------------------------------------------------------------------------
+HELD_CONFIGS = {
+    **STORE_CONFIGS,
+    # no CPEND: no window sums at all
+    "no_cpend": dict(bs=XStageConfig(alu_enable=True, mul_enable=True, shift_positive=12, shift_negative=12,
+                                     relu=True), cvt=OutCvtConfig(25000, 16, -3)),
+}
+
+
+def _held_case(config: str, channels: int, surfaces: int, per_tensor: bool, seed: int):
+    """A stage plan of ``config`` and the inputs of five runs: data, window sums (the third run's
+    past the chain's bound: the stages path in between) and EW operands that change every run."""
+    rng = np.random.default_rng(seed)
+    height, width = 3, 50  # 150 pixels: several blocks of BLOCK_ELEMENTS // channels
+    settings = HELD_CONFIGS[config]
+    operands = dict(bs_alu=rng.integers(-5000, 5000, channels).astype(np.int32),
+                    bs_cpend=rng.integers(-20, 20, channels).astype(np.int32),
+                    bs_mul=rng.integers(1000, 9000, channels).astype(np.int32))
+    for array in operands.values():
+        array.flags.writeable = False
+    ew_type = np.dtype(np.int8) if "ew" in settings else None
+    plan = plan_stages(channels, np.int8, np.int32, ew_type, **settings, **operands)
+    runs = []
+    for run in range(5):
+        data = rng.integers(-(2**20), 2**20, (1, height * width, channels)).astype(np.int32)
+        top = 2**40 if run == 2 else 2**12
+        sums = rng.integers(-top, top, (1, height, width)).astype(np.int64)
+        shape = (1, 1, 1) if per_tensor else (1, height * width, channels)
+        operand = rng.integers(-128, 128, shape).astype(np.int8) if ew_type else None
+        runs.append((data, sums, operand))
+    offsets = np.arange(surfaces * height, dtype=np.int64) * width * 2
+    return plan, runs, (height * width, width, offsets, 16, surfaces)
+
+
+def _held_mismatches(config: str, channels: int, surfaces: int, per_tensor: bool, seed: int = 0) -> list[int]:
+    """The runs in which one prepared store, run again and again, wrote other words than
+    ``planned_to_atoms`` on the same inputs."""
+    plan, runs, (pixels, width, offsets, c2, surfaces) = _held_case(config, channels, surfaces, per_tensor, seed)
+    words = np.zeros(surfaces * pixels * 2, np.uint64)
+    store = prepare_planned_to_atoms(plan, pixels, width, words, offsets, c2, surfaces)
+    assert store is not None
+    wrong = []
+    for index, (data, sums, operand) in enumerate(runs):
+        words[:] = 0
+        store(data, sums, operand)
+        want = np.zeros_like(words)
+        planned_to_atoms(plan, data, width, want, offsets, c2, surfaces, sums, operand)
+        assert want.any()
+        if not np.array_equal(words, want):
+            wrong.append(index)
+    return wrong
+
+
+@pytest.mark.parametrize("config, per_tensor", [(name, False) for name in sorted(HELD_CONFIGS)] + [("ew", True)])
+@pytest.mark.parametrize("channels, surfaces", [(40, 2), (48, 3)])  # atoms narrower than the channels, equal
+def test_a_prepared_store_run_again_equals_planned_to_atoms(config, channels, surfaces, per_tensor):
+    assert _held_mismatches(config, channels, surfaces, per_tensor) == []
+
+
+def test_the_checks_catch_an_operand_kept_from_another_run(monkeypatch):
+    # broken on purpose: a per-tensor EW operand kept from the first run (as if converted once
+    # when the store was prepared) must fail the comparison above
+    from npuemu.emulator.kernels import dpu_pixel_plan
+
+    converted, first = dpu_pixel_plan._operand, []
+
+    def kept(ew_operand, channels, pixels):
+        first.append(ew_operand)
+        return converted(first[0], channels, pixels)
+
+    monkeypatch.setattr(dpu_pixel_plan, "_operand", kept)
+    assert _held_mismatches("ew", 48, 3, True) == [1, 3, 4]  # (run 2: past the chain's bound, saturated)
+
+
+# ---------------------------------------------------------------------------------------------
+# The chain's arithmetic form (kernels/dpu_pixel.py _chain_value): ALU and CPEND premultiplied
+# by MUL * 2**-shift, and BS's clamp from 0 as one max before the rounding
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("scale", [3 << 13, -(3 << 13)])  # OUT_CVT non-decreasing (BS's clamp folded) or not
+@pytest.mark.parametrize("shift, mul_top", [(1, 1), (1, 2**15 - 1), (14, 2**15 - 1)])
+def test_the_chain_rounds_ties_and_zero_as_the_int64_stages(monkeypatch, relu, scale, shift, mul_top):
+    """Sums whose product by MUL * 2**-shift lands on ties (+-k.5), just either side of 0, past
+    BN's RELUX bound and large, through the chain (checked to run; BS's clamp from 0 where BN's
+    ReLU is on) against the per-element reference chain."""
+    from tests.emulator.test_dpu_pixel import as_atoms, expected_cube
+    from tests.emulator.test_dpu_pixel import run as run_pass
+
+    calls = []
+    kernel = dpu_pixel._chain_pixels_to_atoms
+    monkeypatch.setattr(dpu_pixel, "_chain_pixels_to_atoms", lambda *args: calls.append(args[5]) or kernel(*args))
+    channels, height, width = 16, 4, 6
+    rng = np.random.default_rng(shift + mul_top)
+    bs = XStageConfig(alu_enable=True, mul_enable=True, shift_positive=shift, shift_negative=shift,
+                      cpend_enable=True)
+    bn = XStageConfig(relu=relu, relux=True, relux_value=40)
+    cvt = OutCvtConfig(scale, 14 + shift, -3)
+    mul = np.where(rng.random(channels) < 0.5, mul_top, 1).astype(np.int32)
+    alu = rng.integers(-3, 4, channels).astype(np.int32)
+    cpend = rng.integers(-2, 3, channels).astype(np.int32)
+    data = rng.integers(-4, 5, (channels, height, width)).astype(np.int32)
+    data[:, 0, :] = rng.integers(-(2**31), 2**31, (channels, width))  # large sums of both signs
+    sums = rng.integers(-3, 4, (1, height, width)).astype(np.int64)
+    # rows 1 and 2: (data + CPEND * window + ALU) * MUL = ties +-(2j + 1) * 2**(shift-1), and
+    # values in (-2**shift, 0), where MUL is 1
+    odd = (2 * np.arange(width) + 1) * (1 << (shift - 1)) * np.where(np.arange(width) % 2, -1, 1)
+    small = -rng.integers(1, 1 << shift, width)
+    for row, target in ((1, odd), (2, small)):
+        data[:, row, :] = target[None, :] - cpend[:, None] * sums[0, row][None, :] - alu[:, None]
+    atoms, _ = run_pass(data, "hwc", channels, np.int8, 16, 1, bs=bs, bs_alu=alu, bs_cpend=cpend, bs_mul=mul,
+                        window_sum=sums, bn=bn, cvt=cvt)
+    want = expected_cube(data, sums, alu, cpend, mul, (0, 1), None, {"bs": bs, "bn": bn, "cvt": cvt}, np.int8)
+    np.testing.assert_array_equal(atoms, as_atoms(want, 16, 1, np.int8))
+    assert len(calls) == 1 and (calls[0][dpu_pixel.CH_LOW1] == 0) == relu
+    # the data holds what the form could get wrong: ties, and sums below 0 (a ReLU's 0)
+    products = (data.astype(np.int64) + cpend[:, None, None] * sums + alu[:, None, None]) * mul[:, None, None]
+    assert np.any(products % (1 << shift) == 1 << (shift - 1)) and np.any((products < 0) & (products > -(1 << shift)))
+
+
+def test_the_reference_catches_operands_not_premultiplied(monkeypatch):
+    # broken on purpose: the chain given ALU and CPEND without the MUL * 2**-shift factor (the
+    # form before the premultiplied one) must fail the comparison above
+    made = dpu_pixel._chain_operands
+
+    def unscaled(matrix, bs):
+        floats, tops = made(matrix, bs)
+        floats = floats.copy()
+        floats[:2] /= floats[2]
+        return floats, tops
+
+    monkeypatch.setattr(dpu_pixel, "_chain_operands", unscaled)
+    with pytest.raises(AssertionError):
+        test_the_chain_rounds_ties_and_zero_as_the_int64_stages(monkeypatch, False, 3 << 13, 1, 1)
+
+
+@pytest.mark.parametrize("scale", [3 << 13, -(3 << 13)])
+def test_the_reference_catches_a_chain_without_bs_clamp(monkeypatch, scale):
+    # broken on purpose: the chain's BS/BN clamp opened at the top (BN's RELUX lost) must fail
+    # the comparison above, in the folded form (scale >= 0) and the other
+    made = dpu_pixel.chain_settings
+
+    def opened(*args):
+        settings = made(*args)
+        if settings is None:
+            return None
+        chain = settings[0].copy()
+        chain[dpu_pixel.CH_HIGH1] = dpu_pixel.CHAIN_BOUND
+        return chain, settings[1]
+
+    monkeypatch.setattr(dpu_pixel, "chain_settings", opened)
+    with pytest.raises(AssertionError):
+        test_the_chain_rounds_ties_and_zero_as_the_int64_stages(monkeypatch, True, scale, 1, 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# The CORE stage's conversion of one exact chunk's sums (kernels/conv_pixels.py _core_rows exact)
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kernel, channels", [(1, 1024), (3, 113)])  # a 1x1 product; the per-tap products
+@pytest.mark.parametrize("sign", [1, -1])
+def test_one_chunk_sums_at_the_float32_bound_convert_exactly(kernel, channels, sign):
+    """All -128 inputs and weights of -128 (or 127, 127 ... for the other sign): the sums reach
+    the one-chunk bound 2**24 (1024 products of 2**14), where the float32 sums enter int32 by
+    conversion alone; against int64 sums, through the plain and the prepared kernel."""
+    from npuemu.emulator.kernels import ConvGeometry
+    from npuemu.emulator.kernels.conv_pixels import PixelOperands, prepare_conv_int8_pixels
+
+    size, kernels = 6, 3
+    x = np.full((channels, size, size), -128, np.int8)
+    w = np.full((kernels, channels, kernel, kernel), -128 if sign > 0 else 127, np.int8)
+    w[1, : channels // 2] = 1  # a second magnitude in the same product
+    w.flags.writeable = False
+    pad = kernel // 2
+    geometry = ConvGeometry(kernel, kernel, size, size, pad_top=pad, pad_left=pad)
+    assert len(PixelOperands.build(w, channels).bounds) == 2  # one exact chunk
+    padded = np.full((channels, size + 2 * pad, size + 2 * pad), -128, np.int64)
+    want = np.zeros((size * size, kernels), np.int64)
+    for ky in range(kernel):
+        for kx in range(kernel):
+            window = padded[:, ky:ky + size, kx:kx + size].reshape(channels, -1)
+            want += window.T @ w[:, :, ky, kx].astype(np.int64).T
+    if kernel == 1:
+        assert np.abs(want).max() == (1 << 24 if sign > 0 else 127 * 128 * 1024)
+    atoms = np.ascontiguousarray(x.reshape(channels // 16 if channels % 16 == 0 else -1, 16, size, size)
+                                 .transpose(0, 2, 3, 1)) if channels % 16 == 0 else None
+    if atoms is None:  # 113 channels in 8 atoms of 16 lanes, the last lanes 0
+        lanes = np.zeros((128, size, size), np.int8)
+        lanes[:channels] = x
+        atoms = np.ascontiguousarray(lanes.reshape(8, 16, size, size).transpose(0, 2, 3, 1))
+    prepared = prepare_conv_int8_pixels(atoms.shape, channels, channels, w, geometry, -128, 0, 0, kernels + 2)
+    for out, sums in (conv_int8_pixels(atoms, channels, channels, w, geometry, -128, 0, 0, kernels + 2),
+                      prepared(atoms)):
+        np.testing.assert_array_equal(out[:, :kernels], want)
+        assert not out[:, kernels:].any()
+        np.testing.assert_array_equal(sums.reshape(-1), np.full(size * size, -128 * channels * kernel * kernel))

@@ -41,12 +41,19 @@ def fixture_runs():
 
 def _vendor_bytes_reference(model, layer) -> int:
     """README §4.2 accounting, written here from the tensor table: native feature bytes
-    (prod of the 5-D NC1HWC2 shape, int8) + stored constant bytes."""
+    (prod of the 5-D NC1HWC2 shape, int8) + stored constant bytes, except direct-conv weights
+    [Cout, Cin > 1, kh, kw]: Cout*kh*kw rows of Cin rounded up to 8, at least 16 bytes (the
+    session 11 rule, emulator/TIMING.md; it turns README §4.2's known exception, mobilenet_v2
+    rows 7 and 10, into matches)."""
     total = 0
     for index in (*layer.inputs, *layer.outputs):
         tensor = model.tensors[index]
-        native = tuple(tensor.native_shape or ())
-        total += math.prod(native) if tensor.kind_name != "const" and len(native) == 5 else int(tensor.size)
+        native, shape = tuple(tensor.native_shape or ()), tuple(tensor.shape or ())
+        if tensor.kind_name == "const" and len(shape) == 4 and shape[1] > 1 and tensor.dtype_name == "int8":
+            cout, cin, kh, kw = shape
+            total += cout * kh * kw * max(16, 8 * math.ceil(cin / 8))
+        else:
+            total += math.prod(native) if tensor.kind_name != "const" and len(native) == 5 else int(tensor.size)
     return total
 
 
@@ -68,11 +75,9 @@ def test_vendor_ddr_mode_reproduces_the_corpus_ddr_column(fixture_runs):
                 matched += 1
             else:
                 other.append((case.name, layer.id, layer.ddr_cycles, row["ddr_cycles"]))
-    # the two others are README §4.2's known exception: a small-Cin conv (24 -> 144 1x1) whose
-    # estimate counts the logical 144*24 weight bytes instead of the stored (padded) 4608
-    assert matched == 132 and [(c, i) for c, i, *_ in other] == [("mobilenet_v2", 7), ("mobilenet_v2", 10)]
-    for _, _, ours, theirs in other:
-        assert (ours - theirs) * rate == pytest.approx(4608 - 144 * 24, abs=rate)
+    # every row, README §4.2's old exception too (a 24 -> 144 1x1 conv: 144*24 weight bytes
+    # counted, 4608 stored)
+    assert matched == 134 and other == []
 
 
 def test_board_mode_is_unchanged_by_the_vendor_mode(fixture_runs):
@@ -210,3 +215,12 @@ def test_a_conv_output_bound_makes_compute_at_least_the_written_bytes_at_its_rat
     assert bounded.npu_cycles == unbounded.npu_cycles
     assert bounded.unit_cycles == math.ceil(write / rate)
     assert bounded.compute_cycles == max(unbounded.npu_cycles, math.ceil(write / rate)) >= unbounded.compute_cycles
+
+
+def test_bf16_cubes_count_two_bytes_per_element():
+    """A DPU-only task reading bf16 (the vendor's exNorm, REGISTER_SEMANTICS.md 37) moves 2 bytes
+    per element like fp16; numpy has no bf16 type, and the lookup used to fall back to 1."""
+    from npuemu.emulator.timing.unit_cycles import _itemsize
+    from npuemu.emulator.units.state import BF16, FP16, INT8, INT32
+
+    assert (_itemsize(BF16), _itemsize(FP16), _itemsize(INT8), _itemsize(INT32)) == (2, 2, 1, 4)

@@ -175,7 +175,7 @@ def _with(case: str, offset: int, value: int) -> np.ndarray:
     (0x1048, 0x0000000A, r"enables the input converter"),
     (0x406C, 0x00000005, r"DPU activation not decoded \(CLAMP2 = \[5, "),    # CLAMP2_MIN
     (0x1054, 0x00000001, r"writes 0x1 at offset 0x1054, which no decoded register holds"),
-    (0x5034, 0x00000040, r"reads a BN, EW or main operand"),
+    (0x5034, 0x00000040, r"reads a BN or main operand, or an EW operand other than"),
     (0x40C0, 0x04440000, r"DPU.CFG_40C0 = 0x4440000, a value no decoded build writes \(0x4440100\)"),
     (0x4044, 0x00000002, r"DPU.BS_MODE = 0x2, a value no decoded build writes \(0x1\)"),   # fp16's, in int8
 ])

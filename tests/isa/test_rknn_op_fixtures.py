@@ -30,12 +30,18 @@ from npuemu.tools.cli import main
 relocation = importlib.import_module("npuemu.isa.rknn.relocate")   # the package re-exports a function of that name
 
 FIXTURE_COUNT = 44   # the folder's README: 23 cases, int8 and fp16 builds
-#: the 36 that run (session 10); the 8 others stop at DPU bf16 output (layernorm x4), DPU int32
-#: (lstm x2) and fp32 processing (gru x2), REGISTER_SEMANTICS.md 32 and 35
+#: the 36 that run (session 10), and gru x2 (session 11: fp32 processing, REGISTER_SEMANTICS.md 38); the
+#: others stop at DPU bf16 output (layernorm x4) and DPU int32 (lstm x2), REGISTER_SEMANTICS.md 32 and 35
+#: - and since helper LN the layernorm x4 run too (session 11: bf16 DPU and CNA, the exNorm stream,
+#: REGISTER_SEMANTICS.md 37; compared with the simulator in tests/emulator/test_vendor_layernorm.py)
+#: - and the lstm x2 (helper RQ: int32 / int16 DPU and int16 conv, the exLSTM's self-writing program,
+#: REGISTER_SEMANTICS.md 38; tests/emulator/test_vendor_recurrent_modes.py): all 44 run
 RUNS = frozenset("""
     conv1d_fp16 conv1d_int8 conv_hardswish_fp16 conv_hardswish_int8 conv_silu_add_fp16 dense_rk3576_fp16
     dense_rk3576_int8 dynamic_shape_fp16 dynamic_shape_int8 focus_slice_fp16 focus_slice_int8 gelu_fp16 gelu_int8
-    glu_fp16 glu_int8 matmul_act_fp16 matmul_act_int8 matmul_rows_fp16 matmul_rows_int8 qdq_prequant_int8
+    glu_fp16 glu_int8 gru_fp16 gru_int8 lstm_fp16 lstm_int8 matmul_act_fp16 matmul_act_int8 matmul_rows_fp16
+    matmul_rows_int8
+    qdq_prequant_int8 layernorm_decomposed_fp16 layernorm_decomposed_int8 layernorm_fp16 layernorm_int8
     resize_bilinear_2x_fp16 resize_bilinear_2x_int8 resize_nearest_2x_fp16 resize_nearest_2x_int8 se_gate_fp16
     se_gate_int8 softmax_last_fp16 softmax_last_int8 sparse_rk3576_fp16 sparse_rk3576_int8 sparse_rk3576_off_fp16
     sparse_rk3576_off_int8 transpose_heads_fp16 transpose_heads_int8 transpose_nhwc_fp16 transpose_nhwc_int8

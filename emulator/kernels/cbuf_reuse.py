@@ -1,0 +1,57 @@
+"""Reuse of CBUF contents across changes of the bank split (REGISTER_SEMANTICS.md 38).
+
+The Cbuf (units/cna_core.py) keeps the last feature and the last weight set by identity. The exLSTM
+reuses contents that a later load with another bank split left in place [V: lstm_int8]:
+- the PC's step 13 (static block 13, the h x R conv) sets DATA_REUSE with DATA_BANK 2 / WEIGHT_BANK 10
+  after step 8 loaded the same 1 x 1 x 64 int8 h with 1 / 11;
+- step 33 sets WEIGHT_REUSE for R (4096 bytes, loaded at split 1 / 11) after another conv loaded its
+  4096-byte weights at split 4 / 8.
+[I] The data banks come first and the weights start at bank DATA_BANK (CBUF_CON0), each set filling
+ceil(bytes / bank size) banks from its start, so a feature held in the first banks stays readable when
+the data gets more banks, and weight sets loaded at different starts coexist until a later load covers
+their banks. This module keeps those older weight sets beside the Cbuf's own slot and evicts the ones a
+new load (feature or weights) overlaps; a reuse of anything else stays refused by name. [C] Bank size
+32768 bytes, every platform file's cbuf.bank_bytes (rk3588, rk3568, rk3562).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+BANK_BYTES = 32768
+_SPLIT = "banks"
+
+
+def _split(key: tuple) -> tuple[dict, int]:
+    fields = dict(key)
+    data_banks = int(str(fields.pop(_SPLIT, "0/0")).split("/")[0])
+    return fields, data_banks
+
+
+def _banks(start: int, nbytes: int) -> range:
+    return range(start, start + max(1, -(-nbytes // BANK_BYTES)))
+
+
+def still_held(cbuf, slot: str, held_key: tuple, held: np.ndarray, wanted: tuple) -> np.ndarray | None:
+    """The contents a reuse of ``wanted`` reads when the Cbuf's own slot holds ``held_key`` (module
+    note), or None: nothing this task may reuse."""
+    if slot == "feature":
+        held_fields, held_banks = _split(held_key)
+        wanted_fields, wanted_banks = _split(wanted)
+        return held if held_fields == wanted_fields and wanted_banks >= held_banks else None
+    for key, array in getattr(cbuf, "_older_weights", ()):
+        if key == wanted:
+            return array
+    return None
+
+
+def remember(cbuf, slot: str, key: tuple, array: np.ndarray, previous: tuple | None) -> None:
+    """Note a load: evict the older weight sets it overlaps and keep the weight set it replaces
+    (``previous``: the Cbuf's former weights, (key, array), or None)."""
+    older = list(getattr(cbuf, "_older_weights", ()))
+    start = 0 if slot == "feature" else _split(key)[1]
+    covered = set(_banks(start, array.nbytes))
+    if previous is not None:
+        older.append(previous)
+    cbuf._older_weights = [(k, a) for k, a in older
+                           if not covered & set(_banks(_split(k)[1], a.nbytes)) and k != key]

@@ -1,0 +1,435 @@
+"""A conv task's RK3588-position writes re-packed into the vendor's rk3576 layout.
+
+The inverse of ``rk3576_forms``: npuemu's own rk3576 builds emit what the vendor's toolkit
+writes for the same conv (``isa/regmaps/rk3576_vendor.yaml``, emulator/REGISTER_SEMANTICS.md
+10.3 and 39), word for word in the vendor's order (139 writes, the reserved zero words
+included). Every value comes from the RK3588 form of the task (npuemu's ``rk3576`` map, the
+register names shared with rk3588.yaml); the few vendor words with no RK3588 counterpart hold
+the values every single-task vendor build holds ([I], listed in ``FIXED``).
+
+What the vendor layout is known to express (the classes ``rk3576_forms`` translates): direct
+int8 / fp16 convolutions with the BS record, no activation or a Relu, a residual Add (+ Relu) in
+the EW stage, dense or 4:2-sparse weights, the whole window fetched by the task. Anything else raises
+:class:`UnsupportedProgramError` naming what, and :func:`check_round_trip` proves that the
+vendor words translate back to the same RK3588 registers the emulator reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from npuemu.isa.errors import UnsupportedProgramError
+from npuemu.isa.regmap import RegisterMap
+from npuemu.isa.rknn.rk3576_layout import (
+    ALU, BY_PRECISION, EW_BYPASS, EW_CONFIGS, EW_RELU_BYPASS, EW_RELU_CLAMPS, FP16, INT32_MAX, INT32_MIN, INT8,
+    MUL, RELU_CLAMPS, read_task, round_up,
+)
+from npuemu.isa.rknn.rk3576_program import translate_task
+from npuemu.isa.words import encode_write
+
+Values = Mapping[tuple[str, str], int]        # (block, register) -> raw value, RK3588 names
+Field = Callable[[str, str, str], int]
+VendorWrite = tuple[str, str, int]
+
+#: Vendor words with no RK3588 equivalent, as every vendor build writes them [V ORC, FIX,
+#: REGISTER_SEMANTICS.md 10.3]; CBUF_CON0's data allowance follows the layer's banks (cbuf_banks).
+CBUF_BANKS_ENABLE = 0x40000000
+FIXED = {("CNA", "CONV_CON2"): 0xFFF, ("CNA", "CBUF_CON0"): 0x10000000, ("DPU", "CFG_40C0"): 0x04440100,
+         ("DPU", "CFG_40D0"): 0x0040FFFF}
+FORMAT_DENSE, FORMAT_SPARSE = 0x7, 0xE07     # CNA 0x1038 [V ORC; FIX sparse_rk3576_int8]
+SPARSE_MODE_4_2 = 3                          # CNA 0x1024 bits 31:30 [V FIX]
+BS_CHANNEL_DIRECT = 0x710                    # DPU 0x4030 low half, direct conv [V ORC]
+ACT_NONE, ACT_RELU = 0x903, 0x902            # DPU 0x4060 [V ORC]
+OW_EVEN_SURFACES = 0x100                     # DPU 0x4050 bit 8 (below)
+TASK_SURFACE_ALIGN = 4                       # CNA 0x1098: W x rows rounded up to 4 [V ORC 11x9: 100]
+C2 = {INT8: 16, FP16: 8}                     # channels per 16-byte atom
+
+
+def vendor_writes(values: Values, source: RegisterMap, *, shift_address: int, where: str,
+                  layer_window: int | None = None) -> list[VendorWrite]:
+    """The vendor-layout writes of the conv task whose RK3588-position writes are ``values``
+    (``source``: the map they were packed with). ``shift_address``: where the task's 16-bit BS
+    shift word lies (DPU_RDMA 0x5024); ``layer_window``: the largest window (CBUF bytes) of the
+    tasks of its layer (None: this task's), which sets the CBUF bank words."""
+
+    def field(block: str, register: str, name: str) -> int:
+        return source.register(block, register).field(name).extract(values.get((block, register), 0))
+
+    _check_expressible(values, field, where)
+    geometry = _geometry(field)
+    geometry["banks"] = cbuf_banks(window_bytes(values, source) if layer_window is None else layer_window)
+    return (_cna(values, field, geometry) + _core(field, geometry)
+            + _dpu(values, field, geometry) + _dpu_rdma(values, field, geometry, shift_address))
+
+
+CBUF_ENTRY_BYTES = 64
+BANK_UNIT = 65536          # [I] the unit of CNA 0x1018's bank counts
+MIN_BANKS = 4
+
+
+def window_bytes(values: Values, source: RegisterMap) -> int:
+    """CBUF bytes of the task's input window: entries per row x rows x 64."""
+    entries = source.register("CNA", "CBUF_CON1").field("DATA_ENTRIES").extract(values.get(("CNA", "CBUF_CON1"), 0))
+    rows = source.register("CNA", "DATA_SIZE0").field("DATAIN_HEIGHT").extract(values.get(("CNA", "DATA_SIZE0"), 0))
+    return entries * rows * CBUF_ENTRY_BYTES
+
+
+def cbuf_banks(window: int) -> int:
+    """CNA 0x1018's bank count of a layer [I, fitted on the vendor's single-core programs: 4 for
+    windows up to 200704 bytes (fixtures' 56 x 56 x 64 int8, every small oracle build), 5 for the
+    largest windows of 322560 (fp16 fixture, 45 rows; its 13-row task too) and 327680 (the 3400 x 16
+    tall conv, all three tasks): the layer's largest window in 64 KB units, at least 4]."""
+    return max(MIN_BANKS, -(-window // BANK_UNIT))
+
+
+def shift_word(values: Values, source: RegisterMap) -> int:
+    """The 16-bit BS shift word of the task [I: low byte BS_MUL_SHIFT_VALUE, high byte
+    BS_MUL_SHIFT_VALUE_NEG; both 14 in every vendor build, word 0x0e0e]."""
+    low = source.register("DPU", "BS_MUL_CFG").field("BS_MUL_SHIFT_VALUE").extract(values.get(("DPU", "BS_MUL_CFG"), 0))
+    high = source.register("DPU", "DATA_FORMAT").field("BS_MUL_SHIFT_VALUE_NEG").extract(
+        values.get(("DPU", "DATA_FORMAT"), 0))
+    return high << 8 | low
+
+
+def uses_shift_word(values: Values, source: RegisterMap) -> bool:
+    use = source.register("DPU_RDMA", "BRDMA_CFG").field("BRDMA_DATA_USE").extract(
+        values.get(("DPU_RDMA", "BRDMA_CFG"), 0))
+    return bool(use & MUL)
+
+
+# --- what the layout cannot say -------------------------------------------------------------
+
+
+def _check_expressible(values: Values, field: Field, where: str) -> None:
+    def refuse(what: str) -> None:
+        raise UnsupportedProgramError(f"{where}: {what} has no known form in the vendor rk3576 layout "
+                                      f"(emulator/REGISTER_SEMANTICS.md 39)")
+
+    if field("CNA", "CONV_CON1", "CONV_MODE") != 0:
+        refuse("a depthwise conv (its vendor weight cube and BS record differ)")
+    if field("CNA", "CONV_CON1", "ARGB_IN") or field("CNA", "CONV_CON1", "DECONV"):
+        refuse("an image-input or deconvolution task")
+    precision = field("CNA", "CONV_CON1", "PROC_PRECISION")
+    if precision not in C2 or field("CNA", "CONV_CON1", "IN_PRECISION") != precision:
+        refuse(f"CNA precision {precision} (int8 and fp16 are known)")
+    if field("DPU_RDMA", "NRDMA_CFG", "NRDMA_DATA_USE"):
+        refuse("a conv reading a BN operand")
+    residual = not field("DPU_RDMA", "ERDMA_CFG", "ERDMA_DISABLE")
+    if residual != (_ew_stage(values, precision) is not None) or values.get(("DPU", "LUT_CFG"), 0):
+        refuse(f"an element-wise stage other than the Add of a residual (EW_CFG "
+               f"{values.get(('DPU', 'EW_CFG'), 0):#x}) or a look-up table")
+    comb = field("DPU_RDMA", "FEATURE_MODE_CFG", "COMB_USE")
+    main = not field("DPU_RDMA", "FEATURE_MODE_CFG", "MRDMA_DISABLE")
+    if ((comb, main) not in ((0, False), (COMB_SPLIT, True)) or (main and not residual)
+            or (residual and field("DPU_RDMA", "ERDMA_CFG", "ERDMA_DATA_MODE") != 1)):
+        refuse("a DPU read other than a whole residual cube (ERDMA alone or shared with the MRDMA)")
+    if values.get(("DPU", "DATA_CUBE_NOTCH_ADDR"), 0):
+        refuse("an interleaved DPU write (DATA_CUBE_NOTCH_ADDR)")
+    if field("CNA", "FC_DATA_SIZE0", "DMA_HEIGHT") != field("CNA", "DATA_SIZE0", "DATAIN_HEIGHT"):
+        refuse("a window that fetches fewer rows than it holds")
+    if field("DPU", "DATA_FORMAT", "IN_PRECISION") != field("DPU", "DATA_FORMAT", "PROC_PRECISION"):
+        refuse("a DPU whose input and processing precisions differ")
+    if any(field("CNA", f"CVT_CON{i + 1}", f"CVT_OFFSET{i}") for i in range(4)):
+        refuse("an input converter with offsets")
+    if field("DPU", "BS_CFG", "BS_RELU_BYPASS") != 1 or field("DPU", "BS_CFG", "BS_ALU_BYPASS"):
+        refuse("a BS stage other than bias (+ CPEND, MUL) without its own ReLU")
+    if field("CNA", "CONV_CON3", "DECONV_X_STRIDE") or field("CNA", "CONV_CON3", "DECONV_Y_STRIDE"):
+        refuse("deconvolution strides")
+
+
+#: RK3588 EW_CFG (its Relu bit cleared) -> the vendor's 0x407C word, by precision (rk3576_layout.EW_CONFIGS)
+EW_WORDS = {(precision, config): word for (precision, word), config in EW_CONFIGS.items()}
+EW_CFG_BYPASS = 0x383                       # npuemu's and the vendor's rk3588 EW_CFG when bypassed
+COMB_SPLIT = 5                              # MRDMA and ERDMA share the residual (rep12, LOWERING.md 6)
+
+
+def _ew_stage(values: Values, precision: int) -> tuple[int, bool] | None:
+    """(vendor 0x407C word, Relu after the Add) of the task's EW stage; None when bypassed or not
+    one the vendor layout is known to hold (a residual then has no form: _check_expressible)."""
+    config = values.get(("DPU", "EW_CFG"), EW_CFG_BYPASS)
+    if config == EW_CFG_BYPASS:
+        return None
+    config = _identity_converter_on(values, config)
+    word = EW_WORDS.get((precision, config | EW_RELU_BYPASS))
+    return None if word is None else (word, not config & EW_RELU_BYPASS)
+
+
+EW_OP_CVT_BYPASS = 1 << 8                   # RK3588 EW_CFG.EW_OP_CVT_BYPASS
+IDENTITY_CONVERTER = (0, 1)                 # EW_CVT_OFFSET_VALUE 0, EW_CVT_SCALE_VALUE scale 1 shift 0
+
+
+def _identity_converter_on(values: Values, config: int) -> int:
+    """An operand converter that is bypassed or the identity is the same stage: npuemu's fp16 Add
+    bypasses it (EW_CFG 0x108203c0), the vendor's enables it with scale 1 (0x108202c0, 0x4084 = 1)
+    [V ORC add fp16]; the emulated outputs of both are compared in tests."""
+    converter = (values.get(("DPU", "EW_CVT_OFFSET_VALUE"), 0), values.get(("DPU", "EW_CVT_SCALE_VALUE"), 1))
+    return config & ~EW_OP_CVT_BYPASS if config & EW_OP_CVT_BYPASS and converter == IDENTITY_CONVERTER else config
+
+
+def _relu(field: Field) -> bool:
+    """BN as a bare ReLU (the rk3588 form of the vendor's Relu clamps, rk3576_forms._dpu_bn_ew);
+    anything else in BN but full bypass is refused by the round trip."""
+    return field("DPU", "BN_CFG", "BN_BYPASS") == 0 and field("DPU", "BN_CFG", "BN_RELU_BYPASS") == 0
+
+
+# --- geometry -------------------------------------------------------------------------------
+
+
+def _geometry(field: Field) -> dict[str, int]:
+    padded_in = field("CNA", "DATA_SIZE1", "DATAIN_CHANNEL")
+    real_in = padded_in - (padded_in - 1 - field("CNA", "DATA_SIZE1", "DATAIN_CHANNEL_REAL")) % 64
+    width, rows = field("CNA", "DATA_SIZE0", "DATAIN_WIDTH"), field("CNA", "DATA_SIZE0", "DATAIN_HEIGHT")
+    out_width = field("CNA", "DATA_SIZE2", "DATAOUT_WIDTH")
+    out_rows = field("CORE", "DATAOUT_SIZE_0", "DATAOUT_HEIGHT") + 1
+    kw, kh = field("CNA", "WEIGHT_SIZE2", "WEIGHT_WIDTH"), field("CNA", "WEIGHT_SIZE2", "WEIGHT_HEIGHT")
+    stride_x, stride_y = field("CNA", "CONV_CON3", "CONV_X_STRIDE"), field("CNA", "CONV_CON3", "CONV_Y_STRIDE")
+    dil_x = field("CNA", "CONV_CON3", "ATROUS_X_DILATION") + 1
+    dil_y = field("CNA", "CONV_CON3", "ATROUS_Y_DILATION") + 1
+    top, left = field("CNA", "PAD_CON0", "PAD_TOP"), field("CNA", "PAD_CON0", "PAD_LEFT")
+    line = field("CNA", "DMA_CON1", "LINE_STRIDE")
+    first_line = width if field("CNA", "CONV_CON1", "GROUP_LINE_OFF") else 3 * line // 4 + width
+    return {
+        "real_in": real_in, "width": width, "rows": rows, "out_width": out_width, "out_rows": out_rows,
+        "kw": kw, "kh": kh, "top": top, "left": left, "line": line,
+        # the pad the task consumes past its last row / column [V ORC: 10.3's PAD_CON0 row]
+        "bottom": max(0, (out_rows - 1) * stride_y + (kh - 1) * dil_y + 1 - top - rows),
+        "right": max(0, (out_width - 1) * stride_x + (kw - 1) * dil_x + 1 - left - width),
+        "plane": (field("CNA", "DMA_CON2", "SURF_STRIDE") + first_line) % (1 << 28),
+        "real_out": field("DPU", "DATA_CUBE_CHANNEL", "ORIG_CHANNEL") + 1,
+        "precision": field("CNA", "CONV_CON1", "PROC_PRECISION"),
+        "entries": field("CNA", "CBUF_CON1", "DATA_ENTRIES"),
+        "sparse": int(field("CNA", "DCOMP_CTRL", "DECOMP_CONTROL") != 0),
+    }
+
+
+def _cna(values: Values, field: Field, g: dict[str, int]) -> list[VendorWrite]:
+    fp16 = g["precision"] == FP16
+    con1 = (values.get(("CNA", "CONV_CON1"), 0) & ~0xF) | (int(fp16) << 21)   # FLOAT_EN; CONV_MODE 0
+    weight_bytes_per_kernel = field("CNA", "WEIGHT_SIZE1", "WEIGHT_BYTES_PER_KERNEL")
+    kernels = (g["sparse"] * SPARSE_MODE_4_2 << 30 | (g["kw"] - 1) << 24 | (g["kh"] - 1) << 16
+               | field("CNA", "WEIGHT_SIZE2", "WEIGHT_KERNELS") - 1)
+    # bit 31 where the RK3588 form keeps the weights of the task before [V: the fp16 fixture's
+    # second row task, whose rk3588 twin (own oracle build) sets WEIGHT_REUSE; the tall conv's]
+    continued = field("CNA", "CBUF_CON0", "WEIGHT_REUSE")
+    form = (FORMAT_SPARSE if g["sparse"] else FORMAT_DENSE) | continued << 31
+    banks = g["banks"]
+    scales = [field("CNA", f"CVT_CON{i + 1}", f"CVT_SCALE{i}") for i in range(4)]
+    head = [("CNA", "S_POINTER", values.get(("CNA", "S_POINTER"), 0xE)),
+            ("CORE", "S_POINTER", values.get(("CORE", "S_POINTER"), 0xE)), ("CNA", "FORMAT_CON", form),
+            ("DPU", "S_POINTER", values[("DPU", "S_POINTER")]),
+            ("DPU_RDMA", "S_POINTER", values[("DPU_RDMA", "S_POINTER")])]
+    body = [
+        ("CNA", "CONV_CON1", con1), ("CNA", "CONV_CON2", FIXED[("CNA", "CONV_CON2")]),
+        ("CNA", "CONV_CON3", values[("CNA", "CONV_CON3")]), ("CNA", "CBUF_BANKS", CBUF_BANKS_ENABLE | banks * 0x101),
+        ("CNA", "WEIGHT_BYTES", field("CNA", "WEIGHT_SIZE0", "WEIGHT_BYTES")),
+        ("CNA", "WEIGHT_BYTES_PER_KERNEL", weight_bytes_per_kernel), ("CNA", "WEIGHT_KERNELS", kernels),
+        ("CNA", "DATA_IN_CHANNEL", g["entries"] * g["rows"] << 16 | g["real_in"] - 1),
+        ("CNA", "DATA_IN_SIZE", (g["width"] - 1) << 16 | g["rows"] - 1),
+        # [31:16] two per weight element of a kernel (int8 2 x bytes, fp16 1 x bytes) [V ORC a16, f16relu, f16odd]
+        ("CNA", "DATA_OUT_WIDTH", 2 * weight_bytes_per_kernel // (1 + fp16) << 16 | g["out_width"] - 1),
+        ("CNA", "DATA_OUT_ATOMICS", field("CNA", "DATA_SIZE3", "DATAOUT_ATOMICS") - 1),
+        ("CNA", "FORMAT_CON", form), ("CNA", "CBUF_DATA", g["entries"] << 16),
+        # [27:16] 0x400 entries per bank past 4 [I: 0x14000000 with 5 banks, FIX fp16 and tall]
+        ("CNA", "CBUF_CON0", FIXED[("CNA", "CBUF_CON0")] | (banks - MIN_BANKS) * 0x400 << 16),
+        ("CNA", "CBUF_CON1", g["width"] << 16 | g["entries"]),
+        ("CNA", "CVT_CON0", values[("CNA", "CVT_CON0")]),
+        ("CNA", "CVT_SCALE01", scales[1] << 16 | scales[0]), ("CNA", "CVT_SCALE23", scales[3] << 16 | scales[2]),
+        *_reserved("CNA", (0x1054, 0x1058, 0x105C, 0x1060, 0x1064, 0x1068, 0x106C, 0x1070, 0x1074)),
+        ("CNA", "DMA_SIZE", (field("CNA", "FC_DATA_SIZE0", "DMA_WIDTH") - 1) << 16 | g["rows"] - 1),
+        ("CNA", "DMA_CHANNEL", g["real_in"] - 1),
+        ("CNA", "PAD_CON0", g["right"] << 24 | g["bottom"] << 16 | g["left"] << 8 | g["top"]),
+        ("CNA", "PAD_VALUE", values[("CNA", "PAD_CON1")]),
+        ("CNA", "FEATURE_DATA_ADDR", values[("CNA", "FEATURE_DATA_ADDR")]),
+        ("CNA", "DMA_CON0", values[("CNA", "DMA_CON0")]), ("CNA", "LINE_STRIDE", g["line"]),
+        ("CNA", "SURF_STRIDE", g["plane"]),
+        ("CNA", "TASK_SURFACE", round_up(g["width"] * g["rows"], TASK_SURFACE_ALIGN)),
+        *_reserved("CNA", (0x109C,)),
+    ]
+    return head + body + _dcomp(values) + [("CNA", "PLANE_WIDTH", (g["width"] - 1) * 0x10001)]
+
+
+def _dcomp(values: Values) -> list[VendorWrite]:
+    """DCOMP at the RK3588 positions, as the vendor writes them: CTRL, REGNUM, ADDR0 (the weight
+    address, relocated: 0 in the stored vendor streams) and AMOUNT0/1, further amounts only when
+    non-zero [V FIX dense and sparse]."""
+    used = [i for i in range(16) if values.get(("CNA", f"DCOMP_AMOUNT{i}"), 0)]
+    count = max([2] + [i + 1 for i in used])   # [V FIX sparse: REGNUM 5, AMOUNT0/1 written]
+    return ([("CNA", "DCOMP_CTRL", values.get(("CNA", "DCOMP_CTRL"), 0)),
+             ("CNA", "DCOMP_REGNUM", values.get(("CNA", "DCOMP_REGNUM"), 0)),
+             ("CNA", "DCOMP_ADDR0", values.get(("CNA", "DCOMP_ADDR0"), 0))]
+            + [("CNA", f"DCOMP_AMOUNT{i}", values.get(("CNA", f"DCOMP_AMOUNT{i}"), 0)) for i in range(count)])
+
+
+def _core(field: Field, g: dict[str, int]) -> list[VendorWrite]:
+    # QD_EN as the vendor writes it: int8 1, fp16 0 [V ORC, FIX]; no unit reads it (QD_EN_FREE)
+    misc = (1 << 28 | g["sparse"] << 12 | field("CORE", "MISC_CFG", "PROC_PRECISION") << 8
+            | int(g["precision"] == INT8))
+    return [("CORE", "MISC_CFG", misc),
+            ("CORE", "DATAOUT_SIZE_0", field("CORE", "DATAOUT_SIZE_0", "DATAOUT_HEIGHT") << 16
+             | field("CORE", "DATAOUT_SIZE_0", "DATAOUT_WIDTH")),
+            ("CORE", "DATAOUT_SIZE_1", g["real_out"] - 1),
+            ("CORE", "CLIP_TRUNCATE", field("CORE", "CLIP_TRUNCATE", "ROUND_TYPE") << 6
+             | field("CORE", "CLIP_TRUNCATE", "CLIP_TRUNCATE"))]
+
+
+def _dpu(values: Values, field: Field, g: dict[str, int]) -> list[VendorWrite]:
+    precision, real_out = g["precision"], g["real_out"]
+    surface = field("DPU", "DST_SURF_STRIDE", "DST_SURF_STRIDE")
+    width, height = field("DPU", "DATA_CUBE_WIDTH", "WIDTH"), field("DPU", "DATA_CUBE_HEIGHT", "HEIGHT")
+    # 0x4050 bit 8: set when the output has an even number of atoms' worth of channels [I: set for
+    # 17, 20, 32, 64 int8 / 32, 64 fp16 channels, clear for 16, 40, 48 int8 / 17, 40 fp16 - V ORC, FIX]
+    even = -(-real_out // C2[precision]) % 2 == 0
+    by_precision = BY_PRECISION[precision]
+    ew = _ew_stage(values, precision)
+    ew_relu = bool(ew and ew[1])
+    out_format = field("DPU", "DATA_FORMAT", "OUT_PRECISION") << 29 | field("DPU", "DATA_FORMAT", "PROC_PRECISION")
+    mode = (1 << 30 | field("DPU", "FEATURE_MODE_CFG", "OUTPUT_MODE") << 1
+            | field("DPU", "FEATURE_MODE_CFG", "FLYING_MODE"))
+    return [
+        ("DPU", "FEATURE_MODE_CFG", mode), ("DPU", "DATA_FORMAT", out_format),
+        ("DPU", "OFFSET_PEND", values.get(("DPU", "OFFSET_PEND"), 0)),
+        ("DPU", "DST_BASE_ADDR", values[("DPU", "DST_BASE_ADDR")]), ("DPU", "DST_SURF_STRIDE", surface),
+        ("DPU", "DATA_CUBE_WIDTH", width), ("DPU", "DATA_CUBE_HEIGHT", height), ("DPU", "DATA_CUBE_NOTCH", 0),
+        ("DPU", "DATA_CUBE_CHANNEL", real_out - 1), ("DPU", "BS_CHANNEL", (real_out - 1) << 16 | BS_CHANNEL_DIRECT),
+        ("DPU", "WDMA_SIZE",
+         field("DPU", "WDMA_SIZE_1", "HEIGHT_WDMA") << 16 | field("DPU", "WDMA_SIZE_1", "WIDTH_WDMA")),
+        ("DPU", "CFG_4038", by_precision[("DPU", "CFG_4038")]), *_reserved("DPU", (0x403C,)),
+        ("DPU", "BS_MODE", by_precision[("DPU", "BS_MODE")]),
+        *_clamps(("BS_CLAMP0",), False),
+        ("DPU", "BS_OW_CFG", by_precision[("DPU", "BS_OW_CFG")] | (OW_EVEN_SURFACES if even else 0)),
+        *_clamps(("CLAMP1",), False), ("DPU", "ACT_CFG", ACT_RELU if _relu(field) else ACT_NONE),
+        *_clamps(("CLAMP2", "CLAMP3"), _relu(field)), *_ew_words(values, ew),
+        *_clamps(("CLAMP4",), ew_relu), ("DPU", "EW_OP_VALUE_0", 0), ("DPU", "CFG_4094", 0), ("DPU", "CFG_409C", 0),
+        *_clamps(("CLAMP5",), ew_relu),
+        ("DPU", "OUT_CVT_OFFSET", values[("DPU", "OUT_CVT_OFFSET")]),
+        # bit 16 with an int8 EW Add [V ORC add int8: 0x15770 where the rk3588 build writes 0x5770]
+        ("DPU", "OUT_CVT_SCALE", values[("DPU", "OUT_CVT_SCALE")] | (1 << 16 if ew and precision == INT8 else 0)),
+        ("DPU", "OUT_CVT_SHIFT", values[("DPU", "OUT_CVT_SHIFT")]),
+        # 2 x DST surface stride - W x rows [V ORC]: the RK3588 SURFACE_ADD of two surfaces a pass
+        ("DPU", "SURFACE_JUMP", 2 * surface - (width + 1) * (height + 1)),
+        ("DPU", "CFG_40BC", 0), ("DPU", "CFG_40C0", FIXED[("DPU", "CFG_40C0")]),
+        *_reserved("DPU", (0x40C8, 0x40CC)), ("DPU", "CFG_40D0", FIXED[("DPU", "CFG_40D0")]),
+        *[("DPU", name, 0) for name in ("LUT_ACCESS_CFG", "LUT_ACCESS_DATA", "LUT_CFG", "LUT_INFO", "LUT_LE_START",
+                                        "LUT_LE_END", "LUT_LO_START", "LUT_LO_END", "LUT_LE_SLOPE_SCALE")],
+        *_reserved("DPU", (0x4130, 0x4140, 0x4144, 0x4148, 0x414C, 0x4150, 0x4154, 0x4160, 0x4170, 0x4174,
+                           0x4184, 0x4188, 0x418C, 0x4190, 0x4194)),
+    ]
+
+
+def _ew_words(values: Values, ew: tuple[int, bool] | None) -> list[VendorWrite]:
+    """0x407C the EW stage, 0x4080 / 0x4084 its converter (RK3588 EW_CVT_OFFSET / SCALE_VALUE) [V ORC add]."""
+    if ew is None:
+        return [("DPU", "CFG_407C", EW_BYPASS), ("DPU", "CFG_4080", 0), ("DPU", "CFG_4084", 1)]
+    return [("DPU", "CFG_407C", ew[0]), ("DPU", "CFG_4080", values.get(("DPU", "EW_CVT_OFFSET_VALUE"), 0)),
+            ("DPU", "CFG_4084", values.get(("DPU", "EW_CVT_SCALE_VALUE"), 0))]
+
+
+def _clamps(names: Iterable[str], relu: bool) -> list[VendorWrite]:
+    """(min, max) int32 pairs: unused (INT32_MIN, INT32_MAX); a Relu sets CLAMP2/CLAMP3's min to
+    0, a Relu after the EW Add CLAMP4/CLAMP5's [V ORC relu, add + relu, int8 and fp16]."""
+    out = []
+    for name in names:
+        low = 0 if relu and name in RELU_CLAMPS + EW_RELU_CLAMPS else INT32_MIN
+        out += [("DPU", f"{name}_MIN", low & 0xFFFFFFFF), ("DPU", f"{name}_MAX", INT32_MAX)]
+    return out
+
+
+def _dpu_rdma(values: Values, field: Field, g: dict[str, int], shift_address: int) -> list[VendorWrite]:
+    use = field("DPU_RDMA", "BRDMA_CFG", "BRDMA_DATA_USE")
+    if not use & ALU:
+        raise UnsupportedProgramError("a conv task without a BS bias record has no known vendor rk3576 form")
+    shift = bool(use & MUL)
+    residual = not field("DPU_RDMA", "ERDMA_CFG", "ERDMA_DISABLE")
+    # the residual: read whole through the ERDMA (MRDMA off, COMB_USE 0, bit 3), ERDMA bit 28 [V ORC add]
+    # bit 6 in int8 tasks and with a residual [V ORC: fp16 0x1 plain, 0x48 with the Add]
+    erdma = (values.get(("DPU_RDMA", "ERDMA_CFG"), 0) | (1 << 6 if g["precision"] == INT8 or residual else 0)
+             | (1 << 28 if residual else 0))
+    mode = (1 << 30 | field("DPU_RDMA", "FEATURE_MODE_CFG", "IN_PRECISION") << 15
+            | field("DPU_RDMA", "FEATURE_MODE_CFG", "PROC_PRECISION") << 5 | 1 << 4 | int(residual) << 3
+            | field("DPU_RDMA", "FEATURE_MODE_CFG", "CONV_MODE") << 1
+            | field("DPU_RDMA", "FEATURE_MODE_CFG", "FLYING_MODE"))
+    start = _residual_start(values, field) if residual else 0
+    keep = [("DPU_RDMA", name, values.get(("DPU_RDMA", name), 0)) for name in ("DATA_CUBE_WIDTH", "DATA_CUBE_HEIGHT")]
+    return keep + [
+        ("DPU_RDMA", "DATA_CUBE_CHANNEL", g["real_out"] - 1),
+        ("DPU_RDMA", "SRC_BASE_ADDR", start if residual else values.get(("DPU_RDMA", "SRC_BASE_ADDR"), 0)),
+        ("DPU_RDMA", "BRDMA_CFG", use << 8 | int(shift) << 4),
+        ("DPU_RDMA", "BS_BASE_ADDR", values[("DPU_RDMA", "BS_BASE_ADDR")]),
+        ("DPU_RDMA", "BS_CFG_ADDR", shift_address if shift else 0),
+        ("DPU_RDMA", "NRDMA_CFG", 0), ("DPU_RDMA", "BN_BASE_ADDR", 0), ("DPU_RDMA", "ADDR_5030", 0),
+        ("DPU_RDMA", "ERDMA_CFG", erdma), ("DPU_RDMA", "EW_BASE_ADDR", start),
+        # surface steps in atoms from bit 0 (RK3588: bits 31:4) [V ORC add: 0xf0 / 0xf00]
+        ("DPU_RDMA", "EW_SURF_STRIDE", field("DPU_RDMA", "EW_SURF_STRIDE", "EW_SURF_STRIDE")),
+        ("DPU_RDMA", "FEATURE_MODE_CFG", mode),
+        ("DPU_RDMA", "SRC_DMA_CFG", values.get(("DPU_RDMA", "SRC_DMA_CFG"), 0)),
+        ("DPU_RDMA", "SURF_NOTCH", field("DPU_RDMA", "SURF_NOTCH", "SURF_NOTCH_ADDR")),
+        ("DPU_RDMA", "PAD_CFG", values.get(("DPU_RDMA", "PAD_CFG"), 0)),
+        ("DPU_RDMA", "EW_SURF_NOTCH", field("DPU_RDMA", "EW_SURF_NOTCH", "EW_SURF_NOTCH")),
+        *_reserved("DPU_RDMA", (0x5078, 0x507C)),
+    ]
+
+
+def _residual_start(values: Values, field: Field) -> int:
+    """The residual cube's first byte: SRC_BASE_ADDR when the MRDMA shares it (COMB_USE 5: the
+    ERDMA starts one surface further), else EW_BASE_ADDR."""
+    if field("DPU_RDMA", "FEATURE_MODE_CFG", "COMB_USE") == COMB_SPLIT:
+        return values.get(("DPU_RDMA", "SRC_BASE_ADDR"), 0)
+    return values.get(("DPU_RDMA", "EW_BASE_ADDR"), 0)
+
+
+def _reserved(block: str, offsets: Iterable[int]) -> list[VendorWrite]:
+    return [(block, f"RSV_{offset:04X}", 0) for offset in offsets]
+
+
+# --- the round trip -------------------------------------------------------------------------
+
+#: RK3588 registers the translation does not give back as written, and why the emulator's
+#: result does not depend on them: FEATURE_GRAINS is not read (REGISTER_SEMANTICS.md 2.6); the
+#: CBUF bank split and WEIGHT_REUSE are the translation's own allocation (10.3: the fewest banks
+#: that hold the window) - the data is the same, only when weights are fetched differs;
+#: CNA/CORE S_POINTER are the driver's; CLK_GATE 0 either way; DPU_RDMA WEIGHT is the
+#: translation's constant 0x01010101.
+NOT_ROUND_TRIPPED = {("CNA", "CONV_CON2"), ("CNA", "CBUF_CON0"), ("CNA", "S_POINTER"), ("CORE", "S_POINTER"),
+                     ("CNA", "CLK_GATE"), ("DPU_RDMA", "WEIGHT")}
+
+#: Bits of a register no emulator unit reads, which the vendor form writes as the vendor does:
+#: CORE MISC_CFG.QD_EN (npuemu's RK3588 form sets it for fp16 too).
+FREE_BITS = {("CORE", "MISC_CFG"): 0x1}
+
+
+def check_round_trip(values: Values, source: RegisterMap, vendor: RegisterMap, writes: list[VendorWrite],
+                     shift: int, where: str) -> None:
+    """Raise :class:`UnsupportedProgramError` unless the vendor ``writes`` translate back
+    (``rk3576_program.translate_task``) to ``values`` on every register the emulator reads."""
+    words = [encode_write(vendor, block, name, value) for block, name, value in writes]
+    word = shift.to_bytes(2, "little")
+    back = {(block, name): value for block, name, value in
+            translate_task(read_task(words, vendor, where), source, lambda address, size: word[:size])}
+    values = _as_read_by_the_erdma_alone(values, source)
+    for key in (set(values) | set(back)) - NOT_ROUND_TRIPPED:
+        free = FREE_BITS.get(key, 0)
+        if values.get(key, 0) & ~free != back.get(key, 0) & ~free:
+            raise UnsupportedProgramError(
+                f"{where}: {key[0]}.{key[1]} = {values.get(key, 0):#x} comes back from the vendor rk3576 layout as "
+                f"{back.get(key, 0):#x}; the task has no vendor form (emulator/REGISTER_SEMANTICS.md 39)")
+
+
+#: Register map families whose own builds are emitted in a vendor layout (LOWERING.md 39).
+VENDOR_LAYOUT_OF = {"rk3576": "rk3576_vendor"}
+
+
+def _as_read_by_the_erdma_alone(values: Values, source: RegisterMap) -> Values:
+    """A residual the MRDMA and ERDMA share (COMB_USE 5, alternate surfaces) read whole by the
+    ERDMA instead, as the vendor's rk3576 form does: the same operand cube, so the same result
+    (REGISTER_SEMANTICS.md 3.4); an identity operand converter switched on. The emulated outputs
+    of both forms are compared in tests."""
+    mode = source.register("DPU_RDMA", "FEATURE_MODE_CFG")
+    fields = mode.unpack(values.get(("DPU_RDMA", "FEATURE_MODE_CFG"), 0))
+    ew = values.get(("DPU", "EW_CFG"), EW_CFG_BYPASS)
+    if ew != EW_CFG_BYPASS:
+        values = {**values, ("DPU", "EW_CFG"): _identity_converter_on(values, ew)}
+    if fields["COMB_USE"] != COMB_SPLIT:
+        return values
+    start = values.get(("DPU_RDMA", "SRC_BASE_ADDR"), 0)
+    return {**values, ("DPU_RDMA", "FEATURE_MODE_CFG"): mode.pack({**fields, "COMB_USE": 0, "MRDMA_DISABLE": 1}),
+            ("DPU_RDMA", "EW_BASE_ADDR"): start}
