@@ -447,7 +447,7 @@ def same_native_bytes(graph: Graph, node: Node, ctx: PassContext) -> str | None:
 
 # ---- MatMul of two activations (passes/matmul_act_npu.py, LOWERING.md 37) ----------------------
 
-ACT_MATMUL_MAX_HEADS = 16  # heads on the rows: placed through H - 1 <= 15 rows of padding (PAD_CON0's 4-bit fields)
+ACT_MATMUL_MAX_HEADS = 8192  # heads on the rows, each written by its own conv (LOWERING.md 41): the 13-bit height fields
 ACT_MATMUL_MAX_SELECTION = 65536  # elements of a head's Kp x (K + 14) selection weights (128 KB float16)
 
 
@@ -480,8 +480,8 @@ def _act_matmul_limit(heads: int, depth: int, columns: int, merged: bool = False
 def matmul_activations(graph: Graph, node: Node, ctx: PassContext) -> str | None:
     """A MatMul of two activations A [.., T, K] x B [.., K, N] (one batch axis of H heads at most)
     runs as CNA 1x1 convs whose weights are B's bytes, float16 (an island in int8 builds): N even
-    (the conv's kernel count), H <= 16 (heads placed on the rows through H - 1 rows of padding;
-    heads merged on the channels for a later tensor that holds them so: N a multiple of 16), heads
+    (the conv's kernel count), H <= 8192 (heads on the rows of the result, each head's last conv
+    writing its row, LOWERING.md 41; heads merged on the channels for a later tensor that holds them so: N a multiple of 16), heads
     of K off the 8-channel surface re-spread by selection convs of at most 65536 weights; and only
     where the graph pass found its operands' layouts without adding host steps (to [1, H K, 1, T]
     and [1, H K, 1, N], the result from [1, N, H, T]: a token region's maps, the runtime's readin

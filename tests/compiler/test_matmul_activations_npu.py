@@ -150,7 +150,8 @@ SHAPES = [((1, 8, 40, 15), (1, 8, 15, 40)),  # the vendor fixture's: K off the a
           ((1, 40, 15), (1, 15, 40)), ((7, 12), (12, 10)), ((1, 3, 9, 20), (1, 3, 20, 6)),
           ((1, 2, 5, 16), (1, 2, 16, 14)), ((1, 1, 33, 3), (1, 1, 3, 2)), ((3, 6, 10), (3, 10, 4)),
           ((1, 8, 13, 53), (1, 8, 53, 18)),  # 8 x 56 x 8 x 53 selection weights: one selection conv per head
-          ((1, 4, 6, 8), (1, 4, 8, 10)), ((2, 7, 5), (2, 5, 12))]  # one surface per head: no residual at the row write
+          ((1, 4, 6, 8), (1, 4, 8, 10)), ((2, 7, 5), (2, 5, 12)),  # one surface per head: no residual at the row write
+          ((1, 20, 5, 15), (1, 20, 15, 6))]  # more than 16 heads (the old placement's limit)
 
 
 @pytest.mark.parametrize("a_shape, b_shape", SHAPES)
@@ -359,7 +360,7 @@ def test_perf_reports_the_product_cycles():
 
 @pytest.mark.parametrize("a_shape, b_shape, kwargs, reason", [
     ((1, 2, 8, 16), (1, 2, 16, 7), {}, "N = 7 columns (odd)"),
-    ((1, 20, 4, 8), (1, 20, 8, 4), {}, "20 heads"),
+    ((1, 8193, 1, 2), (1, 8193, 2, 2), {}, "8193 heads"),
     ((1, 2, 4, 250), (1, 2, 250, 4), {}, "heads of K = 250: 256 x 264 selection weights per head"),
     ((1, 2, 6, 8), (1, 1, 8, 4), {}, "is not [.., T, K] x [.., K, N] over the same single batch axis"),
     ((1, 12, 16), (1, 16, 8), {"before": "Relu"}, "layout changes would be host steps"),
