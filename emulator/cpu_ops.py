@@ -340,7 +340,8 @@ def run_step(runtime, step) -> None:
     multi-output op keeps output ``output_index`` (params)."""
     prepared = _prepared(runtime, step)
     params = dict(prepared.params)
-    tensors = iter([_read(runtime, name) for name in step.inputs])
+    reads = [_read(runtime, name) for name in step.inputs]
+    tensors = iter(reads)
     if prepared.operands is not None:
         inputs = prepared.operand_values(prepared.operands, tensors)
     else:
@@ -348,7 +349,8 @@ def run_step(runtime, step) -> None:
         if plain is None:
             plain = len(step.inputs) - sum("tensor" in operand for part in prepared.fused
                                            for operand in part["operands"] if operand)
-        inputs = [next(tensors) for _ in range(plain)]
+        # (all of them: no fused part takes a tensor, so the iterator is not read again)
+        inputs = reads if plain == len(reads) else [next(tensors) for _ in range(plain)]
     try:
         outputs = prepared.function(inputs, params)
         for part in prepared.fused:  # fused parts on output 0: the running result is operand "carry"

@@ -95,6 +95,8 @@ def rknn_layer_bytes(model, layer, records, platform) -> int:
         if conv is not None and tensor.kind_name == "const" and len(shape) == 4 and \
                 shape[2:] == (conv.kernel_h, conv.kernel_w):
             if not conv.depthwise:
+                if layer.op_type == "ConvTranspose":  # ONNX's [Cin, Cout, kh, kw] [V: tests/data/vendor_deconv]
+                    shape = (shape[1], shape[0], *shape[2:])
                 size = counted_weight_bytes(shape, _ITEMSIZE.get(tensor.dtype_name, 1))
             elif _depthwise_logical(platform) and tensor.dtype_name == "int8":
                 size = int(math.prod(shape))  # logical C*kh*kw depthwise weights

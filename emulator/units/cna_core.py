@@ -14,7 +14,7 @@ import numpy as np
 
 from npuemu.emulator import kernels
 from npuemu.emulator.memo import Memo
-from npuemu.emulator.kernels import cbuf_reuse, cna_bf16, conv_int16, weights_sparse
+from npuemu.emulator.kernels import cbuf_reuse, cna_bf16, cna_deconv, conv_int16, weights_sparse
 from npuemu.emulator.kernels.depthwise_plan import prepare_depthwise_int8_atoms
 from npuemu.emulator.kernels.cna_convert import (
     check_convert_geometry, convert_int8_features, decode_input_convert,
@@ -71,8 +71,7 @@ def decode_conv(cna: RegisterView, core: RegisterView, cbuf_banks: int, where: s
     if mode not in (CONV_DIRECT, CONV_DEPTHWISE):
         raise EmulationError(f"{where}: {cna.show('CONV_CON1', 'CONV_MODE')} is not modelled "
                              f"(0 direct, 3 depthwise)")
-    _require_zero(cna, where, ("CONV_CON1", "DECONV"), ("CONV_CON3", "NN_MODE"),
-                  ("FC_CON0", "FC_SKIP_EN"))
+    _require_zero(cna, where, ("CONV_CON3", "NN_MODE"), ("FC_CON0", "FC_SKIP_EN"))
     decompress = _decompression(cna, where)
     size_factor = 2 if decompress is not None else 1  # WEIGHT_SIZE0/1 count the kept half of 4:2 weights
     precision, feature, weight = _conv_precision(cna, core, con1, where)
@@ -117,7 +116,10 @@ def decode_conv(cna: RegisterView, core: RegisterView, cbuf_banks: int, where: s
         feature_precision=None if feature == precision else feature,
         weight_precision=None if weight == precision else weight,
         decompress=decompress, input_convert=input_convert,
+        deconv_stride=cna_deconv.decode_deconv(cna, where),
     )
+    if state.deconv_stride is not None:  # the CNA's deconvolution mode (REGISTER_SEMANTICS 40)
+        cna_deconv.check_deconv(state, cna, where)
     if input_convert is not None:
         check_convert_geometry(state, where)
     _check_banks(state, cna, cbuf_banks, where)
@@ -296,8 +298,10 @@ def _check_output(state: ConvState, cna: RegisterView, core: RegisterView, where
             f"{produced} ({cna.show('WEIGHT_SIZE2', 'WEIGHT_KERNELS')}, "
             f"{cna.show('DATA_SIZE1', 'DATAIN_CHANNEL')})")
     # The output window must start inside the padded input: beyond it the CNA has no rows.
-    axes = ((state.out_height, state.stride_y, state.pad_top, state.in_height, "rows"),
-            (state.out_width, state.stride_x, state.pad_left, state.in_width, "columns"))
+    in_height, in_width = (state.in_height, state.in_width) if state.deconv_stride is None else \
+        cna_deconv.spread_size(state.in_height, state.in_width, state.deconv_stride)  # the spread cube
+    axes = ((state.out_height, state.stride_y, state.pad_top, in_height, "rows"),
+            (state.out_width, state.stride_x, state.pad_left, in_width, "columns"))
     for out, stride, pad, size, axis in axes:
         if (out - 1) * stride - pad >= size:
             raise EmulationError(
@@ -457,6 +461,8 @@ def run_cna_core(state: ConvState, dma: TaskDma, cbuf: Cbuf, where: str) -> Core
     feature = _feature(state, plan, dma, cbuf, where)
     weights = _weights(state, plan, dma, cbuf, where)
     geometry = plan.geometry
+    if state.deconv_stride is not None:  # the CORE convolves the spread cube (REGISTER_SEMANTICS 40)
+        feature = cna_deconv.spread(feature, state.deconv_stride, state.pad_value)
     if cna_bf16.is_bf16(state):  # bf16 words in fp16's forms (kernels/cna_bf16.py)
         data = cna_bf16.conv2d_bf16(feature, state.in_channels, weights, geometry)
         return CoreResult(_pad_channels(data, state.out_channels), None)
@@ -644,7 +650,8 @@ def prepare_cna_core(state: ConvState, memory, where: str):
     then runs. The unpacked weights are held: ``run.held`` lists them as (derived-cache key,
     value), and the caller must not run it once a write over their bytes dropped them."""
     if state.precision != INT8 or state.feature_type != INT8 or state.weight_type != INT8 \
-            or state.decompress is not None or state.input_convert is not None:
+            or state.decompress is not None or state.input_convert is not None \
+            or state.deconv_stride is not None:
         return None
     plan = _PLANS(state)
     weights, held = None, ()

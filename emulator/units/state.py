@@ -90,6 +90,9 @@ class ConvState:
     #: CNA input converter (CVT_CON0..5, REGISTER_SEMANTICS.md 36): kernels.cna_convert.InputConvert
     #: applied to the int8 features on their way into the CBUF; None: CVT_BYPASS
     input_convert: Any = None
+    #: CONV_CON1.DECONV = 1: (stride_y, stride_x) the CNA spreads the input by before the
+    #: convolution (kernels/cna_deconv.py, REGISTER_SEMANTICS.md 40); None: a plain convolution
+    deconv_stride: tuple[int, int] | None = None
 
     @property
     def feature_type(self) -> int:

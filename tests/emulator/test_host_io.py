@@ -7,6 +7,7 @@ stored. The DMA streams are the DmaTraffic field names."""
 from __future__ import annotations
 
 import dataclasses
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 from benchmarks.fixed_cost import chain_model
 from npuemu.compiler.build import build_model
 from npuemu.compiler.driver import CompileOptions, build, prepare
-from npuemu.emulator import cpu_ops
+from npuemu.emulator import cpu_ops, cpu_ops_io
 from npuemu.emulator.cpu_ops_io import tensor_io
 from npuemu.emulator.memory import STREAMS, DmaTraffic, Memory, TaskDma, Traffic
 from npuemu.emulator.runtime import Runtime
@@ -148,10 +149,13 @@ def test_float16_plan_and_general_path_agree_bit_for_bit(model_fp16, seed):
 def test_store_drops_derived_values_and_checks_the_size(model):
     runtime = Runtime(model)
     info = _int8_tensors(runtime)[0]
-    address, memory = int(info["address"]), runtime.machine.memory
-    memory.derived.put("key", address + 4, address + 8, "value")
-    cpu_ops._store(runtime, info["name"], np.zeros(info["shape"]), "Test")
-    assert memory.derived.get("key") is None
+    memory = runtime.machine.memory
+    for layout in ("NC1HWC2", "ND"):  # (an ND int8 result is cast straight into memory)
+        other = next(other for other in _int8_tensors(runtime) if other["layout"] == layout)
+        address = int(other["address"])
+        memory.derived.put("key", address + 4, address + 8, "value")
+        cpu_ops._store(runtime, other["name"], np.zeros(other["shape"]), "Test")
+        assert memory.derived.get("key") is None, layout
     with pytest.raises(Exception, match="does not fit output"):
         cpu_ops._store(runtime, info["name"], np.zeros(7), "Test")
 
@@ -195,3 +199,57 @@ def test_constant_operands_are_fresh_on_every_run(model, monkeypatch):
     scale, zero_point = nd[-1]["quantization"]["scale"], nd[-1]["quantization"]["zero_point"]
     stored = np.clip(np.rint(1.5 / scale) + zero_point, -128, 127)
     assert np.all(results[0] == np.float32(scale * (stored - zero_point)))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 40), st.sampled_from([8, 16, 32]), st.integers(1, 5), st.integers(1, 5), st.integers(0, 3),
+       st.integers(0, 1), st.booleans(), st.booleans(), st.booleans(), st.integers(0, 2**32 - 1))
+def test_plans_on_varied_geometry_match_the_plain_layout_path(channels, c2, height, width, extra_pixels,
+                                                              extra_groups, is_int8, is_nd, kept, seed):
+    """The plan's NC1HWC2 store (a kept zero-padded image, filled through views) and read (one
+    lookup of every byte, then the view) against tensor_layout's to_native / from_native and the
+    plain arithmetic: channels not a multiple of C2, surfaces longer than the map, spare C1
+    groups, int8 and float16; padding bytes that held garbage come out zero. ND tensors (int8:
+    cast straight into memory) against their row-major bytes. ``kept``: a map small enough to
+    keep its image, else one laid out afresh (as a map above _KEPT_IMAGE_BYTES is)."""
+    with mock.patch.object(cpu_ops_io, "_KEPT_IMAGE_BYTES", 1 << 20 if kept else 0):
+        _check_plan_on_geometry(channels, c2, height, width, extra_pixels, extra_groups, is_int8, is_nd, seed)
+
+
+def _check_plan_on_geometry(channels, c2, height, width, extra_pixels, extra_groups, is_int8, is_nd, seed):
+    from npuemu.emulator.cpu_ops_io import TensorIO
+    from npuemu.isa import tensor_layout
+
+    rng = np.random.default_rng(seed)
+    c1 = -(-channels // c2) + extra_groups
+    surface = height * width + extra_pixels
+    if is_nd:  # row-major: no C2 lanes, no surface padding
+        c1, c2, surface = channels, 1, height * width
+    dtype = np.dtype(np.int8 if is_int8 else np.float16)
+    nbytes = c1 * surface * c2 * dtype.itemsize
+    memory = Memory(nbytes + 64)
+    address, region = 32, memory.regions[0]
+    scale, zero_point = (float(rng.uniform(0.01, 2.0)), int(rng.integers(-20, 20))) if is_int8 else (None, 0)
+    shape = (1, channels, height, width)
+    plan = TensorIO(memory, region, address, nbytes, shape, scale, zero_point,
+                    None if is_nd else (channels, height, width, c1, c2, surface))
+    for _ in range(2):  # the second store goes through the same kept image
+        garbage = rng.integers(0, 256, nbytes + 64).astype(np.uint8)
+        memory.load(0, garbage)  # padding bytes included
+        values = rng.normal(size=shape) * 60
+        values.reshape(-1)[: min(3, values.size)] = [np.inf, -np.inf, 0.5][: min(3, values.size)]
+        with np.errstate(over="ignore"):
+            plan.store(values, "t", "Test")
+            stored = (np.clip(np.rint(values / scale) + zero_point, -128, 127) if is_int8 else values).astype(dtype)
+        expected = tensor_layout.to_native(stored.reshape(channels, height, width), c1, c2, surface)
+        assert np.array_equal(memory.dump(address, nbytes), expected.reshape(-1).view(np.uint8))
+        assert np.array_equal(memory.dump(0, address), garbage[:address])  # the bytes around it untouched
+        assert np.array_equal(memory.dump(address + nbytes, 32), garbage[address + nbytes:])
+        cube = tensor_layout.from_native(expected.reshape(-1), channels, height, width, c1, c2, surface)
+        if is_int8:  # float32(scale * (q - zero point)), as float64
+            reference = (scale * (cube.astype(np.float64) - zero_point)).astype(np.float32)
+        else:
+            reference = cube.astype(np.float32)
+        got = plan.read()
+        assert got.dtype == np.float64 and got.shape == shape
+        assert np.array_equal(got.reshape(channels, height, width), reference.astype(np.float64))
