@@ -16,6 +16,8 @@ new load (feature or weights) overlaps; a reuse of anything else stays refused b
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 BANK_BYTES = 32768
@@ -30,6 +32,16 @@ def _split(key: tuple) -> tuple[dict, int]:
 
 def _banks(start: int, nbytes: int) -> range:
     return range(start, start + max(1, -(-nbytes // BANK_BYTES)))
+
+
+@lru_cache(maxsize=4096)
+def _first_bank(key: tuple) -> int:
+    """Where a weight set loaded under ``key`` starts: its DATA_BANK (a key repeats every replay)."""
+    return _split(key)[1]
+
+
+def _overlap(a: range, b: range) -> bool:
+    return a.start < b.stop and b.start < a.stop
 
 
 def still_held(cbuf, slot: str, held_key: tuple, held: np.ndarray, wanted: tuple) -> np.ndarray | None:
@@ -47,11 +59,13 @@ def still_held(cbuf, slot: str, held_key: tuple, held: np.ndarray, wanted: tuple
 
 def remember(cbuf, slot: str, key: tuple, array: np.ndarray, previous: tuple | None) -> None:
     """Note a load: evict the older weight sets it overlaps and keep the weight set it replaces
-    (``previous``: the Cbuf's former weights, (key, array), or None)."""
-    older = list(getattr(cbuf, "_older_weights", ()))
-    start = 0 if slot == "feature" else _split(key)[1]
-    covered = set(_banks(start, array.nbytes))
-    if previous is not None:
-        older.append(previous)
-    cbuf._older_weights = [(k, a) for k, a in older
-                           if not covered & set(_banks(_split(k)[1], a.nbytes)) and k != key]
+    (``previous``: the Cbuf's former weights, (key, array), or None). Runs on every conv task's
+    loads (the compiled steps too), so the common case - nothing kept, nothing replaced - returns
+    at once and the bank ranges are compared as intervals."""
+    older = getattr(cbuf, "_older_weights", None)
+    if not older and (previous is None or previous[0] == key):  # nothing kept, nothing new to keep
+        return
+    covered = _banks(0 if slot == "feature" else _first_bank(key), array.nbytes)
+    candidates = [*(older or ()), *((previous,) if previous is not None else ())]
+    cbuf._older_weights = [(k, a) for k, a in candidates
+                           if k != key and not _overlap(covered, _banks(_first_bank(k), a.nbytes))]

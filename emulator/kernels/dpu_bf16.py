@@ -26,12 +26,12 @@ from collections.abc import Callable
 
 import numpy as np
 
+from npuemu.emulator.kernels.dpu_nrdma import NRDMA_ALU, read_operand
 from npuemu.emulator.memory import TaskDma, Traffic
 from npuemu.emulator.units.state import BF16, FP16, INT16, DpuRdmaState, DpuState, precision_name
 from npuemu.isa.errors import EmulationError
 
 FLOAT16S = (FP16, BF16)  # the 16-bit float element types a float DPU task may mix
-NRDMA_ALU = 1  # NRDMA_DATA_USE bit of the BN ALU operand [V: layernorm task 21, BN_ALU_SRC 1]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -139,7 +139,4 @@ def nrdma_alu(state: DpuState, rdma: DpuRdmaState | None, dma: TaskDma, where: s
         use = "DPU_RDMA not enabled" if rdma is None else f"DPU_RDMA.NRDMA_CFG.NRDMA_DATA_USE={rdma.nrdma_use}"
         raise EmulationError(f"{where}: DPU.BN_CFG.BN_ALU_SRC=1 with {use} is not modelled (NRDMA_DATA_USE 1, "
                              f"the ALU operand alone)")
-    groups = -(-state.channels // 8)
-    starts = np.array([rdma.bn_address], np.int64)
-    raw = dma.read_rows(Traffic.BN_READ, starts, groups * 32, f"NRDMA BN operands (BN_BASE_ADDR={rdma.bn_address:#x})")
-    return np.ascontiguousarray(raw).reshape(-1).view(np.float32)[:state.channels].copy()
+    return read_operand(dma, rdma, NRDMA_ALU, state.channels, "NRDMA BN operands").view(np.float32).copy()

@@ -23,13 +23,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from npuemu.emulator.memory import TaskDma, Traffic
+from npuemu.emulator.memory import TaskDma
 from npuemu.emulator.units.state import FP32, DpuRdmaState, DpuState
-from npuemu.isa import weight_layout
+from npuemu.emulator.kernels.dpu_nrdma import NRDMA_MUL, read_operand
 from npuemu.isa.errors import EmulationError
 
-#: NRDMA_DATA_USE of the MUL operand alone (the BRDMA's bit order, isa/weight_layout.BS_OPERANDS)
-NRDMA_MUL = 4
 #: ERDMA_DATA_SIZE of 32-bit elements (read as fp32 bits on the fp32 path)
 ERDMA_32BIT = 3
 
@@ -84,9 +82,4 @@ def read_nrdma_mul(dma: TaskDma, rdma: DpuRdmaState | None, channels: int, where
         got = "DPU_RDMA is not enabled" if rdma is None else f"DPU_RDMA.NRDMA_CFG.NRDMA_DATA_USE={rdma.nrdma_use}"
         raise EmulationError(f"{where}: DPU.BN_MUL_CFG.BN_MUL_SRC=1 with {got} is not modelled (only NRDMA_DATA_USE "
                              f"4, the MUL operand alone)")
-    group = weight_layout.bs_group_dtype(NRDMA_MUL)
-    nbytes = weight_layout.bs_groups(channels) * group.itemsize
-    starts = np.array([rdma.bn_address], np.int64)
-    raw = dma.read_rows(Traffic.BN_READ, starts, nbytes, f"NRDMA BN operand (BN_BASE_ADDR={rdma.bn_address:#x})")
-    mul = np.ascontiguousarray(raw).reshape(-1).view(group)["MUL"].reshape(-1)[:channels]
-    return {"MUL": mul.astype(np.int32)}
+    return {"MUL": read_operand(dma, rdma, NRDMA_MUL, channels, "NRDMA BN operand").astype(np.int32)}

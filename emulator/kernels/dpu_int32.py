@@ -24,11 +24,9 @@ import numpy as np
 
 from npuemu.emulator.memory import TaskDma, Traffic
 from npuemu.emulator.units.state import INT8, INT16, INT32, PRECISION_DTYPES, DpuRdmaState, DpuState
-from npuemu.isa import weight_layout
+from npuemu.emulator.kernels.dpu_nrdma import NRDMA_ALU, read_operand
 from npuemu.isa.errors import EmulationError
 
-#: NRDMA_DATA_USE of the ALU operand alone (the BRDMA's bit order, isa/weight_layout.BS_OPERANDS)
-NRDMA_ALU = 1
 
 
 def check_int32_processing(state: DpuState, where: str) -> None:
@@ -56,11 +54,7 @@ def nrdma_bn_alu(state: DpuState, rdma: DpuRdmaState | None, dma: TaskDma, where
         got = "DPU_RDMA is not enabled" if rdma is None else f"DPU_RDMA.NRDMA_CFG.NRDMA_DATA_USE={rdma.nrdma_use}"
         raise EmulationError(f"{where}: DPU.BN_CFG.BN_ALU_SRC=1 with {got} is not modelled on the integer path "
                              f"(only NRDMA_DATA_USE 1, the int32 ALU operand alone)")
-    group = weight_layout.bs_group_dtype(NRDMA_ALU)
-    nbytes = weight_layout.bs_groups(state.channels) * group.itemsize
-    raw = dma.read_rows(Traffic.BN_READ, np.array([rdma.bn_address], np.int64), nbytes,
-                        f"NRDMA BN ALU operand (BN_BASE_ADDR={rdma.bn_address:#x})")
-    return np.ascontiguousarray(raw).reshape(-1).view(group)["ALU"].reshape(-1)[:state.channels].astype(np.int32)
+    return read_operand(dma, rdma, NRDMA_ALU, state.channels, "NRDMA BN ALU operand").astype(np.int32)
 
 
 def pads_past_orig(state: DpuState) -> bool:

@@ -117,14 +117,10 @@ def test_long_lines_are_cut_into_runs_of_columns() -> None:
     assert tasks[1].dst_address - tasks[0].dst_address == 1024 * 3 * 16
 
 
-# --- bytes moved, end to end ------------------------------------------------------------------------
-@settings(max_examples=25, deadline=None)
-@given(rank=st.sampled_from([3, 4]), channels=st.integers(1, 40), height=st.integers(2, 17),
-       width=st.integers(2, 23), precision=st.sampled_from(["int8", "fp16"]))
-def test_stored_output_is_numpys_transpose(rank, channels, height, width, precision) -> None:
-    shape = (1, channels, height, width) if rank == 4 else (channels, height, width)
-    perm = (0, 1, 3, 2) if rank == 4 else (0, 2, 1)
-    x = _input(shape, channels + height + width)
+def check_stored_transpose(shape, perm, precision, seed) -> None:
+    """Build and run a lone Transpose with no host step; its stored output is numpy's transpose of
+    the stored input (int8: the same quantization in and out, a byte move)."""
+    x = _input(shape, seed)
     front, built = _build(_model(shape, perm), precision, x)
     assert front.partition.count("CPU") == 0
     runtime = _run(built, x)
@@ -137,6 +133,16 @@ def test_stored_output_is_numpys_transpose(rank, channels, height, width, precis
         np.testing.assert_array_equal(got.view(np.uint16), np.transpose(x.astype(np.float16), perm).view(np.uint16))
 
 
+# --- bytes moved, end to end ------------------------------------------------------------------------
+@settings(max_examples=25, deadline=None)
+@given(rank=st.sampled_from([3, 4]), channels=st.integers(1, 40), height=st.integers(2, 17),
+       width=st.integers(2, 23), precision=st.sampled_from(["int8", "fp16"]))
+def test_stored_output_is_numpys_transpose(rank, channels, height, width, precision) -> None:
+    shape = (1, channels, height, width) if rank == 4 else (channels, height, width)
+    perm = (0, 1, 3, 2) if rank == 4 else (0, 2, 1)
+    check_stored_transpose(shape, perm, precision, channels + height + width)
+
+
 @pytest.mark.parametrize("shape, perm", [((1, 40, 7, 13), (0, 1, 3, 2)), ((1, 50, 64), (0, 2, 1)),
                                          ((1, 3, 1100), (0, 2, 1)), ((30, 20), (1, 0))])
 def test_float16_matches_onnxruntime_exactly(shape, perm) -> None:
@@ -147,12 +153,9 @@ def test_float16_matches_onnxruntime_exactly(shape, perm) -> None:
     np.testing.assert_array_equal(_run(built, x).output("y"), want)
 
 
-@pytest.mark.parametrize("shape, perm", [((1, 40, 7, 13), (0, 1, 3, 2)), ((1, 50, 64), (0, 2, 1))])
-def test_int8_matches_onnxruntime_with_one_scale(shape, perm) -> None:
-    """onnxruntime's QuantizeLinear -> Transpose -> DequantizeLinear with the build's scale and zero point."""
-    x = _input(shape, 6)
-    front, built = _build(_model(shape, perm), "int8", x)
-    runtime = _run(built, x)
+def qdq_transpose(runtime, x, shape, perm) -> np.ndarray:
+    """onnxruntime's QuantizeLinear -> Transpose -> DequantizeLinear of ``x`` with the scale and zero
+    point the build gave the input (the int8 reference of a Transpose: a byte move)."""
     record = runtime.tensor_info("x")["quantization"]
     inits = [numpy_helper.from_array(np.array(record["scale"], F32), "s"),
              numpy_helper.from_array(np.array(record["zero_point"], np.int8), "z")]
@@ -162,8 +165,16 @@ def test_int8_matches_onnxruntime_with_one_scale(shape, perm) -> None:
     graph = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [shape[p] for p in perm])], inits)
     qdq = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
-    want = ort.InferenceSession(qdq.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    np.testing.assert_array_equal(runtime.output("y"), want)
+    return ort.InferenceSession(qdq.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+@pytest.mark.parametrize("shape, perm", [((1, 40, 7, 13), (0, 1, 3, 2)), ((1, 50, 64), (0, 2, 1))])
+def test_int8_matches_onnxruntime_with_one_scale(shape, perm) -> None:
+    """onnxruntime's QuantizeLinear -> Transpose -> DequantizeLinear with the build's scale and zero point."""
+    x = _input(shape, 6)
+    front, built = _build(_model(shape, perm), "int8", x)
+    runtime = _run(built, x)
+    np.testing.assert_array_equal(runtime.output("y"), qdq_transpose(runtime, x, shape, perm))
 
 
 def test_int8_build_matches_the_testing_kit() -> None:

@@ -28,7 +28,6 @@ import onnxruntime as ort
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from onnx import TensorProto, helper, numpy_helper
 
 from npuemu.compiler.driver import CompileOptions, prepare
 from npuemu.compiler.lower.lower_transpose import emit_transpose_task, transpose_geometry
@@ -37,7 +36,7 @@ from npuemu.isa.regmap_loader import load_regmap
 from npuemu.isa.rknn import load_rknn
 from npuemu.isa.words import WordKind, decode_word
 from npuemu.platforms import load_platform
-from tests.compiler.test_transpose_npu import F32, _build, _input, _model, _quantized, _run
+from tests.compiler.test_transpose_npu import _build, _input, _model, _run, check_stored_transpose, qdq_transpose
 from tests.shared_data import RKNN_FIXTURES_OPS
 
 HERE = Path(__file__).parent
@@ -115,17 +114,7 @@ def test_stored_output_is_numpys_transpose(rank, form, channels, height, width, 
     """(A size-1 axis moved is a Reshape: the clean-up passes make it one, so every axis is 2 or more.)"""
     onnx_perm, cube_perm = FORMS[form]
     shape, perm = ((1, channels, height, width), onnx_perm) if rank == 4 else ((channels, height, width), cube_perm)
-    x = _input(shape, channels * height + width)
-    front, built = _build(_model(shape, perm), precision, x)
-    assert front.partition.count("CPU") == 0
-    runtime = _run(built, x)
-    got = runtime.output("y", dequantize=False)
-    if precision == "int8":
-        record = runtime.tensor_info("x")["quantization"]
-        assert record == runtime.tensor_info("y")["quantization"]
-        np.testing.assert_array_equal(got, np.transpose(_quantized(x, record), perm))
-    else:
-        np.testing.assert_array_equal(got.view(np.uint16), np.transpose(x.astype(np.float16), perm).view(np.uint16))
+    check_stored_transpose(shape, perm, precision, channels * height + width)
 
 
 @pytest.mark.parametrize("shape, perm", [((1, 40, 7, 13), (0, 2, 3, 1)), ((1, 20, 18, 12), (0, 3, 1, 2)),
@@ -147,17 +136,7 @@ def test_int8_matches_onnxruntime_with_one_scale(shape, perm) -> None:
     front, built = _build(_model(shape, perm), "int8", x)
     assert front.partition.count("CPU") == 0
     runtime = _run(built, x)
-    record = runtime.tensor_info("x")["quantization"]
-    inits = [numpy_helper.from_array(np.array(record["scale"], F32), "s"),
-             numpy_helper.from_array(np.array(record["zero_point"], np.int8), "z")]
-    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
-             helper.make_node("Transpose", ["q"], ["t"], perm=list(perm)),
-             helper.make_node("DequantizeLinear", ["t", "s", "z"], ["y"])]
-    graph = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [shape[p] for p in perm])], inits)
-    qdq = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
-    want = ort.InferenceSession(qdq.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    np.testing.assert_array_equal(runtime.output("y"), want)
+    np.testing.assert_array_equal(runtime.output("y"), qdq_transpose(runtime, x, shape, perm))
 
 
 @pytest.mark.parametrize("shape, perm", [((1, 8, 160, 64), (0, 3, 2, 1)),   # fp16: 1280 tiles > SIZE_C_WDMA's 1024
