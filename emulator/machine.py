@@ -25,7 +25,6 @@ from npuemu.isa.container import ModelFile, NpuStep
 from npuemu.isa.errors import EmulationError
 from npuemu.isa.regmap import RegisterMap
 from npuemu.isa.regmap_loader import load_regmap
-from npuemu.isa.rknn import rk3576_program
 from npuemu.platforms import load_platform
 
 log = logging.getLogger(__name__)
@@ -142,6 +141,9 @@ def _vendor_layout_sections(model: ModelFile, machine: Machine) -> dict[str, byt
     layout = model.trailer.get("platform", {}).get("register_layout")
     if layout is None or layout == machine.regmap.family:
         return {}
+    # imported here: the vendor reader costs a fresh process tens of ms (issue 20's first call)
+    from npuemu.isa.rknn import rk3576_program
+
     if layout != rk3576_program.VENDOR_FAMILY:
         raise EmulationError(f"the model file's tasks are in register layout {layout!r}, which the emulator "
                              f"cannot translate to {machine.regmap.family!r}")

@@ -39,6 +39,9 @@ SRAM_REGION = "sram"  # the region name of the SRAM window (memory maps, isa/CON
 MAX_REGION_BYTES = 1 << 31
 #: Entries the derived-value cache keeps before it starts over (bounds its memory).
 DERIVED_CACHE_ENTRIES = 4096
+#: Entries put (or dropped, past half the index) since the derived cache's index was built before
+#: it is built again (each query scans the puts directly).
+_PENDING_MAX = 64
 
 
 @dataclass
@@ -468,8 +471,15 @@ class DerivedCache:
         #: knows they are all still current while it reads the same number
         self.epoch = 0
         # keys sorted by start, their starts (a list, for bisect) and ends, and the running
-        # maximum of the ends: most writes (feature maps) overlap no entry, found in O(log n)
-        self._index: tuple[list, list, np.ndarray, np.ndarray] | None = None
+        # maximum of the ends: most writes (feature maps) overlap no entry, found in O(log n).
+        # Built from the entries of one moment and kept while entries come and go: a dropped or
+        # replaced entry stays in it (filtered out on use, counted in _stale), an entry put since
+        # waits in _pending (scanned directly). A chain that recomputes values every run (weights
+        # read from an activation) so does not rebuild the index on each put.
+        self._index: tuple[list, list, np.ndarray, list] | None = None
+        self._pending: list[tuple[Hashable, int, int]] = []
+        self._pending_span = (0, 0)  # [lowest start, highest end) of _pending: most writes miss it
+        self._stale = 0
 
     def get(self, key: Hashable) -> Any:
         entry = self._entries.get(key)
@@ -478,22 +488,43 @@ class DerivedCache:
     def put(self, key: Hashable, low: int, high: int, value: Any) -> None:
         if len(self._entries) >= DERIVED_CACHE_ENTRIES:
             self.clear()
+        if key in self._entries:
+            self._stale += 1  # (its index entry, if any, no longer counts)
         self._entries[key] = (low, high, value)
-        self._index = None
+        if self._index is not None:
+            span = self._pending_span
+            self._pending_span = (min(span[0], low), max(span[1], high)) if self._pending else (low, high)
+            self._pending.append((key, low, high))
+            if len(self._pending) > _PENDING_MAX:
+                self._index = None
+
+    def _build_index(self) -> tuple[list, list, np.ndarray, list]:
+        entries = self._entries
+        keys = sorted(entries, key=lambda k: entries[k][0])
+        bounds = np.array([entries[k][:2] for k in keys], np.int64).reshape(-1, 2)
+        ends = bounds[:, 1].copy()
+        self._index = (keys, bounds[:, 0].tolist(), ends, np.maximum.accumulate(ends).tolist())
+        self._pending, self._stale = [], 0
+        return self._index
 
     def _overlapping(self, low: int, high: int) -> tuple[list, np.ndarray, np.ndarray]:
         """Keys and byte ranges of the entries that overlap ``[low, high)``."""
-        if self._index is None:
-            keys = sorted(self._entries, key=lambda k: self._entries[k][0])
-            bounds = np.array([self._entries[k][:2] for k in keys], np.int64).reshape(-1, 2)
-            ends = bounds[:, 1].copy()
-            self._index = (keys, bounds[:, 0].tolist(), ends, np.maximum.accumulate(ends).tolist())
-        keys, starts, ends, reach = self._index
-        count = bisect.bisect_left(starts, high)  # entries that start before ``high``
-        if count == 0 or reach[count - 1] <= low:
+        keys, starts, ends, reach = self._index or self._build_index()
+        count = bisect.bisect_left(starts, high)  # index entries that start before ``high``
+        found = {}
+        if count and reach[count - 1] > low:
+            for i in np.flatnonzero(ends[:count] > low).tolist():
+                found[keys[i]] = (starts[i], int(ends[i]))
+        for key, start, end in self._pending:
+            if start < high and end > low:
+                found[key] = (start, end)
+        entries = self._entries  # only live entries, with the bounds they have now
+        hits = [(key, bounds) for key, bounds in found.items()
+                if (entry := entries.get(key)) is not None and entry[:2] == bounds]
+        if not hits:
             return [], np.empty(0, np.int64), np.empty(0, np.int64)
-        hits = np.flatnonzero(ends[:count] > low)
-        return [keys[i] for i in hits], np.asarray(starts, np.int64)[hits], ends[hits]
+        return [key for key, _ in hits], np.array([b[0] for _, b in hits], np.int64), \
+            np.array([b[1] for _, b in hits], np.int64)
 
     def invalidate(self, low: int, high: int) -> None:
         """Drop every value whose bytes overlap ``[low, high)``."""
@@ -507,7 +538,12 @@ class DerivedCache:
         if index is None:
             return False
         count = bisect.bisect_left(index[1], high)
-        return count == 0 or index[3][count - 1] <= low
+        if count and index[3][count - 1] > low:
+            return False
+        span = self._pending_span
+        if not self._pending or span[0] >= high or span[1] <= low:
+            return True
+        return not any(start < high and end > low for _, start, end in self._pending)
 
     def invalidate_rows(self, starts: np.ndarray, row_bytes: int,
                         bounds: tuple[int, int] | None = None) -> None:
@@ -526,12 +562,14 @@ class DerivedCache:
         for key in keys:
             del self._entries[key]
         if keys:
-            self._index = None
+            self._stale += len(keys)
+            if self._index is not None and self._stale > len(self._index[0]) // 2 + _PENDING_MAX:
+                self._index = None
             self.epoch += 1
 
     def clear(self) -> None:
         self._entries.clear()
-        self._index = None
+        self._index, self._pending, self._stale = None, [], 0
         self.epoch += 1
 
     def __len__(self) -> int:
@@ -562,6 +600,10 @@ def _scatter_rows(rows, offsets, data):
     for r in range(offsets.size):
         start = offsets[r]
         data[start:start + row_bytes] = rows[r, :]
+
+
+#: the row write of ``TaskDma.write_rows``, for callers that locate rows once (task programs)
+scatter_rows = _scatter_rows
 
 
 @njit(cache=True)

@@ -19,7 +19,12 @@ epoch; from then on each step runs only while the values it holds are still the 
 (``current``), a task whose are not runs the replay's full unit path, and the program is built
 again (up to MAX_BUILDS times: a chain that writes over its own weights every run keeps that
 task on the full path).
-Tasks of other forms (PPU, flying DPU, LUT, fp16, ...) always take the full unit path.
+A task whose DPU runs the LUT reads the core's LUT RAM (``lut_tables``, written in place by the
+chain's LUT writes, which a replay applies in stream order) as its step runs.
+A flying DPU task (DPU + DPU_RDMA alone, its main cube read by the MRDMA) is a step too
+(``units.dpu_plan.prepare_flying_dpu``), and so is a PPU task (PPU + PPU_RDMA alone,
+``units.ppu.prepare_ppu``).
+Tasks of other forms (fp16 CNA/DPU, DPU + PPU, unpooling, ...) always take the full unit path.
 """
 
 from __future__ import annotations
@@ -27,10 +32,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from npuemu.emulator.memo import Memo
 from npuemu.emulator.memory import Memory
 from npuemu.emulator.units.cna_core import Cbuf, prepare_cna_core
-from npuemu.emulator.units.dpu_plan import prepare_dpu
+from npuemu.emulator.units.dpu_plan import prepare_dpu, prepare_flying_dpu
+from npuemu.emulator.units.ppu import prepare_ppu
 from npuemu.isa.errors import EmulationError
 
 #: programs built for one replay before it gives up (its chain keeps writing over what its
@@ -47,20 +55,21 @@ class ChainProgram:
     steps: tuple[Callable[[Cbuf], None] | None, ...]
 
 
-def build_program(tasks: tuple, memory: Memory, made: Memo) -> ChainProgram | None:
+def build_program(tasks: tuple, memory: Memory, made: Memo,
+                  lut_tables: np.ndarray | None = None) -> ChainProgram | None:
     """The program of a replay's ``tasks`` (core.py ``_Replay.tasks``: ``where`` first, the
     _TaskMemo.last entry third, its decoded states second in that), or None when no task
     compiles or the derived cache moved while the steps were made. ``made``: the core's steps
     by (decoded states, ``where``) - the replays of one chain from different start states
     (a chain of an odd number of tasks alternates between two) share them - reused while
-    what they hold is current."""
+    what they hold is current. ``lut_tables``: the core's LUT RAM (tasks with the LUT on need it)."""
     epoch = memory.derived.epoch
     steps = []
     for task in tasks:
         states, where = task[2][1], task[0]
         step = made.get(states, where)
         if step is None or not current(step, memory):
-            step = task_step(states, memory, where)
+            step = task_step(states, memory, where, lut_tables)
             if step is not None:
                 made.put(step, states, where)
         steps.append(step)
@@ -69,15 +78,23 @@ def build_program(tasks: tuple, memory: Memory, made: Memo) -> ChainProgram | No
     return ChainProgram(epoch, tuple(steps))
 
 
-def task_step(states: dict, memory: Memory, where: str) -> Callable[[Cbuf], None] | None:
-    """One task's compiled step: CNA + CORE feeding the DPU (with DPU_RDMA) and nothing else,
-    both units in a form their ``prepare_*`` takes; None otherwise."""
+def task_step(states: dict, memory: Memory, where: str,
+              lut_tables: np.ndarray | None = None) -> Callable[[Cbuf], None] | None:
+    """One task's compiled step: CNA + CORE feeding the DPU (with DPU_RDMA), a flying DPU task or
+    a PPU task, and nothing else, the units in a form their ``prepare_*`` takes; None otherwise."""
     conv, state, rdma = states["conv"], states["dpu"], states["dpu_rdma"]
-    if conv is None or state is None or states["ppu"] is not None or states["ppu_rdma"] is not None:
+    if state is None and conv is None and states["ppu"] is not None:  # a PPU task
+        return prepare_ppu(states["ppu"], states["ppu_rdma"], states["ppu_kind"], memory, where)
+    if state is None or states["ppu"] is not None or states["ppu_rdma"] is not None:
         return None
+    if conv is None:  # a flying DPU task (its main cube from the MRDMA)
+        try:
+            return prepare_flying_dpu(state, rdma, memory, where, lut_tables)
+        except EmulationError:
+            return None
     try:
         cna = prepare_cna_core(conv, memory, where)
-        dpu = prepare_dpu(state, rdma, memory, where) if cna is not None else None
+        dpu = prepare_dpu(state, rdma, memory, where, lut_tables) if cna is not None else None
     except EmulationError:  # (the full path, which ran these states, raises it where it belongs)
         return None
     if dpu is None:

@@ -39,6 +39,16 @@ class Field:
     signed: bool = False
     doc: str = ""
     source: str = ""
+    # Derived once: every emitted register write checks its fields (issue 20: compile time).
+    _ones: int = field(init=False, repr=False, compare=False)  # (1 << width) - 1
+    _min: int = field(init=False, repr=False, compare=False)
+    _max: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        width = self.msb - self.lsb + 1
+        object.__setattr__(self, "_ones", (1 << width) - 1)
+        object.__setattr__(self, "_min", -(1 << (width - 1)) if self.signed else 0)
+        object.__setattr__(self, "_max", (1 << (width - 1)) - 1 if self.signed else (1 << width) - 1)
 
     @property
     def width(self) -> int:
@@ -47,15 +57,15 @@ class Field:
     @property
     def mask(self) -> int:
         """The field's bits in place within the register value."""
-        return ((1 << self.width) - 1) << self.lsb
+        return self._ones << self.lsb
 
     @property
     def minimum(self) -> int:
-        return -(1 << (self.width - 1)) if self.signed else 0
+        return self._min
 
     @property
     def maximum(self) -> int:
-        return (1 << (self.width - 1)) - 1 if self.signed else (1 << self.width) - 1
+        return self._max
 
     @property
     def bit_range(self) -> str:
@@ -63,15 +73,15 @@ class Field:
 
     def place(self, value: int, where: str) -> int:
         """``value`` shifted into position; ``where`` names the register for the error."""
-        if isinstance(value, bool) or not isinstance(value, int):
+        if type(value) is not int and (isinstance(value, bool) or not isinstance(value, int)):
             raise EncodingError(f"{where}.{self.name}: expected an integer, got {value!r}")
-        if not self.minimum <= value <= self.maximum:
+        if not self._min <= value <= self._max:
             kind = "signed" if self.signed else "unsigned"
             raise EncodingError(
                 f"{where}.{self.name} ({self.bit_range}, {kind} {self.minimum}..{self.maximum}): "
                 f"value {value} does not fit"
             )
-        return (value & ((1 << self.width) - 1)) << self.lsb
+        return (value & self._ones) << self.lsb
 
     def extract(self, register_value: int) -> int:
         raw = (register_value >> self.lsb) & ((1 << self.width) - 1)
@@ -116,11 +126,17 @@ class Register:
 
     def pack(self, values: Mapping[str, int], base: int = 0) -> int:
         """``base`` with the named fields replaced by ``values`` (range-checked)."""
-        check_register_value(base, self.qualified_name)
+        if type(base) is not int or not 0 <= base <= REGISTER_MASK:
+            check_register_value(base, self.qualified_name)
         result = base
+        by_name = self._by_name
         for name, value in values.items():
-            f = self.field(name)
-            result = (result & ~f.mask) | f.place(value, self.qualified_name)
+            f = by_name.get(name) or self.field(name)
+            if type(value) is int and f._min <= value <= f._max:
+                placed = (value & f._ones) << f.lsb
+            else:  # place() refuses with the field's message (or accepts an int subclass)
+                placed = f.place(value, self.qualified_name)
+            result = (result & ~(f._ones << f.lsb)) | placed
         return result
 
     def unpack(self, value: int) -> dict[str, int]:
@@ -186,10 +202,13 @@ class RegisterMap:
     path: str = ""  # the YAML it was loaded from, for messages
     _by_name: Mapping[str, Block] = field(init=False, repr=False, compare=False)
     _by_target: Mapping[int, Block] = field(init=False, repr=False, compare=False)
+    #: (block, register) -> Register, one look-up per emitted write (issue 20: compile time)
+    _by_pair: Mapping[tuple[str, str], Register] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_name", {b.name: b for b in self.blocks})
         object.__setattr__(self, "_by_target", {b.target: b for b in self.blocks})
+        object.__setattr__(self, "_by_pair", {(b.name, r.name): r for b in self.blocks for r in b.registers})
 
     # -- lookup -------------------------------------------------------------------------
     def block(self, name: str) -> Block:
@@ -204,7 +223,8 @@ class RegisterMap:
         return self._by_target.get(target)
 
     def register(self, block: str, register: str) -> Register:
-        return self.block(block).register(register)
+        found = self._by_pair.get((block, register))
+        return found if found is not None else self.block(block).register(register)
 
     def registers(self) -> Iterable[Register]:
         for b in self.blocks:

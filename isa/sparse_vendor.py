@@ -1,5 +1,6 @@
-"""The vendor's RK3576 4:2 sparse weight streams (DCOMP_CTRL.DECOMP_CONTROL 5, 4:2 along input
-channels): int8 conv weights [OC][IC][KH][KW] <-> the bytes at DCOMP_ADDR0 and DCOMP_AMOUNT0/1.
+"""The vendor's RK3576 sparse weight streams (DCOMP_CTRL.DECOMP_CONTROL 5; 4:2 along input or output
+channels, or 16:4): int8 conv weights [OC][IC][KH][KW] <-> the bytes at DCOMP_ADDR0 and
+DCOMP_AMOUNT0/1. Along input channels first:
 
 Established from rknn-toolkit2 2.5.0's builds (compiler/LOWERING.md 27, REGISTER_SEMANTICS.md
 2.8.1): the fixture ``sparse_rk3576_int8`` decodes to its ONNX weights exactly and is re-encoded
@@ -24,6 +25,23 @@ byte for byte, as are chosen-weight builds of other shapes [V].
   2-bit codes.
 - The tensor the vendor stores is ``span + kept values / 4`` bytes rounded up to 64 (zeros after
   the streams) [V: three builds]; the hardware reads the span only.
+
+**Along output channels** (``along="out"``, LOWERING.md 43) [V: 12 chosen-weight builds, 32 to
+128 kernels, 1x1 / 3x3 / 5x5, decoded and re-encoded byte for byte]: the same streams, header,
+bias, width map and block coding; the groups are 4 consecutive kernels (per input channel and
+tap), and the kept values form rows [OC/64][16 kernel groups][2 kept] (kept row 2g + k, the
+k-th kept value of group g; OC mod 64 = 32 gives a last part of 16 rows) x the input channels.
+Order: [kept rows / 32][IC/32][KH*KW][32 kept rows][32 channels], and **stream s holds the
+channels of parity s** (s, s+2, .., s+14, then s+16, .., s+30: two blocks per row); a block's
+fields are ``code & 3`` in first-kept rows and ``code >> 2`` in second-kept rows.
+
+**16:4** (``along="both"``, the vendor's "method 3", LOWERING.md 43) [V: 9 builds, 6 weight sets,
+byte for byte]: each 4 x 4 tile [kernels][channels] keeps kernels r0 < r1 x channels c0 < c1 (the
+non-zero ones, then the lowest zero ones); stream s holds column c_s; kept row 2G + k (kernel group
+G, row r_k) has one value per group of 4 channels, in the input-channel order above with kept rows
+for kernels: [kept rows / 32][IC/64][KH*KW][32 kept rows][2 blocks of 8 channel groups]. Fields:
+the channel pair's code in k = 0 rows, the kernel pair's in k = 1 rows (code & 3 in stream 0,
+code >> 2 in stream 1). The stored tensor's reserve is kept values / 4 in every mode.
 """
 
 from __future__ import annotations
@@ -95,12 +113,100 @@ def block_order(out_channels: int, in_channels: int, taps: int) -> np.ndarray:
     return np.concatenate(parts)
 
 
-def _kept(groups: np.ndarray) -> np.ndarray:
+ALONG = ("in", "out", "both")  # the sparse axis: input channels, output channels, or 16:4 (both)
+KERNEL_ROWS = 32  # kept rows per output-channel block: 16 groups of 4 kernels x 2 kept values
+
+
+def _check_along(along: str) -> None:
+    if along not in ALONG:
+        raise VendorFormatError(f"sparse axis {along!r}: expected 'in', 'out' or 'both'")
+
+
+def kept_row_order(out_channels: int, in_channels: int, taps: int, stream: int) -> np.ndarray:
+    """Along output channels: [blocks][8] indices into the kept values [OC/2][IC][KH*KW] (kept row
+    2g + k = the k-th kept value of kernel group g) of stream ``stream``'s values, in order."""
+    _check_shape(out_channels, in_channels)
+    index = np.arange(out_channels // 2 * in_channels * taps).reshape(out_channels // 2, in_channels, taps)
+    parts = []
+    for row in range(0, out_channels // 2, KERNEL_ROWS):
+        for ic in range(0, in_channels, 32):
+            chunk = index[row:row + KERNEL_ROWS, ic:ic + 32].transpose(2, 0, 1)  # [taps][rows][32 channels]
+            parts.append(chunk[:, :, stream::2].reshape(-1, GROUPS))
+    return np.concatenate(parts)
+
+
+def tile_row_order(out_channels: int, in_channels: int, taps: int) -> np.ndarray:
+    """16:4: [blocks][8] indices into one stream's kept values [OC/2][IC/4][KH*KW] (kept row 2G + k
+    of kernel group G, one value per group of 4 input channels), in order."""
+    _check_shape(out_channels, in_channels)
+    index = np.arange(out_channels // 2 * in_channels // 4 * taps).reshape(out_channels // 2, in_channels // 4, taps)
+    parts = []
+    for row in range(0, out_channels // 2, KERNEL_ROWS):
+        for group in range(0, in_channels // 4, 2 * GROUPS):
+            chunk = index[row:row + KERNEL_ROWS, group:group + 2 * GROUPS].transpose(2, 0, 1)  # [taps][rows][groups]
+            parts.append(chunk.reshape(-1, GROUPS))
+    return np.concatenate(parts)
+
+
+def _tiles(weights: np.ndarray) -> np.ndarray:
+    """[OC/4][IC/4][taps][4 kernels][4 channels]: the 4 x 4 tiles of 16:4."""
+    out_channels, in_channels = weights.shape[:2]
+    return weights.reshape(out_channels // 4, 4, in_channels // 4, 4, -1).transpose(0, 2, 4, 1, 3)
+
+
+def _encode_both(weights: np.ndarray) -> VendorStreams:
+    out_channels, in_channels = weights.shape[:2]
+    taps = weights.size // (out_channels * in_channels)
+    tiles = _tiles(weights)
+    rows = _kept((tiles != 0).any(axis=-1), "output channels (16:4 tiles: non-zero kernels)")
+    cols = _kept((tiles != 0).any(axis=-2), "input channels (16:4 tiles: non-zero channels)")
+    picked = np.take_along_axis(tiles, rows[..., :, None], axis=-2)  # [..][2 rows][4 channels]
+    values = np.take_along_axis(picked, cols[..., None, :], axis=-1)  # [..][2 rows][2 channels]
+    codes = [PAIR_CODE[cols[..., 0], cols[..., 1]], PAIR_CODE[rows[..., 0], rows[..., 1]]]  # row k: k-th code
+    order = tile_row_order(out_channels, in_channels, taps)
+    streams = []
+    for stream in range(STREAMS):
+        kept = values[..., stream].transpose(0, 3, 1, 2).reshape(-1)  # [OC/4][2 rows][IC/4][taps]
+        fields = np.stack([c & 3 if stream == 0 else c >> 2 for c in codes], axis=1).reshape(-1)
+        streams.append(encode_stream(kept[order], fields[order]))
+    return _pack(streams, weights.size // 4)
+
+
+def _decode_both(raw: np.ndarray, amounts: tuple[int, ...], shape: tuple[int, int, int, int]) -> np.ndarray:
+    out_channels, in_channels, kernel_h, kernel_w = shape
+    taps = kernel_h * kernel_w
+    order = tile_row_order(out_channels, in_channels, taps)
+    size = out_channels // 2 * in_channels // 4 * taps
+    kept, fields = np.zeros((STREAMS, size), np.int8), np.zeros((STREAMS, size), np.int64)
+    for stream, (values, field) in enumerate(_streams(raw, amounts, [len(order)] * STREAMS)):
+        kept[stream, order.reshape(-1)] = values.reshape(-1)
+        fields[stream, order.reshape(-1)] = field.reshape(-1)
+    kept = kept.reshape(STREAMS, out_channels // 4, 2, in_channels // 4, taps)
+    fields = fields.reshape(STREAMS, out_channels // 4, 2, in_channels // 4, taps)
+    if (fields[1] > 1).any():
+        raise VendorFormatError(f"{int(np.count_nonzero(fields[1] > 1))} stream-1 fields above 1: no mask code above 5")
+    codes = fields[0] | fields[1] << 2  # [OC/4][row k][IC/4][taps]: k = 0 the channel pair, 1 the kernel pair
+    cols, rows = _positions(codes[:, 0]), _positions(codes[:, 1])  # [OC/4][IC/4][taps][2]
+    tiles = np.zeros((out_channels // 4, in_channels // 4, taps, 4, 4), np.int8)
+    g, c, t = np.indices(codes[:, 0].shape)
+    for k in range(2):
+        for stream in range(STREAMS):
+            tiles[g, c, t, rows[..., k], cols[..., stream]] = kept[stream][:, k]
+    return tiles.transpose(0, 3, 1, 4, 2).reshape(shape)
+
+
+def _kernel_groups(weights: np.ndarray) -> np.ndarray:
+    """[OC/4][IC][taps][4]: groups of 4 consecutive kernels."""
+    out_channels, in_channels = weights.shape[:2]
+    return weights.reshape(out_channels // 4, 4, in_channels, -1).transpose(0, 2, 3, 1)
+
+
+def _kept(groups: np.ndarray, what: str = "input channels") -> np.ndarray:
     """[..., 2] kept positions of each group of 4: the non-zero ones, then the lowest zeros."""
     nonzero = groups != 0
     crowded = int(np.count_nonzero(nonzero.sum(axis=-1) > 2))
     if crowded:
-        raise VendorFormatError(f"{crowded} groups of 4 input channels hold more than 2 non-zero values")
+        raise VendorFormatError(f"{crowded} groups of 4 {what} hold more than 2 non-zero values")
     rank = np.where(nonzero, 0, 4) + np.arange(4)
     return np.sort(np.argsort(rank, axis=-1, kind="stable")[..., :2], axis=-1)
 
@@ -154,23 +260,49 @@ def encode_stream(values: np.ndarray, fields: np.ndarray) -> bytes:
     return stream + bytes(-len(stream) % UNIT)
 
 
-def encode(weights: np.ndarray) -> VendorStreams:
-    """int8 weights [OC][IC][KH][KW], 4:2 along input channels -> the vendor's tensor and amounts."""
+def _pack(streams: list[bytes], kept_values: int) -> VendorStreams:
+    second = -(-len(streams[0]) // ALIGN) * ALIGN
+    end = second + len(streams[1])
+    total = -(-(end + kept_values // 4) // ALIGN) * ALIGN  # the vendor's reserve: kept values / 4 [V]
+    data = streams[0] + bytes(second - len(streams[0])) + streams[1] + bytes(total - end)
+    return VendorStreams(data, (len(streams[0]) // UNIT - 1, len(streams[1]) // UNIT - 1))
+
+
+def _encode_out(weights: np.ndarray) -> VendorStreams:
+    out_channels, in_channels = weights.shape[:2]
+    taps = weights.size // (out_channels * in_channels)
+    groups = _kernel_groups(weights)  # [OC/4][IC][taps][4]
+    kept = _kept(groups, "output channels")
+    codes = PAIR_CODE[kept[..., 0], kept[..., 1]]
+    values = np.take_along_axis(groups, kept, axis=-1)  # [OC/4][IC][taps][2]
+    rows = values.transpose(0, 3, 1, 2).reshape(-1)  # kept row 2g + k: [OC/2][IC][taps]
+    fields = np.stack([codes & 3, codes >> 2], axis=1).reshape(-1)
+    streams = []
+    for stream in range(STREAMS):
+        order = kept_row_order(out_channels, in_channels, taps, stream)
+        streams.append(encode_stream(rows[order], fields[order]))
+    return _pack(streams, weights.size // 2)
+
+
+def encode(weights: np.ndarray, along: str = "in") -> VendorStreams:
+    """int8 weights [OC][IC][KH][KW], 4:2 along input (``along="in"``) or output channels -> the
+    vendor's tensor and amounts."""
+    _check_along(along)
     weights = np.asarray(weights)
     if weights.ndim != 4:
         raise VendorFormatError(f"weights of shape {weights.shape}: expected [OC][IC][KH][KW]")
     out_channels, in_channels, kernel_h, kernel_w = weights.shape
+    if along != "in":
+        _check_shape(out_channels, in_channels)
+        encoder = _encode_out if along == "out" else _encode_both
+        return encoder(np.ascontiguousarray(weights, np.int8))
     order = block_order(out_channels, in_channels, kernel_h * kernel_w)
     groups = np.ascontiguousarray(weights, np.int8).reshape(-1)[order]
     kept = _kept(groups)
     codes = PAIR_CODE[kept[..., 0], kept[..., 1]]
     values = np.take_along_axis(groups, kept, axis=-1)
-    streams = [encode_stream(values[..., 0], codes & 3), encode_stream(values[..., 1], codes >> 2)]
-    second = -(-len(streams[0]) // ALIGN) * ALIGN
-    end = second + len(streams[1])
-    total = -(-(end + weights.size // 8) // ALIGN) * ALIGN  # the vendor's reserve: kept values / 4 [V]
-    data = streams[0] + bytes(second - len(streams[0])) + streams[1] + bytes(total - end)
-    return VendorStreams(data, (len(streams[0]) // UNIT - 1, len(streams[1]) // UNIT - 1))
+    return _pack([encode_stream(values[..., 0], codes & 3), encode_stream(values[..., 1], codes >> 2)],
+                 weights.size // 2)
 
 
 def stream_starts(amounts: tuple[int, ...]) -> tuple[int, int]:
@@ -227,25 +359,55 @@ def decode_stream(stream: np.ndarray, blocks: int, index: int = 0) -> tuple[np.n
     return values, fields
 
 
-def decode(data: np.ndarray | bytes, amounts: tuple[int, ...], shape: tuple[int, int, int, int]) -> np.ndarray:
-    """The bytes at DCOMP_ADDR0 (at least span_bytes(amounts)) -> int8 weights [OC][IC][KH][KW]."""
-    raw = np.frombuffer(bytes(data), np.uint8) if isinstance(data, (bytes, bytearray)) \
-        else np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-    out_channels, in_channels, kernel_h, kernel_w = shape
-    order = block_order(out_channels, in_channels, kernel_h * kernel_w)
-    if raw.size < span_bytes(amounts):
-        raise VendorFormatError(f"the streams span {span_bytes(amounts)} bytes, {raw.size} given")
-    parts = []
-    for index, start in enumerate(stream_starts(amounts)):
-        parts.append(decode_stream(raw[start:start + (amounts[index] + 1) * UNIT], len(order), index))
-    (first, low), (second, high) = parts
-    if (high > 1).any():
-        raise VendorFormatError(f"{int(np.count_nonzero(high > 1))} stream-1 fields above 1: no mask code above 5")
-    codes = low | high << 2
-    positions = np.array(PAIRS)[np.minimum(codes, len(PAIRS) - 1)]
+def _positions(codes: np.ndarray) -> np.ndarray:
     bad = int(np.count_nonzero(codes >= len(PAIRS)))
     if bad:
         raise VendorFormatError(f"{bad} of {codes.size} groups have mask code above 5")
+    return np.array(PAIRS)[codes]
+
+
+def _streams(raw: np.ndarray, amounts: tuple[int, ...], blocks: list[int]) -> list[tuple[np.ndarray, np.ndarray]]:
+    if raw.size < span_bytes(amounts):
+        raise VendorFormatError(f"the streams span {span_bytes(amounts)} bytes, {raw.size} given")
+    return [decode_stream(raw[start:start + (amounts[index] + 1) * UNIT], blocks[index], index)
+            for index, start in enumerate(stream_starts(amounts))]
+
+
+def _decode_out(raw: np.ndarray, amounts: tuple[int, ...], shape: tuple[int, int, int, int]) -> np.ndarray:
+    out_channels, in_channels, kernel_h, kernel_w = shape
+    taps = kernel_h * kernel_w
+    orders = [kept_row_order(out_channels, in_channels, taps, stream) for stream in range(STREAMS)]
+    rows = np.zeros(out_channels // 2 * in_channels * taps, np.int8)
+    fields = np.zeros(rows.size, np.int64)
+    for order, (values, field) in zip(orders, _streams(raw, amounts, [len(order) for order in orders])):
+        rows[order.reshape(-1)] = values.reshape(-1)
+        fields[order.reshape(-1)] = field.reshape(-1)
+    rows = rows.reshape(out_channels // 4, 2, in_channels, taps)
+    fields = fields.reshape(out_channels // 4, 2, in_channels, taps)
+    if (fields[:, 1] > 1).any():
+        raise VendorFormatError(f"{int(np.count_nonzero(fields[:, 1] > 1))} second-kept fields above 1: no mask "
+                                "code above 5")
+    positions = _positions(fields[:, 0] | fields[:, 1] << 2)  # [OC/4][IC][taps][2]
+    groups = np.zeros((out_channels // 4, in_channels, taps, 4), np.int8)
+    for k in range(2):
+        np.put_along_axis(groups, positions[..., k:k + 1], rows[:, k, :, :, None], axis=-1)
+    return groups.transpose(0, 3, 1, 2).reshape(shape)
+
+
+def decode(data: np.ndarray | bytes, amounts: tuple[int, ...], shape: tuple[int, int, int, int],
+           along: str = "in") -> np.ndarray:
+    """The bytes at DCOMP_ADDR0 (at least span_bytes(amounts)) -> int8 weights [OC][IC][KH][KW]."""
+    _check_along(along)
+    raw = np.frombuffer(bytes(data), np.uint8) if isinstance(data, (bytes, bytearray)) \
+        else np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    out_channels, in_channels, kernel_h, kernel_w = shape
+    if along != "in":
+        return (_decode_out if along == "out" else _decode_both)(raw, amounts, tuple(shape))
+    order = block_order(out_channels, in_channels, kernel_h * kernel_w)
+    (first, low), (second, high) = _streams(raw, amounts, [len(order)] * STREAMS)
+    if (high > 1).any():
+        raise VendorFormatError(f"{int(np.count_nonzero(high > 1))} stream-1 fields above 1: no mask code above 5")
+    positions = _positions(low | high << 2)
     groups = np.zeros(order.shape, np.int8)
     np.put_along_axis(groups, positions[..., :1], first[..., None], axis=-1)
     np.put_along_axis(groups, positions[..., 1:], second[..., None], axis=-1)
@@ -254,5 +416,5 @@ def decode(data: np.ndarray | bytes, amounts: tuple[int, ...], shape: tuple[int,
     return weights.reshape(shape)
 
 
-__all__ = ["CODES", "CONTROL", "PAIRS", "REGNUM", "STREAMS", "VendorFormatError", "VendorStreams", "block_order",
-           "decode", "decode_stream", "encode", "encode_stream", "span_bytes", "stream_starts"]
+__all__ = ["ALONG", "CODES", "CONTROL", "PAIRS", "REGNUM", "STREAMS", "VendorFormatError", "VendorStreams", "block_order",
+           "decode", "decode_stream", "encode", "encode_stream", "kept_row_order", "span_bytes", "stream_starts", "tile_row_order"]

@@ -19,6 +19,12 @@ class RegisterWrite:
     register: str
     value: int  # the raw 32-bit register value
 
+    def __init__(self, block: str, register: str, value: int) -> None:
+        # the dataclass __init__ of a frozen class sets each field through object.__setattr__:
+        # twice this one's cost, for ~80,000 writes a compile and every decoded chain (issue 20)
+        fields = self.__dict__
+        fields["block"], fields["register"], fields["value"] = block, register, value
+
     def __str__(self) -> str:
         return f"{self.block}.{self.register}={self.value:#x}"
 

@@ -12,6 +12,7 @@ of a chain's last task).
 from __future__ import annotations
 
 import enum
+import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -124,6 +125,11 @@ def words_from_bytes(data: bytes) -> list[int]:
 
 
 def words_to_bytes(words: list[int]) -> bytes:
+    if all(type(word) is int for word in words):  # fast path; struct refuses what is out of range
+        try:
+            return struct.pack(f"<{len(words)}Q", *words)
+        except struct.error:
+            pass
     for index, word in enumerate(words):
         if isinstance(word, bool) or not isinstance(word, int) or not 0 <= word <= WORD_MASK:
             raise EncodingError(f"word {index}: {word!r} is not a 64-bit unsigned value")

@@ -10,9 +10,12 @@ all read inside the input, one loop takes them together. The CORE stage (34-bit 
 CLIP_TRUNCATE) is applied on the way out. The output is pixel-major [OH*OW][C], the order of
 the atoms the DPU writes.
 
-A 3x3 kernel with CLIP_TRUNCATE 0 and an int8 pad value (MobileNetV2's depthwise layers) runs
-``_depthwise3x3`` instead: the input padded once, all nine taps of an element in one expression
-(NUMERICS.md 3.7).
+With an int8 pad value (every int8 model's) the input is padded once instead (``run_padded``,
+NUMERICS.md 3.7): no border cases, a 3x3 kernel's nine taps of an element in one expression
+(``_depthwise3x3``, MobileNetV2's depthwise layers), any other kernel's taps three at a time
+(``_depthwise_rows``, issue 20: 1.5-2x the general kernel's speed on PP-OCR det's 1x1, 5x5 and
+7x7 layers), products formed in 16 bits (exact: |w * x| <= 2**14), the CORE stage after the
+sums where CLIP_TRUNCATE shifts. The general kernel above remains for pad values past int8.
 
 Sums are int32: a window of ``taps`` products of |p| <= 2**14 stays below 2**31 while
 taps < 2**17 (checked), so they are exact.
@@ -24,6 +27,7 @@ import numpy as np
 from numba import njit
 
 from npuemu.emulator import numerics as nm
+from npuemu.emulator.kernels.conv_pixels import working_buffer
 from npuemu.emulator.kernels.mac import ConvGeometry
 from npuemu.isa.errors import EmulationError
 
@@ -74,22 +78,43 @@ def _add_pad(acc, total, weights, pad):
 # negative-index wraparound branch to every signed computed index, which stops LLVM's
 # vectorisation (and per-pixel views cost more than short copies); measured 3-4x.
 @njit(cache=True)
-def _to_pixel_major(words, phased_words):
-    # atoms [S][H][W][atom words] -> [H][phase][W / phase][S * atom words], 8-byte words
+def _scatter_pixels(words, phased_words, pad_top, pad_left):
+    # atoms [S][H][W][atom words] -> [Hp][phase][Wp / phase][S * atom words], 8-byte words:
+    # input pixel (y, x) at padded row y + pad_top, column X = x + pad_left, which is in phase
+    # X mod stride_x at X // stride_x. Per row and phase its columns are every stride_x-th
+    # input column at consecutive positions: no division per pixel (issue 20: a 64-bit
+    # division per pixel was most of this pass)
     surfaces, height, width, atom_words = words.shape
-    stride_x = phased_words.shape[1]
     source = words.reshape(-1)
     target = phased_words.reshape(-1)
-    count, stride = np.uint64(atom_words), np.uint64(stride_x)
+    count, step = np.uint64(atom_words), np.uint64(phased_words.shape[1])
     phase_w, row = np.uint64(phased_words.shape[2]), np.uint64(surfaces * atom_words)
-    plane = np.uint64(height * width * atom_words)
+    plane, line = np.uint64(height * width * atom_words), np.uint64(width * atom_words)
+    top, left = np.uint64(pad_top), np.uint64(pad_left)
     for y in range(np.uint64(height)):
-        for x in range(np.uint64(width)):
-            first = ((y * stride + x % stride) * phase_w + x // stride) * row
-            pixel = (y * np.uint64(width) + x) * count
-            for s in range(np.uint64(surfaces)):
-                for word in range(count):
-                    target[first + s * count + word] = source[s * plane + pixel + word]
+        for phase in range(step):
+            # the first input column in this phase, and its position there
+            x = (phase + step - left % step) % step
+            first = (((y + top) * step + phase) * phase_w + (x + left) // step) * row
+            pixel = y * line + x * count
+            while x < np.uint64(width):
+                if atom_words == 2:  # 16-byte atoms: a fixed count LLVM unrolls
+                    for s in range(np.uint64(surfaces)):
+                        target[first + s * count] = source[s * plane + pixel]
+                        target[first + s * count + np.uint64(1)] = source[s * plane + pixel + np.uint64(1)]
+                else:
+                    for s in range(np.uint64(surfaces)):
+                        for word in range(count):
+                            target[first + s * count + word] = source[s * plane + pixel + word]
+                x += step
+                first += row
+                pixel += step * count
+
+
+@njit(cache=True)
+def _to_pixel_major(words, phased_words):
+    # atoms [S][H][W][atom words] -> [H][phase][W / phase][S * atom words], 8-byte words
+    _scatter_pixels(words, phased_words, 0, 0)
 
 
 @njit(cache=True)
@@ -181,25 +206,29 @@ def _depthwise_pixels(words, phased_words, phased, tiled, pad_value, kernel_h, k
 def _pad_pixels(words, pad_word, phased_words, pad_top, pad_left):
     # atoms [S][H][W][atom words] -> [Hp][phase][Wp / phase][S * atom words] (8-byte words):
     # padded column X in phase X mod stride_x at X // stride_x, the input at (pad_top,
-    # pad_left), every other word ``pad_word`` (the pad value in each byte); unsigned flat
-    # offsets, as _to_pixel_major
+    # pad_left) (``_scatter_pixels``), every other word ``pad_word`` (the pad value in each
+    # byte): the rows above and below the input whole, and in the input's rows the positions
+    # left and right of it (each word written once)
     surfaces, height, width, atom_words = words.shape
-    target = phased_words.reshape(-1)
-    for i in range(target.shape[0]):
-        target[i] = pad_word
-    source = words.reshape(-1)
-    count, row = np.uint64(atom_words), np.uint64(surfaces * atom_words)
-    stride, phase_w = np.uint64(phased_words.shape[1]), np.uint64(phased_words.shape[2])
-    top, left = np.uint64(pad_top), np.uint64(pad_left)
-    plane = np.uint64(height * width * atom_words)
-    for y in range(np.uint64(height)):
-        for x in range(np.uint64(width)):
-            column = x + left
-            first = (((y + top) * stride + column % stride) * phase_w + column // stride) * row
-            pixel = (y * np.uint64(width) + x) * count
-            for s in range(np.uint64(surfaces)):
-                for word in range(count):
-                    target[first + s * count + word] = source[s * plane + pixel + word]
+    padded_h, step, phase_w, row = phased_words.shape
+    for y in range(padded_h):
+        inside = pad_top <= y < pad_top + height
+        for phase in range(step):
+            line = phased_words[y, phase]
+            for j in range(phase_w):
+                column = j * step + phase
+                if not inside or column < pad_left or column >= pad_left + width:
+                    for word in range(row):
+                        line[j, word] = pad_word
+    _scatter_pixels(words, phased_words, pad_top, pad_left)
+
+
+@njit(cache=True, inline="always")
+def _product16(weight, value):
+    # int8 weight times int8 input as int16, widened: |w * x| <= 128 * 128 = 2**14 fits int16,
+    # so the product truncated to 16 bits is exact, and LLVM then multiplies 16-bit lanes
+    # (twice as many per vector as 32-bit ones; issue 20: the 3x3 rows ~15% faster)
+    return np.int32(np.int16(weight * value))
 
 
 @njit(cache=True)
@@ -225,11 +254,11 @@ def _depthwise3x3_rows(phased, tiled, out_h, out_w, stride_y, dilation_y, starts
         c0, c1, c2 = low0[s0:s0 + size], low1[s1:s1 + size], low2[s2:s2 + size]
         row = acc[oy * out_w:(oy + 1) * out_w].reshape(-1)
         for i in range(size):
-            row[i] = (tiled[0, i] * np.int32(a0[i]) + tiled[1, i] * np.int32(a1[i])
-                      + tiled[2, i] * np.int32(a2[i]) + tiled[3, i] * np.int32(b0[i])
-                      + tiled[4, i] * np.int32(b1[i]) + tiled[5, i] * np.int32(b2[i])
-                      + tiled[6, i] * np.int32(c0[i]) + tiled[7, i] * np.int32(c1[i])
-                      + tiled[8, i] * np.int32(c2[i]))
+            row[i] = (_product16(tiled[0, i], a0[i]) + _product16(tiled[1, i], a1[i])
+                      + _product16(tiled[2, i], a2[i]) + _product16(tiled[3, i], b0[i])
+                      + _product16(tiled[4, i], b1[i]) + _product16(tiled[5, i], b2[i])
+                      + _product16(tiled[6, i], c0[i]) + _product16(tiled[7, i], c1[i])
+                      + _product16(tiled[8, i], c2[i]))
         row = total[oy * out_w:(oy + 1) * out_w].reshape(-1)
         for i in range(size):
             row[i] = (np.int32(a0[i]) + np.int32(a1[i]) + np.int32(a2[i]) + np.int32(b0[i])
@@ -237,31 +266,115 @@ def _depthwise3x3_rows(phased, tiled, out_h, out_w, stride_y, dilation_y, starts
                       + np.int32(c2[i]))
 
 
-def _tiled(lane_weights: np.ndarray, out_w: int) -> np.ndarray:
-    """Per-tap lane weights [taps][L] repeated over an output row: [taps][OW][L]."""
-    taps, lanes = lane_weights.shape
-    return np.ascontiguousarray(np.broadcast_to(lane_weights[:, None, :], (taps, out_w, lanes)))
+@njit(cache=True)
+def _depthwise_rows(phased, tiled, kernel_h, kernel_w, out_h, out_w, stride_y, dilation_y, starts, acc, total):
+    # any kernel over the padded input (``_depthwise3x3_rows``' layout; ``starts`` [KW][2]): per
+    # output row, the taps of a kernel row added three at a time (a third of the accumulator
+    # traffic per product), the window sums in loops of their own (one written array per loop)
+    lanes = phased.shape[3]
+    size = out_w * lanes
+    for oy in range(out_h):
+        row = acc[oy * out_w:(oy + 1) * out_w].reshape(-1)
+        sums = total[oy * out_w:(oy + 1) * out_w].reshape(-1)
+        row[:] = 0
+        sums[:] = 0
+        for ky in range(kernel_h):
+            iy = oy * stride_y + ky * dilation_y
+            for kx in range(0, kernel_w, 3):
+                t, left = ky * kernel_w + kx, kernel_w - kx
+                x0 = _tap_run(phased, iy, starts, kx, size)
+                if left >= 3:
+                    x1, x2 = _tap_run(phased, iy, starts, kx + 1, size), _tap_run(phased, iy, starts, kx + 2, size)
+                    w0, w1, w2 = tiled[t], tiled[t + 1], tiled[t + 2]
+                    for i in range(size):
+                        row[i] += _product16(w0[i], x0[i]) + _product16(w1[i], x1[i]) + _product16(w2[i], x2[i])
+                    for i in range(size):
+                        sums[i] += np.int32(x0[i]) + np.int32(x1[i]) + np.int32(x2[i])
+                elif left == 2:
+                    x1, w0, w1 = _tap_run(phased, iy, starts, kx + 1, size), tiled[t], tiled[t + 1]
+                    for i in range(size):
+                        row[i] += _product16(w0[i], x0[i]) + _product16(w1[i], x1[i])
+                    for i in range(size):
+                        sums[i] += np.int32(x0[i]) + np.int32(x1[i])
+                else:
+                    w0 = tiled[t]
+                    for i in range(size):
+                        row[i] += _product16(w0[i], x0[i])
+                    for i in range(size):
+                        sums[i] += np.int32(x0[i])
 
 
-def _depthwise3x3(feature: np.ndarray, lane_weights: np.ndarray, geometry: ConvGeometry,
-                  pad_value: int, out: np.ndarray, sums: np.ndarray) -> None:
-    """3x3 windows over the input padded once at the pad value and split by column phase
-    ([Hp][stride_x][Wp / stride_x][L]: every window inside, no border cases, each tap's columns
-    one run): ``out`` and ``sums`` [OH*OW][L] int32, CLIP_TRUNCATE 0."""
-    surfaces, height, width, c2 = feature.shape
-    lanes = surfaces * c2
-    out_h, out_w, stride = geometry.out_h, geometry.out_w, geometry.stride_x
-    padded_h = max(height + geometry.pad_top, (out_h - 1) * geometry.stride_y + 2 * geometry.dilation_y + 1)
-    padded_w = max(width + geometry.pad_left, (out_w - 1) * stride + 2 * geometry.dilation_x + 1)
-    phase_w = -(-padded_w // stride)
-    phased_words = np.empty((padded_h, stride, phase_w, lanes // 8), np.uint64)
+@njit(cache=True)
+def _tap_run(phased, iy, starts, kx, size):
+    # the inputs tap kx reads for a whole output row: one run of padded row iy's phase
+    first = starts[kx, 1] * phased.shape[3]
+    return phased[iy, starts[kx, 0]].reshape(-1)[first:first + size]
+
+
+@njit(cache=True)
+def _core_stage(values, clip_truncate, mode):
+    # the CORE stage in place on exact int32 sums [P][L] (CLIP_TRUNCATE != 0)
+    flat = values.reshape(-1)
+    for i in range(flat.shape[0]):
+        flat[i] = nm.core_output(np.int64(flat[i]), clip_truncate, mode)
+
+
+def padded_layout(feature_shape: tuple[int, int, int, int], geometry: ConvGeometry) -> tuple[int, int, np.ndarray]:
+    """The padded input's rows and positions per phase ([Hp][stride_x][Wp / stride_x][L]: every
+    window inside) and per kernel column the (phase, shift) its taps read: tap kx of output
+    column ox reads padded column ox * stride_x + kx * dilation_x."""
+    _, height, width, _ = feature_shape
+    stride = geometry.stride_x
+    padded_h = max(height + geometry.pad_top,
+                   (geometry.out_h - 1) * geometry.stride_y + (geometry.kernel_h - 1) * geometry.dilation_y + 1)
+    padded_w = max(width + geometry.pad_left,
+                   (geometry.out_w - 1) * stride + (geometry.kernel_w - 1) * geometry.dilation_x + 1)
+    starts = np.array([divmod(kx * geometry.dilation_x, stride)[::-1] for kx in range(geometry.kernel_w)], np.int64)
+    return padded_h, -(-padded_w // stride), starts
+
+
+def run_padded(feature: np.ndarray, tiled: np.ndarray, geometry: ConvGeometry, pad_value: int, clip_truncate: int,
+               round_mode: int, layout: tuple[int, int, np.ndarray], out: np.ndarray, sums: np.ndarray) -> None:
+    """The input padded once at the pad value and split by column phase (``padded_layout``), then
+    the windows with no border cases - 3x3 kernels all nine taps in one expression
+    (``_depthwise3x3_rows``, NUMERICS.md 3.7), others ``_depthwise_rows`` - into ``out`` and
+    ``sums`` [OH*OW][L] int32; the CORE stage applied where CLIP_TRUNCATE is set. ``tiled``:
+    int16 lane weights [taps][OW * L] (``_product16``)."""
+    padded_h, phase_w, starts = layout
+    surfaces, _, _, c2 = feature.shape
+    lanes, stride = surfaces * c2, geometry.stride_x
+    phased_words = working_buffer("depthwise padded", padded_h * stride * phase_w * (lanes // 8),
+                                  np.uint64).reshape(padded_h, stride, phase_w, lanes // 8)
     pad_word = np.uint64((pad_value & 0xFF) * 0x0101010101010101)
     _pad_pixels(feature.view(np.uint64), pad_word, phased_words, geometry.pad_top, geometry.pad_left)
-    # tap kx of output column ox reads padded column ox * stride + kx * dx: phase, shift
-    starts = np.array([divmod(kx * geometry.dilation_x, stride)[::-1] for kx in range(3)], np.int64)
-    _depthwise3x3_rows(phased_words.view(np.int8).reshape(padded_h, stride, phase_w, lanes),
-                       _tiled(lane_weights, out_w).reshape(9, -1), out_h, out_w, geometry.stride_y,
-                       geometry.dilation_y, starts, out, sums)
+    phased = phased_words.view(np.int8).reshape(padded_h, stride, phase_w, lanes)
+    if geometry.kernel_h == geometry.kernel_w == 3:
+        _depthwise3x3_rows(phased, tiled, geometry.out_h, geometry.out_w, geometry.stride_y, geometry.dilation_y,
+                           starts, out, sums)
+    else:
+        _depthwise_rows(phased, tiled, geometry.kernel_h, geometry.kernel_w, geometry.out_h, geometry.out_w,
+                        geometry.stride_y, geometry.dilation_y, starts, out, sums)
+    if clip_truncate != 0:
+        _core_stage(out, clip_truncate, round_mode)
+
+
+def _tiled(lane_weights: np.ndarray, out_w: int, name: str | None = None) -> np.ndarray:
+    """Per-tap lane weights [taps][L] repeated over an output row: [taps][OW][L] (in the thread's
+    working buffer ``name`` if given: a fresh array of a wide layer is fresh pages that fault)."""
+    taps, lanes = lane_weights.shape
+    if name is None:
+        return np.ascontiguousarray(np.broadcast_to(lane_weights[:, None, :], (taps, out_w, lanes)))
+    tiled = working_buffer(name, taps * out_w * lanes, lane_weights.dtype).reshape(taps, out_w, lanes)
+    tiled[:] = lane_weights[:, None, :]
+    return tiled
+
+
+def _depthwise3x3(feature: np.ndarray, tiled: np.ndarray, geometry: ConvGeometry, pad_value: int, out: np.ndarray,
+                  sums: np.ndarray) -> None:
+    """The common depthwise (NUMERICS.md 3.7): a 3x3 kernel with CLIP_TRUNCATE 0, over the input
+    padded once (``run_padded``)."""
+    run_padded(feature, tiled, geometry, pad_value, 0, nm.ROUND_HALF_EVEN, padded_layout(feature.shape, geometry),
+               out, sums)
 
 
 def depthwise_int8_atoms(feature: np.ndarray, weights: np.ndarray, geometry: ConvGeometry,
@@ -296,24 +409,33 @@ def depthwise_int8_atoms(feature: np.ndarray, weights: np.ndarray, geometry: Con
     # pixel-major like the output, handed over as its [C][OH][OW] view (the DPU reads the
     # buffer as it is); |sum| <= 128 * taps < 2**24
     sums = np.empty((out_h * out_w, out_channels), np.int32)
-    if geometry.kernel_h == geometry.kernel_w == 3 and clip_truncate == 0 and -128 <= pad_value <= 127 \
-            and geometry.pad_top >= 0 and geometry.pad_left >= 0:
-        # the common depthwise (NUMERICS.md 3.7): CLIP_TRUNCATE 0 keeps the int32 sums as they are
-        if out_channels == lanes:
-            _depthwise3x3(feature, lane_weights, geometry, int(pad_value), out, sums)
+    if -128 <= pad_value <= 127 and geometry.pad_top >= 0 and geometry.pad_left >= 0:
+        # the input padded once (NUMERICS.md 3.7; since issue 20 any kernel and CORE shift)
+        tiled = _tiled(lane_weights.astype(np.int16), out_w, "depthwise tiled int16").reshape(taps, -1)
+        if geometry.kernel_h == geometry.kernel_w == 3 and clip_truncate == 0:
+            def compute(values: np.ndarray, window: np.ndarray) -> None:
+                _depthwise3x3(feature, tiled, geometry, int(pad_value), values, window)
         else:
-            values = np.empty((2, out_h * out_w, lanes), np.int32)
-            _depthwise3x3(feature, lane_weights, geometry, int(pad_value), values[0], values[1])
+            layout = padded_layout(feature.shape, geometry)
+
+            def compute(values: np.ndarray, window: np.ndarray) -> None:
+                run_padded(feature, tiled, geometry, int(pad_value), clip_truncate, round_mode, layout, values, window)
+        if out_channels == lanes:
+            compute(out, sums)
+        else:
+            values = working_buffer("depthwise values", 2 * out_h * out_w * lanes, np.int32).reshape(2, -1, lanes)
+            compute(values[0], values[1])
             kept = min(lanes, out_channels)
             out[:, :kept], sums[:, :kept] = values[0, :, :kept], values[1, :, :kept]
             out[:, kept:], sums[:, kept:] = 0, 0
         sums[:, channels:lanes] = 0
         return out, sums.T.reshape(out_channels, out_h, out_w)
     phase_w = -(-width // stride)
-    phased_words = np.empty((height, stride, phase_w, lanes // 8), np.uint64)
+    phased_words = working_buffer("depthwise phased", height * stride * phase_w * (lanes // 8),
+                                  np.uint64).reshape(height, stride, phase_w, lanes // 8)
     _depthwise_pixels(feature.view(np.uint64), phased_words,
                       phased_words.view(np.int8).reshape(height, stride, phase_w, lanes),
-                      _tiled(lane_weights, out_w).reshape(taps, -1), int(pad_value), geometry.kernel_h, geometry.kernel_w,
+                      _tiled(lane_weights, out_w, "depthwise tiled").reshape(taps, -1), int(pad_value), geometry.kernel_h, geometry.kernel_w,
                       geometry.stride_y, stride, geometry.dilation_y, geometry.dilation_x,
                       geometry.pad_top, geometry.pad_left, clip_truncate, round_mode, (out_h, out_w),
                       out, sums)

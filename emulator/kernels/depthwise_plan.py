@@ -31,32 +31,33 @@ def prepare_depthwise_int8_atoms(feature_shape: tuple[int, int, int, int], weigh
         return None
     lanes = surfaces * c2
     out_h, out_w, stride = geometry.out_h, geometry.out_w, geometry.stride_x
-    tiled = _TILED(weights, lanes, out_w)
     pixels = out_h * out_w
-    if geometry.kernel_h == geometry.kernel_w == 3 and clip_truncate == 0 and -128 <= pad_value <= 127 \
-            and geometry.pad_top >= 0 and geometry.pad_left >= 0:
-        three = _three_by_three(feature_shape, geometry, int(pad_value), tiled)
+    if -128 <= pad_value <= 127 and geometry.pad_top >= 0 and geometry.pad_left >= 0:  # (as depthwise_int8_atoms)
+        padded = _padded(feature_shape, geometry, int(pad_value), clip_truncate, round_mode,
+                         _TILED(weights, lanes, out_w, np.int16))
 
-        def run3(feature: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        def run_padded(feature: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             out, sums = _results(pixels, out_channels)
             if out_channels == lanes:
-                three(feature, out, sums)
+                padded(feature, out, sums)
             else:
                 values = working_buffer("depthwise values", 2 * pixels * lanes, np.int32).reshape(2, pixels, lanes)
-                three(feature, values[0], values[1])
+                padded(feature, values[0], values[1])
                 kept = min(lanes, out_channels)
                 out[:, :kept], sums[:, :kept] = values[0, :, :kept], values[1, :, :kept]
                 out[:, kept:], sums[:, kept:] = 0, 0
             sums[:, channels:lanes] = 0
             return out, sums.T.reshape(out_channels, out_h, out_w)
-        return run3
+        return run_padded
+    tiled = _TILED(weights, lanes, out_w, np.int32)
     phase_w = -(-width // stride)
     settings = (int(pad_value), geometry.kernel_h, geometry.kernel_w, geometry.stride_y, stride, geometry.dilation_y,
                 geometry.dilation_x, geometry.pad_top, geometry.pad_left, clip_truncate, round_mode, (out_h, out_w))
 
     def run(feature: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         out, sums = _results(pixels, out_channels)
-        phased_words = np.empty((height, stride, phase_w, lanes // 8), np.uint64)
+        phased_words = working_buffer("depthwise phased", height * stride * phase_w * (lanes // 8),
+                                      np.uint64).reshape(height, stride, phase_w, lanes // 8)
         dw._depthwise_pixels(feature.view(np.uint64), phased_words,
                              phased_words.view(np.int8).reshape(height, stride, phase_w, lanes), tiled, *settings,
                              out, sums)
@@ -72,36 +73,26 @@ def _results(pixels: int, out_channels: int) -> tuple[np.ndarray, np.ndarray]:
     return both[0], both[1]
 
 
-def _build_tiled(weights: np.ndarray, lanes: int, out_w: int) -> np.ndarray:
-    """The lane weights [taps][L] (lanes past the channels 0) tiled over an output row: [taps][OW * L]."""
+def _build_tiled(weights: np.ndarray, lanes: int, out_w: int, dtype: type) -> np.ndarray:
+    """The lane weights [taps][L] (lanes past the channels 0) tiled over an output row: [taps][OW * L]
+    (int16 for the padded kernels' 16-bit products, int32 for the general one)."""
     channels, _, kernel_h, kernel_w = weights.shape
     taps = kernel_h * kernel_w
-    lane_weights = np.zeros((taps, lanes), np.int32)
+    lane_weights = np.zeros((taps, lanes), dtype)
     lane_weights[:, :channels] = weights.reshape(channels, taps).T
     return dw._tiled(lane_weights, out_w).reshape(taps, -1)
 
 
-#: per read-only weights object (the CNA unpacks each weight blob once), lanes and row width:
+#: per read-only weights object (the CNA unpacks each weight blob once), lanes, row width and type:
 #: a program built again (core.py, after a write moved the derived cache) tiles nothing twice
 _TILED: Memo[np.ndarray] = Memo(_build_tiled, identity=1, limit=256)
 
 
-def _three_by_three(feature_shape: tuple[int, int, int, int], geometry: ConvGeometry, pad_value: int,
-                    tiled: np.ndarray) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
-    """``depthwise._depthwise3x3`` with its layout worked out: ``run(feature, out, sums)``."""
-    surfaces, height, width, c2 = feature_shape
-    lanes = surfaces * c2
-    out_h, out_w, stride = geometry.out_h, geometry.out_w, geometry.stride_x
-    padded_h = max(height + geometry.pad_top, (out_h - 1) * geometry.stride_y + 2 * geometry.dilation_y + 1)
-    padded_w = max(width + geometry.pad_left, (out_w - 1) * stride + 2 * geometry.dilation_x + 1)
-    phase_w = -(-padded_w // stride)
-    pad_word = np.uint64((pad_value & 0xFF) * 0x0101010101010101)
-    starts = np.array([divmod(kx * geometry.dilation_x, stride)[::-1] for kx in range(3)], np.int64)
+def _padded(feature_shape: tuple[int, int, int, int], geometry: ConvGeometry, pad_value: int, clip_truncate: int,
+            round_mode: int, tiled: np.ndarray) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
+    """``depthwise.run_padded`` with its layout worked out: ``run(feature, out, sums)``."""
+    layout = dw.padded_layout(feature_shape, geometry)
 
     def run(feature: np.ndarray, out: np.ndarray, sums: np.ndarray) -> None:
-        phased_words = working_buffer("depthwise padded", padded_h * stride * phase_w * (lanes // 8),
-                                      np.uint64).reshape(padded_h, stride, phase_w, lanes // 8)
-        dw._pad_pixels(feature.view(np.uint64), pad_word, phased_words, geometry.pad_top, geometry.pad_left)
-        dw._depthwise3x3_rows(phased_words.view(np.int8).reshape(padded_h, stride, phase_w, lanes), tiled, out_h,
-                              out_w, geometry.stride_y, geometry.dilation_y, starts, out, sums)
+        dw.run_padded(feature, tiled, geometry, pad_value, clip_truncate, round_mode, layout, out, sums)
     return run

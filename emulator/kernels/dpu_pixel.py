@@ -20,6 +20,7 @@ import numpy as np
 from numba import njit
 
 from npuemu.emulator import numerics as nm
+from npuemu.emulator.kernels.conv_pixels import working_buffer
 from npuemu.emulator.kernels.dpu import (
     _OPERAND_MATRICES, _OUTPUT_RANGES, CP_HIGH, CP_LOW, CP_MODE, CP_OFFSET, CP_SCALE, CP_SHIFT, EwConfig,
     OutCvtConfig, XStageConfig, _bn_block, _bs_block, _cvt_params, _ew_block, _ew_params, _out_cvt_flat,
@@ -394,11 +395,18 @@ def _chain_pixels_to_atoms(data, sums, sums_layout, operands, operand, chain, su
     [L], L <= C): ``_chain_flat`` runs once per block on the inputs where they are - a block of
     pixels is one run of each - and writes the tile (NUMERICS.md 4.10). Only where the atoms
     take fewer channels than there are are the first L of each pixel's gathered; shared window
-    sums and a per-channel or per-tensor operand are tiled."""
+    sums and a per-channel or per-tensor operand are tiled. ``_rows_pixels_to_atoms`` mostly runs
+    instead (see below): pixel by pixel, nothing gathered or tiled (issue 20)."""
     per_block, lanes = tile.shape
     pixels, channels = data.shape[1], data.shape[2]
     size = per_block * lanes
     gather = lanes < channels
+    # pixel by pixel unless the chain has no EW stage and a negative OUT_CVT scale, or the window
+    # sums are per channel and every channel is stored (one flat run each already: no faster)
+    if (chain[CH_EW_ON] != 0 or chain[CH_K] >= 0.0) and (gather or sums_layout != SUMS_PIXEL_MAJOR):
+        _rows_pixels_to_atoms(data[0], sums.reshape(-1, channels if sums_layout == SUMS_PIXEL_MAJOR else 1),
+                              sums_layout, operands, operand[0], chain, surfaces, width, tile, offsets, target)
+        return
     alu, cpend, mul = _tiled(operands, lanes, per_block, np.float64)
     flat_data = data.reshape(-1)
     rows = np.empty(size if gather else 1, np.int32)  # (each block's run written before it is read)
@@ -435,6 +443,115 @@ def _chain_pixels_to_atoms(data, sums, sums_layout, operands, operand, chain, su
                 _first_lanes(operand[0], first, count, lanes, other)
             e = other[:n]
         _chain_flat(d, w, cpend[:n], alu[:n], mul[:n], e, chain, flat_tile[:n])
+        _store_atoms(tile, first, count, width, surfaces, offsets, target)
+
+
+@njit(cache=True, inline="always")
+def _folded_out(v, k, offset, floor, ceiling, even):
+    # _folded_loop's OUT_CVT of a BS value already rounded
+    y = v * k
+    r = np.rint(y) if even else _round_half_away(y)
+    return min(max(r + offset, floor), ceiling)
+
+
+# contract: as _chain_flat's (every product and sum exact: fused or not, the same numbers)
+@njit(cache=True, fastmath={"contract"})
+def _folded_rows(rows, window, sums_layout, first, operands, chain, out, even):
+    """``_folded_loop`` pixel by pixel (issue 20): pixels ``first..`` of ``rows`` [P][>= L] (its
+    first L channels: no gathered copy) into ``out`` [count][L], the per-channel operands read
+    from ``operands`` [3][>= L] as they are (no tiling) and the window sums from ``window``:
+    [P][1] for SUMS_SHARED (one value per pixel: no tiled copy, no conversion per element),
+    [P][>= L] for SUMS_PIXEL_MAJOR, not read for SUMS_NONE. With BS's clamp starting at 0 (a
+    ReLU), its rounding is ``_chain_value``'s ``trunc(max(y, 0) + 0.5)``: below 0 it gives 0
+    where the half-away rounding gives round(y) <= 0, and OUT_CVT (non-decreasing, clamped from
+    below at f(low1) = f(0)) maps both to that floor. Each value is ``_folded_loop``'s formula
+    otherwise."""
+    low1, high1 = chain[CH_LOW1], chain[CH_HIGH1]
+    k, offset, low, high = chain[CH_K], chain[CH_OFFSET], chain[CH_LOW], chain[CH_HIGH]
+    floor, ceiling = _out_cvt(low1, k, offset, low, high, even), _out_cvt(high1, k, offset, low, high, even)
+    alu, cpend, mul = operands[0], operands[1], operands[2]
+    relu, per_channel = low1 == 0.0, sums_layout == SUMS_PIXEL_MAJOR
+    lanes = out.shape[1]
+    for b in range(out.shape[0]):
+        d, o = rows[first + b], out[b]
+        if per_channel:
+            sums = window[first + b]
+            if relu:
+                for c in range(lanes):
+                    v = np.trunc(max(_bs_sum(d[c], sums[c], cpend[c], alu[c], mul[c]), 0.0) + 0.5)
+                    o[c] = _folded_out(v, k, offset, floor, ceiling, even)
+            else:
+                for c in range(lanes):
+                    v = _round_half_away(_bs_sum(d[c], sums[c], cpend[c], alu[c], mul[c]))
+                    o[c] = _folded_out(v, k, offset, floor, ceiling, even)
+            continue
+        w = np.float64(window[first + b, 0]) if sums_layout == SUMS_SHARED else 0.0
+        if relu:
+            for c in range(lanes):
+                v = np.trunc(max(_bs_sum(d[c], w, cpend[c], alu[c], mul[c]), 0.0) + 0.5)
+                o[c] = _folded_out(v, k, offset, floor, ceiling, even)
+        else:
+            for c in range(lanes):
+                o[c] = _folded_out(_round_half_away(_bs_sum(d[c], w, cpend[c], alu[c], mul[c])), k, offset, floor,
+                                   ceiling, even)
+
+
+@njit(cache=True, inline="always")
+def _ew_rows_loop(rows, window, sums_layout, first, operands, operand, chain, out, even, relu):
+    """``_chain_loop`` with the EW stage (``_chain_value``, ``even`` and ``relu`` literals) pixel by
+    pixel, the inputs read as ``_folded_rows`` reads them; ``operand`` [P or 1][>= L]."""
+    low1, high1, ew_offset, ew_k = chain[CH_LOW1], chain[CH_HIGH1], chain[CH_EW_OFFSET], chain[CH_EW_K]
+    ew_even, ew_add, ew_low, ew_high = chain[CH_EW_EVEN] != 0, chain[CH_EW_ADD], chain[CH_EW_LOW], \
+        chain[CH_EW_HIGH]
+    k, offset, low, high = chain[CH_K], chain[CH_OFFSET], chain[CH_LOW], chain[CH_HIGH]
+    alu, cpend, mul = operands[0], operands[1], operands[2]
+    lanes, per_pixel = out.shape[1], operand.shape[0] > 1
+    for b in range(out.shape[0]):
+        d, o = rows[first + b], out[b]
+        e = operand[first + b] if per_pixel else operand[0]
+        if sums_layout == SUMS_PIXEL_MAJOR:
+            sums = window[first + b]
+            for c in range(lanes):
+                o[c] = _chain_value(d[c], sums[c], cpend[c], alu[c], mul[c], e[c], low1, high1, ew_offset, ew_k,
+                                    ew_even, ew_add, ew_low, ew_high, k, offset, low, high, True, even, relu)
+            continue
+        w = np.float64(window[first + b, 0]) if sums_layout == SUMS_SHARED else 0.0
+        for c in range(lanes):
+            o[c] = _chain_value(d[c], w, cpend[c], alu[c], mul[c], e[c], low1, high1, ew_offset, ew_k, ew_even,
+                                ew_add, ew_low, ew_high, k, offset, low, high, True, even, relu)
+
+
+# contract: as _chain_flat's
+@njit(cache=True, fastmath={"contract"})
+def _ew_rows(rows, window, sums_layout, first, operands, operand, chain, out):
+    """``_ew_rows_loop``'s four copies (OUT_CVT's rounding, BS's clamp from 0 or not)."""
+    even, relu = chain[CH_EVEN] != 0, chain[CH_LOW1] == 0.0
+    if even and relu:
+        _ew_rows_loop(rows, window, sums_layout, first, operands, operand, chain, out, True, True)
+    elif even:
+        _ew_rows_loop(rows, window, sums_layout, first, operands, operand, chain, out, True, False)
+    elif relu:
+        _ew_rows_loop(rows, window, sums_layout, first, operands, operand, chain, out, False, True)
+    else:
+        _ew_rows_loop(rows, window, sums_layout, first, operands, operand, chain, out, False, False)
+
+
+@njit(cache=True)
+def _rows_pixels_to_atoms(rows, window, sums_layout, operands, operand, chain, surfaces, width, tile, offsets,
+                          target):
+    """``_chain_pixels_to_atoms`` pixel by pixel, nothing gathered or tiled (issue 20): without the
+    EW stage and with OUT_CVT's scale >= 0 ``_folded_rows``, otherwise ``_ew_rows`` (the EW
+    operand ``operand`` [P or 1][C]); ``window``: the window sums as they take them."""
+    per_block = tile.shape[0]
+    folded, even = chain[CH_EW_ON] == 0 and chain[CH_K] >= 0.0, chain[CH_EVEN] != 0
+    for first in range(0, rows.shape[0], per_block):
+        count = min(per_block, rows.shape[0] - first)
+        if folded and even:
+            _folded_rows(rows, window, sums_layout, first, operands, chain, tile[:count], True)
+        elif folded:
+            _folded_rows(rows, window, sums_layout, first, operands, chain, tile[:count], False)
+        else:
+            _ew_rows(rows, window, sums_layout, first, operands, operand, chain, tile[:count])
         _store_atoms(tile, first, count, width, surfaces, offsets, target)
 
 
@@ -544,7 +661,7 @@ def planned_to_atoms(plan: StagePlan, data: np.ndarray, width: int, target: np.n
         if operand.shape == (1, 1, 1):
             operand = np.broadcast_to(operand, (1, 1, channels))
         _channel_blocks(operand, channels, 1 if operand.shape[1] == 1 else pixels, "EW operand")
-        operand = _int32_pixels(operand, channels)
+        operand = _int32_pixels(operand, channels, "dpu operand")
     per_block = max(1, BLOCK_ELEMENTS // channels)
     if layout == SUMS_GROUP_MAJOR or (data.shape[2] == 1 and channels > 1):
         per_block = max(per_block, GATHER_PIXELS)
@@ -580,22 +697,29 @@ def _pixel_rows(data: np.ndarray, channels: int, lanes: int, layout: int, kernel
     return operand is None or (operand.shape[0] == 1 and operand.shape[2] == channels)
 
 
-def _int32_pixels(cube: np.ndarray, channels: int) -> np.ndarray:
+def _int32_pixels(cube: np.ndarray, channels: int, name: str = "dpu data") -> np.ndarray:
     """A channel-block cube as the kernels take it: int32 (one compiled variant), NC1HWC2 atoms
     made pixel-major [1][P][C] first (gathering the atoms' short runs inside the stage kernels
-    cost about twice as much: 0.9 ns an element)."""
+    cost about twice as much: 0.9 ns an element). A converted cube is the thread's working
+    buffer ``name`` (read by the one call that asked for it): a fresh multi-MiB array is fresh
+    pages, each faulting on first touch (issue 20: 3.5 k page faults a PP-OCR det run here)."""
     surfaces, pixels, lanes = cube.shape
     if lanes == 1 or (surfaces == 1 and lanes == channels) or pixels == 1:
-        return np.ascontiguousarray(cube, np.int32)
+        if cube.dtype == np.int32 and cube.flags.c_contiguous:
+            return cube
+        out = working_buffer(name, cube.size, np.int32).reshape(cube.shape)
+        np.copyto(out, cube, casting="unsafe")  # (the cast ascontiguousarray(cube, np.int32) makes)
+        return out
     atom = lanes * cube.dtype.itemsize
     if atom % 8:
         pixel_major = cube.transpose(1, 0, 2).reshape(pixels, surfaces * lanes)
     else:  # atoms move as whole words, then one widening copy
         words = np.ascontiguousarray(cube).view(np.uint64)
-        moved = np.empty((pixels, surfaces * (atom // 8)), np.uint64)
+        moved = working_buffer("dpu atom words", pixels * surfaces * (atom // 8), np.uint64)
+        moved = moved.reshape(pixels, surfaces * (atom // 8))
         _atoms_to_pixels(words, moved)
         pixel_major = moved.view(cube.dtype)
-    out = np.empty((1, pixels, channels), np.int32)
+    out = working_buffer(name, pixels * channels, np.int32).reshape(1, pixels, channels)
     out[0] = pixel_major[:, :channels]
     return out
 

@@ -78,4 +78,4 @@ def _operand(ew_operand: np.ndarray, channels: int, pixels: int) -> np.ndarray:
     if operand.shape == (1, 1, 1):
         operand = np.broadcast_to(operand, (1, 1, channels))
     dp._channel_blocks(operand, channels, 1 if operand.shape[1] == 1 else pixels, "EW operand")
-    return dp._int32_pixels(operand, channels)
+    return dp._int32_pixels(operand, channels, "dpu operand")

@@ -4,6 +4,12 @@ Each table covers [START, END] with a step of 2**INDEX_SELECT, interpolates line
 entries, and extends past its ends with the under/overflow slopes; when both tables (or
 neither) cover a value the priority bits of LUT_CFG choose (NUMERICS.md section 5). On the fp
 path (PROC_PRECISION fp16) the same tables are read with fp32 arithmetic (section 5.1).
+
+Speed (issue 20): the integer LUT is a pure function of its input given the tables and the
+LUT_CFG settings, so the values over the tables' span ([min START, max END] with a margin, at
+most DENSE_SPAN of them, ``dense_span``) are evaluated once per (settings, tables) and looked up
+(``dense_values``); an input outside that span is evaluated as before. ``lut_stages_to_atoms`` runs a task's
+BS -> BN -> LUT -> EW -> OUT_CVT pixel-major into NC1HWC2 atoms (units/dpu_plan.py).
 """
 
 from __future__ import annotations
@@ -14,6 +20,9 @@ import numpy as np
 from numba import njit
 
 from npuemu.emulator import numerics as nm
+from npuemu.emulator.kernels import dpu_pixel as dp
+from npuemu.emulator.kernels import dpu as kd
+from npuemu.emulator.kernels.dpu import _bn_block, _bs_block, _ew_block, _out_cvt_flat
 from npuemu.isa.errors import EmulationError
 from npuemu.isa.lut_format import LUT_ENTRIES
 
@@ -55,9 +64,31 @@ class LutConfig:
         return params
 
 
+#: the most values ``dense_values`` evaluates ahead (int32: 1 MiB); wider spans: per element
+DENSE_SPAN = 1 << 18
+#: (settings, tables) whose dense values are kept (oldest dropped first)
+DENSE_KEPT = 64
+_NO_DENSE = np.zeros(0, np.int32)
+
+
 @njit(cache=True)
-def _lut(data, le_table, lo_table, params, out):
+def _lut_values(data, le_table, lo_table, params, out):
+    """``numerics.lut_value`` of every (int32) element."""
+    for i in range(data.shape[0]):
+        out[i] = nm.lut_value(data[i], le_table, lo_table, params)
+
+
+@njit(cache=True)
+def _lut(data, le_table, lo_table, params, out, dense, base):
+    """The LUT of every int32 element: ``dense[x - base]`` (the values of ``_lut_values`` over
+    a span, ``dense_values``) where x falls in it, ``numerics.lut_value`` elsewhere."""
     if data.shape[0] == 0:
+        return
+    if dense.shape[0] > 0:
+        size = dense.shape[0]
+        for i in range(data.shape[0]):
+            j = np.int64(data[i]) - base
+            out[i] = dense[j] if 0 <= j < size else nm.lut_value(data[i], le_table, lo_table, params)
         return
     low, high = np.int64(data.min()), np.int64(data.max())
     span = high - low + 1
@@ -74,6 +105,53 @@ def _lut(data, le_table, lo_table, params, out):
         out[i] = values[data[i] - low]
 
 
+class _DenseValues:
+    """The LUT's values over its tables' span per (settings, tables) bytes: built the second
+    time a key is asked for (a one-off call, as in the kernel tests, does not pay for it)."""
+
+    def __init__(self) -> None:
+        self._values: dict[bytes, tuple[int, np.ndarray]] = {}
+        self._asked: set[bytes] = set()
+
+    def get(self, params: np.ndarray, le_table: np.ndarray, lo_table: np.ndarray,
+            build: bool = False) -> tuple[int, np.ndarray]:
+        """(base, values): values[i] is the LUT of base + i; no values (``_NO_DENSE``) while
+        not built, or when the span is wider than DENSE_SPAN."""
+        key = params.tobytes() + le_table.tobytes() + lo_table.tobytes()
+        known = self._values.get(key)
+        if known is not None:
+            return known
+        if not build and key not in self._asked:
+            if len(self._asked) > 4 * DENSE_KEPT:
+                self._asked.clear()
+            self._asked.add(key)
+            return 0, _NO_DENSE
+        low, high = dense_span(params)
+        values = _NO_DENSE
+        if high - low + 1 <= DENSE_SPAN:
+            values = np.empty(high - low + 1, np.int32)
+            _lut_values(np.arange(low, high + 1, dtype=np.int32), le_table, lo_table, params, values)
+        if len(self._values) >= DENSE_KEPT:
+            del self._values[next(iter(self._values))]
+        self._values[key] = (low, values)
+        return low, values
+
+
+dense_values = _DenseValues()
+
+
+def dense_span(params: np.ndarray) -> tuple[int, int]:
+    """The inputs ``dense_values`` covers: the tables' span [min START, max END] and as much
+    again on either side (the stages before the LUT often overshoot it: ppocr_cls's reach 2.6x
+    its ends), within DENSE_SPAN values and the int32 range."""
+    low = min(int(params[nm.LUTP_LE_START]), int(params[nm.LUTP_LO_START]))
+    high = max(int(params[nm.LUTP_LE_END]), int(params[nm.LUTP_LO_END]))
+    width = high - low + 1
+    if 3 * width <= DENSE_SPAN:
+        low, high = low - width, high + width
+    return max(low, nm.INT32_MIN), min(high, nm.INT32_MAX)
+
+
 def _table(values: np.ndarray, name: str) -> np.ndarray:
     table = np.asarray(values)
     if table.shape != (LUT_ENTRIES,):
@@ -87,7 +165,12 @@ def _table(values: np.ndarray, name: str) -> np.ndarray:
 def lut_stage(data: np.ndarray, config: LutConfig, le_table: np.ndarray,
               lo_table: np.ndarray) -> np.ndarray:
     """Apply the LUT to every int32 element (any shape); result int32."""
-    return _apply(_lut, np.int32, data, config, le_table, lo_table)
+    source = np.ascontiguousarray(data, dtype=np.int32)
+    out = np.empty(source.shape, np.int32)
+    le, lo, params = _table(le_table, "LE"), _table(lo_table, "LO"), config.parameters()
+    base, dense = dense_values.get(params, le, lo)
+    _lut(source.reshape(-1), le, lo, params, out.reshape(-1), dense, base)
+    return out
 
 
 def _apply(kernel, dtype, data: np.ndarray, config: LutConfig, le_table: np.ndarray,
@@ -108,3 +191,144 @@ def lut_stage_fp(data: np.ndarray, config: LutConfig, le_table: np.ndarray,
                  lo_table: np.ndarray) -> np.ndarray:
     """The LUT on the fp path (NUMERICS.md 5.1): fp32 elements in, fp32 out (any shape)."""
     return _apply(_lut_float, np.float32, data, config, le_table, lo_table)
+
+
+@njit(cache=True)
+def _lut_block(block, le_table, lo_table, params, dense, base):
+    """The LUT over an int64 block as ``lut_stage`` applies it to the int32 cube the stages
+    before it leave: each value kept to its low 32 bits first (an int32 store), the result int32."""
+    size = dense.shape[0]
+    for i in range(block.shape[0]):
+        x = np.int32(block[i])
+        j = np.int64(x) - base
+        block[i] = dense[j] if 0 <= j < size else nm.lut_value(x, le_table, lo_table, params)
+
+
+@njit(cache=True)
+def _lut_stages_to_atoms(data, sums, sums_layout, kernels_per_group, stages, bs, bs_operands, bn, bn_operands,
+                         operand, ew, cvt, lut, channels, surfaces, width, tile, offsets, target):
+    """``dpu_pixel._stages_to_atoms`` with the LUT between BN and EW: per block of pixels BS, BN
+    (``stages`` [3]: BS, BN, EW on or off), the LUT (``_lut_block``; ``lut``: the LE and LO
+    tables, the LUT_CFG parameters, the dense values and their base), EW, OUT_CVT, the atoms."""
+    le_table, lo_table, params, dense, base = lut
+    per_block, lanes_out = tile.shape
+    computed = min(channels, lanes_out)
+    block, window, other = dp._scratch(per_block * computed, np.int64)
+    alu, cpend, mul = dp._tiled(bs_operands, computed, per_block, np.int64)
+    bn_alu, bn_mul, _ = dp._tiled(bn_operands, computed, per_block, np.int64)
+    scale, shift, offset = cvt[dp.CP_SCALE], cvt[dp.CP_SHIFT], cvt[dp.CP_OFFSET]
+    mode, low, high = cvt[dp.CP_MODE], cvt[dp.CP_LOW], cvt[dp.CP_HIGH]
+    flat_tile = tile.reshape(-1)
+    for first in range(0, data.shape[1], per_block):
+        count = min(per_block, data.shape[1] - first)
+        n = count * computed
+        dp._load_inputs(data, sums, sums_layout, kernels_per_group, channels, operand, stages[2] != 0,
+                        first, count, computed, block, window, other)
+        if stages[0] != 0:
+            _bs_block(block[:n], window[:n], bs, alu[:n], cpend[:n], mul[:n])
+        if stages[1] != 0:
+            _bn_block(block[:n], bn, bn_alu[:n], bn_mul[:n])
+        _lut_block(block[:n], le_table, lo_table, params, dense, base)
+        if stages[2] != 0:
+            _ew_block(block[:n], other[:n], ew)
+        if lanes_out == computed:
+            _out_cvt_flat(block[:n], flat_tile[:n], scale, shift, offset, mode, low, high)
+        else:
+            for b in range(count):
+                _out_cvt_flat(block[b * computed:(b + 1) * computed], tile[b, :computed], scale,
+                              shift, offset, mode, low, high)
+        dp._store_atoms(tile, first, count, width, surfaces, offsets, target)
+
+
+# ---------------------------------------------------------------------------------------------
+# LUT, EW and OUT_CVT as one table: with no per-element EW operand (a register value, or none)
+# the stages after BN are a function of the LUT's input alone
+# ---------------------------------------------------------------------------------------------
+@njit(cache=True, inline="always")
+def _after_lut(x, le_table, lo_table, params, other, ew, cvt):
+    """OUT_CVT(EW(LUT(x))) as ``_lut_block``, ``kernels.dpu._ew_block`` and ``_out_cvt_flat``
+    compute it for one element (``other``: the raw EW operand)."""
+    value = np.int64(nm.lut_value(x, le_table, lo_table, params))
+    converted = nm.ew_operand_value(other, ew[kd.EP_CVT_ON] != 0, ew[kd.EP_CVT_OFFSET], ew[kd.EP_CVT_SCALE],
+                                    ew[kd.EP_CVT_SHIFT], ew[kd.EP_CVT_MODE])
+    value = nm.ew_value(value, converted, ew[kd.EP_OP_ON] != 0, ew[kd.EP_OP_TYPE], ew[kd.EP_ALGO],
+                        ew[kd.EP_TRUNC_POS], ew[kd.EP_TRUNC_NEG], ew[kd.EP_PRELU] != 0, ew[kd.EP_RELU] != 0,
+                        ew[kd.EP_RELUX] != 0, ew[kd.EP_RELUX_VALUE])
+    return nm.out_cvt_value(value, cvt[kd.CP_SCALE], cvt[kd.CP_SHIFT], cvt[kd.CP_OFFSET], cvt[kd.CP_MODE],
+                            cvt[kd.CP_LOW], cvt[kd.CP_HIGH])
+
+
+@njit(cache=True)
+def _after_lut_values(xs, le_table, lo_table, params, other, ew, cvt, out):
+    for i in range(xs.shape[0]):
+        out[i] = _after_lut(xs[i], le_table, lo_table, params, other, ew, cvt)
+
+
+@njit(cache=True)
+def _table_block(block, out, lut, other, ew, cvt):
+    """``out[i]``: the stages after BN of ``np.int32(block[i])`` (an int32 store first, as
+    ``_lut_block``), from the table where it covers the value."""
+    le_table, lo_table, params, table, base = lut
+    size = table.shape[0]
+    for i in range(block.shape[0]):
+        x = np.int32(block[i])
+        j = np.int64(x) - base
+        out[i] = table[j] if 0 <= j < size else _after_lut(x, le_table, lo_table, params, other, ew, cvt)
+
+
+@njit(cache=True)
+def _lut_table_to_atoms(data, sums, sums_layout, kernels_per_group, stages, bs, bs_operands, bn, bn_operands,
+                        other, ew, cvt, lut, channels, surfaces, width, tile, offsets, target):
+    """``_lut_stages_to_atoms`` with LUT, EW and OUT_CVT read from one table (``lut``: the LE and
+    LO tables, the LUT_CFG parameters, ``after_lut_values``'s table and base; ``other``: the
+    register EW operand)."""
+    per_block, lanes_out = tile.shape
+    computed = min(channels, lanes_out)
+    block, window, _ = dp._scratch(per_block * computed, np.int64)
+    alu, cpend, mul = dp._tiled(bs_operands, computed, per_block, np.int64)
+    bn_alu, bn_mul, _ = dp._tiled(bn_operands, computed, per_block, np.int64)
+    flat_tile = tile.reshape(-1)
+    for first in range(0, data.shape[1], per_block):
+        count = min(per_block, data.shape[1] - first)
+        n = count * computed
+        dp._load_inputs(data, sums, sums_layout, kernels_per_group, channels, data, False, first, count,
+                        computed, block, window, window)
+        if stages[0] != 0:
+            _bs_block(block[:n], window[:n], bs, alu[:n], cpend[:n], mul[:n])
+        if stages[1] != 0:
+            _bn_block(block[:n], bn, bn_alu[:n], bn_mul[:n])
+        if lanes_out == computed:
+            _table_block(block[:n], flat_tile[:n], lut, other, ew, cvt)
+        else:
+            for b in range(count):
+                _table_block(block[b * computed:(b + 1) * computed], tile[b, :computed], lut, other, ew, cvt)
+        dp._store_atoms(tile, first, count, width, surfaces, offsets, target)
+
+
+class _AfterLutValues:
+    """``_after_lut`` over ``dense_span`` per (LUT settings and tables, EW settings and operand,
+    OUT_CVT settings and type) - as ``dense_values``, without the wait for a second asking."""
+
+    def __init__(self) -> None:
+        self._values: dict[bytes, tuple[int, np.ndarray]] = {}
+
+    def get(self, params: np.ndarray, le_table: np.ndarray, lo_table: np.ndarray, other: int, ew: np.ndarray,
+            cvt: np.ndarray, dtype: np.dtype) -> tuple[int, np.ndarray]:
+        key = b"".join((params.tobytes(), le_table.tobytes(), lo_table.tobytes(), np.int64(other).tobytes(),
+                        ew.tobytes(), cvt.tobytes(), dtype.str.encode()))
+        known = self._values.get(key)
+        if known is not None:
+            return known
+        low, high = dense_span(params)
+        values = np.zeros(0, dtype)
+        if high - low + 1 <= DENSE_SPAN:
+            values = np.empty(high - low + 1, dtype)
+            _after_lut_values(np.arange(low, high + 1, dtype=np.int32), le_table, lo_table, params, np.int64(other),
+                              ew, cvt, values)
+        if len(self._values) >= DENSE_KEPT:
+            del self._values[next(iter(self._values))]
+        self._values[key] = (low, values)
+        return low, values
+
+
+after_lut_values = _AfterLutValues()

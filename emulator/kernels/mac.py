@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from npuemu.emulator import numerics as nm
+from npuemu.emulator.kernels.fp16 import widening_table
 from npuemu.emulator.memo import Memo
 from npuemu.emulator.numerics import EXACT_FLOAT32_REDUCTION
 from npuemu.isa.errors import EmulationError
@@ -114,9 +114,10 @@ def _fetch_padded(feature, channels, pad_top, pad_left, pad_value, padded):
 
 
 @njit(cache=True)
-def _fetch_padded_half(bits16, channels, pad_top, pad_left, pad_bits, padded_bits):
+def _fetch_padded_half(bits16, channels, pad_top, pad_left, pad_bits, padded_bits, table):
     # _fetch_padded of float16 atoms (their bits) into float32 planes (their bits), each value
-    # widened on the way (exact, numerics.fp16_bits_to_fp32_bits): no float32 copy of the atoms
+    # widened on the way (exact: ``table`` is fp16.widening_table, numerics.fp16_bits_to_fp32_bits
+    # of every pattern, a lookup ~5x faster than the branches): no float32 copy of the atoms
     groups, height, width, c2 = bits16.shape
     _, padded_h, padded_w = padded_bits.shape
     _pad_border(padded_bits, channels, height, width, pad_top, pad_left, pad_bits)
@@ -127,7 +128,7 @@ def _fetch_padded_half(bits16, channels, pad_top, pad_left, pad_bits, padded_bit
             for lane in range(min(c2, channels - group * c2)):
                 target = padded_bits[group * c2 + lane, y + pad_top]
                 for x in range(columns):
-                    target[x + pad_left] = nm.fp16_bits_to_fp32_bits(source[x, lane])
+                    target[x + pad_left] = table[source[x, lane]]
 
 
 def fetch_padded_input(feature: np.ndarray, channels: int, geometry: ConvGeometry,
@@ -142,7 +143,7 @@ def fetch_padded_input(feature: np.ndarray, channels: int, geometry: ConvGeometr
     padded = np.empty((channels, geometry.padded_h, geometry.padded_w), np.float32)
     if source.dtype == np.float16:  # exact: every binary16 value is a binary32 value
         _fetch_padded_half(source.view(np.uint16), channels, geometry.pad_top, geometry.pad_left,
-                           np.float32(pad_value).view(np.uint32), padded.view(np.uint32))
+                           np.float32(pad_value).view(np.uint32), padded.view(np.uint32), widening_table())
         return padded
     _fetch_padded(source, channels, geometry.pad_top, geometry.pad_left, np.float32(pad_value),
                   padded)
@@ -174,9 +175,13 @@ def _im2col(padded, channel0, k0, k1, kernel_h, kernel_w, stride_y, stride_x, di
 
 @njit(cache=True)
 def _conv_direct_float(padded, weights, groups, stride_y, stride_x, dilation_y, dilation_x, acc):
+    # acc (zeros) += each product in (input channel, ky, kx) order, per output element
     out_channels, group_inputs, kernel_h, kernel_w = weights.shape
     _, out_h, out_w = acc.shape
     kernels_per_group = out_channels // groups
+    if stride_y == 1 and stride_x == 1:
+        _conv_direct_wide(padded, weights, kernels_per_group, dilation_y, dilation_x, acc)
+        return
     for o in range(out_channels):
         channel0 = (o // kernels_per_group) * group_inputs
         for ci in range(group_inputs):
@@ -184,11 +189,45 @@ def _conv_direct_float(padded, weights, groups, stride_y, stride_x, dilation_y, 
             for ky in range(kernel_h):
                 for kx in range(kernel_w):
                     weight = np.float32(weights[o, ci, ky, kx])
+                    px = kx * dilation_x
                     for oy in range(out_h):
-                        py = oy * stride_y + ky * dilation_y
-                        for ox in range(out_w):
-                            px = ox * stride_x + kx * dilation_x
-                            acc[o, oy, ox] += weight * padded[c, py, px]
+                        row = padded[c, oy * stride_y + ky * dilation_y]
+                        if stride_x == 1:  # a contiguous slice: the row loop vectorises (7x)
+                            _add_products(acc[o, oy], row[px:px + out_w], weight)
+                        else:
+                            _add_products(acc[o, oy], row[px::stride_x], weight)
+
+
+@njit(cache=True)
+def _conv_direct_wide(padded, weights, kernels_per_group, dilation_y, dilation_x, acc):
+    # Stride 1: output (oy, ox) of tap (ky, kx) reads plane element (oy + ky dy) * Wp + ox + kx dx,
+    # so each tap is one run over a "wide" output of Wp columns per row (the columns past OW are
+    # computed and dropped): long vector runs however narrow the planes (7x7, 14x14). Each kept
+    # element gets the same additions in the same order as the row loop's.
+    out_channels, group_inputs, kernel_h, kernel_w = weights.shape
+    _, out_h, out_w = acc.shape
+    channels, padded_h, padded_w = padded.shape
+    planes = padded.reshape(channels, padded_h * padded_w)
+    length = (out_h - 1) * padded_w + out_w
+    line = np.empty(length, np.float32)
+    for o in range(out_channels):
+        line[:] = 0
+        channel0 = (o // kernels_per_group) * group_inputs
+        for ci in range(group_inputs):
+            plane = planes[channel0 + ci]
+            for ky in range(kernel_h):
+                for kx in range(kernel_w):
+                    start = ky * dilation_y * padded_w + kx * dilation_x
+                    _add_products(line, plane[start:start + length], np.float32(weights[o, ci, ky, kx]))
+        for oy in range(out_h):
+            acc[o, oy] = line[oy * padded_w:oy * padded_w + out_w]
+
+
+@njit(cache=True, inline="always")
+def _add_products(target, row, weight):
+    # one tap's products into a row of accumulators (each product exact in fp32, one rounding)
+    for ox in range(target.shape[0]):
+        target[ox] += weight * row[ox]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -251,32 +290,51 @@ def _is_pointwise(geometry: ConvGeometry, padded: np.ndarray) -> bool:
             and padded.shape[1] == geometry.out_h and padded.shape[2] == geometry.out_w)
 
 
+def _chunk_bounds(reduction: int) -> tuple[int, ...]:
+    # reduction chunks of EXACT_FLOAT32_REDUCTION: part of the fp16 summation order (NUMERICS.md 3.3)
+    return tuple(range(0, reduction, EXACT_FLOAT32_REDUCTION)) + (reduction,)
+
+
+def _split_pieces(matrices: np.ndarray) -> tuple[tuple[np.ndarray, ...], ...]:
+    """[group][chunk]: contiguous copies of each group's columns of each reduction chunk."""
+    bounds = _chunk_bounds(matrices.shape[2])
+    return tuple(tuple(np.ascontiguousarray(matrix[:, k0:k1]) for k0, k1 in zip(bounds, bounds[1:]))
+                 for matrix in matrices)
+
+
+#: the chunk copies of memoised (shared, never written) weight matrices, made once
+_PIECES: Memo[tuple] = Memo(_split_pieces, identity=1, limit=1024)
+
+
 def _conv_gemm(padded: np.ndarray, matrices: np.ndarray, geometry: ConvGeometry,
-               accumulator_dtype: type) -> np.ndarray:
+               pieces: tuple[tuple[np.ndarray, ...], ...]) -> np.ndarray:
     """Convolution as float32 matrix products: ``matrices`` [groups][M][K] (K in c, ky, kx
-    order) times the gathered input, one product per group, row block and reduction chunk of
-    EXACT_FLOAT32_REDUCTION; chunk results add in ``accumulator_dtype``. Returns
-    [groups * M][OH][OW]."""
+    order; ``pieces`` its ``_split_pieces``) times the gathered input, one product per group,
+    row block and reduction chunk of EXACT_FLOAT32_REDUCTION; chunk results add in float32,
+    starting from +0. Returns float32 [groups * M][OH][OW].
+
+    The first chunk's product goes straight into the accumulators and gets + 0 (which turns a
+    -0 into the +0 that 0 + p gives and leaves every other value, NaN included, as it is): the
+    same bits as zeroed accumulators plus a product buffer, without the buffer's pass."""
     choose_blas_threads()
     groups, rows, reduction = matrices.shape
     kernel_h, kernel_w, out_h, out_w = (geometry.kernel_h, geometry.kernel_w, geometry.out_h,
                                         geometry.out_w)
     group_inputs = reduction // (kernel_h * kernel_w)
-    bounds = tuple(range(0, reduction, EXACT_FLOAT32_REDUCTION)) + (reduction,)
+    bounds = _chunk_bounds(reduction)
     chunk = max(b - a for a, b in zip(bounds, bounds[1:]))
     rows_per_block = max(1, min(out_h, _COLUMN_BUDGET // (chunk * out_w)))
     pointwise = _is_pointwise(geometry, padded)
     planes = padded.reshape(padded.shape[0], -1) if pointwise else None
     columns = None if pointwise else np.empty((chunk, rows_per_block * out_w), np.float32)
-    acc = np.zeros((groups * rows, out_h * out_w), accumulator_dtype)
-    product = np.empty((rows, rows_per_block * out_w), np.float32)
+    acc = np.empty((groups * rows, out_h * out_w), np.float32)
+    product = np.empty((rows, rows_per_block * out_w), np.float32) if len(bounds) > 2 else None
     for g in range(groups):
-        pieces = [np.ascontiguousarray(matrices[g][:, k0:k1]) for k0, k1 in zip(bounds, bounds[1:])]
         for row0 in range(0, out_h, rows_per_block):
             row1 = min(out_h, row0 + rows_per_block)
             width = (row1 - row0) * out_w
             target = acc[g * rows:(g + 1) * rows, row0 * out_w:row1 * out_w]
-            for piece, k0, k1 in zip(pieces, bounds, bounds[1:]):
+            for index, (piece, k0, k1) in enumerate(zip(pieces[g], bounds, bounds[1:])):
                 if pointwise:
                     block = planes[g * group_inputs + k0:g * group_inputs + k1,
                                    row0 * out_w:row1 * out_w]
@@ -285,9 +343,12 @@ def _conv_gemm(padded: np.ndarray, matrices: np.ndarray, geometry: ConvGeometry,
                             geometry.stride_y, geometry.stride_x, geometry.dilation_y,
                             geometry.dilation_x, row0, row1, out_w, columns)
                     block = columns[:k1 - k0, :width]
-                np.matmul(piece, block, out=product[:, :width])
-                # float32 -> the accumulator type is exact here; chunks add there
-                np.add(target, product[:, :width], out=target, casting="unsafe")
+                if index == 0:
+                    np.matmul(piece, block, out=target)
+                    np.add(target, np.float32(0), out=target)
+                else:
+                    np.matmul(piece, block, out=product[:, :width])
+                    np.add(target, product[:, :width], out=target)
     return acc.reshape(groups * rows, out_h, out_w)
 
 
@@ -341,7 +402,8 @@ def conv2d_fp16(padded: np.ndarray, weights: np.ndarray, geometry: ConvGeometry,
         _conv_direct_float(padded, matrices.reshape(weights.shape), groups, geometry.stride_y,
                            geometry.stride_x, geometry.dilation_y, geometry.dilation_x, acc)
         return acc
-    return _conv_gemm(padded, matrices, geometry, np.float32)
+    pieces = _split_pieces(matrices) if weights.flags.writeable else _PIECES(matrices)
+    return _conv_gemm(padded, matrices, geometry, pieces)
 
 
 def _widen(weights: np.ndarray, groups: int) -> np.ndarray:

@@ -1,10 +1,12 @@
-"""Drop the kernels' Numba disk caches when ``numerics.py`` changes.
+"""Drop the kernels' Numba disk caches when ``numerics.py`` or any kernel module changes.
 
-The kernels inline the functions of ``npuemu.emulator.numerics``, but Numba invalidates a
-cached kernel only when the kernel's own file changes, so after an edit to numerics.py the
-cached kernels would silently keep the old arithmetic. This module keeps a digest of
-numerics.py next to each cache directory and empties the cache indexes of the given kernel
-modules when the digest differs.
+The kernels inline the functions of ``npuemu.emulator.numerics`` and of each other (the fused
+LUT kernels of ``lut.py`` call ``dpu.py``'s stages, ``dpu_fp_chain.py`` ``numerics``'), but Numba
+invalidates a cached kernel only when the kernel's own file changes, so after an edit to one of
+those files the cached kernels of the others would silently keep the old arithmetic. This module
+keeps a digest of numerics.py and every module of this package next to each cache directory and,
+when the digest differs, empties the cache indexes of the given kernel modules and removes every
+other cache index in their directories (kernel modules imported later, e.g. ``dpu_pixel``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ _STAMP = "npuemu-numerics.sha256"
 
 
 def drop_caches_built_on_old_numerics(modules: list[ModuleType]) -> None:
-    digest = hashlib.sha256(Path(numerics.__file__).read_bytes()).hexdigest()
+    digest = _sources_digest()
     by_directory: dict[Path, list[CPUDispatcher]] = {}
     for module in modules:
         for value in vars(module).values():
@@ -35,7 +37,17 @@ def drop_caches_built_on_old_numerics(modules: list[ModuleType]) -> None:
                 continue
             for dispatcher in dispatchers:
                 dispatcher._cache.flush()
+            for index in directory.glob("*.nbi"):  # (kernels of modules not imported yet)
+                index.unlink(missing_ok=True)
             directory.mkdir(parents=True, exist_ok=True)
             stamp.write_text(digest)
         except OSError:
             continue  # a read-only cache directory: Numba does not write there either
+
+
+def _sources_digest() -> str:
+    digest = hashlib.sha256(Path(numerics.__file__).read_bytes())
+    for source in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(source.name.encode())
+        digest.update(source.read_bytes())
+    return digest.hexdigest()

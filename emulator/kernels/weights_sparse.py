@@ -1,10 +1,9 @@
 """The CNA's weight decompressor (RK3576 sparse weights): DCOMP register values -> which
 streams to read, and the streams -> the dense weight blob the MAC array uses.
 
-DECOMP_CONTROL 5 (4:2 along input channels) reads the vendor's two streams (isa/sparse_vendor.py,
-compiler/LOWERING.md 27, REGISTER_SEMANTICS.md 2.8.1); 6 (along output channels) npuemu's own
-format (isa/sparse_layout.py, LOWERING.md 23). The registers are described in
-emulator/REGISTER_SEMANTICS.md 2.8. Decompression is exact: the MACs see the same int8 weights as
+DECOMP_CONTROL 5 (4:2 along input channels) and 6 (along output channels, npuemu's register
+stand-in for the vendor's 0x1024 mode bits, isa/sparse_layout.py) both read the vendor's two
+streams (isa/sparse_vendor.py, compiler/LOWERING.md 27 and 43, REGISTER_SEMANTICS.md 2.8.1 and 42). Decompression is exact: the MACs see the same int8 weights as
 a dense build of the pruned values, so outputs are bit-identical to it.
 """
 
@@ -28,10 +27,8 @@ class Decompression:
 
     @property
     def span(self) -> int:
-        """Bytes the weight DMA reads from DCOMP_ADDR0 (all streams)."""
-        if self.mode == "in_4_2":
-            return sparse_vendor.span_bytes(self.amounts)
-        return sparse_layout.span_bytes(self.amounts)
+        """Bytes the weight DMA reads from DCOMP_ADDR0 (both streams)."""
+        return sparse_vendor.span_bytes(self.amounts)
 
 
 def decompression(control: int, bypass: int, regnum: int, amounts: list[int], where: str) -> Decompression | None:
@@ -47,12 +44,10 @@ def decompression(control: int, bypass: int, regnum: int, amounts: list[int], wh
     if not 1 <= regnum <= sparse_layout.MAX_STREAMS:
         raise EmulationError(f"{where}: DCOMP_REGNUM={regnum} with DECOMP_CONTROL={control}: expected 1 to "
                              f"{sparse_layout.MAX_STREAMS} streams")
-    if mode == "in_4_2":  # the vendor's two streams, AMOUNT0/1; it writes REGNUM 5 [V]
-        if regnum < sparse_vendor.STREAMS:
-            raise EmulationError(f"{where}: DCOMP_REGNUM={regnum} with DECOMP_CONTROL={control}: its "
-                                 f"{sparse_vendor.STREAMS} streams need DCOMP_AMOUNT0 and 1 (the vendor writes 5)")
-        return Decompression(mode, tuple(amounts[:sparse_vendor.STREAMS]))
-    return Decompression(mode, tuple(amounts[:regnum]))
+    if regnum < sparse_vendor.STREAMS:  # the vendor's two streams, AMOUNT0/1; it writes REGNUM 5 [V]
+        raise EmulationError(f"{where}: DCOMP_REGNUM={regnum} with DECOMP_CONTROL={control}: its "
+                             f"{sparse_vendor.STREAMS} streams need DCOMP_AMOUNT0 and 1 (the vendor writes 5)")
+    return Decompression(mode, tuple(amounts[:sparse_vendor.STREAMS]))
 
 
 def decompress_weights(raw: np.ndarray, setting: Decompression, dense_bytes: int, where: str,
@@ -60,15 +55,14 @@ def decompress_weights(raw: np.ndarray, setting: Decompression, dense_bytes: int
     """The streams' bytes (``setting.span`` of them) -> ``dense_bytes`` int8 of the dense blob in
     ``layout`` (the vendor's streams are decoded for the conv ``shape`` [OC][IC][KH][KW])."""
     try:
-        if setting.mode == "in_4_2":
-            blob = pack_conv_weights(sparse_vendor.decode(raw, setting.amounts, tuple(shape)), layout)
-            if blob.size != dense_bytes:
-                raise EmulationError(f"{where}: sparse weights (DCOMP_ADDR0): a {'x'.join(map(str, shape))} conv "
-                                     f"decodes to {blob.size} bytes, the weight sizes say {dense_bytes}")
-            return blob
-        return sparse_layout.decompress(raw, setting.amounts, dense_bytes, setting.mode)
-    except (sparse_layout.SparseFormatError, sparse_vendor.VendorFormatError) as error:
+        weights = sparse_vendor.decode(raw, setting.amounts, tuple(shape), sparse_layout.ALONG[setting.mode])
+    except sparse_vendor.VendorFormatError as error:
         raise EmulationError(f"{where}: sparse weights (DCOMP_ADDR0): {error}") from None
+    blob = pack_conv_weights(weights, layout)
+    if blob.size != dense_bytes:
+        raise EmulationError(f"{where}: sparse weights (DCOMP_ADDR0): a {'x'.join(map(str, shape))} conv "
+                             f"decodes to {blob.size} bytes, the weight sizes say {dense_bytes}")
+    return blob
 
 
 __all__ = ["Decompression", "decompress_weights", "decompression"]

@@ -9,6 +9,11 @@ weights - or the logical C*kh*kw bytes of depthwise weights where the platform s
 Total is ``max(DDR, NPU)`` with no launch overhead. This is a static model of the vendor's
 numbers, not of the board: the board-fitted model is the default (emulator/TIMING.md).
 
+Sparse weights (RK3576, LOWERING.md 43): librknnc counts a sparse conv's weight operand as
+**minus one eighth** of the stored (halved, "native") weight shape's counted bytes - not the
+streams, not the dense size - so the sparse figure is below the layer's feature traffic and can
+be negative (``sparse_weight_bytes``).
+
 Byte sources: a vendor ``.rknn`` file lists every operand of a layer in its tensor table, so
 the sizes are read from there. An npuemu ``.npu`` file lists the feature tensors only; the
 weight bytes come from the layer's first conv task's CNA weight size (WEIGHT_SIZE0, the whole
@@ -20,6 +25,7 @@ from __future__ import annotations
 import math
 
 from npuemu.isa.errors import ConfigError
+from npuemu.isa.sparse_layout import DENSE_PER_KEPT
 
 
 def vendor_rate(platform) -> float:
@@ -75,6 +81,17 @@ def counted_weight_bytes(shape, itemsize: int) -> int:
     return cout * kh * kw * max(16, -(-cin // 8) * 8 * itemsize)
 
 
+def sparse_weight_bytes(native_bytes: int) -> int:
+    """What librknnc's DDR estimate counts for a sparse conv's weights: -1/8 of the counted bytes
+    of the stored shape ((OC, IC/2, kh, kw) along input channels, (OC/2, IC, kh, kw) along output
+    channels, (OC/2, IC/2, kh, kw) at 75 %). [V: 20 rknn-toolkit2 2.5.0 builds, 4:2 along either
+    axis and the 75 % mode, 32..128 x 32..96 channels, 1x1 / 3x3 / 5x5, 8..56 pixels square: every
+    DDR figure is ceil((features + bias - native / 8) / 7.465) to the cycle; the RW column agrees
+    (-4 KB for a 96 x 64 5 x 5 conv on 8 x 8); the fixture sparse_rk3576_int8: 53532.] An
+    artefact of the estimate, not traffic: the DMA reads the streams (TIMING.md)."""
+    return -(native_bytes // 8)
+
+
 #: the vendor's scratch copies of an operand (``q_exSecondary``): a layer input in its tensor table
 #: that librknnc's estimate leaves out [V: matmul_act_int8/fp16, exMatMul DDR = both operands + output]
 _SECONDARY = "_exSecondary"
@@ -98,6 +115,8 @@ def rknn_layer_bytes(model, layer, records, platform) -> int:
                 if layer.op_type == "ConvTranspose":  # ONNX's [Cin, Cout, kh, kw] [V: tests/data/vendor_deconv]
                     shape = (shape[1], shape[0], *shape[2:])
                 size = counted_weight_bytes(shape, _ITEMSIZE.get(tensor.dtype_name, 1))
+                if conv.decompress is not None:  # the table lists the stored (halved) shape
+                    size = sparse_weight_bytes(size)
             elif _depthwise_logical(platform) and tensor.dtype_name == "int8":
                 size = int(math.prod(shape))  # logical C*kh*kw depthwise weights
         total += size
@@ -112,8 +131,8 @@ def npu_layer_bytes(feature_sizes: list[int], records, platform) -> int:
         return total
     first = next(r for r in records if r.conv is not None)
     weights = conv.weight_bytes
-    if conv.decompress is not None:  # RK3576 sparse weights: the streams the DMA reads
-        weights = conv.decompress.span
+    if conv.decompress is not None:  # RK3576 sparse: the stored shape's bytes (weight_bytes: dense)
+        weights = sparse_weight_bytes(conv.weight_bytes // DENSE_PER_KEPT[conv.decompress.mode])
     if conv.depthwise and _depthwise_logical(platform):
         weights = (conv.real_channels or conv.out_channels) * conv.kernel_h * conv.kernel_w
     return total + weights + first.traffic.bias_read

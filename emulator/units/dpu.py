@@ -18,7 +18,7 @@ from npuemu.emulator.kernels.dpu import int_stages
 from npuemu.emulator.kernels.dpu_pixel import StagePlan, plan_stages, planned_to_atoms
 from npuemu.emulator.kernels import (dpu_convert, dpu_fp32, dpu_fp_to_int16, dpu_int32, dpu_interleave,
                                      dpu_reduce, dpu_transpose, dpu_unpool)
-from npuemu.emulator.kernels import dpu_bf16, dpu_fp16_pair
+from npuemu.emulator.kernels import dpu_bf16, dpu_fp16_pair, dpu_fp_chain, lut_fp
 from npuemu.emulator.memo import Memo
 from npuemu.emulator.memory import TaskDma, Traffic
 from npuemu.emulator.numerics import out_cvt_round_mode
@@ -424,8 +424,10 @@ def _main_input(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult |
     if dpu_fp16_pair.applies(state, rdma):  # an fp16 cube in MRDMA / ERDMA halves (REGISTER_SEMANTICS 37)
         return dpu_fp16_pair.main_cube(state, rdma, dma, where, read_surfaces)
     blocks, _ = _main_blocks(state, rdma, source, dma, where)
-    cube = blocks_to_cube(blocks, (state.channels, state.height, state.width))
-    return cube.astype(np.float32, copy=False)
+    shape = (state.channels, state.height, state.width)
+    if blocks.dtype == np.float16:  # widened while it moves, one pass (kernels/dpu_convert.py, issue 20)
+        return dpu_convert.fp16_blocks_to_cube(blocks, shape)
+    return blocks_to_cube(blocks, shape).astype(np.float32, copy=False)
 
 
 def _main_blocks(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult | None,
@@ -698,6 +700,8 @@ def _ew_operand(state: DpuState, rdma: DpuRdmaState | None, dma: TaskDma, where:
     else:
         blocks = _pixel_operand(state, rdma, dtype, dma, where)
         shape = (state.channels, state.height, state.width)
+    if floating and blocks.dtype == np.float16 and state.in_precision != BF16:  # fp16: one pass (kernels/dpu_convert.py)
+        return dpu_convert.fp16_blocks_to_cube(blocks, shape)
     return dpu_bf16.float_operand(blocks_to_cube(blocks, shape), state) if floating else blocks  # fp16 or bf16
 
 
@@ -763,6 +767,7 @@ def _fp32(raw) -> np.ndarray:
 
 def _float_stages(state: DpuState, rdma: DpuRdmaState | None, data: np.ndarray, dma: TaskDma,
                   lut_tables: np.ndarray, where: str) -> np.ndarray:
+    chain = dpu_fp_chain.FloatChain(data)  # the stages run in one pass at the end (kernels/dpu_fp_chain.py)
     for name, stage in (("BS", state.bs), ("BN", state.bn)):
         if stage.bypass:
             continue
@@ -789,20 +794,20 @@ def _float_stages(state: DpuState, rdma: DpuRdmaState | None, data: np.ndarray, 
             else:
                 alu = _fp32(stage.alu_operand)
         config = dataclasses.replace(_x_config(stage), relux_value=float(_fp32(stage.relux_value)))
-        run = kernels.bs_stage_fp if name == "BS" else kernels.bn_stage_fp
-        data = run(data, config, alu=alu, mul=mul)
+        chain.x_stage(config, alu=alu, mul=mul, mul_first=name == "BN")  # BS: ALU then MUL; BN: MUL then ALU
     if not state.ew.bypass:
         ew = state.ew
         if not ew.lut_bypass:  # fp32 LUT, before the EW operation as on the integer path (NUMERICS.md 5.1)
-            data = kernels.lut_stage_fp(data, _lut_config(state.lut), lut_tables[0], lut_tables[1])
+            data = lut_fp.lut_stage_fp(chain.result(), _lut_config(state.lut), lut_tables[0], lut_tables[1])
+            chain = dpu_fp_chain.FloatChain(data)
         operand = np.array(_fp32(ew.op_value), np.float32).reshape(1, 1, 1)
         if not ew.op_bypass and ew.op_from_dma:
             operand = _ew_operand(state, rdma, dma, where, floating=True)
         config = kernels.EwConfig(op_enable=not ew.op_bypass, op_type=ew.op_type, alu_algo=ew.alu_algo,
                                   prelu=ew.prelu, relu=not ew.relu_bypass, relux=ew.relux,
                                   relux_value=float(_fp32(ew.relux_value)))
-        data = kernels.ew_stage_fp(data, config, operand)
-    return data
+        chain.ew(config, operand)
+    return chain.result()
 
 
 def _wdma_rows(state: DpuState, c2: int, itemsize: int) -> tuple[int, np.ndarray, int]:

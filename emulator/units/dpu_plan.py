@@ -1,11 +1,18 @@
 """A task program's DPU step (issue 20, emulator/task_plan.py): ``run_dpu`` of one decoded
 state pair for one memory, with its stage settings, BRDMA operands, stage plan and WDMA rows
-worked out once, so a run is the EW operand's read (when it comes from the ERDMA), the drop of
-the derived values the write covers, and the stage kernel.
+worked out once, so a run is the EW operand's read (when it comes from the ERDMA; its rows
+located once), the drop of the derived values the write covers, and the stage kernel.
 
-It takes the integer path's common form only - a CORE source (not flying), no unpooling, no
-LUT, no int -> fp16 conversion, no interleaved write, whole-word atoms whose rows do not
-overlap - and hands back None for anything else: the core then runs the task the full way.
+It takes the integer path's common forms - the main cube from the CORE (``prepare_dpu``) or, in
+flying mode, a plain MRDMA read (``prepare_flying_dpu``: COMB_USE 0, rows located once and
+copied per run; or its unpooling copy); no reduction, transpose, lane padding, packed write or NRDMA
+operand, no int -> fp16 conversion, whole-word atoms whose rows do not overlap (an interleaved
+write's rows are its atoms: lines of one pixel, kernels/dpu_interleave.py) - and hands back None
+for anything else: the core then runs the task the full way. With the LUT on, the stages run
+pixel-major with the LUT between BN and EW (``_lut_store``: the same per-element functions as the
+full path's [C][H][W] passes; with a register EW operand LUT, EW and OUT_CVT as one table,
+kernels/lut.py), reading the LUT RAM the core holds (``lut_tables``, written in place by the
+chain's LUT writes) as each run finds it.
 """
 
 from __future__ import annotations
@@ -14,29 +21,116 @@ from collections.abc import Callable
 
 import numpy as np
 
-from npuemu.emulator.kernels import dpu_interleave
+from npuemu.emulator.kernels import dpu_int32, dpu_interleave, dpu_transpose, dpu_unpool, lut
+from npuemu.emulator.kernels import dpu_pixel as dp
+from npuemu.emulator.kernels.dpu import _OPERAND_MATRICES
 from npuemu.emulator.kernels.dpu_pixel import planned_to_atoms
+from npuemu.emulator.kernels.dpu_pixel_plan import _operand as pixel_operand
 from npuemu.emulator.kernels.dpu_pixel_plan import prepare_planned_to_atoms
-from npuemu.emulator.memory import Memory, TaskDma
+from npuemu.emulator.memory import Memory, TaskDma, gather_rows, scatter_rows
 from npuemu.emulator.units import dpu
 from npuemu.emulator.units.cna_core import CoreResult
-from npuemu.emulator.units.state import FP16, DpuRdmaState, DpuState
+from npuemu.emulator.units.state import FP16, PRECISION_DTYPES, DpuRdmaState, DpuState, c2_of
+from npuemu.isa.errors import EmulationError
 
 #: stands for the CORE's window sums while the settings are worked out (filled in per run)
 _SUMS_SLOT = np.zeros((1, 1), np.int64)
 
 
-def prepare_dpu(state: DpuState, rdma: DpuRdmaState | None, memory: Memory,
-                where: str) -> Callable[[CoreResult], None] | None:
+def prepare_dpu(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, where: str,
+                lut_tables: np.ndarray | None = None) -> Callable[[CoreResult], None] | None:
     """``run(source)`` doing what ``run_dpu(state, rdma, source, ...)`` does to memory and the
     derived cache (not the DMA counts: the caller keeps those of a full run), or None (see the
     module docstring). The BRDMA operands are held: ``run.held`` lists them as (derived-cache
-    key, value), and the caller must not run it once a write over their bytes dropped them."""
-    if rdma is None or rdma.unpool is not None or state.flying or state.proc_precision not in dpu.INTEGER_PROCESSING \
-            or state.out_precision == FP16 or dpu_interleave.is_interleaved(state):
+    key, value), and the caller must not run it once a write over their bytes dropped them.
+    ``lut_tables``: the core's LUT RAM [2][513] (a task with the LUT on needs it: None otherwise)."""
+    if state.flying:
         return None
+    store = _prepare_store(state, rdma, memory, where, lut_tables, np.dtype(np.int32))
+    if store is None:
+        return None
+    pixels, channels = state.height * state.width, state.channels
+
+    def run(source: CoreResult) -> None:
+        store(np.ascontiguousarray(source.data, np.int32).reshape(1, pixels, channels), source.window_sums)
+
+    run.held = store.held
+    return run
+
+
+def prepare_flying_dpu(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, where: str,
+                       lut_tables: np.ndarray | None = None) -> Callable[[object], None] | None:
+    """A flying DPU task's ``run(cbuf)`` (the CBUF unused): ``_main_blocks``'s MRDMA read of the
+    main cube (its rows located once, copied per run) and ``prepare_dpu``'s stages and write;
+    a plain read only (COMB_USE 0, an integer element type, no window sums), or the unpooling
+    copy (``_prepare_unpool``): None otherwise."""
+    if state.flying and rdma is not None and rdma.unpool is not None:
+        return _prepare_unpool(state, rdma, memory, where)
+    if not state.flying or rdma is None or rdma.comb_use != 0 or not rdma.main_enabled \
+            or rdma.in_precision != state.in_precision or rdma.in_precision not in PRECISION_DTYPES:
+        return None
+    dtype = PRECISION_DTYPES[rdma.in_precision]
+    if dtype.kind != "i" or not state.bs.bypass and not state.bs.cpend_bypass:
+        return None  # (CPEND needs the CNA's window sums: the full path raises)
+    surfaces = -(-state.channels // c2_of(rdma.in_precision, rdma.atom_bytes))
+    starts = dpu._SURFACE_ROWS(rdma.src_address, rdma.surface_stride, rdma.line_stride, surfaces, state.height)
+    row_bytes = state.width * c2_of(rdma.in_precision, rdma.atom_bytes) * dtype.itemsize
+    try:
+        located = memory.locate_fixed(starts, row_bytes, lambda: f"{where}: DPU_RDMA main cube read")
+    except EmulationError:
+        return None
+    store = _prepare_store(state, rdma, memory, where, lut_tables, dtype)
+    if store is None:
+        return None
+    data, offsets, shape = located.region.data, located.offsets, (surfaces, state.height * state.width, -1)
+
+    def run(cbuf: object) -> None:
+        rows = np.empty((offsets.size, row_bytes), np.uint8)
+        gather_rows(data, offsets, rows)
+        store(rows.view(dtype).reshape(shape), None)
+
+    run.held = store.held
+    return run
+
+
+def _prepare_unpool(state: DpuState, rdma: DpuRdmaState, memory: Memory, where: str) -> Callable | None:
+    """``dpu_unpool.run_unpool`` (every MRDMA atom into its kernel block) with its source and output
+    rows located once: the same reads, copies and writes; None where a row lies outside the memory."""
+    atom = rdma.atom_bytes
+    sources, outputs = dpu_unpool._ROW_STARTS(state, rdma)
+    read_bytes, write_bytes = rdma.width * atom, state.width * atom
+    try:
+        source = memory.locate_fixed(sources, read_bytes, lambda: f"{where}: DPU_RDMA unpooling source read")
+        target = memory.locate_fixed(outputs, write_bytes, lambda: f"{where}: DPU unpooling output write")
+    except EmulationError:
+        return None
+    shape, kernel_w, kernel_h, derived = (rdma.height, rdma.width, atom), rdma.unpool.kernel_w, \
+        rdma.unpool.kernel_h, memory.derived
+
+    def run(cbuf: object) -> None:
+        raw = np.empty((source.offsets.size, read_bytes), np.uint8)
+        gather_rows(source.region.data, source.offsets, raw)
+        rows = dpu_unpool.unpool_atoms(raw.reshape(shape), kernel_w, kernel_h)
+        scatter_rows(np.ascontiguousarray(rows).reshape(-1, write_bytes), target.offsets, target.region.data)
+        derived.invalidate_rows(target.starts, write_bytes, target.bounds)
+
+    run.held = ()
+    return run
+
+
+def _prepare_store(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, where: str,
+                   lut_tables: np.ndarray | None, data_dtype: np.dtype) -> Callable | None:
+    """``store(blocks, window_sums)``: ``_run_integer``'s stages and WDMA write for main blocks of
+    ``data_dtype`` (the CORE's [1][P][C] int32, or the MRDMA's [S][P][C2] atoms), the ERDMA
+    operand read per run; ``store.held`` as ``prepare_dpu``'s. None for forms it does not take."""
+    if rdma is None or rdma.unpool is not None or state.proc_precision not in dpu.INTEGER_PROCESSING \
+            or state.out_precision == FP16 or state.minmax_ctl or state.offset_pend or state.transpose is not None \
+            or state.pads_lanes or dpu_transpose.is_notched_copy(state, rdma) or dpu_int32.pads_past_orig(state) \
+            or isinstance(state, dpu_int32.PackedDpuState) \
+            or not state.bn.bypass and state.bn.alu_from_dma and not state.bn.alu_bypass:
+        return None  # (run_dpu's other branches, _run_integer's packed write, an NRDMA operand read each run)
     fixed = dpu._fixed_settings(state, where)
-    if fixed.lut or fixed.c2 * fixed.out_dtype.itemsize % 8:
+    if fixed.lut and lut_tables is None or fixed.c2 * fixed.out_dtype.itemsize % 8:
         return None
     located = memory.locate_fixed(fixed.starts, fixed.line, lambda: f"{where}: {fixed.what} write")
     claimed = located.elements(np.dtype(np.uint64)) if located.disjoint() else None
@@ -48,27 +142,66 @@ def prepare_dpu(state: DpuState, rdma: DpuRdmaState | None, memory: Memory,
     made_of = (stages.get("bs_alu"), stages.get("bs_cpend"), stages.get("bs_mul"))
     if any(isinstance(part, np.ndarray) and part.flags.writeable for part in made_of):
         return None  # an operand that may change in place
-    pixels, channels = state.height * state.width, state.channels
-    blocks_type = np.empty((1, 0, 0), np.int32)  # the CORE's int32 results (the plan reads their type)
-    plan = dpu._stage_plan(state, rdma, blocks_type, stages, tail)
     with_sums = "window_sum" in stages
     operand = tail.get("ew_operand")
     from_erdma = operand is not None and not state.ew.op_bypass and state.ew.op_from_dma
     bounds, line, starts = located.bounds, fixed.line, located.starts
     derived = memory.derived
-    width, c2, surfaces = state.width, fixed.c2, fixed.surfaces
-    store = prepare_planned_to_atoms(plan, pixels, width, words, offsets, c2, surfaces) or (
-        lambda data, sums, ew: planned_to_atoms(plan, data, width, words, offsets, c2, surfaces, sums, ew))
+    # an interleaved write's rows are single atoms (kernels/dpu_interleave.py): lines one pixel wide
+    width = 1 if dpu_interleave.is_interleaved(state) else state.width
+    c2, surfaces = fixed.c2, fixed.surfaces
+    if fixed.lut:
+        kernel = _lut_store(state, fixed, stages, tail, lut_tables, width, words, offsets)
+        if kernel is None:
+            return None
+    else:
+        blocks_type = np.empty((1, 0, 0), data_dtype)  # (the plan reads the main blocks' type)
+        plan = dpu._stage_plan(state, rdma, blocks_type, stages, tail)
+        kernel = prepare_planned_to_atoms(plan, state.height * state.width, width, words, offsets, c2, surfaces) \
+            or (lambda data, sums, ew: planned_to_atoms(plan, data, width, words, offsets, c2, surfaces, sums, ew))
 
-    def run(source: CoreResult) -> None:
-        data = source.data
-        blocks = (data if data.dtype == np.int32 else data.astype(np.int32)).reshape(1, pixels, channels)
-        ew = dpu._ew_operand(state, rdma, TaskDma(memory, where), where) if from_erdma else operand
+    read_ew = _ew_reader(state, rdma, memory, where, operand) if from_erdma else None
+
+    def store(blocks: np.ndarray, window_sums: np.ndarray | None) -> None:
+        ew = read_ew() if from_erdma else operand
         derived.invalidate_rows(starts, line, bounds)
-        store(blocks, source.window_sums if with_sums else None, ew)
+        kernel(blocks, window_sums if with_sums else None, ew)
 
-    run.held = _held_blob(state, rdma, memory, where)
-    return run
+    store.held = _held_blob(state, rdma, memory, where)
+    return store
+
+
+def _ew_reader(state: DpuState, rdma: DpuRdmaState, memory: Memory, where: str,
+               operand: np.ndarray) -> Callable[[], np.ndarray]:
+    """``read()``: ``dpu._ew_operand``'s ERDMA operand (``operand``: the one it read as the step
+    was made), its rows located once and copied per run - the plain reads (COMB_USE 0, per pixel
+    or per channel: the rows ``read_surfaces`` takes); ``dpu._ew_operand`` itself otherwise."""
+    def full() -> np.ndarray:
+        return dpu._ew_operand(state, rdma, TaskDma(memory, where), where)
+
+    if rdma.comb_use != 0 or rdma.erdma_mode not in (dpu.ERDMA_PER_PIXEL, dpu.ERDMA_PER_CHANNEL):
+        return full
+    dtype, shape = operand.dtype, operand.shape
+    c2 = c2_of(dpu._PRECISION_OF[dtype], rdma.atom_bytes)
+    per_pixel = rdma.erdma_mode == dpu.ERDMA_PER_PIXEL
+    height, width = (state.height, state.width) if per_pixel else (1, 1)
+    starts = dpu._SURFACE_ROWS(rdma.ew_address, rdma.ew_surface_stride,
+                               rdma.ew_line_stride if per_pixel else rdma.atom_bytes, shape[0], height)
+    row_bytes = width * c2 * dtype.itemsize
+    if shape != (shape[0], height * width, c2):
+        return full
+    try:
+        located = memory.locate_fixed(starts, row_bytes, lambda: f"{where}: ERDMA operand read")
+    except EmulationError:
+        return full
+    data, offsets = located.region.data, located.offsets
+
+    def read() -> np.ndarray:
+        rows = np.empty((offsets.size, row_bytes), np.uint8)
+        gather_rows(data, offsets, rows)
+        return rows.view(dtype).reshape(shape)
+
+    return read
 
 
 def _held_blob(state: DpuState, rdma: DpuRdmaState, memory: Memory, where: str) -> tuple:
@@ -80,3 +213,62 @@ def _held_blob(state: DpuState, rdma: DpuRdmaState, memory: Memory, where: str) 
     located = memory.locate_fixed(blob.address, blob.nbytes, lambda: f"{where}: {blob.what} read")
     key = (int(located.starts[0]), blob.nbytes, blob.key)
     return ((key, memory.derived.get(key)),)
+
+
+def _lut_store(state: DpuState, fixed, stages: dict, tail: dict, tables: np.ndarray, width: int,
+               words: np.ndarray, offsets: np.ndarray) -> Callable | None:
+    """``store(blocks, window_sums, ew_operand)``: the full path's BS -> BN -> LUT -> EW -> OUT_CVT
+    of ``_run_integer`` on the main blocks (a channel-block cube), stored into the WDMA's atoms
+    (``kernels.lut._lut_stages_to_atoms``); None for settings the full path refuses."""
+    try:
+        params = dpu._lut_config(state.lut).parameters()
+    except EmulationError:
+        return None
+    channels, c2, surfaces = state.channels, fixed.c2, fixed.surfaces
+    pixels = state.height * state.width
+    if offsets.shape != (surfaces * (pixels // width),) or surfaces < 1 or tables.shape != (2, lut.LUT_ENTRIES) \
+            or tables.dtype != np.int16:
+        return None
+    bs, bn, ew = stages.get("bs"), stages.get("bn"), tail.get("ew")
+    bs_operands = _OPERAND_MATRICES.get(channels, () if bs is None else (
+        (stages["bs_alu"], "BS ALU operand"), (stages["bs_cpend"], "CPEND operand"),
+        (stages["bs_mul"], "BS MUL operand")), 3)
+    bn_operands = _OPERAND_MATRICES.get(channels, () if bn is None else (
+        (stages["bn_alu"], "BN ALU operand"), (stages["bn_mul"], "BN MUL operand")), 2)
+    settings = (dp._stage_flags(bs is not None, bn is not None, ew is not None), dp._x_params(bs or dp._BYPASSED),
+                bs_operands, dp._x_params(bn or dp._BYPASSED), bn_operands)
+    ew_params, cvt = dp._ew_params(ew or dp._EW_BYPASSED), dp._cvt_params(fixed.cvt, fixed.out_dtype)
+    cpend, offsets = bs is not None and bs.cpend_enable, np.ascontiguousarray(offsets, np.int64)
+    le, lo, per_block, out_dtype = tables[0], tables[1], max(1, dp.BLOCK_ELEMENTS // channels), fixed.out_dtype
+    constant = None  # a register operand (or none): LUT, EW and OUT_CVT as one table (kernels.lut)
+    if ew is None or state.ew.op_bypass or not state.ew.op_from_dma:
+        constant = 0 if ew is None else int(tail["ew_operand"].reshape(-1)[0])
+
+    last = [None, None]  # the LUT RAM's bytes at the last run and the values looked up for them
+
+    def values() -> tuple[int, np.ndarray]:
+        ram = tables.tobytes()
+        if ram != last[0]:  # (the chain's uploads leave the RAM as it was on most runs)
+            last[:] = [ram, lut.after_lut_values.get(params, le, lo, constant, ew_params, cvt, out_dtype)
+                       if constant is not None else lut.dense_values.get(params, le, lo, build=True)]
+        return last[1]
+
+    def store(blocks: np.ndarray, window_sum: np.ndarray | None, ew_operand: np.ndarray | None) -> None:
+        if blocks.shape[0] != 1 or blocks.dtype != np.int32:  # the MRDMA's atoms: [1][P][C] int32 first
+            blocks = dp._int32_pixels(blocks, channels)
+        sums, layout, kernels_per_group = dp._NO_SUMS, dp.SUMS_NONE, 1
+        if cpend:
+            sums, layout, kernels_per_group = dp._window_layout(window_sum, channels, pixels)
+        rows = max(per_block, dp.GATHER_PIXELS) if layout == dp.SUMS_GROUP_MAJOR else per_block
+        tile = np.zeros((rows, surfaces * c2), out_dtype)
+        if constant is not None:
+            base, table = values()
+            lut._lut_table_to_atoms(blocks, sums, layout, kernels_per_group, *settings, np.int64(constant), ew_params,
+                                    cvt, (le, lo, params, table, base), channels, surfaces, width, tile, offsets, words)
+            return
+        operand = pixel_operand(ew_operand, channels, pixels)
+        base, dense = values()
+        lut._lut_stages_to_atoms(blocks, sums, layout, kernels_per_group, *settings, operand, ew_params, cvt,
+                                 (le, lo, params, dense, base), channels, surfaces, width, tile, offsets, words)
+
+    return store

@@ -6,13 +6,15 @@ Register interpretations and their evidence are in REGISTER_SEMANTICS.md section
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from npuemu.emulator import kernels
-from npuemu.emulator.memory import TaskDma, Traffic
+from npuemu.emulator.memory import Memory, TaskDma, Traffic, gather_rows, scatter_rows
 from npuemu.emulator.numerics import POOL_AVERAGE, POOL_MAX, POOL_MIN
 from npuemu.emulator.regfile import RegisterView
-from npuemu.emulator.units.dpu import read_surfaces
+from npuemu.emulator.units.dpu import _SURFACE_ROWS, read_surfaces
 from npuemu.emulator.units.state import (
     ATOM_BYTES, FP16, INT8, INT16, INT32, PRECISION_DTYPES, PpuRdmaState, PpuState, c2_of,
     precision_name,
@@ -119,20 +121,67 @@ def run_ppu(state: PpuState, rdma: PpuRdmaState, kind: int, dma: TaskDma) -> np.
                             surfaces, state.in_height, state.in_width, dtype,
                             f"PPU_RDMA source (SRC_BASE_ADDR={rdma.src_address:#x})", rdma.atom_bytes)
     feature[-1, :, :, state.in_channels - (surfaces - 1) * c2:] = 0
-    config = kernels.PoolConfig(
+    pooled = kernels.pool_nc1hwc2(feature, _pool_config(state, dtype))
+    dma.write_rows(Traffic.PPU_WRITE, _write_rows(state, c2, dtype.itemsize),
+                   pooled.reshape(surfaces * state.out_height, -1),
+                   f"PPU write (DST_BASE_ADDR={state.dst_address:#x}, DST_SURF_STRIDE="
+                   f"{state.dst_surface_stride} B)")
+    return pooled
+
+
+def _pool_config(state: PpuState, dtype: np.dtype) -> kernels.PoolConfig:
+    return kernels.PoolConfig(
         method=state.method, kernel_h=state.kernel_h, kernel_w=state.kernel_w,
         out_h=state.out_height, out_w=state.out_width, stride_y=state.stride_y,
         stride_x=state.stride_x, pad_top=state.pad_top, pad_bottom=state.pad_bottom,
         pad_left=state.pad_left, pad_right=state.pad_right, pad_value=_pad_value(state.pad_value, dtype),
         recip_kernel_w=state.recip_kernel_w, recip_kernel_h=state.recip_kernel_h)
-    pooled = kernels.pool_nc1hwc2(feature, config)
+
+
+def _write_rows(state: PpuState, c2: int, itemsize: int) -> np.ndarray:
+    """The output rows' addresses ([S][OH], surface-major)."""
+    surfaces = -(-state.in_channels // c2)
     starts = (state.dst_address + np.arange(surfaces, dtype=np.int64)[:, None] * state.dst_surface_stride
-              + np.arange(state.out_height, dtype=np.int64)[None, :] * state.out_width * c2 * dtype.itemsize)
-    dma.write_rows(Traffic.PPU_WRITE, starts.reshape(-1),
-                   pooled.reshape(surfaces * state.out_height, -1),
-                   f"PPU write (DST_BASE_ADDR={state.dst_address:#x}, DST_SURF_STRIDE="
-                   f"{state.dst_surface_stride} B)")
-    return pooled
+              + np.arange(state.out_height, dtype=np.int64)[None, :] * state.out_width * c2 * itemsize)
+    return starts.reshape(-1)
+
+
+def prepare_ppu(state: PpuState, rdma: PpuRdmaState | None, kind: int | None, memory: Memory,
+                where: str) -> Callable[[object], None] | None:
+    """A PPU task's ``run(cbuf)`` for a task program (emulator/task_plan.py; the CBUF unused):
+    ``run_ppu``'s read, pooling and write with the rows located and the settings made once
+    (not the DMA counts: the caller keeps those of a full run). None where the full path would
+    raise (rows outside the memory) or the kind is unknown."""
+    if rdma is None or kind not in PRECISION_DTYPES:
+        return None
+    dtype = PRECISION_DTYPES[kind]
+    c2 = c2_of(kind, state.atom_bytes)
+    surfaces = -(-state.in_channels // c2)
+    sources = _SURFACE_ROWS(rdma.src_address, rdma.surface_stride, rdma.line_stride, surfaces, state.in_height)
+    targets = _write_rows(state, c2, dtype.itemsize)
+    targets.flags.writeable = False
+    read_bytes, write_bytes = state.in_width * c2 * dtype.itemsize, state.out_width * c2 * dtype.itemsize
+    try:
+        source = memory.locate_fixed(sources, read_bytes, lambda: f"{where}: PPU_RDMA source read")
+        target = memory.locate_fixed(targets, write_bytes, lambda: f"{where}: PPU write")
+        config = _pool_config(state, dtype)
+    except EmulationError:
+        return None
+    shape, lanes, derived = (surfaces, state.in_height, state.in_width, c2), state.in_channels - (surfaces - 1) * c2, \
+        memory.derived
+
+    def run(cbuf: object) -> None:
+        rows = np.empty((source.offsets.size, read_bytes), np.uint8)
+        gather_rows(source.region.data, source.offsets, rows)
+        feature = rows.view(dtype).reshape(shape)
+        feature[-1, :, :, lanes:] = 0
+        pooled = kernels.pool_nc1hwc2(feature, config)
+        scatter_rows(np.ascontiguousarray(pooled).view(np.uint8).reshape(target.offsets.size, -1), target.offsets,
+                     target.region.data)
+        derived.invalidate_rows(target.starts, write_bytes, target.bounds)
+
+    run.held = ()
+    return run
 
 
 def _pad_value(raw: int, dtype: np.dtype) -> int | float:

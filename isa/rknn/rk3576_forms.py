@@ -13,8 +13,9 @@ from functools import cache
 from npuemu.isa.errors import UnsupportedProgramError
 from npuemu.isa.regmap_loader import load_regmap
 from npuemu.isa.rknn.rk3576_layout import (
-    ALU, CPEND, EW_RELU_BYPASS, FEATURE_ALIGN, INT8, KERNEL_GROUP, MUL, VendorTask, activation, ew_config,
-    ew_relu, retained_rows, round_up,
+    ALU, CPEND, EW_RELU_BYPASS, FEATURE_ALIGN, INT8, KERNEL_GROUP, MUL, RK3588_DEPTHWISE, VendorTask, activation,
+    DENSE_SIZES, KEPT_ROW_ORDER, ew_config, ew_relu, is_depthwise, ow_sizes, relux_bound, retained_rows, round_up,
+    sparse_mode, weight_sizes,
 )
 
 ATOM_BYTES = 16   # NC1HWC2 atom of RK3588 and RK3576 (platforms/*.yaml)
@@ -37,20 +38,26 @@ def _channels(task: VendorTask, precision: int) -> tuple[int, int, int, int]:
     17 -> 32 int8 / 32 fp16 out]."""
     real_in = task.field("CNA", "DATA_IN_CHANNEL", "DATAIN_CHANNEL") + 1
     real_out = task.field("CORE", "DATAOUT_SIZE_1", "DATAOUT_CHANNEL") + 1
-    return (real_in, round_up(real_in, FEATURE_ALIGN[precision]), real_out,
-            round_up(real_out, KERNEL_GROUP[precision]))
+    # an fp16 depthwise conv's output is padded to 32 channels [V ORC dw80 fp16 twin: 80 -> 96]
+    group = DEPTHWISE_GROUP if is_depthwise(task) else KERNEL_GROUP[precision]
+    return (real_in, round_up(real_in, FEATURE_ALIGN[precision]), real_out, round_up(real_out, group))
+
+
+DEPTHWISE_GROUP = 32
 
 
 def _cna(task: VendorTask, precision: int, cbuf: Cbuf) -> list[Spec]:
     f = task.field
     con1 = {name: f("CNA", "CONV_CON1", name) for name in
-            ("NONALIGN_DMA", "GROUP_LINE_OFF", "PROC_PRECISION", "IN_PRECISION", "CONV_MODE")}
+            ("NONALIGN_DMA", "GROUP_LINE_OFF", "PROC_PRECISION", "IN_PRECISION")}
+    con1["CONV_MODE"] = _conv_mode(task)
     con3 = {name: f("CNA", "CONV_CON3", name) for name in
             ("ATROUS_Y_DILATION", "ATROUS_X_DILATION", "CONV_Y_STRIDE", "CONV_X_STRIDE")}
     real_in, channels, _, _ = _channels(task, precision)
     width, rows = f("CNA", "DATA_IN_SIZE", "DATAIN_WIDTH") + 1, f("CNA", "DATA_IN_SIZE", "DATAIN_HEIGHT") + 1
     out_width = f("CNA", "DATA_OUT_WIDTH", "DATAOUT_WIDTH") + 1
     entries = f("CNA", "CBUF_CON1", "DATA_ENTRIES")
+    size, per_kernel, kernels = weight_sizes(task)
     return [
         ("CNA", "CONV_CON1", con1),
         ("CNA", "CONV_CON2", {}),
@@ -59,12 +66,11 @@ def _cna(task: VendorTask, precision: int, cbuf: Cbuf) -> list[Spec]:
         ("CNA", "DATA_SIZE1", {"DATAIN_CHANNEL_REAL": (real_in - 1) % 64, "DATAIN_CHANNEL": channels}),
         ("CNA", "DATA_SIZE2", {"DATAOUT_WIDTH": out_width}),
         ("CNA", "DATA_SIZE3", {"DATAOUT_ATOMICS": f("CNA", "DATA_OUT_ATOMICS", "DATAOUT_ATOMICS") + 1}),
-        ("CNA", "WEIGHT_SIZE0", {"WEIGHT_BYTES": f("CNA", "WEIGHT_BYTES", "WEIGHT_BYTES")}),
-        ("CNA", "WEIGHT_SIZE1", {"WEIGHT_BYTES_PER_KERNEL": f("CNA", "WEIGHT_BYTES_PER_KERNEL",
-                                                               "WEIGHT_BYTES_PER_KERNEL")}),
+        ("CNA", "WEIGHT_SIZE0", {"WEIGHT_BYTES": size}),
+        ("CNA", "WEIGHT_SIZE1", {"WEIGHT_BYTES_PER_KERNEL": per_kernel}),
         ("CNA", "WEIGHT_SIZE2", {"WEIGHT_WIDTH": f("CNA", "WEIGHT_KERNELS", "WEIGHT_WIDTH") + 1,
                                  "WEIGHT_HEIGHT": f("CNA", "WEIGHT_KERNELS", "WEIGHT_HEIGHT") + 1,
-                                 "WEIGHT_KERNELS": f("CNA", "WEIGHT_KERNELS", "WEIGHT_KERNELS") + 1}),
+                                 "WEIGHT_KERNELS": kernels}),
         ("CNA", "CBUF_CON0", _banks(task, entries, rows, cbuf)),
         ("CNA", "CBUF_CON1", {"DATA_ENTRIES": entries}),
         *_cna_convert(task),
@@ -80,6 +86,11 @@ def _cna(task: VendorTask, precision: int, cbuf: Cbuf) -> list[Spec]:
         ("CNA", "CLK_GATE", {}),
         ("CNA", "PAD_CON1", {"PAD_VALUE": f("CNA", "PAD_VALUE", "PAD_VALUE")}),
     ]
+
+
+def _conv_mode(task: VendorTask) -> int:
+    """RK3588's CONV_MODE: 0 direct, 3 depthwise where the vendor's rk3576 words write 1 [V ORC dw twins]."""
+    return RK3588_DEPTHWISE if is_depthwise(task) else 0
 
 
 def _window_address(task: VendorTask) -> int:
@@ -136,7 +147,7 @@ def _core(task: VendorTask, precision: int) -> list[Spec]:
     f = task.field
     _, _, _, channels = _channels(task, precision)
     return [
-        ("CORE", "MISC_CFG", {"QD_EN": f("CORE", "MISC_CFG", "QD_EN"),
+        ("CORE", "MISC_CFG", {"QD_EN": f("CORE", "MISC_CFG", "QD_EN"), "DW_EN": f("CORE", "MISC_CFG", "DW_EN"),
                               "PROC_PRECISION": f("CORE", "MISC_CFG", "PROC_PRECISION")}),
         ("CORE", "DATAOUT_SIZE_0", {"DATAOUT_HEIGHT": f("CORE", "DATAOUT_SIZE_0", "DATAOUT_HEIGHT"),
                                     "DATAOUT_WIDTH": f("CORE", "DATAOUT_SIZE_0", "DATAOUT_WIDTH")}),
@@ -157,6 +168,7 @@ def _dpu(task: VendorTask, precision: int, shift: tuple[int, int]) -> list[Spec]
                    "BS_MUL_SHIFT_VALUE_NEG": shift[1]}
     return [
         ("DPU", "FEATURE_MODE_CFG", {"BURST_LEN": 15, "OUTPUT_MODE": f("DPU", "FEATURE_MODE_CFG", "OUTPUT_MODE"),
+                                     "CONV_MODE": _conv_mode(task),
                                      "FLYING_MODE": f("DPU", "FEATURE_MODE_CFG", "FLYING_MODE")}),
         ("DPU", "DATA_FORMAT", data_format),
         ("DPU", "OFFSET_PEND", {"OFFSET_PEND": f("DPU", "OFFSET_PEND", "OFFSET_PEND")}),
@@ -176,9 +188,19 @@ def _dpu(task: VendorTask, precision: int, shift: tuple[int, int]) -> list[Spec]
                                   "FP32TOFP16_EN": _fp32_to_fp16(task, precision)}),
         ("DPU", "OUT_CVT_SHIFT", {name: f("DPU", "OUT_CVT_SHIFT", name)
                                   for name in ("CVT_TYPE", "CVT_ROUND", "MINUS_EXP", "OUT_CVT_SHIFT")}),
-        ("DPU", "SURFACE_ADD", {"SURF_ADD": 2 * surface}),   # SIZE_E 1: two surfaces a group [V ORC twins]
+        ("DPU", "SURFACE_ADD", {"SURF_ADD": _surface_add(task)}),
         ("DPU", "UNDOC_40C4", {}),
     ]
+
+
+def _surface_add(task: VendorTask) -> int:
+    """The vendor's 0x40B8 is SURF_ADD - W x H (2 x the surface stride with SIZE_E 1, 4 x with the
+    depthwise's SIZE_E 3) [V ORC twins]; a sparse conv in kept-row order writes the depthwise's 4 x,
+    its RK3588 form (the dense conv's order) 2 x [V: sparse vs dense builds, LOWERING.md 44]."""
+    f = task.field
+    surface = task.raw("DPU", "SURFACE_JUMP") + (f("DPU", "DATA_CUBE_WIDTH", "WIDTH") + 1) * (
+        f("DPU", "DATA_CUBE_HEIGHT", "HEIGHT") + 1)
+    return surface // 2 if sparse_mode(task) in KEPT_ROW_ORDER else surface
 
 
 def _dpu_bs(task: VendorTask, shift: tuple[int, int]) -> list[Spec]:
@@ -191,13 +213,15 @@ def _dpu_bs(task: VendorTask, shift: tuple[int, int]) -> list[Spec]:
                                       f"(DPU_RDMA.BRDMA_CFG {task.raw('DPU_RDMA', 'BRDMA_CFG'):#x}); not decoded")
     mul = bool(uses & MUL)
     cpend = bool(uses & CPEND)
+    # SIZE_E 1 direct, 3 depthwise [V ORC twins]; a sparse conv in kept-row order: the dense conv's
+    sizes = DENSE_SIZES if sparse_mode(task) in KEPT_ROW_ORDER else ow_sizes(task)
     return [
         ("DPU", "BS_CFG", {"BS_ALU_ALGO": 2, "BS_ALU_SRC": 1, "BS_RELU_BYPASS": 1, "BS_MUL_BYPASS": int(not mul)}),
         ("DPU", "BS_ALU_CFG", {}),
         ("DPU", "BS_MUL_CFG", {"BS_MUL_SHIFT_VALUE": shift[0], "BS_MUL_SRC": 1} if mul else {}),
         ("DPU", "BS_RELUX_CMP_VALUE", {}),
-        ("DPU", "BS_OW_CFG", {"SIZE_E_2": 1, "SIZE_E_1": 1, "SIZE_E_0": 1, "OD_BYPASS": int(not cpend),
-                              "OW_SRC": int(cpend)}),
+        ("DPU", "BS_OW_CFG", {"SIZE_E_2": sizes[0], "SIZE_E_1": sizes[1], "SIZE_E_0": sizes[2],
+                              "OD_BYPASS": int(not cpend), "OW_SRC": int(cpend)}),
         ("DPU", "BS_OW_OP", {}),
     ]
 
@@ -211,10 +235,13 @@ def _fp32_to_fp16(task: VendorTask, precision: int) -> int:
 
 def _dpu_bn_ew(task: VendorTask) -> list[Spec]:
     """BN and EW bypassed, or the Relu in BN as the rk3588 build puts it [V ORC relu twin:
-    BN_CFG 0x12]; EW_OP_VALUE_7 is absent from rk3576.yaml (its offset holds OUT_CVT_OFFSET)."""
-    relu = activation(task) == "relu"
-    bn = ({"BN_MUL_BYPASS": 1, "BN_ALU_BYPASS": 1} if relu else
+    BN_CFG 0x12; r6 twin: 0x92 with RELUX_EN and the bound in BN_RELUX_CMP_VALUE]; EW_OP_VALUE_7 is
+    absent from rk3576.yaml (its offset holds OUT_CVT_OFFSET)."""
+    act = activation(task)
+    relux = act == "relux"
+    bn = ({"BN_RELUX_EN": int(relux), "BN_MUL_BYPASS": 1, "BN_ALU_BYPASS": 1} if act != "none" else
           {"BN_RELU_BYPASS": 1, "BN_MUL_BYPASS": 1, "BN_ALU_BYPASS": 1, "BN_BYPASS": 1})
+    bound = {"BN_RELUX_CMP_DAT": relux_bound(task)} if relux else {}
     config = ew_config(task)
     if config is None:
         ew = {"EW_RELU_BYPASS": 1, "EW_OP_CVT_BYPASS": 1, "EW_LUT_BYPASS": 1, "EW_OP_BYPASS": 1, "EW_BYPASS": 1}
@@ -224,7 +251,7 @@ def _dpu_bn_ew(task: VendorTask) -> list[Spec]:
         converter = (_rk3588_fields("EW_CVT_OFFSET_VALUE", task.raw("DPU", "CFG_4080")),
                      _rk3588_fields("EW_CVT_SCALE_VALUE", task.raw("DPU", "CFG_4084")))
     specs: list[Spec] = [("DPU", "BN_CFG", bn), ("DPU", "BN_ALU_CFG", {}), ("DPU", "BN_MUL_CFG", {}),
-                         ("DPU", "BN_RELUX_CMP_VALUE", {}), ("DPU", "EW_CFG", ew),
+                         ("DPU", "BN_RELUX_CMP_VALUE", bound), ("DPU", "EW_CFG", ew),
                          ("DPU", "EW_CVT_OFFSET_VALUE", converter[0]), ("DPU", "EW_CVT_SCALE_VALUE", converter[1]),
                          ("DPU", "EW_RELUX_CMP_VALUE", {})]
     return specs + [("DPU", f"EW_OP_VALUE_{index}", {}) for index in range(8)]
@@ -255,7 +282,7 @@ def _dpu_rdma(task: VendorTask, precision: int) -> list[Spec]:
         ("DPU_RDMA", "BRDMA_CFG", {"BRDMA_DATA_USE": f("DPU_RDMA", "BRDMA_CFG", "BRDMA_DATA_USE")}),
         ("DPU_RDMA", "NRDMA_CFG", {}),
         ("DPU_RDMA", "ERDMA_CFG", erdma),
-        ("DPU_RDMA", "FEATURE_MODE_CFG", {**mode, "BURST_LEN": 15}),
+        ("DPU_RDMA", "FEATURE_MODE_CFG", {**mode, "CONV_MODE": _conv_mode(task), "BURST_LEN": 15}),
         ("DPU_RDMA", "WEIGHT", {"E_WEIGHT": 1, "N_WEIGHT": 1, "B_WEIGHT": 1, "M_WEIGHT": 1}),
         # surface steps in atoms from bit 0 on rk3576, bits 31:4 on RK3588 [V ORC add]
         ("DPU_RDMA", "EW_SURF_STRIDE", {"EW_SURF_STRIDE": f("DPU_RDMA", "EW_SURF_STRIDE", "EW_SURF_STRIDE")}),

@@ -1,4 +1,4 @@
-"""A conv task's RK3588-position writes re-packed into the vendor's rk3576 layout.
+"""A conv or DPU-only task's RK3588-position writes re-packed into the vendor's rk3576 layout.
 
 The inverse of ``rk3576_forms``: npuemu's own rk3576 builds emit what the vendor's toolkit
 writes for the same conv (``isa/regmaps/rk3576_vendor.yaml``, emulator/REGISTER_SEMANTICS.md
@@ -8,8 +8,11 @@ register names shared with rk3588.yaml); the few vendor words with no RK3588 cou
 the values every single-task vendor build holds ([I], listed in ``FIXED``).
 
 What the vendor layout is known to express (the classes ``rk3576_forms`` translates): direct
-int8 / fp16 convolutions with the BS record, no activation or a Relu, a residual Add (+ Relu) in
-the EW stage, dense or 4:2-sparse weights, the whole window fetched by the task. Anything else raises
+int8 / fp16 convolutions with the BS record, no activation, a Relu or a Relu6 / Clip(0, x), a
+residual Add (+ Relu) in the EW stage, dense or sparse weights (4:2 along either axis, 16:4: LOWERING.md
+44), the whole window fetched by the task; fp16 depthwise convs; fp16 DPU-only Adds / Muls and int8 ones
+with their BS record (``dpu_vendor_writes``, ``dpu_record``; PPU pools: ``rk3576_ppu``).
+Anything else raises
 :class:`UnsupportedProgramError` naming what, and :func:`check_round_trip` proves that the
 vendor words translate back to the same RK3588 registers the emulator reads.
 """
@@ -21,9 +24,15 @@ from collections.abc import Callable, Iterable, Mapping
 from npuemu.isa.errors import UnsupportedProgramError
 from npuemu.isa.regmap import RegisterMap
 from npuemu.isa.rknn.rk3576_layout import (
-    ALU, BY_PRECISION, EW_BYPASS, EW_CONFIGS, EW_RELU_BYPASS, EW_RELU_CLAMPS, FP16, INT32_MAX, INT32_MIN, INT8,
-    MUL, RELU_CLAMPS, read_task, round_up,
+    ALU, BY_PRECISION, C2, DEPTHWISE_WORDS, EW_BYPASS, EW_CONFIGS, EW_RELU_BYPASS, EW_RELU_CLAMPS, FP16, INT32_MAX,
+    INT32_MIN, INT8, KEPT_ROW_ORDER, KERNEL_MODE, MUL, RELU_CLAMPS, RK3588_DEPTHWISE, SPARSE_CONTROL,
+    VENDOR_DEPTHWISE, VENDOR_DEPTHWISE_SIZES, bs_ow_word, read_task, round_up,
 )
+from npuemu.isa.rknn.rk3576_dpu import (
+    ALL_BYPASSED_BUT_ALU, BS_MUL_BYPASS, DPU_ONLY_EW, DPU_ONLY_WORDS, INT8_BS_WORDS, INT8_WORDS,
+    pack_record, record_cfg,
+)
+from npuemu.isa.rknn.rk3576_layout import CONV_ENABLE
 from npuemu.isa.rknn.rk3576_program import translate_task
 from npuemu.isa.words import encode_write
 
@@ -37,12 +46,11 @@ CBUF_BANKS_ENABLE = 0x40000000
 FIXED = {("CNA", "CONV_CON2"): 0xFFF, ("CNA", "CBUF_CON0"): 0x10000000, ("DPU", "CFG_40C0"): 0x04440100,
          ("DPU", "CFG_40D0"): 0x0040FFFF}
 FORMAT_DENSE, FORMAT_SPARSE = 0x7, 0xE07     # CNA 0x1038 [V ORC; FIX sparse_rk3576_int8]
-SPARSE_MODE_4_2 = 3                          # CNA 0x1024 bits 31:30 [V FIX]
 BS_CHANNEL_DIRECT = 0x710                    # DPU 0x4030 low half, direct conv [V ORC]
+BS_CHANNEL_DEPTHWISE = 0x310                 # ... depthwise [V ORC dw twins]
+DW_FLAG = 1 << 3                             # CORE 0x3018 bit 3, depthwise [V ORC]
 ACT_NONE, ACT_RELU = 0x903, 0x902            # DPU 0x4060 [V ORC]
-OW_EVEN_SURFACES = 0x100                     # DPU 0x4050 bit 8 (below)
 TASK_SURFACE_ALIGN = 4                       # CNA 0x1098: W x rows rounded up to 4 [V ORC 11x9: 100]
-C2 = {INT8: 16, FP16: 8}                     # channels per 16-byte atom
 
 
 def vendor_writes(values: Values, source: RegisterMap, *, shift_address: int, where: str,
@@ -62,6 +70,81 @@ def vendor_writes(values: Values, source: RegisterMap, *, shift_address: int, wh
             + _dpu(values, field, geometry) + _dpu_rdma(values, field, geometry, shift_address))
 
 
+def dpu_vendor_writes(values: Values, source: RegisterMap, where: str, record_address: int = 0) -> list[VendorWrite]:
+    """The vendor-layout writes of a DPU-only task (rk3576_dpu: an fp16 EW Add or Mul of the MRDMA
+    and the ERDMA operand, the BS stage bypassed; or int8, the BS operands in the record at
+    ``record_address``, :func:`dpu_record`): the conv task's DPU and DPU_RDMA words, re-marked."""
+
+    def field(block: str, register: str, name: str) -> int:
+        return source.register(block, register).field(name).extract(values.get((block, register), 0))
+
+    precision = field("DPU", "DATA_FORMAT", "PROC_PRECISION")
+    real_out = field("DPU", "DATA_CUBE_CHANNEL", "ORIG_CHANNEL") + 1
+    ew = _ew_stage(values, precision, DPU_ONLY_EW_WORDS)
+    int8 = precision == INT8 and _int8_bs(values, field) is not None
+    if (not (precision == FP16 or int8) or ew is None or (ew[1] and not int8)
+            or (not int8 and values.get(("DPU", "BS_CFG"), 0) != BS_BYPASSED)
+            or values.get(("DPU", "BN_CFG"), 0) != BS_BYPASSED or field("DPU_RDMA", "ERDMA_CFG", "ERDMA_DISABLE")
+            or field("DPU_RDMA", "ERDMA_CFG", "ERDMA_DATA_MODE") != 1
+            or field("DPU_RDMA", "FEATURE_MODE_CFG", "MRDMA_DISABLE")
+            or field("DPU_RDMA", "FEATURE_MODE_CFG", "COMB_USE")
+            or field("DPU", "DATA_CUBE_CHANNEL", "CHANNEL") + 1 != real_out or values.get(("DPU", "LUT_CFG"), 0)
+            or values.get(("DPU", "DATA_CUBE_NOTCH_ADDR"), 0) or values.get(("DPU_RDMA", "NRDMA_CFG"), 0)
+            or field("DPU_RDMA", "BRDMA_CFG", "BRDMA_DATA_USE")):
+        raise UnsupportedProgramError(f"{where}: a DPU-only task other than an fp16 or int8 Add or Mul of two whole operands "
+                                      f"(EW_CFG {values.get(('DPU', 'EW_CFG'), 0):#x}, BS_CFG "
+                                      f"{values.get(('DPU', 'BS_CFG'), 0):#x}) has no known form in the vendor rk3576 "
+                                      f"layout (emulator/REGISTER_SEMANTICS.md 41)")
+    g = {"precision": precision, "real_out": real_out, "depthwise": 0, "order": 0, "dpu_only": 1,
+         "dpu_words": DPU_ONLY_WORDS, "ew": ew}
+    if int8:
+        has_mul = _int8_bs(values, field)
+        g.update(dpu_words={**INT8_WORDS, **INT8_BS_WORDS[has_mul]}, brdma=record_cfg(has_mul), record=record_address)
+    return ([("DPU", "S_POINTER", values[("DPU", "S_POINTER")]),
+             ("DPU_RDMA", "S_POINTER", values[("DPU_RDMA", "S_POINTER")])]
+            + _dpu(values, field, g) + _dpu_rdma(values, field, g, 0))
+
+
+BS_BYPASSED = 0x53                           # RK3588 BS_CFG / BN_CFG with every stage bypassed
+#: RK3588 EW_CFG (Relu bit cleared) -> the vendor's 0x407C word, DPU-only tasks only (rk3576_dpu.DPU_ONLY_EW)
+DPU_ONLY_EW_WORDS = {(precision, config): word for (precision, word), config in DPU_ONLY_EW.items()}
+
+
+def _int8_bs(values: Values, field: Field) -> bool | None:
+    """An int8 DPU-only task's BS stage as the vendor's record holds it: the ALU add of a register operand,
+    then the register multiplier (True) or none (False); None: any other stage [V ORC int8 twins]."""
+    config = values.get(("DPU", "BS_CFG"), 0)
+    if config not in (ALL_BYPASSED_BUT_ALU, ALL_BYPASSED_BUT_ALU | BS_MUL_BYPASS):
+        return None
+    has_mul = config == ALL_BYPASSED_BUT_ALU
+    if (field("DPU", "BS_MUL_CFG", "BS_MUL_SRC") or field("DPU", "BS_MUL_CFG", "BS_TRUNCATE_SRC")
+            or (not has_mul and (values.get(("DPU", "BS_MUL_CFG"), 0)
+                                 or field("DPU", "DATA_FORMAT", "BS_MUL_SHIFT_VALUE_NEG")))
+            or values.get(("DPU", "BS_OW_CFG"), 0) != BS_OW_BYPASSED or values.get(("DPU", "BS_OW_OP"), 0)
+            or values.get(("DPU", "BS_RELUX_CMP_VALUE"), 0)):
+        return None
+    return has_mul
+
+
+BS_OW_BYPASSED = 0x2                         # RK3588 BS_OW_CFG.OD_BYPASS alone
+
+
+def dpu_record(values: Values, source: RegisterMap) -> bytes | None:
+    """The BS record an int8 DPU-only task's vendor form points DPU_RDMA 0x5024 at (rk3576_dpu.pack_record);
+    None for any other task."""
+    def field(block: str, register: str, name: str) -> int:
+        return source.register(block, register).field(name).extract(values.get((block, register), 0))
+
+    if field("DPU", "DATA_FORMAT", "PROC_PRECISION") != INT8:
+        return None
+    has_mul = _int8_bs(values, field)
+    if has_mul is None:
+        return None
+    alu = values.get(("DPU", "BS_ALU_CFG"), 0)
+    return pack_record(alu - (1 << 32) if alu >> 31 else alu,
+                       field("DPU", "BS_MUL_CFG", "BS_MUL_OPERAND") if has_mul else None,
+                       field("DPU", "BS_MUL_CFG", "BS_MUL_SHIFT_VALUE"),
+                       field("DPU", "DATA_FORMAT", "BS_MUL_SHIFT_VALUE_NEG"))
 CBUF_ENTRY_BYTES = 64
 BANK_UNIT = 65536          # [I] the unit of CNA 0x1018's bank counts
 MIN_BANKS = 4
@@ -92,9 +175,12 @@ def shift_word(values: Values, source: RegisterMap) -> int:
 
 
 def uses_shift_word(values: Values, source: RegisterMap) -> bool:
+    """A BS multiplier reads the shift word; a depthwise conv points at one without it [V ORC fp16
+    dw twins: BRDMA_CFG 0x110, the word 0x0000]."""
     use = source.register("DPU_RDMA", "BRDMA_CFG").field("BRDMA_DATA_USE").extract(
         values.get(("DPU_RDMA", "BRDMA_CFG"), 0))
-    return bool(use & MUL)
+    mode = source.register("CNA", "CONV_CON1").field("CONV_MODE").extract(values.get(("CNA", "CONV_CON1"), 0))
+    return bool(use & MUL) or mode == RK3588_DEPTHWISE
 
 
 # --- what the layout cannot say -------------------------------------------------------------
@@ -105,15 +191,20 @@ def _check_expressible(values: Values, field: Field, where: str) -> None:
         raise UnsupportedProgramError(f"{where}: {what} has no known form in the vendor rk3576 layout "
                                       f"(emulator/REGISTER_SEMANTICS.md 39)")
 
-    if field("CNA", "CONV_CON1", "CONV_MODE") != 0:
-        refuse("a depthwise conv (its vendor weight cube and BS record differ)")
+    precision = field("CNA", "CONV_CON1", "PROC_PRECISION")
+    if field("CNA", "CONV_CON1", "CONV_MODE") not in (0, RK3588_DEPTHWISE):
+        refuse(f"CONV_MODE {field('CNA', 'CONV_CON1', 'CONV_MODE')}")
+    if field("CNA", "CONV_CON1", "CONV_MODE") == RK3588_DEPTHWISE and precision != FP16:
+        refuse("an int8 depthwise conv (its vendor weight cube and BS record differ; fp16 ones have a form)")
     if field("CNA", "CONV_CON1", "ARGB_IN") or field("CNA", "CONV_CON1", "DECONV"):
         refuse("an image-input or deconvolution task")
-    precision = field("CNA", "CONV_CON1", "PROC_PRECISION")
     if precision not in C2 or field("CNA", "CONV_CON1", "IN_PRECISION") != precision:
         refuse(f"CNA precision {precision} (int8 and fp16 are known)")
     if field("DPU_RDMA", "NRDMA_CFG", "NRDMA_DATA_USE"):
         refuse("a conv reading a BN operand")
+    bound = values.get(("DPU", "BN_RELUX_CMP_VALUE"), 0)
+    if field("DPU", "BN_CFG", "BN_RELUX_EN") and (not _relu(field) or not 0 <= bound < INT32_MAX):
+        refuse(f"a ReLU-X (bound {bound:#x}) other than an upper bound after a Relu")
     residual = not field("DPU_RDMA", "ERDMA_CFG", "ERDMA_DISABLE")
     if residual != (_ew_stage(values, precision) is not None) or values.get(("DPU", "LUT_CFG"), 0):
         refuse(f"an element-wise stage other than the Add of a residual (EW_CFG "
@@ -143,19 +234,33 @@ EW_CFG_BYPASS = 0x383                       # npuemu's and the vendor's rk3588 E
 COMB_SPLIT = 5                              # MRDMA and ERDMA share the residual (rep12, LOWERING.md 6)
 
 
-def _ew_stage(values: Values, precision: int) -> tuple[int, bool] | None:
+def _ew_stage(values: Values, precision: int, extra: Mapping[tuple[int, int], int] | None = None
+              ) -> tuple[int, bool] | None:
     """(vendor 0x407C word, Relu after the Add) of the task's EW stage; None when bypassed or not
     one the vendor layout is known to hold (a residual then has no form: _check_expressible)."""
     config = values.get(("DPU", "EW_CFG"), EW_CFG_BYPASS)
     if config == EW_CFG_BYPASS:
         return None
-    config = _identity_converter_on(values, config)
-    word = EW_WORDS.get((precision, config | EW_RELU_BYPASS))
+    config = _as_the_vendor_writes_it(values, config)
+    word = {**EW_WORDS, **(extra or {})}.get((precision, config | EW_RELU_BYPASS))
     return None if word is None else (word, not config & EW_RELU_BYPASS)
 
 
 EW_OP_CVT_BYPASS = 1 << 8                   # RK3588 EW_CFG.EW_OP_CVT_BYPASS
 IDENTITY_CONVERTER = (0, 1)                 # EW_CVT_OFFSET_VALUE 0, EW_CVT_SCALE_VALUE scale 1 shift 0
+
+
+EW_OP_MUL = 1 << 2                          # RK3588 EW_CFG.EW_OP_TYPE: multiply
+EW_ALU_ALGO = 0xF << 16                     # RK3588 EW_CFG.EW_ALU_ALGO
+
+
+def _as_the_vendor_writes_it(values: Values, config: int) -> int:
+    """An RK3588 EW_CFG as the vendor's rk3588 twin writes the same stage: an Add with its identity
+    operand converter on; a Mul with ALU_ALGO 0 (npuemu writes 2: the multiplier does not read it,
+    emulator/kernels/dpu.py _ew_fp) and the converter as written (bypassed in both) [V ORC fp16 Mul]."""
+    if config & EW_OP_MUL:
+        return config & ~EW_ALU_ALGO
+    return _identity_converter_on(values, config)
 
 
 def _identity_converter_on(values: Values, config: int) -> int:
@@ -198,16 +303,46 @@ def _geometry(field: Field) -> dict[str, int]:
         "real_out": field("DPU", "DATA_CUBE_CHANNEL", "ORIG_CHANNEL") + 1,
         "precision": field("CNA", "CONV_CON1", "PROC_PRECISION"),
         "entries": field("CNA", "CBUF_CON1", "DATA_ENTRIES"),
-        "sparse": int(field("CNA", "DCOMP_CTRL", "DECOMP_CONTROL") != 0),
+        **_sparse_geometry(field),
     }
+
+
+#: npuemu's DECOMP_CONTROL (isa/sparse_layout.py) -> the vendor's mode in CORE 0x3018 bits 13:12
+SPARSE_MODE_OF_CONTROL = {control: mode for mode, control in SPARSE_CONTROL.items()}
+
+
+def _sparse_geometry(field: Field) -> dict[str, int]:
+    """"sparse": the vendor's mode (0 dense, 1 4:2 along input channels, 2 along output channels, 3
+    16:4: rk3576_layout.SPARSE_CONTROL); "order": the DPU reads the CORE in the depthwise order (a
+    depthwise conv, or kernels in kept-row order: LOWERING.md 44)."""
+    control = field("CNA", "DCOMP_CTRL", "DECOMP_CONTROL")
+    if control and control not in SPARSE_MODE_OF_CONTROL:
+        raise UnsupportedProgramError(f"DECOMP_CONTROL {control} has no vendor rk3576 form (5, 6 and 7 do)")
+    mode = SPARSE_MODE_OF_CONTROL.get(control, 0)
+    depthwise = int(field("CNA", "CONV_CON1", "CONV_MODE") == RK3588_DEPTHWISE)
+    return {"sparse": mode, "depthwise": depthwise, "order": int(bool(depthwise) or mode in KEPT_ROW_ORDER)}
+
+
+def _weight_words(field: Field, g: dict[str, int]) -> tuple[int, int, int]:
+    """(0x101C, 0x1020, 0x1024's kernel count) from npuemu's form, which holds half the dense sizes and every
+    kernel in all sparse modes: the vendor halves the kernels along output channels (0x1020 whole)
+    and for 16:4 (0x101C a quarter) [V: LOWERING.md 43; rk3576_layout.weight_sizes is the inverse]."""
+    size = field("CNA", "WEIGHT_SIZE0", "WEIGHT_BYTES")
+    per_kernel = field("CNA", "WEIGHT_SIZE1", "WEIGHT_BYTES_PER_KERNEL")
+    kernels = field("CNA", "WEIGHT_SIZE2", "WEIGHT_KERNELS")
+    if g["sparse"] == 2:
+        return size, 2 * per_kernel, kernels // 2
+    if g["sparse"] == 3:
+        return size // 2, per_kernel, kernels // 2
+    return size, per_kernel, kernels
 
 
 def _cna(values: Values, field: Field, g: dict[str, int]) -> list[VendorWrite]:
     fp16 = g["precision"] == FP16
-    con1 = (values.get(("CNA", "CONV_CON1"), 0) & ~0xF) | (int(fp16) << 21)   # FLOAT_EN; CONV_MODE 0
-    weight_bytes_per_kernel = field("CNA", "WEIGHT_SIZE1", "WEIGHT_BYTES_PER_KERNEL")
-    kernels = (g["sparse"] * SPARSE_MODE_4_2 << 30 | (g["kw"] - 1) << 24 | (g["kh"] - 1) << 16
-               | field("CNA", "WEIGHT_SIZE2", "WEIGHT_KERNELS") - 1)
+    # FLOAT_EN; CONV_MODE 0 direct, 1 depthwise [V ORC]
+    con1 = (values.get(("CNA", "CONV_CON1"), 0) & ~0xF) | (int(fp16) << 21) | g["depthwise"] * VENDOR_DEPTHWISE
+    weight_bytes, weight_bytes_per_kernel, count = _weight_words(field, g)
+    kernels = (KERNEL_MODE.get(g["sparse"], 0) << 30 | (g["kw"] - 1) << 24 | (g["kh"] - 1) << 16 | count - 1)
     # bit 31 where the RK3588 form keeps the weights of the task before [V: the fp16 fixture's
     # second row task, whose rk3588 twin (own oracle build) sets WEIGHT_REUSE; the tall conv's]
     continued = field("CNA", "CBUF_CON0", "WEIGHT_REUSE")
@@ -221,12 +356,14 @@ def _cna(values: Values, field: Field, g: dict[str, int]) -> list[VendorWrite]:
     body = [
         ("CNA", "CONV_CON1", con1), ("CNA", "CONV_CON2", FIXED[("CNA", "CONV_CON2")]),
         ("CNA", "CONV_CON3", values[("CNA", "CONV_CON3")]), ("CNA", "CBUF_BANKS", CBUF_BANKS_ENABLE | banks * 0x101),
-        ("CNA", "WEIGHT_BYTES", field("CNA", "WEIGHT_SIZE0", "WEIGHT_BYTES")),
+        ("CNA", "WEIGHT_BYTES", weight_bytes),
         ("CNA", "WEIGHT_BYTES_PER_KERNEL", weight_bytes_per_kernel), ("CNA", "WEIGHT_KERNELS", kernels),
         ("CNA", "DATA_IN_CHANNEL", g["entries"] * g["rows"] << 16 | g["real_in"] - 1),
         ("CNA", "DATA_IN_SIZE", (g["width"] - 1) << 16 | g["rows"] - 1),
-        # [31:16] two per weight element of a kernel (int8 2 x bytes, fp16 1 x bytes) [V ORC a16, f16relu, f16odd]
-        ("CNA", "DATA_OUT_WIDTH", 2 * weight_bytes_per_kernel // (1 + fp16) << 16 | g["out_width"] - 1),
+        # [31:16] two per weight element of a kernel (int8 2 x bytes, fp16 1 x bytes; of 0x1020 in every
+        # sparse mode [V: LOWERING.md 44]) [V ORC a16, f16relu, f16odd]; a depthwise conv's weight bytes / 16 [V ORC fp16 dw: 576 -> 36, 1440 -> 90, 3136 -> 196]
+        ("CNA", "DATA_OUT_WIDTH", (weight_bytes_per_kernel // 16 if g["depthwise"] else
+                                   2 * weight_bytes_per_kernel // (1 + fp16)) << 16 | g["out_width"] - 1),
         ("CNA", "DATA_OUT_ATOMICS", field("CNA", "DATA_SIZE3", "DATAOUT_ATOMICS") - 1),
         ("CNA", "FORMAT_CON", form), ("CNA", "CBUF_DATA", g["entries"] << 16),
         # [27:16] 0x400 entries per bank past 4 [I: 0x14000000 with 5 banks, FIX fp16 and tall]
@@ -252,9 +389,12 @@ def _dcomp(values: Values) -> list[VendorWrite]:
     """DCOMP at the RK3588 positions, as the vendor writes them: CTRL, REGNUM, ADDR0 (the weight
     address, relocated: 0 in the stored vendor streams) and AMOUNT0/1, further amounts only when
     non-zero [V FIX dense and sparse]."""
+    control = values.get(("CNA", "DCOMP_CTRL"), 0)
+    if control & 0x7:   # npuemu's 5, 6, 7 name the mode; the vendor writes 5 and the mode elsewhere [V]
+        control = (control & ~0x7) | SPARSE_CONTROL[1]
     used = [i for i in range(16) if values.get(("CNA", f"DCOMP_AMOUNT{i}"), 0)]
     count = max([2] + [i + 1 for i in used])   # [V FIX sparse: REGNUM 5, AMOUNT0/1 written]
-    return ([("CNA", "DCOMP_CTRL", values.get(("CNA", "DCOMP_CTRL"), 0)),
+    return ([("CNA", "DCOMP_CTRL", control),
              ("CNA", "DCOMP_REGNUM", values.get(("CNA", "DCOMP_REGNUM"), 0)),
              ("CNA", "DCOMP_ADDR0", values.get(("CNA", "DCOMP_ADDR0"), 0))]
             + [("CNA", f"DCOMP_AMOUNT{i}", values.get(("CNA", f"DCOMP_AMOUNT{i}"), 0)) for i in range(count)])
@@ -263,7 +403,7 @@ def _dcomp(values: Values) -> list[VendorWrite]:
 def _core(field: Field, g: dict[str, int]) -> list[VendorWrite]:
     # QD_EN as the vendor writes it: int8 1, fp16 0 [V ORC, FIX]; no unit reads it (QD_EN_FREE)
     misc = (1 << 28 | g["sparse"] << 12 | field("CORE", "MISC_CFG", "PROC_PRECISION") << 8
-            | int(g["precision"] == INT8))
+            | g["depthwise"] * DW_FLAG | field("CORE", "MISC_CFG", "DW_EN") << 1 | int(g["precision"] == INT8))
     return [("CORE", "MISC_CFG", misc),
             ("CORE", "DATAOUT_SIZE_0", field("CORE", "DATAOUT_SIZE_0", "DATAOUT_HEIGHT") << 16
              | field("CORE", "DATAOUT_SIZE_0", "DATAOUT_WIDTH")),
@@ -276,44 +416,62 @@ def _dpu(values: Values, field: Field, g: dict[str, int]) -> list[VendorWrite]:
     precision, real_out = g["precision"], g["real_out"]
     surface = field("DPU", "DST_SURF_STRIDE", "DST_SURF_STRIDE")
     width, height = field("DPU", "DATA_CUBE_WIDTH", "WIDTH"), field("DPU", "DATA_CUBE_HEIGHT", "HEIGHT")
-    # 0x4050 bit 8: set when the output has an even number of atoms' worth of channels [I: set for
-    # 17, 20, 32, 64 int8 / 32, 64 fp16 channels, clear for 16, 40, 48 int8 / 17, 40 fp16 - V ORC, FIX]
-    even = -(-real_out // C2[precision]) % 2 == 0
-    by_precision = BY_PRECISION[precision]
-    ew = _ew_stage(values, precision)
+    dpu_only = g.get("dpu_only", 0)
+    by_precision = g["dpu_words"] if dpu_only else DEPTHWISE_WORDS if g["depthwise"] else BY_PRECISION[precision]
+    channel_mode = (DPU_ONLY_WORDS[("DPU", "BS_CHANNEL_MODE")] if dpu_only
+                    else BS_CHANNEL_DEPTHWISE if g["order"] else BS_CHANNEL_DIRECT)
+    ew = g["ew"] if dpu_only else _ew_stage(values, precision)
     ew_relu = bool(ew and ew[1])
     out_format = field("DPU", "DATA_FORMAT", "OUT_PRECISION") << 29 | field("DPU", "DATA_FORMAT", "PROC_PRECISION")
-    mode = (1 << 30 | field("DPU", "FEATURE_MODE_CFG", "OUTPUT_MODE") << 1
-            | field("DPU", "FEATURE_MODE_CFG", "FLYING_MODE"))
+    # bit 30 in conv tasks only (the CORE feed [I]; rk3576_dpu)
+    mode = ((1 - dpu_only) << 30 | g["order"] * VENDOR_DEPTHWISE << 3
+            | field("DPU", "FEATURE_MODE_CFG", "OUTPUT_MODE") << 1 | field("DPU", "FEATURE_MODE_CFG", "FLYING_MODE"))
     return [
         ("DPU", "FEATURE_MODE_CFG", mode), ("DPU", "DATA_FORMAT", out_format),
         ("DPU", "OFFSET_PEND", values.get(("DPU", "OFFSET_PEND"), 0)),
         ("DPU", "DST_BASE_ADDR", values[("DPU", "DST_BASE_ADDR")]), ("DPU", "DST_SURF_STRIDE", surface),
         ("DPU", "DATA_CUBE_WIDTH", width), ("DPU", "DATA_CUBE_HEIGHT", height), ("DPU", "DATA_CUBE_NOTCH", 0),
-        ("DPU", "DATA_CUBE_CHANNEL", real_out - 1), ("DPU", "BS_CHANNEL", (real_out - 1) << 16 | BS_CHANNEL_DIRECT),
+        ("DPU", "DATA_CUBE_CHANNEL", real_out - 1),
+        ("DPU", "BS_CHANNEL", (real_out - 1) << 16 | channel_mode),
         ("DPU", "WDMA_SIZE",
          field("DPU", "WDMA_SIZE_1", "HEIGHT_WDMA") << 16 | field("DPU", "WDMA_SIZE_1", "WIDTH_WDMA")),
         ("DPU", "CFG_4038", by_precision[("DPU", "CFG_4038")]), *_reserved("DPU", (0x403C,)),
         ("DPU", "BS_MODE", by_precision[("DPU", "BS_MODE")]),
         *_clamps(("BS_CLAMP0",), False),
-        ("DPU", "BS_OW_CFG", by_precision[("DPU", "BS_OW_CFG")] | (OW_EVEN_SURFACES if even else 0)),
+        ("DPU", "BS_OW_CFG", by_precision[("DPU", "BS_OW_CFG")] if dpu_only else _ow_word(field, g)),
         *_clamps(("CLAMP1",), False), ("DPU", "ACT_CFG", ACT_RELU if _relu(field) else ACT_NONE),
-        *_clamps(("CLAMP2", "CLAMP3"), _relu(field)), *_ew_words(values, ew),
+        *_clamps(("CLAMP2", "CLAMP3"), _relu(field), _relux(values, field)), *_ew_words(values, ew),
         *_clamps(("CLAMP4",), ew_relu), ("DPU", "EW_OP_VALUE_0", 0), ("DPU", "CFG_4094", 0), ("DPU", "CFG_409C", 0),
         *_clamps(("CLAMP5",), ew_relu),
         ("DPU", "OUT_CVT_OFFSET", values[("DPU", "OUT_CVT_OFFSET")]),
         # bit 16 with an int8 EW Add [V ORC add int8: 0x15770 where the rk3588 build writes 0x5770]
         ("DPU", "OUT_CVT_SCALE", values[("DPU", "OUT_CVT_SCALE")] | (1 << 16 if ew and precision == INT8 else 0)),
         ("DPU", "OUT_CVT_SHIFT", values[("DPU", "OUT_CVT_SHIFT")]),
-        # 2 x DST surface stride - W x rows [V ORC]: the RK3588 SURFACE_ADD of two surfaces a pass
-        ("DPU", "SURFACE_JUMP", 2 * surface - (width + 1) * (height + 1)),
-        ("DPU", "CFG_40BC", 0), ("DPU", "CFG_40C0", FIXED[("DPU", "CFG_40C0")]),
+        # SURFACE_ADD - W x rows [V ORC]: 2 x the DST surface stride (SIZE_E 1), 4 x depthwise (SIZE_E 3);
+        # a sparse conv in kept-row order the depthwise's 4 x where its RK3588 form has 2 x [V: LOWERING.md 44]
+        ("DPU", "SURFACE_JUMP", field("DPU", "SURFACE_ADD", "SURF_ADD") * (1 + _sparse_order(g))
+         - (width + 1) * (height + 1)),
+        ("DPU", "CFG_40BC", 0), ("DPU", "CFG_40C0", by_precision.get(("DPU", "CFG_40C0"), FIXED[("DPU", "CFG_40C0")])),
         *_reserved("DPU", (0x40C8, 0x40CC)), ("DPU", "CFG_40D0", FIXED[("DPU", "CFG_40D0")]),
         *[("DPU", name, 0) for name in ("LUT_ACCESS_CFG", "LUT_ACCESS_DATA", "LUT_CFG", "LUT_INFO", "LUT_LE_START",
                                         "LUT_LE_END", "LUT_LO_START", "LUT_LO_END", "LUT_LE_SLOPE_SCALE")],
         *_reserved("DPU", (0x4130, 0x4140, 0x4144, 0x4148, 0x414C, 0x4150, 0x4154, 0x4160, 0x4170, 0x4174,
                            0x4184, 0x4188, 0x418C, 0x4190, 0x4194)),
     ]
+
+
+def _ow_word(field: Field, g: dict[str, int]) -> int:
+    """DPU 0x4050 from RK3588's BS_OW_CFG (SIZE_E, OW_SRC: CPEND x window sum in the DPU)
+    and the output channels (rk3576_layout.bs_ow_word)."""
+    sizes = tuple(field("DPU", "BS_OW_CFG", name) for name in ("SIZE_E_2", "SIZE_E_1", "SIZE_E_0"))
+    if _sparse_order(g):   # the depthwise order's sizes (rk3576_layout.KEPT_ROW_ORDER)
+        sizes = VENDOR_DEPTHWISE_SIZES
+    return bs_ow_word(g["precision"], sizes, bool(field("DPU", "BS_OW_CFG", "OW_SRC")), g["real_out"])
+
+
+def _sparse_order(g: dict[str, int]) -> int:
+    """1 for a sparse conv whose kernels come in kept-row order (along output channels, 16:4)."""
+    return int(g.get("sparse", 0) in KEPT_ROW_ORDER)
 
 
 def _ew_words(values: Values, ew: tuple[int, bool] | None) -> list[VendorWrite]:
@@ -324,38 +482,58 @@ def _ew_words(values: Values, ew: tuple[int, bool] | None) -> list[VendorWrite]:
             ("DPU", "CFG_4084", values.get(("DPU", "EW_CVT_SCALE_VALUE"), 0))]
 
 
-def _clamps(names: Iterable[str], relu: bool) -> list[VendorWrite]:
+def _clamps(names: Iterable[str], relu: bool, bound: int | None = None) -> list[VendorWrite]:
     """(min, max) int32 pairs: unused (INT32_MIN, INT32_MAX); a Relu sets CLAMP2/CLAMP3's min to
-    0, a Relu after the EW Add CLAMP4/CLAMP5's [V ORC relu, add + relu, int8 and fp16]."""
+    0, a Relu after the EW Add CLAMP4/CLAMP5's [V ORC relu, add + relu, int8 and fp16]; ``bound``:
+    a Relu6 / Clip(0, x)'s upper bound, CLAMP2/CLAMP3's max [V ORC r6, int8 and fp16]."""
     out = []
     for name in names:
         low = 0 if relu and name in RELU_CLAMPS + EW_RELU_CLAMPS else INT32_MIN
-        out += [("DPU", f"{name}_MIN", low & 0xFFFFFFFF), ("DPU", f"{name}_MAX", INT32_MAX)]
+        high = bound if bound is not None and name in RELU_CLAMPS else INT32_MAX
+        out += [("DPU", f"{name}_MIN", low & 0xFFFFFFFF), ("DPU", f"{name}_MAX", high)]
     return out
+
+
+def _relux(values: Values, field: Field) -> int | None:
+    """BN ReLU-X's bound (BN_CFG.BN_RELUX_EN, BN_RELUX_CMP_VALUE): the vendor's CLAMP2/CLAMP3 max,
+    compared after the BS stage alike [V ORC r6: Conv + Clip(0, 6); REGISTER_SEMANTICS.md 41]. fp16:
+    the twin's value (fp32 bits); int8: the vendor's own value is looser than its rk3588 twin's
+    (42470 for 30962: the int8 output saturates first in both), npuemu writes its RK3588 bound, which
+    translates back unchanged."""
+    if not field("DPU", "BN_CFG", "BN_RELUX_EN"):
+        return None
+    return values.get(("DPU", "BN_RELUX_CMP_VALUE"), 0)
 
 
 def _dpu_rdma(values: Values, field: Field, g: dict[str, int], shift_address: int) -> list[VendorWrite]:
     use = field("DPU_RDMA", "BRDMA_CFG", "BRDMA_DATA_USE")
-    if not use & ALU:
+    dpu_only = g.get("dpu_only", 0)
+    if not use & ALU and not dpu_only:
         raise UnsupportedProgramError("a conv task without a BS bias record has no known vendor rk3576 form")
-    shift = bool(use & MUL)
+    shift = bool(use & MUL) or bool(g["depthwise"])
     residual = not field("DPU_RDMA", "ERDMA_CFG", "ERDMA_DISABLE")
     # the residual: read whole through the ERDMA (MRDMA off, COMB_USE 0, bit 3), ERDMA bit 28 [V ORC add]
-    # bit 6 in int8 tasks and with a residual [V ORC: fp16 0x1 plain, 0x48 with the Add]
-    erdma = (values.get(("DPU_RDMA", "ERDMA_CFG"), 0) | (1 << 6 if g["precision"] == INT8 or residual else 0)
-             | (1 << 28 if residual else 0))
-    mode = (1 << 30 | field("DPU_RDMA", "FEATURE_MODE_CFG", "IN_PRECISION") << 15
-            | field("DPU_RDMA", "FEATURE_MODE_CFG", "PROC_PRECISION") << 5 | 1 << 4 | int(residual) << 3
-            | field("DPU_RDMA", "FEATURE_MODE_CFG", "CONV_MODE") << 1
+    # bit 6 in int8 tasks and with a residual [V ORC: fp16 0x1 plain, 0x48 with the Add]; a DPU-only
+    # task: bit 6, no bit 28, the MRDMA on, bit 3 with the ERDMA operand [V ORC fp16 Add of two inputs]
+    erdma = (values.get(("DPU_RDMA", "ERDMA_CFG"), 0)
+             | (1 << 6 if g["precision"] == INT8 or residual or g["depthwise"] else 0)
+             | (1 << 28 if residual and not dpu_only else 0))
+    mrdma_off = field("DPU_RDMA", "FEATURE_MODE_CFG", "MRDMA_DISABLE") if dpu_only else 1
+    mode = ((1 - dpu_only) << 30 | field("DPU_RDMA", "FEATURE_MODE_CFG", "IN_PRECISION") << 15
+            | field("DPU_RDMA", "FEATURE_MODE_CFG", "PROC_PRECISION") << 5 | mrdma_off << 4 | int(residual) << 3
+            | g.get("order", 0) * VENDOR_DEPTHWISE << 1
             | field("DPU_RDMA", "FEATURE_MODE_CFG", "FLYING_MODE"))
-    start = _residual_start(values, field) if residual else 0
+    start = (values.get(("DPU_RDMA", "EW_BASE_ADDR"), 0) if dpu_only
+             else _residual_start(values, field) if residual else 0)
+    source = values.get(("DPU_RDMA", "SRC_BASE_ADDR"), 0) if dpu_only or not residual else start
     keep = [("DPU_RDMA", name, values.get(("DPU_RDMA", name), 0)) for name in ("DATA_CUBE_WIDTH", "DATA_CUBE_HEIGHT")]
     return keep + [
         ("DPU_RDMA", "DATA_CUBE_CHANNEL", g["real_out"] - 1),
-        ("DPU_RDMA", "SRC_BASE_ADDR", start if residual else values.get(("DPU_RDMA", "SRC_BASE_ADDR"), 0)),
-        ("DPU_RDMA", "BRDMA_CFG", use << 8 | int(shift) << 4),
-        ("DPU_RDMA", "BS_BASE_ADDR", values[("DPU_RDMA", "BS_BASE_ADDR")]),
-        ("DPU_RDMA", "BS_CFG_ADDR", shift_address if shift else 0),
+        ("DPU_RDMA", "SRC_BASE_ADDR", source),
+        # an int8 DPU-only task: the record's operands (rk3576_dpu.record_cfg) at its address
+        ("DPU_RDMA", "BRDMA_CFG", g["brdma"] if "brdma" in g else use << 8 | int(shift) << 4),
+        ("DPU_RDMA", "BS_BASE_ADDR", values.get(("DPU_RDMA", "BS_BASE_ADDR"), 0)),
+        ("DPU_RDMA", "BS_CFG_ADDR", g["record"] if "brdma" in g else shift_address if shift else 0),
         ("DPU_RDMA", "NRDMA_CFG", 0), ("DPU_RDMA", "BN_BASE_ADDR", 0), ("DPU_RDMA", "ADDR_5030", 0),
         ("DPU_RDMA", "ERDMA_CFG", erdma), ("DPU_RDMA", "EW_BASE_ADDR", start),
         # surface steps in atoms from bit 0 (RK3588: bits 31:4) [V ORC add: 0xf0 / 0xf00]
@@ -393,25 +571,36 @@ NOT_ROUND_TRIPPED = {("CNA", "CONV_CON2"), ("CNA", "CBUF_CON0"), ("CNA", "S_POIN
                      ("CNA", "CLK_GATE"), ("DPU_RDMA", "WEIGHT")}
 
 #: Bits of a register no emulator unit reads, which the vendor form writes as the vendor does:
-#: CORE MISC_CFG.QD_EN (npuemu's RK3588 form sets it for fp16 too).
-FREE_BITS = {("CORE", "MISC_CFG"): 0x1}
+#: CORE MISC_CFG.QD_EN (npuemu's RK3588 form sets it for fp16 too); DPU_RDMA FEATURE_MODE_CFG's
+#: MRDMA_FP16TOFP32_EN (read only with COMB_USE 3, emulator/kernels/dpu_fp16_pair.py, which no
+#: vendor-layout task has: the vendor's fp16 DPU-only Add sets it, npuemu's does not).
+FREE_BITS = {("CORE", "MISC_CFG"): 0x1, ("DPU_RDMA", "FEATURE_MODE_CFG"): 0x8}
 
 
 def check_round_trip(values: Values, source: RegisterMap, vendor: RegisterMap, writes: list[VendorWrite],
-                     shift: int, where: str) -> None:
-    """Raise :class:`UnsupportedProgramError` unless the vendor ``writes`` translate back
+                     shift: int, where: str, enable: int = CONV_ENABLE, record: bytes = b"") -> None:
+    """Raise :class:`UnsupportedProgramError` unless the vendor ``writes`` (of a task with op-enable
+    ``enable``; ``record``: an int8 DPU-only task's BS record in memory) translate back
     (``rk3576_program.translate_task``) to ``values`` on every register the emulator reads."""
     words = [encode_write(vendor, block, name, value) for block, name, value in writes]
-    word = shift.to_bytes(2, "little")
+    word = record or shift.to_bytes(2, "little")
     back = {(block, name): value for block, name, value in
-            translate_task(read_task(words, vendor, where), source, lambda address, size: word[:size])}
+            translate_task(read_task(words, vendor, where, enable), source, lambda address, size: word[:size])}
     values = _as_read_by_the_erdma_alone(values, source)
-    for key in (set(values) | set(back)) - NOT_ROUND_TRIPPED:
+    for key in (set(values) | set(back)) - NOT_ROUND_TRIPPED - _unread(values, source):
         free = FREE_BITS.get(key, 0)
         if values.get(key, 0) & ~free != back.get(key, 0) & ~free:
             raise UnsupportedProgramError(
                 f"{where}: {key[0]}.{key[1]} = {values.get(key, 0):#x} comes back from the vendor rk3576 layout as "
                 f"{back.get(key, 0):#x}; the task has no vendor form (emulator/REGISTER_SEMANTICS.md 39)")
+
+
+def _unread(values: Values, source: RegisterMap) -> set[tuple[str, str]]:
+    """Registers no unit reads in this task: the MRDMA's SRC_BASE_ADDR with the MRDMA off (the
+    vendor writes the ERDMA operand's start there [V ORC add], npuemu 0; emulator/units/dpu.py only
+    checks its alignment, which both values meet)."""
+    mode = source.register("DPU_RDMA", "FEATURE_MODE_CFG").unpack(values.get(("DPU_RDMA", "FEATURE_MODE_CFG"), 0))
+    return {("DPU_RDMA", "SRC_BASE_ADDR")} if mode["MRDMA_DISABLE"] else set()
 
 
 #: Register map families whose own builds are emitted in a vendor layout (LOWERING.md 39).
@@ -427,7 +616,7 @@ def _as_read_by_the_erdma_alone(values: Values, source: RegisterMap) -> Values:
     fields = mode.unpack(values.get(("DPU_RDMA", "FEATURE_MODE_CFG"), 0))
     ew = values.get(("DPU", "EW_CFG"), EW_CFG_BYPASS)
     if ew != EW_CFG_BYPASS:
-        values = {**values, ("DPU", "EW_CFG"): _identity_converter_on(values, ew)}
+        values = {**values, ("DPU", "EW_CFG"): _as_the_vendor_writes_it(values, ew)}
     if fields["COMB_USE"] != COMB_SPLIT:
         return values
     start = values.get(("DPU_RDMA", "SRC_BASE_ADDR"), 0)

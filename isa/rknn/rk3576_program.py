@@ -18,8 +18,10 @@ from npuemu.isa.rknn.model import Region, RknnModel, TaskRecord
 from npuemu.isa.rknn.relocate import RelocatedProgram, region_image
 from npuemu.isa.rknn.rk3576_forms import RK3588_CBUF, Cbuf, rk3588_specs
 from npuemu.isa.rknn.rk3576_layout import (
-    KERNEL_GROUP, VENDOR_FAMILY, Reader, VendorTask, bs_shift, check_conv, read_task,
+    KERNEL_GROUP, VENDOR_FAMILY, Reader, VendorTask, bs_shift, check_conv, decomp_control, read_task,
 )
+from npuemu.isa.rknn.rk3576_dpu import dpu_only_specs, is_dpu_only
+from npuemu.isa.rknn.rk3576_ppu import is_ppu, translate_ppu
 from npuemu.isa.words import TARGET_OP_ENABLE, encode_word
 
 __all__ = ["VENDOR_FAMILY", "encode_writes", "is_vendor_layout", "region_reader", "translate_regcmd", "translate_task"]
@@ -28,16 +30,25 @@ __all__ = ["VENDOR_FAMILY", "encode_writes", "is_vendor_layout", "region_reader"
 def translate_task(task: VendorTask, out: RegisterMap, read: Reader,
                    cbuf: Cbuf = RK3588_CBUF) -> list[tuple[str, str, int]]:
     """The (block, register, value) writes the emulator's map ``out`` needs for ``task``: the
-    kept registers as written, then the RK3588 form of every re-packed one."""
-    check_conv(task)
-    precision = task.field("CNA", "CONV_CON1", "PROC_PRECISION")
-    if precision not in KERNEL_GROUP:
-        raise UnsupportedProgramError(f"{task.where}: vendor rk3576 conv precision {precision} is not decoded "
-                                      f"(int8 0 and fp16 2 are)")
-    writes = list(task.kept)
-    for block, name, fields in rk3588_specs(task, precision, bs_shift(task, read), cbuf):
+    kept registers as written, then the RK3588 form of every re-packed one (a PPU task: rk3576_ppu)."""
+    if is_ppu(task.enable):
+        return translate_ppu(task)
+    if is_dpu_only(task.enable):   # rk3576_dpu: an fp16 / int8 EW Add or Mul of two operands
+        specs = dpu_only_specs(task, read)
+    else:
+        check_conv(task)
+        precision = task.field("CNA", "CONV_CON1", "PROC_PRECISION")
+        if precision not in KERNEL_GROUP:
+            raise UnsupportedProgramError(f"{task.where}: vendor rk3576 conv precision {precision} is not decoded "
+                                          f"(int8 0 and fp16 2 are)")
+        specs = rk3588_specs(task, precision, bs_shift(task, read), cbuf)
+    # DCOMP_CTRL kept, with DECOMP_CONTROL naming the sparse mode (rk3576_layout.decomp_control)
+    writes = [(block, name, decomp_control(task, value) if (block, name) == ("CNA", "DCOMP_CTRL") else value)
+              for block, name, value in task.kept]
+    for block, name, fields in specs:
         if out.block(block).has(name):   # rk3576.yaml has no FC_DATA_SIZE1 / EW_OP_VALUE_7 (REGISTERS.md)
-            writes.append((block, name, out.register(block, name).pack(fields)))
+            value = fields["raw"] if "raw" in fields else out.register(block, name).pack(fields)
+            writes.append((block, name, value))
     return writes
 
 

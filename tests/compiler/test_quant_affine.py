@@ -95,3 +95,42 @@ def test_float16_storage_rounds_to_nearest_even_and_overflows_to_inf():
 def test_non_finite_range_is_refused():
     with pytest.raises(ValueError):
         affine_params(-np.inf, 1.0)
+
+
+def _reference_quantize(values, scale, zero_point, qrange, axis, half_even):
+    """quantize's definition written out with rounding.py's functions (no in-place steps)."""
+    from npuemu.compiler.rounding import round_half_even
+
+    values = np.asarray(values, dtype=np.float64)
+    shape = [1] * values.ndim
+    if axis is not None:
+        shape[axis] = -1
+    s = np.asarray(scale, dtype=np.float64).reshape(shape if np.ndim(scale) else ())
+    z = np.asarray(zero_point, dtype=np.float64).reshape(shape if np.ndim(zero_point) else ())
+    rounded = round_half_even(values / s) if half_even else round_half_away(values / s)
+    return np.clip(rounded + z, qrange[0], qrange[1]).astype(np.int64)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int32])
+@pytest.mark.parametrize("half_even", [True, False])
+@given(seed=st.integers(0, 2**32 - 1), per_channel=st.booleans())
+def test_in_place_quantize_equals_its_definition(dtype, half_even, seed, per_channel):
+    """quantize rounds, shifts and clamps in place (issue 20: compile time); ties, -0.0, values
+    beyond the range and each input type give what the out-of-place formula gives."""
+    rng = np.random.default_rng(seed)
+    channels = 5
+    scale = rng.uniform(0.01, 0.5, channels if per_channel else ()).astype(np.float32)
+    zero_point = rng.integers(-20, 20, channels if per_channel else ()).astype(np.int32)
+    steps = rng.integers(-300, 300, (channels, 3, 2)) + rng.choice([0.0, 0.5, -0.5, 0.25], (channels, 3, 2))
+    values = (steps * (scale.reshape(-1, 1, 1) if per_channel else scale)).astype(dtype)
+    values.flat[0] = -0.0 if values.dtype.kind == "f" else 0
+    axis = 0 if per_channel else None
+    got = quantize(values, scale, zero_point, INT8, axis, half_even=half_even)
+    assert got.dtype == np.int64
+    assert np.array_equal(got, _reference_quantize(values, scale, zero_point, INT8, axis, half_even))
+
+
+def test_quantize_of_a_scalar_and_of_a_list():
+    assert quantize(np.float32(2.5), 1.0, 0, half_even=False) == 3
+    assert quantize(np.float32(2.5), 1.0, 0) == 2
+    assert list(quantize([0.5, -0.5, 1.5, 400.0], 1.0, 1, half_even=False)) == [2, 0, 3, 127]

@@ -19,6 +19,7 @@ from npuemu.compiler.sparse_weights import decide
 from npuemu.emulator.runtime import Runtime
 from npuemu.emulator.timing.report import report_npu
 from npuemu.isa.errors import ConfigError
+from npuemu.isa.regmap_loader import load_regmap
 from npuemu.platforms import load_platform
 
 FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "rknn-fixtures-ops"
@@ -26,8 +27,15 @@ RK3576 = load_platform("rk3576")
 SPARSE = dataclasses.replace(RK3576, sparse=dataclasses.replace(RK3576.sparse, enabled=True))
 
 
-def prune(weights: np.ndarray, axis: int, rng: np.random.Generator) -> np.ndarray:
-    """Zero 2 of every 4 consecutive values along ``axis`` (0: output, 1: input channels)."""
+def prune(weights: np.ndarray, axis, rng: np.random.Generator) -> np.ndarray:
+    """Zero 2 of every 4 consecutive values along ``axis`` (0: output, 1: input channels), or
+    (``axis`` "both") keep 2 kernels x 2 channels of every 4 x 4 tile: the vendor's 16:4."""
+    if axis == "both":
+        oc, ic = weights.shape[:2]
+        keep = np.zeros((oc // 4, 4, ic // 4, 4) + weights.shape[2:], bool)
+        for a, b in np.ndindex(oc // 4, ic // 4):
+            keep[a, :, b][np.ix_(rng.permutation(4)[:2], rng.permutation(4)[:2])] = True
+        return np.where(keep.reshape(weights.shape), weights, 0)
     moved = np.moveaxis(weights, axis, -1)
     groups = moved.reshape(moved.shape[:-1] + (-1, 4))
     keep = np.zeros(groups.shape, bool)
@@ -77,15 +85,41 @@ def test_4_2_weights_are_detected_along_their_axis(axis, mode):
     assert decision.mode == mode and decision.ratio == {"in_4_2": "50%(IC)", "out_4_2": "50%(OC)"}[mode]
 
 
-def test_16_4_weights_are_stored_as_4_2_along_input_channels():
-    rng = np.random.default_rng(1)
-    keep = np.zeros((8, 8, 4, 4), bool)  # [OC/4][IC/4] tiles of 4 x 4 keeping 2 rows x 2 columns: 4 of 16
-    for tile in np.ndindex(8, 8):
-        keep[tile][np.ix_(rng.permutation(4)[:2], rng.permutation(4)[:2])] = True
-    keep = keep.transpose(0, 2, 1, 3).reshape(32, 32, 1, 1)
-    weights = np.where(keep, rng.integers(1, 100, (32, 32, 1, 1)), 0)
+def sixteen_four(rng: np.random.Generator, first: int) -> np.ndarray:
+    """32 x 32 x 3 x 3 weights pruned 16:4 as guide table 5-10 says: first 4:2 along axis ``first``
+    (1: input, 0: output channels), then 4:2 along the other axis of the kept pairs - 4 of every
+    4 x 4 tile, at most 2 per group along ``first``, up to 4 along the other axis."""
+    keep = np.zeros((8, 4, 8, 4, 9), bool)  # [OC/4][4][IC/4][4][taps]
+    pairs = [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]
+    for a, b, t in np.ndindex(8, 8, 9):
+        chosen = [pairs[i] for i in rng.integers(0, 6, 4)]  # per row (first=1) or column (first=0)
+        for slot in range(2):
+            for line in rng.permutation(4)[:2]:  # 2 of the 4 rows/columns keep this slot
+                row, col = (line, chosen[line][slot]) if first == 1 else (chosen[line][slot], line)
+                keep[a, row, b, col, t] = True
+    return np.where(keep.reshape(32, 32, 3, 3), rng.integers(1, 100, (32, 32, 3, 3)), 0)
+
+
+@pytest.mark.parametrize("first, mode", [(1, "in_4_2"), (0, "out_4_2")])
+def test_guide_ordered_16_4_weights_are_stored_4_2_along_their_first_axis(first, mode):
+    """The vendor picks method 2 (50%(IC)) for weights pruned 16:4 in->out as the guide describes
+    and method 1 (50%(OC)) for out->in ones: their tiles are not 2 kernels x 2 channels
+    [V: librknnc 2.5.0 build log, LOWERING.md 43]."""
+    weights = sixteen_four(np.random.default_rng(1), first)
+    assert (weights != 0).sum() == weights.size // 4
     decision = decide("c", weights, 1, "int8", 0, SPARSE)
-    assert decision.mode == "in_4_2" and "16:4" in decision.reason
+    assert decision.mode == mode and decision.ratio == {1: "50%(IC)", 0: "50%(OC)"}[first]
+
+
+def test_2_by_2_tiles_are_the_vendor_16_4():
+    """4 x 4 tiles keeping 2 kernels x 2 channels: the vendor's method 3, "75%", even though such
+    weights are 4:2 along both axes too; a platform without the mode stores them 4:2."""
+    weights = prune(np.random.default_rng(4).integers(1, 100, (64, 32, 3, 3)), "both", np.random.default_rng(5))
+    decision = decide("c", weights, 1, "int8", 0, SPARSE)
+    assert decision.mode == "in_out_16_4" and decision.ratio == "75%"
+    no_16_4 = dataclasses.replace(SPARSE, sparse=dataclasses.replace(SPARSE.sparse, modes=["in_4_2", "out_4_2"]))
+    decision = decide("c", weights, 1, "int8", 0, no_16_4)
+    assert decision.mode == "in_4_2" and "16:4 weights: stored 4:2" in decision.reason
 
 
 @pytest.mark.parametrize("shape, group, dtype, zero_point, reason", [
@@ -94,25 +128,25 @@ def test_16_4_weights_are_stored_as_4_2_along_input_channels():
     ((48, 64, 1, 1), 1, "int8", 0, "48 output / 64 input channels: both must be multiples of 32"),
     ((64, 64, 1, 1), 1, "float16", 0, "float16 weights: rk3576 sparse inference takes int8 only"),
     ((64, 64, 1, 1), 1, "int8", np.arange(64), "asymmetric weights"),
-    ((544, 32, 1, 1), 1, "int8", 0, "at most 512"),
 ])
 def test_layers_that_stay_dense_say_why(shape, group, dtype, zero_point, reason):
     weights = np.ones(shape, np.int8)
-    if "not 4:2" not in reason:  # the 512 limit holds along output channels only (npuemu's own streams)
-        axis = 0 if "512" in reason else 1
-        weights = prune(weights, axis, np.random.default_rng(2)) if shape[1] % 4 == 0 else weights
+    if "not 4:2" not in reason:
+        weights = prune(weights, 1, np.random.default_rng(2)) if shape[1] % 4 == 0 else weights
     decision = decide("c", weights, group, dtype, zero_point, SPARSE)
     assert decision.mode is None and reason in decision.reason
 
 
-def test_wide_layers_go_sparse_along_input_channels():
-    """The vendor's format has two streams whatever the kernel count (LOWERING.md 27)."""
-    weights = prune(np.ones((544, 32, 1, 1), np.int8), 1, np.random.default_rng(2))
-    assert decide("c", weights, 1, "int8", 0, SPARSE).mode == "in_4_2"
+@pytest.mark.parametrize("axis", [1, 0])
+def test_wide_layers_go_sparse_along_either_axis(axis):
+    """The vendor's format has two streams whatever the kernel count (LOWERING.md 27, 43): no
+    512-kernel limit along output channels any more."""
+    weights = prune(np.ones((544, 32, 1, 1), np.int8), axis, np.random.default_rng(2))
+    assert decide("c", weights, 1, "int8", 0, SPARSE).mode == {1: "in_4_2", 0: "out_4_2"}[axis]
 
 
 # -- outputs and timing ----------------------------------------------------------------------------
-@pytest.mark.parametrize("axis", [1, 0])
+@pytest.mark.parametrize("axis", [1, 0, "both"])
 def test_sparse_build_is_bit_identical_to_the_dense_build_of_the_same_weights(axis):
     """The same quantized graph built twice: --sparse (streams, DCOMP registers) and dense. The
     int8 outputs are identical; the weight DMA reads the streams (5/8 of the dense blob); the MAC
@@ -128,10 +162,11 @@ def test_sparse_build_is_bit_identical_to_the_dense_build_of_the_same_weights(ax
     np.testing.assert_array_equal(ours.read_native("y"), theirs.read_native("y"))
     (task,), (dense_task,) = ([r for run_ in rt.runs for r in run_.tasks] for rt in (ours, theirs))
     assert task.conv.decompress is not None and dense_task.conv.decompress is None
-    # along output channels npuemu's own streams (5/8 of dense); along input channels the vendor's
-    # entropy-coded pair of streams (LOWERING.md 27), which the DMA reads to the end of stream 1
-    streams = 36864 * 5 // 8 if axis == 0 else task.conv.decompress.span
-    assert task.traffic.weight_read == streams < 0.65 * 36864 and dense_task.traffic.weight_read == 36864
+    # both axes: the vendor's entropy-coded pair of streams (LOWERING.md 27, 43), which the DMA
+    # reads to the end of stream 1
+    streams = task.conv.decompress.span
+    assert task.traffic.weight_read == streams < (0.65 if axis != "both" else 0.4) * 36864
+    assert dense_task.traffic.weight_read == 36864
     ours_perf = report_npu(sparse, ours.runs, RK3576).totals()
     dense_perf = report_npu(dense, theirs.runs, RK3576).totals()
     assert ours_perf["npu_cycles"] == dense_perf["npu_cycles"]
@@ -143,8 +178,8 @@ def test_the_vendor_conv_against_its_sparse_build(tmp_path):
     """The fixture's own model (Conv 3x3 64->64 on 56x56, 4:2 along Cin): npuemu's --sparse build
     writes DECOMP_CONTROL 5 and the vendor's two streams (its AMOUNT0/1), halves the weight sizes of
     the option-off build, reports 50%(IC) as the vendor's table, and keeps the vendor's NPU cycles;
-    the vendor-estimate DDR cycles fall by the weight bytes saved (the vendor's fall by more,
-    LOWERING.md 23)."""
+    the vendor-estimate DDR cycles are the vendor's (weights counted as -1/8 of the stored half,
+    LOWERING.md 43), the board model's fall by the weight bytes not read."""
     vendor = json.loads((FIXTURES / "sparse_rk3576_int8" / "meta.json").read_text())["librknnc"]["layers"][1]
     off = json.loads((FIXTURES / "sparse_rk3576_off_int8" / "meta.json").read_text())["librknnc"]["layers"][1]
     model = onnx.load(FIXTURES / "sparse_rk3576_int8" / "model.onnx")
@@ -175,10 +210,57 @@ def test_the_vendor_conv_against_its_sparse_build(tmp_path):
     assert 2 * cna.field("WEIGHT_SIZE0", "WEIGHT_BYTES") == dense_cna.field("WEIGHT_SIZE0", "WEIGHT_BYTES") == 36864
     sparse_row, dense_row = rows["sparse"][1], rows["dense"][1]
     assert sparse_row.npu_cycles == dense_row.npu_cycles == vendor["npu_cycles"] == off["npu_cycles"]
-    assert dense_row.ddr_cycles == off["ddr_cycles"]
-    saved = dense_row.ddr_cycles - sparse_row.ddr_cycles
-    assert saved == pytest.approx((36864 - (11456 + 717 * 16)) / 7.465, abs=1)  # stream 1 ends at 22928
-    assert off["ddr_cycles"] - vendor["ddr_cycles"] > saved
+    assert dense_row.ddr_cycles == off["ddr_cycles"] == 58779
+    assert sparse_row.ddr_cycles == vendor["ddr_cycles"] == 53532  # 36864 + 18432 / 8 bytes fewer
+    assert dense_row.ddr_cycles - sparse_row.ddr_cycles == pytest.approx((36864 + 18432 / 8) / 7.465, abs=1)
+    board = [report_npu(f, runtimes[name].runs, RK3576).layers[0].ddr_cycles for name, f in
+             (("sparse", sparse), ("dense", dense))]
+    assert board[0] < board[1]  # the board model: the DMA reads 22928 stream bytes, not 36864
+
+
+@pytest.mark.parametrize("axis", [1, 0, "both"])
+def test_sparse_build_against_onnxruntime(axis):
+    """End to end: a 4:2-pruned conv + Relu (64 -> 96, 3x3, 12x12) built with --sparse along either
+    axis, dequantized output against onnxruntime's float output."""
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(11 + len(str(axis)))
+    weights = prune(rng.normal(0, 0.1, (96, 64, 3, 3)), axis, rng)
+    model = conv_model(weights, 12)
+    node = helper.make_node("Relu", ["y"], ["z"])
+    model.graph.node.append(node)
+    model.graph.output[0].name = "z"
+    data = samples(64, 12)
+    front = prepare(model, "rk3576", CompileOptions(dataset=data, sparse=True))
+    compiled = build(front)
+    runtime = run(compiled, data[1]["x"])
+    (task,) = [r for run_ in runtime.runs for r in run_.tasks]
+    assert task.conv.decompress.mode == {1: "in_4_2", 0: "out_4_2", "both": "in_out_16_4"}[axis]
+    ours = runtime.output("z")
+    expected = ort.InferenceSession(model.SerializeToString()).run(None, data[1])[0]
+    cosine = float(np.dot(ours.ravel(), expected.ravel()) / np.linalg.norm(ours) / np.linalg.norm(expected))
+    assert cosine > 0.999 and np.abs(ours - expected).max() < 0.1 * np.abs(expected).max()
+
+
+@pytest.mark.parametrize("axis, control, mode", [(1, 5, 1), (0, 6, 2), ("both", 7, 3)])
+def test_register_form_of_each_mode(axis, control, mode):
+    """DECOMP_CONTROL 5 along input channels, 6 along output channels, 7 for 16:4 in the RK3588 form
+    the emulator reads (npuemu's stand-ins for the last two); every mode packed in the vendor's rk3576
+    layout, which stores DECOMP_CONTROL 5 and the mode in CORE 0x3018 bits 13:12 (LOWERING.md 43.2, 44)."""
+    rng = np.random.default_rng(8)
+    model = conv_model(prune(rng.normal(0, 0.1, (64, 64, 3, 3)), axis, rng), 8)
+    built = build(prepare(model, "rk3576", CompileOptions(dataset=samples(64, 8), sparse=True)))
+    (task,) = [r for run_ in run(built, samples(64, 8)[0]["x"]).runs for r in run_.tasks]
+    cna = task.registers["CNA"]
+    assert cna.field("DCOMP_CTRL", "DECOMP_CONTROL") == control and cna.field("DCOMP_REGNUM", "DCOMP_REGNUM") == 5
+    platform = built.trailer["platform"]
+    assert platform.get("register_layout") == "rk3576_vendor" and "register_layout_notice" not in platform
+    regcmd = next(s for s in built.sections if s.name == "regcmd").data
+    stored = {(word >> 48, word & 0xFFFF): (word >> 16) & 0xFFFFFFFF
+              for word in (int.from_bytes(regcmd[i:i + 8], "little") for i in range(0, len(regcmd), 8))}
+    vendor = load_regmap("rk3576_vendor")
+    assert stored[(vendor.block("CNA").target, 0x1100)] & 0x7 == 5       # DCOMP_CTRL as the vendor writes it
+    assert (stored[(vendor.block("CORE").target, 0x3018)] >> 12) & 3 == mode
 
 
 # -- the option on other builds and chips --------------------------------------------------------

@@ -41,8 +41,8 @@ class Counting:
         self.built = self.steps = 0
         inner = task_plan.build_program
 
-        def build(tasks, memory, made):
-            program = inner(tasks, memory, made)
+        def build(tasks, memory, made, *lut_tables):
+            program = inner(tasks, memory, made, *lut_tables)
             if program is None:
                 return None
             self.built += 1
@@ -229,10 +229,13 @@ def test_the_start_state_check_is_what_catches_a_changed_register(monkeypatch):
 
 
 def test_tasks_a_program_does_not_take_run_the_full_path(monkeypatch):
-    """A flying DPU task (no CNA) between convolutions: its step is None, it runs the units."""
+    """A flying DPU copy converting int8 to fp16 (a form units/dpu_plan.py leaves to the full path)
+    between convolutions: its step is None, it runs the units."""
     spec = _spec("pointwise_70_kernels")
     layer = random_layer(spec, 0)
     copy = flying_task(spec.out_w, spec.out_h, 80, src=spec.output, dst=0x380000)
+    copy.set("DPU", "DATA_FORMAT", OUT_PRECISION=2)  # fp16 out: 8-lane atoms
+    copy.set("DPU", "OUT_CVT_OFFSET", 0).set("DPU", "OUT_CVT_SHIFT", OUT_CVT_SHIFT=0)  # (the conv's group)
     chain = [(conv_task(spec), MASK_CONV), (copy, MASK_FLYING), (conv_task(spec), MASK_CONV)]
     counting = Counting(monkeypatch)
     fast, amount = _machine(chain, False, layer, spec)
@@ -244,10 +247,13 @@ def test_tasks_a_program_does_not_take_run_the_full_path(monkeypatch):
         for machine in (fast, slow):
             load_cube(machine, spec.feature, x)
             records = machine.run_chain(ADDRESS, amount).tasks
-            results.append((records, read_cube(machine, 0x380000, spec.kernels, spec.out_h, spec.out_w)))
+            results.append((records, machine.memory.dump(0x380000, 10 * spec.out_h * spec.out_w * 16)))
             np.testing.assert_array_equal(_output(machine, spec), _expected(spec, x, layer[1], layer[3]))
         assert results[0][0] == results[1][0]
         np.testing.assert_array_equal(results[0][1], results[1][1])  # the copy's output
+        halves = results[0][1].view(np.float16).reshape(10, spec.out_h, spec.out_w, 8)
+        values = halves.transpose(0, 3, 1, 2).reshape(80, spec.out_h, spec.out_w)[:spec.kernels]
+        np.testing.assert_array_equal(values, _expected(spec, x, layer[1], layer[3]))  # each int8 as an fp16
         assert _state(fast) == _state(slow)
     program = fast.cores[0]._replays.get(fast.cores[0]._fetch(ADDRESS, amount))[0].program[0]
     assert [step is None for step in program.steps] == [False, True, False]

@@ -1,0 +1,170 @@
+"""The fp path's BS -> BN -> EW stages in one pass (issue 20).
+
+NUMERICS.md 4.6: with PROC_PRECISION fp16 the DPU runs BS (ALU then MUL), BN (MUL then ALU) and
+EW in fp32, every operation one fp32 rounding, then ReLU / ReLUX per stage. ``kernels.dpu`` runs
+each stage as its own pass over the cube (``bs_stage_fp``, ``bn_stage_fp``, ``ew_stage_fp``);
+:class:`FloatChain` records the stages a task enables and runs them element by element in one
+pass, the same per-element operations in the same order (``numerics.alu_float`` /
+``relu_float``), so the bits are the same: one cube read and written instead of one per stage,
+and one kernel call per task instead of one per stage (tests/emulator/test_dpu_fp_chain.py
+checks it against a numpy model of 4.6 and against the per-stage kernels).
+
+The LUT (NUMERICS.md 5.1) sits between BN and EW: a caller with the LUT on takes ``result()``
+after BN, runs the LUT, and starts a new chain for EW.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from npuemu.emulator import numerics as nm
+from npuemu.emulator.kernels.dpu import EwConfig, XStageConfig
+from npuemu.emulator.memo import Memo
+from npuemu.isa.errors import EmulationError
+
+# settings of an X stage (BS, BN) and of the EW stage, as int64 vectors
+X_ALGO, X_ALU_ON, X_MUL_ON, X_PRELU, X_MUL_FIRST, X_RELU, X_RELUX, X_COUNT = range(8)
+E_ON, E_OP_ON, E_OP_TYPE, E_ALGO, E_PRELU, E_RELU, E_RELUX, E_COUNT = range(8)
+
+
+@njit(cache=True)
+def _x_pass(source, target, algo, alu_on, mul_on, prelu, mul_first, relu_on, relux_on, relux_value, alu, mul):
+    # kernels.dpu._x_stage_fp's element over one channel's pixels (PReLU tests the stage's input);
+    # the settings are loop-invariant scalars here, which lets LLVM specialise the loop
+    for i in range(source.shape[0]):
+        value = source[i]
+        scaled = mul_on and not (prelu and value >= 0)
+        if mul_first and scaled:
+            value = np.float32(value * mul)
+        if alu_on:
+            value = nm.alu_float(algo, value, alu)
+        if not mul_first and scaled:
+            value = np.float32(value * mul)
+        target[i] = nm.relu_float(value, relu_on, relux_on, relux_value)
+
+
+@njit(cache=True)
+def _ew_pass(source, target, others, step, op_on, op_type, algo, prelu, relu_on, relux_on, relux_value):
+    # kernels.dpu._ew_fp's element over one row or plane: the operand steps 1 (per pixel) or 0
+    for i in range(source.shape[0]):
+        value = source[i]
+        other = others[i * step]
+        if op_on:
+            if op_type == nm.EW_OP_ALU:
+                value = nm.alu_float(algo, value, other)
+            elif not (prelu and value >= 0):
+                value = np.float32(value * other)
+        target[i] = nm.relu_float(value, relu_on, relux_on, relux_value)
+
+
+@njit(cache=True)
+def _run_chain(data, x_params, x_relux, x_alu, x_mul, stages, e_params, e_relux, operand, out):
+    channels, height, width = data.shape
+    planes, results = data.reshape(channels, height * width), out.reshape(channels, height * width)
+    per_c, per_y, per_x = operand.shape[0] > 1, operand.shape[1] > 1, operand.shape[2] > 1
+    for c in range(channels):
+        source, target = planes[c], results[c]
+        for s in range(stages):
+            p = x_params[s]
+            _x_pass(source, target, p[X_ALGO], p[X_ALU_ON] != 0, p[X_MUL_ON] != 0, p[X_PRELU] != 0,
+                    p[X_MUL_FIRST] != 0, p[X_RELU] != 0, p[X_RELUX] != 0, x_relux[s], x_alu[s, c], x_mul[s, c])
+            source = target
+        if e_params[E_ON] != 0:
+            p = e_params
+            settings = (p[E_OP_ON] != 0, p[E_OP_TYPE], p[E_ALGO], p[E_PRELU] != 0, p[E_RELU] != 0, p[E_RELUX] != 0,
+                        e_relux)
+            cube = operand[c if per_c else 0]
+            if per_y and per_x:  # a whole operand plane
+                _ew_pass(source, target, cube.reshape(height * width), 1, *settings)
+            else:  # a value per row or one value: row by row
+                for y in range(height):
+                    row = slice(y * width, (y + 1) * width)
+                    _ew_pass(source[row], target[row], cube[y if per_y else 0], 1 if per_x else 0, *settings)
+            source = target
+        if stages == 0 and e_params[E_ON] == 0:
+            target[:] = source
+
+
+def _check_per_channel(values, channels: int, name: str) -> None:
+    if values is not None and np.ndim(values) and np.shape(values) != (channels,):
+        raise EmulationError(f"{name} must hold one value per channel ({channels}), got {np.shape(values)}")
+
+
+def _bits(value: float) -> int:
+    # a ReLUX value as its fp32 bits: the memo keys must tell -0.0 from 0.0 (equal as floats)
+    return int(np.float32(value).view(np.uint32))
+
+
+def _x_settings(stages: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """int64 [2][X_COUNT] settings and float32 [2] ReLUX values of up to two X stages."""
+    params, relux = np.zeros((2, X_COUNT), np.int64), np.zeros(2, np.uint32)
+    for s, (settings, bits) in enumerate(stages):
+        params[s], relux[s] = settings, bits
+    return params, relux.view(np.float32)
+
+
+def _ew_settings(settings: tuple, bits: int) -> tuple[np.ndarray, np.float32]:
+    return np.array(settings, np.int64), np.uint32(bits).view(np.float32)
+
+
+#: settings arrays by value (ReLUX by its bits): a network's tasks repeat a handful of stage
+#: settings (the arrays are never written)
+_X_SETTINGS: Memo[tuple] = Memo(_x_settings, limit=256)
+_EW_SETTINGS: Memo[tuple] = Memo(_ew_settings, limit=256)
+_NO_OPERAND = np.zeros((1, 1, 1), np.float32)
+_NO_EW = (np.zeros(E_COUNT, np.int64), np.float32(0))
+
+
+class FloatChain:
+    """The fp stages of one task on a float32 [C][H][W] cube, recorded in order (``x_stage``:
+    BS, then BN; ``ew``: last) and run together by ``result``."""
+
+    __slots__ = ("_data", "_x", "_operands", "_ew", "_operand")
+
+    def __init__(self, data: np.ndarray) -> None:
+        if data.ndim != 3:
+            raise EmulationError(f"fp stage input must be [C][H][W], got shape {data.shape}")
+        self._data = np.ascontiguousarray(data, dtype=np.float32)
+        self._x: list[tuple] = []  # per X stage: (settings, ReLUX value)
+        self._operands: list[tuple] = []  # per X stage: (ALU, MUL) as given (None, one value or [C])
+        self._ew: tuple | None = None
+        self._operand = _NO_OPERAND
+
+    def x_stage(self, config: XStageConfig, alu=None, mul=None, mul_first: bool = False) -> None:
+        """BS (``mul_first`` False: ALU then MUL) or BN (True: MUL then ALU) in fp32, no shift; ``alu``
+        and ``mul`` one value or one per channel (None: 0 and 1)."""
+        if self._ew is not None or len(self._x) == 2:
+            raise EmulationError("fp stages: BS and BN run before EW, at most one each")
+        channels, name = self._data.shape[0], "BN" if mul_first else "BS"
+        _check_per_channel(alu, channels, f"{name} ALU operand")
+        _check_per_channel(mul, channels, f"{name} MUL operand")
+        self._x.append(((config.alu_algo, config.alu_enable, config.mul_enable, config.prelu, mul_first,
+                         config.relu, config.relux), _bits(config.relux_value)))
+        self._operands.append((0 if alu is None else alu, 1 if mul is None else mul))
+
+    def ew(self, config: EwConfig, operand: np.ndarray) -> None:
+        """EW in fp32 with an operand broadcast over [C][H][W] (one value, per channel or per pixel)."""
+        if self._ew is not None:
+            raise EmulationError("fp stages: one EW stage per task")
+        operand = np.asarray(operand, dtype=np.float32)
+        shape = self._data.shape
+        if operand.ndim != 3 or any(o not in (1, s) for o, s in zip(operand.shape, shape)):
+            raise EmulationError(f"EW operand of shape {operand.shape} does not broadcast to {shape}")
+        self._ew = _EW_SETTINGS((1, config.op_enable, config.op_type, config.alu_algo, config.prelu, config.relu,
+                                 config.relux), _bits(config.relux_value))
+        self._operand = np.ascontiguousarray(operand)
+
+    def result(self) -> np.ndarray:
+        """float32 [C][H][W]: the recorded stages applied (the input itself when none are)."""
+        if not self._x and self._ew is None:
+            return self._data
+        x_params, x_relux = _X_SETTINGS(tuple(self._x))
+        operands = np.empty((2, 2, self._data.shape[0]), np.float32)  # [stage][ALU, MUL][C]
+        for s, (alu, mul) in enumerate(self._operands):
+            operands[s, 0], operands[s, 1] = alu, mul  # one value broadcast, or one per channel
+        e_params, e_relux = self._ew if self._ew is not None else _NO_EW
+        out = np.empty_like(self._data)
+        _run_chain(self._data, x_params, x_relux, operands[:, 0], operands[:, 1], len(self._x), e_params, e_relux,
+                   self._operand, out)
+        return out

@@ -1,0 +1,51 @@
+"""Numba drops a cached kernel only when the kernel's own file changes; kernels that inline
+another module's functions (numerics.py, or one kernel module calling another's) keep the old
+arithmetic otherwise. ``kernels/stale_cache.py`` keeps a digest of numerics.py and every kernel
+module beside each cache directory and empties the caches when it changes."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from npuemu.emulator.kernels import stale_cache
+
+
+def _cached_module(tmp_path, name: str):
+    (tmp_path / f"{name}.py").write_text(
+        "from numba import njit\n\n@njit(cache=True)\ndef twice(x):\n    return 2 * x\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        module = importlib.import_module(name)
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert module.twice(3) == 6  # compiled and written to the cache
+    return module
+
+
+def test_a_changed_source_empties_the_cache_and_stamps_it(tmp_path, monkeypatch):
+    module = _cached_module(tmp_path, "npuemu_stale_cache_probe")
+    directory = next(tmp_path.rglob("*.nbi")).parent
+    (directory / "other_module.f-1.py311.nbi").write_bytes(b"index of a module not imported")
+    monkeypatch.setattr(stale_cache, "_sources_digest", lambda: "digest-1")
+    stale_cache.drop_caches_built_on_old_numerics([module])
+    assert not list(directory.glob("*.nbi"))
+    assert (directory / stale_cache._STAMP).read_text() == "digest-1"
+    assert module.twice(4) == 8
+    index = list(directory.glob("*.nbi"))
+    stale_cache.drop_caches_built_on_old_numerics([module])  # same digest: kept
+    assert list(directory.glob("*.nbi")) == index
+    monkeypatch.setattr(stale_cache, "_sources_digest", lambda: "digest-2")
+    stale_cache.drop_caches_built_on_old_numerics([module])
+    assert not list(directory.glob("*.nbi"))
+
+
+def test_the_digest_covers_every_kernel_module(tmp_path, monkeypatch):
+    for name in ("lut.py", "dpu.py"):
+        (tmp_path / name).write_text(f"# {name}\n")
+    monkeypatch.setattr(stale_cache, "__file__", str(tmp_path / "stale_cache.py"))
+    first = stale_cache._sources_digest()
+    (tmp_path / "dpu.py").write_text("# dpu.py, its stage functions changed\n")
+    second = stale_cache._sources_digest()
+    (tmp_path / "new_kernel.py").write_text("")
+    assert len({first, second, stale_cache._sources_digest()}) == 3
