@@ -26,7 +26,7 @@ from npuemu.compiler.batch import build_batched
 from npuemu.compiler.ir import Graph
 from npuemu.compiler.layer_records import layer_records
 from npuemu.compiler.lower.lowering_cache import LoweringCache
-from npuemu.compiler.lower.emit_rk3576 import SHIFT_TENSOR, choose_layout, to_vendor_layout
+from npuemu.compiler.lower.emit_rk3576 import SHIFT_TENSOR, choose_layout, to_vendor_layout, vendor_constants
 from npuemu.compiler.memory_plan import plan_memory, regcmd_bytes
 from npuemu.compiler.package import package
 from npuemu.compiler.passes.output_readout import annotate, strip_readouts
@@ -56,6 +56,7 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
                              elide_copies=elide_copies, pack_inputs=pack_inputs)
     cores = _check_cores(cores, spec)
     regmap = load_regmap(spec.register_map.family)
+    source = graph
     graph, readouts = strip_readouts(graph)  # outputs the runtime permutes as it reads them (LOWERING.md 25)
     records = layer_records(graph, spec)
     tensors = plan_tensors(records, spec, elide_copies=elide_copies, pack_inputs=pack_inputs, sram=sram)
@@ -71,8 +72,15 @@ def build_model(graph: Graph, platform="rk3588", *, name: str | None = None,
     # last, so no other address moves and the cache hands back the first lowering (lowering_cache.py)
     _, first = lower_all(plan_memory(tensors.constant_sizes, tensors.lifetimes))
     layout = choose_layout(first, regmap, len(cores))  # the vendor rk3576 layout where it fits (LOWERING.md 39)
+    layout, vendor_blobs = vendor_constants(layout, layers, first, spec, regmap)   # int8 depthwise (LOWERING.md 45.2)
+    if layout.unpack_inputs and pack_inputs:             # only the packed image input had no vendor form (45)
+        unpacked = build_model(source, spec, name=name, options=options, cores=cores, sram=sram,
+                               elide_copies=elide_copies, pack_inputs=False)
+        if "register_layout" in unpacked.trailer["platform"]:
+            return unpacked
     if layout.words:
         tensors.constants[SHIFT_TENSOR] = layout.shift_blob
+    tensors.constants.update(vendor_blobs)
     plan_steps = segments(records.work, first)
     all_tasks = chain_tasks(to_vendor_layout(first, regmap, layout, 0), plan_steps, spec.pc.max_tasks_per_submit)
     plan = plan_memory(tensors.constant_sizes, tensors.lifetimes, regcmd_bytes(all_tasks))

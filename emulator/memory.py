@@ -42,6 +42,8 @@ DERIVED_CACHE_ENTRIES = 4096
 #: Entries put (or dropped, past half the index) since the derived cache's index was built before
 #: it is built again (each query scans the puts directly).
 _PENDING_MAX = 64
+#: rows x overlapping entries a write checks in one array operation (above: entry by entry)
+_ROWS_BY_KEYS_MAX = 1 << 16
 
 
 @dataclass
@@ -515,9 +517,11 @@ class DerivedCache:
         if count and reach[count - 1] > low:
             for i in np.flatnonzero(ends[:count] > low).tolist():
                 found[keys[i]] = (starts[i], int(ends[i]))
-        for key, start, end in self._pending:
-            if start < high and end > low:
-                found[key] = (start, end)
+        span = self._pending_span
+        if self._pending and span[0] < high and span[1] > low:
+            for key, start, end in self._pending:
+                if start < high and end > low:
+                    found[key] = (start, end)
         entries = self._entries  # only live entries, with the bounds they have now
         hits = [(key, bounds) for key, bounds in found.items()
                 if (entry := entries.get(key)) is not None and entry[:2] == bounds]
@@ -555,8 +559,12 @@ class DerivedCache:
         if self._clear_of(low, high):
             return
         keys, lows, highs = self._overlapping(low, high)
-        self._drop([key for key, low, high in zip(keys, lows, highs)
-                    if np.any((starts < high) & (starts + row_bytes > low))])
+        if len(keys) * starts.size > _ROWS_BY_KEYS_MAX:  # (one key at a time, bounded temporaries)
+            self._drop([key for key, low, high in zip(keys, lows, highs)
+                        if np.any((starts < high) & (starts + row_bytes > low))])
+            return
+        hit = ((starts < highs[:, None]) & (starts + row_bytes > lows[:, None])).any(axis=1)
+        self._drop([key for key, touched in zip(keys, hit.tolist()) if touched])
 
     def _drop(self, keys: list) -> None:
         for key in keys:

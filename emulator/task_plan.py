@@ -24,7 +24,9 @@ chain's LUT writes, which a replay applies in stream order) as its step runs.
 A flying DPU task (DPU + DPU_RDMA alone, its main cube read by the MRDMA) is a step too
 (``units.dpu_plan.prepare_flying_dpu``), and so is a PPU task (PPU + PPU_RDMA alone,
 ``units.ppu.prepare_ppu``).
-Tasks of other forms (fp16 CNA/DPU, DPU + PPU, unpooling, ...) always take the full unit path.
+fp16 CNA + CORE -> DPU tasks and fp16 flying DPU tasks (PROC_PRECISION fp16) are steps through
+``units.dpu_plan_fp.prepare_fp_dpu`` and ``prepare_cna_core``'s fp16 kernel.
+Tasks of other forms (bf16, DPU + PPU, NRDMA operands, ...) always take the full unit path.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from npuemu.emulator.memo import Memo
 from npuemu.emulator.memory import Memory
 from npuemu.emulator.units.cna_core import Cbuf, prepare_cna_core
 from npuemu.emulator.units.dpu_plan import prepare_dpu, prepare_flying_dpu
+from npuemu.emulator.units.dpu_plan_fp import prepare_fp_dpu
+from npuemu.emulator.units.state import FP16
 from npuemu.emulator.units.ppu import prepare_ppu
 from npuemu.isa.errors import EmulationError
 
@@ -87,14 +91,19 @@ def task_step(states: dict, memory: Memory, where: str,
         return prepare_ppu(states["ppu"], states["ppu_rdma"], states["ppu_kind"], memory, where)
     if state is None or states["ppu"] is not None or states["ppu_rdma"] is not None:
         return None
+    fp16 = state.proc_precision == FP16  # the fp path (units/dpu_plan_fp.py)
     if conv is None:  # a flying DPU task (its main cube from the MRDMA)
         try:
-            return prepare_flying_dpu(state, rdma, memory, where, lut_tables)
+            return (prepare_fp_dpu if fp16 else prepare_flying_dpu)(state, rdma, memory, where, lut_tables)
         except EmulationError:
             return None
+    if (conv.precision == FP16) != fp16 or fp16 and (conv.out_channels, conv.out_height, conv.out_width) \
+            != (state.channels, state.height, state.width):
+        return None  # (an fp16 CORE feeds only an fp16 DPU step; a CORE cube not the DPU's: the full path raises)
     try:
         cna = prepare_cna_core(conv, memory, where)
-        dpu = prepare_dpu(state, rdma, memory, where, lut_tables) if cna is not None else None
+        dpu = None if cna is None else (prepare_fp_dpu if fp16 else prepare_dpu)(state, rdma, memory, where,
+                                                                                    lut_tables)
     except EmulationError:  # (the full path, which ran these states, raises it where it belongs)
         return None
     if dpu is None:

@@ -5,7 +5,13 @@ map family has a vendor layout (``rk3576_pack.VENDOR_LAYOUT_OF``) is then re-pac
 into that layout (``isa/rknn/rk3576_pack.py``; PPU pools ``rk3576_ppu.py``) - when every task of
 the build has a vendor form that translates back to the same registers. Otherwise the whole build
 stays at RK3588 positions and says why (the trailer's ``platform.register_layout_notice``, shown by
-the compile summary and ``inspect``): one stream holds one layout.
+the compile summary and ``inspect``): one stream holds one layout. When only a packed image input
+(ARGB_IN) stands in the way, ``LayoutChoice.unpack_inputs`` asks the build to store the graph input
+unpacked (NC1HWC2, as the vendor's rk3588 build reads it) and try again (LOWERING.md 45).
+
+An int8 depthwise conv's weight and BS constants are stored in the vendor's forms in such builds, each
+task's record followed by room for RK3588's, which the translation writes on load (``vendor_constants``,
+``isa/rknn/rk3576_dw8.py``, LOWERING.md 45.2).
 
 The per-conv BS shift words (16-bit, DPU_RDMA 0x5024; 0x0000 for an fp16 depthwise conv) go to one
 constant, ``SHIFT_TENSOR``: the distinct words of the build, 2 bytes each, padded to 16 bytes, then
@@ -17,17 +23,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from npuemu.isa.errors import UnsupportedProgramError
 from npuemu.isa.regmap import RegisterMap
 from npuemu.isa.regmap_loader import load_regmap
 from npuemu.isa.rknn.rk3576_pack import (
-    VENDOR_LAYOUT_OF, check_round_trip, dpu_record, dpu_vendor_writes, shift_word, uses_shift_word, vendor_writes,
+    VENDOR_LAYOUT_OF, ImageInputError, check_round_trip, dpu_record, dpu_vendor_writes, shift_word, uses_shift_word, vendor_writes,
     window_bytes,
 )
+from npuemu.isa.rknn.rk3576_dw8 import BLOCK as DW8_BLOCK
+from npuemu.isa.rknn.rk3576_dw8 import VENDOR_GROUP_BYTES as DW8_RECORD_BYTES
+from npuemu.isa.rknn.rk3576_dw8 import rk3588_cpend, vendor_cube, vendor_record_blob
+from npuemu.isa.rknn.rk3576_layout import RK3588_DEPTHWISE
 from npuemu.isa.rknn.rk3576_ppu import check_ppu_round_trip, ppu_vendor_writes
 from npuemu.isa.task import RegisterWrite, Task
 
-from .driver import LoweredLayer
+from .driver import LoweredLayer, as_conv, cached_conv_constants
+from .layers import FLOAT16, ConvLayer, FcLayer
 from .emit_conv import ENABLE_CONV
 from .emit_dpu import ENABLE_DPU_ONLY
 from .emit_ppu import ENABLE_PPU
@@ -47,6 +60,7 @@ class LayoutChoice:
     notice: str | None = None
     words: tuple[int, ...] = ()
     records: tuple[bytes, ...] = ()
+    unpack_inputs: bool = False   # only a packed image input kept the vendor layout out: build unpacked
 
     @property
     def records_offset(self) -> int:
@@ -71,25 +85,31 @@ def choose_layout(lowered: Sequence[LoweredLayer], regmap: RegisterMap, cores: i
     if family is None:
         return LayoutChoice(regmap.family)
     if cores > 1:
-        return _fallback(regmap, "a multi-core build (the vendor's 2-core CBUF sharing is not modelled)")
+        return _fallback(regmap.family, "a multi-core build (the vendor's 2-core CBUF sharing is not modelled)")
     vendor = load_regmap(family)
     words: list[int] = []
     records: list[bytes] = []
+    image: ImageInputError | None = None   # a packed image input: the build may be redone unpacked (LOWERING.md 45)
     try:
         for layer in lowered:
-            _pack_layer(layer, regmap, vendor, words, 0, records)
+            try:
+                _pack_layer(layer, regmap, vendor, words, 0, records)
+            except ImageInputError as error:
+                image = image or error
     except UnsupportedProgramError as error:
-        return _fallback(regmap, str(error))
+        return _fallback(regmap.family, str(image or error))
+    if image is not None:
+        return replace(_fallback(regmap.family, str(image)), unpack_inputs=True)
     if len(words) > SHIFT_WORDS_MAX:
-        return _fallback(regmap, f"{len(words)} distinct BS shift words, more than the {SHIFT_WORDS_MAX} kept")
+        return _fallback(regmap.family, f"{len(words)} distinct BS shift words, more than the {SHIFT_WORDS_MAX} kept")
     if records and not words:   # the constant is placed where the build has shift words: keep one (0x0000)
         words.append(0)
     return LayoutChoice(regmap.family, vendor, words=tuple(words), records=tuple(records))
 
 
-def _fallback(regmap: RegisterMap, reason: str) -> LayoutChoice:
-    return LayoutChoice(regmap.family, notice=f"RK3588 register positions kept (not the vendor {regmap.family} "
-                                              f"layout a real {regmap.family} reads): {reason}")
+def _fallback(family: str, reason: str) -> LayoutChoice:
+    return LayoutChoice(family, notice=f"RK3588 register positions kept (not the vendor {family} "
+                                       f"layout a real {family} reads): {reason}")
 
 
 def to_vendor_layout(lowered: Sequence[LoweredLayer], regmap: RegisterMap, choice: LayoutChoice,
@@ -108,12 +128,90 @@ def _pack_layer(layer: LoweredLayer, regmap: RegisterMap, vendor: RegisterMap, w
     """A layer's tasks re-packed; the CBUF bank words follow its largest window (rk3576_pack.cbuf_banks)."""
     windows = [window_bytes({(w.block, w.register): w.value for w in task.writes}, regmap) for task in layer.tasks
                if task.enable_mask == ENABLE_CONV]
+    bases = _int8_depthwise_bases(layer, regmap)
     return tuple(_pack(task, regmap, vendor, layer.layer, index, words, shift_base, max(windows, default=0),
-                       (records, records_base)) for index, task in enumerate(layer.tasks))
+                       (records, records_base), bases) for index, task in enumerate(layer.tasks))
+
+
+def _is_int8_depthwise(values, regmap: RegisterMap) -> bool:
+    con1 = regmap.register("CNA", "CONV_CON1")
+    return (con1.field("CONV_MODE").extract(values.get(("CNA", "CONV_CON1"), 0)) == RK3588_DEPTHWISE
+            and con1.field("PROC_PRECISION").extract(values.get(("CNA", "CONV_CON1"), 0)) == 0)
+
+
+def _int8_depthwise_bases(layer: LoweredLayer, regmap: RegisterMap) -> tuple[int, int] | None:
+    """(weight, BS) addresses of an int8 depthwise layer's first channels: its vendor blobs (vendor_constants)
+    start there; a task's cube lies at twice its RK3588 offset, its record at 14/8 (rk3576_dw8)."""
+    found = _int8_depthwise_values(layer, regmap)
+    if not found:
+        return None
+    return (min(v.get(("CNA", "DCOMP_ADDR0"), 0) for v in found),
+            min(v.get(("DPU_RDMA", "BS_BASE_ADDR"), 0) for v in found))
+
+
+def _int8_depthwise_values(layer: LoweredLayer, regmap: RegisterMap) -> list[dict]:
+    found = [{(w.block, w.register): w.value for w in task.writes} for task in layer.tasks
+             if task.enable_mask == ENABLE_CONV]
+    return [values for values in found if _is_int8_depthwise(values, regmap)]
+
+
+def _record_channels(values) -> int:
+    """The channels a task's BS record covers (its output channels rounded up to 64, rk3576_dw8)."""
+    return -(-((values.get(("DPU", "DATA_CUBE_CHANNEL"), 0) >> 16 & 0x1FFF) + 1) // DW8_BLOCK) * DW8_BLOCK
+
+
+def _as_vendor_addresses(values, bases: tuple[int, int], where: str) -> tuple[dict, dict]:
+    """(the task's RK3588 values with its vendor blobs' addresses, what the translation gives back: the BS
+    address past the vendor record, where the room is)."""
+    weight, record = values.get(("CNA", "DCOMP_ADDR0"), 0), values.get(("DPU_RDMA", "BS_BASE_ADDR"), 0)
+    if (record - bases[1]) % (DW8_BLOCK * 8):
+        raise UnsupportedProgramError(f"{where}: an int8 depthwise task starting inside a 64-channel block has no "
+                                      f"vendor rk3576 form here (LOWERING.md 45.2)")
+    start = bases[1] + (record - bases[1]) * 14 // 8
+    values = {**values, ("CNA", "DCOMP_ADDR0"): bases[0] + 2 * (weight - bases[0]), ("DPU_RDMA", "BS_BASE_ADDR"): start}
+    return values, {**values, ("DPU_RDMA", "BS_BASE_ADDR"): start + _record_channels(values) * DW8_RECORD_BYTES // 8}
+
+
+def vendor_constants(choice: LayoutChoice, layers, lowered: Sequence[LoweredLayer], platform,
+                     regmap: RegisterMap) -> tuple[LayoutChoice, dict[str, bytes]]:
+    """The constants a vendor-layout build stores instead of RK3588's: each int8 depthwise conv's cube with
+    CPEND and its BS record without, each task's channels followed by room for RK3588's record (rk3576_dw8;
+    LOWERING.md 45.2); a layer whose blobs have no such form makes ``choice`` the fallback."""
+    if choice.vendor is None:
+        return choice, {}
+    out: dict[str, bytes] = {}
+    try:
+        for layer, done in zip(layers, lowered):
+            conv = as_conv(layer) if isinstance(layer, (ConvLayer, FcLayer)) else None
+            tasks = _int8_depthwise_values(done, regmap)   # none: the layer was lowered another way
+            if conv is None or not conv.depthwise or conv.dtype == FLOAT16 or conv.weight_source or not tasks:
+                continue
+            out.update(_vendor_blobs(layer, conv, platform, tasks))
+    except UnsupportedProgramError as error:
+        return _fallback(choice.family, str(error)), {}
+    return choice, out
+
+
+def _vendor_blobs(layer, conv, platform, tasks: list[dict]) -> dict[str, bytes]:
+    constants = cached_conv_constants(layer, platform)
+    taps = int(np.prod(np.asarray(conv.weights).shape[2:]))
+    try:
+        cube = vendor_cube(constants.weights, rk3588_cpend(constants.bias), taps)
+    except UnsupportedProgramError as error:
+        raise UnsupportedProgramError(f"layer {layer.name}: {error}") from None
+    base = min((v.get(("DPU_RDMA", "BS_BASE_ADDR"), 0) for v in tasks), default=0)
+    ranges = sorted({((v.get(("DPU_RDMA", "BS_BASE_ADDR"), 0) - base) // 8, _record_channels(v)) for v in tasks})
+    ends = [0] + [start + count for start, count in ranges]
+    if [start for start, _ in ranges] != ends[:-1] or 8 * ends[-1] > len(constants.bias):
+        raise UnsupportedProgramError(f"layer {layer.name}: int8 depthwise tasks whose channel ranges {ranges} do "
+                                      f"not tile the layer (LOWERING.md 45.2)")
+    record = b"".join(vendor_record_blob(constants.bias[8 * start:8 * (start + count)]) for start, count in ranges)
+    return {conv.weight_tensor: cube, conv.bias_tensor: record + bytes(len(constants.bias) * 14 // 8 - len(record))}
 
 
 def _pack(task: Task, regmap: RegisterMap, vendor: RegisterMap, layer: str, index: int, words: list[int],
-          shift_base: int, layer_window: int, records: tuple[list[bytes], int]) -> Task:
+          shift_base: int, layer_window: int, records: tuple[list[bytes], int],
+          dw8_bases: tuple[int, int] | None = None) -> Task:
     where = f"layer {layer} task {index}"
     if task.enable_mask not in (ENABLE_CONV, ENABLE_PPU, ENABLE_DPU_ONLY) or task.amount_hi16:
         raise UnsupportedProgramError(f"{where}: a task with op-enable {task.enable_mask:#x} (only conv tasks, "
@@ -122,12 +220,15 @@ def _pack(task: Task, regmap: RegisterMap, vendor: RegisterMap, layer: str, inde
     values = {(w.block, w.register): w.value for w in task.writes}
     if task.enable_mask != ENABLE_CONV:   # pools, DPU-only Adds / Muls (REGISTER_SEMANTICS.md 41, 44)
         return replace(task, writes=_other_writes(task, values, regmap, vendor, where, records))
+    expected = values
+    if dw8_bases is not None and _is_int8_depthwise(values, regmap):   # the vendor blobs (45.2)
+        values, expected = _as_vendor_addresses(values, dw8_bases, where)
     word = shift_word(values, regmap)
     if uses_shift_word(values, regmap) and word not in words:
         words.append(word)
     address = shift_base + 2 * words.index(word) if word in words else 0
     writes = vendor_writes(values, regmap, shift_address=address, where=where, layer_window=layer_window)
-    check_round_trip(values, regmap, vendor, writes, word, where)
+    check_round_trip(expected, regmap, vendor, writes, word, where)
     return replace(task, writes=tuple(RegisterWrite(block, name, value) for block, name, value in writes))
 
 

@@ -157,14 +157,27 @@ class FloatChain:
 
     def result(self) -> np.ndarray:
         """float32 [C][H][W]: the recorded stages applied (the input itself when none are)."""
+        return self.runner()(self._data, self._operand)
+
+    def runner(self):
+        """``run(data, operand)``: ``result()`` of the recorded stages on a C-contiguous float32 cube of
+        this chain's shape and a contiguous float32 EW operand of the recorded one's shape, the settings
+        worked out once (issue 20: a task program's fp16 DPU step, units/dpu_plan_fp.py, runs it per run)."""
         if not self._x and self._ew is None:
-            return self._data
+            return _unchanged
         x_params, x_relux = _X_SETTINGS(tuple(self._x))
         operands = np.empty((2, 2, self._data.shape[0]), np.float32)  # [stage][ALU, MUL][C]
         for s, (alu, mul) in enumerate(self._operands):
             operands[s, 0], operands[s, 1] = alu, mul  # one value broadcast, or one per channel
         e_params, e_relux = self._ew if self._ew is not None else _NO_EW
-        out = np.empty_like(self._data)
-        _run_chain(self._data, x_params, x_relux, operands[:, 0], operands[:, 1], len(self._x), e_params, e_relux,
-                   self._operand, out)
-        return out
+        alu, mul, stages = operands[:, 0], operands[:, 1], len(self._x)
+
+        def run(data: np.ndarray, operand: np.ndarray) -> np.ndarray:
+            out = np.empty_like(data)
+            _run_chain(data, x_params, x_relux, alu, mul, stages, e_params, e_relux, operand, out)
+            return out
+        return run
+
+
+def _unchanged(data: np.ndarray, operand: np.ndarray) -> np.ndarray:
+    return data

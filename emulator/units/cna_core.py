@@ -545,6 +545,13 @@ def _mask_channels(feature: np.ndarray, real: int) -> None:
 def _weights(state: ConvState, plan: _Plan, dma: TaskDma, cbuf: Cbuf, where: str) -> np.ndarray:
     if state.weight_reuse:
         return cbuf.take("weights", plan.weight_key, "WEIGHT_REUSE", where)
+    weights = _read_weights(state, plan, dma, where)
+    cbuf.keep("weights", plan.weight_key, weights, where)
+    return weights
+
+
+def _read_weights(state: ConvState, plan: _Plan, dma: TaskDma, where: str) -> np.ndarray:
+    """The unpacked weights, from the memory's derived cache or unpacked (and kept there) now."""
     int4 = state.weight_type == INT4
     dtype = np.dtype(np.int8) if int4 else PRECISION_DTYPES[state.weight_type]
     _, _, layout, _, shape = plan.weight_cache_key[:5]
@@ -565,10 +572,8 @@ def _weights(state: ConvState, plan: _Plan, dma: TaskDma, cbuf: Cbuf, where: str
     # Unpacked once per weight bytes: the memory drops the entry when a write touches them.
     located = dma.memory.locate_fixed(plan.weight_rows, plan.weight_bytes,
                                       lambda: f"{dma.where}: {plan.weight_what} read")
-    weights = dma.derived_from_located(Traffic.WEIGHT_READ, located.region, int(plan.weight_rows[0]),
-                                       plan.weight_bytes, plan.weight_cache_key, unpack)
-    cbuf.keep("weights", plan.weight_key, weights, where)
-    return weights
+    return dma.derived_from_located(Traffic.WEIGHT_READ, located.region, int(plan.weight_rows[0]),
+                                    plan.weight_bytes, plan.weight_cache_key, unpack)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -640,29 +645,35 @@ def prepare_cna_core(state: ConvState, memory, where: str):
     """``run_cna_core`` of ``state`` worked out for one memory: a callable ``run(cbuf) ->
     CoreResult`` doing the same reads, CBUF bookkeeping and kernel, without the DMA's per-access
     lookups and counting (the caller keeps the counts of a full run; they depend on the state
-    alone). None for a form it does not take (int8 features and weights only, no sparse
+    alone). None for a form it does not take (int8 or fp16 features and weights only, no sparse
     weights) or when the weights are not in the memory's derived cache: the caller's full path
     then runs. The unpacked weights are held: ``run.held`` lists them as (derived-cache key,
     value), and the caller must not run it once a write over their bytes dropped them."""
-    if state.precision != INT8 or state.feature_type != INT8 or state.weight_type != INT8 \
+    element = {INT8: np.int8, FP16: np.float16}.get(state.precision)
+    if element is None or state.feature_type != state.precision or state.weight_type != state.precision \
             or state.decompress is not None or state.input_convert is not None \
-            or state.deconv_stride is not None:
+            or state.deconv_stride is not None or cna_bf16.is_bf16(state):
         return None
     plan = _PLANS(state)
-    weights, held = None, ()
+    weights, held, fetch = None, (), None
     if not state.weight_reuse:
         key = (int(plan.weight_rows[0]), plan.weight_bytes, plan.weight_cache_key)  # (_weights' key)
         weights = memory.derived.get(key)
-        if weights is None or weights.dtype != np.int8:
+        if weights is None and element is np.float16:
+            # dropped since the chain ran: weights the chain writes every run (an fp16 MatMul's
+            # activation operand), looked up or unpacked each run as the full path does
+            fetch = _weights_fetcher(state, plan, memory, where)
+        elif weights is None or weights.dtype != element:
             return None
-        held = ((key, weights),)
+        else:
+            held = ((key, weights),)
     read = None
     if not state.data_reuse:
         located = memory.locate_fixed(plan.feature_rows, plan.feature_row_bytes,
                                       lambda: f"{where}: {plan.feature_what} read")
         read = (located.region.data, located.offsets, (located.offsets.size, plan.feature_row_bytes))
-    kernel = _prepared_kernel(state, plan)
-    kept_weights = weights  # None: the task reuses the CBUF's weights
+    kernel = _prepared_kernel(state, plan) if element is np.int8 else _fp16_kernel(state, plan)
+    kept_weights = weights  # None: the task reuses the CBUF's weights (or ``fetch`` reads them)
     feature_key, feature_shape, mask = plan.feature_key, plan.feature_shape, plan.mask_channels
     image = bool(state.argb_channels)
 
@@ -675,10 +686,14 @@ def prepare_cna_core(state: ConvState, memory, where: str):
             if image:  # (the image input's pixels into atoms: _read_feature's path)
                 feature = _feature_from_rows(state, plan, rows)
             else:
-                feature = rows.view(np.int8).reshape(feature_shape)
+                feature = rows.view(element).reshape(feature_shape)
                 if mask:
                     _mask_channels(feature, state.real_channels)
             cbuf.keep("feature", feature_key, feature, where)  # the full path's bookkeeping (cbuf_reuse)
+        if fetch is not None:
+            fetched = fetch()
+            cbuf.keep("weights", plan.weight_key, fetched, where)
+            return kernel(feature, fetched)
         if kept_weights is None:
             return kernel(feature, cbuf.take("weights", plan.weight_key, "WEIGHT_REUSE", where))
         cbuf.keep("weights", plan.weight_key, weights, where)
@@ -686,6 +701,23 @@ def prepare_cna_core(state: ConvState, memory, where: str):
 
     run.held = held
     return run
+
+
+def _weights_fetcher(state: ConvState, plan: _Plan, memory, where: str):
+    """``fetch()``: ``_read_weights`` as the full path calls it (the derived cache's entry, or the
+    weights unpacked and kept there), its counts not kept."""
+    scratch = TaskDma(memory, where)
+    return lambda: _read_weights(state, plan, scratch, where)
+
+
+def _fp16_kernel(state: ConvState, plan: _Plan):
+    """``run_cna_core``'s fp16 kernel call: ``kernel(feature, weights)`` (float16 weights)."""
+    channels, geometry, pad, out = state.in_channels, plan.geometry, state.pad_value, state.out_channels
+
+    def kernel(feature: np.ndarray, weights: np.ndarray) -> CoreResult:
+        padded = kernels.fetch_padded_input(feature, channels, geometry, pad)
+        return CoreResult(_pad_channels(kernels.conv2d_fp16(padded, weights, geometry), out), None)
+    return kernel
 
 
 def _prepared_kernel(state: ConvState, plan: _Plan):

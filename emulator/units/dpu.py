@@ -308,6 +308,14 @@ def run_dpu(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult | Non
         return
     data = _main_input(state, rdma, source, dma, where)
     data = _float_stages(state, rdma, data, dma, lut_tables, where)
+    out, c2 = float_output(state, data, where)
+    # lanes past the channel count are written as 0 [C]
+    _write(state, out, c2, dma)
+
+
+def float_output(state: DpuState, data: np.ndarray, where: str) -> tuple[np.ndarray, int]:
+    """The fp path's OUT_CVT: the float32 [C][H][W] stage results as the output elements, and the
+    lanes of the WDMA's atoms (shared with the task programs' fp16 step, units/dpu_plan_fp.py)."""
     if state.out_cvt.minus_exp:  # the exponent lowered by MINUS_EXP: an exact power-of-two scale [I]
         data = data * np.float32(2.0 ** -state.out_cvt.minus_exp)
     if state.out_precision == INT8:  # the fp16 -> int8 conversion (kernels/dpu_convert.py)
@@ -320,8 +328,7 @@ def run_dpu(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult | Non
         out = dpu_bf16.fp32_to_bf16_bits(data).view(np.int16)
     else:
         out = kernels.out_cvt_fp16(data) if state.out_precision == FP16 else data.astype(np.float32)
-    # lanes past the channel count are written as 0 [C]
-    _write(state, out, c2_of(dpu_bf16.carrier(state.out_precision), state.atom_bytes), dma)
+    return out, c2_of(dpu_bf16.carrier(state.out_precision), state.atom_bytes)
 
 
 def _run_integer(state: DpuState, rdma: DpuRdmaState | None, source: CoreResult | None, dma: TaskDma,
@@ -768,6 +775,31 @@ def _fp32(raw) -> np.ndarray:
 def _float_stages(state: DpuState, rdma: DpuRdmaState | None, data: np.ndarray, dma: TaskDma,
                   lut_tables: np.ndarray, where: str) -> np.ndarray:
     chain = dpu_fp_chain.FloatChain(data)  # the stages run in one pass at the end (kernels/dpu_fp_chain.py)
+    for arguments in float_x_stages(state, rdma, dma, where):
+        chain.x_stage(*arguments)
+    if not state.ew.bypass:
+        ew = state.ew
+        if not ew.lut_bypass:  # fp32 LUT, before the EW operation as on the integer path (NUMERICS.md 5.1)
+            data = lut_fp.lut_stage_fp(chain.result(), _lut_config(state.lut), lut_tables[0], lut_tables[1])
+            chain = dpu_fp_chain.FloatChain(data)
+        operand = np.array(_fp32(ew.op_value), np.float32).reshape(1, 1, 1)
+        if not ew.op_bypass and ew.op_from_dma:
+            operand = _ew_operand(state, rdma, dma, where, floating=True)
+        chain.ew(float_ew_config(ew), operand)
+    return chain.result()
+
+
+def float_ew_config(ew: EwState) -> kernels.EwConfig:
+    """The fp path's EW stage settings (the ReLUX value as fp32 bits, NUMERICS.md 4.6)."""
+    return kernels.EwConfig(op_enable=not ew.op_bypass, op_type=ew.op_type, alu_algo=ew.alu_algo,
+                            prelu=ew.prelu, relu=not ew.relu_bypass, relux=ew.relux,
+                            relux_value=float(_fp32(ew.relux_value)))
+
+
+def float_x_stages(state: DpuState, rdma: DpuRdmaState | None, dma: TaskDma, where: str) -> list[tuple]:
+    """``FloatChain.x_stage`` arguments (config, ALU, MUL, MUL first) of the fp path's BS and BN, their
+    operands read (the BRDMA blob, the NRDMA's) through ``dma``."""
+    stages = []
     for name, stage in (("BS", state.bs), ("BN", state.bn)):
         if stage.bypass:
             continue
@@ -794,20 +826,8 @@ def _float_stages(state: DpuState, rdma: DpuRdmaState | None, data: np.ndarray, 
             else:
                 alu = _fp32(stage.alu_operand)
         config = dataclasses.replace(_x_config(stage), relux_value=float(_fp32(stage.relux_value)))
-        chain.x_stage(config, alu=alu, mul=mul, mul_first=name == "BN")  # BS: ALU then MUL; BN: MUL then ALU
-    if not state.ew.bypass:
-        ew = state.ew
-        if not ew.lut_bypass:  # fp32 LUT, before the EW operation as on the integer path (NUMERICS.md 5.1)
-            data = lut_fp.lut_stage_fp(chain.result(), _lut_config(state.lut), lut_tables[0], lut_tables[1])
-            chain = dpu_fp_chain.FloatChain(data)
-        operand = np.array(_fp32(ew.op_value), np.float32).reshape(1, 1, 1)
-        if not ew.op_bypass and ew.op_from_dma:
-            operand = _ew_operand(state, rdma, dma, where, floating=True)
-        config = kernels.EwConfig(op_enable=not ew.op_bypass, op_type=ew.op_type, alu_algo=ew.alu_algo,
-                                  prelu=ew.prelu, relu=not ew.relu_bypass, relux=ew.relux,
-                                  relux_value=float(_fp32(ew.relux_value)))
-        chain.ew(config, operand)
-    return chain.result()
+        stages.append((config, alu, mul, name == "BN"))  # BS: ALU then MUL; BN: MUL then ALU
+    return stages
 
 
 def _wdma_rows(state: DpuState, c2: int, itemsize: int) -> tuple[int, np.ndarray, int]:

@@ -39,7 +39,9 @@ def _channels(task: VendorTask, precision: int) -> tuple[int, int, int, int]:
     real_in = task.field("CNA", "DATA_IN_CHANNEL", "DATAIN_CHANNEL") + 1
     real_out = task.field("CORE", "DATAOUT_SIZE_1", "DATAOUT_CHANNEL") + 1
     # an fp16 depthwise conv's output is padded to 32 channels [V ORC dw80 fp16 twin: 80 -> 96]
-    group = DEPTHWISE_GROUP if is_depthwise(task) else KERNEL_GROUP[precision]
+    # an int8 one's to 64 [V ORC dw, dw80 int8 twins: 32 -> 64, 80 -> 128]
+    group = (DEPTHWISE_GROUP if precision != INT8 else 2 * DEPTHWISE_GROUP) if is_depthwise(task) else \
+        KERNEL_GROUP[precision]
     return (real_in, round_up(real_in, FEATURE_ALIGN[precision]), real_out, round_up(real_out, group))
 
 

@@ -13,8 +13,9 @@ Only what the oracle builds pin down is translated: direct int8/fp16 convolution
 stride, pads, channel counts; split into row windows that keep CBUF rows, with delta tasks),
 with no activation, a Relu or a Relu6 / Clip(0, x), and with a residual Add (+ Relu) in the EW stage
 (REGISTER_SEMANTICS.md 39, 41), dense or sparse weights in all three modes (44); fp16 depthwise convs;
-PPU pools (``rk3576_ppu``) and fp16 / int8 DPU-only Adds and Muls (``rk3576_dpu``). Anything else -
-int8 depthwise, image input, a Clip with a lower bound, a LUT activation, another task kind, a constant word with an unseen value - raises
+PPU pools (``rk3576_ppu``) and fp16 / int8 DPU-only Adds and Muls (``rk3576_dpu``); int8 depthwise convs
+of npuemu's own files (``rk3576_dw8``: they leave room for RK3588's BS record). Anything else -
+int8 depthwise in vendor files, image input, a Clip with a lower bound, a LUT activation, another task kind, a constant word with an unseen value - raises
 :class:`UnsupportedProgramError` naming the task and the word.
 """
 
@@ -107,14 +108,16 @@ def _is_kept(block: str, register: str) -> bool:
 # --- checks -----------------------------------------------------------------------------------
 
 
-def check_conv(task: VendorTask) -> None:
+def check_conv(task: VendorTask, int8_depthwise: bool = False) -> None:
+    """Refuse what the translation does not decode; ``int8_depthwise``: an own build's int8 depthwise
+    task, its words already in the fp16 form's (rk3576_dw8.to_rk3588_words)."""
     where = task.where
     if task.enable != CONV_ENABLE:
         raise UnsupportedProgramError(f"{where}: vendor rk3576 task with op-enable {task.enable:#x}; only conv "
                                       f"tasks (CNA+CORE+DPU+DPU_RDMA, {CONV_ENABLE:#x}) are decoded")
     precision = task.field("CNA", "CONV_CON1", "PROC_PRECISION")
     if task.field("CNA", "CONV_CON1", "CONV_MODE") not in (0, VENDOR_DEPTHWISE) or (
-            is_depthwise(task) and precision != FP16):
+            is_depthwise(task) and precision != FP16 and not int8_depthwise):
         raise UnsupportedProgramError(f"{where}: vendor rk3576 CNA.CONV_CON1.CONV_MODE = "
                                       f"{task.field('CNA', 'CONV_CON1', 'CONV_MODE')}: a depthwise or other "
                                       f"non-direct conv is not translated but an fp16 depthwise one (an int8 one's "

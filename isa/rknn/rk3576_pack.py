@@ -33,6 +33,7 @@ from npuemu.isa.rknn.rk3576_dpu import (
     pack_record, record_cfg,
 )
 from npuemu.isa.rknn.rk3576_layout import CONV_ENABLE
+from npuemu.isa.rknn.rk3576_dw8 import to_vendor as dw8_to_vendor
 from npuemu.isa.rknn.rk3576_program import translate_task
 from npuemu.isa.words import encode_write
 
@@ -66,8 +67,10 @@ def vendor_writes(values: Values, source: RegisterMap, *, shift_address: int, wh
     _check_expressible(values, field, where)
     geometry = _geometry(field)
     geometry["banks"] = cbuf_banks(window_bytes(values, source) if layer_window is None else layer_window)
-    return (_cna(values, field, geometry) + _core(field, geometry)
-            + _dpu(values, field, geometry) + _dpu_rdma(values, field, geometry, shift_address))
+    writes = (_cna(values, field, geometry) + _core(field, geometry)
+              + _dpu(values, field, geometry) + _dpu_rdma(values, field, geometry, shift_address))
+    # int8 depthwise: the cube with CPEND, the record without (rk3576_dw8, REGISTER_SEMANTICS.md 45.2)
+    return dw8_to_vendor(writes, where) if geometry["depthwise"] and geometry["precision"] == INT8 else writes
 
 
 def dpu_vendor_writes(values: Values, source: RegisterMap, where: str, record_address: int = 0) -> list[VendorWrite]:
@@ -186,6 +189,12 @@ def uses_shift_word(values: Values, source: RegisterMap) -> bool:
 # --- what the layout cannot say -------------------------------------------------------------
 
 
+class ImageInputError(UnsupportedProgramError):
+    """A conv reading a packed image (ARGB_IN): the vendor's rk3576 form of it is another input layout
+    with the CNA converter on (REGISTER_SEMANTICS.md 45), so builds store that input unpacked instead
+    (compiler/LOWERING.md 45)."""
+
+
 def _check_expressible(values: Values, field: Field, where: str) -> None:
     def refuse(what: str) -> None:
         raise UnsupportedProgramError(f"{where}: {what} has no known form in the vendor rk3576 layout "
@@ -194,8 +203,11 @@ def _check_expressible(values: Values, field: Field, where: str) -> None:
     precision = field("CNA", "CONV_CON1", "PROC_PRECISION")
     if field("CNA", "CONV_CON1", "CONV_MODE") not in (0, RK3588_DEPTHWISE):
         refuse(f"CONV_MODE {field('CNA', 'CONV_CON1', 'CONV_MODE')}")
-    if field("CNA", "CONV_CON1", "CONV_MODE") == RK3588_DEPTHWISE and precision != FP16:
-        refuse("an int8 depthwise conv (its vendor weight cube and BS record differ; fp16 ones have a form)")
+    if field("CNA", "CONV_CON1", "CONV_MODE") == RK3588_DEPTHWISE and precision not in (FP16, INT8):
+        refuse(f"a depthwise conv of precision {precision}")
+    if field("CNA", "CONV_CON1", "ARGB_IN") and not field("CNA", "CONV_CON1", "DECONV"):
+        raise ImageInputError(f"{where}: an image-input or deconvolution task has no known form in the vendor "
+                              f"rk3576 layout (emulator/REGISTER_SEMANTICS.md 39)")   # the text builds held before
     if field("CNA", "CONV_CON1", "ARGB_IN") or field("CNA", "CONV_CON1", "DECONV"):
         refuse("an image-input or deconvolution task")
     if precision not in C2 or field("CNA", "CONV_CON1", "IN_PRECISION") != precision:
@@ -585,7 +597,8 @@ def check_round_trip(values: Values, source: RegisterMap, vendor: RegisterMap, w
     words = [encode_write(vendor, block, name, value) for block, name, value in writes]
     word = record or shift.to_bytes(2, "little")
     back = {(block, name): value for block, name, value in
-            translate_task(read_task(words, vendor, where, enable), source, lambda address, size: word[:size])}
+            translate_task(read_task(words, vendor, where, enable), source, lambda address, size: word[:size],
+                           own_build=True)}
     values = _as_read_by_the_erdma_alone(values, source)
     for key in (set(values) | set(back)) - NOT_ROUND_TRIPPED - _unread(values, source):
         free = FREE_BITS.get(key, 0)

@@ -9,6 +9,7 @@ applies this when it loads an rk3576 file; REGISTER_SEMANTICS.md 10.3).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -18,9 +19,10 @@ from npuemu.isa.rknn.model import Region, RknnModel, TaskRecord
 from npuemu.isa.rknn.relocate import RelocatedProgram, region_image
 from npuemu.isa.rknn.rk3576_forms import RK3588_CBUF, Cbuf, rk3588_specs
 from npuemu.isa.rknn.rk3576_layout import (
-    KERNEL_GROUP, VENDOR_FAMILY, Reader, VendorTask, bs_shift, check_conv, decomp_control, read_task,
+    CONV_ENABLE, KERNEL_GROUP, VENDOR_DEPTHWISE, VENDOR_FAMILY, Reader, VendorTask, bs_shift, check_conv, decomp_control, read_task,
 )
 from npuemu.isa.rknn.rk3576_dpu import dpu_only_specs, is_dpu_only
+from npuemu.isa.rknn.rk3576_dw8 import is_int8_depthwise, rewrite_memory, spare_offset, to_rk3588_words
 from npuemu.isa.rknn.rk3576_ppu import is_ppu, translate_ppu
 from npuemu.isa.words import TARGET_OP_ENABLE, encode_word
 
@@ -28,15 +30,33 @@ __all__ = ["VENDOR_FAMILY", "encode_writes", "is_vendor_layout", "region_reader"
 
 
 def translate_task(task: VendorTask, out: RegisterMap, read: Reader,
-                   cbuf: Cbuf = RK3588_CBUF) -> list[tuple[str, str, int]]:
+                   cbuf: Cbuf = RK3588_CBUF, own_build: bool = False) -> list[tuple[str, str, int]]:
     """The (block, register, value) writes the emulator's map ``out`` needs for ``task``: the
-    kept registers as written, then the RK3588 form of every re-packed one (a PPU task: rk3576_ppu)."""
+    kept registers as written, then the RK3588 form of every re-packed one (a PPU task: rk3576_ppu).
+    ``own_build``: an npuemu model file, whose int8 depthwise tasks keep room for their RK3588 BS
+    record past the vendor's (rk3576_dw8; vendor .rknn files have none, so those tasks stay refused)."""
     if is_ppu(task.enable):
         return translate_ppu(task)
+    if own_build and task.enable == CONV_ENABLE and is_int8_depthwise(task.values, VENDOR_DEPTHWISE):
+        return _int8_depthwise(task, out, read, cbuf)
+    return _translate_words(task, out, read, cbuf)
+
+
+def _int8_depthwise(task: VendorTask, out: RegisterMap, read: Reader, cbuf: Cbuf) -> list[tuple[str, str, int]]:
+    """The cube with CPEND and the record without (rk3576_dw8): the fp16 depthwise form's words, the
+    RK3588 record where the model file left room for it (rk3576_program rewrites the memory on load)."""
+    spare = spare_offset(task.values)
+    task = replace(task, values=to_rk3588_words(dict(task.values), task.where))
+    return [(block, name, value + spare if (block, name) == ("DPU_RDMA", "BS_BASE_ADDR") else value)
+            for block, name, value in _translate_words(task, out, read, cbuf, int8_depthwise=True)]
+
+
+def _translate_words(task: VendorTask, out: RegisterMap, read: Reader, cbuf: Cbuf,
+                     int8_depthwise: bool = False) -> list[tuple[str, str, int]]:
     if is_dpu_only(task.enable):   # rk3576_dpu: an fp16 / int8 EW Add or Mul of two operands
         specs = dpu_only_specs(task, read)
     else:
-        check_conv(task)
+        check_conv(task, int8_depthwise)
         precision = task.field("CNA", "CONV_CON1", "PROC_PRECISION")
         if precision not in KERNEL_GROUP:
             raise UnsupportedProgramError(f"{task.where}: vendor rk3576 conv precision {precision} is not decoded "
@@ -98,9 +118,9 @@ def translate_regcmd(regcmd: np.ndarray, lists: Sequence[Sequence[TaskRecord]], 
 
 
 def _translate(task: VendorTask, out: RegisterMap, read: Reader, where: str,
-               cbuf: Cbuf) -> list[tuple[str, str, int]]:
+               cbuf: Cbuf, own_build: bool = False) -> list[tuple[str, str, int]]:
     try:
-        return translate_task(task, out, read, cbuf)
+        return translate_task(task, out, read, cbuf, own_build)
     except EncodingError as error:   # a vendor value that no RK3588 field holds
         raise UnsupportedProgramError(f"{where}: the vendor rk3576 task has no RK3588 form: {error}") from None
 
@@ -139,13 +159,24 @@ def translate_model_sections(sections, chains, regmap: RegisterMap, out: Registe
     into ``out``'s positions: {section name: new bytes}. ``sections``: the file's sections (name,
     data, load_address); the BS shift words are read from them by device address."""
     images = {section.name: bytearray(section.data) for section in sections}
+    stored = {section.name: bytes(section.data) for section in sections}
     bases = [(section.load_address, section.name) for section in sections]
 
-    def read(address: int, size: int) -> bytes:
+    def where_is(address: int, size: int) -> tuple[str, int]:
         for base, name in bases:
             if base <= address and address + size <= base + len(images[name]):
-                return bytes(images[name][address - base:address - base + size])
-        raise UnsupportedProgramError(f"a vendor rk3576 BS shift word at {address:#x} lies in no section")
+                return name, address - base
+        raise UnsupportedProgramError(f"a vendor rk3576 BS shift word or weight cube at {address:#x} lies in no "
+                                      f"section")
+
+    def read(address: int, size: int) -> bytes:
+        name, at = where_is(address, size)
+        return stored[name][at:at + size]
+
+    def write(address: int, data: bytes) -> None:   # int8 depthwise memory (rk3576_dw8.rewrite_memory)
+        name, at = where_is(address, len(data))
+        images[name][at:at + len(data)] = data
+        done[name] = bytes(images[name])
 
     done: dict[str, bytes] = {}
     for name, offset, amount in chains:
@@ -154,7 +185,9 @@ def translate_model_sections(sections, chains, regmap: RegisterMap, out: Registe
             where = f"model section {name!r}: task at byte {first * 8:#x}"
             body = np.frombuffer(bytes(image[first * 8:(first + count) * 8]), "<u8")
             task = read_task(body, regmap, where, enable)
-            words = encode_writes(_translate(task, out, read, where, RK3588_CBUF), out, count, where)
+            if task.enable == CONV_ENABLE and is_int8_depthwise(task.values, VENDOR_DEPTHWISE):
+                rewrite_memory(task.values, read, write, where)
+            words = encode_writes(_translate(task, out, read, where, RK3588_CBUF, own_build=True), out, count, where)
             image[first * 8:(first + count) * 8] = np.asarray(words, "<u8").tobytes()
         done[name] = bytes(image)
     return done

@@ -222,28 +222,24 @@ def test_own_residual_add_build_is_vendor_layout_and_runs_like_the_old_layout(mo
     _check_same(model, 16, (12, 20), monkeypatch, fp16)
 
 
-def depthwise_model(channels=16, size=8) -> onnx.ModelProto:
-    rng = np.random.default_rng(0)
-    weights = rng.normal(size=(channels, 1, 3, 3)).astype(np.float32)
-    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=channels)
-    graph = helper.make_graph([node], "dw", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                                           [1, channels, size, size])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                              [numpy_helper.from_array(weights, "w")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
+def sigmoid_model(cin=16, size=(8, 8)) -> onnx.ModelProto:
+    """A conv and a Sigmoid: its LUT (and the LUT upload task) have no decoded vendor rk3576 form."""
+    model = conv_model(cin, 16, size, (3, 3), (1, 1), (1, 1, 1, 1))
+    model.graph.node.insert(len(model.graph.node) - 1, helper.make_node("Sigmoid", ["c"], ["s"]))
+    model.graph.node[-1].input[0] = "s"
     return model
 
 
 def test_a_build_with_an_uncovered_task_stays_at_rk3588_positions_with_a_notice(monkeypatch):
-    """A depthwise conv has no decoded vendor form: the whole build keeps the RK3588 positions and
-    the trailer says why; the file is the one the old layout gives."""
+    """A LUT activation has no decoded vendor form (an int8 depthwise conv had one until LOWERING.md 45):
+    the whole build keeps the RK3588 positions and the trailer says why; the file is the one the old
+    layout gives."""
     samples = _inputs(16, (8, 8))
-    built = _build(depthwise_model(), samples)
+    built = _build(sigmoid_model(), samples)
     notice = built.trailer["platform"].get("register_layout_notice", "")
     assert "register_layout" not in built.trailer["platform"]
-    assert notice.startswith("RK3588 register positions kept") and "depthwise" in notice
-    old = _build(depthwise_model(), samples, vendor=False, monkeypatch=monkeypatch)
+    assert notice.startswith("RK3588 register positions kept") and "Conv_0_fuse_sigmoid" in notice
+    old = _build(sigmoid_model(), samples, vendor=False, monkeypatch=monkeypatch)
     assert built.sections == old.sections
 
 
@@ -256,12 +252,43 @@ def test_other_chips_do_not_change(monkeypatch):
     assert "register_layout_notice" not in built.trailer["platform"]
 
 
-def test_packed_image_input_keeps_rk3588_positions_with_a_notice():
-    """A 3-channel first conv reads a packed image (ARGB_IN): refused by the translation, so no
-    vendor form is emitted."""
-    model = conv_model(3, 16, (10, 10), (3, 3), (1, 1), (1, 1, 1, 1))
-    built = _build(model, _inputs(3, (10, 10)))
+def _input_layout(built, name="x"):
+    tensor = built.tensor(name)
+    return tensor.layout, tensor.c2
+
+
+@pytest.mark.parametrize("cin, kernel, stride", [(3, (3, 3), (1, 1)), (3, (3, 3), (2, 2)), (1, (1, 1), (1, 1)),
+                                                 (4, (5, 3), (2, 1))])
+def test_packed_image_input_is_stored_unpacked_in_the_vendor_layout(monkeypatch, cin, kernel, stride):
+    """A 1-4 channel first conv reads a packed image (ARGB_IN) at RK3588 positions; the vendor's rk3576
+    image input is another form (REGISTER_SEMANTICS.md 45), so a build whose only uncovered task is that
+    conv stores the input unpacked (NC1HWC2) and gets the vendor layout (LOWERING.md 45); its outputs
+    equal the packed RK3588-position build's bit for bit."""
+    size = (11, 10)
+    model = conv_model(cin, 16, size, kernel, stride, (1, 1, 1, 1), relu=True)
+    samples = _inputs(cin, size)
+    vendor = _build(model, samples)
+    old = _build(model, samples, False, False, monkeypatch)
+    assert vendor.trailer["platform"]["register_layout"] == "rk3576_vendor"
+    assert "register_layout" not in old.trailer["platform"]
+    assert _input_layout(old)[1] == cin and _input_layout(vendor)[1] != cin   # packed at RK3588 positions only
+    for sample in samples:
+        np.testing.assert_array_equal(_run(vendor, sample["x"]), _run(old, sample["x"]))
+
+
+def test_packed_image_input_with_another_uncovered_task_keeps_the_packed_build(monkeypatch):
+    """Image input and a LUT activation: unpacking would not give the vendor layout, so the build
+    is the packed one at RK3588 positions, byte for byte as before the retry existed (the image error
+    taken as any other), its notice naming the image input (the first)."""
+    model = sigmoid_model(cin=3)
+    samples = _inputs(3, (8, 8))
+    built = _build(model, samples)
     assert "image-input" in built.trailer["platform"]["register_layout_notice"]
+    assert _input_layout(built)[1] == 3                      # the packed image, C2 = C
+    monkeypatch.setattr(emit_rk3576, "ImageInputError", type("NeverRaised", (Exception,), {}))
+    before = _build(model, samples)
+    monkeypatch.undo()
+    assert built.to_bytes() == before.to_bytes()
 
 
 # The vendor's own rk3576 builds of the fixtures' ONNX (../shared/rknn-fixtures-ops, meta.json: one

@@ -7,6 +7,7 @@ write overlaps is gone, every other value is still there."""
 from hypothesis import given, settings, strategies as st
 import numpy as np
 
+from npuemu.emulator import memory
 from npuemu.emulator.memory import DerivedCache
 
 KEYS = st.integers(0, 40)
@@ -38,8 +39,18 @@ def _reference(ops):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(OPS, max_size=200))
-def test_kept_values_are_those_no_write_overlapped(ops):
+@given(st.lists(OPS, max_size=200), st.sampled_from([memory._ROWS_BY_KEYS_MAX, 0]))
+def test_kept_values_are_those_no_write_overlapped(ops, rows_by_keys):
+    """(``rows_by_keys`` 0: a write's rows checked entry by entry, the path of writes of many rows
+    over many entries.)"""
+    memory._ROWS_BY_KEYS_MAX, kept = rows_by_keys, memory._ROWS_BY_KEYS_MAX
+    try:
+        _check(ops)
+    finally:
+        memory._ROWS_BY_KEYS_MAX = kept
+
+
+def _check(ops):
     cache = DerivedCache()
     for step, op in enumerate(ops):
         if op[0] == "put":
