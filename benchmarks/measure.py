@@ -9,7 +9,10 @@ What each figure times (see RESULTS.md):
 - first_run_s: one cold `npuemu run m.npu --input x.npy` process, end to end, with the Numba cache
   already warm (one untimed run first).
 - emu_int8_ms: in a worker process, Runtime.run() plus the timing-model report (report_npu),
-  median of --repeat runs after one warm-up run.
+  median of --repeat runs after WARMUP_RUNS warm-up runs (the steady state of an inner loop: a
+  chain is replayed from a start state seen before, and its tasks compiled into steps on the first
+  replay - a chain of an odd number of tasks alternates between two start states - so the first
+  runs cost more; with one warm-up run the median of 3 still held them).
 - peak_rss_mb: the worker's own ru_maxrss (RUSAGE_SELF, at exit).
 - ort_ms: onnxruntime CPU float32 on the same ONNX, intra-op threads = --threads (default
   os.cpu_count()), median of --repeat runs after one warm-up. The emulator processes get the
@@ -135,11 +138,16 @@ def load_runtime(npu_path: str):
     return Runtime(ModelFile.read(npu_path))
 
 
+#: untimed runs before the timed ones (module docstring, emu_int8_ms)
+WARMUP_RUNS = 4
+
+
 def _worker(npu_path: str, x_path: str, repeat: int) -> None:
     runtime = load_runtime(npu_path)
     x = np.load(x_path)
     name = runtime.inputs[0]
-    run_once(runtime, name, x)  # warm-up: Numba load, first-touch allocations
+    for _ in range(WARMUP_RUNS):  # Numba load, first-touch allocations, chain replays and their steps
+        run_once(runtime, name, x)
     times, cpu = [], []
     for _ in range(repeat):
         start, start_cpu = time.perf_counter(), time.process_time()
