@@ -95,6 +95,30 @@ def _state(machine: Machine):
     return core.regfile.snapshot(), core.tasks_run, core.interrupt_raw
 
 
+def paired_runs(fast: Machine, slow: Machine, amount: int, inputs, load, read) -> list:
+    """Each of ``inputs`` through the replaying machine ``fast`` and the full-path ``slow``
+    (``load(machine, x)`` stores it, ``read(machine)`` takes what the run left): their task records
+    (blocks, groups, decoded states, every DMA counter) and register states are checked equal on
+    the way; per input (fast's read, slow's read, x), the reads compared by the caller (a
+    deliberately broken step must show in them)."""
+    runs = []
+    for x in inputs:
+        results = []
+        for machine in (fast, slow):
+            load(machine, x)
+            records = machine.run_chain(ADDRESS, amount).tasks
+            results.append((records, read(machine)))
+        assert results[0][0] == results[1][0]
+        assert _state(fast) == _state(slow)
+        runs.append((results[0][1], results[1][1], x))
+    return runs
+
+
+def int8_inputs(seed: int, shape: tuple, runs: int = RUNS):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(-128, 128, shape).astype(np.int8) for _ in range(runs)]
+
+
 def _expected(spec, x, w, bs):
     return out_cvt_reference(reference_accumulators(spec, x, w, bs), spec.out_scale, spec.out_shift, spec.out_offset)
 

@@ -16,7 +16,7 @@ from tests.emulator.test_machine_support import (
     MASK_CONV, MASK_FLYING, BsParams, bs_reference, conv_task, ew_convert_reference, flying_task, load_cube,
     out_cvt_reference, read_cube, sat32,
 )
-from tests.emulator.test_task_plans import ADDRESS, RUNS, Counting, _machine, _output, _spec, _state
+from tests.emulator.test_task_plans import ADDRESS, RUNS, Counting, _machine, _output, _spec, int8_inputs, paired_runs
 from tests.emulator.test_task_plans import _expected as _conv_expected
 from tests.emulator.test_task_plans_lut import _lut_settings, _with_lut
 from tests.emulator.test_dpu_resize import unpool_task
@@ -88,20 +88,15 @@ def _run_both(monkeypatch, chain):
     counting = Counting(monkeypatch)
     fast, amount = _machine(chain, False)
     slow, _ = _machine(chain, True)
-    rng = np.random.default_rng(4)
-    runs = []
-    for _ in range(RUNS):
-        a, b = (rng.integers(-128, 128, (CHANNELS, HEIGHT, WIDTH)).astype(np.int8) for _ in range(2))
-        results = []
-        for machine in (fast, slow):
-            load_cube(machine, IN0, a)
-            load_cube(machine, IN1, b)
-            records = machine.run_chain(ADDRESS, amount).tasks
-            results.append((records, [read_cube(machine, out, 48, HEIGHT, WIDTH) for out in OUTS[:len(chain)]]))
-        assert results[0][0] == results[1][0]  # blocks, groups, decoded states and every DMA counter
-        assert _state(fast) == _state(slow)
-        runs.append((results[0][1], results[1][1], a, b))
-    return runs, counting
+    inputs = int8_inputs(4, (2, CHANNELS, HEIGHT, WIDTH))
+
+    def load(machine, ab):
+        load_cube(machine, IN0, ab[0])
+        load_cube(machine, IN1, ab[1])
+
+    runs = paired_runs(fast, slow, amount, inputs, load,
+                       lambda machine: [read_cube(machine, out, 48, HEIGHT, WIDTH) for out in OUTS[:len(chain)]])
+    return [(got, want, ab[0], ab[1]) for got, want, ab in runs], counting
 
 
 @pytest.mark.parametrize("order", [("add", "copy", "lut"), ("copy", "add"), ("lut", "gate", "copy"),
@@ -132,19 +127,14 @@ def test_a_copy_of_a_convolutions_output_reads_it_as_written(monkeypatch):
     counting = Counting(monkeypatch)
     fast, amount = _machine(chain, False, layer, spec)
     slow, _ = _machine(chain, True, layer, spec)
-    rng = np.random.default_rng(5)
-    for _ in range(RUNS):
-        x = rng.integers(-128, 128, (spec.in_c, spec.in_h, spec.in_w)).astype(np.int8)
-        results = []
-        for machine in (fast, slow):
-            load_cube(machine, spec.feature, x)
-            records = machine.run_chain(ADDRESS, amount).tasks
-            results.append((records, read_cube(machine, 0x380000, spec.kernels, spec.out_h, spec.out_w)))
-            np.testing.assert_array_equal(_output(machine, spec), _conv_expected(spec, x, layer[1], layer[3]))
-        assert results[0][0] == results[1][0]
-        np.testing.assert_array_equal(results[0][1], results[1][1])
-        np.testing.assert_array_equal(results[0][1], _conv_expected(spec, x, layer[1], layer[3]))
-        assert _state(fast) == _state(slow)
+    runs = paired_runs(fast, slow, amount, int8_inputs(5, (spec.in_c, spec.in_h, spec.in_w)),
+                       lambda machine, x: load_cube(machine, spec.feature, x),
+                       lambda machine: (_output(machine, spec),
+                                        read_cube(machine, 0x380000, spec.kernels, spec.out_h, spec.out_w)))
+    for (conv, copied), (slow_conv, slow_copied), x in runs:
+        expected = _conv_expected(spec, x, layer[1], layer[3])
+        for array in (conv, slow_conv, copied, slow_copied):
+            np.testing.assert_array_equal(array, expected)
     program = fast.cores[0]._replays.get(fast.cores[0]._fetch(ADDRESS, amount))[0].program[0]
     assert [step is None for step in program.steps] == [False, False, False]
     assert counting.steps >= 3
@@ -192,18 +182,9 @@ def _unpool_runs(monkeypatch):
     counting = Counting(monkeypatch)
     fast, amount = _machine([(unpool, MASK_FLYING), (copy, MASK_FLYING)], False)
     slow, _ = _machine([(unpool, MASK_FLYING), (copy, MASK_FLYING)], True)
-    rng = np.random.default_rng(9)
-    runs = []
-    for _ in range(RUNS):
-        x = rng.integers(-128, 128, (16, height, width)).astype(np.int8)
-        results = []
-        for machine in (fast, slow):
-            load_cube(machine, IN0, x)
-            records = machine.run_chain(ADDRESS, amount).tasks
-            results.append((records, [read_cube(machine, out, 16, 2 * height, 2 * width) for out in OUTS[:2]]))
-        assert results[0][0] == results[1][0]
-        assert _state(fast) == _state(slow)
-        runs.append((results[0][1], results[1][1], x))
+    runs = paired_runs(fast, slow, amount, int8_inputs(9, (16, height, width)),
+                       lambda machine, x: load_cube(machine, IN0, x),
+                       lambda machine: [read_cube(machine, out, 16, 2 * height, 2 * width) for out in OUTS[:2]])
     return runs, counting
 
 

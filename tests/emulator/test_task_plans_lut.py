@@ -18,7 +18,7 @@ from tests.emulator.test_machine_conv import random_layer, reference_accumulator
 from tests.emulator.test_machine_support import (
     MASK_CONV, conv_task, load_cube, lut_reference, out_cvt_reference, read_cube,
 )
-from tests.emulator.test_task_plans import ADDRESS, RUNS, Counting, _machine, _output, _spec, _state
+from tests.emulator.test_task_plans import Counting, _machine, _output, _spec, int8_inputs, paired_runs
 from tests.emulator.test_task_plans import _expected as _conv_expected
 
 OUT_SCALE, OUT_SHIFT = 16384, 18  # LUT outputs (entries within +-2000) to int8: v / 16
@@ -90,19 +90,11 @@ def _compare(monkeypatch, name: str, ew: str, tasks: int, seed: int = 1):
     counting = Counting(monkeypatch)
     fast, amount = _machine(chain, False, layer, spec)
     slow, _ = _machine(chain, True, layer, spec)
-    rng = np.random.default_rng(seed)
-    outputs = []
-    for _ in range(RUNS):
-        x = rng.integers(-128, 128, (spec.in_c, spec.in_h, spec.in_w)).astype(np.int8)
-        runs = []
-        for machine in (fast, slow):
-            load_cube(machine, spec.feature, x)
-            runs.append((machine.run_chain(ADDRESS, amount).tasks, [_output(machine, one) for one in specs]))
-        (got_records, got), (want_records, want) = runs
-        assert got_records == want_records  # blocks, groups, decoded states and every DMA counter
-        assert _state(fast) == _state(slow)  # registers, pointers, LUT port and RAM
-        outputs += [(mine, theirs, _expected(spec, x, layer, lut_settings) if ew == "identity" else None)
-                    for mine, theirs, lut_settings in zip(got, want, settings)]
+    runs = paired_runs(fast, slow, amount, int8_inputs(seed, (spec.in_c, spec.in_h, spec.in_w)),
+                       lambda machine, x: load_cube(machine, spec.feature, x),
+                       lambda machine: [_output(machine, one) for one in specs])  # (states: LUT port and RAM too)
+    outputs = [(mine, theirs, _expected(spec, x, layer, lut_settings) if ew == "identity" else None)
+               for got, want, x in runs for mine, theirs, lut_settings in zip(got, want, settings)]
     return outputs, counting
 
 
@@ -147,17 +139,10 @@ def test_interleaved_steps_equal_full_runs(monkeypatch, with_lut):
     counting = Counting(monkeypatch)
     fast, amount = _machine(chain, False, layer, spec)
     slow, _ = _machine(chain, True, layer, spec)
-    rng = np.random.default_rng(3)
-    for _ in range(RUNS):
-        x = rng.integers(-128, 128, (spec.in_c, spec.in_h, spec.in_w)).astype(np.int8)
-        runs = []
-        for machine in (fast, slow):
-            load_cube(machine, spec.feature, x)
-            records = machine.run_chain(ADDRESS, amount).tasks
-            runs.append((records, read_cube(machine, spec.output, spec.kernels, 2 * spec.out_h, 2 * spec.out_w)))
-        (got_records, got), (want_records, want) = runs
-        assert got_records == want_records
-        assert _state(fast) == _state(slow)
+    runs = paired_runs(fast, slow, amount, int8_inputs(3, (spec.in_c, spec.in_h, spec.in_w)),
+                       lambda machine, x: load_cube(machine, spec.feature, x),
+                       lambda machine: read_cube(machine, spec.output, spec.kernels, 2 * spec.out_h, 2 * spec.out_w))
+    for got, want, x in runs:
         np.testing.assert_array_equal(got, want)
         for rx in range(2):
             want = _expected(spec, x, layer, settings[rx]) if with_lut else _conv_expected(spec, x, layer[1], layer[3])

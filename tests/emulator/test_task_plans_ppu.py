@@ -12,7 +12,7 @@ from npuemu.emulator.units import ppu
 from tests.emulator.test_machine_conv import random_layer
 from tests.emulator.test_machine_support import MASK_CONV, MASK_POOL, conv_task, load_cube, pool_reference, \
     pool_task, read_cube
-from tests.emulator.test_task_plans import ADDRESS, RUNS, Counting, _machine, _output, _spec, _state
+from tests.emulator.test_task_plans import Counting, _machine, _output, _spec, int8_inputs, paired_runs
 from tests.emulator.test_task_plans import _expected as _conv_expected
 
 IN0 = 0x10000
@@ -47,18 +47,11 @@ def test_pool_steps_equal_full_runs(monkeypatch, order):
     counting = Counting(monkeypatch)
     fast, amount = _machine([(task, MASK_POOL) for task, _ in tasks], False)
     slow, _ = _machine([(task, MASK_POOL) for task, _ in tasks], True)
-    rng = np.random.default_rng(6)
-    for _ in range(RUNS):
-        x = rng.integers(-128, 128, (CHANNELS, HEIGHT, WIDTH)).astype(np.int8)
-        results = []
-        for machine in (fast, slow):
-            load_cube(machine, IN0, x)
-            records = machine.run_chain(ADDRESS, amount).tasks
-            results.append((records, [read_cube(machine, out, CHANNELS, *shape)
-                                      for out, (_, shape) in zip(OUTS, tasks)]))
-        assert results[0][0] == results[1][0]  # blocks, groups, decoded states and every DMA counter
-        assert _state(fast) == _state(slow)
-        for name, got, want, (_, shape) in zip(order, results[0][1], results[1][1], tasks):
+    runs = paired_runs(fast, slow, amount, int8_inputs(6, (CHANNELS, HEIGHT, WIDTH)),
+                       lambda machine, x: load_cube(machine, IN0, x),
+                       lambda machine: [read_cube(machine, out, CHANNELS, *shape) for out, (_, shape) in zip(OUTS, tasks)])
+    for fast_reads, slow_reads, x in runs:
+        for name, got, want, (_, shape) in zip(order, fast_reads, slow_reads, tasks):
             np.testing.assert_array_equal(got, want)
             np.testing.assert_array_equal(got, _reference(name, x, shape))
     assert counting.built >= 1 and counting.steps >= len(order)
@@ -72,20 +65,15 @@ def test_a_pool_of_a_convolutions_output_reads_it_as_written(monkeypatch):
     counting = Counting(monkeypatch)
     fast, amount = _machine(chain, False, layer, spec)
     slow, _ = _machine(chain, True, layer, spec)
-    rng = np.random.default_rng(7)
-    for _ in range(RUNS):
-        x = rng.integers(-128, 128, (spec.in_c, spec.in_h, spec.in_w)).astype(np.int8)
-        results = []
-        for machine in (fast, slow):
-            load_cube(machine, spec.feature, x)
-            records = machine.run_chain(ADDRESS, amount).tasks
-            results.append((records, read_cube(machine, 0x380000, spec.kernels, *shape)))
-            np.testing.assert_array_equal(_output(machine, spec), _conv_expected(spec, x, layer[1], layer[3]))
-        assert results[0][0] == results[1][0]
-        assert _state(fast) == _state(slow)
-        np.testing.assert_array_equal(results[0][1], results[1][1])
-        np.testing.assert_array_equal(results[0][1], _reference("max", _conv_expected(spec, x, layer[1], layer[3]),
-                                                                shape))
+    runs = paired_runs(fast, slow, amount, int8_inputs(7, (spec.in_c, spec.in_h, spec.in_w)),
+                       lambda machine, x: load_cube(machine, spec.feature, x),
+                       lambda machine: (_output(machine, spec), read_cube(machine, 0x380000, spec.kernels, *shape)))
+    for (conv, pooled), (slow_conv, slow_pooled), x in runs:
+        expected = _conv_expected(spec, x, layer[1], layer[3])
+        np.testing.assert_array_equal(conv, expected)
+        np.testing.assert_array_equal(slow_conv, expected)
+        np.testing.assert_array_equal(pooled, slow_pooled)
+        np.testing.assert_array_equal(pooled, _reference("max", expected, shape))
     assert counting.steps >= 2
 
 
@@ -104,14 +92,7 @@ def test_the_checks_catch_source_rows_read_when_the_step_was_built(monkeypatch):
     counting = Counting(monkeypatch)
     fast, amount = _machine([(task, MASK_POOL)], False)
     slow, _ = _machine([(task, MASK_POOL)], True)
-    rng = np.random.default_rng(8)
-    differ = 0
-    for _ in range(RUNS):
-        x = rng.integers(-128, 128, (CHANNELS, HEIGHT, WIDTH)).astype(np.int8)
-        outputs = []
-        for machine in (fast, slow):
-            load_cube(machine, IN0, x)
-            machine.run_chain(ADDRESS, amount)
-            outputs.append(read_cube(machine, OUTS[0], CHANNELS, *shape))
-        differ += int(not np.array_equal(*outputs))
-    assert counting.steps >= 1 and differ > 0
+    runs = paired_runs(fast, slow, amount, int8_inputs(8, (CHANNELS, HEIGHT, WIDTH)),
+                       lambda machine, x: load_cube(machine, IN0, x),
+                       lambda machine: read_cube(machine, OUTS[0], CHANNELS, *shape))
+    assert counting.steps >= 1 and sum(int(not np.array_equal(got, want)) for got, want, _ in runs) > 0
