@@ -45,9 +45,9 @@ from npuemu.emulator.kernels.weights import (
 
 from npuemu.emulator.kernels import conv_pixels, depthwise, dpu, fp16, layout, lut, mac, ppu, weights
 from npuemu.emulator.kernels.scipy_blas import preload_cython_blas
-from npuemu.emulator.kernels.stale_cache import drop_caches_built_on_old_numerics
+from npuemu.emulator.kernels.stale_cache import drop_caches_built_on_old_sources
 
-drop_caches_built_on_old_numerics([conv_pixels, depthwise, dpu, fp16, layout, lut, mac, ppu, weights])
+drop_caches_built_on_old_sources([conv_pixels, depthwise, dpu, fp16, layout, lut, mac, ppu, weights])
 preload_cython_blas()  # before the first compiled call: Numba's BLAS check then skips scipy.linalg
 
 __all__ = [

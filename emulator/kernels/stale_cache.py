@@ -22,7 +22,7 @@ from npuemu.emulator import numerics
 _STAMP = "npuemu-numerics.sha256"
 
 
-def drop_caches_built_on_old_numerics(modules: list[ModuleType]) -> None:
+def drop_caches_built_on_old_sources(modules: list[ModuleType]) -> None:
     digest = _sources_digest()
     by_directory: dict[Path, list[CPUDispatcher]] = {}
     for module in modules:

@@ -19,14 +19,11 @@ def machine() -> Machine:
     return Machine.for_platform("rk3588", ddr_size=16 << 20)
 
 
-def test_flying_add_with_operand_converter_relu_and_round_away():
-    rng = np.random.default_rng(1)
-    channels, height, width = 40, 9, 11  # 40 channels: the last surface is half padding
-    a, b = (rng.integers(-128, 128, (channels, height, width)).astype(np.int8) for _ in range(2))
-    m = machine()
-    load_cube(m, IN0, a)
-    load_cube(m, IN1, b)
-    t = flying_task(width, height, channels, src=IN0, dst=OUT)
+def flying_add(width: int, height: int, channels: int, src: int, operand: int, dst: int):
+    """A flying Add of the cube at ``src`` and the ERDMA operand at ``operand``: BS ALU -7 and MUL
+    9000 (shift 2, 3 below zero) on the main cube, the operand converted (offset 11, scale 20000,
+    shift 3), OUT_CVT 20000 >> 18 plus 3, rounding away from zero."""
+    t = flying_task(width, height, channels, src=src, dst=dst)
     t.set("DPU", "BS_CFG", BS_ALU_ALGO=2, BS_RELU_BYPASS=1)
     t.set("DPU", "BS_ALU_CFG", -7 & 0xFFFFFFFF)
     t.set("DPU", "BS_MUL_CFG", BS_MUL_OPERAND=9000, BS_MUL_SHIFT_VALUE=2)
@@ -39,8 +36,19 @@ def test_flying_add_with_operand_converter_relu_and_round_away():
     t.set("DPU", "OUT_CVT_SCALE", OUT_CVT_SCALE=20000)
     t.set("DPU", "OUT_CVT_SHIFT", CVT_ROUND=1, OUT_CVT_SHIFT=18)
     t.set("DPU_RDMA", "ERDMA_CFG", ERDMA_DATA_MODE=1, ERDMA_DATA_SIZE=1)
-    t.set("DPU_RDMA", "EW_BASE_ADDR", IN1)
+    t.set("DPU_RDMA", "EW_BASE_ADDR", operand)
     t.set("DPU_RDMA", "EW_SURF_STRIDE", EW_SURF_STRIDE=width * height)
+    return t
+
+
+def test_flying_add_with_operand_converter_relu_and_round_away():
+    rng = np.random.default_rng(1)
+    channels, height, width = 40, 9, 11  # 40 channels: the last surface is half padding
+    a, b = (rng.integers(-128, 128, (channels, height, width)).astype(np.int8) for _ in range(2))
+    m = machine()
+    load_cube(m, IN0, a)
+    load_cube(m, IN1, b)
+    t = flying_add(width, height, channels, IN0, IN1, OUT)
     run = run_tasks(m, [t.task(MASK_FLYING)])
     v = bs_reference(a.astype(np.int64), BsParams(alu=-7, mul=9000, shift=2, shift_neg=3))
     v = np.maximum(sat32(v + ew_convert_reference(b, 11, 20000, 3, round_away=True)), 0)

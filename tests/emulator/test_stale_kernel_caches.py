@@ -28,15 +28,15 @@ def test_a_changed_source_empties_the_cache_and_stamps_it(tmp_path, monkeypatch)
     directory = next(tmp_path.rglob("*.nbi")).parent
     (directory / "other_module.f-1.py311.nbi").write_bytes(b"index of a module not imported")
     monkeypatch.setattr(stale_cache, "_sources_digest", lambda: "digest-1")
-    stale_cache.drop_caches_built_on_old_numerics([module])
+    stale_cache.drop_caches_built_on_old_sources([module])
     assert not list(directory.glob("*.nbi"))
     assert (directory / stale_cache._STAMP).read_text() == "digest-1"
     assert module.twice(4) == 8
     index = list(directory.glob("*.nbi"))
-    stale_cache.drop_caches_built_on_old_numerics([module])  # same digest: kept
+    stale_cache.drop_caches_built_on_old_sources([module])  # same digest: kept
     assert list(directory.glob("*.nbi")) == index
     monkeypatch.setattr(stale_cache, "_sources_digest", lambda: "digest-2")
-    stale_cache.drop_caches_built_on_old_numerics([module])
+    stale_cache.drop_caches_built_on_old_sources([module])
     assert not list(directory.glob("*.nbi"))
 
 

@@ -114,6 +114,31 @@ def paired_runs(fast: Machine, slow: Machine, amount: int, inputs, load, read) -
     return runs
 
 
+def hoist_row_reads(monkeypatch, module) -> None:
+    """Break ``module``'s steps on purpose: its ``gather_rows`` copies each row set's bytes of the
+    first run and hands them back on every later one (a read hoisted out of the run), which the
+    paired checks must catch."""
+    inner, kept = module.gather_rows, {}
+
+    def once(data, offsets, rows):
+        if id(offsets) not in kept:
+            inner(data, offsets, rows)
+            kept[id(offsets)] = rows.copy()
+        rows[...] = kept[id(offsets)]
+
+    monkeypatch.setattr(module, "gather_rows", once)
+
+
+def frozen_bs_operands(rng, channels: int) -> dict:
+    """Random per-channel BS operands (ALU, CPEND, multiplier), read-only as a plan holds them."""
+    operands = dict(bs_alu=rng.integers(-5000, 5000, channels).astype(np.int32),
+                    bs_cpend=rng.integers(-20, 20, channels).astype(np.int32),
+                    bs_mul=rng.integers(1000, 9000, channels).astype(np.int32))
+    for array in operands.values():
+        array.flags.writeable = False
+    return operands
+
+
 def int8_inputs(seed: int, shape: tuple, runs: int = RUNS):
     rng = np.random.default_rng(seed)
     return [rng.integers(-128, 128, shape).astype(np.int8) for _ in range(runs)]
@@ -330,11 +355,7 @@ def test_prepared_store_equals_planned_to_atoms(config, huge_sums):
     channels, height, width, c2 = 40, 3, 5, 16
     surfaces, pixels = 3, height * width
     settings = STORE_CONFIGS[config]
-    operands = dict(bs_alu=rng.integers(-5000, 5000, channels).astype(np.int32),
-                    bs_cpend=rng.integers(-20, 20, channels).astype(np.int32),
-                    bs_mul=rng.integers(1000, 9000, channels).astype(np.int32))
-    for array in operands.values():
-        array.flags.writeable = False
+    operands = frozen_bs_operands(rng, channels)
     ew_type = np.dtype(np.int8) if "ew" in settings else None
     plan = plan_stages(channels, np.int8, np.int32, ew_type, **settings, **operands)
     offsets = (np.arange(surfaces * height, dtype=np.int64) * width * 2)
@@ -431,11 +452,7 @@ def _held_case(config: str, channels: int, surfaces: int, per_tensor: bool, seed
     rng = np.random.default_rng(seed)
     height, width = 3, 50  # 150 pixels: several blocks of BLOCK_ELEMENTS // channels
     settings = HELD_CONFIGS[config]
-    operands = dict(bs_alu=rng.integers(-5000, 5000, channels).astype(np.int32),
-                    bs_cpend=rng.integers(-20, 20, channels).astype(np.int32),
-                    bs_mul=rng.integers(1000, 9000, channels).astype(np.int32))
-    for array in operands.values():
-        array.flags.writeable = False
+    operands = frozen_bs_operands(rng, channels)
     ew_type = np.dtype(np.int8) if "ew" in settings else None
     plan = plan_stages(channels, np.int8, np.int32, ew_type, **settings, **operands)
     runs = []

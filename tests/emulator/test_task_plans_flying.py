@@ -16,11 +16,14 @@ from tests.emulator.test_machine_support import (
     MASK_CONV, MASK_FLYING, BsParams, bs_reference, conv_task, ew_convert_reference, flying_task, load_cube,
     out_cvt_reference, read_cube, sat32,
 )
-from tests.emulator.test_task_plans import ADDRESS, RUNS, Counting, _machine, _output, _spec, int8_inputs, paired_runs
+from tests.emulator.test_task_plans import (
+    ADDRESS, RUNS, Counting, _machine, _output, _spec, hoist_row_reads, int8_inputs, paired_runs,
+)
 from tests.emulator.test_task_plans import _expected as _conv_expected
 from tests.emulator.test_task_plans_lut import _lut_settings, _with_lut
 from tests.emulator.test_dpu_resize import unpool_task
 from tests.emulator.test_machine_conv import random_layer
+from tests.emulator.test_machine_dpu_ppu import flying_add
 
 IN0, IN1 = 0x10000, 0x80000
 OUTS = (0x100000, 0x140000, 0x180000)
@@ -29,22 +32,7 @@ CHANNELS, HEIGHT, WIDTH = 40, 9, 11  # 40 channels: the last surface is half pad
 
 def _add(dst: int):
     """test_machine_dpu_ppu's flying Add: BS on the main cube, the ERDMA operand converted, ReLU."""
-    t = flying_task(WIDTH, HEIGHT, CHANNELS, src=IN0, dst=dst)
-    t.set("DPU", "BS_CFG", BS_ALU_ALGO=2, BS_RELU_BYPASS=1)
-    t.set("DPU", "BS_ALU_CFG", -7 & 0xFFFFFFFF)
-    t.set("DPU", "BS_MUL_CFG", BS_MUL_OPERAND=9000, BS_MUL_SHIFT_VALUE=2)
-    t.set("DPU", "DATA_FORMAT", BS_MUL_SHIFT_VALUE_NEG=3)
-    t.set("DPU", "EW_CFG", EW_CVT_ROUND=1, EW_DATA_MODE=1, EDATA_SIZE=1, EW_ALU_ALGO=2, EW_LUT_BYPASS=1,
-          EW_OP_SRC=1)
-    t.set("DPU", "EW_CVT_OFFSET_VALUE", 11)
-    t.set("DPU", "EW_CVT_SCALE_VALUE", EW_OP_CVT_SHIFT=3, EW_OP_CVT_SCALE=20000)
-    t.set("DPU", "OUT_CVT_OFFSET", 3)
-    t.set("DPU", "OUT_CVT_SCALE", OUT_CVT_SCALE=20000)
-    t.set("DPU", "OUT_CVT_SHIFT", CVT_ROUND=1, OUT_CVT_SHIFT=18)
-    t.set("DPU_RDMA", "ERDMA_CFG", ERDMA_DATA_MODE=1, ERDMA_DATA_SIZE=1)
-    t.set("DPU_RDMA", "EW_BASE_ADDR", IN1)
-    t.set("DPU_RDMA", "EW_SURF_STRIDE", EW_SURF_STRIDE=WIDTH * HEIGHT)
-    return t
+    return flying_add(WIDTH, HEIGHT, CHANNELS, IN0, IN1, dst)
 
 
 def _gate(dst: int):
@@ -142,16 +130,7 @@ def test_a_copy_of_a_convolutions_output_reads_it_as_written(monkeypatch):
 
 def test_the_checks_catch_main_rows_read_when_the_step_was_built(monkeypatch):
     """A step whose MRDMA rows are the bytes of its first run (a read hoisted out of the run)."""
-    inner = dpu_plan.gather_rows
-    kept = {}
-
-    def once(data, offsets, rows):
-        if id(offsets) not in kept:
-            inner(data, offsets, rows)
-            kept[id(offsets)] = rows.copy()
-        rows[...] = kept[id(offsets)]
-
-    monkeypatch.setattr(dpu_plan, "gather_rows", once)
+    hoist_row_reads(monkeypatch, dpu_plan)
     chain = [(_add(OUTS[0]), MASK_FLYING)]
     runs, counting = _run_both(monkeypatch, chain)
     assert counting.steps >= 1
@@ -199,16 +178,7 @@ def test_unpooling_steps_equal_full_runs(monkeypatch):
 
 
 def test_the_checks_catch_unpooling_rows_read_when_the_step_was_built(monkeypatch):
-    inner = dpu_plan.gather_rows
-    kept = {}
-
-    def once(data, offsets, rows):
-        if id(offsets) not in kept:
-            inner(data, offsets, rows)
-            kept[id(offsets)] = rows.copy()
-        rows[...] = kept[id(offsets)]
-
-    monkeypatch.setattr(dpu_plan, "gather_rows", once)
+    hoist_row_reads(monkeypatch, dpu_plan)
     runs, counting = _unpool_runs(monkeypatch)
     assert counting.steps >= 1
     assert sum(int(not np.array_equal(got[0], want[0])) for got, want, _ in runs) > 0

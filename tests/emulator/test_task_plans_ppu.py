@@ -12,7 +12,7 @@ from npuemu.emulator.units import ppu
 from tests.emulator.test_machine_conv import random_layer
 from tests.emulator.test_machine_support import MASK_CONV, MASK_POOL, conv_task, load_cube, pool_reference, \
     pool_task, read_cube
-from tests.emulator.test_task_plans import Counting, _machine, _output, _spec, int8_inputs, paired_runs
+from tests.emulator.test_task_plans import Counting, _machine, _output, _spec, hoist_row_reads, int8_inputs, paired_runs
 from tests.emulator.test_task_plans import _expected as _conv_expected
 
 IN0 = 0x10000
@@ -78,16 +78,7 @@ def test_a_pool_of_a_convolutions_output_reads_it_as_written(monkeypatch):
 
 
 def test_the_checks_catch_source_rows_read_when_the_step_was_built(monkeypatch):
-    inner = ppu.gather_rows
-    kept = {}
-
-    def once(data, offsets, rows):
-        if id(offsets) not in kept:
-            inner(data, offsets, rows)
-            kept[id(offsets)] = rows.copy()
-        rows[...] = kept[id(offsets)]
-
-    monkeypatch.setattr(ppu, "gather_rows", once)
+    hoist_row_reads(monkeypatch, ppu)
     task, shape = _pool("avg", IN0, OUTS[0])
     counting = Counting(monkeypatch)
     fast, amount = _machine([(task, MASK_POOL)], False)
