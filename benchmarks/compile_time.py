@@ -16,6 +16,8 @@ The compiles run as an installed package runs them: with a warm bytecode cache (
 bytecode writing on even where the environment sets ``PYTHONDONTWRITEBYTECODE``; pip writes the
 bytecode of an installed package). Without a cache every process compiles the project's ~190
 modules from source again, ~0.2-0.4 s of CPU per compile; ``--no-bytecode-cache`` measures that.
+The untimed compile also fills Numba's cache of calibration's depthwise kernel where a model uses
+it (compiler/depthwise_kernel.py; a first compile on a machine takes ~1-2 s more).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import numpy as np
 from npuemu.isa.errors import CompileError, InputError, NpuemuError
 
 from .ir import Graph, Node, Tensor
-from .ops import get_op
+from .ops import OpDef, get_op
 
 log = logging.getLogger(__name__)
 
@@ -26,9 +26,10 @@ TensorHook = Callable[[Tensor, np.ndarray], np.ndarray]
 
 
 def evaluate(graph: Graph, inputs: Mapping[str, Any], *, return_all: bool = False,
-             tensor_hook: TensorHook | None = None) -> dict[str, np.ndarray]:
+             tensor_hook: TensorHook | None = None, ops: Mapping[str, OpDef] | None = None) -> dict[str, np.ndarray]:
     """Evaluate ``graph`` on ``inputs`` (by graph input name) and return its outputs by name,
-    or, with ``return_all``, the graph inputs and every node output as well."""
+    or, with ``return_all``, the graph inputs and every node output as well. ``ops`` replaces
+    the registry's op of those types (calibration's compiled kernels, bit-equal to the registry's)."""
     values = _checked_inputs(graph, inputs)
     if tensor_hook is not None:
         values = {name: tensor_hook(graph.tensors[name], value) for name, value in values.items()}
@@ -40,7 +41,7 @@ def evaluate(graph: Graph, inputs: Mapping[str, Any], *, return_all: bool = Fals
 
     for node in graph.nodes:
         try:
-            results = run_node(node, fetch)
+            results = run_node(node, fetch, ops)
         except NpuemuError:
             raise
         except Exception as error:  # e.g. an out-of-range Gather index in the data
@@ -59,14 +60,19 @@ def evaluate(graph: Graph, inputs: Mapping[str, Any], *, return_all: bool = Fals
     return {name: values[name] if name in values else constants[name] for name in graph.outputs}
 
 
-def run_node(node: Node, fetch: Callable[[str], np.ndarray]) -> list[np.ndarray]:
+def run_node(node: Node, fetch: Callable[[str], np.ndarray],
+             ops: Mapping[str, OpDef] | None = None) -> list[np.ndarray]:
     """Outputs of one node: the main op, then each fused part on output 0, in order."""
-    results = get_op(node.op_type).run(node.attrs, [fetch(name) for name in node.inputs])
+    results = _op(node.op_type, ops).run(node.attrs, [fetch(name) for name in node.inputs])
     for part in node.fused:
         operands = [fetch(name) for name in part.inputs]
         operands.insert(part.carry_index, results[0])
-        results[0] = get_op(part.op_type).run(part.attrs, operands)[0]
+        results[0] = _op(part.op_type, ops).run(part.attrs, operands)[0]
     return results
+
+
+def _op(op_type: str, ops: Mapping[str, OpDef] | None) -> OpDef:
+    return ops[op_type] if ops and op_type in ops else get_op(op_type)
 
 
 def _checked_inputs(graph: Graph, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:

@@ -26,6 +26,7 @@ values are those they were built from, and keep the DMA counts of the full runs.
 from __future__ import annotations
 
 import logging
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -91,6 +92,8 @@ class _Replay:
     #: [its task_plan.ChainProgram or None, programs built so far] (built with it, again as it
     #: replays after a write dropped what the steps hold)
     program: list = field(default_factory=lambda: [None, 0])
+    #: [the records of its last replay, the interrupt bits of its tasks] (``_replayed``)
+    replayed: list = field(default_factory=lambda: [None, None])
 
 
 #: start states kept per chain (a chain of an odd number of tasks alternates between two)
@@ -213,7 +216,6 @@ class NpuCore:
         """The chain again from the same register state: every task's writes and decode lead to
         what they led to last time, so only the units run (every DMA byte counted); then the
         register file takes the end state the writes would have left."""
-        records = []
         regfile, memory, cbuf = self.regfile, self.memory, self.cbuf
         tables, derived = regfile.lut.tables, memory.derived
         program = replay.program[0]  # the tasks compiled (task_plan.py)
@@ -222,8 +224,16 @@ class NpuCore:
             replay.program[:] = [program, replay.program[1] + 1]
         steps, epoch = (None, None) if program is None else (program.steps, program.epoch)
         began, stale, interrupts = derived.epoch, False, 0
+        done = self._run_steps(replay, steps, epoch) if program is not None and program.plain else 0
+        if done == len(replay.tasks):
+            return self._replayed(replay)
+        records = []
         for index, (where, regcmd_bytes, last, _, address, amount, lut) in enumerate(replay.tasks):
             _, states, _, bits, kept = last
+            if index < done:  # (run by _run_steps)
+                interrupts |= bits
+                records.append(self._kept_record(last, index, address, amount, kept.traffic))
+                continue
             step = None if steps is None else steps[index]
             if step is not None and derived.epoch != epoch and not task_current(step, memory):
                 step, stale = None, True  # a write dropped what it holds: the full path
@@ -242,10 +252,7 @@ class NpuCore:
                 self._replay_failed(replay, index)
                 raise
             interrupts |= bits
-            if kept.traffic is not traffic or kept.index != index or kept.address != address \
-                    or kept.amount != amount:  # (the record _run_task would build: only these differ)
-                kept = last[4] = replace(kept, index=index, address=address, amount=amount, traffic=traffic)
-            records.append(kept)
+            records.append(self._kept_record(last, index, address, amount, traffic))
         self.regfile.restore(replay.end)
         self.tasks_run += len(records)
         self.interrupt_raw |= interrupts
@@ -253,8 +260,52 @@ class NpuCore:
             if stale:  # built again as it next replays (while MAX_BUILDS allows)
                 replay.program[0] = None if replay.program[1] < MAX_BUILDS else program
             elif began == derived.epoch:  # every step checked current, and nothing dropped since
-                replay.program[0] = ChainProgram(began, program.steps)
+                replay.program[0] = replace(program, epoch=began)
         return tuple(records)
+
+    @staticmethod
+    def _kept_record(last: list, index: int, address: int, amount: int, traffic: DmaTraffic) -> TaskRecord:
+        """The task's kept record (``last[4]``), or one with this run's position and traffic, kept
+        instead (the record _run_task would build: only these differ)."""
+        kept = last[4]
+        if kept.traffic is not traffic or kept.index != index or kept.address != address or kept.amount != amount:
+            kept = last[4] = replace(kept, index=index, address=address, amount=amount, traffic=traffic)
+        return kept
+
+    def _run_steps(self, replay: _Replay, steps: tuple, epoch: int) -> int:
+        """A plain program's steps (task_plan.ChainProgram.plain) in one loop while the memory's
+        derived values stay at ``epoch``, each task's LUT port writes first (as ``_replay``'s loop
+        applies them): how many ran (the rest take ``_replay``'s own loop, which checks each
+        step's values)."""
+        derived, cbuf, regfile, done = self.memory.derived, self.cbuf, self.regfile, 0
+        try:
+            for step, task in zip(steps, replay.tasks):
+                if derived.epoch != epoch:
+                    break
+                if task[6]:  # (ppocr_rec: ~all its 734 fp16 tasks write the LUT RAM, in stream order)
+                    regfile.apply_lut(task[6], task[0])
+                step(cbuf)
+                done += 1
+        except Exception:
+            self._replay_failed(replay, done)
+            raise
+        return done
+
+    def _replayed(self, replay: _Replay) -> tuple[TaskRecord, ...]:
+        """The end of a replay whose tasks all ran as steps: each task's kept record (the same
+        objects as last time: handed out as one tuple again), the end state, counters, interrupts."""
+        kept, records = replay.replayed, tuple([task[2][4] for task in replay.tasks])
+        if kept[0] is None or len(kept[0]) != len(records) or not all(map(operator.is_, records, kept[0])):
+            records = tuple(self._kept_record(last, index, address, amount, last[4].traffic)
+                            for index, (_, _, last, _, address, amount, _) in enumerate(replay.tasks))
+            bits = 0
+            for task in replay.tasks:
+                bits |= task[2][3]
+            kept[:] = [records, bits]
+        self.regfile.restore(replay.end)
+        self.tasks_run += len(records)
+        self.interrupt_raw |= kept[1]
+        return kept[0]
 
     def _replay_failed(self, replay: _Replay, failed: int) -> None:
         """The register file, counters and interrupts where ``_run_task`` leaves them when task

@@ -44,6 +44,9 @@ DERIVED_CACHE_ENTRIES = 4096
 _PENDING_MAX = 64
 #: rows x overlapping entries a write checks in one array operation (above: entry by entry)
 _ROWS_BY_KEYS_MAX = 1 << 16
+#: overlap searches that meet dropped entries before the index is rebuilt without them (a rebuild
+#: of ~1000 entries costs about as much as 20-40 searches)
+_WASTED_SEARCHES_MAX = 32
 
 
 @dataclass
@@ -482,6 +485,7 @@ class DerivedCache:
         self._pending: list[tuple[Hashable, int, int]] = []
         self._pending_span = (0, 0)  # [lowest start, highest end) of _pending: most writes miss it
         self._stale = 0
+        self._wasted = 0  # searches since the index was built that met dropped entries
 
     def get(self, key: Hashable) -> Any:
         entry = self._entries.get(key)
@@ -506,7 +510,7 @@ class DerivedCache:
         bounds = np.array([entries[k][:2] for k in keys], np.int64).reshape(-1, 2)
         ends = bounds[:, 1].copy()
         self._index = (keys, bounds[:, 0].tolist(), ends, np.maximum.accumulate(ends).tolist())
-        self._pending, self._stale = [], 0
+        self._pending, self._stale, self._wasted = [], 0, 0
         return self._index
 
     def _overlapping(self, low: int, high: int) -> tuple[list, np.ndarray, np.ndarray]:
@@ -525,6 +529,11 @@ class DerivedCache:
         entries = self._entries  # only live entries, with the bounds they have now
         hits = [(key, bounds) for key, bounds in found.items()
                 if (entry := entries.get(key)) is not None and entry[:2] == bounds]
+        if len(hits) < len(found):  # dropped entries still in the index: a search wasted on them
+            self._wasted += 1
+            if self._wasted > _WASTED_SEARCHES_MAX:
+                self._index = None  # (rebuilt without them; else a run that drops nothing more
+                # keeps searching for them on every write near them)
         if not hits:
             return [], np.empty(0, np.int64), np.empty(0, np.int64)
         return [key for key, _ in hits], np.array([b[0] for _, b in hits], np.int64), \

@@ -11,6 +11,8 @@ The flow follows the fixture README "Loading a .rknn in an emulator" and
    (``clip(rint(x / scale) + zp)``), and written in its native layout: NC1HWC2 with the C2 of
    the tensor's native shape (``[1,1,H,W,3]`` is the packed 3-channel first-layer format, the
    same rule with C1 = 1, C2 = 3), or plain row-major for 2-D tensors.
+   A vendor rk3576 image input is written as the raw pixels instead, which the first conv's CNA
+   converter normalizes and quantizes (``image_pixels``, REGISTER_SEMANTICS.md 47.1).
    An fp16 build (``do_quantization=False``) marks its activations ONNX FLOAT16 (tensor slot 0,
    code 10) with no scale: those are normalised, rounded to float16 and written in the same
    layouts (C2 = 8 on rk3588), and read back as float16.
@@ -102,9 +104,9 @@ class RknnRunner:
         self.plan = plan_memory(model)
         # the exLSTM writes into its own regcmd buffer: run by rknn_self_modifying.py
         self.self_modifying = has_self_modifying_entries(model)
-        self.program = _emulator_layout(model, relocate(model, self.plan, default_bases(model, self.plan),
-                                                        self_modifying=self.self_modifying), platform,
-                                        self.core_program)
+        program = relocate(model, self.plan, default_bases(model, self.plan), self_modifying=self.self_modifying)
+        self.added = AddedMemory(_file_end(program, self.plan))   # rk3576: RK3588's blobs the translation adds
+        self.program = _emulator_layout(model, program, platform, self.core_program, self.added)
         self.host_steps = host_steps(model)
         self._feeds_npu = feeds_npu(model)
         self.placed, self._piece_words = (), np.zeros(0, np.uint64)
@@ -138,6 +140,9 @@ class RknnRunner:
         float16 input tensor: an fp16 build takes its input unquantised)."""
         tensor = self.input_tensors[index]
         label = f"input {index} ({tensor.name!r})"
+        if _is_vendor_image(tensor, self.model):
+            raise InputError(f"{label}: the vendor rk3576 image input is not quantized on the host; its raw "
+                             f"pixels go to the NPU (image_pixels)")
         array = np.asarray(array)
         if tuple(array.shape) != tuple(tensor.shape):
             raise InputError(f"{label}: expected shape {list(tensor.shape)}, got {list(array.shape)}")
@@ -155,16 +160,48 @@ class RknnRunner:
         scale, zero_point = _quantization(tensor, self.model)
         return np.clip(np.rint(values / scale) + zero_point, -128, 127).astype(np.int8)
 
+    def image_pixels(self, index: int, array: np.ndarray) -> np.ndarray:
+        """Input ``index`` of a vendor rk3576 file read as a packed image (``_is_vendor_image``): the raw
+        pixels as the CNA reads them, [H][align(W, 16)][C] uint8, the row's padding 0 [V: the input tensor's
+        size and the conv's LINE_STRIDE, REGISTER_SEMANTICS.md 47.1]. The CNA's converter applies the file's
+        mean / std and the input quantization, so ``array`` must hold the raw pixel values."""
+        tensor = self.input_tensors[index]
+        label = f"input {index} ({tensor.name!r})"
+        array = np.asarray(array)
+        if tuple(array.shape) != tuple(tensor.shape) or array.ndim != 4:
+            raise InputError(f"{label}: expected shape {list(tensor.shape)}, got {list(array.shape)}")
+        if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)) or \
+                array.dtype == np.int8 or not np.all((array >= 0) & (array <= 255) & (array == np.rint(array))):
+            raise InputError(f"{label}: the vendor rk3576 image input takes raw pixel values (integers 0..255, "
+                             f"normalized by the NPU's input converter), got {array.dtype} values outside that")
+        norm = self.model.normalization[index] if index < len(self.model.normalization) else None
+        if norm is not None and tuple(norm.channel_order[:array.shape[1]]) != tuple(range(array.shape[1])):
+            raise EmulationError(f"{self.model.source}: input {index} reorders its channels "
+                                 f"{list(norm.channel_order)}; the vendor rk3576 image input is run in graph order "
+                                 f"only (REGISTER_SEMANTICS.md 47.1)")
+        _, channels, height, width = array.shape
+        pixels = np.zeros((height, -(-width // IMAGE_ROW_ALIGN) * IMAGE_ROW_ALIGN, channels), np.uint8)
+        if tensor.size is not None and tensor.size != pixels.size:
+            raise ModelFileError(f"{self.model.source}: input {index} ({tensor.name!r}) holds {tensor.size} bytes, "
+                                 f"not the {pixels.size} of {height} rows of {pixels.shape[1]} {channels}-byte pixels "
+                                 f"the vendor's rk3576 image input has")
+        pixels[:, :width] = array[0].transpose(1, 2, 0).astype(np.uint8)
+        return pixels
+
     def run(self, inputs: Sequence[np.ndarray]) -> RknnRun:
         model = self.model
         if len(inputs) != len(self.input_tensors):
             names = ", ".join(repr(t.name) for t in self.input_tensors)
             raise InputError(f"{model.source}: the model takes {len(self.input_tensors)} input(s) ({names}), "
                              f"got {len(inputs)}")
-        quantized_inputs = [self.quantize_input(i, x) for i, x in enumerate(inputs)]
+        quantized_inputs = [None if _is_vendor_image(tensor, model) else self.quantize_input(i, x)
+                            for i, (tensor, x) in enumerate(zip(self.input_tensors, inputs))]
         memory = self._memory_image()
         machine = Machine(memory, self.platform)
-        for tensor, values in zip(self.input_tensors, quantized_inputs):
+        for index, (tensor, values) in enumerate(zip(self.input_tensors, quantized_inputs)):
+            if values is None:   # raw pixels, normalized and quantized by the CNA (REGISTER_SEMANTICS.md 47.1)
+                memory.load(self._address(tensor), self.image_pixels(index, inputs[index]).tobytes())
+                continue
             memory.load(self._address(tensor), _to_native(tensor, values).tobytes())
             copy = input_rows(self.model, tensor, values)  # exGRU / exLSTM's atom rows (rknn_recurrent_output.py)
             if copy is not None:
@@ -259,13 +296,10 @@ class RknnRunner:
         return self._pieces_base() + -(-pieces // _PAGE) * _PAGE
 
     def _pieces_base(self) -> int:
-        """The page after everything the file places, plus one: where a multi-core program's
-        pieces go (rknn_multicore.py), and the end of the image without them."""
-        bases, sizes = self.program.bases, self.plan.sizes
-        ends = [bases.of(region) + sizes.get(region, 0) for region in (Region.WEIGHT, Region.INTERNAL,
-                                                                     Region.MISC, Region.LUT)]
-        ends += [bases.regcmd + self.program.regcmd.size * 8, bases.task + len(self.program.task_blob)]
-        return -(-max(ends) // _PAGE) * _PAGE + _PAGE
+        """The page after everything the file places, plus one, then the pages of the blobs the
+        rk3576 translation adds (``AddedMemory``): where a multi-core program's pieces go
+        (rknn_multicore.py), and the end of the image without them."""
+        return self.added.end()
 
     def _memory_image(self) -> Memory:
         memory = Memory(self.image_size)
@@ -276,6 +310,8 @@ class RknnRunner:
                 memory.load(bases.of(region), bytes(image))
         memory.load(bases.regcmd, self.program.regcmd.astype("<u8").tobytes())
         memory.load(bases.task, self.program.task_blob)
+        if len(self.added.data):
+            memory.load(self.added.base, bytes(self.added.data))
         if len(self._piece_words):
             memory.load(self._pieces_base(), self._piece_words.astype("<u8").tobytes())
         return memory
@@ -370,11 +406,44 @@ class RknnRunner:
             memory.load(self._address(target), _to_native(target, values).tobytes())
 
 
+class AddedMemory:
+    """Bytes the runner places past everything the file places (from ``base``, a page boundary): the
+    RK3588 weight cube and BS record of each vendor rk3576 int8 depthwise task, for which the vendor's
+    blobs leave no room (isa/rknn/rk3576_dw8.place_memory, REGISTER_SEMANTICS.md 47.2), and RK3588's cube
+    of an image-input conv (rk3576_image, 47.1). Empty for every other file, which lays out as before."""
+
+    ALIGN = 64   # [C] each blob on a 64-byte boundary, as the vendor's blobs in the weight region
+
+    def __init__(self, base: int) -> None:
+        self.base, self.data, self._at = base, bytearray(), {}
+
+    def place(self, blob: bytes) -> int:
+        """The device address of ``blob`` (equal blobs share one: a conv split by rows reads one cube)."""
+        if blob not in self._at:
+            self.data.extend(bytes(-len(self.data) % self.ALIGN))
+            self._at[blob] = self.base + len(self.data)
+            self.data.extend(blob)
+        return self._at[blob]
+
+    def end(self) -> int:
+        return self.base + -(-len(self.data) // _PAGE) * _PAGE
+
+
+def _file_end(program: RelocatedProgram, plan) -> int:
+    """The page after everything the file places, plus one."""
+    bases, sizes = program.bases, plan.sizes
+    ends = [bases.of(region) + sizes.get(region, 0) for region in (Region.WEIGHT, Region.INTERNAL,
+                                                                 Region.MISC, Region.LUT)]
+    ends += [bases.regcmd + program.regcmd.size * 8, bases.task + len(program.task_blob)]
+    return -(-max(ends) // _PAGE) * _PAGE + _PAGE
+
+
 def _emulator_layout(model: RknnModel, program: RelocatedProgram, platform: str,
-                     core_program: CoreProgram) -> RelocatedProgram:
+                     core_program: CoreProgram, added: AddedMemory) -> RelocatedProgram:
     """A vendor rk3576 stream writes the vendor's rk3576 layout (isa/regmaps/rk3576_vendor.yaml);
     its conv tasks are rewritten to the positions the emulator's units read (those of the
-    platform's map: npuemu's own rk3576 builds keep RK3588 positions), REGISTER_SEMANTICS.md 10.3.
+    platform's map: npuemu's own rk3576 builds keep RK3588 positions), REGISTER_SEMANTICS.md 10.3;
+    RK3588's blobs of its int8 depthwise and image-input tasks go to ``added``.
     A task the translation does not cover raises UnsupportedProgramError naming it."""
     if not rk3576_program.is_vendor_layout(model.target):   # the file's own layout, whatever it runs on
         return program
@@ -383,7 +452,7 @@ def _emulator_layout(model: RknnModel, program: RelocatedProgram, platform: str,
     words = rk3576_program.translate_regcmd(program.regcmd, lists, load_regmap(rk3576_program.VENDOR_FAMILY),
                                             load_regmap(spec.register_map.family),
                                             rk3576_program.region_reader(model, program), model.source,
-                                            (spec.cbuf.banks, spec.cbuf.bank_bytes))
+                                            (spec.cbuf.banks, spec.cbuf.bank_bytes), added.place)
     return dataclasses.replace(program, regcmd=words)
 
 
@@ -399,6 +468,20 @@ def _pick_program(model: RknnModel, cores: Sequence[int] | None) -> CoreProgram:
     held = "; ".join(f"{p.label} (cores {'_'.join(map(str, p.list_cores))})" for p in programs)
     raise InputError(f"{model.source}: no program of the file runs on core(s) {'_'.join(map(str, wanted))}; "
                      f"it holds: {held}")
+
+
+#: pixels a row of the vendor's rk3576 image input is padded to [V ORC: widths 24, 20, 16 -> rows of 32, 32, 16
+#: pixels (LINE_STRIDE, the tensor's size); REGISTER_SEMANTICS.md 47.1]
+IMAGE_ROW_ALIGN = 16
+IMAGE_CHANNELS = 4    # at most: ARGB_IN 8..11
+
+
+def _is_vendor_image(tensor: RknnTensor, model: RknnModel) -> bool:
+    """A graph input a vendor rk3576 file keeps as a packed image (native [1, 1, H, W, C], C <= 4): its first
+    conv reads raw C-byte pixels and converts them itself (isa/rknn/rk3576_image.py) [V ORC image builds]."""
+    native = tuple(tensor.native_shape)
+    return (rk3576_program.is_vendor_layout(model.target) and tensor.kind_name == "input" and len(native) == 5
+            and native[1] == 1 and native[4] <= IMAGE_CHANNELS and tensor.dtype == INT8_DTYPE_CODE)
 
 
 def _quantization(tensor: RknnTensor, model: RknnModel) -> tuple[float, int]:

@@ -24,11 +24,11 @@ from typing import Any
 
 import numpy as np
 
-from npuemu.emulator.cpu_ops_tensors import is_nd, nd_dtype, read_nd, write_nd
 from npuemu.emulator.machine import Machine
 from npuemu.emulator.memo import Memo
 from npuemu.isa import tensor_layout
 from npuemu.isa.container import CpuStep, ModelFile, NpuStep
+from npuemu.isa.container_trailer import ND_LAYOUT
 from npuemu.isa.container_views import tensor_cube
 from npuemu.isa.errors import EmulationError, InputError, ModelFileError
 
@@ -105,7 +105,7 @@ class Runtime:
         """Store int8 (or float16) [C, H, W] (or [1, C, H, W]) values at the tensor's address in NC1HWC2
         (an ND host tensor: its values row-major, cpu_ops_tensors)."""
         if is_nd(self.tensor_info(name)):
-            write_nd(self.machine.memory, self.tensor_info(name), values)
+            _nd_tensors().write_nd(self.machine.memory, self.tensor_info(name), values)
             return
         info, shape, c1, c2, surface = self._geometry(name)
         values = np.asarray(values)
@@ -120,7 +120,7 @@ class Runtime:
     def read_native(self, name: str) -> np.ndarray:
         """The int8 values of a tensor (its logical shape, e.g. [1, C, H, W]), read from its NC1HWC2 bytes."""
         if is_nd(self.tensor_info(name)):
-            return read_nd(self.machine.memory, self.tensor_info(name))
+            return _nd_tensors().read_nd(self.machine.memory, self.tensor_info(name))
         info, shape, c1, c2, surface = self._geometry(name)
         channels, height, width = shape
         dtype = STORED_DTYPES[info["dtype"]]
@@ -153,7 +153,7 @@ class Runtime:
         if info is None or info.get("shape") is None:
             raise ModelFileError(f"input tensor {name!r} has no shape in the model file")
         if is_nd(info) and "quantization" not in info:
-            dtype = nd_dtype(info)
+            dtype = _nd_tensors().nd_dtype(info)
         else:
             dtype = STORED_DTYPES.get(str(info.get("dtype")), np.dtype(np.int8))
         return np.zeros(self.input_shape(name), dtype)
@@ -271,6 +271,19 @@ class Runtime:
                                  f"{step.chain.offset:#x} ran {len(run.tasks)} task(s); the model file declares "
                                  f"{step.chain.tasks} (trailer.schedule[{index}].chain.tasks)")
         return run
+
+
+def is_nd(info: Mapping[str, Any]) -> bool:
+    """Whether a tensor is an ND host tensor (cpu_ops_tensors.is_nd, without importing it)."""
+    return info.get("layout") == ND_LAYOUT
+
+
+def _nd_tensors():
+    """ND host tensors' reads and writes, imported when a model first has one (issue 20: its
+    ml_dtypes import is ~5 ms of a fresh process's first call)."""
+    from npuemu.emulator import cpu_ops_tensors
+
+    return cpu_ops_tensors
 
 
 def _cpu_ops():

@@ -27,6 +27,13 @@ A flying DPU task (DPU + DPU_RDMA alone, its main cube read by the MRDMA) is a s
 fp16 CNA + CORE -> DPU tasks and fp16 flying DPU tasks (PROC_PRECISION fp16) are steps through
 ``units.dpu_plan_fp.prepare_fp_dpu`` and ``prepare_cna_core``'s fp16 kernel.
 Tasks of other forms (bf16, DPU + PPU, NRDMA operands, ...) always take the full unit path.
+
+Fixed cost per task (issue 20, <= 20 us): a program whose tasks are all steps (LUT port writes
+applied before each, in stream order) runs them in one loop (core.py ``_run_steps``) and hands
+out the last replay's records again (``_replayed``); an int8 CNA + CORE -> DPU step passes the CORE's pixel-major output on without
+a CoreResult (``direct`` of both halves), keeps a small feature in an array of its own and its
+held weights' CBUF residency prebuilt (cna_core ``_feature_loader``, ``_cna_step``), and the
+DPU's stage kernel runs as one Numba call (kernels/dpu_pixel_plan.py ``_direct_run``).
 """
 
 from __future__ import annotations
@@ -57,16 +64,20 @@ class ChainProgram:
     epoch: int  # memory.derived.epoch the held values are current at
     #: run by core.py ``_replay`` for task ``index`` while ``memory.derived.epoch`` is ``epoch``
     steps: tuple[Callable[[Cbuf], None] | None, ...]
+    #: every task is a step (core.py ``_replay`` then runs the steps, and the LUT port writes
+    #: before them, in one loop while the epoch holds)
+    plain: bool = False
 
 
 def build_program(tasks: tuple, memory: Memory, made: Memo,
                   lut_tables: np.ndarray | None = None) -> ChainProgram | None:
     """The program of a replay's ``tasks`` (core.py ``_Replay.tasks``: ``where`` first, the
-    _TaskMemo.last entry third, its decoded states second in that), or None when no task
-    compiles or the derived cache moved while the steps were made. ``made``: the core's steps
-    by (decoded states, ``where``) - the replays of one chain from different start states
-    (a chain of an odd number of tasks alternates between two) share them - reused while
-    what they hold is current. ``lut_tables``: the core's LUT RAM (tasks with the LUT on need it)."""
+    _TaskMemo.last entry third, its decoded states second in that, the LUT port's writes last),
+    or None when no task compiles or the derived cache moved while the steps were made.
+    ``made``: the core's steps by (decoded states, ``where``) - the replays of one chain from
+    different start states (a chain of an odd number of tasks alternates between two) share
+    them - reused while what they hold is current. ``lut_tables``: the core's LUT RAM (tasks
+    with the LUT on need it)."""
     epoch = memory.derived.epoch
     steps = []
     for task in tasks:
@@ -79,7 +90,8 @@ def build_program(tasks: tuple, memory: Memory, made: Memo,
         steps.append(step)
     if memory.derived.epoch != epoch or not any(step is not None for step in steps):
         return None
-    return ChainProgram(epoch, tuple(steps))
+    plain = all(step is not None for step in steps)
+    return ChainProgram(epoch, tuple(steps), plain)
 
 
 def task_step(states: dict, memory: Memory, where: str,
@@ -93,8 +105,11 @@ def task_step(states: dict, memory: Memory, where: str,
         return None
     fp16 = state.proc_precision == FP16  # the fp path (units/dpu_plan_fp.py)
     if conv is None:  # a flying DPU task (its main cube from the MRDMA)
+        # (unpooling copies atoms whatever the precision, dpu.run_dpu's first branch: the integer
+        # step's copy takes fp16 ones too - ppocr_det's fp16 build, 45 tasks a run)
+        float_step = fp16 and (rdma is None or rdma.unpool is None)
         try:
-            return (prepare_fp_dpu if fp16 else prepare_flying_dpu)(state, rdma, memory, where, lut_tables)
+            return (prepare_fp_dpu if float_step else prepare_flying_dpu)(state, rdma, memory, where, lut_tables)
         except EmulationError:
             return None
     if (conv.precision == FP16) != fp16 or fp16 and (conv.out_channels, conv.out_height, conv.out_width) \
@@ -109,8 +124,13 @@ def task_step(states: dict, memory: Memory, where: str,
     if dpu is None:
         return None
 
-    def step(cbuf: Cbuf) -> None:
-        dpu(cna(cbuf))
+    cna_direct, dpu_direct = getattr(cna, "direct", None), getattr(dpu, "direct", None)
+    if cna_direct is not None and dpu_direct is not None:  # (int8: the CORE's pixel-major output, no CoreResult)
+        def step(cbuf: Cbuf) -> None:
+            dpu_direct(*cna_direct(cbuf))
+    else:
+        def step(cbuf: Cbuf) -> None:
+            dpu(cna(cbuf))
 
     step.held = cna.held + dpu.held
     return step

@@ -36,6 +36,8 @@ from npuemu.isa.rknn.rk3576_dw8 import BLOCK as DW8_BLOCK
 from npuemu.isa.rknn.rk3576_dw8 import VENDOR_GROUP_BYTES as DW8_RECORD_BYTES
 from npuemu.isa.rknn.rk3576_dw8 import rk3588_cpend, vendor_cube, vendor_record_blob
 from npuemu.isa.rknn.rk3576_layout import RK3588_DEPTHWISE
+from npuemu.isa.rknn.rk3576_clip import clip_record, npuemu_clip
+from npuemu.isa.rknn.rk3576_lut import bn_record, is_lut_conv, table_ends
 from npuemu.isa.rknn.rk3576_ppu import check_ppu_round_trip, ppu_vendor_writes
 from npuemu.isa.task import RegisterWrite, Task
 
@@ -80,20 +82,20 @@ class LayoutChoice:
 
 
 def choose_layout(lowered: Sequence[LoweredLayer], regmap: RegisterMap, cores: int) -> LayoutChoice:
-    """The vendor layout when the chip has one and every task of ``lowered`` is expressible in it."""
+    """The vendor layout when the chip has one and every task of ``lowered`` is expressible in it; a multi-core
+    build's (``cores`` > 1) tasks are each core's own, packed alike (LOWERING.md 46.5)."""
     family = VENDOR_LAYOUT_OF.get(regmap.family)
     if family is None:
         return LayoutChoice(regmap.family)
-    if cores > 1:
-        return _fallback(regmap.family, "a multi-core build (the vendor's 2-core CBUF sharing is not modelled)")
     vendor = load_regmap(family)
     words: list[int] = []
     records: list[bytes] = []
     image: ImageInputError | None = None   # a packed image input: the build may be redone unpacked (LOWERING.md 45)
+    table: list = []                       # the LUT table last uploaded (_lut_parts)
     try:
         for layer in lowered:
             try:
-                _pack_layer(layer, regmap, vendor, words, 0, records)
+                _pack_layer(layer, regmap, vendor, words, 0, records, table=table)
             except ImageInputError as error:
                 image = image or error
     except UnsupportedProgramError as error:
@@ -118,19 +120,22 @@ def to_vendor_layout(lowered: Sequence[LoweredLayer], regmap: RegisterMap, choic
     build; ``shift_address``: where ``SHIFT_TENSOR`` was placed)."""
     if choice.vendor is None:
         return list(lowered)
-    words, records = list(choice.words), list(choice.records)
+    words, records, table = list(choice.words), list(choice.records), []
     return [replace(layer, tasks=_pack_layer(layer, regmap, choice.vendor, words, shift_address, records,
-                                             shift_address + choice.records_offset)) for layer in lowered]
+                                             shift_address + choice.records_offset, table)) for layer in lowered]
 
 
 def _pack_layer(layer: LoweredLayer, regmap: RegisterMap, vendor: RegisterMap, words: list[int],
-                shift_base: int, records: list[bytes], records_base: int = 0) -> tuple[Task, ...]:
-    """A layer's tasks re-packed; the CBUF bank words follow its largest window (rk3576_pack.cbuf_banks)."""
+                shift_base: int, records: list[bytes], records_base: int = 0, table: list | None = None
+                ) -> tuple[Task, ...]:
+    """A layer's tasks re-packed; the CBUF bank words follow its largest window (rk3576_pack.cbuf_banks);
+    ``table`` holds the ends of the LUT table last uploaded, in run order (_lut_parts)."""
     windows = [window_bytes({(w.block, w.register): w.value for w in task.writes}, regmap) for task in layer.tasks
                if task.enable_mask == ENABLE_CONV]
     bases = _int8_depthwise_bases(layer, regmap)
     return tuple(_pack(task, regmap, vendor, layer.layer, index, words, shift_base, max(windows, default=0),
-                       (records, records_base), bases) for index, task in enumerate(layer.tasks))
+                       (records, records_base), bases, [] if table is None else table)
+                 for index, task in enumerate(layer.tasks))
 
 
 def _is_int8_depthwise(values, regmap: RegisterMap) -> bool:
@@ -211,7 +216,7 @@ def _vendor_blobs(layer, conv, platform, tasks: list[dict]) -> dict[str, bytes]:
 
 def _pack(task: Task, regmap: RegisterMap, vendor: RegisterMap, layer: str, index: int, words: list[int],
           shift_base: int, layer_window: int, records: tuple[list[bytes], int],
-          dw8_bases: tuple[int, int] | None = None) -> Task:
+          dw8_bases: tuple[int, int] | None = None, table: list | None = None) -> Task:
     where = f"layer {layer} task {index}"
     if task.enable_mask not in (ENABLE_CONV, ENABLE_PPU, ENABLE_DPU_ONLY) or task.amount_hi16:
         raise UnsupportedProgramError(f"{where}: a task with op-enable {task.enable_mask:#x} (only conv tasks, "
@@ -227,9 +232,52 @@ def _pack(task: Task, regmap: RegisterMap, vendor: RegisterMap, layer: str, inde
     if uses_shift_word(values, regmap) and word not in words:
         words.append(word)
     address = shift_base + 2 * words.index(word) if word in words else 0
-    writes = vendor_writes(values, regmap, shift_address=address, where=where, layer_window=layer_window)
-    check_round_trip(expected, regmap, vendor, writes, word, where)
+    lut, upload, record = _lut_parts(task, values, regmap, records, where, [] if table is None else table)
+    clip, record = _clip_record(values, records, record)
+    writes = vendor_writes(values, regmap, shift_address=address, where=where, layer_window=layer_window,
+                           lut=lut, clip=clip) + upload
+    check_round_trip(expected, regmap, vendor, writes, word, where, record=record)
     return replace(task, writes=tuple(RegisterWrite(block, name, value) for block, name, value in writes))
+
+
+def _clip_record(values, records: tuple[list[bytes], int], record: bytes) -> tuple[int | None, bytes]:
+    """A Clip with a lower bound: its record (rk3576_clip) joins ``records``; (its address, the record), else
+    (None, ``record``)."""
+    bounds = npuemu_clip(values)
+    if bounds is None:
+        return None, record
+    record = clip_record(bounds)
+    kept, base = records
+    if record not in kept:
+        kept.append(record)
+    return base + len(record) * kept.index(record), record
+
+
+def _lut_parts(task: Task, values, regmap: RegisterMap, records: tuple[list[bytes], int], where: str,
+               table: list):
+    """A LUT conv's (BN record address and table ends, its upload writes, the record) - the record joins
+    ``records``; the upload stays in the conv task, after the vendor words, as npuemu's RK3588 form has it
+    (LOWERING.md 46); a task without one uses the table last uploaded (``table``: its ends, updated here).
+    (None, [], b"") for any other conv."""
+    if not is_lut_conv(values, regmap):
+        return None, [], b""
+    start = next((i for i, w in enumerate(task.writes)
+                  if w.register == "LUT_ACCESS_CFG" and w.block == "DPU" and w.value), len(task.writes))
+    upload = [(w.block, w.register, w.value) for w in task.writes[start:]]
+    if any(block != "DPU" or not name.startswith("LUT_ACCESS_") for block, name, _ in upload) or not (
+            upload or table):
+        raise UnsupportedProgramError(f"{where}: a LUT conv whose table upload is not the task's last writes (or "
+                                      f"that no upload before it holds) has no vendor rk3576 form here (LOWERING.md 46)")
+    try:
+        ends = table_ends([(name, value) for _, name, value in upload]) if upload else table[-1]
+    except UnsupportedProgramError as error:
+        raise UnsupportedProgramError(f"{where}: {error}") from None
+    table[:] = [ends]
+    record = bn_record(values, regmap)
+    kept, base = records
+    if record not in kept:
+        kept.append(record)
+    return (base + len(record) * kept.index(record), ends), upload, record
 
 
 def _other_writes(task: Task, values, regmap: RegisterMap, vendor: RegisterMap, where: str,

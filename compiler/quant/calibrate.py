@@ -26,12 +26,14 @@ import numpy as np
 
 from npuemu.isa.errors import CompileError, InputError
 
+from ..depthwise_kernel import calibration_ops
 from ..float_eval import evaluate
 from ..ir import Graph, Tensor
 from .affine import Range
 from .blas_threads import single_threaded_blas
 from .calibrate_workers import picker, run_parallel, usable
 from .clipping import ALGORITHMS, kl_range, mmse_range
+from .heap_reuse import reused_heap
 from .observers import Histogram, RangeObserver
 from .progress import Progress
 
@@ -74,8 +76,9 @@ def calibrate(graph: Graph, samples: Iterable[Sample], algorithm: str = "normal"
     passes = 1 if algorithm == "normal" else 2
     total = _count(samples)
     observers = {name: RangeObserver() for name in names}
+    ops = calibration_ops(graph, total * passes)  # compiled kernels where they repay loading them
     count = _run(graph, samples, observers, f"calibrating ({algorithm}) 1/{passes}" if passes > 1 else "calibrating",
-                 total, progress, workers)
+                 total, progress, workers, ops)
     if count == 0:
         raise InputError("calibration needs at least one sample; the dataset is empty")
     observed = {name: _observed(name, observer) for name, observer in observers.items()}
@@ -83,7 +86,7 @@ def calibrate(graph: Graph, samples: Iterable[Sample], algorithm: str = "normal"
         ranges = dict(observed)
     else:
         histograms = {name: Histogram.for_range(r.lo, r.hi) for name, r in observed.items()}
-        _run(graph, samples, histograms, f"calibrating ({algorithm}) 2/2", total, progress, workers)
+        _run(graph, samples, histograms, f"calibrating ({algorithm}) 2/2", total, progress, workers, ops)
         choose = kl_range if algorithm == "kl_divergence" else mmse_range
         ranges = {name: choose(histogram).including_zero() for name, histogram in histograms.items()}
         if algorithm == "kl_divergence":  # graph outputs keep min/max (see the module docstring)
@@ -100,8 +103,9 @@ def _count(samples: Iterable[Sample]) -> int:
 
 
 def _run(graph: Graph, samples: Iterable[Sample], observers: Mapping, label: str, total: int, progress: bool,
-         workers: int = 1) -> int:
-    """Evaluate every sample, feeding each watched tensor's value to its observer."""
+         workers: int = 1, ops: Mapping | None = None) -> int:
+    """Evaluate every sample, feeding each watched tensor's value to its observer (with ``ops``
+    in place of the registry's: ``depthwise_kernel.calibration_ops``)."""
 
     def evaluate_one(sample: Sample, index: int, observers: Mapping) -> None:
         def hook(tensor: Tensor, value: np.ndarray) -> np.ndarray:
@@ -110,10 +114,11 @@ def _run(graph: Graph, samples: Iterable[Sample], observers: Mapping, label: str
                 observer.update(value, index)
             return value
 
-        evaluate(graph, sample, tensor_hook=hook)
+        evaluate(graph, sample, tensor_hook=hook, ops=ops)
 
     count = 0
-    with single_threaded_blas(), Progress(total, label, enabled=progress) as bar:  # (blas_threads.py: why)
+    # one BLAS thread and large blocks kept for reuse (blas_threads.py, heap_reuse.py: why)
+    with single_threaded_blas(), reused_heap(), Progress(total, label, enabled=progress) as bar:
         if usable(samples, total, workers):
             run_parallel(total, workers, picker(samples), observers, evaluate_one, bar.advance)
             return total

@@ -51,21 +51,36 @@ def still_held(cbuf, slot: str, held_key: tuple, held: np.ndarray, wanted: tuple
         held_fields, held_banks = _split(held_key)
         wanted_fields, wanted_banks = _split(wanted)
         return held if held_fields == wanted_fields and wanted_banks >= held_banks else None
-    for key, array in getattr(cbuf, "_older_weights", ()):
+    for key, array, _ in getattr(cbuf, "_older_weights", ()):
         if key == wanted:
             return array
     return None
 
 
-def remember(cbuf, slot: str, key: tuple, array: np.ndarray, previous: tuple | None) -> None:
+def weight_banks(key: tuple, nbytes: int) -> range:
+    """The banks a weight set of ``nbytes`` loaded under ``key`` fills (module note)."""
+    return _banks(_first_bank(key), nbytes)
+
+
+def remember(cbuf, slot: str, key: tuple, array: np.ndarray, previous: tuple | None) -> range | None:
     """Note a load: evict the older weight sets it overlaps and keep the weight set it replaces
-    (``previous``: the Cbuf's former weights, (key, array), or None). Runs on every conv task's
-    loads (the compiled steps too), so the common case - nothing kept, nothing replaced - returns
-    at once and the bank ranges are compared as intervals."""
+    (``previous``: the Cbuf's former weights, (key, array) or (key, array, their banks), or
+    None). The older sets are kept as (key, array, banks). Runs on every conv task's loads (the
+    full unit path's; a compiled step checks the common cases itself, units/cna_core.py
+    ``prepare_cna_core``), so the common cases - nothing kept, and nothing new to keep or the new
+    weights covering the ones they replace; a load that overlaps nothing kept - return without
+    building a list, and the bank ranges are compared as intervals. Returns the banks the load
+    fills where it worked them out (None: returned before)."""
     older = getattr(cbuf, "_older_weights", None)
     if not older and (previous is None or previous[0] == key):  # nothing kept, nothing new to keep
-        return
+        return None
     covered = _banks(0 if slot == "feature" else _first_bank(key), array.nbytes)
+    if previous is not None:
+        previous = previous if len(previous) == 3 else (*previous, weight_banks(previous[0], previous[1].nbytes))
+        if previous[0] == key or _overlap(covered, previous[2]):
+            previous = None  # (replaced and evicted at once)
+    if previous is None and not any(k == key or _overlap(covered, banks) for k, _, banks in older or ()):
+        return covered  # (the kept sets stay as they are)
     candidates = [*(older or ()), *((previous,) if previous is not None else ())]
-    cbuf._older_weights = [(k, a) for k, a in candidates
-                           if k != key and not _overlap(covered, _banks(_first_bank(k), a.nbytes))]
+    cbuf._older_weights = [(k, a, banks) for k, a, banks in candidates if k != key and not _overlap(covered, banks)]
+    return covered

@@ -16,6 +16,9 @@ Exactness is the one of NUMERICS.md 3.5: the reduction is cut into chunks by
 ``mac.exact_chunk_bounds`` (every partial sum of a chunk <= 2**24 in magnitude, exact in
 float32 whatever the summation order); several chunks add in float64. The window sums (3.4)
 come from an extra weight column of ones.
+
+On CPUs with AVX-512 VNNI the prepared form (``prepare_conv_int8_pixels``) computes the same exact
+sums in int32 instead (``gemm_conv_int8``, NUMERICS.md 29); this float32 path is the fallback.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import numpy as np
 from numba import njit
 
 from npuemu.emulator import numerics as nm
-from npuemu.emulator.kernels import tap_gemm
+from npuemu.emulator.kernels import gemm_conv_int8, tap_gemm
 from npuemu.emulator.kernels.mac import ConvGeometry, choose_blas_threads, exact_chunk_bounds
 from npuemu.emulator.memo import Memo
 from npuemu.isa.errors import EmulationError
@@ -65,11 +68,9 @@ class PixelOperands:
     def build(cls, weights: np.ndarray, real: int) -> PixelOperands:
         kernels, channels, kernel_h, kernel_w = weights.shape
         taps = kernel_h * kernel_w
-        real = min(real, channels)
+        real = operand_channels(weights, real)
         wide = weights.astype(np.int32)  # the weights, and below their sums once bounded
         summed = wide[:, real:].sum(axis=1, dtype=np.int64).reshape(kernels, taps)
-        if real < channels and (np.abs(summed).max(initial=0) << 7) > 1 << 24:
-            real = channels  # a lone summed product could leave float32's exact range
         columns = [wide[:, :real].transpose(0, 2, 3, 1).reshape(kernels, taps * real)]
         ones = [np.ones(taps * real, np.int32)]
         if real < channels:
@@ -86,6 +87,18 @@ class PixelOperands:
                 per_tap = np.concatenate([per_tap, matrix[taps * real:, None, :]], axis=1)
             per_tap = np.ascontiguousarray(per_tap)
         return cls(matrix, bounds, real, real < channels, per_tap)
+
+
+def operand_channels(weights: np.ndarray, real: int) -> int:
+    """The channels ``PixelOperands`` feeds as they are (``PixelOperands.channels``): the real
+    ones, or all of them where one summed product of the others could leave float32's exact range."""
+    channels = weights.shape[1]
+    real = min(real, channels)
+    if real < channels:
+        summed = weights[:, real:].sum(axis=1, dtype=np.int64)
+        if (np.abs(summed).max(initial=0) << 7) > 1 << 24:
+            return channels
+    return real
 
 
 #: Per read-only weight array (unpacked once per weight bytes by the CNA, so the same object
@@ -277,7 +290,11 @@ def prepare_conv_int8_pixels(feature_shape: tuple[int, int, int, int], channels:
             or weights.shape[1] != channels or geometry.groups != 1 \
             or channels > feature_shape[0] * feature_shape[3] or kernels > out_channels:
         return None
-    choose_blas_threads()
+    choose_blas_threads()  # (process-wide: other BLAS users of an int8 network rely on it too)
+    vnni = gemm_conv_int8.prepare(feature_shape, channels, operand_channels(weights, real), weights, geometry,
+                                  pad_value, clip_truncate, round_mode, out_channels, _scratch)
+    if vnni is not None:  # the exact int32 products on AVX-512 VNNI (NUMERICS.md 29)
+        return vnni
     operands = pixel_operands(weights, real)
     out_h, out_w = geometry.out_h, geometry.out_w
     pixels = out_h * out_w

@@ -44,18 +44,29 @@ def _x_pass(source, target, algo, alu_on, mul_on, prelu, mul_first, relu_on, rel
         target[i] = nm.relu_float(value, relu_on, relux_on, relux_value)
 
 
+@njit(cache=True, inline="always")
+def _ew_value(value, other, op_on, op_type, algo, prelu, relu_on, relux_on, relux_value):
+    # kernels.dpu._ew_fp's element
+    if op_on:
+        if op_type == nm.EW_OP_ALU:
+            value = nm.alu_float(algo, value, other)
+        elif not (prelu and value >= 0):
+            value = np.float32(value * other)
+    return nm.relu_float(value, relu_on, relux_on, relux_value)
+
+
 @njit(cache=True)
 def _ew_pass(source, target, others, step, op_on, op_type, algo, prelu, relu_on, relux_on, relux_value):
-    # kernels.dpu._ew_fp's element over one row or plane: the operand steps 1 (per pixel) or 0
-    for i in range(source.shape[0]):
-        value = source[i]
-        other = others[i * step]
-        if op_on:
-            if op_type == nm.EW_OP_ALU:
-                value = nm.alu_float(algo, value, other)
-            elif not (prelu and value >= 0):
-                value = np.float32(value * other)
-        target[i] = nm.relu_float(value, relu_on, relux_on, relux_value)
+    # kernels.dpu._ew_fp's element over one row or plane: the operand steps 1 (per pixel) or 0 (one
+    # value: read once, so that the loop vectorises)
+    if step == 0:
+        other = others[0]
+        for i in range(source.shape[0]):
+            target[i] = _ew_value(source[i], other, op_on, op_type, algo, prelu, relu_on, relux_on, relux_value)
+    else:
+        for i in range(source.shape[0]):
+            target[i] = _ew_value(source[i], others[i], op_on, op_type, algo, prelu, relu_on, relux_on,
+                                  relux_value)
 
 
 @njit(cache=True)
@@ -63,27 +74,34 @@ def _run_chain(data, x_params, x_relux, x_alu, x_mul, stages, e_params, e_relux,
     channels, height, width = data.shape
     planes, results = data.reshape(channels, height * width), out.reshape(channels, height * width)
     per_c, per_y, per_x = operand.shape[0] > 1, operand.shape[1] > 1, operand.shape[2] > 1
+    # the passes alternate between the result plane and a scratch plane, the last one into the result:
+    # a pass in place fails LLVM's overlap check and runs unvectorised (~10x slower)
+    passes = stages + (1 if e_params[E_ON] != 0 else 0)
+    scratch = np.empty(height * width if passes > 1 else 0, np.float32)
     for c in range(channels):
-        source, target = planes[c], results[c]
+        source = planes[c]
         for s in range(stages):
+            target = results[c] if (passes - 1 - s) % 2 == 0 else scratch
             p = x_params[s]
             _x_pass(source, target, p[X_ALGO], p[X_ALU_ON] != 0, p[X_MUL_ON] != 0, p[X_PRELU] != 0,
                     p[X_MUL_FIRST] != 0, p[X_RELU] != 0, p[X_RELUX] != 0, x_relux[s], x_alu[s, c], x_mul[s, c])
             source = target
         if e_params[E_ON] != 0:
+            target = results[c]
             p = e_params
             settings = (p[E_OP_ON] != 0, p[E_OP_TYPE], p[E_ALGO], p[E_PRELU] != 0, p[E_RELU] != 0, p[E_RELUX] != 0,
                         e_relux)
             cube = operand[c if per_c else 0]
             if per_y and per_x:  # a whole operand plane
                 _ew_pass(source, target, cube.reshape(height * width), 1, *settings)
-            else:  # a value per row or one value: row by row
+            elif not per_y and not per_x:  # one value
+                _ew_pass(source, target, cube[0], 0, *settings)
+            else:  # a value per row or a row of values: row by row
                 for y in range(height):
                     row = slice(y * width, (y + 1) * width)
                     _ew_pass(source[row], target[row], cube[y if per_y else 0], 1 if per_x else 0, *settings)
-            source = target
-        if stages == 0 and e_params[E_ON] == 0:
-            target[:] = source
+        if passes == 0:
+            results[c][:] = source
 
 
 def _check_per_channel(values, channels: int, name: str) -> None:

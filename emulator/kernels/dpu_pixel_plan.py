@@ -10,17 +10,21 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+from numba import njit
 
 from npuemu.emulator import numerics as nm
 from npuemu.emulator.kernels import dpu_pixel as dp
 
 
 def prepare_planned_to_atoms(plan: dp.StagePlan, pixels: int, width: int, target: np.ndarray,
-                             offsets: np.ndarray, c2: int, surfaces: int) -> Callable | None:
+                             offsets: np.ndarray, c2: int, surfaces: int,
+                             ew_constant: np.ndarray | None = None) -> Callable | None:
     """``run(data, window_sum, ew_operand)`` doing ``planned_to_atoms(plan, data, width, target,
     offsets, c2, surfaces, window_sum, ew_operand)`` for ``data`` int32 [1][pixels][channels]
     (C-contiguous; other data goes through ``planned_to_atoms`` itself); None where
-    ``planned_to_atoms`` would refuse these shapes (it then raises its own error)."""
+    ``planned_to_atoms`` would refuse these shapes (it then raises its own error).
+    ``run.direct``: see ``_direct_run`` (None where it does not apply); ``ew_constant``: the EW
+    operand every run passes (a register's), converted for ``run.direct`` once."""
     channels, out_dtype, bs, ew, chain = plan.channels, plan.out_dtype, plan.bs, plan.ew, plan.chain
     if pixels % width or offsets.shape != (surfaces * (pixels // width),) or surfaces < 1 \
             or c2 * out_dtype.itemsize % 8 or target.dtype != np.uint64 or plan.data_dtype != np.int32:
@@ -69,7 +73,86 @@ def prepare_planned_to_atoms(plan: dp.StagePlan, pixels: int, width: int, target
         dp._stages_to_atoms(data, sums, layout, kernels_per_group, *stage[:5], operand, *stage[6:], channels,
                             surfaces, width, tile, offsets, target)
 
+    run.direct = _direct_run(plan, pixels, width, target, offsets, c2, surfaces, run, ew_constant)
     return run
+
+
+def _direct_run(plan: dp.StagePlan, pixels: int, width: int, target: np.ndarray, offsets: np.ndarray, c2: int,
+                surfaces: int, general: Callable, ew_constant: np.ndarray | None) -> Callable | None:
+    """``direct(data, window_sum, ew_operand)``: ``run`` for the caller that hands it data int32
+    [1][pixels][channels] C-contiguous (a prepared DPU step, units/dpu_plan.py), window sums as a
+    convolution leaves them (int64 [1][OH][OW] C-contiguous, else ``run`` takes them) and an EW
+    operand of the element type the plan was made for, in one Numba call: the window sums' maximum
+    and int32 copy, the tile's zeros and ``_chain_pixels_to_atoms`` (issue 20: fixed cost per
+    task), the same calls on the same values as ``run``'s. Window sums past the chain's bound or
+    int32 go through ``run``, and so does an operand ``_pixel_rows`` refuses. ``ew_constant`` (the
+    object the caller passes on every run) is converted here once, any other operand per run.
+    None where ``run`` would not take ``_chain_pixels_to_atoms`` for these shapes (no chain,
+    atoms with lanes past the channels)."""
+    channels, chain, bs, ew = plan.channels, plan.chain, plan.bs, plan.ew
+    lanes = surfaces * c2
+    if chain is None or lanes > channels:
+        return None
+    cpend = bs is not None and bs.cpend_enable
+    layout = dp.SUMS_SHARED if cpend else dp.SUMS_NONE
+    shared = (1, pixels // width, width)
+    sums = np.zeros(pixels if cpend else 1, np.int32)  # (CPEND: every element written before it is read)
+    no_window = np.zeros(0, np.int64)
+    tile = np.zeros((max(1, dp.BLOCK_ELEMENTS // channels), lanes), plan.out_dtype)
+    settings, top, floats = chain[0], min(chain[1], nm.INT32_MAX), plan.floats
+    offsets = np.ascontiguousarray(offsets, np.int64)
+    constant = (None, None)  # the register EW operand and its conversion (a copy: _operand's may be scratch)
+    if ew is not None and ew_constant is not None and np.asarray(ew_constant).dtype == plan.operand_dtype:
+        converted = np.array(_operand(ew_constant, channels, pixels))
+        if converted.shape[0] == 1 and converted.shape[2] == channels:
+            constant = (ew_constant, converted)
+
+    def direct(data: np.ndarray, window_sum: np.ndarray | None, ew_operand: np.ndarray | None) -> None:
+        if cpend:
+            if window_sum is None or window_sum.shape != shared or window_sum.dtype != np.int64 \
+                    or not window_sum.flags.c_contiguous:
+                general(data, window_sum, ew_operand)
+                return
+            window = window_sum.reshape(pixels)
+        else:
+            window = no_window
+        if ew is None:
+            operand = dp._NO_OPERAND
+        elif ew_operand is constant[0]:
+            operand = constant[1]
+        else:
+            if ew_operand is None or np.asarray(ew_operand).dtype != plan.operand_dtype:
+                general(data, window_sum, ew_operand)
+                return
+            operand = _operand(ew_operand, channels, pixels)
+            if operand.shape[0] != 1 or operand.shape[2] != channels:  # (not _pixel_rows' operand)
+                general(data, window_sum, ew_operand)
+                return
+        if not _window_chain(data, window, sums, layout, floats, operand, settings, top, surfaces, width, tile,
+                             offsets, target):
+            general(data, window_sum, ew_operand)
+
+    return direct
+
+
+@njit(cache=True)
+def _window_chain(data, window, sums, layout, floats, operand, settings, top, surfaces, width, tile, offsets,
+                  target):
+    """``prepare_planned_to_atoms``'s run from its window sums on, for pixel rows (``_direct_run``):
+    False, having done nothing, where the window sums' largest magnitude passes ``top`` (the
+    chain's bound, at most int32's); else they are copied to int32 ``sums`` (as ``astype``), the
+    tile zeroed (as ``np.zeros``) and ``_chain_pixels_to_atoms`` run."""
+    largest = 0
+    for i in range(window.shape[0]):
+        largest = max(largest, abs(np.int64(window[i])))
+    if largest > top:
+        return False
+    for i in range(window.shape[0]):
+        sums[i] = np.int32(window[i])
+    tile[:] = 0
+    dp._chain_pixels_to_atoms(data, sums, layout, floats, operand, settings, surfaces, width, tile, offsets,
+                              target)
+    return True
 
 
 def _operand(ew_operand: np.ndarray, channels: int, pixels: int) -> np.ndarray:

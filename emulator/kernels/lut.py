@@ -9,7 +9,9 @@ Speed (issue 20): the integer LUT is a pure function of its input given the tabl
 LUT_CFG settings, so the values over the tables' span ([min START, max END] with a margin, at
 most DENSE_SPAN of them, ``dense_span``) are evaluated once per (settings, tables) and looked up
 (``dense_values``); an input outside that span is evaluated as before. ``lut_stages_to_atoms`` runs a task's
-BS -> BN -> LUT -> EW -> OUT_CVT pixel-major into NC1HWC2 atoms (units/dpu_plan.py).
+BS -> BN -> LUT -> EW -> OUT_CVT pixel-major into NC1HWC2 atoms (units/dpu_plan.py); with a register
+EW operand a value past the table's ends reads its end entry where the LUT is flat there, and BS + BN
+run as one vectorised loop for their commonest settings (``flat_tails``, ``_bs_bn_plain``, NUMERICS.md 31).
 """
 
 from __future__ import annotations
@@ -265,20 +267,98 @@ def _after_lut_values(xs, le_table, lo_table, params, other, ew, cvt, out):
 
 
 @njit(cache=True)
-def _table_block(block, out, lut, other, ew, cvt):
+def _table_block(block, out, lut, other, ew, cvt, flat_below, flat_above):
     """``out[i]``: the stages after BN of ``np.int32(block[i])`` (an int32 store first, as
-    ``_lut_block``), from the table where it covers the value."""
+    ``_lut_block``), from the table where it covers the value - or, past an end where
+    ``flat_below`` / ``flat_above`` says the stages are constant (``flat_tails``), from that
+    end's entry."""
     le_table, lo_table, params, table, base = lut
     size = table.shape[0]
     for i in range(block.shape[0]):
         x = np.int32(block[i])
         j = np.int64(x) - base
-        out[i] = table[j] if 0 <= j < size else _after_lut(x, le_table, lo_table, params, other, ew, cvt)
+        if 0 <= j < size:
+            out[i] = table[j]
+        elif j < 0 and flat_below:
+            out[i] = table[0]
+        elif j >= size and flat_above:
+            out[i] = table[size - 1]
+        else:
+            out[i] = _after_lut(x, le_table, lo_table, params, other, ew, cvt)
+
+
+@njit(cache=True, inline="always")
+def _scale_shift(value, mul, positive, negative):
+    # numerics.shift_by_sign(value * mul, ...) for shifts 1..62 (ROUND_HALF_AWAY's branch-free form)
+    product = value * mul
+    up = (product + (np.int64(1) << (positive - 1)) + (product >> 63)) >> positive
+    down = (product + (np.int64(1) << (negative - 1)) + (product >> 63)) >> negative
+    return up if product >= 0 else down
 
 
 @njit(cache=True)
+def _bs_bn_plain(block, window, alu, cpend, mul, bs, bn_mul, bn):
+    """``_bs_block`` then ``_bn_block`` for their most common settings (``plain_bs_bn``: BS ALU add,
+    CPEND, MUL on, BN MUL on and its ALU off, neither PReLU, shifts 1..62) in one loop with the
+    branches of ``numerics.bs_value`` / ``bn_value`` that these settings never take left out (LLVM
+    vectorises it; the general forms run scalar). The same operations in the same order."""
+    pos, neg, bn_pos, bn_neg = bs[kd.XP_SHIFT_POS], bs[kd.XP_SHIFT_NEG], bn[kd.XP_SHIFT_POS], bn[kd.XP_SHIFT_NEG]
+    cpend_on = bs[kd.XP_CPEND_ON] != 0
+    low = np.int64(0) if bs[kd.XP_RELU] != 0 else np.int64(-(2**62))
+    high = np.int64(bs[kd.XP_RELUX_VALUE]) if bs[kd.XP_RELUX] != 0 else np.int64(2**62)
+    bn_low = np.int64(0) if bn[kd.XP_RELU] != 0 else np.int64(-(2**62))
+    bn_high = np.int64(bn[kd.XP_RELUX_VALUE]) if bn[kd.XP_RELUX] != 0 else np.int64(2**62)
+    for i in range(block.shape[0]):
+        value = block[i] + (cpend[i] * window[i] if cpend_on else np.int64(0)) + alu[i]
+        value = min(max(min(max(_scale_shift(value, mul[i], pos, neg), nm.INT32_MIN), nm.INT32_MAX), low), high)
+        value = _scale_shift(value, bn_mul[i], bn_pos, bn_neg)
+        block[i] = min(max(min(max(value, nm.INT32_MIN), nm.INT32_MAX), bn_low), bn_high)
+
+
+def plain_bs_bn(stages: np.ndarray, bs: np.ndarray, bn: np.ndarray) -> bool:
+    """Whether ``_bs_bn_plain`` stands for ``_bs_block`` + ``_bn_block`` under these settings."""
+    return bool(stages[0] != 0 and stages[1] != 0 and bs[kd.XP_ALGO] == nm.ALU_ADD and bs[kd.XP_ALU_ON] != 0
+                and bs[kd.XP_MUL_ON] != 0 and bs[kd.XP_PRELU] == 0 and bn[kd.XP_ALU_ON] == 0
+                and bn[kd.XP_MUL_ON] != 0 and bn[kd.XP_PRELU] == 0
+                and all(1 <= int(v) <= 62 for v in (bs[kd.XP_SHIFT_POS], bs[kd.XP_SHIFT_NEG], bn[kd.XP_SHIFT_POS],
+                                                    bn[kd.XP_SHIFT_NEG])))
+
+
+def flat_tails(params: np.ndarray, base: int, size: int) -> tuple[bool, bool]:
+    """Whether the LUT is constant below the table ``base ..`` of ``size`` values, and above it
+    (NUMERICS.md 31): past both tables' ends (below every START, above every END) both tables
+    under- (over-)flow, so the status, the table the priority bits choose and its end entry are
+    fixed, and with both tables' slope SCALE 0 the slope term is 0 whatever x - so LUT(x), and
+    EW and OUT_CVT of it with a register operand, are the value at the table's end entry."""
+    if size == 0:
+        return False, False
+    below = base < min(int(params[nm.LUTP_LE_START]), int(params[nm.LUTP_LO_START])) \
+        and params[nm.LUTP_LE_UFLOW_SCALE] == 0 and params[nm.LUTP_LO_UFLOW_SCALE] == 0
+    above = base + size - 1 > max(int(params[nm.LUTP_LE_END]), int(params[nm.LUTP_LO_END])) \
+        and params[nm.LUTP_LE_OFLOW_SCALE] == 0 and params[nm.LUTP_LO_OFLOW_SCALE] == 0
+    return bool(below), bool(above)
+
+
 def _lut_table_to_atoms(data, sums, sums_layout, kernels_per_group, stages, bs, bs_operands, bn, bn_operands,
                         other, ew, cvt, lut, channels, surfaces, width, tile, offsets, target):
+    """``_lut_table_general`` with ``flat_tails`` and ``plain_bs_bn`` worked out (NUMERICS.md 31)."""
+    below, above = flat_tails(lut[2], int(lut[4]), lut[3].shape[0]) if FLAT_TAILS else (False, False)
+    plain = PLAIN_STAGES and plain_bs_bn(stages, bs, bn)
+    _lut_table_general(data, sums, sums_layout, kernels_per_group, stages, bs, bs_operands, bn, bn_operands, other,
+                       ew, cvt, lut, channels, surfaces, width, tile, offsets, target, below, above, plain)
+
+
+#: ``_lut_table_to_atoms`` reads a flat tail from the table's end entries (the tests turn it off
+#: to compare)
+FLAT_TAILS = True
+#: ... and runs BS and BN as ``_bs_bn_plain`` where ``plain_bs_bn`` allows
+PLAIN_STAGES = True
+
+
+@njit(cache=True)
+def _lut_table_general(data, sums, sums_layout, kernels_per_group, stages, bs, bs_operands, bn, bn_operands,
+                       other, ew, cvt, lut, channels, surfaces, width, tile, offsets, target, flat_below, flat_above,
+                       plain):
     """``_lut_stages_to_atoms`` with LUT, EW and OUT_CVT read from one table (``lut``: the LE and
     LO tables, the LUT_CFG parameters, ``after_lut_values``'s table and base; ``other``: the
     register EW operand)."""
@@ -293,15 +373,19 @@ def _lut_table_to_atoms(data, sums, sums_layout, kernels_per_group, stages, bs, 
         n = count * computed
         dp._load_inputs(data, sums, sums_layout, kernels_per_group, channels, data, False, first, count,
                         computed, block, window, window)
-        if stages[0] != 0:
-            _bs_block(block[:n], window[:n], bs, alu[:n], cpend[:n], mul[:n])
-        if stages[1] != 0:
-            _bn_block(block[:n], bn, bn_alu[:n], bn_mul[:n])
+        if plain:
+            _bs_bn_plain(block[:n], window[:n], alu[:n], cpend[:n], mul[:n], bs, bn_mul[:n], bn)
+        else:
+            if stages[0] != 0:
+                _bs_block(block[:n], window[:n], bs, alu[:n], cpend[:n], mul[:n])
+            if stages[1] != 0:
+                _bn_block(block[:n], bn, bn_alu[:n], bn_mul[:n])
         if lanes_out == computed:
-            _table_block(block[:n], flat_tile[:n], lut, other, ew, cvt)
+            _table_block(block[:n], flat_tile[:n], lut, other, ew, cvt, flat_below, flat_above)
         else:
             for b in range(count):
-                _table_block(block[b * computed:(b + 1) * computed], tile[b, :computed], lut, other, ew, cvt)
+                _table_block(block[b * computed:(b + 1) * computed], tile[b, :computed], lut, other, ew, cvt,
+                             flat_below, flat_above)
         dp._store_atoms(tile, first, count, width, surfaces, offsets, target)
 
 

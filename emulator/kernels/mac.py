@@ -216,11 +216,31 @@ def _conv_direct_wide(padded, weights, kernels_per_group, dilation_y, dilation_x
         for ci in range(group_inputs):
             plane = planes[channel0 + ci]
             for ky in range(kernel_h):
+                start = ky * dilation_y * padded_w
+                if kernel_w == 3:  # a kernel row's taps in one pass over the line (same adds, same order)
+                    tap = weights[o, ci, ky]
+                    _add_row3(line, plane, start, dilation_x, np.float32(tap[0]), np.float32(tap[1]),
+                              np.float32(tap[2]))
+                    continue
                 for kx in range(kernel_w):
-                    start = ky * dilation_y * padded_w + kx * dilation_x
-                    _add_products(line, plane[start:start + length], np.float32(weights[o, ci, ky, kx]))
+                    _add_products(line, plane[start + kx * dilation_x:start + kx * dilation_x + length],
+                                  np.float32(weights[o, ci, ky, kx]))
         for oy in range(out_h):
             acc[o, oy] = line[oy * padded_w:oy * padded_w + out_w]
+
+
+@njit(cache=True, inline="always")
+def _add_row3(line, plane, start, step, w0, w1, w2):
+    # three taps' products into each accumulator in kx order, one rounding per add: the bits of three
+    # _add_products passes, one pass over the line instead of three (issue 20: depthwise 3x3)
+    length = line.shape[0]
+    # (slices: an index start + i would take Numba's negative-index wraparound and stay scalar)
+    first, second, third = (plane[start:start + length], plane[start + step:start + step + length],
+                            plane[start + 2 * step:start + 2 * step + length])
+    for i in range(length):
+        value = line[i] + w0 * first[i]
+        value = value + w1 * second[i]
+        line[i] = value + w2 * third[i]
 
 
 @njit(cache=True, inline="always")

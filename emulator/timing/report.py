@@ -414,13 +414,14 @@ def _npu_rows(model, timeline: Timeline, platform, ddr_model: str) -> tuple[Laye
 def _copy_row(row: LayerTime) -> LayerTime:
     """A LayerTime equal to ``row`` with lists of its own (a report's rows may be edited)."""
     copy = object.__new__(LayerTime)
-    copy.__dict__.update(row.__dict__)
-    copy.tasks, copy.cores = list(row.tasks), list(row.cores)
+    fields = row.__dict__.copy()  # (one dict copy, then the lists: issue 20, a row per task)
+    fields["tasks"], fields["cores"] = list(row.tasks), list(row.cores)
+    copy.__dict__ = fields
     return copy
 
 
-#: per (timeline, model trailer, platform) objects and DDR model: report_npu's rows
-_NPU_ROWS: Memo[tuple[LayerTime, ...]] = Memo(identity=3, limit=16)
+#: per (timeline, model trailer, platform) objects and DDR model: report_npu's rows and unassigned tasks
+_NPU_ROWS: Memo[tuple[tuple[LayerTime, ...], list[TaskTime]]] = Memo(identity=3, limit=16)
 
 
 def report_rknn(model, run, platform, ddr_model: str = "board") -> PerfReport:
@@ -462,13 +463,14 @@ def report_npu(model, runs: Sequence, platform, ddr_model: str = "board",
     batch = model.trailer.get("batch") or {"size": 1, "contexts": 1}  # compiler/batch.py
     # The rows are a function of the timeline (handed out again for a run that repeats the last
     # one's records), the model and the platform: worked out once, each report gets copies.
+    # (with the timeline's spans no layer claims: a copy per report too)
     rows = _NPU_ROWS.get(timeline, model.trailer, platform, ddr_model)
     if rows is None:
-        rows = _NPU_ROWS.put(_npu_rows(model, timeline, platform, ddr_model), timeline, model.trailer, platform,
-                             ddr_model)
-    layers = [_copy_row(row) for row in rows]
+        rows = _NPU_ROWS.put((_npu_rows(model, timeline, platform, ddr_model), _unassigned(timeline)), timeline,
+                             model.trailer, platform, ddr_model)
+    layers = [_copy_row(row) for row in rows[0]]
     report = PerfReport(str(getattr(model, "path", "")) or "model", platform.name, platform.clock.npu_mhz,
-                        layers, _unassigned(timeline), ddr_model=ddr_model,
+                        layers, list(rows[1]), ddr_model=ddr_model,
                         host_submit_overhead_us=platform.launch.host_submit_overhead_us, batch=dict(batch),
                         core_count=platform.cores.count, timeline=timeline).explain(platform)
     if batch["size"] > 1:

@@ -382,6 +382,7 @@ class _Resident(NamedTuple):  # (a tuple: built twice per task, cheaper than a f
     key: tuple
     array: np.ndarray
     task: str  # who loaded it, for messages
+    banks: range | None = None  # weights: the banks they fill, when known (cbuf_reuse.weight_banks)
 
 
 class Cbuf:
@@ -391,6 +392,9 @@ class Cbuf:
     bank split) must match what the reusing task describes, or the hardware would compute
     with other data (REGISTER_SEMANTICS 2.6).
     """
+
+    #: weight sets still in place beside ``weights`` (kernels/cbuf_reuse.py sets its own list)
+    _older_weights: tuple | list = ()
 
     def __init__(self) -> None:
         self.feature: _Resident | None = None
@@ -412,9 +416,14 @@ class Cbuf:
         return resident.array
 
     def keep(self, slot: str, key: tuple, array: np.ndarray, where: str) -> None:
-        was = self.weights if slot == "weights" else None
-        cbuf_reuse.remember(self, slot, key, array, None if was is None else (was.key, was.array))
-        setattr(self, slot, _Resident(key, array, where))
+        if slot == "weights":
+            was = self.weights
+            banks = cbuf_reuse.remember(self, slot, key, array, None if was is None else
+                                        (was.key, was.array) if was.banks is None else (was.key, was.array, was.banks))
+            self.weights = _Resident(key, array, where, banks)
+        else:
+            cbuf_reuse.remember(self, slot, key, array, None)
+            self.feature = _Resident(key, array, where)
 
 
 def _describe_key(key: tuple) -> str:
@@ -636,6 +645,8 @@ class _Plan:
 #: One _Plan per live ConvState object (the core hands back the same state while a task's
 #: registers are unchanged).
 _PLANS = Memo(_Plan.build, identity=1)
+#: largest feature (bytes) a CNA step copies into an array of its own (``_feature_loader``)
+_OWN_FEATURE_BYTES = 1 << 16
 
 
 # ---------------------------------------------------------------------------------------------
@@ -663,6 +674,8 @@ def prepare_cna_core(state: ConvState, memory, where: str):
             # dropped since the chain ran: weights the chain writes every run (an fp16 MatMul's
             # activation operand), looked up or unpacked each run as the full path does
             fetch = _weights_fetcher(state, plan, memory, where)
+            if fetch is None:
+                return None
         elif weights is None or weights.dtype != element:
             return None
         else:
@@ -673,41 +686,160 @@ def prepare_cna_core(state: ConvState, memory, where: str):
                                       lambda: f"{where}: {plan.feature_what} read")
         read = (located.region.data, located.offsets, (located.offsets.size, plan.feature_row_bytes))
     kernel = _prepared_kernel(state, plan) if element is np.int8 else _fp16_kernel(state, plan)
-    kept_weights = weights  # None: the task reuses the CBUF's weights (or ``fetch`` reads them)
-    feature_key, feature_shape, mask = plan.feature_key, plan.feature_shape, plan.mask_channels
-    image = bool(state.argb_channels)
-
-    def run(cbuf: Cbuf) -> CoreResult:
-        if read is None:
-            feature = cbuf.take("feature", feature_key, "DATA_REUSE", where)
-        else:
-            rows = np.empty(read[2], np.uint8)
-            gather_rows(read[0], read[1], rows)
-            if image:  # (the image input's pixels into atoms: _read_feature's path)
-                feature = _feature_from_rows(state, plan, rows)
-            else:
-                feature = rows.view(element).reshape(feature_shape)
-                if mask:
-                    _mask_channels(feature, state.real_channels)
-            cbuf.keep("feature", feature_key, feature, where)  # the full path's bookkeeping (cbuf_reuse)
-        if fetch is not None:
-            fetched = fetch()
-            cbuf.keep("weights", plan.weight_key, fetched, where)
-            return kernel(feature, fetched)
-        if kept_weights is None:
-            return kernel(feature, cbuf.take("weights", plan.weight_key, "WEIGHT_REUSE", where))
-        cbuf.keep("weights", plan.weight_key, weights, where)
-        return kernel(feature, weights)
-
+    run = _cna_step(plan, where, _feature_loader(state, plan, where, read), kernel, weights, fetch)
     run.held = held
     return run
 
 
+def _cna_step(plan: _Plan, where: str, load, kernel, weights: np.ndarray | None, fetch):
+    """``prepare_cna_core``'s ``run(cbuf)``: the feature load (``_feature_loader``), the weights
+    (held, fetched each run, or the CBUF's) with the Cbuf's bookkeeping, and the kernel."""
+    weight_key = plan.weight_key
+    weight_banks = None if weights is None else cbuf_reuse.weight_banks(weight_key, weights.nbytes)
+    weights_kept = None if weights is None else _Resident(weight_key, weights, where, weight_banks)
+    core = None if weights is None else kernel.prepare(weights)
+    buffer = getattr(load, "buffer", None)
+
+    seen = [None, None]  # the older weight sets and the weights replaced at a keep that changed neither
+
+    def keep_weights(cbuf: Cbuf) -> None:
+        was, older = cbuf.weights, cbuf._older_weights
+        if not older:
+            if was is None or _covers(weight_banks, was):  # (Cbuf.keep: nothing kept; the old evicted at once)
+                cbuf.weights = weights_kept
+                return
+        elif older is seen[0] and was is seen[1]:  # (Cbuf.keep's outcome as at that keep: the note before ``_covers``)
+            cbuf.weights = weights_kept
+            return
+        cbuf.keep("weights", weight_key, weights, where)
+        cbuf.weights = weights_kept  # (the same resident: Cbuf.keep's banks are these, or None to work out)
+        if older and cbuf._older_weights is older:
+            seen[:] = [older, was]
+
+    fetched_banks = [None]  # (the fetched weights' banks: their size is the step's, worked out once)
+
+    def keep_fetched(cbuf: Cbuf, fetched: np.ndarray) -> None:
+        was, banks = cbuf.weights, fetched_banks[0]
+        if banks is None:
+            banks = fetched_banks[0] = cbuf_reuse.weight_banks(weight_key, fetched.nbytes)
+        if not cbuf._older_weights and (was is None or _covers(banks, was)):  # (keep_weights' cases)
+            cbuf.weights = _Resident(weight_key, fetched, where, banks)
+        else:
+            cbuf.keep("weights", weight_key, fetched, where)
+
+    def run(cbuf: Cbuf) -> CoreResult:
+        feature = load(cbuf)
+        if fetch is not None:
+            fetched = fetch()
+            keep_fetched(cbuf, fetched)
+            return kernel(feature, fetched)
+        if weights is None:
+            return kernel(feature, cbuf.take("weights", weight_key, "WEIGHT_REUSE", where))
+        keep_weights(cbuf)
+        return kernel(feature, weights)
+
+    def direct(cbuf: Cbuf) -> tuple[np.ndarray, np.ndarray]:
+        feature = load(cbuf)
+        keep_weights(cbuf)
+        return core(feature)  # (the kernel's prepared form for these weights: ``kernel`` calls it)
+
+    # ``direct(cbuf) -> (data, window sums)``: ``run`` without the CoreResult (its layout "hwc"),
+    # for a step whose feature is its own array and whose weights it holds, the kernel prepared
+    run.direct = direct if core is not None and buffer is not None and fetch is None else None
+    return run
+
+
+def _feature_loader(state: ConvState, plan: _Plan, where: str, read: tuple | None):
+    """``load(cbuf) -> feature``: the feature as ``_feature`` has it - the CBUF's (DATA_REUSE), or
+    the rows ``read`` (region data, row offsets, rows shape) locates copied into atoms and kept in
+    the Cbuf. A small feature (not the image input's) is copied into an array of the step's own
+    (``load.buffer``), refilled by each run: the Cbuf is its one other holder (the feature slot;
+    the older weight sets it keeps are weights), and a run that refills it puts it back in the
+    slot, so a later DATA_REUSE task takes the last load's."""
+    key = plan.feature_key
+    if read is None:
+        return lambda cbuf: cbuf.take("feature", key, "DATA_REUSE", where)
+    data, offsets, shape, keep = *read, _feature_keeper(key, where)
+    if state.argb_channels or shape[0] * shape[1] > _OWN_FEATURE_BYTES:
+        def load(cbuf: Cbuf) -> np.ndarray:
+            rows = np.empty(shape, np.uint8)
+            gather_rows(data, offsets, rows)
+            feature = _feature_from_rows(state, plan, rows)
+            keep(cbuf, _Resident(key, feature, where))
+            return feature
+        return load
+    buffer = np.empty(plan.feature_shape, plan.feature_dtype)
+    rows, kept, mask, real = buffer.view(np.uint8).reshape(shape), _Resident(key, buffer, where), \
+        plan.mask_channels, state.real_channels
+
+    def load(cbuf: Cbuf) -> np.ndarray:
+        gather_rows(data, offsets, rows)
+        if mask:
+            _mask_channels(buffer, real)
+        keep(cbuf, kept)
+        return buffer
+
+    load.buffer = buffer
+    return load
+
+
+def _feature_keeper(key: tuple, where: str):
+    """``keep(cbuf, resident)``: ``Cbuf.keep("feature", key, resident.array, where)`` for a step's
+    loads (one key, one size), without the bookkeeping when nothing is kept beside the slots or the
+    older weight sets are the very list a keep of this step's left unchanged (the note before ``_covers``)."""
+    seen = [None]
+
+    def keep(cbuf: Cbuf, resident: _Resident) -> None:
+        older = cbuf._older_weights
+        if older and older is not seen[0]:  # (the full path's bookkeeping, kernels/cbuf_reuse.py)
+            cbuf.keep("feature", key, resident.array, where)
+            if cbuf._older_weights is older:
+                seen[0] = older
+        cbuf.feature = resident  # (Cbuf.keep's resident for a feature: the same three fields)
+
+    return keep
+
+
+# Kept-unchanged note: ``cbuf_reuse.remember``'s outcome is a function of the older weight sets,
+# the weights replaced (a weight load), the key and the size alone, and it replaces the older sets'
+# list whenever it changes them (never in place): a step's keep that finds the very list (and the
+# very weights) a keep of its own left unchanged leaves it unchanged again (issue 20: ppocr_rec keeps
+# older weight sets beside the slots through most of its chain, ~1000 keeps a run)
+
+
+def _covers(banks: range, resident: _Resident) -> bool:
+    """Whether weights loaded into ``banks`` evict ``resident`` (kernels/cbuf_reuse.py)."""
+    held = resident.banks
+    if held is None:
+        held = cbuf_reuse.weight_banks(resident.key, resident.array.nbytes)
+    return banks.start < held.stop and held.start < banks.stop
+
+
 def _weights_fetcher(state: ConvState, plan: _Plan, memory, where: str):
-    """``fetch()``: ``_read_weights`` as the full path calls it (the derived cache's entry, or the
-    weights unpacked and kept there), its counts not kept."""
-    scratch = TaskDma(memory, where)
-    return lambda: _read_weights(state, plan, scratch, where)
+    """``fetch()``: ``_read_weights``' value for weights the chain writes every run (an fp16 MatMul's
+    activation operand), unpacked from the bytes as they are now by one gather, the layout's element
+    order worked out once (``unpack_*_weights`` only gathers blob elements: the same bits). Not put in
+    the derived cache: the next write of the operand drops it before any other read (ppocr_rec: 144
+    puts a run, none read back), and each put and drop cost an index update and overlap searches on
+    the writes near it. None where the blob is not whole elements (the full path's error)."""
+    dtype = PRECISION_DTYPES[state.weight_type]
+    count, rest = divmod(plan.weight_bytes, dtype.itemsize)
+    if rest:
+        return None
+    layout, shape = plan.weight_cache_key[2], plan.weight_cache_key[4]
+    positions = np.arange(count, dtype=np.int64)
+    index = kernels.unpack_depthwise_weights(positions, *shape[1:], layout) if state.depthwise \
+        else kernels.unpack_conv_weights(positions, *shape, layout)
+    located = memory.locate_fixed(plan.weight_rows, plan.weight_bytes, lambda: f"{where}: {plan.weight_what} read")
+    data, start, unsigned = located.region.data, int(located.offsets[0]), np.dtype(f"u{dtype.itemsize}")
+    stop = start + plan.weight_bytes
+
+    def fetch() -> np.ndarray:
+        weights = data[start:stop].view(unsigned)[index].view(dtype)
+        weights.flags.writeable = False  # (as the full path's: shared, never written)
+        return weights
+
+    return fetch
 
 
 def _fp16_kernel(state: ConvState, plan: _Plan):
@@ -717,6 +849,8 @@ def _fp16_kernel(state: ConvState, plan: _Plan):
     def kernel(feature: np.ndarray, weights: np.ndarray) -> CoreResult:
         padded = kernels.fetch_padded_input(feature, channels, geometry, pad)
         return CoreResult(_pad_channels(kernels.conv2d_fp16(padded, weights, geometry), out), None)
+
+    kernel.prepare = lambda weights: None  # (no prepared form: ``kernel`` itself runs)
     return kernel
 
 
@@ -749,4 +883,7 @@ def _prepared_kernel(state: ConvState, plan: _Plan):
         run = prepared[1]
         data, sums = plain(feature, weights) if run is None else run(np.ascontiguousarray(feature))
         return CoreResult(data, sums, "hwc")
+
+    # the prepared kernel of weights a step holds (read-only), for C-contiguous features: or None
+    kernel.prepare = lambda weights: None if weights.flags.writeable else prepare(weights)
     return kernel

@@ -35,6 +35,8 @@ from npuemu.isa.errors import EmulationError
 
 #: stands for the CORE's window sums while the settings are worked out (filled in per run)
 _SUMS_SLOT = np.zeros((1, 1), np.int64)
+#: largest CORE output (elements) whose [1][P][C] view a DPU step keeps between runs
+_HELD_OUTPUT = 1 << 14
 
 
 def prepare_dpu(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, where: str,
@@ -46,15 +48,27 @@ def prepare_dpu(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, wher
     ``lut_tables``: the core's LUT RAM [2][513] (a task with the LUT on needs it: None otherwise)."""
     if state.flying:
         return None
-    store = _prepare_store(state, rdma, memory, where, lut_tables, np.dtype(np.int32))
+    store = _prepare_store(state, rdma, memory, where, lut_tables, np.dtype(np.int32), pixel_major=True)
     if store is None:
         return None
     pixels, channels = state.height * state.width, state.channels
+    # the CORE's output array and a [1][P][C] view of it: a small layer's is the same array every run
+    # (conv_pixels.prepare_conv_int8_pixels; a large one's, the thread's scratch, is not held here)
+    last = [None, None]
+
+    def direct(data: np.ndarray, window_sums: np.ndarray | None) -> None:
+        if data is last[0]:
+            store(last[1], window_sums)
+            return
+        blocks = np.ascontiguousarray(data, np.int32).reshape(1, pixels, channels)
+        if data.dtype == np.int32 and data.flags.c_contiguous and data.size <= _HELD_OUTPUT:  # (a view of it)
+            last[:] = [data, blocks]
+        store(blocks, window_sums)
 
     def run(source: CoreResult) -> None:
-        store(np.ascontiguousarray(source.data, np.int32).reshape(1, pixels, channels), source.window_sums)
+        direct(source.data, source.window_sums)
 
-    run.held = store.held
+    run.held, run.direct = store.held, direct  # (direct: the CORE's pixel-major data and window sums)
     return run
 
 
@@ -119,10 +133,12 @@ def _prepare_unpool(state: DpuState, rdma: DpuRdmaState, memory: Memory, where: 
 
 
 def _prepare_store(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, where: str,
-                   lut_tables: np.ndarray | None, data_dtype: np.dtype) -> Callable | None:
+                   lut_tables: np.ndarray | None, data_dtype: np.dtype, pixel_major: bool = False) -> Callable | None:
     """``store(blocks, window_sums)``: ``_run_integer``'s stages and WDMA write for main blocks of
     ``data_dtype`` (the CORE's [1][P][C] int32, or the MRDMA's [S][P][C2] atoms), the ERDMA
-    operand read per run; ``store.held`` as ``prepare_dpu``'s. None for forms it does not take."""
+    operand read per run; ``store.held`` as ``prepare_dpu``'s. None for forms it does not take.
+    ``pixel_major``: the blocks are always int32 [1][P][C], C-contiguous (the stage kernel's
+    ``direct`` form then runs, kernels/dpu_pixel_plan.py)."""
     if rdma is None or rdma.unpool is not None or state.proc_precision not in dpu.INTEGER_PROCESSING \
             or state.out_precision == FP16 or state.minmax_ctl or state.offset_pend or state.transpose is not None \
             or state.pads_lanes or dpu_transpose.is_notched_copy(state, rdma) or dpu_int32.pads_past_orig(state) \
@@ -157,8 +173,11 @@ def _prepare_store(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, w
     else:
         blocks_type = np.empty((1, 0, 0), data_dtype)  # (the plan reads the main blocks' type)
         plan = dpu._stage_plan(state, rdma, blocks_type, stages, tail)
-        kernel = prepare_planned_to_atoms(plan, state.height * state.width, width, words, offsets, c2, surfaces) \
+        kernel = prepare_planned_to_atoms(plan, state.height * state.width, width, words, offsets, c2, surfaces,
+                                          None if from_erdma else operand) \
             or (lambda data, sums, ew: planned_to_atoms(plan, data, width, words, offsets, c2, surfaces, sums, ew))
+        if pixel_major and getattr(kernel, "direct", None) is not None:
+            kernel = kernel.direct
 
     read_ew = _ew_reader(state, rdma, memory, where, operand) if from_erdma else None
 

@@ -4,13 +4,15 @@ to run worked out once - the BS / BN settings and operands (the BRDMA blob held,
 ``_held_blob``), the EW settings, the rows of the MRDMA and ERDMA reads and of the WDMA write located
 - so a run is the row copies and the kernels: ``kernels.dpu_fp_chain.FloatChain.runner`` (BS, BN, EW
 in one pass; the LUT between them read from the core's LUT RAM as each run finds it), then
-``dpu.float_output`` (OUT_CVT) and the planes scattered into the WDMA's atoms.
+``dpu.float_output`` (OUT_CVT) and the planes scattered into the WDMA's atoms (an fp16 output
+without MINUS_EXP: rounded as they are stored, kernels/fp16_atoms.py).
 
 Forms taken: the main cube from the CORE (a float32 [C][H][W] result) or, in flying mode, a plain
 fp16 MRDMA read (COMB_USE 0); the EW operand from a register or the ERDMA (fp16, per pixel or per
-channel, COMB_USE 0, or split between MRDMA and ERDMA with COMB_USE 5). Not: bf16, the fp16 pair
-(COMB_USE 3), fp32, NRDMA operands, reductions, transposes, lane padding, interleaved writes,
-unpooling; ``prepare_fp_dpu`` hands back None for those and the core runs the task the full way.
+channel, COMB_USE 0, or split between MRDMA and ERDMA with COMB_USE 5); plain or interleaved writes
+(kernels/dpu_interleave.py: one atom a row). Not: bf16, the fp16 pair (COMB_USE 3), fp32, NRDMA
+operands, reductions, transposes, lane padding, unpooling; ``prepare_fp_dpu`` hands back None for
+those and the core runs the task the full way.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Callable
 import numpy as np
 
 from npuemu.emulator.kernels import dpu_bf16, dpu_convert, dpu_fp16_pair, dpu_fp_chain, dpu_interleave
-from npuemu.emulator.kernels import dpu_transpose, lut_fp
+from npuemu.emulator.kernels import dpu_transpose, fp16_atoms, lut_fp
 from npuemu.emulator.memory import Memory, TaskDma, gather_rows
 from npuemu.emulator.memory import _scatter_planes as scatter_planes
 from npuemu.emulator.units import dpu
@@ -70,6 +72,9 @@ def prepare_fp_dpu(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, w
             data = run_after(data, ew)
         else:
             data = (run_after or run_before)(data, ew)
+        if write.fp16 is not None:
+            write.fp16(data)
+            return
         out, _ = dpu.float_output(state, data, where)
         write(out)
 
@@ -92,7 +97,7 @@ def _takes(state: DpuState, rdma: DpuRdmaState | None, lut_tables: np.ndarray | 
     """The forms ``prepare_fp_dpu`` takes (the module docstring)."""
     if state.proc_precision != FP16 or dpu_bf16.involves_bf16(state) or state.out_precision not in _OUTPUTS \
             or state.minmax_ctl or state.offset_pend or state.transpose is not None or state.pads_lanes \
-            or dpu_interleave.is_interleaved(state) or dpu_transpose.is_notched_copy(state, rdma) \
+            or dpu_transpose.is_notched_copy(state, rdma) \
             or rdma is not None and rdma.unpool is not None or dpu_fp16_pair.applies(state, rdma) \
             or dpu_bf16.reads_other_float(state, rdma):
         return False
@@ -193,14 +198,19 @@ def _split_reader(state: DpuState, rdma: DpuRdmaState, memory: Memory, where: st
 
 def _writer(state: DpuState, memory: Memory, where: str) -> Callable[[np.ndarray], None] | None:
     """``dpu._write`` (``TaskDma.write_planes``) with the WDMA's rows located once: ``write(out)``;
-    None where the rows do not start on a multiple of the element size (write_planes' other branch)."""
+    None where the rows do not start on a multiple of the element size (write_planes' other branch).
+    ``write.fp16(planes)``: ``write(dpu.float_output(state, planes)[0])`` in one pass
+    (kernels/fp16_atoms.py), or None where OUT_CVT does more than round to fp16."""
     dtype = PRECISION_DTYPES[state.out_precision]
     c2 = c2_of(dpu_bf16.carrier(state.out_precision), state.atom_bytes)
     wdma = dpu._WDMA(state, c2, dtype.itemsize)
     channels = min(state.channels, wdma.surfaces * c2)
-    if wdma.starts.size != -(-channels // c2) * state.height:
+    # an interleaved write's rows are single atoms, pixels apart (dpu_interleave.as_pixel_rows)
+    interleaved = dpu_interleave.is_interleaved(state)
+    height, width = (state.height * state.width, 1) if interleaved else (state.height, state.width)
+    if wdma.starts.size != -(-channels // c2) * height:
         return None
-    row_bytes = state.width * c2 * dtype.itemsize
+    row_bytes = width * c2 * dtype.itemsize
     located = memory.locate_fixed(wdma.starts, row_bytes, lambda: f"{where}: {wdma.what} write")
     unsigned = np.dtype(f"u{dtype.itemsize}")
     elements = located.elements(unsigned)
@@ -209,10 +219,22 @@ def _writer(state: DpuState, memory: Memory, where: str) -> Callable[[np.ndarray
     data, offsets = elements
     derived, starts, bounds = memory.derived, located.starts, located.bounds
 
+    def invalidate() -> None:
+        derived.invalidate_rows(starts, row_bytes, bounds)
+
     def write(out: np.ndarray) -> None:
         if out.dtype != dtype:  # (float_output's element type is the OUT_PRECISION's)
             raise EmulationError(f"{where}: fp16 step: output {out.dtype}, expected {dtype}")
-        scatter_planes(np.ascontiguousarray(out[:channels]).view(unsigned), c2, offsets, data)
-        derived.invalidate_rows(starts, row_bytes, bounds)
+        scatter_planes(np.ascontiguousarray(out[:channels]).reshape(channels, height, width).view(unsigned), c2,
+                       offsets, data)
+        invalidate()
 
+    def write_fp16(planes: np.ndarray) -> None:
+        fp16_atoms.planes_to_fp16_atoms(np.ascontiguousarray(planes[:channels]).reshape(channels, height, width)
+                                        .view(np.uint32), c2, offsets, data)
+        invalidate()
+
+    # fp16 outputs without the MINUS_EXP scale: OUT_CVT's rounding (dpu.float_output: kernels.dpu.out_cvt_fp16)
+    # as the atoms are stored, the same bytes without the fp16 copy of the cube
+    write.fp16 = write_fp16 if state.out_precision == FP16 and not state.out_cvt.minus_exp else None
     return write

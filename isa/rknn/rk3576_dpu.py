@@ -19,8 +19,10 @@ from __future__ import annotations
 
 from npuemu.isa.errors import UnsupportedProgramError
 from npuemu.isa.rknn.rk3576_layout import (
-    CONSTANTS, EW_RELU_BYPASS, FP16, INT8, Reader, VendorTask, activation, ew_config, ew_relu,
+    C2, CONSTANTS, EW_RELU_BYPASS, FP16, INT8, Reader, VendorTask, activation, ew_config, ew_relu, round_up,
 )
+
+INT8_ATOM = C2[INT8]
 
 DPU_ONLY_ENABLE = 0x18                   # DPU + DPU_RDMA (op-enable bits 3, 4)
 #: the vendor words of a DPU-only task with the BS stage bypassed, fp16 [V ORC]
@@ -45,6 +47,37 @@ RECORD_BYTES = 64
 DPU_ONLY_EW = {(INT8, 0x810F4094): 0x904002C4}
 ALL_BYPASSED_BUT_ALU = 0x20040           # RK3588 BS_CFG: ALU add of the register operand, ReLU bypassed
 Spec = tuple[str, str, dict[str, int]]
+
+
+#: RK3588 EW_CFG fields of an int8 Sub (EW ALU minus of the converted ERDMA operand) and of the Add the vendor
+#: writes for it (REGISTER_SEMANTICS.md 48.1)
+EW_ALU_ALGO_SHIFT, EW_ALU_ALGO_MASK = 16, 0xF << 16
+ALU_ADD, ALU_MINUS = 2, 4
+EW_OFF_BITS = 0b1_0000_0011             # EW_OP_CVT_BYPASS (8), EW_OP_BYPASS (1), EW_BYPASS (0)
+INT8_OPERAND_MAGNITUDE = 128
+
+
+def minus_as_add(values: dict, source) -> dict:
+    """An int8 DPU-only Sub (npuemu: EW ALU minus, ``v - cvt(e)``) as the vendor writes its Sub: the EW Add with
+    the operand converter's scale negated, ``v + cvt'(e)`` [V ORC: x - z int8, rk3576 and rk3588 builds, EW_CFG
+    add, EW_OP_CVT_SCALE 0x80a2 = -32606]. The same integers: ``cvt'(e) = -cvt(e)`` exactly, as both rounding
+    modes of the converter are odd functions (half-even, half-away: emulator/NUMERICS.md 1) and the product
+    stays far below the int32 saturation (checked here), and ``v - c = v + (-c)`` in the stage's exact sum,
+    saturated once. ``values`` unchanged for any other task (fp16: not seen; a scale of -32768, whose negation
+    does not fit the signed 16-bit field; a product that could saturate)."""
+    config = values.get(("DPU", "EW_CFG"), 0)
+    fmt = source.register("DPU", "DATA_FORMAT").unpack(values.get(("DPU", "DATA_FORMAT"), 0))
+    if (fmt["PROC_PRECISION"] != INT8 or config & EW_OFF_BITS or config & EW_OP_MUL
+            or (config & EW_ALU_ALGO_MASK) >> EW_ALU_ALGO_SHIFT != ALU_MINUS):
+        return values
+    word = values.get(("DPU", "EW_CVT_SCALE_VALUE"), 0)
+    scale = (word & 0xFFFF) - ((word & 0x8000) << 1)
+    offset = values.get(("DPU", "EW_CVT_OFFSET_VALUE"), 0)
+    offset -= (offset & 0x80000000) << 1
+    if scale == -0x8000 or (INT8_OPERAND_MAGNITUDE + abs(offset)) * abs(scale) >= 1 << 31:
+        return values
+    return {**values, ("DPU", "EW_CFG"): config & ~EW_ALU_ALGO_MASK | ALU_ADD << EW_ALU_ALGO_SHIFT,
+            ("DPU", "EW_CVT_SCALE_VALUE"): word & ~0xFFFF | -scale & 0xFFFF}
 
 
 def is_dpu_only(enable: int) -> bool:
@@ -93,7 +126,9 @@ def check_dpu_only(task: VendorTask) -> None:
     mode = {name: f("DPU_RDMA", "FEATURE_MODE_CFG", name) for name in ("ENABLE", "COMB_USE", "MRDMA_DISABLE",
                                                                           "CONV_MODE")}
     erdma = task.field("DPU_RDMA", "ERDMA_CFG", "ERDMA_DISABLE"), task.field("DPU_RDMA", "ERDMA_CFG", "ERDMA_DATA_MODE")
-    if any(mode.values()) or erdma != (0, 1) or _ew(task) is None or activation(task) != "none":
+    # a Mul by a per-channel operand (an SE gate's, REGISTER_SEMANTICS.md 46.3)
+    per_channel = erdma == (0, 0) and _ew(task) is not None and _ew(task) & EW_OP_MUL and precision == INT8
+    if any(mode.values()) or (erdma != (0, 1) and not per_channel) or _ew(task) is None or activation(task) != "none":
         raise UnsupportedProgramError(f"{where}: vendor rk3576 task with op-enable {DPU_ONLY_ENABLE:#x}; only conv "
                                       f"tasks, PPU pools and DPU-only Adds / Muls of an MRDMA and a whole ERDMA "
                                       f"operand are decoded, not this one (DPU_RDMA FEATURE_MODE_CFG "
@@ -139,9 +174,16 @@ def dpu_only_specs(task: VendorTask, read: Reader | None = None) -> list[Spec]:
     int8 task's BS record by device address."""
     check_dpu_only(task)
     f = task.field
-    channels = f("DPU", "DATA_CUBE_CHANNEL", "CHANNEL")
+    real = f("DPU", "DATA_CUBE_CHANNEL", "CHANNEL")
+    # the channels padded to whole atoms are DPU_RDMA's word, the real ones the DPU's [V ORC se8: 7 / 15]; a whole
+    # operand's int8 task writes the real count in both, its twin the padded one [V ORC x - z, 24 channels: 23 / 31]
+    channels = f("DPU_RDMA", "DATA_CUBE_CHANNEL", "CHANNEL")
+    if f("DPU", "DATA_FORMAT", "PROC_PRECISION") == INT8:
+        channels = round_up(channels + 1, INT8_ATOM) - 1
     width, height = f("DPU", "DATA_CUBE_WIDTH", "WIDTH"), f("DPU", "DATA_CUBE_HEIGHT", "HEIGHT")
     config = _ew(task) & ~(EW_RELU_BYPASS if ew_relu(task) else 0)
+    # EW_DATA_MODE follows the ERDMA's: 0 an operand per channel (an SE gate's Mul) [V ORC se, se8 twins]
+    config = config & ~EW_DATA_MODE | f("DPU_RDMA", "ERDMA_CFG", "ERDMA_DATA_MODE") << 28
     int8 = f("DPU", "DATA_FORMAT", "PROC_PRECISION") == INT8
     if int8 and read is None:
         raise UnsupportedProgramError(f"{task.where}: an int8 DPU-only task needs its BS record read from memory")
@@ -158,7 +200,7 @@ def dpu_only_specs(task: VendorTask, read: Reader | None = None) -> list[Spec]:
         ("DPU", "DST_SURF_STRIDE", {"DST_SURF_STRIDE": f("DPU", "DST_SURF_STRIDE", "DST_SURF_STRIDE")}),
         ("DPU", "DATA_CUBE_WIDTH", {"WIDTH": width}), ("DPU", "DATA_CUBE_HEIGHT", {"HEIGHT": height}),
         ("DPU", "DATA_CUBE_NOTCH_ADDR", {}),
-        ("DPU", "DATA_CUBE_CHANNEL", {"ORIG_CHANNEL": channels, "CHANNEL": channels}),
+        ("DPU", "DATA_CUBE_CHANNEL", {"ORIG_CHANNEL": real, "CHANNEL": channels}),
         *_bs_specs(int8, bool(_record_uses(task) & RECORD_MUL), alu, mul, shift),
         ("DPU", "WDMA_SIZE_0", {"CHANNEL_WDMA": channels}),
         ("DPU", "WDMA_SIZE_1", {"HEIGHT_WDMA": f("DPU", "WDMA_SIZE", "HEIGHT_WDMA"),
@@ -193,6 +235,8 @@ def _bs_specs(int8: bool, has_mul: bool, alu: int, mul: int, shift: int) -> list
 
 
 BS_MUL_BYPASS = 1 << 4                   # RK3588 BS_CFG.BS_MUL_BYPASS
+EW_OP_MUL = 1 << 2                       # RK3588 EW_CFG.EW_OP_TYPE
+EW_DATA_MODE = 3 << 28                   # RK3588 EW_CFG.EW_DATA_MODE
 
 
 def _dpu_rdma_specs(task: VendorTask, channels: int) -> list[Spec]:

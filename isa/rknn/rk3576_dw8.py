@@ -12,7 +12,8 @@ rk3588 twin's, byte for byte; tests/data/rk3576_vendor/dw8_pairs.npz.xz].
 Both directions here: :func:`vendor_cube` / :func:`vendor_record` for npuemu's builds, :func:`rk3588_memory`
 for the translation, which rewrites a task's cube in place on load: the RK3588 cube in the first half
 of the vendor's (it is twice the size), and the RK3588 record in the room an own build leaves after the vendor's
-record (``spare_offset``), where the translated task's BS_BASE_ADDR points.
+record (``spare_offset``), where the translated task's BS_BASE_ADDR points. A vendor ``.rknn`` leaves no room:
+:func:`place_memory` puts both of RK3588's blobs in memory the runner adds (REGISTER_SEMANTICS.md 47.2).
 """
 
 from __future__ import annotations
@@ -189,15 +190,29 @@ def to_rk3588_words(values: dict, where: str) -> dict:
     return out
 
 
+def _task_memory(values, read) -> tuple[bytes, bytes]:
+    """(RK3588's cube, RK3588's record) of a vendor-layout int8 depthwise task (``values``: its vendor words),
+    from the vendor's blobs at its weight and BS addresses (``read``: the file as stored)."""
+    kernels = values[("CNA", "WEIGHT_KERNELS")]
+    taps = ((kernels >> 24 & 0x1F) + 1) * ((kernels >> 16 & 0x1F) + 1)
+    weights, record = values[("CNA", "DCOMP_ADDR0")], values[("DPU_RDMA", "BS_BASE_ADDR")]
+    return rk3588_memory(read(weights, values[("CNA", "WEIGHT_BYTES")]), read(record, spare_offset(values)), taps,
+                         record_channels(values))
+
+
 def rewrite_memory(values, read, write, where: str) -> None:
     """An own build's int8 depthwise task (``values``: its vendor words) made readable at RK3588 positions:
     RK3588's cube over the vendor's (at the weight address) and RK3588's record at the BS address +
     spare_offset. ``read`` sees the file as stored, ``write`` the image the emulator loads."""
-    kernels = values[("CNA", "WEIGHT_KERNELS")]
-    taps = ((kernels >> 24 & 0x1F) + 1) * ((kernels >> 16 & 0x1F) + 1)
-    channels, spare = record_channels(values), spare_offset(values)
-    weights, record = values[("CNA", "DCOMP_ADDR0")], values[("DPU_RDMA", "BS_BASE_ADDR")]
-    cube, rk_record = rk3588_memory(read(weights, values[("CNA", "WEIGHT_BYTES")]), read(record, spare), taps,
-                                    channels)
-    write(weights, cube)
-    write(record + spare, rk_record)
+    cube, rk_record = _task_memory(values, read)
+    write(values[("CNA", "DCOMP_ADDR0")], cube)
+    write(values[("DPU_RDMA", "BS_BASE_ADDR")] + spare_offset(values), rk_record)
+
+
+def place_memory(values, read, place) -> dict[tuple[str, str], int]:
+    """A vendor file's int8 depthwise task (``values``: its vendor words), which leaves no room for RK3588's
+    record: RK3588's cube and record each in a buffer of its own (``place(data)`` -> its device address, the
+    runner's area past the file's regions); {(block, register): address} for the translated task's weight and
+    BS addresses [C: emulator/REGISTER_SEMANTICS.md 47.2]. The file's bytes stay as stored."""
+    cube, record = _task_memory(values, read)
+    return {("CNA", "DCOMP_ADDR0"): place(cube), ("DPU_RDMA", "BS_BASE_ADDR"): place(record)}

@@ -25,11 +25,13 @@ Cbuf = tuple[int, int]                  # banks, bytes per bank
 RK3588_CBUF: Cbuf = (12, 32768)         # platforms/rk3588.yaml and rk3576.yaml
 
 
-def rk3588_specs(task: VendorTask, precision: int, shift: tuple[int, int], cbuf: Cbuf = RK3588_CBUF) -> list[Spec]:
+def rk3588_specs(task: VendorTask, precision: int, shift: tuple[int, int], cbuf: Cbuf = RK3588_CBUF,
+                 lut: tuple[int, list[Spec]] | None = None) -> list[Spec]:
     """(block, register, fields) of every re-packed register, in the RK3588 form, for a chip
-    whose CBUF is ``cbuf`` (banks, bytes per bank)."""
-    return (_cna(task, precision, cbuf) + _core(task, precision) + _dpu(task, precision, shift)
-            + _dpu_rdma(task, precision))
+    whose CBUF is ``cbuf`` (banks, bytes per bank); ``lut``: a LUT activation's BN negative shift and
+    BN / EW / LUT specs (rk3576_lut.rk3588_lut_specs)."""
+    return (_cna(task, precision, cbuf) + _core(task, precision) + _dpu(task, precision, shift, lut)
+            + _dpu_rdma(task, precision, lut is not None))
 
 
 def _channels(task: VendorTask, precision: int) -> tuple[int, int, int, int]:
@@ -160,14 +162,14 @@ def _core(task: VendorTask, precision: int) -> list[Spec]:
     ]
 
 
-def _dpu(task: VendorTask, precision: int, shift: tuple[int, int]) -> list[Spec]:
+def _dpu(task: VendorTask, precision: int, shift: tuple[int, int], lut: tuple[int, list[Spec]] | None) -> list[Spec]:
     f = task.field
     _, _, real_out, channels = _channels(task, precision)
     surface = f("DPU", "DST_SURF_STRIDE", "DST_SURF_STRIDE")
     data_format = {"OUT_PRECISION": f("DPU", "DATA_FORMAT", "OUT_PRECISION"),
                    "IN_PRECISION": f("DPU", "DATA_FORMAT", "PROC_PRECISION"),   # [V ORC twins: IN = PROC]
                    "PROC_PRECISION": f("DPU", "DATA_FORMAT", "PROC_PRECISION"),
-                   "BS_MUL_SHIFT_VALUE_NEG": shift[1]}
+                   "BS_MUL_SHIFT_VALUE_NEG": shift[1], "BN_MUL_SHIFT_VALUE_NEG": lut[0] if lut else 0}
     return [
         ("DPU", "FEATURE_MODE_CFG", {"BURST_LEN": 15, "OUTPUT_MODE": f("DPU", "FEATURE_MODE_CFG", "OUTPUT_MODE"),
                                      "CONV_MODE": _conv_mode(task),
@@ -184,7 +186,7 @@ def _dpu(task: VendorTask, precision: int, shift: tuple[int, int]) -> list[Spec]
         ("DPU", "WDMA_SIZE_0", {"CHANNEL_WDMA": channels - 1}),
         ("DPU", "WDMA_SIZE_1", {"HEIGHT_WDMA": f("DPU", "WDMA_SIZE", "HEIGHT_WDMA"),
                                 "WIDTH_WDMA": f("DPU", "WDMA_SIZE", "WIDTH_WDMA")}),
-        *_dpu_bn_ew(task),
+        *(lut[1] if lut else _dpu_bn_ew(task)),
         ("DPU", "OUT_CVT_OFFSET", {"OUT_CVT_OFFSET": f("DPU", "OUT_CVT_OFFSET", "OUT_CVT_OFFSET")}),
         ("DPU", "OUT_CVT_SCALE", {"OUT_CVT_SCALE": f("DPU", "OUT_CVT_SCALE", "OUT_CVT_SCALE"),
                                   "FP32TOFP16_EN": _fp32_to_fp16(task, precision)}),
@@ -259,7 +261,7 @@ def _dpu_bn_ew(task: VendorTask) -> list[Spec]:
     return specs + [("DPU", f"EW_OP_VALUE_{index}", {}) for index in range(8)]
 
 
-def _dpu_rdma(task: VendorTask, precision: int) -> list[Spec]:
+def _dpu_rdma(task: VendorTask, precision: int, bn_record: bool = False) -> list[Spec]:
     f = task.field
     _, _, _, channels = _channels(task, precision)
     erdma = {name: f("DPU_RDMA", "ERDMA_CFG", name) for name in
@@ -269,7 +271,7 @@ def _dpu_rdma(task: VendorTask, precision: int) -> list[Spec]:
             ("IN_PRECISION", "COMB_USE", "PROC_PRECISION", "MRDMA_DISABLE", "MRDMA_FP16TOFP32_EN", "CONV_MODE",
              "FLYING_MODE")}
     residual = ew_config(task) is not None
-    if (task.raw("DPU_RDMA", "NRDMA_CFG") or erdma["ERDMA_DISABLE"] == residual or not mode["MRDMA_DISABLE"]
+    if ((task.raw("DPU_RDMA", "NRDMA_CFG") and not bn_record) or erdma["ERDMA_DISABLE"] == residual or not mode["MRDMA_DISABLE"]
             or mode["COMB_USE"] or (residual and erdma["ERDMA_DATA_MODE"] != 1)):
         raise UnsupportedProgramError(f"{task.where}: vendor rk3576 DPU_RDMA reads a BN or main operand, or an EW "
                                       f"operand other than a whole cube added by the EW stage (NRDMA_CFG, "

@@ -15,7 +15,7 @@ with no activation, a Relu or a Relu6 / Clip(0, x), and with a residual Add (+ R
 (REGISTER_SEMANTICS.md 39, 41), dense or sparse weights in all three modes (44); fp16 depthwise convs;
 PPU pools (``rk3576_ppu``) and fp16 / int8 DPU-only Adds and Muls (``rk3576_dpu``); int8 depthwise convs
 of npuemu's own files (``rk3576_dw8``: they leave room for RK3588's BS record). Anything else -
-int8 depthwise in vendor files, image input, a Clip with a lower bound, a LUT activation, another task kind, a constant word with an unseen value - raises
+int8 depthwise in vendor files, image input, a Clip with a lower bound, an fp16 LUT activation, another task kind, a constant word with an unseen value - raises
 :class:`UnsupportedProgramError` naming the task and the word.
 """
 
@@ -283,12 +283,19 @@ EW_CONFIGS = {(INT8, 0x8002C0C0): 0x904202C0, (FP16, 0x0002C0C0): 0x108202C0,
               (FP16, 0x010F4194): 0x108003C4}
 EW_RELU_CLAMPS = ("CLAMP4", "CLAMP5")
 EW_RELU_BYPASS = 1 << 9                 # RK3588 EW_CFG.EW_RELU_BYPASS
+#: a DPU LUT activation: 0x407C and ACT_CFG (0x4060) [V ORC conv + Sigmoid / Tanh / HardSwish / SiLU /
+#: HardSigmoid pairs; rk3576_lut, REGISTER_SEMANTICS.md 46]
+LUT_EW_WORD, LUT_ACT_CFG = 0x01004140, 0x20
+#: a Clip with a lower bound other than 0: 0x407C (EW add of EW_OP_VALUE_0) and ACT_CFG [V ORC Clip(-1, 2); rk3576_clip]
+CLIP_EW_WORD, CLIP_ACT_CFG = 0x000241C0, 0x920
 
 
 def ew_config(task: VendorTask) -> int | None:
     """The RK3588 EW_CFG of the task's EW stage without its Relu (None: bypassed), refusing
     configurations no decoded build writes."""
     value = task.raw("DPU", "CFG_407C")
+    if (value, task.raw("DPU", "ACT_CFG")) in ((LUT_EW_WORD, LUT_ACT_CFG), (CLIP_EW_WORD, CLIP_ACT_CFG)):
+        return None   # the LUT (rk3576_lut), the Clip's add of a constant (rk3576_clip): no ERDMA operand
     if value == EW_BYPASS:
         if task.raw("DPU", "CFG_4080") or task.raw("DPU", "CFG_4084") != 1:
             raise UnsupportedProgramError(f"{task.where}: vendor rk3576 EW stage bypassed (0x407C) with converter "
@@ -313,16 +320,18 @@ def ew_relu(task: VendorTask) -> bool:
 
 
 def activation(task: VendorTask) -> str:
-    """"none", "relu" or "relux" (a Relu with an upper bound: Relu6, Clip(0, x)) from the DPU's clamp
+    """"none", "relu", "relux" (a Relu with an upper bound: Relu6, Clip(0, x)) or "lut" (rk3576_lut) from the DPU's clamp
     words; anything else is refused by name. CLAMP4 and CLAMP5 hold the Relu after an EW
     Add (ew_relu)."""
-    relu = not task.field("DPU", "ACT_CFG", "RELU_BYPASS")
-    clip = task.field("DPU", "ACT_CFG", "CLIP_EN")
+    lut = task.raw("DPU", "ACT_CFG") == LUT_ACT_CFG and task.raw("DPU", "CFG_407C") == LUT_EW_WORD
+    clip_form = task.raw("DPU", "ACT_CFG") == CLIP_ACT_CFG and task.raw("DPU", "CFG_407C") == CLIP_EW_WORD
+    relu = not task.field("DPU", "ACT_CFG", "RELU_BYPASS") and not lut
+    clip = task.field("DPU", "ACT_CFG", "CLIP_EN") and not lut and not clip_form
     precision = dpu_precision(task)
     after_ew = (precision, task.raw("DPU", "CFG_407C")) in EW_CONFIGS and ew_relu(task)
     # a bound with an EW offset (0x4090) is a Clip with a lower bound other than 0: not decoded [V ORC
     # Clip(-0.5, 0.7): [0, 16646] with 0x4090 = -6936 and NRDMA_CFG 2]
-    plain = not task.raw("DPU", "EW_OP_VALUE_0")
+    plain = not task.raw("DPU", "EW_OP_VALUE_0") or clip_form   # rk3576_clip: L in EW_OP_VALUE_0
     bound = relux_bound(task) if relu and plain else None
     expected = {name: (0 if (relu and name in RELU_CLAMPS) or (after_ew and name in EW_RELU_CLAMPS) else INT32_MIN,
                        bound if bound is not None and name in RELU_CLAMPS else INT32_MAX) for name in CLAMPS}
@@ -333,7 +342,9 @@ def activation(task: VendorTask) -> str:
         raise UnsupportedProgramError(f"{task.where}: vendor rk3576 DPU activation not decoded ({detail}); only "
                                       f"none, Relu and Relu with an upper bound are "
                                       f"(emulator/REGISTER_SEMANTICS.md 10.3, 41)")
-    return "none" if not relu else "relu" if bound is None else "relux"
+    if clip_form and bound is None:
+        raise UnsupportedProgramError(f"{task.where}: vendor rk3576 Clip form without an upper bound; not decoded")
+    return "lut" if lut else "clip" if clip_form else "none" if not relu else "relu" if bound is None else "relux"
 
 
 def relux_bound(task: VendorTask) -> int | None:

@@ -10,8 +10,9 @@ the values every single-task vendor build holds ([I], listed in ``FIXED``).
 What the vendor layout is known to express (the classes ``rk3576_forms`` translates): direct
 int8 / fp16 convolutions with the BS record, no activation, a Relu or a Relu6 / Clip(0, x), a
 residual Add (+ Relu) in the EW stage, dense or sparse weights (4:2 along either axis, 16:4: LOWERING.md
-44), the whole window fetched by the task; fp16 depthwise convs; fp16 DPU-only Adds / Muls and int8 ones
-with their BS record (``dpu_vendor_writes``, ``dpu_record``; PPU pools: ``rk3576_ppu``).
+44), the whole window fetched by the task; int8 LUT activations with their BN record (``rk3576_lut``, LOWERING.md
+46); fp16 depthwise convs; fp16 DPU-only Adds / Muls and int8 ones with their BS record, an int8 Mul by a
+per-channel operand too (``dpu_vendor_writes``, ``dpu_record``; PPU pools: ``rk3576_ppu``).
 Anything else raises
 :class:`UnsupportedProgramError` naming what, and :func:`check_round_trip` proves that the
 vendor words translate back to the same RK3588 registers the emulator reads.
@@ -25,15 +26,18 @@ from npuemu.isa.errors import UnsupportedProgramError
 from npuemu.isa.regmap import RegisterMap
 from npuemu.isa.rknn.rk3576_layout import (
     ALU, BY_PRECISION, C2, DEPTHWISE_WORDS, EW_BYPASS, EW_CONFIGS, EW_RELU_BYPASS, EW_RELU_CLAMPS, FP16, INT32_MAX,
+    LUT_ACT_CFG, LUT_EW_WORD,
     INT32_MIN, INT8, KEPT_ROW_ORDER, KERNEL_MODE, MUL, RELU_CLAMPS, RK3588_DEPTHWISE, SPARSE_CONTROL,
     VENDOR_DEPTHWISE, VENDOR_DEPTHWISE_SIZES, bs_ow_word, read_task, round_up,
 )
 from npuemu.isa.rknn.rk3576_dpu import (
     ALL_BYPASSED_BUT_ALU, BS_MUL_BYPASS, DPU_ONLY_EW, DPU_ONLY_WORDS, INT8_BS_WORDS, INT8_WORDS,
-    pack_record, record_cfg,
+    RECORD_BYTES, minus_as_add, pack_record, record_cfg,
 )
 from npuemu.isa.rknn.rk3576_layout import CONV_ENABLE
 from npuemu.isa.rknn.rk3576_dw8 import to_vendor as dw8_to_vendor
+from npuemu.isa.rknn.rk3576_clip import CLIP_RECORD_CFG, as_the_twin_writes_it, npuemu_clip, vendor_clip_words
+from npuemu.isa.rknn.rk3576_lut import BN_RECORD_CFG, RK3588_LUT_EW, check_lut, vendor_lut_words
 from npuemu.isa.rknn.rk3576_program import translate_task
 from npuemu.isa.words import encode_write
 
@@ -55,18 +59,32 @@ TASK_SURFACE_ALIGN = 4                       # CNA 0x1098: W x rows rounded up t
 
 
 def vendor_writes(values: Values, source: RegisterMap, *, shift_address: int, where: str,
-                  layer_window: int | None = None) -> list[VendorWrite]:
+                  layer_window: int | None = None, lut: tuple[int, tuple[int, int]] | None = None,
+                  clip: int | None = None) -> list[VendorWrite]:
     """The vendor-layout writes of the conv task whose RK3588-position writes are ``values``
     (``source``: the map they were packed with). ``shift_address``: where the task's 16-bit BS
     shift word lies (DPU_RDMA 0x5024); ``layer_window``: the largest window (CBUF bytes) of the
-    tasks of its layer (None: this task's), which sets the CBUF bank words."""
+    tasks of its layer (None: this task's), which sets the CBUF bank words; ``lut``: a LUT activation's BN
+    record address and table ends (rk3576_lut; the upload itself is the caller's to append); ``clip``: a Clip
+    with a lower bound's record address (rk3576_clip)."""
 
     def field(block: str, register: str, name: str) -> int:
         return source.register(block, register).field(name).extract(values.get((block, register), 0))
 
-    _check_expressible(values, field, where)
+    if lut is not None:   # a DPU LUT activation (rk3576_lut, REGISTER_SEMANTICS.md 46)
+        check_lut(values, source, where)
+    bounds = npuemu_clip(values) if clip is not None else None
+    if clip is not None and bounds is None:
+        raise UnsupportedProgramError(f"{where}: a Clip other than npuemu's int8 BN max / ReLU-X has no known vendor "
+                                      f"rk3576 form (emulator/REGISTER_SEMANTICS.md 46.5)")
+    _check_expressible(values, field, where, lut is not None, bounds is not None)
     geometry = _geometry(field)
     geometry["banks"] = cbuf_banks(window_bytes(values, source) if layer_window is None else layer_window)
+    if lut is not None:
+        geometry["lut"] = vendor_lut_words(values, source, lut[1])
+        geometry["bn_record"] = lut[0]
+    if bounds is not None:   # the vendor's arrangement of the Clip (rk3576_clip)
+        geometry["clip"], geometry["bn_record"], geometry["bn_cfg"] = vendor_clip_words(bounds), clip, CLIP_RECORD_CFG
     writes = (_cna(values, field, geometry) + _core(field, geometry)
               + _dpu(values, field, geometry) + _dpu_rdma(values, field, geometry, shift_address))
     # int8 depthwise: the cube with CPEND, the record without (rk3576_dw8, REGISTER_SEMANTICS.md 45.2)
@@ -81,17 +99,27 @@ def dpu_vendor_writes(values: Values, source: RegisterMap, where: str, record_ad
     def field(block: str, register: str, name: str) -> int:
         return source.register(block, register).field(name).extract(values.get((block, register), 0))
 
+    values = minus_as_add(values, source)   # an int8 Sub: the vendor's Add of the negated operand
     precision = field("DPU", "DATA_FORMAT", "PROC_PRECISION")
     real_out = field("DPU", "DATA_CUBE_CHANNEL", "ORIG_CHANNEL") + 1
-    ew = _ew_stage(values, precision, DPU_ONLY_EW_WORDS)
+    # a Mul by a per-channel operand (ERDMA_DATA_MODE 0, EW_DATA_MODE 0: an SE gate): the vendor's 0x407C is
+    # the whole-operand Mul's, the ERDMA word says which (REGISTER_SEMANTICS.md 46.3)
+    per_channel = per_channel_mul(values, source) and precision == INT8   # seen int8 only [V ORC se, se8]
+    ew = _ew_stage({**values, ("DPU", "EW_CFG"): values.get(("DPU", "EW_CFG"), 0) | EW_DATA_MODE_ELEMENT}
+                   if per_channel else values, precision, DPU_ONLY_EW_WORDS)
     int8 = precision == INT8 and _int8_bs(values, field) is not None
+    padded = field("DPU", "DATA_CUBE_CHANNEL", "CHANNEL") + 1
     if (not (precision == FP16 or int8) or ew is None or (ew[1] and not int8)
             or (not int8 and values.get(("DPU", "BS_CFG"), 0) != BS_BYPASSED)
             or values.get(("DPU", "BN_CFG"), 0) != BS_BYPASSED or field("DPU_RDMA", "ERDMA_CFG", "ERDMA_DISABLE")
-            or field("DPU_RDMA", "ERDMA_CFG", "ERDMA_DATA_MODE") != 1
+            or (field("DPU_RDMA", "ERDMA_CFG", "ERDMA_DATA_MODE") != 1 and not per_channel)
             or field("DPU_RDMA", "FEATURE_MODE_CFG", "MRDMA_DISABLE")
             or field("DPU_RDMA", "FEATURE_MODE_CFG", "COMB_USE")
-            or field("DPU", "DATA_CUBE_CHANNEL", "CHANNEL") + 1 != real_out or values.get(("DPU", "LUT_CFG"), 0)
+            # channels padded to whole atoms: the vendor's DPU_RDMA word holds the padded count for a per-channel
+            # Mul [V ORC se8], the real one for a whole operand's Add / Sub / Mul [V ORC x + z, x - z, x * z on 24
+            # channels] (REGISTER_SEMANTICS.md 48.2)
+            or (padded != real_out and (not int8 or padded != round_up(real_out, C2[INT8])))
+            or padded != field("DPU_RDMA", "DATA_CUBE_CHANNEL", "CHANNEL") + 1 or values.get(("DPU", "LUT_CFG"), 0)
             or values.get(("DPU", "DATA_CUBE_NOTCH_ADDR"), 0) or values.get(("DPU_RDMA", "NRDMA_CFG"), 0)
             or field("DPU_RDMA", "BRDMA_CFG", "BRDMA_DATA_USE")):
         raise UnsupportedProgramError(f"{where}: a DPU-only task other than an fp16 or int8 Add or Mul of two whole operands "
@@ -99,7 +127,7 @@ def dpu_vendor_writes(values: Values, source: RegisterMap, where: str, record_ad
                                       f"{values.get(('DPU', 'BS_CFG'), 0):#x}) has no known form in the vendor rk3576 "
                                       f"layout (emulator/REGISTER_SEMANTICS.md 41)")
     g = {"precision": precision, "real_out": real_out, "depthwise": 0, "order": 0, "dpu_only": 1,
-         "dpu_words": DPU_ONLY_WORDS, "ew": ew}
+         "dpu_words": DPU_ONLY_WORDS, "ew": ew, "rdma_channels": padded if per_channel else real_out}
     if int8:
         has_mul = _int8_bs(values, field)
         g.update(dpu_words={**INT8_WORDS, **INT8_BS_WORDS[has_mul]}, brdma=record_cfg(has_mul), record=record_address)
@@ -109,6 +137,15 @@ def dpu_vendor_writes(values: Values, source: RegisterMap, where: str, record_ad
 
 
 BS_BYPASSED = 0x53                           # RK3588 BS_CFG / BN_CFG with every stage bypassed
+EW_DATA_MODE_ELEMENT = 1 << 28               # RK3588 EW_CFG.EW_DATA_MODE 1: an operand per element
+
+
+def per_channel_mul(values: Values, source: RegisterMap) -> bool:
+    """An EW Mul whose ERDMA operand holds one value per channel (ERDMA_DATA_MODE 0, EW_DATA_MODE 0)."""
+    ew = source.register("DPU", "EW_CFG").unpack(values.get(("DPU", "EW_CFG"), 0))
+    return (bool(ew["EW_OP_TYPE"]) and not ew["EW_BYPASS"] and not ew["EW_OP_BYPASS"] and ew["EW_DATA_MODE"] == 0
+            and source.register("DPU_RDMA", "ERDMA_CFG").field("ERDMA_DATA_MODE").extract(
+                values.get(("DPU_RDMA", "ERDMA_CFG"), 0)) == 0)
 #: RK3588 EW_CFG (Relu bit cleared) -> the vendor's 0x407C word, DPU-only tasks only (rk3576_dpu.DPU_ONLY_EW)
 DPU_ONLY_EW_WORDS = {(precision, config): word for (precision, word), config in DPU_ONLY_EW.items()}
 
@@ -195,7 +232,7 @@ class ImageInputError(UnsupportedProgramError):
     (compiler/LOWERING.md 45)."""
 
 
-def _check_expressible(values: Values, field: Field, where: str) -> None:
+def _check_expressible(values: Values, field: Field, where: str, lut: bool = False, clip: bool = False) -> None:
     def refuse(what: str) -> None:
         raise UnsupportedProgramError(f"{where}: {what} has no known form in the vendor rk3576 layout "
                                       f"(emulator/REGISTER_SEMANTICS.md 39)")
@@ -215,10 +252,10 @@ def _check_expressible(values: Values, field: Field, where: str) -> None:
     if field("DPU_RDMA", "NRDMA_CFG", "NRDMA_DATA_USE"):
         refuse("a conv reading a BN operand")
     bound = values.get(("DPU", "BN_RELUX_CMP_VALUE"), 0)
-    if field("DPU", "BN_CFG", "BN_RELUX_EN") and (not _relu(field) or not 0 <= bound < INT32_MAX):
+    if field("DPU", "BN_CFG", "BN_RELUX_EN") and (not _relu(field) or not 0 <= bound < INT32_MAX) and not clip:
         refuse(f"a ReLU-X (bound {bound:#x}) other than an upper bound after a Relu")
     residual = not field("DPU_RDMA", "ERDMA_CFG", "ERDMA_DISABLE")
-    if residual != (_ew_stage(values, precision) is not None) or values.get(("DPU", "LUT_CFG"), 0):
+    if residual != (_ew_stage(values, precision) is not None) or (values.get(("DPU", "LUT_CFG"), 0) and not lut):
         refuse(f"an element-wise stage other than the Add of a residual (EW_CFG "
                f"{values.get(('DPU', 'EW_CFG'), 0):#x}) or a look-up table")
     comb = field("DPU_RDMA", "FEATURE_MODE_CFG", "COMB_USE")
@@ -451,9 +488,16 @@ def _dpu(values: Values, field: Field, g: dict[str, int]) -> list[VendorWrite]:
         ("DPU", "BS_MODE", by_precision[("DPU", "BS_MODE")]),
         *_clamps(("BS_CLAMP0",), False),
         ("DPU", "BS_OW_CFG", by_precision[("DPU", "BS_OW_CFG")] if dpu_only else _ow_word(field, g)),
-        *_clamps(("CLAMP1",), False), ("DPU", "ACT_CFG", ACT_RELU if _relu(field) else ACT_NONE),
-        *_clamps(("CLAMP2", "CLAMP3"), _relu(field), _relux(values, field)), *_ew_words(values, ew),
-        *_clamps(("CLAMP4",), ew_relu), ("DPU", "EW_OP_VALUE_0", 0), ("DPU", "CFG_4094", 0), ("DPU", "CFG_409C", 0),
+        *_clamps(("CLAMP1",), False),
+        ("DPU", "ACT_CFG", LUT_ACT_CFG if "lut" in g else g["clip"]["ACT_CFG"] if "clip" in g
+         else ACT_RELU if _relu(field) else ACT_NONE),
+        *(_clamps(("CLAMP2", "CLAMP3"), _relu(field), _relux(values, field)) if "clip" not in g
+          else _clamps(("CLAMP2", "CLAMP3"), True, g["clip"]["CLAMP_MAX"])),
+        *(_ew_words(values, ew) if "lut" not in g and "clip" not in g else
+          [("DPU", "CFG_407C", g["clip"]["CFG_407C"] if "clip" in g else LUT_EW_WORD), ("DPU", "CFG_4080", 0),
+                                                         ("DPU", "CFG_4084", 1)]),
+        *_clamps(("CLAMP4",), ew_relu), ("DPU", "EW_OP_VALUE_0", g.get("clip", {}).get("EW_OP_VALUE_0", 0)),
+        ("DPU", "CFG_4094", 0), ("DPU", "CFG_409C", 0),
         *_clamps(("CLAMP5",), ew_relu),
         ("DPU", "OUT_CVT_OFFSET", values[("DPU", "OUT_CVT_OFFSET")]),
         # bit 16 with an int8 EW Add [V ORC add int8: 0x15770 where the rk3588 build writes 0x5770]
@@ -465,10 +509,7 @@ def _dpu(values: Values, field: Field, g: dict[str, int]) -> list[VendorWrite]:
          - (width + 1) * (height + 1)),
         ("DPU", "CFG_40BC", 0), ("DPU", "CFG_40C0", by_precision.get(("DPU", "CFG_40C0"), FIXED[("DPU", "CFG_40C0")])),
         *_reserved("DPU", (0x40C8, 0x40CC)), ("DPU", "CFG_40D0", FIXED[("DPU", "CFG_40D0")]),
-        *[("DPU", name, 0) for name in ("LUT_ACCESS_CFG", "LUT_ACCESS_DATA", "LUT_CFG", "LUT_INFO", "LUT_LE_START",
-                                        "LUT_LE_END", "LUT_LO_START", "LUT_LO_END", "LUT_LE_SLOPE_SCALE")],
-        *_reserved("DPU", (0x4130, 0x4140, 0x4144, 0x4148, 0x414C, 0x4150, 0x4154, 0x4160, 0x4170, 0x4174,
-                           0x4184, 0x4188, 0x418C, 0x4190, 0x4194)),
+        *_lut_words(g.get("lut", {})),
     ]
 
 
@@ -540,13 +581,15 @@ def _dpu_rdma(values: Values, field: Field, g: dict[str, int], shift_address: in
     source = values.get(("DPU_RDMA", "SRC_BASE_ADDR"), 0) if dpu_only or not residual else start
     keep = [("DPU_RDMA", name, values.get(("DPU_RDMA", name), 0)) for name in ("DATA_CUBE_WIDTH", "DATA_CUBE_HEIGHT")]
     return keep + [
-        ("DPU_RDMA", "DATA_CUBE_CHANNEL", g["real_out"] - 1),
+        ("DPU_RDMA", "DATA_CUBE_CHANNEL", g.get("rdma_channels", g["real_out"]) - 1),
         ("DPU_RDMA", "SRC_BASE_ADDR", source),
         # an int8 DPU-only task: the record's operands (rk3576_dpu.record_cfg) at its address
         ("DPU_RDMA", "BRDMA_CFG", g["brdma"] if "brdma" in g else use << 8 | int(shift) << 4),
         ("DPU_RDMA", "BS_BASE_ADDR", values.get(("DPU_RDMA", "BS_BASE_ADDR"), 0)),
         ("DPU_RDMA", "BS_CFG_ADDR", g["record"] if "brdma" in g else shift_address if shift else 0),
-        ("DPU_RDMA", "NRDMA_CFG", 0), ("DPU_RDMA", "BN_BASE_ADDR", 0), ("DPU_RDMA", "ADDR_5030", 0),
+        # a LUT task's BN operands: the record at 0x5030 (rk3576_lut)
+        ("DPU_RDMA", "NRDMA_CFG", g.get("bn_cfg", BN_RECORD_CFG) if "bn_record" in g else 0),
+        ("DPU_RDMA", "BN_BASE_ADDR", 0), ("DPU_RDMA", "ADDR_5030", g.get("bn_record", 0)),
         ("DPU_RDMA", "ERDMA_CFG", erdma), ("DPU_RDMA", "EW_BASE_ADDR", start),
         # surface steps in atoms from bit 0 (RK3588: bits 31:4) [V ORC add: 0xf0 / 0xf00]
         ("DPU_RDMA", "EW_SURF_STRIDE", field("DPU_RDMA", "EW_SURF_STRIDE", "EW_SURF_STRIDE")),
@@ -595,11 +638,14 @@ def check_round_trip(values: Values, source: RegisterMap, vendor: RegisterMap, w
     ``enable``; ``record``: an int8 DPU-only task's BS record in memory) translate back
     (``rk3576_program.translate_task``) to ``values`` on every register the emulator reads."""
     words = [encode_write(vendor, block, name, value) for block, name, value in writes]
-    word = record or shift.to_bytes(2, "little")
+    word = shift.to_bytes(2, "little")   # the 2-byte reads: the shift word; 64-byte reads: the record
     back = {(block, name): value for block, name, value in
-            translate_task(read_task(words, vendor, where, enable), source, lambda address, size: word[:size],
+            translate_task(read_task(words, vendor, where, enable), source,
+                           lambda address, size: (record if size == RECORD_BYTES and record else word)[:size],
                            own_build=True)}
-    values = _as_read_by_the_erdma_alone(values, source)
+    values = as_the_twin_writes_it(_bn_alu_as_the_record_holds_it(_as_read_by_the_erdma_alone(values, source)), source)
+    if enable != CONV_ENABLE:   # an int8 DPU-only Sub is written as the vendor's Add (rk3576_dpu.minus_as_add)
+        values = minus_as_add(values, source)
     for key in (set(values) | set(back)) - NOT_ROUND_TRIPPED - _unread(values, source):
         free = FREE_BITS.get(key, 0)
         if values.get(key, 0) & ~free != back.get(key, 0) & ~free:
@@ -628,10 +674,36 @@ def _as_read_by_the_erdma_alone(values: Values, source: RegisterMap) -> Values:
     mode = source.register("DPU_RDMA", "FEATURE_MODE_CFG")
     fields = mode.unpack(values.get(("DPU_RDMA", "FEATURE_MODE_CFG"), 0))
     ew = values.get(("DPU", "EW_CFG"), EW_CFG_BYPASS)
-    if ew != EW_CFG_BYPASS:
+    if ew not in (EW_CFG_BYPASS, RK3588_LUT_EW):   # the LUT's EW_CFG is the twin's as written (rk3576_lut)
         values = {**values, ("DPU", "EW_CFG"): _as_the_vendor_writes_it(values, ew)}
     if fields["COMB_USE"] != COMB_SPLIT:
         return values
     start = values.get(("DPU_RDMA", "SRC_BASE_ADDR"), 0)
     return {**values, ("DPU_RDMA", "FEATURE_MODE_CFG"): mode.pack({**fields, "COMB_USE": 0, "MRDMA_DISABLE": 1}),
             ("DPU_RDMA", "EW_BASE_ADDR"): start}
+
+
+#: the DPU's LUT words in the vendor's order (0x4100-0x4194; rk3576_lut) and the reserved ones among them
+LUT_WORDS = ("LUT_ACCESS_CFG", "LUT_ACCESS_DATA", "LUT_CFG", "LUT_INFO", "LUT_LE_START", "LUT_LE_END",
+             "LUT_LO_START", "LUT_LO_END", "LUT_LE_SLOPE_SCALE", "RSV_4130", "LUTV_END0", "LUTV_END1", "LUTV_END2",
+             "LUTV_END3", "RSV_4150", "RSV_4154", "RSV_4160", "LUTV_OFLOW_SCALE01", "LUTV_OFLOW_SCALE23",
+             "LUTV_OFLOW_SHIFT", "LUTV_UFLOW_VALUE01", "LUTV_UFLOW_VALUE23", "LUTV_OFLOW_VALUE01", "LUTV_OFLOW_VALUE23")
+
+
+def _lut_words(lut: Mapping[str, int]) -> list[VendorWrite]:
+    """0 without a LUT [V ORC every conv task]; with one, rk3576_lut.vendor_lut_words."""
+    return [("DPU", name, lut.get(name, 0)) for name in LUT_WORDS]
+
+
+BN_ALU_BYPASS = 1 << 1                      # RK3588 BN_CFG.BN_ALU_BYPASS
+
+
+def _bn_alu_as_the_record_holds_it(values: Values) -> Values:
+    """A LUT task's BN stage: npuemu bypasses the ALU (BN_CFG 0x20042), the vendor's twin adds the record's
+    operand 0 (0x20040) [V ORC LUT twins]; adding 0 is the bypass (the emulated outputs of both layouts
+    are compared in tests/compiler/test_rk3576_vendor_lut.py)."""
+    config = values.get(("DPU", "BN_CFG"), 0)
+    if values.get(("DPU", "EW_CFG")) == RK3588_LUT_EW and config & BN_ALU_BYPASS and not values.get(
+            ("DPU", "BN_ALU_CFG"), 0):
+        return {**values, ("DPU", "BN_CFG"): config & ~BN_ALU_BYPASS}
+    return values

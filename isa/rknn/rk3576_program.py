@@ -8,7 +8,7 @@ applies this when it loads an rk3576 file; REGISTER_SEMANTICS.md 10.3).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -19,27 +19,56 @@ from npuemu.isa.rknn.model import Region, RknnModel, TaskRecord
 from npuemu.isa.rknn.relocate import RelocatedProgram, region_image
 from npuemu.isa.rknn.rk3576_forms import RK3588_CBUF, Cbuf, rk3588_specs
 from npuemu.isa.rknn.rk3576_layout import (
-    CONV_ENABLE, KERNEL_GROUP, VENDOR_DEPTHWISE, VENDOR_FAMILY, Reader, VendorTask, bs_shift, check_conv, decomp_control, read_task,
+    CONV_ENABLE, INT8, KERNEL_GROUP, VENDOR_DEPTHWISE, VENDOR_FAMILY, Reader, VendorTask, bs_shift, check_conv, decomp_control, read_task,
 )
 from npuemu.isa.rknn.rk3576_dpu import dpu_only_specs, is_dpu_only
-from npuemu.isa.rknn.rk3576_dw8 import is_int8_depthwise, rewrite_memory, spare_offset, to_rk3588_words
+from npuemu.isa.rknn.rk3576_clip import is_vendor_clip, rk3588_clip_specs
+from npuemu.isa.rknn.rk3576_lut import is_lut_upload, is_vendor_lut, rk3588_lut_specs, translate_lut_upload
+from npuemu.isa.rknn.rk3576_image import check_image, image_specs, is_image_input, plain_view, take_offsets
+from npuemu.isa.rknn.rk3576_dw8 import is_int8_depthwise, place_memory, rewrite_memory, spare_offset, to_rk3588_words
 from npuemu.isa.rknn.rk3576_ppu import is_ppu, translate_ppu
 from npuemu.isa.words import TARGET_OP_ENABLE, encode_word
 
 __all__ = ["VENDOR_FAMILY", "encode_writes", "is_vendor_layout", "region_reader", "translate_regcmd", "translate_task"]
 
 
-def translate_task(task: VendorTask, out: RegisterMap, read: Reader,
-                   cbuf: Cbuf = RK3588_CBUF, own_build: bool = False) -> list[tuple[str, str, int]]:
+#: places bytes in memory the runner adds past a vendor file's regions; returns their device address
+Placer = Callable[[bytes], int]
+
+
+def translate_task(task: VendorTask, out: RegisterMap, read: Reader, cbuf: Cbuf = RK3588_CBUF,
+                   own_build: bool = False, place: Placer | None = None) -> list[tuple[str, str, int]]:
     """The (block, register, value) writes the emulator's map ``out`` needs for ``task``: the
     kept registers as written, then the RK3588 form of every re-packed one (a PPU task: rk3576_ppu).
     ``own_build``: an npuemu model file, whose int8 depthwise tasks keep room for their RK3588 BS
-    record past the vendor's (rk3576_dw8; vendor .rknn files have none, so those tasks stay refused)."""
+    record past the vendor's (rk3576_dw8); a vendor .rknn file has none: its int8 depthwise tasks need
+    ``place`` (RK3588's cube and record in buffers of their own) or stay refused, as do its image-input
+    convs (rk3576_image: RK3588's cube)."""
     if is_ppu(task.enable):
         return translate_ppu(task)
-    if own_build and task.enable == CONV_ENABLE and is_int8_depthwise(task.values, VENDOR_DEPTHWISE):
-        return _int8_depthwise(task, out, read, cbuf)
+    if is_lut_upload(task):   # the LUT table upload (rk3576_lut)
+        return translate_lut_upload(task, out)
+    if place is not None and task.enable == CONV_ENABLE and is_image_input(task.values, task.regmap):
+        return _image_input(task, out, read, cbuf, place)
+    if task.enable == CONV_ENABLE and is_int8_depthwise(task.values, VENDOR_DEPTHWISE):
+        if own_build:
+            return _int8_depthwise(task, out, read, cbuf)
+        if place is not None:
+            return _placed_int8_depthwise(task, out, read, cbuf, place)
     return _translate_words(task, out, read, cbuf)
+
+
+def _placed_int8_depthwise(task: VendorTask, out: RegisterMap, read: Reader, cbuf: Cbuf,
+                           place: Placer) -> list[tuple[str, str, int]]:
+    """A vendor file's int8 depthwise task: the fp16 depthwise form's words reading RK3588's cube and record
+    from the buffers ``place`` gave them (rk3576_dw8.place_memory); both addresses written even when the
+    vendor's delta task leaves them to the task two before."""
+    moved = place_memory(task.values, read, place)
+    task = replace(task, values=to_rk3588_words(dict(task.values), task.where))
+    writes = [(block, name, moved.get((block, name), value))
+              for block, name, value in _translate_words(task, out, read, cbuf, int8_depthwise=True)]
+    written = {(block, name) for block, name, _ in writes}
+    return writes + [(block, name, value) for (block, name), value in moved.items() if (block, name) not in written]
 
 
 def _int8_depthwise(task: VendorTask, out: RegisterMap, read: Reader, cbuf: Cbuf) -> list[tuple[str, str, int]]:
@@ -49,6 +78,20 @@ def _int8_depthwise(task: VendorTask, out: RegisterMap, read: Reader, cbuf: Cbuf
     task = replace(task, values=to_rk3588_words(dict(task.values), task.where))
     return [(block, name, value + spare if (block, name) == ("DPU_RDMA", "BS_BASE_ADDR") else value)
             for block, name, value in _translate_words(task, out, read, cbuf, int8_depthwise=True)]
+
+
+def _image_input(task: VendorTask, out: RegisterMap, read: Reader, cbuf: Cbuf,
+                 place: Placer) -> list[tuple[str, str, int]]:
+    """A vendor file's image-input conv (rk3576_image): the direct conv's words with the image ones, RK3588's
+    weight cube where ``place`` put it."""
+    check_image(task)
+    plain = plain_view(task)
+    check_conv(plain)
+    lut = rk3588_lut_specs(plain, read) if is_vendor_lut(plain) else None
+    specs, cube = image_specs(task, rk3588_specs(plain, INT8, bs_shift(plain, read), cbuf, lut), read, place)
+    weights = ("CNA", "DCOMP_ADDR0")
+    writes = [(block, name, cube if (block, name) == weights else value) for block, name, value in _writes(task, out, specs)]
+    return writes if any((block, name) == weights for block, name, _ in writes) else writes + [(*weights, cube)]
 
 
 def _translate_words(task: VendorTask, out: RegisterMap, read: Reader, cbuf: Cbuf,
@@ -61,7 +104,15 @@ def _translate_words(task: VendorTask, out: RegisterMap, read: Reader, cbuf: Cbu
         if precision not in KERNEL_GROUP:
             raise UnsupportedProgramError(f"{task.where}: vendor rk3576 conv precision {precision} is not decoded "
                                           f"(int8 0 and fp16 2 are)")
-        specs = rk3588_specs(task, precision, bs_shift(task, read), cbuf)
+        # a LUT activation (rk3576_lut), a Clip with a lower bound (rk3576_clip): BN / EW from a record
+        lut = (rk3588_lut_specs(task, read) if is_vendor_lut(task) else rk3588_clip_specs(task, read)
+               if is_vendor_clip(task) else None)
+        specs = rk3588_specs(task, precision, bs_shift(task, read), cbuf, lut)
+    return _writes(task, out, specs)
+
+
+def _writes(task: VendorTask, out: RegisterMap, specs) -> list[tuple[str, str, int]]:
+    """The kept registers as written, then ``specs`` packed in ``out``'s positions."""
     # DCOMP_CTRL kept, with DECOMP_CONTROL naming the sparse mode (rk3576_layout.decomp_control)
     writes = [(block, name, decomp_control(task, value) if (block, name) == ("CNA", "DCOMP_CTRL") else value)
               for block, name, value in task.kept]
@@ -89,7 +140,8 @@ def is_vendor_layout(target: str | None) -> bool:
 
 
 def translate_regcmd(regcmd: np.ndarray, lists: Sequence[Sequence[TaskRecord]], regmap: RegisterMap,
-                     out: RegisterMap, read: Reader, source: str, cbuf: Cbuf = RK3588_CBUF) -> np.ndarray:
+                     out: RegisterMap, read: Reader, source: str, cbuf: Cbuf = RK3588_CBUF,
+                     place: Placer | None = None) -> np.ndarray:
     """A copy of the relocated ``regcmd`` words with the task blocks of ``lists`` (the program's
     task records, one list per core in run order; ``regcmd_addr`` a blob offset) rewritten in
     ``out``'s positions. Block sizes, tails (but the sync bit) and padding stay as stored.
@@ -97,7 +149,8 @@ def translate_regcmd(regcmd: np.ndarray, lists: Sequence[Sequence[TaskRecord]], 
     Registers are ping-pong groups (REGISTER_SEMANTICS.md 1.1): task n of a list writes the group
     task n - 2 wrote, so a vendor delta task is read on top of that task's values, and when the
     full RK3588 form does not fit its slot only the registers whose RK3588 value differs from the
-    group's are written."""
+    group's are written (the kept ones as translated: a vendor int8 depthwise task's addresses move).
+    ``place``: where RK3588's blobs of a vendor int8 depthwise or image-input task go (translate_task)."""
     words = regcmd.copy()
     for records in lists:
         vendor: list[dict] = [{}, {}]   # per group: the vendor values its last task left
@@ -105,11 +158,13 @@ def translate_regcmd(regcmd: np.ndarray, lists: Sequence[Sequence[TaskRecord]], 
         for position, record in enumerate(records):
             group, first, amount = position % 2, record.regcmd_addr // 8, record.regcfg_amount
             where = f"{source}: task record {record.index} (regcmd word {first})"
-            task = read_task(regcmd[first:first + amount], regmap, where, record.enable_mask, vendor[group])
-            writes = _translate(task, out, read, where, cbuf)
+            block, image = take_offsets(regcmd[first:first + amount], regmap, vendor[group])   # rk3576_image
+            task = read_task(block, regmap, where, record.enable_mask, {**vendor[group], **image})
+            writes = _translate(task, out, read, where, cbuf, place=place)
             if len(writes) > amount:
-                writes = list(task.kept) + [(block, name, value) for block, name, value in writes[len(task.kept):]
-                                            if held[group].get((block, name)) != value]
+                kept = len(task.kept)
+                writes = writes[:kept] + [(block, name, value) for block, name, value in writes[kept:]
+                                          if held[group].get((block, name)) != value]
             words[first:first + amount] = encode_writes(writes, out, amount, where)
             _clear_sync_bit(words, first + amount + 3)
             vendor[group] = dict(task.values)
@@ -118,9 +173,9 @@ def translate_regcmd(regcmd: np.ndarray, lists: Sequence[Sequence[TaskRecord]], 
 
 
 def _translate(task: VendorTask, out: RegisterMap, read: Reader, where: str,
-               cbuf: Cbuf, own_build: bool = False) -> list[tuple[str, str, int]]:
+               cbuf: Cbuf, own_build: bool = False, place: Placer | None = None) -> list[tuple[str, str, int]]:
     try:
-        return translate_task(task, out, read, cbuf, own_build)
+        return translate_task(task, out, read, cbuf, own_build, place)
     except EncodingError as error:   # a vendor value that no RK3588 field holds
         raise UnsupportedProgramError(f"{where}: the vendor rk3576 task has no RK3588 form: {error}") from None
 

@@ -68,10 +68,10 @@ def test_own_int8_standalone_eltwise_is_vendor_layout_and_runs_like_the_old_layo
 
 
 def test_channels_npuemu_pads_keep_rk3588_positions_with_a_notice():
-    """npuemu's int8 DPU-only task over 24 channels computes 32 (DATA_CUBE_CHANNEL 31, ORIG 23); the
-    vendor layout has one channel count (no vendor int8 build of such a task was seen): the build stays
-    at RK3588 positions and says why."""
-    model = eltwise_model(24, (6, 6), "Add")
-    built = build(prepare(model, "rk3576", CompileOptions(dataset=[_feeds(24, (6, 6), (1.0, 1.0), 0)])))
+    """npuemu's DPU-only task over 20 fp16 channels computes 24 (DATA_CUBE_CHANNEL 23, ORIG 19). The vendor's
+    padded int8 Add / Sub / Mul were seen since (LOWERING.md 48.2, test_rk3576_vendor_sub.py); a padded fp16 one
+    was not: that build stays at RK3588 positions and says why."""
+    model = eltwise_model(20, (6, 6), "Add")
+    built = build(prepare(model, "rk3576", CompileOptions(precision="fp16")))
     assert "register_layout" not in built.trailer["platform"]
     assert "DPU-only task other than" in built.trailer["platform"]["register_layout_notice"]

@@ -231,15 +231,15 @@ def sigmoid_model(cin=16, size=(8, 8)) -> onnx.ModelProto:
 
 
 def test_a_build_with_an_uncovered_task_stays_at_rk3588_positions_with_a_notice(monkeypatch):
-    """A LUT activation has no decoded vendor form (an int8 depthwise conv had one until LOWERING.md 45):
-    the whole build keeps the RK3588 positions and the trailer says why; the file is the one the old
-    layout gives."""
+    """An fp16 LUT activation has no decoded vendor form (int8 ones have since LOWERING.md 46, an int8
+    depthwise conv since 45): the whole build keeps the RK3588 positions and the trailer says why; the file
+    is the one the old layout gives."""
     samples = _inputs(16, (8, 8))
-    built = _build(sigmoid_model(), samples)
+    built = _build(sigmoid_model(), samples, fp16=True)
     notice = built.trailer["platform"].get("register_layout_notice", "")
     assert "register_layout" not in built.trailer["platform"]
     assert notice.startswith("RK3588 register positions kept") and "Conv_0_fuse_sigmoid" in notice
-    old = _build(sigmoid_model(), samples, vendor=False, monkeypatch=monkeypatch)
+    old = _build(sigmoid_model(), samples, fp16=True, vendor=False, monkeypatch=monkeypatch)
     assert built.sections == old.sections
 
 
@@ -277,10 +277,16 @@ def test_packed_image_input_is_stored_unpacked_in_the_vendor_layout(monkeypatch,
 
 
 def test_packed_image_input_with_another_uncovered_task_keeps_the_packed_build(monkeypatch):
-    """Image input and a LUT activation: unpacking would not give the vendor layout, so the build
+    """Image input and a nearest 2x Resize (a DPU-only copy: no vendor form decoded; a LUT activation was the
+    example until LOWERING.md 46): unpacking would not give the vendor layout, so the build
     is the packed one at RK3588 positions, byte for byte as before the retry existed (the image error
     taken as any other), its notice naming the image input (the first)."""
     model = sigmoid_model(cin=3)
+    resize = model.graph.node[-2]   # in place of the Sigmoid
+    resize.op_type = "Resize"
+    resize.input.extend(["", "scales"])
+    resize.attribute.append(helper.make_attribute("mode", "nearest"))
+    model.graph.initializer.append(numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"))
     samples = _inputs(3, (8, 8))
     built = _build(model, samples)
     assert "image-input" in built.trailer["platform"]["register_layout_notice"]

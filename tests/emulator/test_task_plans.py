@@ -47,7 +47,7 @@ class Counting:
                 return None
             self.built += 1
             return task_plan.ChainProgram(program.epoch, tuple(
-                None if step is None else self._counted(step) for step in program.steps))
+                None if step is None else self._counted(step) for step in program.steps), program.plain)
 
         monkeypatch.setattr(core_module, "build_program", build)
 

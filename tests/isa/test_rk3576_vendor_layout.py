@@ -151,13 +151,33 @@ def test_every_nonzero_word_of_the_fixtures_has_a_name(case):
 
 
 @pytest.mark.parametrize("case, match", [
-    ("clip", r"DPU activation not decoded \(CLAMP2 = \[0, 16646\]; CLAMP3 = \[0, 16646\]\)"),
     ("dw", r"CONV_CON1.CONV_MODE = 1: a depthwise"),
-    ("sig", r"op-enable 0x18; only conv tasks"),
 ])
 def test_what_is_not_decoded_is_refused_by_name(case, match):
     with pytest.raises(UnsupportedProgramError, match=match):
         translate_task(_vendor_task(case, case), RK3588, _shift_reader(case))
+
+
+def test_the_clip_with_a_lower_bound_translates_to_the_twins_arrangement():
+    """Refused until REGISTER_SEMANTICS.md 46.5: ACT_CFG 0x920, CLAMP2/3 [0, H - L] = [0, 16646], 0x407C 0x241c0,
+    EW_OP_VALUE_0 L = -6936; the record (not stored with this case) holds -L twice, as the Clip(-1, 2) pair's
+    (tests/compiler/test_rk3576_vendor_clip.py)."""
+    record = (6936).to_bytes(4, "little") + bytes(12) + (6936).to_bytes(4, "little") + bytes(44)
+    shift = int(TASKS["clip.shift"]).to_bytes(2, "little")
+    values = {(block, name): value for block, name, value in translate_task(
+        _vendor_task("clip", "clip"), RK3588, lambda address, size: (record if size == 64 else shift)[:size])}
+    assert (values[("DPU", "BN_CFG")], values[("DPU", "BN_ALU_CFG")], values[("DPU", "BN_RELUX_CMP_VALUE")]) == (
+        0x20090, 6936, 16646)
+    assert values[("DPU", "EW_CFG")] == 0x10020380 and values[("DPU", "EW_OP_VALUE_0")] == (-6936) & 0xFFFFFFFF
+
+
+def test_the_sigmoid_builds_lut_upload_task_translates_to_rk3588s_upload_frame():
+    """Refused until REGISTER_SEMANTICS.md 46.2: every stage bypassed (EW_CFG 0x383, FEATURE_MODE_CFG 0x1e5), the
+    two tables' 1,026 entries (and the frame's zero word) through the LUT port as written."""
+    writes = translate_task(_vendor_task("sig", "sig"), RK3588, _shift_reader("sig"))
+    values = {(block, name): value for block, name, value in writes}
+    assert values[("DPU", "EW_CFG")] == 0x383 and values[("DPU", "FEATURE_MODE_CFG")] == 0x1E5
+    assert values[("DPU", "LUT_CFG")] == 0 and sum(name == "LUT_ACCESS_DATA" for _, name, _ in writes) == 1027
 
 
 def _with(case: str, offset: int, value: int) -> np.ndarray:

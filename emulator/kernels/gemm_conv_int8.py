@@ -1,0 +1,230 @@
+"""int8 convolutions on the VNNI products (``gemm_int8``; issue 20, NUMERICS.md 29).
+
+The prepared form of ``conv_pixels.prepare_conv_int8_pixels`` where ``gemm_int8.available()``:
+the operand rows are the NC1HWC2 atoms themselves (output pixel (oy, ox) at atom pixel
+(oy * stride_y, ox * stride_x); one run of lanes per surface and kernel tap), read in place when
+every window lies inside the input, else from a padded copy of the atoms (the pad value outside
+the input, as ``conv_pixels._gather``). The weights are packed once with a column of ones for the
+window sums. Outputs, window sums and the CORE stage are those of ``conv_pixels``: the products
+are the same exact integers (NUMERICS.md 3.5, 29), only computed in int32.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from npuemu.emulator import numerics as nm
+from npuemu.emulator.kernels import gemm_int8
+from npuemu.emulator.kernels.mac import ConvGeometry
+
+#: Largest int32 sums block (elements, 256 KiB) a run computes before its CORE pass
+ACC_ELEMENTS = 1 << 16
+#: Operand bytes per block of rows of the fused products (they stay in L2 across column blocks)
+BLOCK_BYTES = 1 << 18
+#: Largest buffers (elements, all together) a prepared small layer keeps of its own
+OWN_BUFFER_ELEMENTS = 1 << 15
+
+
+def pack_conv_weights(weights: np.ndarray, c2: int, surfaces: int, lanes: int, count: int = 0) -> np.ndarray:
+    """int8 [M][C][KH][KW] -> ``gemm_int8.pack`` of the columns [max(M + 1, count)]
+    [taps * surfaces * lanes]: the reduction in (tap, surface, lane) order, channel
+    ``surface * c2 + lane``; w + 128 for the C channels, 0 past them; column M is the window sum
+    (1 per channel); the columns past it 0."""
+    kernels, channels = weights.shape[:2]
+    taps = weights.shape[2] * weights.shape[3]
+    columns = np.zeros((max(kernels + 1, count), taps, surfaces, lanes), np.uint8)
+    shifted = (weights.astype(np.int16) + 128).astype(np.uint8).reshape(kernels, channels, taps)
+    for surface in range(surfaces):
+        first, last = surface * c2, min(channels, surface * c2 + lanes)
+        columns[:kernels, :, surface, :last - first] = shifted[:, first:last].transpose(0, 2, 1)
+        columns[kernels, :, surface, :last - first] = 1
+    return gemm_int8.pack(columns.reshape(columns.shape[0], -1))
+
+
+def _edge_terms(extra: np.ndarray, geometry: ConvGeometry, height: int, width: int, pad_value: int):
+    """What the channels ``extra`` [M][E][KH][KW] (0 inside the input, the pad value outside it)
+    add: the output pixels whose windows reach outside, per pixel and kernel the pad value times
+    the summed weights of its outside taps (int64 [B][M]), and to its window sum the pad value
+    per outside tap and channel; None when they add nothing."""
+    kernels, count = extra.shape[:2]
+    summed = extra.sum(axis=1, dtype=np.int64).reshape(kernels, -1)
+    g = geometry
+    taps_y, taps_x = np.divmod(np.arange(g.kernel_h * g.kernel_w), g.kernel_w)
+    iy = (np.arange(g.out_h) * g.stride_y)[:, None] + taps_y * g.dilation_y - g.pad_top  # [OH][taps]
+    ix = (np.arange(g.out_w) * g.stride_x)[:, None] + taps_x * g.dilation_x - g.pad_left
+    outside = ((iy < 0) | (iy >= height))[:, None] | ((ix < 0) | (ix >= width))[None]  # [OH][OW][taps]
+    outside = outside.reshape(g.out_h * g.out_w, -1)
+    pixels = np.flatnonzero(outside.any(axis=1))
+    if pad_value == 0 or pixels.size == 0:
+        return None
+    reached = outside[pixels].astype(np.int64)
+    return pixels, pad_value * (reached @ summed.T), pad_value * count * reached.sum(axis=1)
+
+
+@njit(cache=True)
+def _add_edges(out, sums, pixels, terms, sum_terms):
+    # ``_edge_terms`` added to the exact CORE outputs (no shift) and window sums
+    for i in range(pixels.shape[0]):
+        p = pixels[i]
+        for m in range(terms.shape[1]):
+            out[p, m] += terms[i, m]
+        sums[p] += sum_terms[i]
+
+
+@njit(cache=True)
+def _copy_padded(atoms, surfaces, channels, real, pad_value, pad_top, pad_left, padded):
+    # padded [surfaces][Hp][Wp][lanes]: the atoms inside the input, lanes from ``real`` on 0 there
+    # (DATAIN_CHANNEL_REAL: conv_pixels' virtual columns), the pad value outside on the first
+    # ``channels`` lanes (lanes past them are never read: their weights are 0)
+    height, width = atoms.shape[1:3]
+    c2, lanes = atoms.shape[3], padded.shape[3]
+    padded_w = padded.shape[2]
+    left, right = min(pad_left, padded_w), min(pad_left + width, padded_w)  # the input's columns
+    outside = np.zeros(lanes, np.int8)
+    for s in range(surfaces):
+        count = min(lanes, channels - s * c2)
+        keep = min(count, max(real - s * c2, 0))
+        outside[:count] = pad_value
+        outside[count:] = 0
+        whole = keep == lanes == c2  # an input row is one run of bytes
+        for py in range(padded.shape[1]):
+            iy = py - pad_top
+            target = padded[s, py]
+            if iy < 0 or iy >= height:
+                for px in range(padded_w):
+                    target[px] = outside
+                continue
+            for px in range(left):
+                target[px] = outside
+            for px in range(right, padded_w):
+                target[px] = outside
+            if whole:
+                target[left:right] = atoms[s, iy, :right - left]
+                continue
+            for px in range(left, right):
+                source, lane_out = atoms[s, iy, px - pad_left], target[px]
+                for lane in range(keep):
+                    lane_out[lane] = source[lane]
+                for lane in range(keep, lanes):
+                    lane_out[lane] = 0
+
+
+@njit(cache=True)
+def _core_int(acc, kernels, clip_truncate, mode, out, sums):
+    # CORE stage of the int32 sums acc [>= P][N] (column ``kernels``: the window sums, and
+    # 128 times them in every other column, the weights' offset) -> out [P][out_channels], sums [P]
+    for p in range(out.shape[0]):
+        window = acc[p, kernels]
+        shift = np.int32(128) * window
+        row, target = acc[p], out[p]
+        if clip_truncate == 0:  # an exact sum of magnitude < 2**31: the CORE output itself
+            for m in range(kernels):
+                target[m] = row[m] - shift
+        else:
+            for m in range(kernels):
+                target[m] = nm.core_output(np.int64(row[m] - shift), clip_truncate, mode)
+        for m in range(kernels, out.shape[1]):
+            target[m] = 0
+        sums[p] = window
+
+
+def prepare(feature_shape: tuple[int, int, int, int], channels: int, real: int, weights: np.ndarray,
+            geometry: ConvGeometry, pad_value: int, clip_truncate: int, round_mode: int, out_channels: int,
+            scratch):
+    """``run(feature) -> (out, sums)`` as ``conv_pixels.prepare_conv_int8_pixels``' (whose checks
+    passed), or None where the VNNI path does not apply (no VNNI, C2 not a multiple of 4, a pad
+    value outside int8, a reduction past ``gemm_int8.MAX_REDUCTION``). ``real``: the real channels
+    the float path feeds (``PixelOperands.channels``): lanes from there on read 0 inside the input.
+    ``scratch(name, size, dtype)``: the thread's working buffers."""
+    surfaces_all, height, width, c2 = feature_shape
+    kernels = weights.shape[0]
+    # the CORE fused into the products (gemm_int8.products_core) without a shift, unless the
+    # window sums' column block would not run first
+    fused = clip_truncate == 0 and (kernels >= 16 * gemm_int8.NV or out_channels <= 16 * gemm_int8.NV)
+    inside = geometry.pad_top == geometry.pad_left == 0 and geometry.padded_h <= height \
+        and geometry.padded_w <= width
+    edges = None
+    if real < channels and (inside or fused):
+        # the channels past ``real`` read 0 inside the input: they add nothing there; outside it
+        # (the sums final: fused) their products, the pad value times their summed weights, are
+        # added to the pixels whose windows reach there
+        if not inside:
+            edges = _edge_terms(weights[:, real:], geometry, height, width, pad_value)
+        weights, channels = weights[:, :real], real
+    surfaces = -(-channels // c2)
+    lanes = -(-min(channels, c2) // 4) * 4
+    taps = geometry.kernel_h * geometry.kernel_w
+    if not gemm_int8.available() or c2 % 4 or not -128 <= pad_value <= 127 \
+            or taps * surfaces * lanes > gemm_int8.MAX_REDUCTION or surfaces > surfaces_all:
+        return None
+    packed = pack_conv_weights(weights, c2, surfaces, lanes, out_channels if fused else 0)
+    direct = inside and real >= channels
+    source_h, source_w, segs, bases = _operand_rows(geometry, direct, height, width, c2, surfaces, lanes)
+    pixels, columns = geometry.out_h * geometry.out_w, packed.shape[0] * 16
+    if fused:  # a block's operand rows near the core across the column blocks
+        block = max(2 * gemm_int8.MR, BLOCK_BYTES // (taps * surfaces * lanes) // 8 * 8)
+    else:
+        block = max(gemm_int8.MR, ACC_ELEMENTS // columns // gemm_int8.MR * gemm_int8.MR)
+    block = min(bases.size, block)
+    copy = (surfaces, channels, real, pad_value, geometry.pad_top, geometry.pad_left)
+    sizes = (0 if direct else surfaces * source_h * source_w * lanes, pixels, out_channels, 0 if fused else block * columns)
+    # a small layer keeps its own buffers (the thread's shared ones cost more to look up than
+    # such a layer computes; as conv_pixels); their contents never outlive a run
+    own = _buffers(*sizes) if sum(sizes) - pixels + pixels * out_channels <= OWN_BUFFER_ELEMENTS else None
+    shape = (1, geometry.out_h, geometry.out_w)
+
+    def run(feature: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        source, out, sums, acc = own or _buffers(*sizes, scratch)
+        if direct:
+            source = feature.reshape(-1)
+        else:
+            _copy_padded(feature, *copy, source.reshape(surfaces, source_h, source_w, lanes))
+        _run_blocks(source, bases, segs, lanes // 4, packed, acc.reshape(-1, columns), block, kernels,
+                    clip_truncate, round_mode, fused, out, sums)
+        if edges is not None:
+            _add_edges(out, sums, *edges)
+        return out, sums.reshape(shape)
+
+    return run
+
+
+def _operand_rows(geometry: ConvGeometry, direct: bool, height: int, width: int, c2: int, surfaces: int,
+                  lanes: int) -> tuple[int, int, np.ndarray, np.ndarray]:
+    """Where the operand rows lie: the atoms themselves (``direct``) or their padded copy
+    ([surfaces][Hp][Wp][lanes]): its height and width, the runs (one per tap and surface, byte
+    offsets) and each output pixel's first byte (padded to a multiple of MR with row 0's)."""
+    source_h, source_w, pitch = (height, width, c2) if direct else (geometry.padded_h, geometry.padded_w, lanes)
+    taps_y, taps_x = np.divmod(np.arange(geometry.kernel_h * geometry.kernel_w), geometry.kernel_w)
+    tap_offsets = (taps_y * geometry.dilation_y * source_w + taps_x * geometry.dilation_x) * pitch
+    segs = (tap_offsets[:, None] + np.arange(surfaces) * (source_h * source_w * pitch)).reshape(-1).astype(np.int64)
+    pixels = geometry.out_h * geometry.out_w
+    oy, ox = np.divmod(np.arange(pixels), geometry.out_w)
+    bases = np.zeros(-(-pixels // gemm_int8.MR) * gemm_int8.MR, np.int64)
+    bases[:pixels] = (oy * geometry.stride_y * source_w + ox * geometry.stride_x) * pitch
+    return source_h, source_w, segs, bases
+
+
+def _buffers(padded: int, pixels: int, out_channels: int, acc: int,
+             make=lambda name, size, dtype: np.empty(size, dtype)):
+    """A run's padded copy of the atoms (int8), outputs (16 elements more: the fused products'
+    last vector may spill past them), window sums and int32 sums block."""
+    return (make("int8 padded", padded, np.int8),
+            make("results", pixels * out_channels + 16, np.int32)[:pixels * out_channels].reshape(pixels, out_channels),
+            make("window sums", pixels, np.int64), make("int32 sums", acc, np.int32))
+
+
+@njit(cache=True)
+def _run_blocks(source, bases, segs, quads, packed, acc, block, kernels, clip_truncate, mode, fused, out, sums):
+    # the products a block of rows at a time (its operand rows, or its int32 sums and their CORE
+    # pass, stay near the core): one compiled call per run
+    pixels = out.shape[0]
+    for first in range(0, pixels, block):
+        count = min(block, pixels - first)
+        rows = -(-count // gemm_int8.MR) * gemm_int8.MR
+        if fused:
+            gemm_int8.products_core(source, bases[first:first + rows], segs, quads, packed, kernels,
+                                    out[first:first + count], sums[first:first + count])
+        else:
+            gemm_int8.products(source, bases[first:first + rows], segs, quads, packed, acc[:rows])
+            _core_int(acc, kernels, clip_truncate, mode, out[first:first + count], sums[first:first + count])
