@@ -14,13 +14,21 @@ from __future__ import annotations
 import numpy as np
 
 
-def round_half_away(values: np.ndarray | float) -> np.ndarray:
+def round_half_away(values: np.ndarray | float, out: np.ndarray | None = None) -> np.ndarray:
     """Nearest integer, ties away from zero, in float64. Exact for |x| < 2^52 except at
-    x = +-(0.5 - 2^-54), where |x| + 0.5 rounds up to 1 (a float32 input is always exact)."""
+    x = +-(0.5 - 2^-54), where |x| + 0.5 rounds up to 1 (a float32 input is always exact).
+    ``out``: a float64 array of ``values``' shape to compute in (it may be ``values``)."""
     array = np.asarray(values, dtype=np.float64)
-    return np.sign(array) * np.floor(np.abs(array) + 0.5)
+    if out is None:
+        return np.sign(array) * np.floor(np.abs(array) + 0.5)
+    sign = np.sign(array)  # the same operations in place: no temporaries for large weights
+    np.abs(array, out=out)
+    out += 0.5
+    np.floor(out, out=out)
+    out *= sign
+    return out
 
 
-def round_half_even(values: np.ndarray | float) -> np.ndarray:
-    """Nearest integer, ties to even (numpy's rint), in float64."""
-    return np.rint(np.asarray(values, dtype=np.float64))
+def round_half_even(values: np.ndarray | float, out: np.ndarray | None = None) -> np.ndarray:
+    """Nearest integer, ties to even (numpy's rint), in float64 (in ``out`` as round_half_away)."""
+    return np.rint(np.asarray(values, dtype=np.float64), out=out)

@@ -84,7 +84,7 @@ class Field:
         return (value & self._ones) << self.lsb
 
     def extract(self, register_value: int) -> int:
-        raw = (register_value >> self.lsb) & ((1 << self.width) - 1)
+        raw = (register_value >> self.lsb) & self._ones
         if self.signed and raw >> (self.width - 1):
             return raw - (1 << self.width)
         return raw

@@ -33,7 +33,6 @@ DECOMP_CONTROL = {"in_4_2": 5, "out_4_2": 6, "in_out_16_4": 7}
 MODE_OF_CONTROL = {code: mode for mode, code in DECOMP_CONTROL.items()}
 GROUP = 4  # values per sparse group
 KEPT = 2  # values kept per group
-BLOCK = 32  # channel alignment of both axes (guide table 5-12)
 MAX_STREAMS = 16  # DCOMP_AMOUNT0..15
 
 
@@ -51,5 +50,5 @@ class SparseStreams:
         return DECOMP_CONTROL[self.mode]
 
 
-__all__ = ["ALONG", "BLOCK", "DECOMP_CONTROL", "DENSE_PER_KEPT", "GROUP", "KEPT", "MAX_STREAMS", "MODES", "MODE_OF_CONTROL",
+__all__ = ["ALONG", "DECOMP_CONTROL", "DENSE_PER_KEPT", "GROUP", "KEPT", "MAX_STREAMS", "MODES", "MODE_OF_CONTROL",
            "SparseStreams"]

@@ -130,34 +130,37 @@ def _pack_layer(layer: LoweredLayer, regmap: RegisterMap, vendor: RegisterMap, w
                 ) -> tuple[Task, ...]:
     """A layer's tasks re-packed; the CBUF bank words follow its largest window (rk3576_pack.cbuf_banks);
     ``table`` holds the ends of the LUT table last uploaded, in run order (_lut_parts)."""
-    windows = [window_bytes({(w.block, w.register): w.value for w in task.writes}, regmap) for task in layer.tasks
-               if task.enable_mask == ENABLE_CONV]
-    bases = _int8_depthwise_bases(layer, regmap)
+    convs = _conv_values(layer)
+    windows = [window_bytes(values, regmap) for values in convs]
+    bases = _int8_depthwise_bases([values for values in convs if _is_int8_depthwise(values, regmap)])
     return tuple(_pack(task, regmap, vendor, layer.layer, index, words, shift_base, max(windows, default=0),
                        (records, records_base), bases, [] if table is None else table)
                  for index, task in enumerate(layer.tasks))
 
 
 def _is_int8_depthwise(values, regmap: RegisterMap) -> bool:
-    con1 = regmap.register("CNA", "CONV_CON1")
-    return (con1.field("CONV_MODE").extract(values.get(("CNA", "CONV_CON1"), 0)) == RK3588_DEPTHWISE
-            and con1.field("PROC_PRECISION").extract(values.get(("CNA", "CONV_CON1"), 0)) == 0)
+    con1, raw = regmap.register("CNA", "CONV_CON1"), values.get(("CNA", "CONV_CON1"), 0)
+    return con1.field("CONV_MODE").extract(raw) == RK3588_DEPTHWISE and con1.field("PROC_PRECISION").extract(raw) == 0
 
 
-def _int8_depthwise_bases(layer: LoweredLayer, regmap: RegisterMap) -> tuple[int, int] | None:
-    """(weight, BS) addresses of an int8 depthwise layer's first channels: its vendor blobs (vendor_constants)
-    start there; a task's cube lies at twice its RK3588 offset, its record at 14/8 (rk3576_dw8)."""
-    found = _int8_depthwise_values(layer, regmap)
+def _int8_depthwise_bases(found: list[dict]) -> tuple[int, int] | None:
+    """(weight, BS) addresses of an int8 depthwise layer's first channels (``found``: its tasks' values): its
+    vendor blobs (vendor_constants) start there; a task's cube lies at twice its RK3588 offset, its record at
+    14/8 (rk3576_dw8)."""
     if not found:
         return None
     return (min(v.get(("CNA", "DCOMP_ADDR0"), 0) for v in found),
             min(v.get(("DPU_RDMA", "BS_BASE_ADDR"), 0) for v in found))
 
 
+def _conv_values(layer: LoweredLayer) -> list[dict]:
+    """The register values of each of the layer's conv tasks."""
+    return [{(w.block, w.register): w.value for w in task.writes} for task in layer.tasks
+            if task.enable_mask == ENABLE_CONV]
+
+
 def _int8_depthwise_values(layer: LoweredLayer, regmap: RegisterMap) -> list[dict]:
-    found = [{(w.block, w.register): w.value for w in task.writes} for task in layer.tasks
-             if task.enable_mask == ENABLE_CONV]
-    return [values for values in found if _is_int8_depthwise(values, regmap)]
+    return [values for values in _conv_values(layer) if _is_int8_depthwise(values, regmap)]
 
 
 def _record_channels(values) -> int:
@@ -216,7 +219,7 @@ def _vendor_blobs(layer, conv, platform, tasks: list[dict]) -> dict[str, bytes]:
 
 def _pack(task: Task, regmap: RegisterMap, vendor: RegisterMap, layer: str, index: int, words: list[int],
           shift_base: int, layer_window: int, records: tuple[list[bytes], int],
-          dw8_bases: tuple[int, int] | None = None, table: list | None = None) -> Task:
+          dw8_bases: tuple[int, int] | None, table: list) -> Task:
     where = f"layer {layer} task {index}"
     if task.enable_mask not in (ENABLE_CONV, ENABLE_PPU, ENABLE_DPU_ONLY) or task.amount_hi16:
         raise UnsupportedProgramError(f"{where}: a task with op-enable {task.enable_mask:#x} (only conv tasks, "
@@ -232,7 +235,7 @@ def _pack(task: Task, regmap: RegisterMap, vendor: RegisterMap, layer: str, inde
     if uses_shift_word(values, regmap) and word not in words:
         words.append(word)
     address = shift_base + 2 * words.index(word) if word in words else 0
-    lut, upload, record = _lut_parts(task, values, regmap, records, where, [] if table is None else table)
+    lut, upload, record = _lut_parts(task, values, regmap, records, where, table)
     clip, record = _clip_record(values, records, record)
     writes = vendor_writes(values, regmap, shift_address=address, where=where, layer_window=layer_window,
                            lut=lut, clip=clip) + upload
@@ -247,10 +250,16 @@ def _clip_record(values, records: tuple[list[bytes], int], record: bytes) -> tup
     if bounds is None:
         return None, record
     record = clip_record(bounds)
+    return _record_address(records, record), record
+
+
+def _record_address(records: tuple[list[bytes], int], record: bytes) -> int:
+    """Where ``record`` lies among the build's distinct BS records (``records``: the list, joined here when new,
+    and the address of its first; every record is as long)."""
     kept, base = records
     if record not in kept:
         kept.append(record)
-    return base + len(record) * kept.index(record), record
+    return base + len(record) * kept.index(record)
 
 
 def _lut_parts(task: Task, values, regmap: RegisterMap, records: tuple[list[bytes], int], where: str,
@@ -274,10 +283,7 @@ def _lut_parts(task: Task, values, regmap: RegisterMap, records: tuple[list[byte
         raise UnsupportedProgramError(f"{where}: {error}") from None
     table[:] = [ends]
     record = bn_record(values, regmap)
-    kept, base = records
-    if record not in kept:
-        kept.append(record)
-    return (base + len(record) * kept.index(record), ends), upload, record
+    return (_record_address(records, record), ends), upload, record
 
 
 def _other_writes(task: Task, values, regmap: RegisterMap, vendor: RegisterMap, where: str,
@@ -289,10 +295,7 @@ def _other_writes(task: Task, values, regmap: RegisterMap, vendor: RegisterMap, 
         check_ppu_round_trip(values, vendor, writes, where)
     else:
         record = dpu_record(values, regmap) or b""
-        kept, base = records
-        if record and record not in kept:
-            kept.append(record)
-        address = base + len(record) * kept.index(record) if record else 0
+        address = _record_address(records, record) if record else 0
         writes = dpu_vendor_writes(values, regmap, where, address)
         check_round_trip(values, regmap, vendor, writes, 0, where, ENABLE_DPU_ONLY, record)
     return tuple(RegisterWrite(block, name, value) for block, name, value in writes)

@@ -100,8 +100,6 @@ def _run_chain(data, x_params, x_relux, x_alu, x_mul, stages, e_params, e_relux,
                 for y in range(height):
                     row = slice(y * width, (y + 1) * width)
                     _ew_pass(source[row], target[row], cube[y if per_y else 0], 1 if per_x else 0, *settings)
-        if passes == 0:
-            results[c][:] = source
 
 
 def _check_per_channel(values, channels: int, name: str) -> None:

@@ -658,10 +658,7 @@ def planned_to_atoms(plan: StagePlan, data: np.ndarray, width: int, target: np.n
         operand = np.asarray(ew_operand)
         if operand.dtype != plan.operand_dtype:
             raise EmulationError(f"a DPU stage plan for a {plan.operand_dtype} EW operand got {operand.dtype}")
-        if operand.shape == (1, 1, 1):
-            operand = np.broadcast_to(operand, (1, 1, channels))
-        _channel_blocks(operand, channels, 1 if operand.shape[1] == 1 else pixels, "EW operand")
-        operand = _int32_pixels(operand, channels, "dpu operand")
+        operand = _operand_pixels(operand, channels, pixels)
     per_block = max(1, BLOCK_ELEMENTS // channels)
     if layout == SUMS_GROUP_MAJOR or (data.shape[2] == 1 and channels > 1):
         per_block = max(per_block, GATHER_PIXELS)
@@ -695,6 +692,15 @@ def _pixel_rows(data: np.ndarray, channels: int, lanes: int, layout: int, kernel
     if layout == SUMS_PIXEL_MAJOR and kernels_per_group != 1 or layout == SUMS_GROUP_MAJOR:
         return False
     return operand is None or (operand.shape[0] == 1 and operand.shape[2] == channels)
+
+
+def _operand_pixels(ew_operand: np.ndarray, channels: int, pixels: int) -> np.ndarray:
+    """The EW operand as ``planned_to_atoms`` hands it to the kernels."""
+    operand = np.asarray(ew_operand)
+    if operand.shape == (1, 1, 1):
+        operand = np.broadcast_to(operand, (1, 1, channels))
+    _channel_blocks(operand, channels, 1 if operand.shape[1] == 1 else pixels, "EW operand")
+    return _int32_pixels(operand, channels, "dpu operand")
 
 
 def _int32_pixels(cube: np.ndarray, channels: int, name: str = "dpu data") -> np.ndarray:

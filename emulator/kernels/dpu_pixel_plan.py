@@ -155,10 +155,6 @@ def _window_chain(data, window, sums, layout, floats, operand, settings, top, su
     return True
 
 
-def _operand(ew_operand: np.ndarray, channels: int, pixels: int) -> np.ndarray:
-    """The EW operand as ``planned_to_atoms`` hands it to the kernels."""
-    operand = np.asarray(ew_operand)
-    if operand.shape == (1, 1, 1):
-        operand = np.broadcast_to(operand, (1, 1, channels))
-    dp._channel_blocks(operand, channels, 1 if operand.shape[1] == 1 else pixels, "EW operand")
-    return dp._int32_pixels(operand, channels, "dpu operand")
+#: the EW operand as ``planned_to_atoms`` hands it to the kernels (a name of this module's: the tests
+#: replace it here)
+_operand = dp._operand_pixels

@@ -138,6 +138,8 @@ def prepare(feature_shape: tuple[int, int, int, int], channels: int, real: int, 
     the float path feeds (``PixelOperands.channels``): lanes from there on read 0 inside the input.
     ``scratch(name, size, dtype)``: the thread's working buffers."""
     surfaces_all, height, width, c2 = feature_shape
+    if not gemm_int8.available() or c2 % 4 or not -128 <= pad_value <= 127:
+        return None  # (before the edge terms: nothing worked out for a refusal)
     kernels = weights.shape[0]
     # the CORE fused into the products (gemm_int8.products_core) without a shift, unless the
     # window sums' column block would not run first
@@ -155,8 +157,7 @@ def prepare(feature_shape: tuple[int, int, int, int], channels: int, real: int, 
     surfaces = -(-channels // c2)
     lanes = -(-min(channels, c2) // 4) * 4
     taps = geometry.kernel_h * geometry.kernel_w
-    if not gemm_int8.available() or c2 % 4 or not -128 <= pad_value <= 127 \
-            or taps * surfaces * lanes > gemm_int8.MAX_REDUCTION or surfaces > surfaces_all:
+    if taps * surfaces * lanes > gemm_int8.MAX_REDUCTION or surfaces > surfaces_all:
         return None
     packed = pack_conv_weights(weights, c2, surfaces, lanes, out_channels if fused else 0)
     direct = inside and real >= channels

@@ -86,10 +86,7 @@ def _accumulate(builder, a_addr, bases, segs, nsegs, quads, b_addr, b_stride, nv
                        for v in range(nv)]
             at = builder.add(offset, builder.mul(quad.index, ir.Constant(_I64, 4)))
             for r in range(mr):
-                word = builder.load(_address(builder, rows[r], at, _I32), align=1)
-                splat = builder.shuffle_vector(
-                    builder.insert_element(ir.Constant(_VEC, ir.Undefined), word, ir.Constant(_I32, 0)),
-                    ir.Constant(_VEC, ir.Undefined), ir.Constant(_VEC, None))
+                splat = _splat(builder, builder.load(_address(builder, rows[r], at, _I32), align=1))
                 for v in range(nv):
                     # vpdpbusd(sums, unsigned weight bytes, signed activation bytes)
                     builder.store(builder.call(dot, [builder.load(accs[r][v]), weights[v], splat]), accs[r][v])

@@ -128,15 +128,23 @@ class _DenseValues:
                 self._asked.clear()
             self._asked.add(key)
             return 0, _NO_DENSE
-        low, high = dense_span(params)
-        values = _NO_DENSE
-        if high - low + 1 <= DENSE_SPAN:
-            values = np.empty(high - low + 1, np.int32)
-            _lut_values(np.arange(low, high + 1, dtype=np.int32), le_table, lo_table, params, values)
-        if len(self._values) >= DENSE_KEPT:
-            del self._values[next(iter(self._values))]
-        self._values[key] = (low, values)
-        return low, values
+        return _span_values(self._values, key, params, np.int32,
+                            lambda xs, values: _lut_values(xs, le_table, lo_table, params, values))
+
+
+def _span_values(kept: dict, key: bytes, params: np.ndarray, dtype, fill) -> tuple[int, np.ndarray]:
+    """(base, values) over ``dense_span(params)``, ``fill(inputs, values)`` filling them (no values
+    when the span is wider than DENSE_SPAN), kept under ``key`` in ``kept`` (its oldest dropped
+    past DENSE_KEPT)."""
+    low, high = dense_span(params)
+    values = np.zeros(0, dtype)
+    if high - low + 1 <= DENSE_SPAN:
+        values = np.empty(high - low + 1, dtype)
+        fill(np.arange(low, high + 1, dtype=np.int32), values)
+    if len(kept) >= DENSE_KEPT:
+        del kept[next(iter(kept))]
+    kept[key] = (low, values)
+    return low, values
 
 
 dense_values = _DenseValues()
@@ -403,16 +411,8 @@ class _AfterLutValues:
         known = self._values.get(key)
         if known is not None:
             return known
-        low, high = dense_span(params)
-        values = np.zeros(0, dtype)
-        if high - low + 1 <= DENSE_SPAN:
-            values = np.empty(high - low + 1, dtype)
-            _after_lut_values(np.arange(low, high + 1, dtype=np.int32), le_table, lo_table, params, np.int64(other),
-                              ew, cvt, values)
-        if len(self._values) >= DENSE_KEPT:
-            del self._values[next(iter(self._values))]
-        self._values[key] = (low, values)
-        return low, values
+        return _span_values(self._values, key, params, dtype, lambda xs, values: _after_lut_values(
+            xs, le_table, lo_table, params, np.int64(other), ew, cvt, values))
 
 
 after_lut_values = _AfterLutValues()

@@ -25,7 +25,6 @@ from npuemu.emulator.kernels import dpu_int32, dpu_interleave, dpu_transpose, dp
 from npuemu.emulator.kernels import dpu_pixel as dp
 from npuemu.emulator.kernels.dpu import _OPERAND_MATRICES
 from npuemu.emulator.kernels.dpu_pixel import planned_to_atoms
-from npuemu.emulator.kernels.dpu_pixel_plan import _operand as pixel_operand
 from npuemu.emulator.kernels.dpu_pixel_plan import prepare_planned_to_atoms
 from npuemu.emulator.memory import Memory, TaskDma, gather_rows, scatter_rows
 from npuemu.emulator.units import dpu
@@ -228,6 +227,11 @@ def _held_blob(state: DpuState, rdma: DpuRdmaState, memory: Memory, where: str) 
     the key ``dpu.read_bias_blob`` looks it up by - or nothing when the BS stage reads none."""
     if not dpu._PAIRS(state, rdma).brdma_needed:
         return ()
+    return held_blob_entry(state, rdma, memory, where)
+
+
+def held_blob_entry(state: DpuState, rdma: DpuRdmaState, memory: Memory, where: str) -> tuple:
+    """The BRDMA blob of a BS stage that reads one, as ``((derived-cache key, value),)``."""
     blob = dpu._BLOBS.get(rdma, state.channels)
     located = memory.locate_fixed(blob.address, blob.nbytes, lambda: f"{where}: {blob.what} read")
     key = (int(located.starts[0]), blob.nbytes, blob.key)
@@ -285,7 +289,7 @@ def _lut_store(state: DpuState, fixed, stages: dict, tail: dict, tables: np.ndar
             lut._lut_table_to_atoms(blocks, sums, layout, kernels_per_group, *settings, np.int64(constant), ew_params,
                                     cvt, (le, lo, params, table, base), channels, surfaces, width, tile, offsets, words)
             return
-        operand = pixel_operand(ew_operand, channels, pixels)
+        operand = dp._operand_pixels(ew_operand, channels, pixels)
         base, dense = values()
         lut._lut_stages_to_atoms(blocks, sums, layout, kernels_per_group, *settings, operand, ew_params, cvt,
                                  (le, lo, params, dense, base), channels, surfaces, width, tile, offsets, words)

@@ -1,7 +1,7 @@
 """A task program's fp16 DPU step (issue 20, emulator/task_plan.py): ``run_dpu``'s fp path
 (PROC_PRECISION fp16) for one decoded state pair and one memory, with what does not change from run
 to run worked out once - the BS / BN settings and operands (the BRDMA blob held, units/dpu_plan.py's
-``_held_blob``), the EW settings, the rows of the MRDMA and ERDMA reads and of the WDMA write located
+``held_blob_entry``), the EW settings, the rows of the MRDMA and ERDMA reads and of the WDMA write located
 - so a run is the row copies and the kernels: ``kernels.dpu_fp_chain.FloatChain.runner`` (BS, BN, EW
 in one pass; the LUT between them read from the core's LUT RAM as each run finds it), then
 ``dpu.float_output`` (OUT_CVT) and the planes scattered into the WDMA's atoms (an fp16 output
@@ -27,6 +27,7 @@ from npuemu.emulator.memory import Memory, TaskDma, gather_rows
 from npuemu.emulator.memory import _scatter_planes as scatter_planes
 from npuemu.emulator.units import dpu
 from npuemu.emulator.units.cna_core import CoreResult
+from npuemu.emulator.units.dpu_plan import held_blob_entry
 from npuemu.emulator.units.state import FP16, INT8, PRECISION_DTYPES, DpuRdmaState, DpuState, c2_of
 from npuemu.isa.errors import EmulationError
 
@@ -87,10 +88,7 @@ def _held_blob(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, where
     ``dpu.read_bias_blob`` looks it up by - or nothing when the BS stage reads none."""
     if state.bs.bypass or not dpu._brdma_needed(state, rdma, where, cpend=False):
         return ()
-    blob = dpu._BLOBS.get(rdma, state.channels)
-    located = memory.locate_fixed(blob.address, blob.nbytes, lambda: f"{where}: {blob.what} read")
-    key = (int(located.starts[0]), blob.nbytes, blob.key)
-    return ((key, memory.derived.get(key)),)
+    return held_blob_entry(state, rdma, memory, where)
 
 
 def _takes(state: DpuState, rdma: DpuRdmaState | None, lut_tables: np.ndarray | None) -> bool:

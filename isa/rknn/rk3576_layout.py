@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from npuemu.isa.errors import UnsupportedProgramError
 from npuemu.isa.regmap import RegisterMap
+from npuemu.isa.sparse_layout import DECOMP_CONTROL, MODES
 from npuemu.isa.words import TARGET_MARKER, TARGET_OP_ENABLE
 
 VENDOR_FAMILY = "rk3576_vendor"
@@ -45,6 +46,16 @@ KEPT_PREFIXES = ("DCOMP_", "LUT_")      # CNA weight decompression, DPU LUT port
 RESERVED_PREFIX = "RSV_"                # words every vendor conv task writes 0 to (rk3576_vendor.yaml)
 
 Reader = Callable[[int, int], bytes]    # (device address, bytes) -> bytes
+
+
+def field_reader(values: Mapping[tuple[str, str], int], source: RegisterMap) -> Callable[[str, str, str], int]:
+    """``field(block, register, name)`` of npuemu's RK3588-position ``values`` (packed with ``source``;
+    an unwritten register reads 0): how the packers read the task they translate."""
+
+    def field(block: str, register: str, name: str) -> int:
+        return source.register(block, register).field(name).extract(values.get((block, register), 0))
+
+    return field
 
 
 @dataclass(frozen=True)
@@ -149,7 +160,7 @@ def check_conv(task: VendorTask, int8_depthwise: bool = False) -> None:
 #: CORE 0x3018 bits 13:12 -> npuemu's DECOMP_CONTROL in its RK3588-position form (isa/sparse_layout.py:
 #: 5 along input channels [V], 6 along output channels and 7 for 16:4 [I: npuemu's stand-ins]) [V: the
 #: bits name the mode in 96 chosen-weight builds, LOWERING.md 43].
-SPARSE_CONTROL = {1: 5, 2: 6, 3: 7}
+SPARSE_CONTROL = {vendor: DECOMP_CONTROL[mode] for vendor, mode in enumerate(MODES, 1)}
 #: ... and the CNA 0x1024 bits 31:30 the vendor writes with each [V].
 KERNEL_MODE = {1: 3, 2: 2, 3: 3}
 #: Modes whose kernels leave the CORE in kept-row order: the vendor's DPU runs in its depthwise output

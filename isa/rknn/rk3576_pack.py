@@ -26,9 +26,9 @@ from npuemu.isa.errors import UnsupportedProgramError
 from npuemu.isa.regmap import RegisterMap
 from npuemu.isa.rknn.rk3576_layout import (
     ALU, BY_PRECISION, C2, DEPTHWISE_WORDS, EW_BYPASS, EW_CONFIGS, EW_RELU_BYPASS, EW_RELU_CLAMPS, FP16, INT32_MAX,
-    LUT_ACT_CFG, LUT_EW_WORD,
+    BS_CHANNEL_ORDER, LUT_ACT_CFG, LUT_EW_WORD,
     INT32_MIN, INT8, KEPT_ROW_ORDER, KERNEL_MODE, MUL, RELU_CLAMPS, RK3588_DEPTHWISE, SPARSE_CONTROL,
-    VENDOR_DEPTHWISE, VENDOR_DEPTHWISE_SIZES, bs_ow_word, read_task, round_up,
+    VENDOR_DEPTHWISE, VENDOR_DEPTHWISE_SIZES, bs_ow_word, read_task, field_reader, round_up,
 )
 from npuemu.isa.rknn.rk3576_dpu import (
     ALL_BYPASSED_BUT_ALU, BS_MUL_BYPASS, DPU_ONLY_EW, DPU_ONLY_WORDS, INT8_BS_WORDS, INT8_WORDS,
@@ -51,8 +51,6 @@ CBUF_BANKS_ENABLE = 0x40000000
 FIXED = {("CNA", "CONV_CON2"): 0xFFF, ("CNA", "CBUF_CON0"): 0x10000000, ("DPU", "CFG_40C0"): 0x04440100,
          ("DPU", "CFG_40D0"): 0x0040FFFF}
 FORMAT_DENSE, FORMAT_SPARSE = 0x7, 0xE07     # CNA 0x1038 [V ORC; FIX sparse_rk3576_int8]
-BS_CHANNEL_DIRECT = 0x710                    # DPU 0x4030 low half, direct conv [V ORC]
-BS_CHANNEL_DEPTHWISE = 0x310                 # ... depthwise [V ORC dw twins]
 DW_FLAG = 1 << 3                             # CORE 0x3018 bit 3, depthwise [V ORC]
 ACT_NONE, ACT_RELU = 0x903, 0x902            # DPU 0x4060 [V ORC]
 TASK_SURFACE_ALIGN = 4                       # CNA 0x1098: W x rows rounded up to 4 [V ORC 11x9: 100]
@@ -68,9 +66,7 @@ def vendor_writes(values: Values, source: RegisterMap, *, shift_address: int, wh
     record address and table ends (rk3576_lut; the upload itself is the caller's to append); ``clip``: a Clip
     with a lower bound's record address (rk3576_clip)."""
 
-    def field(block: str, register: str, name: str) -> int:
-        return source.register(block, register).field(name).extract(values.get((block, register), 0))
-
+    field = field_reader(values, source)
     if lut is not None:   # a DPU LUT activation (rk3576_lut, REGISTER_SEMANTICS.md 46)
         check_lut(values, source, where)
     bounds = npuemu_clip(values) if clip is not None else None
@@ -96,10 +92,8 @@ def dpu_vendor_writes(values: Values, source: RegisterMap, where: str, record_ad
     and the ERDMA operand, the BS stage bypassed; or int8, the BS operands in the record at
     ``record_address``, :func:`dpu_record`): the conv task's DPU and DPU_RDMA words, re-marked."""
 
-    def field(block: str, register: str, name: str) -> int:
-        return source.register(block, register).field(name).extract(values.get((block, register), 0))
-
     values = minus_as_add(values, source)   # an int8 Sub: the vendor's Add of the negated operand
+    field = field_reader(values, source)
     precision = field("DPU", "DATA_FORMAT", "PROC_PRECISION")
     real_out = field("DPU", "DATA_CUBE_CHANNEL", "ORIG_CHANNEL") + 1
     # a Mul by a per-channel operand (ERDMA_DATA_MODE 0, EW_DATA_MODE 0: an SE gate): the vendor's 0x407C is
@@ -172,9 +166,7 @@ BS_OW_BYPASSED = 0x2                         # RK3588 BS_OW_CFG.OD_BYPASS alone
 def dpu_record(values: Values, source: RegisterMap) -> bytes | None:
     """The BS record an int8 DPU-only task's vendor form points DPU_RDMA 0x5024 at (rk3576_dpu.pack_record);
     None for any other task."""
-    def field(block: str, register: str, name: str) -> int:
-        return source.register(block, register).field(name).extract(values.get((block, register), 0))
-
+    field = field_reader(values, source)
     if field("DPU", "DATA_FORMAT", "PROC_PRECISION") != INT8:
         return None
     has_mul = _int8_bs(values, field)
@@ -468,7 +460,7 @@ def _dpu(values: Values, field: Field, g: dict[str, int]) -> list[VendorWrite]:
     dpu_only = g.get("dpu_only", 0)
     by_precision = g["dpu_words"] if dpu_only else DEPTHWISE_WORDS if g["depthwise"] else BY_PRECISION[precision]
     channel_mode = (DPU_ONLY_WORDS[("DPU", "BS_CHANNEL_MODE")] if dpu_only
-                    else BS_CHANNEL_DEPTHWISE if g["order"] else BS_CHANNEL_DIRECT)
+                    else BS_CHANNEL_ORDER[bool(g["order"])])
     ew = g["ew"] if dpu_only else _ew_stage(values, precision)
     ew_relu = bool(ew and ew[1])
     out_format = field("DPU", "DATA_FORMAT", "OUT_PRECISION") << 29 | field("DPU", "DATA_FORMAT", "PROC_PRECISION")

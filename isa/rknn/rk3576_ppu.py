@@ -22,7 +22,7 @@ from collections.abc import Mapping
 
 from npuemu.isa.errors import UnsupportedProgramError
 from npuemu.isa.regmap import RegisterMap
-from npuemu.isa.rknn.rk3576_layout import VendorTask, read_task
+from npuemu.isa.rknn.rk3576_layout import VendorTask, read_task, field_reader
 from npuemu.isa.words import encode_write
 
 PPU_ENABLE = 0x60                           # PPU + PPU_RDMA (op-enable bits 5, 6)
@@ -97,9 +97,7 @@ Values = Mapping[tuple[str, str], int]
 
 def ppu_vendor_writes(values: Values, source: RegisterMap, where: str) -> list[Write]:
     """npuemu's RK3588-position PPU task (``values``, packed with ``source``) in the vendor's order."""
-    def field(block: str, register: str, name: str) -> int:
-        return source.register(block, register).field(name).extract(values.get((block, register), 0))
-
+    field = field_reader(values, source)
     method = field("PPU", "OPERATION_MODE_CFG", "POOLING_METHOD")
     precision = field("PPU", "DATA_FORMAT", "PROC_PRECISION")
     if (precision, method) not in DECODED or field("PPU_RDMA", "DATA_FORMAT", "IN_PRECISION") != ELEMENTS[precision]:

@@ -12,9 +12,9 @@ import pytest
 from onnx import TensorProto, helper
 
 from npuemu.compiler.driver import CompileOptions, build, prepare
-from npuemu.compiler.lower import emit_rk3576
 from npuemu.emulator.runtime import Runtime
 from npuemu.isa.words import TARGET_OP_ENABLE
+from tests.compiler.test_rk3576_vendor_emit import both_layouts
 
 
 def eltwise_model(channels: int, size: tuple[int, int], op: str) -> onnx.ModelProto:
@@ -55,10 +55,7 @@ def test_own_int8_standalone_eltwise_is_vendor_layout_and_runs_like_the_old_layo
                                                                                    scales):
     model = eltwise_model(channels, size, op)
     options = CompileOptions(dataset=[_feeds(channels, size, scales, seed) for seed in (0, 1)])
-    vendor = build(prepare(model, "rk3576", options))
-    monkeypatch.setattr(emit_rk3576, "VENDOR_LAYOUT_OF", {})
-    old = build(prepare(model, "rk3576", options))
-    monkeypatch.undo()
+    vendor, old = both_layouts(model, options)
     assert vendor.trailer["platform"].get("register_layout") == "rk3576_vendor", vendor.trailer["platform"]
     assert "register_layout" not in old.trailer["platform"]
     assert 0x18 in _enables(vendor)

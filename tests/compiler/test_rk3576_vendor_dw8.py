@@ -30,7 +30,7 @@ from npuemu.isa.rknn.rk3576_layout import read_task
 from npuemu.isa.rknn.rk3576_pack import check_round_trip, vendor_writes
 from npuemu.isa.rknn.rk3576_program import translate_task
 from npuemu.isa.words import encode_write
-from tests.compiler.test_rk3576_vendor_emit import DATA, RK3588, SHIFT, VENDOR, _build, _inputs, _run, _values
+from tests.compiler.test_rk3576_vendor_emit import DATA, RK3588, SHIFT, VENDOR, _build, _check_same, _inputs, _run, _values
 from tests.compiler.test_rk3576_vendor_forms import relu6_model
 
 with lzma.open(DATA / "dw8_pairs.npz.xz") as _f:
@@ -122,17 +122,6 @@ def test_cpend_outside_the_byte_refused():
 # --- own builds ---------------------------------------------------------------------------------
 
 
-def _same(model, cin, monkeypatch, size=(12, 20)):
-    samples = _inputs(cin, size, count=2)
-    vendor = _build(model, samples)
-    old = _build(model, samples, False, False, monkeypatch)
-    assert vendor.trailer["platform"].get("register_layout") == "rk3576_vendor", vendor.trailer["platform"]
-    assert "register_layout" not in old.trailer["platform"]
-    for sample in samples:
-        np.testing.assert_array_equal(_run(vendor, sample["x"]), _run(old, sample["x"]))
-    return vendor
-
-
 def depthwise_model(channels, kernel, stride=(1, 1), relu6=True, seed=1, size=(12, 20)):
     rng = np.random.default_rng(seed)
     pads = [kernel[0] // 2, kernel[1] // 2] * 2
@@ -154,12 +143,12 @@ def depthwise_model(channels, kernel, stride=(1, 1), relu6=True, seed=1, size=(1
 @pytest.mark.parametrize("channels, kernel, stride, relu6", [(32, (3, 3), (1, 1), True), (96, (3, 3), (2, 2), False),
                                                              (200, (3, 3), (1, 1), True), (16, (5, 3), (1, 2), True)])
 def test_own_int8_depthwise_builds_run_alike_in_both_layouts(monkeypatch, channels, kernel, stride, relu6):
-    _same(depthwise_model(channels, kernel, stride, relu6), channels, monkeypatch)
+    _check_same(depthwise_model(channels, kernel, stride, relu6), channels, (12, 20), monkeypatch)
 
 
 def test_a_layer_split_by_channels_runs_alike(monkeypatch):
     """144 channels on 56 x 56: three tasks of 64, 64 and 16 channels, each with its own cube, record and room."""
-    built = _same(depthwise_model(144, (3, 3), size=(56, 56)), 144, monkeypatch, size=(56, 56))
+    built = _check_same(depthwise_model(144, (3, 3), size=(56, 56)), 144, (56, 56), monkeypatch)
     addresses = set()
     for word in (int(w) for w in np.frombuffer(built.section("regcmd").data, "<u8")):
         block = VENDOR.block_for_target(word >> 48)
@@ -179,7 +168,7 @@ def test_own_build_stores_the_vendor_blobs(monkeypatch):
     """The weight constant is the vendor cube (the reference layout above, from the RK3588-position build's
     cube and CPEND), the BS constant the vendor record followed by room for RK3588's."""
     model = relu6_model(cin=32, cout=32, group=32, kernel=(3, 3))
-    vendor = _same(model, 32, monkeypatch)
+    vendor = _check_same(model, 32, (12, 20), monkeypatch)
     old = _build(model, _inputs(32, (12, 20), count=2), False, False, monkeypatch)
     new_words = _values(np.frombuffer(vendor.section("regcmd").data, "<u8"), VENDOR)
     old_words = _values(np.frombuffer(old.section("regcmd").data, "<u8"), RK3588)

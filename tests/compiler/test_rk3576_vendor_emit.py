@@ -153,6 +153,15 @@ def _inputs(cin, size, count=2, seed=3):
     return [{"x": rng.normal(size=(1, cin, *size)).astype(np.float32)} for _ in range(count)]
 
 
+def both_layouts(model, options):
+    """The rk3576 build of ``model`` in the vendor's layout and the same build at RK3588 positions
+    (the layout switched off by emptying ``VENDOR_LAYOUT_OF``)."""
+    vendor = build(prepare(model, "rk3576", options))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(emit_rk3576, "VENDOR_LAYOUT_OF", {})
+        return vendor, build(prepare(model, "rk3576", options))
+
+
 def _build(model, samples, fp16=False, vendor=True, monkeypatch=None):
     options = CompileOptions(precision="fp16") if fp16 else CompileOptions(dataset=samples)
     front = prepare(model, "rk3576", options)
@@ -338,9 +347,7 @@ def test_batched_build_keeps_the_vendor_layout_and_runs_like_the_old_layout(monk
     model = conv_model(16, 32, (12, 20), (3, 3), (1, 1), (1, 1, 1, 1), relu=True)
     samples = _inputs(16, (12, 20))
     options = CompileOptions(dataset=samples, batch_size=2)
-    vendor = build(prepare(model, "rk3576", options))
-    monkeypatch.setattr(emit_rk3576, "VENDOR_LAYOUT_OF", {})
-    old = build(prepare(model, "rk3576", options))
+    vendor, old = both_layouts(model, options)
     assert vendor.trailer["platform"]["register_layout"] == "rk3576_vendor"
     x = np.concatenate([samples[0]["x"], samples[1]["x"]])
     np.testing.assert_array_equal(_run(vendor, x), _run(old, x))

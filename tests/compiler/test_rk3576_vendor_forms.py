@@ -30,8 +30,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from benchmarks import models
-from npuemu.compiler.driver import CompileOptions, build, prepare
-from npuemu.compiler.lower import emit_rk3576
+from npuemu.compiler.driver import CompileOptions
 from npuemu.emulator.runtime import Runtime
 from npuemu.isa.errors import UnsupportedProgramError
 from npuemu.isa.rknn.rk3576_layout import read_task
@@ -40,7 +39,7 @@ from npuemu.isa.rknn.rk3576_ppu import check_ppu_round_trip, ppu_vendor_writes, 
 from npuemu.isa.rknn.rk3576_program import translate_task
 from npuemu.isa.words import TARGET_OP_ENABLE, encode_write
 from tests.compiler.test_rk3576_vendor_emit import (
-    DATA, RK3588, SHIFT, VENDOR, _build, _inputs, _run, _values, conv_model,
+    DATA, RK3588, SHIFT, VENDOR, _build, _inputs, _run, _values, both_layouts, conv_model,
 )
 
 with lzma.open(DATA / "forms_tasks.npz.xz") as _f:
@@ -270,10 +269,7 @@ def test_own_fp16_standalone_add_is_vendor_layout_and_runs_like_the_old_layout(m
     rng = np.random.default_rng(4)
     feeds = {name: rng.normal(size=(1, channels, *size)).astype(np.float32) for name in ("x", "z")}
     options = CompileOptions(precision="fp16")
-    vendor = build(prepare(model, "rk3576", options))
-    monkeypatch.setattr(emit_rk3576, "VENDOR_LAYOUT_OF", {})
-    old = build(prepare(model, "rk3576", options))
-    monkeypatch.undo()
+    vendor, old = both_layouts(model, options)
     assert vendor.trailer["platform"].get("register_layout") == "rk3576_vendor", vendor.trailer["platform"]
     assert (0x18 in _enables(vendor)) == dpu_only
     outputs = []
@@ -308,10 +304,7 @@ def _network(model, monkeypatch, fp16, size):
     rng = np.random.default_rng(5)
     samples = [{"input": rng.normal(size=(1, 3, size, size)).astype(np.float32)} for _ in range(2)]
     options = CompileOptions(precision="fp16") if fp16 else CompileOptions(dataset=samples)
-    vendor = build(prepare(model, "rk3576", options))
-    monkeypatch.setattr(emit_rk3576, "VENDOR_LAYOUT_OF", {})
-    old = build(prepare(model, "rk3576", options))
-    monkeypatch.undo()
+    vendor, old = both_layouts(model, options)
     outputs = []
     for built in (vendor, old):
         runtime = Runtime(built)

@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from npuemu.compiler.driver import CompileOptions, build, prepare
-from npuemu.compiler.lower import emit_rk3576
+from npuemu.compiler.driver import CompileOptions
 from npuemu.emulator.runtime import Runtime
 from tests.compiler.test_rk3576_vendor_clip import clip_model
 from tests.compiler.test_rk3576_vendor_emit import _inputs, conv_model
 from tests.compiler.test_rk3576_vendor_lut import lut_model, se_model
+from tests.compiler.test_rk3576_vendor_emit import both_layouts
 
 
 def _run(model_file, x):
@@ -31,10 +31,7 @@ def test_two_core_build_is_vendor_layout_and_runs_like_the_old_layout(monkeypatc
     size = (12, 20) if case == "clip" else size
     samples = _inputs(16, size)
     options = CompileOptions(dataset=samples, core_mask="0_1")
-    vendor = build(prepare(model, "rk3576", options))
-    monkeypatch.setattr(emit_rk3576, "VENDOR_LAYOUT_OF", {})
-    old = build(prepare(model, "rk3576", options))
-    monkeypatch.undo()
+    vendor, old = both_layouts(model, options)
     assert vendor.trailer["platform"].get("register_layout") == "rk3576_vendor", vendor.trailer["platform"]
     assert {getattr(step, "core", None) for step in vendor.schedule()} >= {0, 1}   # both cores run tasks
     for sample in samples:

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from npuemu.compiler.driver import CompileOptions, build, prepare
-from npuemu.compiler.lower import emit_rk3576
+from npuemu.compiler.driver import CompileOptions
 from npuemu.isa.regmap_loader import load_regmap
 from tests.compiler.test_sparse_weights import conv_model, prune, run, samples
+from tests.compiler.test_rk3576_vendor_emit import both_layouts
 
 VENDOR = load_regmap("rk3576_vendor")
 
@@ -39,10 +39,7 @@ def test_own_sparse_build_gets_the_vendor_layout_and_runs_like_the_old_layout(mo
     rng = np.random.default_rng(3)
     model = conv_model(prune(rng.normal(0, 0.1, shape), axis, rng), size)
     data = samples(shape[1], size)
-    vendor = build(prepare(model, "rk3576", CompileOptions(dataset=data, sparse=True)))
-    monkeypatch.setattr(emit_rk3576, "VENDOR_LAYOUT_OF", {})
-    old = build(prepare(model, "rk3576", CompileOptions(dataset=data, sparse=True)))
-    monkeypatch.undo()
+    vendor, old = both_layouts(model, CompileOptions(dataset=data, sparse=True))
     platform = vendor.trailer["platform"]
     assert platform.get("register_layout") == "rk3576_vendor" and "register_layout_notice" not in platform
     assert "register_layout" not in old.trailer["platform"]
@@ -71,10 +68,7 @@ def test_random_sparse_convs_run_bit_identically_in_both_layouts(monkeypatch, ax
     shape = (32 * out_groups, 32 * in_groups, kernel, kernel)
     model = conv_model(prune(rng.normal(0, 0.1, shape), axis, rng), size)
     data = samples(shape[1], size)
-    vendor = build(prepare(model, "rk3576", CompileOptions(dataset=data, sparse=True)))
-    monkeypatch.setattr(emit_rk3576, "VENDOR_LAYOUT_OF", {})
-    old = build(prepare(model, "rk3576", CompileOptions(dataset=data, sparse=True)))
-    monkeypatch.undo()
+    vendor, old = both_layouts(model, CompileOptions(dataset=data, sparse=True))
     assert vendor.trailer["platform"].get("register_layout") == "rk3576_vendor", vendor.trailer["platform"]
     assert {(value >> 12) & 3 for value in _stored(vendor)[("CORE", 0x3018)]} == {{0: 2, 1: 1, "both": 3}[axis]}
     np.testing.assert_array_equal(run(vendor, data[0]["x"]).output("y", dequantize=False),

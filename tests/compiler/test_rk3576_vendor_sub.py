@@ -27,8 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
-from npuemu.compiler.driver import CompileOptions, build, prepare
-from npuemu.compiler.lower import emit_rk3576
+from npuemu.compiler.driver import CompileOptions
 from npuemu.emulator.rknn_runner import RknnRunner
 from npuemu.isa.regmap_loader import load_regmap
 from npuemu.isa.rknn import default_bases, load_rknn, plan_memory, relocate
@@ -38,6 +37,7 @@ from npuemu.isa.rknn.rk3576_dpu import DPU_ONLY_ENABLE, minus_as_add
 from npuemu.isa.rknn.rk3576_pack import check_round_trip, dpu_record, dpu_vendor_writes
 from tests.compiler.test_rk3576_vendor_dpu_int8 import _run
 from npuemu.isa.words import encode_write
+from tests.compiler.test_rk3576_vendor_emit import both_layouts
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "rk3576_vendor"
 VENDOR, RK3588 = load_regmap("rk3576_vendor"), load_regmap("rk3588")
@@ -211,10 +211,7 @@ def test_own_int8_sub_is_vendor_layout_and_runs_like_the_old_layout(monkeypatch,
     for every surface, as ppocr_rec's LayerNorm ``x - mean``)."""
     model = _sub_model(channels, size, z_channels, op)
     options = CompileOptions(dataset=[_feeds(channels, size, z_channels, seed) for seed in (0, 1)])
-    vendor = build(prepare(model, "rk3576", options))
-    monkeypatch.setattr(emit_rk3576, "VENDOR_LAYOUT_OF", {})
-    old = build(prepare(model, "rk3576", options))
-    monkeypatch.undo()
+    vendor, old = both_layouts(model, options)
     assert vendor.trailer["platform"].get("register_layout") == "rk3576_vendor", vendor.trailer["platform"]
     assert (EW_MINUS_INT8 in _ew_configs(old)) == (op == "Sub")   # npuemu's own Sub: ALU minus
     for seed, scale in ((5, 1.0), (6, 4.0)):          # 4.0: past the calibrated range, saturating
