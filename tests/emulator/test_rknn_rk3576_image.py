@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import io
 import lzma
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from hypothesis import given, settings, strategies as st
 
 from npuemu.emulator.kernels.cna_convert import ImageConvert, convert_image_pixels
 from npuemu.emulator.rknn_runner import RknnRunner
-from npuemu.isa.errors import InputError
+from npuemu.isa.errors import EmulationError, InputError, ModelFileError
 from npuemu.isa.rknn import load_rknn
 from npuemu.isa.rknn.rk3576_image import vendor_weights
 
@@ -180,6 +181,29 @@ def test_runner_writes_raw_pixels_in_padded_rows():
 def test_runner_refuses_other_than_raw_pixels(bad):
     with pytest.raises(InputError, match="input 0"):
         RknnRunner(_model("exact"), "rk3576").run([bad(_image("exact"))])
+
+
+def test_runner_refuses_to_quantize_the_image_input_on_the_host():
+    with pytest.raises(InputError, match="not quantized on the host"):
+        RknnRunner(_model("exact"), "rk3576").quantize_input(0, _image("exact").astype(np.float32))
+
+
+def test_runner_refuses_a_channel_reorder():
+    model = _model("exact")
+    swapped = replace(model.normalization[0], channel_order=(2, 1, 0))
+    model = replace(model, normalization=(swapped, *model.normalization[1:]))
+    with pytest.raises(EmulationError, match=r"input 0 reorders its channels \[2, 1, 0\]"):
+        RknnRunner(model, "rk3576").run([_image("exact")])
+
+
+def test_runner_refuses_an_input_tensor_of_another_size():
+    model = _model("exact")
+    index = next(i for i, t in enumerate(model.tensors) if t.name == RknnRunner(model, "rk3576").input_tensors[0].name)
+    tensors = list(model.tensors)
+    tensors[index] = replace(tensors[index], size=tensors[index].size + 16)
+    model = replace(model, tensors=tuple(tensors))
+    with pytest.raises(ModelFileError, match="holds .* bytes, not the 1920"):
+        RknnRunner(model, "rk3576").image_pixels(0, _image("exact"))
 
 
 # --- the converter's arithmetic ------------------------------------------------------------------
