@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from npuemu.emulator.memo import Memo
 from npuemu.isa.errors import EmulationError
 from npuemu.isa.lut_format import LUT_ACCESS_WRITE, LUT_ENTRIES, LUT_TABLES, entries
 from npuemu.isa.regmap import Block, RegisterMap
@@ -41,6 +42,10 @@ DRIVER_S_POINTER = 0xE
 DRIVER_S_POINTER_BLOCKS = ("CNA", "CORE")
 #: kinds of RegisterFile.resolve steps (_GROUP steps are merged into _GROUPS before apply sees them)
 _GROUP, _PC, _S_POINTER, _LUT_DATA, _GROUPS, _LUT_CFG = range(6)
+#: the int16 entries of a resolved run of LUT_ACCESS_DATA words (read-only: ``resolve`` makes them
+#: so), by the very array: a replayed chain uploads the same tables every run (issue 20, ppocr_rec
+#: fp16: ~390 runs of 513 words a run)
+_ENTRIES: Memo[np.ndarray] = Memo(entries, identity=1, limit=1024)
 
 
 @dataclass
@@ -142,7 +147,7 @@ class LutPort:
         end = self.address + values.size
         if end > LUT_ENTRIES:
             return False
-        self.tables[self.table, self.address:end] = entries(values)
+        self.tables[self.table, self.address:end] = entries(values) if values.flags.writeable else _ENTRIES(values)
         self.address = end
         return True
 
@@ -205,7 +210,7 @@ class RegisterFile:
                 steps.append((_LUT_CFG, pingpong, reg.offset, (value, reg.unpack(value))))
             else:
                 steps.append((_GROUP, pingpong, reg.offset, value))
-        return tuple(_merge_group_runs((kind, target, np.array(key, np.int64), value) if kind == _LUT_DATA
+        return tuple(_merge_group_runs((kind, target, _frozen(key), value) if kind == _LUT_DATA
                                        else (kind, target, key, value) for kind, target, key, value in steps))
 
     def apply(self, steps: tuple[tuple, ...], where: str) -> None:
@@ -300,6 +305,13 @@ class RegisterFile:
             elif not self.lut.data_run(key, where):
                 for word in key:  # one at a time, to the error at the right word
                     self.write("DPU", "LUT_ACCESS_DATA", int(word), where)
+
+
+def _frozen(words: list[int]) -> np.ndarray:
+    """A run of LUT_ACCESS_DATA words as a read-only int64 array (its entries are memoised by identity)."""
+    array = np.array(words, np.int64)
+    array.flags.writeable = False
+    return array
 
 
 def _merge_group_runs(steps: Iterable[tuple]) -> list[tuple]:

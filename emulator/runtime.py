@@ -54,6 +54,8 @@ class Runtime:
         self._per_tensor: Memo = Memo()
         # host steps' per-tensor read/store plans (emulator/cpu_ops_io.py), by name
         self.host_io: dict[str, Any] = {}
+        # inputs an rk3576 own build stores in the vendor's image form (compiler/LOWERING.md 52), by name
+        self._images = _image_inputs(model.trailer, self._tensors)
         _check_atoms(self._tensors.values(), self.machine.atom_bytes, self.machine.platform.name)
         for name in self.inputs + self.outputs:
             info = self._tensors.get(name)
@@ -114,6 +116,9 @@ class Runtime:
             raise InputError(f"input {name!r}: expected shape {list(logical)}, got {list(values.shape)}")
         dtype = STORED_DTYPES[info["dtype"]]
         values = values.reshape(shape).astype(dtype)
+        if name in self._images:
+            self.machine.memory.load(int(info["address"]), image_bytes(values, self._images[name]))
+            return
         image = tensor_layout.to_native(values, c1, c2, surface)
         self.machine.memory.load(int(info["address"]), image.reshape(-1).view(np.uint8))
 
@@ -123,6 +128,11 @@ class Runtime:
             return _nd_tensors().read_nd(self.machine.memory, self.tensor_info(name))
         info, shape, c1, c2, surface = self._geometry(name)
         channels, height, width = shape
+        if name in self._images:   # the vendor rk3576 image form (image_bytes): the int8 values back
+            form = self._images[name]
+            rows = self.machine.memory.dump(int(info["address"]), height * int(form["row_pixels"]) * channels)
+            pixels = rows.reshape(height, -1, channels)[:, :width].astype(np.int16) - int(form["value_bias"])
+            return pixels.transpose(2, 0, 1).astype(np.int8).reshape(info["shape"])
         dtype = STORED_DTYPES[info["dtype"]]
         raw = self.machine.memory.dump(int(info["address"]), c1 * surface * c2 * dtype.itemsize).view(dtype)
         cube = tensor_layout.from_native(raw, channels, height, width, c1, c2, surface)
@@ -303,6 +313,55 @@ def _machine(model: ModelFile, platform) -> Machine:
         total = sum(region.size for region in model.memory_map().regions)
         raise EmulationError(f"cannot allocate the model's memory image: its memory_map regions total {total} "
                              "bytes, more than this host can give") from None
+
+
+def _image_inputs(trailer: Mapping[str, Any], tensors: Mapping[str, Any]) -> dict[str, Any]:
+    """{tensor: its image form} of the inputs in the trailer's platform.image_inputs, a batched input's slices
+    (compiler/batch.py) too."""
+    forms = trailer.get("platform", {}).get("image_inputs", {})
+    if not isinstance(forms, Mapping):
+        raise ModelFileError("trailer.platform.image_inputs is not an object")
+    forms = dict(forms)
+    for name, form in forms.items():
+        _check_image_form(name, form, tensors.get(name))
+    for name, form in list(forms.items()):
+        for part in (tensors.get(name, {}).get("batch") or {}).get("tensors", ()):
+            forms[part] = form
+    return forms
+
+
+def _check_image_form(name: str, form: Any, info: Mapping[str, Any] | None) -> None:
+    """A recorded image form fits its tensor: 3-byte pixels, rows of at least the width, inside the bytes
+    the tensor reserves (a hostile record must not make the runtime allocate or write past them)."""
+    key = f"trailer.platform.image_inputs[{name!r}]"
+    if info is None or not isinstance(form, Mapping):
+        raise ModelFileError(f"{key}: no such tensor, or the form is not an object")
+    values = {field: form.get(field) for field in ("pixel_bytes", "row_pixels", "value_bias")}
+    for field, value in values.items():
+        if type(value) is not int:
+            raise ModelFileError(f"{key}.{field}: expected an integer, got {value!r}")
+    shape, size = info.get("shape"), info.get("size")
+    if not (isinstance(shape, list) and len(shape) >= 3 and all(type(d) is int for d in shape)) or type(size) is not int:
+        raise ModelFileError(f"{key}: the tensor's shape or size is not recorded")
+    channels, height, width = shape[-3:]
+    if values["pixel_bytes"] != 3 or channels != 3 or not 0 <= values["value_bias"] <= 255:
+        raise ModelFileError(f"{key}: pixel_bytes {values['pixel_bytes']} / value_bias {values['value_bias']} "
+                             f"for a {channels}-channel tensor (3 and 0..255 expected)")
+    if not width <= values["row_pixels"] < width + 16 or values["row_pixels"] * height * 3 > size:
+        raise ModelFileError(f"{key}.row_pixels: {values['row_pixels']} does not fit width {width}, height "
+                             f"{height} in the tensor's {size} bytes")
+
+
+def image_bytes(values: np.ndarray, form: Mapping[str, Any]) -> np.ndarray:
+    """int8 [C, H, W] values of an input stored in the vendor rk3576 image form (trailer platform.image_inputs,
+    compiler/LOWERING.md 52) as its bytes: per pixel its C channels as u = value + value_bias (uint8), rows of
+    row_pixels pixels (the padding 0): what the first conv's CNA converter turns back into the values."""
+    channels, height, width = values.shape
+    if channels != int(form["pixel_bytes"]) or width > int(form["row_pixels"]):
+        raise ModelFileError(f"image input form {dict(form)} does not fit values of shape {list(values.shape)}")
+    rows = np.zeros((height, int(form["row_pixels"]), channels), np.uint8)
+    rows[:, :width] = (values.transpose(1, 2, 0).astype(np.int16) + int(form["value_bias"])).astype(np.uint8)
+    return rows.reshape(-1)
 
 
 def _check_atoms(tensors, atom_bytes: int, chip: str) -> None:

@@ -119,6 +119,10 @@ def _header_lines(model: ModelFile, label: str, out: TextIO) -> None:
         out.write(f"  register layout: {recorded['register_layout']}\n")
     if recorded.get("register_layout_notice"):
         out.write(f"  register layout: {recorded['register_layout_notice']}\n")
+    for name, form in (recorded.get("image_inputs") or {}).items():   # LOWERING.md 52
+        if isinstance(form, dict):
+            out.write(f"  image input: {name} as {form.get('pixel_bytes')}-byte pixels, rows of "
+                      f"{form.get('row_pixels')}, value + {form.get('value_bias')} (the first conv's converter)\n")
     if platform.overrides:
         out.write(f"  overrides: {_compact(platform.overrides)}\n")
     if platform.figures:

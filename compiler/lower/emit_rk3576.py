@@ -5,9 +5,11 @@ map family has a vendor layout (``rk3576_pack.VENDOR_LAYOUT_OF``) is then re-pac
 into that layout (``isa/rknn/rk3576_pack.py``; PPU pools ``rk3576_ppu.py``) - when every task of
 the build has a vendor form that translates back to the same registers. Otherwise the whole build
 stays at RK3588 positions and says why (the trailer's ``platform.register_layout_notice``, shown by
-the compile summary and ``inspect``): one stream holds one layout. When only a packed image input
-(ARGB_IN) stands in the way, ``LayoutChoice.unpack_inputs`` asks the build to store the graph input
-unpacked (NC1HWC2, as the vendor's rk3588 build reads it) and try again (LOWERING.md 45).
+the compile summary and ``inspect``): one stream holds one layout. A packed int8 3-channel image input
+whose width is a multiple of 16 is written in the vendor's image form (``rk3576_image.own_image_words``,
+the trailer's ``image_inputs``; LOWERING.md 52). When another packed image input (ARGB_IN) stands in the
+way, ``LayoutChoice.unpack_inputs`` asks the build to store the graph input unpacked (NC1HWC2, as the
+vendor's rk3588 build reads it) and try again (LOWERING.md 45).
 
 An int8 depthwise conv's weight and BS constants are stored in the vendor's forms in such builds, each
 task's record followed by room for RK3588's, which the translation writes on load (``vendor_constants``,
@@ -35,10 +37,14 @@ from npuemu.isa.rknn.rk3576_pack import (
 from npuemu.isa.rknn.rk3576_dw8 import BLOCK as DW8_BLOCK
 from npuemu.isa.rknn.rk3576_dw8 import VENDOR_GROUP_BYTES as DW8_RECORD_BYTES
 from npuemu.isa.rknn.rk3576_dw8 import rk3588_cpend, vendor_cube, vendor_record_blob
-from npuemu.isa.rknn.rk3576_layout import RK3588_DEPTHWISE
+from npuemu.isa.rknn.rk3576_layout import RK3588_DEPTHWISE, field_reader
 from npuemu.isa.rknn.rk3576_clip import clip_record, npuemu_clip
-from npuemu.isa.rknn.rk3576_lut import bn_record, is_lut_conv, table_ends
+from npuemu.isa.rknn.rk3576_image import OWN_BIAS, image_row_entries, is_image_input, own_blob, own_image_words
+from npuemu.isa.rknn.rk3576_lut import bn_record, check_lut, is_lut_conv, table_ends
+from npuemu.isa.rknn.rk3576_lut_fp16 import as_the_vendor_scales_it, is_fp16
 from npuemu.isa.rknn.rk3576_ppu import check_ppu_round_trip, ppu_vendor_writes
+from npuemu.isa.rknn.rk3576_concat import copy_vendor_writes, is_copy_values
+from npuemu.isa.rknn.rk3576_resize import is_unpool_values, unpool_vendor_writes
 from npuemu.isa.task import RegisterWrite, Task
 
 from .driver import LoweredLayer, as_conv, cached_conv_constants
@@ -63,6 +69,7 @@ class LayoutChoice:
     words: tuple[int, ...] = ()
     records: tuple[bytes, ...] = ()
     unpack_inputs: bool = False   # only a packed image input kept the vendor layout out: build unpacked
+    images: tuple[tuple[str, int], ...] = ()   # (graph input, width) stored in the vendor's image form (LOWERING.md 52)
 
     @property
     def records_offset(self) -> int:
@@ -76,6 +83,10 @@ class LayoutChoice:
 
     def trailer(self) -> dict:
         """What the model file's ``platform`` record says of the layout (absent: RK3588 positions)."""
+        if self.vendor is not None and self.images:   # what the runtime feeds those inputs (LOWERING.md 52)
+            return {"register_layout": self.vendor.family, "image_inputs": {
+                name: {"pixel_bytes": 3, "row_pixels": -(-width // IMAGE_ROW) * IMAGE_ROW, "value_bias": OWN_BIAS}
+                for name, width in self.images}}
         if self.vendor is not None:
             return {"register_layout": self.vendor.family}
         return {"register_layout_notice": self.notice} if self.notice else {}
@@ -131,7 +142,11 @@ def _pack_layer(layer: LoweredLayer, regmap: RegisterMap, vendor: RegisterMap, w
     """A layer's tasks re-packed; the CBUF bank words follow its largest window (rk3576_pack.cbuf_banks);
     ``table`` holds the ends of the LUT table last uploaded, in run order (_lut_parts)."""
     convs = _conv_values(layer)
-    windows = [window_bytes(values, regmap) for values in convs]
+    windows = [window_bytes(_plain_image(values, regmap, layer.layer) if is_image_input(values, regmap) else values,
+                            regmap) for values in convs]
+    if len({values.get(("CNA", "DCOMP_ADDR0")) for values in convs if is_image_input(values, regmap)}) > 1:
+        raise ImageInputError(f"layer {layer.layer}: an image-input conv split by kernels has no known form in the "
+                              f"vendor rk3576 layout (compiler/LOWERING.md 52)")
     bases = _int8_depthwise_bases([values for values in convs if _is_int8_depthwise(values, regmap)])
     return tuple(_pack(task, regmap, vendor, layer.layer, index, words, shift_base, max(windows, default=0),
                        (records, records_base), bases, [] if table is None else table)
@@ -188,16 +203,21 @@ def vendor_constants(choice: LayoutChoice, layers, lowered: Sequence[LoweredLaye
     if choice.vendor is None:
         return choice, {}
     out: dict[str, bytes] = {}
+    images: list[tuple[str, int]] = []
     try:
         for layer, done in zip(layers, lowered):
             conv = as_conv(layer) if isinstance(layer, (ConvLayer, FcLayer)) else None
+            if conv is not None and any(is_image_input(values, regmap) for values in _conv_values(done)):
+                out[conv.weight_tensor] = own_blob(np.asarray(conv.weights, np.int8))   # rk3576_image (LOWERING.md 52)
+                images.append((conv.input, conv.input_shape[2]))
+                continue
             tasks = _int8_depthwise_values(done, regmap)   # none: the layer was lowered another way
             if conv is None or not conv.depthwise or conv.dtype == FLOAT16 or conv.weight_source or not tasks:
                 continue
             out.update(_vendor_blobs(layer, conv, platform, tasks))
     except UnsupportedProgramError as error:
         return _fallback(choice.family, str(error)), {}
-    return choice, out
+    return replace(choice, images=tuple(dict.fromkeys(images))), out
 
 
 def _vendor_blobs(layer, conv, platform, tasks: list[dict]) -> dict[str, bytes]:
@@ -228,6 +248,9 @@ def _pack(task: Task, regmap: RegisterMap, vendor: RegisterMap, layer: str, inde
     values = {(w.block, w.register): w.value for w in task.writes}
     if task.enable_mask != ENABLE_CONV:   # pools, DPU-only Adds / Muls (REGISTER_SEMANTICS.md 41, 44)
         return replace(task, writes=_other_writes(task, values, regmap, vendor, where, records))
+    image = is_image_input(values, regmap)   # the packed 3-channel input: the vendor's image form (LOWERING.md 52)
+    if image:
+        values = _plain_image(values, regmap, where)
     expected = values
     if dw8_bases is not None and _is_int8_depthwise(values, regmap):   # the vendor blobs (45.2)
         values, expected = _as_vendor_addresses(values, dw8_bases, where)
@@ -236,11 +259,38 @@ def _pack(task: Task, regmap: RegisterMap, vendor: RegisterMap, layer: str, inde
         words.append(word)
     address = shift_base + 2 * words.index(word) if word in words else 0
     lut, upload, record = _lut_parts(task, values, regmap, records, where, table)
+    if lut is not None and is_fp16(regmap.register("DPU", "DATA_FORMAT").field("PROC_PRECISION").extract(
+            values.get(("DPU", "DATA_FORMAT"), 0))):
+        check_lut(values, regmap, where)   # its factor t to 15 bits in OUT_CVT (LOWERING.md 51.1)
+        expected = as_the_vendor_scales_it(expected, where)
     clip, record = _clip_record(values, records, record)
     writes = vendor_writes(values, regmap, shift_address=address, where=where, layer_window=layer_window,
                            lut=lut, clip=clip) + upload
     check_round_trip(expected, regmap, vendor, writes, word, where, record=record)
+    if image:   # the direct conv's words proven above, then the image words (rk3576_image.own_image_words)
+        writes = own_image_words(writes[:len(writes) - len(upload)], field_reader(values, regmap), vendor) + upload
     return replace(task, writes=tuple(RegisterWrite(block, name, value) for block, name, value in writes))
+
+
+IMAGE_ARGB = 10          # ARGB_IN of a 3-channel packed input, the only image the vendor's rk3576 form is known for
+IMAGE_ROW = 16           # pixels a row of the vendor's image input is padded to (REGISTER_SEMANTICS.md 47.1)
+
+
+def _plain_image(values, regmap: RegisterMap, where: str) -> dict:
+    """An own conv task reading the packed image input as the direct conv the vendor words are built from (ARGB_IN
+    cleared; rk3576_image.own_image_words writes the image words); ImageInputError (the build is redone with the
+    input unpacked, LOWERING.md 45) for what the image form does not cover here: 1, 2 or 4 channels, and widths
+    that are not a multiple of 16 (the vendor's rows are padded to 16 pixels, npuemu's packed rows are not)."""
+    field = field_reader(values, regmap)
+    argb, width = field("CNA", "CONV_CON1", "ARGB_IN"), field("CNA", "DATA_SIZE0", "DATAIN_WIDTH")
+    if argb != IMAGE_ARGB or width % IMAGE_ROW or field("CNA", "CONV_CON1", "PROC_PRECISION"):
+        raise ImageInputError(f"{where}: an image-input task ({argb - 7} channels, {width} pixels wide) has no "
+                              f"known form in the vendor rk3576 layout (int8 3-channel images of a width that is a "
+                              f"multiple of {IMAGE_ROW} have: compiler/LOWERING.md 52)")
+    entries = image_row_entries(width, field("CNA", "WEIGHT_SIZE2", "WEIGHT_WIDTH"))
+    return {**values, ("CNA", "CONV_CON1"): regmap.update("CNA", "CONV_CON1", values[("CNA", "CONV_CON1")], ARGB_IN=0),
+            # the CBUF entries a row as the vendor counts an image's (rk3576_image.plain_view reads them so)
+            ("CNA", "CBUF_CON1"): regmap.pack("CNA", "CBUF_CON1", DATA_ENTRIES=entries)}
 
 
 def _clip_record(values, records: tuple[list[bytes], int], record: bytes) -> tuple[int | None, bytes]:
@@ -293,6 +343,13 @@ def _other_writes(task: Task, values, regmap: RegisterMap, vendor: RegisterMap, 
     if task.enable_mask == ENABLE_PPU:
         writes = ppu_vendor_writes(values, regmap, where)
         check_ppu_round_trip(values, vendor, writes, where)
+    elif is_unpool_values(values, regmap):   # a Resize's unpooling copy (rk3576_resize, LOWERING.md 50)
+        writes = unpool_vendor_writes(values, regmap, where)
+        check_round_trip(values, regmap, vendor, writes, 0, where, ENABLE_DPU_ONLY)
+    elif is_copy_values(values, regmap):   # a Concat's copy, plain or requantizing (rk3576_concat, LOWERING.md 50.3)
+        record = dpu_record(values, regmap)
+        writes = copy_vendor_writes(values, regmap, where, record, _record_address(records, record) if record else 0)
+        check_round_trip(values, regmap, vendor, writes, 0, where, ENABLE_DPU_ONLY, record or b"")
     else:
         record = dpu_record(values, regmap) or b""
         address = _record_address(records, record) if record else 0

@@ -2,7 +2,8 @@
 the same shape becomes the layer's fused ``add`` part (the DPU's EW stage reads the other
 tensor by DMA). Also after an activation (Conv+Act+Add, the vendor's ConvReluAdd), and a
 Relu after the add fuses too (Conv+Add+Relu, the vendor's ConvAddRelu); which sequences are
-allowed is the platform's (``fusion_rules``).
+allowed is the platform's (``fusion_rules``; int8 builds for a chip with a vendor register layout
+keep an Add after a LUT activation apart, as the vendor does: LOWERING.md 53).
 
 An Add whose other operand broadcasts (a per-channel tensor, a row...) is not a residual and
 stays; one whose other operand is a constant is a bias (``fold_const_affine``).

@@ -33,7 +33,9 @@ def producer(graph: Graph, name: str) -> Node | None:
 
 def readers(graph: Graph, name: str) -> list[Node]:
     """Nodes that read ``name`` (main inputs or fused-part inputs), each once."""
-    return [node for node in graph.nodes if name in node.all_inputs]
+    # Node.all_inputs without building its list (passes call this ~1,000 times a compile, issue 20)
+    return [node for node in graph.nodes
+            if name in node.inputs or (node.fused and any(name in part.inputs for part in node.fused))]
 
 
 def sole_reader(graph: Graph, name: str) -> Node | None:

@@ -56,6 +56,7 @@ from . import cleanup, fold_bn, fold_const_affine, fuse_activation, fuse_add, fu
 from . import fuse_linear, fuse_pad, fuse_patterns, lift_1d, prune, rewrite_channel_tiling, rewrites
 from . import attention_npu, gru_npu, lower_rsqrt, lstm_npu, recurrent_rnn, tokens_as_channels
 from . import recurrent_state_io, sequence_fc
+from . import average_pool_vendor
 from . import channel_slice, gather_index, magnitude_island, pad_channels, pow_as_mul, reduce_mean_npu, signal_frames
 from .concat_as_convs import concat_as_placement_convs
 from .depth_to_space import depth_to_space_as_conv_transpose
@@ -121,6 +122,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("fusion", 1, _FUSE),
     Stage("vendor rewrites", 3, (focus_as_conv, rewrites.fully_connected_as_conv,
                                  rewrites.global_average_pool_as_depthwise_convs,
+                                 average_pool_vendor.average_pool_as_depthwise_conv,  # LOWERING.md 51.2
                                  rewrite_channel_tiling.tile_input_channels, rewrites.input_identity_conv,
                                  concat_as_placement_convs, split_as_selection_convs, pad_as_identity_conv,
                                  depth_to_space_as_conv_transpose, space_to_depth_as_conv)),

@@ -9,7 +9,8 @@ holds the whole result and takes the original layer's name and activation. The s
 reorders float additions. A residual Add that precedes the activation (Conv+Add+Relu) moves to
 the first part, whose partial sum it joins; layers whose fused parts would still break the
 platform's fusion patterns after the extra add (e.g. an activation, then a residual) are left
-alone.
+alone, except trailing activations, which then run as layers of their own after the chain
+(``_activations_after``).
 Level 3 only.
 """
 
@@ -69,13 +70,48 @@ def _chain_allowed(ctx: PassContext, graph: Graph, node: Node) -> bool:
     return True
 
 
+def _activations_after(ctx: PassContext, graph: Graph, node: Node) -> list[FusedOp] | None:
+    """The activations to run as layers of their own after the chain, when they cannot follow its
+    partial-sum add in one layer (rk3588: Conv+Add+Act only with Relu, so Conv+HardSwish is left a
+    chain then a HardSwish; LOWERING.md 49): every fused part past the bias and a leading residual,
+    if all of them are activations (no operands) and the chain without them is allowed; else None."""
+    early = _leading_residual(node)
+    tail = [part for part in node.fused if part.tag != BIAS_TAG and part is not early]
+    if not tail or any(part.inputs or part.op_type == "Add" for part in tail):
+        return None
+    kept = [part for part in node.fused if part.tag == BIAS_TAG or part is early]
+    if not _chain_allowed(ctx, graph, Node(node.name, node.op_type, node.inputs, node.outputs, node.attrs, kept)):
+        return None
+    return tail
+
+
+def _split_off(graph: Graph, node: Node, tail: list[FusedOp]) -> None:
+    """``node``'s fused ``tail`` as layers of their own after it, in order (the node keeps its name
+    and writes a new tensor; the last of them writes the node's output)."""
+    out = node.outputs[0]
+    shape, dtype = graph.tensors[out].shape, graph.tensors[out].dtype
+    source = add_tensor_like(graph, f"{out}_pre_{tail[0].op_type.lower()}", shape, dtype)
+    node.outputs, node.fused = [source], [part for part in node.fused if all(part is not t for t in tail)]
+    index = graph.nodes.index(node)
+    for i, part in enumerate(tail):
+        target = out if i == len(tail) - 1 else add_tensor_like(graph, f"{out}_{part.op_type.lower()}", shape, dtype)
+        graph.nodes.insert(index + 1 + i, Node(graph.unique_node_name(f"{node.name}_{part.op_type.lower()}"),
+                                               part.op_type, [source], [target], dict(part.attrs)))
+        source = target
+
+
 def tile_input_channels(graph: Graph, ctx: PassContext) -> int:
     """A conv too large for the CBUF is split along its input channels (Split + Conv + ConvAdd chain)."""
     tiled = 0
     for node in [node for node in graph.nodes if _candidate(graph, node)]:
         sizes = channel_split(ctx, conv_geometry(graph, node))
-        if sizes is None or not _chain_allowed(ctx, graph, node):
+        if sizes is None:
             continue
+        if not _chain_allowed(ctx, graph, node):
+            tail = _activations_after(ctx, graph, node)
+            if tail is None:
+                continue
+            _split_off(graph, node, tail)
         _build_chain(graph, node, sizes)
         tiled += 1
     return tiled

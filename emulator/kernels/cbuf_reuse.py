@@ -64,23 +64,45 @@ def weight_banks(key: tuple, nbytes: int) -> range:
 
 def remember(cbuf, slot: str, key: tuple, array: np.ndarray, previous: tuple | None) -> range | None:
     """Note a load: evict the older weight sets it overlaps and keep the weight set it replaces
-    (``previous``: the Cbuf's former weights, (key, array) or (key, array, their banks), or
-    None). The older sets are kept as (key, array, banks). Runs on every conv task's loads (the
-    full unit path's; a compiled step checks the common cases itself, units/cna_core.py
-    ``prepare_cna_core``), so the common cases - nothing kept, and nothing new to keep or the new
-    weights covering the ones they replace; a load that overlaps nothing kept - return without
-    building a list, and the bank ranges are compared as intervals. Returns the banks the load
+    (``previous``: the Cbuf's former weights as (key, array, their banks), or None). The older sets
+    are kept as (key, array, banks). Runs on every conv task's loads (the full unit path's; a
+    compiled step checks the common cases itself, units/cna_core.py ``prepare_cna_core``), so the
+    common cases - nothing kept, and nothing new to keep or the new weights covering the ones they
+    replace; a load that overlaps nothing kept - return without building a list, and the bank ranges
+    are compared as intervals. A list it builds is replaced, never changed in place, by one holding
+    the same sets where an earlier load left such a one (``_interned``). Returns the banks the load
     fills where it worked them out (None: returned before)."""
     older = getattr(cbuf, "_older_weights", None)
     if not older and (previous is None or previous[0] == key):  # nothing kept, nothing new to keep
         return None
     covered = _banks(0 if slot == "feature" else _first_bank(key), array.nbytes)
-    if previous is not None:
-        previous = previous if len(previous) == 3 else (*previous, weight_banks(previous[0], previous[1].nbytes))
-        if previous[0] == key or _overlap(covered, previous[2]):
-            previous = None  # (replaced and evicted at once)
+    if previous is not None and (previous[0] == key or _overlap(covered, previous[2])):
+        previous = None  # (replaced and evicted at once)
     if previous is None and not any(k == key or _overlap(covered, banks) for k, _, banks in older or ()):
         return covered  # (the kept sets stay as they are)
     candidates = [*(older or ()), *((previous,) if previous is not None else ())]
-    cbuf._older_weights = [(k, a, banks) for k, a, banks in candidates if k != key and not _overlap(covered, banks)]
+    cbuf._older_weights = _interned(cbuf, [(k, a, banks) for k, a, banks in candidates
+                                           if k != key and not _overlap(covered, banks)])
     return covered
+
+
+#: lists of older weight sets a Cbuf keeps for ``_interned`` (beyond it, they are dropped)
+INTERNED_LISTS = 64
+
+
+def _interned(cbuf, kept: list) -> list:
+    """The list an earlier ``remember`` on ``cbuf`` built with the same sets (keys, arrays by
+    identity, banks), else ``kept`` (noted for later). A chain's loads change the list in the same
+    way every run, so its lists are the same objects run after run, and a compiled step's check
+    for the list a keep of its own left unchanged (by identity, units/cna_core.py note before
+    ``_covers``) holds on the next run too (issue 20: ppocr_cls kept 166 loads a run, 19 of
+    which change the list)."""
+    lists = vars(cbuf).setdefault("_older_lists", {})
+    signature = tuple((k, id(a), banks.start, banks.stop) for k, a, banks in kept)  # (``lists`` holds the arrays)
+    known = lists.get(signature)
+    if known is not None:
+        return known
+    if len(lists) >= INTERNED_LISTS:
+        lists.clear()
+    lists[signature] = kept
+    return kept

@@ -304,6 +304,58 @@ def _depthwise_rows(phased, tiled, kernel_h, kernel_w, out_h, out_w, stride_y, d
                         sums[i] += np.int32(x0[i])
 
 
+#: lanes (surfaces x C2) from which ``run_padded`` runs a kernel other than 3x3 a pixel at a time
+#: (``_depthwise_pixel_rows``): below, the rows' longer loops win (measured on ppocr_cls's 5x5 layers)
+PIXEL_LANES = 64
+
+
+@njit(cache=True)
+def _depthwise_pixel_rows(phased, weights, kernel_h, kernel_w, out_h, out_w, stride_y, dilation_y, starts, acc,
+                          total):
+    # ``_depthwise_rows`` a pixel at a time with the lane weights as they are ([taps][L], not tiled
+    # over an output row): wide atoms' tiled weights (taps x OW x L int16: 1 MiB for ppocr_cls's
+    # widest 5x5) come from memory on each run, these stay in L1 (issue 20: ~1.7x on those layers,
+    # cache cold); the same exact int32 sums (no product or sum can overflow: MAX_EXACT_TAPS)
+    lanes = phased.shape[3]
+    size = out_w * lanes
+    for oy in range(out_h):
+        rows, sum_rows = acc[oy * out_w:(oy + 1) * out_w], total[oy * out_w:(oy + 1) * out_w]
+        rows[:] = 0
+        sum_rows[:] = 0
+        for ky in range(kernel_h):
+            iy = oy * stride_y + ky * dilation_y
+            for kx in range(0, kernel_w, 3):
+                t, left = ky * kernel_w + kx, kernel_w - kx
+                x0 = _tap_run(phased, iy, starts, kx, size)
+                if left >= 3:
+                    x1, x2 = _tap_run(phased, iy, starts, kx + 1, size), _tap_run(phased, iy, starts, kx + 2, size)
+                    w0, w1, w2 = weights[t], weights[t + 1], weights[t + 2]
+                    for ox in range(out_w):
+                        row, sums, at = rows[ox], sum_rows[ox], ox * lanes
+                        a, b, c = x0[at:at + lanes], x1[at:at + lanes], x2[at:at + lanes]
+                        for i in range(lanes):
+                            row[i] += _product16(w0[i], a[i]) + _product16(w1[i], b[i]) + _product16(w2[i], c[i])
+                        for i in range(lanes):
+                            sums[i] += np.int32(a[i]) + np.int32(b[i]) + np.int32(c[i])
+                elif left == 2:
+                    x1, w0, w1 = _tap_run(phased, iy, starts, kx + 1, size), weights[t], weights[t + 1]
+                    for ox in range(out_w):
+                        row, sums, at = rows[ox], sum_rows[ox], ox * lanes
+                        a, b = x0[at:at + lanes], x1[at:at + lanes]
+                        for i in range(lanes):
+                            row[i] += _product16(w0[i], a[i]) + _product16(w1[i], b[i])
+                        for i in range(lanes):
+                            sums[i] += np.int32(a[i]) + np.int32(b[i])
+                else:
+                    w0 = weights[t]
+                    for ox in range(out_w):
+                        row, sums, a = rows[ox], sum_rows[ox], x0[ox * lanes:(ox + 1) * lanes]
+                        for i in range(lanes):
+                            row[i] += _product16(w0[i], a[i])
+                        for i in range(lanes):
+                            sums[i] += np.int32(a[i])
+
+
 @njit(cache=True)
 def _tap_run(phased, iy, starts, kx, size):
     # the inputs tap kx reads for a whole output row: one run of padded row iy's phase
@@ -334,12 +386,15 @@ def padded_layout(feature_shape: tuple[int, int, int, int], geometry: ConvGeomet
 
 
 def run_padded(feature: np.ndarray, tiled: np.ndarray, geometry: ConvGeometry, pad_value: int, clip_truncate: int,
-               round_mode: int, layout: tuple[int, int, np.ndarray], out: np.ndarray, sums: np.ndarray) -> None:
+               round_mode: int, layout: tuple[int, int, np.ndarray], out: np.ndarray, sums: np.ndarray,
+               lane_weights: np.ndarray | None = None) -> None:
     """The input padded once at the pad value and split by column phase (``padded_layout``), then
     the windows with no border cases - 3x3 kernels all nine taps in one expression
     (``_depthwise3x3_rows``, NUMERICS.md 3.7), others ``_depthwise_rows`` - into ``out`` and
     ``sums`` [OH*OW][L] int32; the CORE stage applied where CLIP_TRUNCATE is set. ``tiled``:
-    int16 lane weights [taps][OW * L] (``_product16``)."""
+    int16 lane weights [taps][OW * L] (``_product16``); from PIXEL_LANES lanes on, other kernels
+    run a pixel at a time (``_depthwise_pixel_rows``) on ``lane_weights``, its first L columns
+    (contiguous; made here when not given)."""
     padded_h, phase_w, starts = layout
     surfaces, _, _, c2 = feature.shape
     lanes, stride = surfaces * c2, geometry.stride_x
@@ -351,6 +406,10 @@ def run_padded(feature: np.ndarray, tiled: np.ndarray, geometry: ConvGeometry, p
     if geometry.kernel_h == geometry.kernel_w == 3:
         _depthwise3x3_rows(phased, tiled, geometry.out_h, geometry.out_w, geometry.stride_y, geometry.dilation_y,
                            starts, out, sums)
+    elif lanes >= PIXEL_LANES:
+        weights = np.ascontiguousarray(tiled[:, :lanes]) if lane_weights is None else lane_weights
+        _depthwise_pixel_rows(phased, weights, geometry.kernel_h, geometry.kernel_w, geometry.out_h, geometry.out_w,
+                              geometry.stride_y, geometry.dilation_y, starts, out, sums)
     else:
         _depthwise_rows(phased, tiled, geometry.kernel_h, geometry.kernel_w, geometry.out_h, geometry.out_w,
                         geometry.stride_y, geometry.dilation_y, starts, out, sums)

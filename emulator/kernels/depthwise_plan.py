@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+from numba import njit
 
 from npuemu.emulator.kernels import depthwise as dw
 from npuemu.emulator.kernels.conv_pixels import working_buffer
@@ -43,9 +44,8 @@ def prepare_depthwise_int8_atoms(feature_shape: tuple[int, int, int, int], weigh
             else:
                 values = working_buffer("depthwise values", 2 * pixels * lanes, np.int32).reshape(2, pixels, lanes)
                 padded(feature, values[0], values[1])
-                kept = min(lanes, out_channels)
-                out[:, :kept], sums[:, :kept] = values[0, :, :kept], values[1, :, :kept]
-                out[:, kept:], sums[:, kept:] = 0, 0
+                _take_lanes(values, channels, out, sums)
+                return out, sums.T.reshape(out_channels, out_h, out_w)
             sums[:, channels:lanes] = 0
             return out, sums.T.reshape(out_channels, out_h, out_w)
         return run_padded
@@ -64,6 +64,18 @@ def prepare_depthwise_int8_atoms(feature_shape: tuple[int, int, int, int], weigh
         sums[:, channels:lanes] = 0
         return out, sums.T.reshape(out_channels, out_h, out_w)
     return run
+
+
+@njit(cache=True)
+def _take_lanes(values, channels, out, sums):
+    # the kernels' outputs and window sums [2][P][L] into [P][out channels]: the lanes the outputs
+    # have (0 past L), the window sums of the weighted channels (0 past them: lanes past C summed
+    # their inputs); one call for five slice copies (issue 20: ppocr_cls runs 40 such tasks a run)
+    kept, summed = min(values.shape[2], out.shape[1]), min(values.shape[2], out.shape[1], channels)
+    for p in range(out.shape[0]):
+        for c in range(out.shape[1]):
+            out[p, c] = values[0, p, c] if c < kept else 0
+            sums[p, c] = values[1, p, c] if c < summed else 0
 
 
 def _results(pixels: int, out_channels: int) -> tuple[np.ndarray, np.ndarray]:
@@ -92,7 +104,9 @@ def _padded(feature_shape: tuple[int, int, int, int], geometry: ConvGeometry, pa
             round_mode: int, tiled: np.ndarray) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
     """``depthwise.run_padded`` with its layout worked out: ``run(feature, out, sums)``."""
     layout = dw.padded_layout(feature_shape, geometry)
+    lane_weights = np.ascontiguousarray(tiled[:, :feature_shape[0] * feature_shape[3]])  # (the first pixel's)
 
     def run(feature: np.ndarray, out: np.ndarray, sums: np.ndarray) -> None:
-        dw.run_padded(feature, tiled, geometry, pad_value, clip_truncate, round_mode, layout, out, sums)
+        dw.run_padded(feature, tiled, geometry, pad_value, clip_truncate, round_mode, layout, out, sums,
+                      lane_weights)
     return run

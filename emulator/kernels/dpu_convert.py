@@ -12,7 +12,9 @@ an int8 output (the vendor's DataConvert tasks; NUMERICS.md 26, REGISTER_SEMANTI
   value is refused: no stream shows what they would do on this path).
 - fp16 cubes the MRDMA / ERDMA read for the fp path (:func:`fp16_blocks_to_cube`): widened to fp32
   exactly (NUMERICS.md 7) while they move from channel blocks to [C][H][W] planes, one pass
-  (issue 20: numpy's transpose copy and float16 cast took two, the cast ~4x slower than a lookup).
+  (issue 20: numpy's transpose copy and float16 cast took two, the cast ~4x slower than a lookup);
+  :func:`widen_rows` does the same straight from the region's atom rows (a task program's fp16
+  step, NUMERICS.md 34).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from npuemu.isa.errors import EmulationError
 
 _RANGES = {np.dtype(np.int8): (-128, 127), np.dtype(np.int16): (-32768, 32767),
            np.dtype(np.int32): (INT32_MIN, INT32_MAX)}
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))  # (fp_to_int's inputs taken as they are)
 
 
 def _rshift(value: np.ndarray, shift: int, mode: int) -> np.ndarray:
@@ -60,13 +63,26 @@ def fp_to_int(data: np.ndarray, scale: int, shift: int, offset: int, round_bit: 
                              f"1/0/0 the vendor writes)")
     dtype = np.dtype(out_dtype)
     low, high = _RANGES[dtype]
-    values = np.asarray(data, np.float64)
-    if out_cvt_round_mode(round_bit) == ROUND_HALF_EVEN:
-        rounded = np.rint(values)
-    else:
-        rounded = np.sign(values) * np.floor(np.abs(values) + 0.5)
-    rounded = np.where(np.isnan(rounded), 0.0, rounded)
-    return np.clip(rounded, low, high).astype(dtype)
+    values = np.ascontiguousarray(data)
+    if values.dtype not in _FLOATS:
+        values = values.astype(np.float64)
+    out = np.empty(values.shape, dtype)
+    _round_saturate(values.reshape(-1), out_cvt_round_mode(round_bit) == ROUND_HALF_EVEN, float(low), float(high),
+                    out.reshape(-1))
+    return out
+
+
+@njit(cache=True)
+def _round_saturate(values, half_even, low, high, out):
+    # fp_to_int per element, one pass (issue 20: numpy's six passes over a float64 copy took ~0.4 ms
+    # on ppocr_rec's 180k-element conversions): in float64 (exact for fp32), rint (half to even) or
+    # sign(v) * floor(|v| + 0.5) (half away), NaN -> 0, clipped, then the integer (exact)
+    for i in range(values.size):
+        value = np.float64(values[i])
+        rounded = np.rint(value) if half_even else np.sign(value) * np.floor(np.abs(value) + 0.5)
+        if rounded != rounded:
+            rounded = 0.0
+        out[i] = min(max(rounded, low), high)
 
 
 @njit(cache=True)
@@ -78,6 +94,26 @@ def _widen_blocks(bits16, table, out):
             target = out[s * lanes + lane]
             for p in range(pixels):
                 target[p] = table[bits16[s, p, lane]]
+
+
+@njit(cache=True)
+def widen_rows(data, offsets, height, lanes, first, step, table, out):
+    """fp16 atom rows read straight from a region and widened into planes (what ``gather_rows``
+    then :func:`fp16_blocks_to_cube` give, without the row copy): ``data`` the region as uint16,
+    ``offsets`` each row's first element, row r is surface ``first + (r // height) * step`` (a
+    split operand's even or odd surfaces: step 2), line r % height; lane l of surface s is channel
+    s * lanes + l at element ``x * lanes + l`` of the row; ``out`` uint32 [C][H*W], channels past C
+    dropped."""
+    channels, pixels = out.shape
+    width = pixels // height
+    for r in range(offsets.size):
+        surface = first + (r // height) * step
+        row = data[offsets[r]:offsets[r] + width * lanes].reshape(width, lanes)
+        line = (r % height) * width
+        for lane in range(min(lanes, channels - surface * lanes)):
+            target = out[surface * lanes + lane, line:line + width]  # (a row view: ~1.8x faster than
+            for x in range(width):  # indexing the plane and the flat row)
+                target[x] = table[row[x, lane]]
 
 
 def fp16_blocks_to_cube(blocks: np.ndarray, shape: tuple[int, int, int]) -> np.ndarray:

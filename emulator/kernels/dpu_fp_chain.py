@@ -20,6 +20,8 @@ from numba import njit
 
 from npuemu.emulator import numerics as nm
 from npuemu.emulator.kernels.dpu import EwConfig, XStageConfig
+from npuemu.emulator.kernels.dpu_convert import widen_rows
+from npuemu.emulator.kernels.fp16_atoms import planes_to_fp16_atoms
 from npuemu.emulator.memo import Memo
 from npuemu.isa.errors import EmulationError
 
@@ -102,6 +104,44 @@ def _run_chain(data, x_params, x_relux, x_alu, x_mul, stages, e_params, e_relux,
                     _ew_pass(source[row], target[row], cube[y if per_y else 0], 1 if per_x else 0, *settings)
 
 
+@njit(cache=True)
+def chain_into(data, x_params, x_relux, alu, mul, stages, e_params, e_relux, operand, out):
+    """``_run_chain`` (``FloatChain.settings``), or a copy of ``data`` into ``out`` when no stage is on."""
+    if stages == 0 and e_params[E_ON] == 0:
+        out[:] = data
+    else:
+        _run_chain(data, x_params, x_relux, alu, mul, stages, e_params, e_relux, operand, out)
+
+
+@njit(cache=True)
+def _read(read, table):
+    data, offsets, height, lanes, first, step, target = read
+    if offsets.size:
+        widen_rows(data, offsets, height, lanes, first, step, table, target)
+
+
+@njit(cache=True)
+def fp16_step(cube, reads, table, operand, settings, out, store):
+    """One fp16 DPU task's run in one call (issue 20, units/dpu_plan_fp.py): the reads, the chain
+    and the fp16 store - the kernels the separate calls ran, in the same order on the same arrays.
+
+    ``reads``: three ``dpu_convert.widen_rows`` reads (region as uint16, row offsets, height, lanes,
+    first surface, surface step, target uint32 [C][H*W]) with ``table`` (``fp16.widening_table``),
+    each skipped when it has no rows: the MRDMA's into ``cube``, the ERDMA operand's into
+    ``operand`` (one source, or a split operand's two); ``settings``: ``FloatChain.settings``, run
+    from ``cube`` into ``out`` (all float32 [C][H][W]); ``store``: (planes uint32 [C][H][W] of
+    ``out``, C2, row offsets, the region as uint16) for ``fp16_atoms.planes_to_fp16_atoms``,
+    skipped when it has no rows."""
+    _read(reads[0], table)
+    _read(reads[1], table)
+    _read(reads[2], table)
+    x_params, x_relux, alu, mul, stages, e_params, e_relux = settings
+    chain_into(cube, x_params, x_relux, alu, mul, stages, e_params, e_relux, operand, out)
+    planes, c2, offsets, region = store
+    if offsets.size:
+        planes_to_fp16_atoms(planes, c2, offsets, region)
+
+
 def _check_per_channel(values, channels: int, name: str) -> None:
     if values is not None and np.ndim(values) and np.shape(values) != (channels,):
         raise EmulationError(f"{name} must hold one value per channel ({channels}), got {np.shape(values)}")
@@ -181,18 +221,23 @@ class FloatChain:
         worked out once (issue 20: a task program's fp16 DPU step, units/dpu_plan_fp.py, runs it per run)."""
         if not self._x and self._ew is None:
             return _unchanged
-        x_params, x_relux = _X_SETTINGS(tuple(self._x))
-        operands = np.empty((2, 2, self._data.shape[0]), np.float32)  # [stage][ALU, MUL][C]
-        for s, (alu, mul) in enumerate(self._operands):
-            operands[s, 0], operands[s, 1] = alu, mul  # one value broadcast, or one per channel
-        e_params, e_relux = self._ew if self._ew is not None else _NO_EW
-        alu, mul, stages = operands[:, 0], operands[:, 1], len(self._x)
+        x_params, x_relux, alu, mul, stages, e_params, e_relux = self.settings()
 
         def run(data: np.ndarray, operand: np.ndarray) -> np.ndarray:
             out = np.empty_like(data)
             _run_chain(data, x_params, x_relux, alu, mul, stages, e_params, e_relux, operand, out)
             return out
         return run
+
+    def settings(self) -> tuple:
+        """The recorded stages as ``_run_chain``'s settings arguments: (X settings, X ReLUX values,
+        ALU operands [2][C], MUL operands [2][C], X stage count, EW settings, EW ReLUX value)."""
+        x_params, x_relux = _X_SETTINGS(tuple(self._x))
+        operands = np.empty((2, 2, self._data.shape[0]), np.float32)  # [stage][ALU, MUL][C]
+        for s, (alu, mul) in enumerate(self._operands):
+            operands[s, 0], operands[s, 1] = alu, mul  # one value broadcast, or one per channel
+        e_params, e_relux = self._ew if self._ew is not None else _NO_EW
+        return x_params, x_relux, operands[:, 0], operands[:, 1], len(self._x), e_params, e_relux
 
 
 def _unchanged(data: np.ndarray, operand: np.ndarray) -> np.ndarray:

@@ -14,9 +14,14 @@ phase a 40 x 40 cube of 32 channels; a plain conv's values in brackets):
   more than the 2 (int8) / 4 (fp16) surfaces written) [plain: the same meaning];
 - DST_BASE_ADDR 0 / 1280 / 16 / 1296 bytes = phase row x one output row + phase column x one atom.
 
-How it is read here [I]: the WDMA sizes describe each line as a single pixel of W x C channels,
-which is the mode's switch (a plain write's WDMA sizes equal the cube's, and _check_dpu refuses
-any other disagreement). Atom of pixel x, line y, surface s goes to
+How it is read here [I]: WIDTH_WDMA 0 on a cube W > 1 wide with HEIGHT_WDMA x CHANNEL_WDMA the
+cube's atoms is the mode's switch (a plain write's WDMA sizes equal the cube's, and _check_dpu
+refuses any other disagreement). Two splits of that count are taken: H lines of W x C channels
+(3.3.1, npuemu's own phase convs) and the vendor's W lines of H x C channels (its rk3588 / rk3576
+bilinear Resize on 12 x 20: HEIGHT_WDMA 19, CHANNEL_WDMA 767 [V], REGISTER_SEMANTICS.md 52); the
+40 x 40 fixture cannot tell them apart. Neither split places anything: the DATA_CUBE's W and H,
+NOTCH_ADDR_0 and SURFACE_ADD do, the same way for both (the vendor's HEIGHT_WDMA lines at SURFACE_ADD
+steps would run past its own 24-row output). Atom of pixel x, line y, surface s goes to
 ``DST_BASE_ADDR + s * DST_SURF_STRIDE + y * SURFACE_ADD + x * (NOTCH_ADDR_0 + 1) * atom``.
 SURFACE_ADD then is no group step: a write of more surfaces than one SIZE_E group is refused.
 NOTCH_ADDR_1 (equal to NOTCH_ADDR_0 in both builds) has no modelled effect.
@@ -38,11 +43,15 @@ def is_interleaved(state: DpuState) -> bool:
 def pixel_step(cube: tuple[int, int, int], wdma: tuple[int, int, int], notch: int, atom_bytes: int) -> int:
     """``DpuState.pixel_step``: (NOTCH_ADDR_0 + 1) atoms if ``wdma`` (WDMA_SIZE_1/0 as (width, height,
     channels), each field + 1) gives the interleaved form of the DATA_CUBE ``cube`` (width, height,
-    channels): a width-1 line of W x CHANNEL channels, W > 1; else 0."""
+    channels): a width-1 line of W x CHANNEL channels (or the vendor's H x CHANNEL), W > 1; else 0."""
     width, height, channels = cube
-    if not (width > 1 and wdma == (1, height, width * channels)):
-        return 0
-    return (notch + 1) * atom_bytes
+    if width > 1 and wdma == (1, height, width * channels):  # H lines of W x C (3.3.1; npuemu's own builds)
+        return (notch + 1) * atom_bytes
+    # the vendor's sizes, W lines of H x C [V] (REGISTER_SEMANTICS.md 52): the same atoms, placed by the
+    # DATA_CUBE and the steps alike; H 1 without a notch stays dpu_transpose.relines' plain write
+    if width > 1 and wdma == (1, width, height * channels) and (height > 1 or notch):
+        return (notch + 1) * atom_bytes
+    return 0
 
 
 def check_interleave(state: DpuState, c2: int, where: str) -> int:

@@ -81,7 +81,8 @@ def _direct_run(plan: dp.StagePlan, pixels: int, width: int, target: np.ndarray,
                 surfaces: int, general: Callable, ew_constant: np.ndarray | None) -> Callable | None:
     """``direct(data, window_sum, ew_operand)``: ``run`` for the caller that hands it data int32
     [1][pixels][channels] C-contiguous (a prepared DPU step, units/dpu_plan.py), window sums as a
-    convolution leaves them (int64 [1][OH][OW] C-contiguous, else ``run`` takes them) and an EW
+    convolution leaves them (int64 [1][OH][OW] C-contiguous) or a depthwise one (int32 [C][OH][OW], a
+    view of a pixel-major [P][C] buffer: read in place as it is; else ``run`` takes them) and an EW
     operand of the element type the plan was made for, in one Numba call: the window sums' maximum
     and int32 copy, the tile's zeros and ``_chain_pixels_to_atoms`` (issue 20: fixed cost per
     task), the same calls on the same values as ``run``'s. Window sums past the chain's bound or
@@ -107,15 +108,23 @@ def _direct_run(plan: dp.StagePlan, pixels: int, width: int, target: np.ndarray,
         if converted.shape[0] == 1 and converted.shape[2] == channels:
             constant = (ew_constant, converted)
 
+    # a depthwise CORE's window sums: [C][OH][OW] int32 viewing a [P][C] buffer (one group per channel)
+    per_channel = ((channels, pixels // width, width), (4, 4 * channels * width, 4 * channels)) if channels > 1 \
+        else None
+
     def direct(data: np.ndarray, window_sum: np.ndarray | None, ew_operand: np.ndarray | None) -> None:
-        if cpend:
-            if window_sum is None or window_sum.shape != shared or window_sum.dtype != np.int64 \
-                    or not window_sum.flags.c_contiguous:
-                general(data, window_sum, ew_operand)
-                return
-            window = window_sum.reshape(pixels)
-        else:
+        rows = False
+        if not cpend:
             window = no_window
+        elif window_sum is not None and window_sum.shape == shared and window_sum.dtype == np.int64 \
+                and window_sum.flags.c_contiguous:
+            window = window_sum.reshape(pixels)
+        elif per_channel is not None and window_sum is not None and window_sum.dtype == np.int32 \
+                and (window_sum.shape, window_sum.strides) == per_channel:  # (_window_layout's [P][C] view)
+            window, rows = window_sum.reshape(channels, pixels).T.reshape(-1), True
+        else:
+            general(data, window_sum, ew_operand)
+            return
         if ew is None:
             operand = dp._NO_OPERAND
         elif ew_operand is constant[0]:
@@ -128,8 +137,9 @@ def _direct_run(plan: dp.StagePlan, pixels: int, width: int, target: np.ndarray,
             if operand.shape[0] != 1 or operand.shape[2] != channels:  # (not _pixel_rows' operand)
                 general(data, window_sum, ew_operand)
                 return
-        if not _window_chain(data, window, sums, layout, floats, operand, settings, top, surfaces, width, tile,
-                             offsets, target):
+        if not (_rows_chain(data, window, floats, operand, settings, top, surfaces, width, tile, offsets, target)
+                if rows else _window_chain(data, window, sums, layout, floats, operand, settings, top, surfaces,
+                                           width, tile, offsets, target)):
             general(data, window_sum, ew_operand)
 
     return direct
@@ -152,6 +162,22 @@ def _window_chain(data, window, sums, layout, floats, operand, settings, top, su
     tile[:] = 0
     dp._chain_pixels_to_atoms(data, sums, layout, floats, operand, settings, surfaces, width, tile, offsets,
                               target)
+    return True
+
+
+@njit(cache=True)
+def _rows_chain(data, window, floats, operand, settings, top, surfaces, width, tile, offsets, target):
+    """``_window_chain`` for int32 window sums per pixel and channel (a depthwise CORE's, [P][C]
+    flat: SUMS_PIXEL_MAJOR, one group per channel): read where they are (``run`` takes the same
+    array, ``_window_layout``'s view, without a copy)."""
+    largest = 0
+    for i in range(window.shape[0]):
+        largest = max(largest, abs(np.int64(window[i])))
+    if largest > top:
+        return False
+    tile[:] = 0
+    dp._chain_pixels_to_atoms(data, window, dp.SUMS_PIXEL_MAJOR, floats, operand, settings, surfaces, width, tile,
+                              offsets, target)
     return True
 
 

@@ -6,6 +6,12 @@ Speed (issue 20): fp32 -> fp16 rounds with integer adds and a select instead of 
 (:func:`fp32_bits_to_fp16_bits_fast`, ~4x faster); fp16 -> fp32
 reads a 65536-entry table of ``numerics.fp16_bits_to_fp32_bits`` (:func:`widening_table`).
 Both give the bits of the per-element functions (tests/emulator/test_fp16_fast.py).
+
+Where the CPU converts itself (x86 F16C: vcvtps2ph / vcvtph2ps, NUMERICS.md 33),
+:func:`fp32_bits_to_fp16_bits_native` and :func:`fp16_bits_to_fp32_bits_native` use its
+instructions, with the same bits (checked on all 2**32 fp32 patterns and all 2**16 fp16 ones;
+tests/emulator/test_fp16_native_conversions.py): ~3x and ~5x faster in vector loops; elsewhere they are the
+functions above. :func:`fp32_to_fp16` rounds with the first.
 """
 
 from __future__ import annotations
@@ -13,7 +19,9 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 from npuemu.emulator import numerics as nm
 
@@ -49,10 +57,64 @@ def fp32_bits_to_fp16_bits_fast(bits):
     return np.uint16(half | ((bits >> np.uint32(16)) & np.uint32(0x8000)))
 
 
+def converts_halves(context) -> bool:
+    """Whether the machine code Numba makes for ``context`` has x86's F16C conversions (Numba's
+    target features: the host's unless NUMBA_CPU_FEATURES says otherwise). Only F16C is taken: its
+    rounding is checked on every pattern (the module docstring); other targets use the bit formulas."""
+    features = getattr(context.codegen(), "_tm_features", "") or ""
+    return "+f16c" in features.split(",")
+
+
+@intrinsic
+def native_halves(typingctx):
+    """True in compiled code whose target converts halves itself (``converts_halves``), a constant
+    LLVM folds: kernels pick a loop made for those instructions or one made for the table."""
+    def codegen(context, builder, signature, args):
+        return ir.IntType(1)(int(converts_halves(context)))
+    return types.boolean(), codegen
+
+
+@intrinsic
+def fp32_bits_to_fp16_bits_native(typingctx, bits):
+    """``fp32_bits_to_fp16_bits_fast`` of uint32 ``bits``: F16C's vcvtps2ph where the target has it
+    (round to nearest even - MXCSR's default mode, which nothing here changes -, overflow to
+    infinity, NaN quiet with the top of its payload: the same bits on all 2**32 inputs)."""
+    if bits != types.uint32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        if not converts_halves(context):
+            return context.compile_internal(builder, fp32_bits_to_fp16_bits_fast.py_func, signature, args)
+        half = builder.fptrunc(builder.bitcast(args[0], ir.FloatType()), ir.HalfType())
+        return builder.bitcast(half, ir.IntType(16))
+    return types.uint16(types.uint32), codegen
+
+
+@intrinsic
+def fp16_bits_to_fp32_bits_native(typingctx, bits):
+    """``numerics.fp16_bits_to_fp32_bits`` of uint16 ``bits`` (exact): F16C's vcvtph2ps where the
+    target has it, which quiets a signalling NaN (0x7C01..0x7DFF, sign either): its quiet bit
+    (1 << 22) is cleared again, as the exact widening keeps it clear."""
+    if bits != types.uint16:
+        return None
+
+    def codegen(context, builder, signature, args):
+        if not converts_halves(context):
+            return context.compile_internal(builder, nm.fp16_bits_to_fp32_bits.py_func, signature, args)
+        wide = builder.bitcast(builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType()),
+                               ir.IntType(32))
+        i16 = ir.IntType(16)
+        nan_head = builder.icmp_unsigned("==", builder.and_(args[0], i16(0x7E00)), i16(0x7C00))
+        payload = builder.icmp_unsigned("!=", builder.and_(args[0], i16(0x1FF)), i16(0))
+        signalling = builder.zext(builder.and_(nan_head, payload), ir.IntType(32))
+        return builder.xor(wide, builder.shl(signalling, ir.IntType(32)(22)))
+    return types.uint32(types.uint16), codegen
+
+
 @njit(cache=True)
 def _fp32_to_fp16(bits32, bits16):
     for i in range(bits32.shape[0]):
-        bits16[i] = fp32_bits_to_fp16_bits_fast(bits32[i])
+        bits16[i] = fp32_bits_to_fp16_bits_native(bits32[i])
 
 
 @njit(cache=True)

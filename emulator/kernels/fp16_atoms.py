@@ -5,7 +5,14 @@ to fp16 (OUT_CVT, NUMERICS.md 7: ``kernels.dpu.out_cvt_fp16``) and scatters the 
 WDMA's atoms (``memory._scatter_planes``): two passes over the cube and an fp16 copy of it.
 :func:`planes_to_fp16_atoms` rounds each element as it stores it, with the same per-element
 rounding (``fp16.fp32_bits_to_fp16_bits_fast``) and the same stores in the same order, so the
-memory afterwards holds the same bytes (tests/emulator/test_fp16_fused_atoms.py).
+memory afterwards holds the same bytes (tests/emulator/test_fp16_fused_atoms.py,
+test_fp16_atom_stores.py); compiled, so that compiled callers (dpu_fp_chain.fp16_step) call it too.
+
+Two loops, one result (NUMERICS.md 33): rows of at least ``_WIDE_ROW`` pixels one at a time; narrower
+rows (7x7 and 14x14 maps, the one-pixel rows of an interleaved write) in runs of ``_BLOCK`` pixels
+across rows, which keeps the per-row overhead (~100 ns) off rows of a few pixels (10 -> 0.6 ns an
+element on one-pixel rows). Both store an atom's C2 = 8 lanes together when C2 is 8 (fp16's) and
+round with the CPU's own conversion where it has one (``fp16.fp32_bits_to_fp16_bits_native``).
 """
 
 from __future__ import annotations
@@ -13,7 +20,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from npuemu.emulator.kernels.fp16 import fp32_bits_to_fp16_bits_fast
+from npuemu.emulator.kernels.fp16 import fp32_bits_to_fp16_bits_native
+
+#: rows at least this wide go one at a time (measured with F16C: 16-56 wide, 0.47-0.18 ns an element
+#: against 0.47-0.49 for the blocked loop; 14 and 7 wide, 0.55 and 0.84 against 0.49 and 0.58)
+_WIDE_ROW = 16
+#: pixels rounded per block in the blocked loop (its lane-major buffer: 8 KiB at C2 = 8)
+_BLOCK = 512
 
 
 @njit(cache=True)
@@ -21,6 +34,14 @@ def planes_to_fp16_atoms(planes, c2, offsets, data):
     """``planes`` uint32 [C][H][W] (fp32 bits), ``data`` the region as uint16, ``offsets`` each
     atom row's first element: row r is surface r // H, line r % H; lane l of surface s is channel
     s*C2 + l, lanes past C are 0. Rows are stored in order (where two overlap, the later wins)."""
+    if planes.shape[2] >= _WIDE_ROW:
+        _store_rows(planes, c2, offsets, data)
+    else:
+        _store_blocks(planes, c2, offsets, data)
+
+
+@njit(cache=True)
+def _store_rows(planes, c2, offsets, data):
     channels, height, width = planes.shape
     line = width * c2
     rounded = np.empty((c2, width), np.uint16)  # one atom row's lanes, rounded (contiguous: vectorised)
@@ -33,8 +54,47 @@ def planes_to_fp16_atoms(planes, c2, offsets, data):
         for lane in range(lanes):
             source, target = planes[first + lane, y], rounded[lane]
             for x in range(width):
-                target[x] = fp32_bits_to_fp16_bits_fast(source[x])
-        for lane in range(lanes):  # (lane by lane: ~10% faster than pixel by pixel)
+                target[x] = fp32_bits_to_fp16_bits_native(source[x])
+        if lanes == 8 and c2 == 8:  # a whole atom at a time (a constant count: ~20% faster)
+            for x in range(width):
+                for lane in range(8):
+                    row[x * 8 + lane] = rounded[lane, x]
+            continue
+        for lane in range(lanes):
             source, target = rounded[lane], row[lane:]
             for x in range(width):
                 target[x * c2] = source[x]
+
+
+@njit(cache=True)
+def _store_blocks(planes, c2, offsets, data):
+    # a surface's rows as one run of H*W pixels, _BLOCK at a time: its lanes rounded into a
+    # lane-major buffer (lanes past C stay 0), then stored pixel by pixel in row order
+    channels, height, width = planes.shape
+    flat = planes.reshape(channels, height * width)
+    rounded = np.empty((c2, _BLOCK), np.uint16)
+    rows = offsets.size
+    for s in range(-(-rows // height)):
+        first = s * c2
+        lanes = max(0, min(c2, channels - first))
+        rounded[lanes:] = 0
+        end = min(rows - s * height, height) * width
+        for p0 in range(0, end, _BLOCK):
+            n = min(_BLOCK, end - p0)
+            for lane in range(lanes):
+                source, target = flat[first + lane, p0:p0 + n], rounded[lane]
+                for i in range(n):
+                    target[i] = fp32_bits_to_fp16_bits_native(source[i])
+            y, x, i = p0 // width, p0 % width, 0
+            while i < n:
+                run = min(width - x, n - i)
+                start = offsets[s * height + y] + x * c2
+                if c2 == 8:
+                    for j in range(run):
+                        for lane in range(8):
+                            data[start + j * 8 + lane] = rounded[lane, i + j]
+                else:
+                    for j in range(run):
+                        for lane in range(c2):
+                            data[start + j * c2 + lane] = rounded[lane, i + j]
+                i, x, y = i + run, 0, y + 1

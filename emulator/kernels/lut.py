@@ -347,11 +347,26 @@ def flat_tails(params: np.ndarray, base: int, size: int) -> tuple[bool, bool]:
     return bool(below), bool(above)
 
 
-def _lut_table_to_atoms(data, sums, sums_layout, kernels_per_group, stages, bs, bs_operands, bn, bn_operands,
-                        other, ew, cvt, lut, channels, surfaces, width, tile, offsets, target):
-    """``_lut_table_general`` with ``flat_tails`` and ``plain_bs_bn`` worked out (NUMERICS.md 31)."""
-    below, above = flat_tails(lut[2], int(lut[4]), lut[3].shape[0]) if FLAT_TAILS else (False, False)
+def table_flags(stages: np.ndarray, bs: np.ndarray, bn: np.ndarray, params: np.ndarray, base: int,
+                size: int) -> tuple[bool, bool, bool, bool]:
+    """How ``_lut_table_to_atoms`` runs a one-table LUT task (a function of its settings and the
+    table's span alone, worked out once per table by units/dpu_plan.py): (flat below, flat above,
+    ``plain_bs_bn``, both tails flat with plain BS + BN - ``_plain_table_to_atoms``'s case)."""
+    below, above = flat_tails(params, base, size) if FLAT_TAILS else (False, False)
     plain = PLAIN_STAGES and plain_bs_bn(stages, bs, bn)
+    return below, above, plain, CLAMPED_TABLE and plain and below and above
+
+
+def _lut_table_to_atoms(data, sums, sums_layout, kernels_per_group, stages, bs, bs_operands, bn, bn_operands,
+                        other, ew, cvt, lut, channels, surfaces, width, tile, offsets, target, flags=None):
+    """``_lut_table_general`` with ``flat_tails`` and ``plain_bs_bn`` worked out (NUMERICS.md 31;
+    ``flags``: ``table_flags``' answer for these settings and table, when known), or
+    ``_plain_table_to_atoms`` where they allow it on a pixel-major cube (NUMERICS.md 32)."""
+    below, above, plain, clamped = flags or table_flags(stages, bs, bn, lut[2], int(lut[4]), lut[3].shape[0])
+    if clamped and data.shape[0] == 1:
+        _plain_table_to_atoms(data, sums, sums_layout, kernels_per_group, bs, bs_operands, bn, bn_operands, lut[3],
+                              lut[4], channels, surfaces, width, tile, offsets, target)
+        return
     _lut_table_general(data, sums, sums_layout, kernels_per_group, stages, bs, bs_operands, bn, bn_operands, other,
                        ew, cvt, lut, channels, surfaces, width, tile, offsets, target, below, above, plain)
 
@@ -361,6 +376,98 @@ def _lut_table_to_atoms(data, sums, sums_layout, kernels_per_group, stages, bs, 
 FLAT_TAILS = True
 #: ... and runs BS and BN as ``_bs_bn_plain`` where ``plain_bs_bn`` allows
 PLAIN_STAGES = True
+#: ... and both at once as ``_plain_table_to_atoms`` where both tails are flat
+CLAMPED_TABLE = True
+#: channels from which ``_plain_table_to_atoms`` runs a pixel at a time: a row this long keeps
+#: the loop busy, and the operands stay in L1 untiled (a block's six tiled int64 streams do not)
+ROW_RUN = 64
+
+
+@njit(cache=True, inline="always")
+def _round_shift(product, shift):
+    # _scale_shift's rounding of one product by one shift (the same expression)
+    return (product + (np.int64(1) << (shift - 1)) + (product >> 63)) >> shift
+
+
+@njit(cache=True, inline="always")
+def _plain_indices(data, window, shared, cpend, alu, mul, bn_mul, bs, bn, base, last, out):
+    """``_bs_bn_plain`` of each element, kept to int32 (``_table_block``'s int32 store), less the
+    table's ``base`` and clamped into [0, ``last``] (``_table_block`` with both tails flat reads
+    the end entries there): ``out`` int64. The window sum of element i is ``window[i] + shared``
+    (one of them 0); ``cpend`` is 0 where CPEND is off. One branch-free loop (vectorised), the
+    shifts' select left out where each stage shifts both signs alike."""
+    pos, neg, bn_pos, bn_neg = bs[kd.XP_SHIFT_POS], bs[kd.XP_SHIFT_NEG], bn[kd.XP_SHIFT_POS], bn[kd.XP_SHIFT_NEG]
+    low = np.int64(0) if bs[kd.XP_RELU] != 0 else np.int64(-(2**62))
+    high = np.int64(bs[kd.XP_RELUX_VALUE]) if bs[kd.XP_RELUX] != 0 else np.int64(2**62)
+    bn_low = np.int64(0) if bn[kd.XP_RELU] != 0 else np.int64(-(2**62))
+    bn_high = np.int64(bn[kd.XP_RELUX_VALUE]) if bn[kd.XP_RELUX] != 0 else np.int64(2**62)
+    if pos == neg and bn_pos == bn_neg:
+        for i in range(out.shape[0]):
+            value = np.int64(data[i]) + cpend[i] * (window[i] + shared) + alu[i]
+            value = min(max(min(max(_round_shift(value * mul[i], pos), nm.INT32_MIN), nm.INT32_MAX), low), high)
+            value = min(max(min(max(_round_shift(value * bn_mul[i], bn_pos), nm.INT32_MIN), nm.INT32_MAX), bn_low),
+                        bn_high)
+            out[i] = min(max(np.int64(np.int32(value)) - base, 0), last)
+    else:
+        for i in range(out.shape[0]):
+            value = np.int64(data[i]) + cpend[i] * (window[i] + shared) + alu[i]
+            value = min(max(min(max(_scale_shift(value, mul[i], pos, neg), nm.INT32_MIN), nm.INT32_MAX), low), high)
+            value = min(max(min(max(_scale_shift(value, bn_mul[i], bn_pos, bn_neg), nm.INT32_MIN), nm.INT32_MAX),
+                            bn_low), bn_high)
+            out[i] = min(max(np.int64(np.int32(value)) - base, 0), last)
+
+
+@njit(cache=True)
+def _plain_table_to_atoms(data, sums, sums_layout, kernels_per_group, bs, bs_operands, bn, bn_operands, table, base,
+                          channels, surfaces, width, tile, offsets, target):
+    """``_lut_table_general`` for plain BS + BN (``plain_bs_bn``) and a table flat past both ends
+    (``flat_tails``) on a pixel-major cube ``data`` [1][P][L] (NUMERICS.md 32): per block, the
+    table indices in one vectorised pass (``_plain_indices``; no int64 block, no per-element
+    branches), then the table read into ``tile``, then the atoms. Where the atoms hold exactly the
+    computed channels and they are fewer than ROW_RUN a block is one flat run (read in place when the
+    cube's rows are those channels, else their lanes copied out first; the per-channel operands
+    tiled over it); otherwise one run per pixel (the operands read as they are, a shared window
+    sum read per pixel)."""
+    per_block, lanes_out = tile.shape
+    computed = min(channels, lanes_out)
+    flat = lanes_out == computed and computed < ROW_RUN
+    direct = flat and data.shape[2] == computed
+    tiled = min(per_block, data.shape[1]) if flat else 1  # (per-channel operands over a block's pixels)
+    alu, cpend, mul = dp._tiled(bs_operands, computed, tiled, np.int64)
+    _, bn_mul, _ = dp._tiled(bn_operands, computed, tiled, np.int64)
+    if bs[kd.XP_CPEND_ON] == 0:
+        cpend[:] = 0
+    shared = not flat and sums_layout == dp.SUMS_SHARED  # (one sum per pixel: read as it is)
+    one_row = not flat and (shared or sums_layout == dp.SUMS_NONE)  # (zeros: no sums loaded)
+    window = np.zeros(computed if one_row else per_block * computed, np.int64)
+    indices = np.empty(tiled * computed, np.int64)
+    staged = np.empty(0 if direct or not flat else tiled * computed, data.dtype)
+    last, cube, flat_tile = table.shape[0] - 1, data.reshape(-1), tile.reshape(-1)
+    for first in range(0, data.shape[1], per_block):
+        count = min(per_block, data.shape[1] - first)
+        if sums_layout != dp.SUMS_NONE and not shared:
+            dp._load_window(sums, sums_layout, channels // kernels_per_group, kernels_per_group, first, count,
+                            computed, window)
+        if flat:
+            n = count * computed
+            if direct:
+                values = cube[first * computed:first * computed + n]
+            else:
+                dp._load_block(data, first, count, computed, staged)
+                values = staged[:n]
+            _plain_indices(values, window[:n], np.int64(0), cpend[:n], alu[:n], mul[:n], bn_mul[:n], bs, bn, base,
+                           last, indices[:n])
+            for i in range(n):
+                flat_tile[i] = table[indices[i]]
+        else:
+            for b in range(count):
+                row = window if one_row else window[b * computed:(b + 1) * computed]
+                _plain_indices(data[0, first + b, :computed], row, np.int64(sums[first + b]) if shared else np.int64(0),
+                               cpend, alu, mul, bn_mul, bs, bn, base, last, indices)
+                out = tile[b]
+                for i in range(computed):
+                    out[i] = table[indices[i]]
+        dp._store_atoms(tile, first, count, width, surfaces, offsets, target)
 
 
 @njit(cache=True)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from npuemu.emulator.kernels.fp16 import widening_table
+from npuemu.emulator.kernels.fp16 import fp16_bits_to_fp32_bits_native, native_halves, widening_table
 from npuemu.emulator.memo import Memo
 from npuemu.emulator.numerics import EXACT_FLOAT32_REDUCTION
 from npuemu.isa.errors import EmulationError
@@ -43,6 +43,9 @@ _COLUMN_BUDGET = 1 << 22
 _MAX_CHUNK = 8192
 #: Convolutions with at most this many kernels per group run on the direct Numba path.
 _DIRECT_MAX_KERNELS_PER_GROUP = 4
+#: padded fetch rows at least this wide widen a row of atoms per loop (_widen_atoms8; narrower rows:
+#: the table loop, whose per-row cost is lower - measured 0.45 vs 0.47 ns an element at 40 wide)
+_WIDE_FETCH = 48
 
 
 @dataclass(frozen=True)
@@ -123,12 +126,48 @@ def _fetch_padded_half(bits16, channels, pad_top, pad_left, pad_bits, padded_bit
     _pad_border(padded_bits, channels, height, width, pad_top, pad_left, pad_bits)
     rows, columns = min(height, padded_h - pad_top), min(width, padded_w - pad_left)
     for group in range(groups):
+        lanes = min(c2, channels - group * c2)
+        if lanes == 8 and c2 == 8 and native_halves():  # whole fp16 atoms, the CPU's widening
+            planes = padded_bits[group * 8:group * 8 + 8].reshape(8, padded_h * padded_w)
+            if pad_left == 0 and columns == width == padded_w:  # rows back to back: one run
+                _widen_atoms8(bits16[group, :rows].reshape(-1), planes, pad_top * padded_w, rows * width)
+                continue
+            if columns >= _WIDE_FETCH:
+                for y in range(rows):
+                    _widen_atoms8(bits16[group, y].reshape(-1), planes, (y + pad_top) * padded_w + pad_left,
+                                  columns)
+                continue
         for y in range(rows):
             source = bits16[group, y]
-            for lane in range(min(c2, channels - group * c2)):
+            if lanes == 8 and c2 == 8:  # fp16's whole atoms: pixel by pixel, a constant 8 lanes (~15% faster)
+                for x in range(columns):
+                    for lane in range(8):
+                        padded_bits[group * 8 + lane, y + pad_top, x + pad_left] = table[source[x, lane]]
+                continue
+            for lane in range(lanes):
                 target = padded_bits[group * c2 + lane, y + pad_top]
                 for x in range(columns):
                     target[x + pad_left] = table[source[x, lane]]
+
+
+@njit(cache=True, inline="always")
+def _widen_atoms8(source, planes, start, count):
+    # ``count`` atoms of 8 fp16 lanes (uint16 bits, pixel-major) widened into planes[lane][start + x]:
+    # eight strided reads of one stride in one loop, which LLVM turns into wide loads, shuffles and
+    # vcvtph2ps (0.15-0.2 ns an element on rows of 160 and more against 0.5 for the table loop)
+    t0, t1 = planes[0, start:start + count], planes[1, start:start + count]
+    t2, t3 = planes[2, start:start + count], planes[3, start:start + count]
+    t4, t5 = planes[4, start:start + count], planes[5, start:start + count]
+    t6, t7 = planes[6, start:start + count], planes[7, start:start + count]
+    for x in range(count):
+        t0[x] = fp16_bits_to_fp32_bits_native(source[8 * x])
+        t1[x] = fp16_bits_to_fp32_bits_native(source[8 * x + 1])
+        t2[x] = fp16_bits_to_fp32_bits_native(source[8 * x + 2])
+        t3[x] = fp16_bits_to_fp32_bits_native(source[8 * x + 3])
+        t4[x] = fp16_bits_to_fp32_bits_native(source[8 * x + 4])
+        t5[x] = fp16_bits_to_fp32_bits_native(source[8 * x + 5])
+        t6[x] = fp16_bits_to_fp32_bits_native(source[8 * x + 6])
+        t7[x] = fp16_bits_to_fp32_bits_native(source[8 * x + 7])
 
 
 def fetch_padded_input(feature: np.ndarray, channels: int, geometry: ConvGeometry,
@@ -154,90 +193,124 @@ def fetch_padded_input(feature: np.ndarray, channels: int, geometry: ConvGeometr
 # Numba loops
 # ---------------------------------------------------------------------------------------------
 @njit(cache=True)
-def _im2col(padded, channel0, k0, k1, kernel_h, kernel_w, stride_y, stride_x, dilation_y,
-            dilation_x, row0, row1, out_w, columns):
+def _im2col(padded, channel0, k0, k1, kernel_h, kernel_w, stride_y, stride_x, dilation_y, dilation_x,
+            row0, row1, out_w, columns):
+    # row k - k0 of ``columns``: tap (ky, kx) of channel channel0 + k // taps over output rows
+    # row0..row1, out_w a row. Runs located by offsets into the flat planes (a 2-D slice per run cost
+    # more than its copy: 4x slower on det's 160-wide rows)
     taps = kernel_h * kernel_w
+    _, padded_h, padded_w = padded.shape
+    flat, width = padded.reshape(-1), columns.shape[1]
+    targets = columns.reshape(-1)
+    span = (out_w - 1) * stride_x + 1
     for k in range(k0, k1):
         c = channel0 + k // taps
         ky = (k % taps) // kernel_w
         kx = k % kernel_w
+        target = targets[(k - k0) * width:(k - k0 + 1) * width]
         n = 0
         for oy in range(row0, row1):
-            py = oy * stride_y + ky * dilation_y
-            px = kx * dilation_x
-            if stride_x == 1:  # a contiguous run: copied as a slice (vectorised)
-                columns[k - k0, n:n + out_w] = padded[c, py, px:px + out_w]
+            start = (c * padded_h + oy * stride_y + ky * dilation_y) * padded_w + kx * dilation_x
+            source, run = flat[start:start + span], target[n:n + out_w]
+            if stride_x == 1:  # a contiguous run (vectorised)
+                for ox in range(out_w):
+                    run[ox] = source[ox]
             else:
                 for ox in range(out_w):
-                    columns[k - k0, n + ox] = padded[c, py, px + ox * stride_x]
+                    run[ox] = source[ox * stride_x]
             n += out_w
 
 
 @njit(cache=True)
 def _conv_direct_float(padded, weights, groups, stride_y, stride_x, dilation_y, dilation_x, acc):
-    # acc (zeros) += each product in (input channel, ky, kx) order, per output element
-    out_channels, group_inputs, kernel_h, kernel_w = weights.shape
+    # acc = +0 + each product in (input channel, ky, kx) order, per output element
+    out_channels, _, kernel_h, kernel_w = weights.shape
     _, out_h, out_w = acc.shape
-    kernels_per_group = out_channels // groups
-    if stride_y == 1 and stride_x == 1:
-        _conv_direct_wide(padded, weights, kernels_per_group, dilation_y, dilation_x, acc)
-        return
-    for o in range(out_channels):
-        channel0 = (o // kernels_per_group) * group_inputs
-        for ci in range(group_inputs):
-            c = channel0 + ci
-            for ky in range(kernel_h):
-                for kx in range(kernel_w):
-                    weight = np.float32(weights[o, ci, ky, kx])
-                    px = kx * dilation_x
-                    for oy in range(out_h):
-                        row = padded[c, oy * stride_y + ky * dilation_y]
-                        if stride_x == 1:  # a contiguous slice: the row loop vectorises (7x)
-                            _add_products(acc[o, oy], row[px:px + out_w], weight)
-                        else:
-                            _add_products(acc[o, oy], row[px::stride_x], weight)
+    channels, padded_h, padded_w = padded.shape
+    if stride_y == 1 and stride_x == 1:  # the planes are their own single phase
+        phases = padded.reshape(channels, 1, 1, padded_h * padded_w)
+        pitch = padded_w
+    else:
+        pitch = -(-((out_w - 1) * stride_x + (kernel_w - 1) * dilation_x + 1) // stride_x)
+        phases = _phase_planes(padded, stride_y, stride_x, (out_h - 1) * stride_y + (kernel_h - 1) * dilation_y + 1,
+                               pitch)
+    _conv_direct_wide(phases, pitch, weights, out_channels // groups, stride_y, stride_x, dilation_y, dilation_x,
+                      acc)
 
 
 @njit(cache=True)
-def _conv_direct_wide(padded, weights, kernels_per_group, dilation_y, dilation_x, acc):
-    # Stride 1: output (oy, ox) of tap (ky, kx) reads plane element (oy + ky dy) * Wp + ox + kx dx,
-    # so each tap is one run over a "wide" output of Wp columns per row (the columns past OW are
-    # computed and dropped): long vector runs however narrow the planes (7x7, 14x14). Each kept
-    # element gets the same additions in the same order as the row loop's.
+def _phase_planes(padded, stride_y, stride_x, rows, pitch):
+    """[C][SY][SX][HQ * pitch]: phase (py, px) holds padded[c, r SY + py, q SX + px] at r * pitch + q,
+    for the ``rows`` padded rows the output reads (HQ = ceil(rows / SY)); 0 past them."""
+    channels, _, padded_w = padded.shape
+    phase_rows = -(-rows // stride_y)
+    phases = np.empty((channels, stride_y, stride_x, phase_rows * pitch), np.float32)
+    for c in range(channels):
+        for py in range(stride_y):
+            for px in range(stride_x):
+                target = phases[c, py, px]
+                inside = min(pitch, max(0, -(-(padded_w - px) // stride_x)))  # q with q SX + px < Wp
+                for r in range(phase_rows):
+                    y, line = r * stride_y + py, target[r * pitch:(r + 1) * pitch]
+                    if y >= rows:
+                        line[:] = 0
+                        continue
+                    source = padded[c, y]
+                    for q in range(inside):
+                        line[q] = source[q * stride_x + px]
+                    line[inside:] = 0
+    return phases
+
+
+@njit(cache=True)
+def _conv_direct_wide(phases, pitch, weights, kernels_per_group, stride_y, stride_x, dilation_y, dilation_x, acc):
+    # Output (oy, ox) of tap (ky, kx) reads padded[(oy SY + ky DY), (ox SX + kx DX)] = element
+    # (oy + ky DY // SY) * pitch + ox + kx DX // SX of phase (ky DY % SY, kx DX % SX) (_phase_planes;
+    # stride 1: the planes themselves), so each tap is one run over a "wide" output of ``pitch``
+    # columns per row (the columns past OW are computed and dropped): long vector runs however narrow
+    # the planes (7x7, 14x14) and whatever the stride. Each kept element gets the same additions in the
+    # same order as a row-by-row loop's.
     out_channels, group_inputs, kernel_h, kernel_w = weights.shape
     _, out_h, out_w = acc.shape
-    channels, padded_h, padded_w = padded.shape
-    planes = padded.reshape(channels, padded_h * padded_w)
-    length = (out_h - 1) * padded_w + out_w
+    length = (out_h - 1) * pitch + out_w
     line = np.empty(length, np.float32)
     for o in range(out_channels):
+        if pitch == out_w:  # no dropped columns: the line is the output plane itself
+            line = acc[o].reshape(length)
         line[:] = 0
         channel0 = (o // kernels_per_group) * group_inputs
         for ci in range(group_inputs):
-            plane = planes[channel0 + ci]
+            planes = phases[channel0 + ci]
             for ky in range(kernel_h):
-                start = ky * dilation_y * padded_w
+                row, py = divmod(ky * dilation_y, stride_y)
+                taps = weights[o, ci, ky]
                 if kernel_w == 3:  # a kernel row's taps in one pass over the line (same adds, same order)
-                    tap = weights[o, ci, ky]
-                    _add_row3(line, plane, start, dilation_x, np.float32(tap[0]), np.float32(tap[1]),
-                              np.float32(tap[2]))
+                    _add_row3(line, _tap_run(planes, py, row * pitch, dilation_x, stride_x, 0, length),
+                              _tap_run(planes, py, row * pitch, dilation_x, stride_x, 1, length),
+                              _tap_run(planes, py, row * pitch, dilation_x, stride_x, 2, length),
+                              np.float32(taps[0]), np.float32(taps[1]), np.float32(taps[2]))
                     continue
                 for kx in range(kernel_w):
-                    _add_products(line, plane[start + kx * dilation_x:start + kx * dilation_x + length],
-                                  np.float32(weights[o, ci, ky, kx]))
-        for oy in range(out_h):
-            acc[o, oy] = line[oy * padded_w:oy * padded_w + out_w]
+                    _add_products(line, _tap_run(planes, py, row * pitch, dilation_x, stride_x, kx, length),
+                                  np.float32(taps[kx]))
+        if pitch != out_w:
+            for oy in range(out_h):
+                acc[o, oy] = line[oy * pitch:oy * pitch + out_w]
 
 
 @njit(cache=True, inline="always")
-def _add_row3(line, plane, start, step, w0, w1, w2):
+def _tap_run(planes, py, start, dilation_x, stride_x, kx, length):
+    # the ``length`` inputs of tap kx along the wide line (a slice: an index start + i would take
+    # Numba's negative-index wraparound and stay scalar)
+    column, px = divmod(kx * dilation_x, stride_x)
+    return planes[py, px, start + column:start + column + length]
+
+
+@njit(cache=True, inline="always")
+def _add_row3(line, first, second, third, w0, w1, w2):
     # three taps' products into each accumulator in kx order, one rounding per add: the bits of three
     # _add_products passes, one pass over the line instead of three (issue 20: depthwise 3x3)
-    length = line.shape[0]
-    # (slices: an index start + i would take Numba's negative-index wraparound and stay scalar)
-    first, second, third = (plane[start:start + length], plane[start + step:start + step + length],
-                            plane[start + 2 * step:start + 2 * step + length])
-    for i in range(length):
+    for i in range(line.shape[0]):
         value = line[i] + w0 * first[i]
         value = value + w1 * second[i]
         line[i] = value + w2 * third[i]
@@ -337,6 +410,7 @@ def _conv_gemm(padded: np.ndarray, matrices: np.ndarray, geometry: ConvGeometry,
     -0 into the +0 that 0 + p gives and leaves every other value, NaN included, as it is): the
     same bits as zeroed accumulators plus a product buffer, without the buffer's pass."""
     choose_blas_threads()
+    padded = np.ascontiguousarray(padded)  # (the gather reads it flat)
     groups, rows, reduction = matrices.shape
     kernel_h, kernel_w, out_h, out_w = (geometry.kernel_h, geometry.kernel_w, geometry.out_h,
                                         geometry.out_w)
@@ -418,8 +492,8 @@ def conv2d_fp16(padded: np.ndarray, weights: np.ndarray, geometry: ConvGeometry,
     groups = geometry.groups
     matrices = _widened(weights, groups)  # [groups][M][K] float32 (exact)
     if _use_direct(weights, geometry, method):
-        acc = np.zeros((weights.shape[0], geometry.out_h, geometry.out_w), np.float32)
-        _conv_direct_float(padded, matrices.reshape(weights.shape), groups, geometry.stride_y,
+        acc = np.empty((weights.shape[0], geometry.out_h, geometry.out_w), np.float32)  # (every element written)
+        _conv_direct_float(np.ascontiguousarray(padded), matrices.reshape(weights.shape), groups, geometry.stride_y,
                            geometry.stride_x, geometry.dilation_y, geometry.dilation_x, acc)
         return acc
     pieces = _split_pieces(matrices) if weights.flags.writeable else _PIECES(matrices)

@@ -418,8 +418,9 @@ class Cbuf:
     def keep(self, slot: str, key: tuple, array: np.ndarray, where: str) -> None:
         if slot == "weights":
             was = self.weights
-            banks = cbuf_reuse.remember(self, slot, key, array, None if was is None else
-                                        (was.key, was.array) if was.banks is None else (was.key, was.array, was.banks))
+            held = None if was is None else (was.key, was.array, cbuf_reuse.weight_banks(
+                was.key, was.array.nbytes) if was.banks is None else was.banks)
+            banks = cbuf_reuse.remember(self, slot, key, array, held)
             self.weights = _Resident(key, array, where, banks)
         else:
             cbuf_reuse.remember(self, slot, key, array, None)

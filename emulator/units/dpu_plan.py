@@ -267,13 +267,19 @@ def _lut_store(state: DpuState, fixed, stages: dict, tail: dict, tables: np.ndar
     if ew is None or state.ew.op_bypass or not state.ew.op_from_dma:
         constant = 0 if ew is None else int(tail["ew_operand"].reshape(-1)[0])
 
-    last = [None, None]  # the LUT RAM's bytes at the last run and the values looked up for them
+    # the LUT RAM's bytes at the last run, the values looked up for them and (one table) how
+    # lut._lut_table_to_atoms runs them (``lut.table_flags``)
+    last = [None, None, None]
 
     def values() -> tuple[int, np.ndarray]:
         ram = tables.tobytes()
         if ram != last[0]:  # (the chain's uploads leave the RAM as it was on most runs)
-            last[:] = [ram, lut.after_lut_values.get(params, le, lo, constant, ew_params, cvt, out_dtype)
-                       if constant is not None else lut.dense_values.get(params, le, lo, build=True)]
+            if constant is None:
+                last[:] = [ram, lut.dense_values.get(params, le, lo, build=True), None]
+            else:
+                base, table = lut.after_lut_values.get(params, le, lo, constant, ew_params, cvt, out_dtype)
+                last[:] = [ram, (base, table), lut.table_flags(settings[0], settings[1], settings[3], params,
+                                                               int(base), table.shape[0])]
         return last[1]
 
     def store(blocks: np.ndarray, window_sum: np.ndarray | None, ew_operand: np.ndarray | None) -> None:
@@ -287,7 +293,8 @@ def _lut_store(state: DpuState, fixed, stages: dict, tail: dict, tables: np.ndar
         if constant is not None:
             base, table = values()
             lut._lut_table_to_atoms(blocks, sums, layout, kernels_per_group, *settings, np.int64(constant), ew_params,
-                                    cvt, (le, lo, params, table, base), channels, surfaces, width, tile, offsets, words)
+                                    cvt, (le, lo, params, table, base), channels, surfaces, width, tile, offsets, words,
+                                    last[2])
             return
         operand = dp._operand_pixels(ew_operand, channels, pixels)
         base, dense = values()

@@ -2,10 +2,12 @@
 (PROC_PRECISION fp16) for one decoded state pair and one memory, with what does not change from run
 to run worked out once - the BS / BN settings and operands (the BRDMA blob held, units/dpu_plan.py's
 ``held_blob_entry``), the EW settings, the rows of the MRDMA and ERDMA reads and of the WDMA write located
-- so a run is the row copies and the kernels: ``kernels.dpu_fp_chain.FloatChain.runner`` (BS, BN, EW
-in one pass; the LUT between them read from the core's LUT RAM as each run finds it), then
-``dpu.float_output`` (OUT_CVT) and the planes scattered into the WDMA's atoms (an fp16 output
-without MINUS_EXP: rounded as they are stored, kernels/fp16_atoms.py).
+- so a run is one ``kernels.dpu_fp_chain.fp16_step`` call (NUMERICS.md 34): the MRDMA / ERDMA rows
+read and widened straight from the region (``dpu_convert.widen_rows``), BS, BN, EW in one pass
+(``FloatChain.settings``) and, for an fp16 output without MINUS_EXP, the planes rounded as they
+are stored into the WDMA's atoms (kernels/fp16_atoms.py), into buffers kept from run to run. With
+the LUT on, two calls around ``lut_fp.lut_stage_fp`` (the LUT RAM read as each run finds it); other
+outputs take ``dpu.float_output`` (OUT_CVT) and the plain write.
 
 Forms taken: the main cube from the CORE (a float32 [C][H][W] result) or, in flying mode, a plain
 fp16 MRDMA read (COMB_USE 0); the EW operand from a register or the ERDMA (fp16, per pixel or per
@@ -21,9 +23,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from npuemu.emulator.kernels import dpu_bf16, dpu_convert, dpu_fp16_pair, dpu_fp_chain, dpu_interleave
-from npuemu.emulator.kernels import dpu_transpose, fp16_atoms, lut_fp
-from npuemu.emulator.memory import Memory, TaskDma, gather_rows
+from npuemu.emulator.kernels import dpu_bf16, dpu_fp16_pair, dpu_fp_chain, dpu_interleave, dpu_transpose, lut_fp
+from npuemu.emulator.kernels.fp16 import widening_table
+from npuemu.emulator.memory import Memory, TaskDma
 from npuemu.emulator.memory import _scatter_planes as scatter_planes
 from npuemu.emulator.units import dpu
 from npuemu.emulator.units.cna_core import CoreResult
@@ -43,17 +45,17 @@ def prepare_fp_dpu(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, w
     the DMA counts; ``run.held`` as ``dpu_plan.prepare_dpu``'s. None for forms it does not take."""
     if not _takes(state, rdma, lut_tables):
         return None
+    shape = (state.channels, state.height, state.width)
     scratch = TaskDma(memory, where)  # (its counts are not kept)
     try:
         x_stages = dpu.float_x_stages(state, rdma, scratch, where)
-        main = _main_reader(state, rdma, memory, where) if state.flying else None
-        operand, read_ew = _operand_reader(state, rdma, memory, where)
-        write = _writer(state, memory, where)
+        main_rows = _cube_rows(state, rdma, memory, where) if state.flying else None
+        operand, operand_rows = _operand_reads(state, rdma, memory, where)
+        stored, write, invalidate = _writer(state, memory, where, shape)
     except EmulationError:
         return None
-    if write is None or (state.flying and main is None) or operand is None:
+    if write is None or (state.flying and main_rows is None) or operand is None:
         return None
-    shape = (state.channels, state.height, state.width)
     before = dpu_fp_chain.FloatChain(np.zeros(shape, np.float32))
     for arguments in x_stages:
         before.x_stage(*arguments)
@@ -61,23 +63,27 @@ def prepare_fp_dpu(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, w
     if not state.ew.bypass:
         after = dpu_fp_chain.FloatChain(np.zeros(shape, np.float32)) if lut else before
         after.ew(dpu.float_ew_config(state.ew), operand)
-    run_before, run_after = before.runner(), None if after is None else after.runner()
+    # one dpu_fp_chain.fp16_step call a run (two with the LUT between the chains): the reads, the
+    # chain, the store (NUMERICS.md 34), into buffers a small task keeps from run to run
+    first, last = before.settings(), (after or before).settings()
     config = dpu._lut_config(state.lut) if lut else None
-    fixed_operand = np.ascontiguousarray(operand, np.float32)
+    table, step = widening_table(), dpu_fp_chain.fp16_step
+    layout = (shape, main_rows, operand, operand_rows, stored, lut)
+    kept = _buffers(*layout) if state.channels * state.height * state.width <= _KEPT_ELEMENTS else None
 
     def run(source: CoreResult | None) -> None:
-        data = main() if main is not None else _core_cube(source, shape, where)
-        ew = fixed_operand if read_ew is None else read_ew()
+        cube, operand, reads, out, store, middle = kept or _buffers(*layout)
+        data = cube if cube is not None else _core_cube(source, shape, where)
         if lut:
-            data = lut_fp.lut_stage_fp(run_before(data, fixed_operand), config, lut_tables[0], lut_tables[1])
-            data = run_after(data, ew)
+            step(data, reads, table, operand, first, middle, _NO_STORE)
+            data, reads_left = lut_fp.lut_stage_fp(middle, config, lut_tables[0], lut_tables[1]), _NO_READS
         else:
-            data = (run_after or run_before)(data, ew)
-        if write.fp16 is not None:
-            write.fp16(data)
-            return
-        out, _ = dpu.float_output(state, data, where)
-        write(out)
+            reads_left = reads
+        step(data, reads_left, table, operand, last, out, store)
+        if store is _NO_STORE:  # (OUT_CVT does more than round to fp16)
+            write(dpu.float_output(state, out, where)[0])
+        else:
+            invalidate()
 
     run.held = _held_blob(state, rdma, memory, where)
     return run
@@ -119,86 +125,105 @@ def _core_cube(source: CoreResult, shape: tuple, where: str) -> np.ndarray:
     return np.ascontiguousarray(data, np.float32)
 
 
-def _surfaces_reader(memory: Memory, where: str, address: int, surface_stride: int, line_stride: int,
-                     surfaces: int, height: int, width: int, atom: int, what: str) -> Callable[[], np.ndarray]:
-    """``dpu.read_surfaces`` of fp16 atoms with its rows located once: ``read()`` -> [S][H*W][C2]."""
+_NO_READ = (np.zeros(0, np.uint16), np.zeros(0, np.int64), 1, 1, 0, 1, np.zeros((0, 1), np.uint32))
+_NO_READS = (_NO_READ, _NO_READ, _NO_READ)
+#: a task of at most this many elements keeps its arrays from run to run (<= 64 KiB each: what
+#: allocating them costs matters only for small tasks, and keeping every task's would double
+#: ppocr_det fp16's peak memory, 362 -> 702 MB)
+_KEPT_ELEMENTS = 1 << 14
+_NO_STORE = (np.zeros((0, 1, 1), np.uint32), 1, np.zeros(0, np.int64), np.zeros(0, np.uint16))
+
+
+def _surface_rows(memory: Memory, where: str, address: int, surface_stride: int, line_stride: int,
+                  surfaces: int, height: int, width: int, atom: int, what: str) -> tuple:
+    """``dpu.read_surfaces``' fp16 atom rows, located once: (the region as uint16, each row's first
+    element, height, lanes) for ``dpu_convert.widen_rows``; an odd row address raises (the full
+    path then reads the rows byte by byte)."""
     c2 = c2_of(FP16, atom)
-    row_bytes = width * c2 * 2
     located = memory.locate_fixed(dpu._SURFACE_ROWS(address, surface_stride, line_stride, surfaces, height),
-                                  row_bytes, lambda: f"{where}: {what} read")
-    data, offsets, shape = located.region.data, located.offsets, (surfaces, height * width, c2)
-
-    def read() -> np.ndarray:
-        rows = np.empty((offsets.size, row_bytes), np.uint8)
-        gather_rows(data, offsets, rows)
-        return rows.view(np.float16).reshape(shape)
-
-    return read
+                                  width * c2 * 2, lambda: f"{where}: {what} read")
+    elements = located.elements(np.dtype(np.uint16))
+    if elements is None:
+        raise EmulationError(f"{where}: {what} rows at odd addresses (not taken by the step)")
+    return elements[0], np.ascontiguousarray(elements[1], np.int64), height, c2
 
 
-def _main_reader(state: DpuState, rdma: DpuRdmaState, memory: Memory, where: str) -> Callable[[], np.ndarray]:
-    """The flying task's MRDMA read, widened: ``read()`` -> float32 [C][H][W] (``dpu._main_input``)."""
+def _into(rows: tuple, target: np.ndarray, first: int = 0, step: int = 1) -> tuple:
+    """A ``widen_rows`` read of ``rows`` into ``target`` (float32 [C][H][W]): surfaces first, first + step, ..."""
+    data, offsets, height, lanes = rows
+    return data, offsets, height, lanes, first, step, target.reshape(target.shape[0], -1).view(np.uint32)
+
+
+def _cube_rows(state: DpuState, rdma: DpuRdmaState, memory: Memory, where: str) -> tuple:
+    """The flying task's MRDMA rows (``dpu._main_input``), for ``_into``."""
     surfaces = -(-state.channels // c2_of(FP16, rdma.atom_bytes))
-    read = _surfaces_reader(memory, where, rdma.src_address, rdma.surface_stride, rdma.line_stride, surfaces,
-                            state.height, state.width, rdma.atom_bytes, "DPU_RDMA main cube")
-    shape = (state.channels, state.height, state.width)
-    return lambda: dpu_convert.fp16_blocks_to_cube(read(), shape)
+    return _surface_rows(memory, where, rdma.src_address, rdma.surface_stride, rdma.line_stride, surfaces,
+                         state.height, state.width, rdma.atom_bytes, "DPU_RDMA main cube")
 
 
-def _operand_reader(state: DpuState, rdma: DpuRdmaState | None, memory: Memory,
-                    where: str) -> tuple[np.ndarray | None, Callable[[], np.ndarray] | None]:
-    """The EW operand: (a register operand, None), or (a zero cube of the ERDMA operand's shape, its
-    ``read()`` -> float32 [C][H or 1][W or 1]); (None, None) for an ERDMA form not taken."""
+def _buffers(shape: tuple, main_rows: tuple | None, operand: np.ndarray, operand_rows: tuple, stored: tuple,
+             lut: bool) -> tuple:
+    """A run's arrays: (the MRDMA's cube or None, the EW operand, the three reads into them, the
+    result, its store, the cube between the chains with the LUT on (else the result))."""
+    cube = None if main_rows is None else np.empty(shape, np.float32)
+    if operand_rows:  # (an ERDMA operand: filled by its reads)
+        operand = np.empty(operand.shape, np.float32)
+    reads = ((_NO_READ if cube is None else _into(main_rows, cube)),) \
+        + tuple(_into(rows, operand, first, step) for rows, first, step in operand_rows) \
+        + (_NO_READ,) * (2 - len(operand_rows))
+    out = np.empty(shape, np.float32)
+    store = stored if stored is _NO_STORE else _store(out, *stored)
+    return cube, operand, reads, out, store, np.empty(shape, np.float32) if lut else out
+
+
+def _operand_reads(state: DpuState, rdma: DpuRdmaState | None, memory: Memory,
+                   where: str) -> tuple[np.ndarray | None, tuple]:
+    """The EW operand: (a register operand, no rows), or (a zero cube of the ERDMA operand's shape,
+    float32 [C][H or 1][W or 1], and the (rows, first surface, surface step) of its reads: one source,
+    or a split operand's two); (None, ()) for an ERDMA form not taken."""
     ew = state.ew
     if ew.bypass or ew.op_bypass or not ew.op_from_dma:
-        return np.array(dpu._fp32(ew.op_value), np.float32).reshape(1, 1, 1), None
+        return np.array(dpu._fp32(ew.op_value), np.float32).reshape(1, 1, 1), ()
     if rdma is None or not rdma.erdma_enabled or rdma.erdma_size != 2 \
             or rdma.erdma_mode not in (dpu.ERDMA_PER_PIXEL, dpu.ERDMA_PER_CHANNEL):
-        return None, None
+        return None, ()
     atom, c2 = rdma.atom_bytes, c2_of(FP16, rdma.atom_bytes)
     surfaces, height, width = -(-state.channels // c2), state.height, state.width
     what = f"ERDMA operand (EW_BASE_ADDR={rdma.ew_address:#x})"
     if rdma.erdma_mode == dpu.ERDMA_PER_CHANNEL:
         if rdma.comb_use != 0:
-            return None, None
-        read = _surfaces_reader(memory, where, rdma.ew_address, rdma.ew_surface_stride, atom, surfaces, 1, 1,
-                                atom, what)
-        height = width = 1
-    elif rdma.comb_use == 0:
-        read = _surfaces_reader(memory, where, rdma.ew_address, rdma.ew_surface_stride, rdma.ew_line_stride,
-                                surfaces, height, width, atom, what)
-    elif rdma.comb_use == dpu.COMB_SPLIT and not state.flying and state.size_e == 1 and rdma.main_enabled:
-        read = _split_reader(state, rdma, memory, where, surfaces)
-    else:
-        return None, None
-    shape = (state.channels, height, width)
-    return np.zeros(shape, np.float32), lambda: dpu_convert.fp16_blocks_to_cube(read(), shape)
-
-
-def _split_reader(state: DpuState, rdma: DpuRdmaState, memory: Memory, where: str,
-                  surfaces: int) -> Callable[[], np.ndarray]:
-    """``dpu._split_operand`` with its rows located once: even surfaces from the MRDMA, odd from the ERDMA."""
-    atom, height, width = rdma.atom_bytes, state.height, state.width
-    first = _surfaces_reader(memory, where, rdma.src_address, rdma.surface_stride, rdma.line_stride,
+            return None, ()
+        return np.zeros((state.channels, 1, 1), np.float32), \
+            ((_surface_rows(memory, where, rdma.ew_address, rdma.ew_surface_stride, atom, surfaces, 1, 1, atom,
+                            what), 0, 1),)
+    operand = np.zeros((state.channels, height, width), np.float32)
+    if rdma.comb_use == 0:
+        return operand, ((_surface_rows(memory, where, rdma.ew_address, rdma.ew_surface_stride, rdma.ew_line_stride,
+                                        surfaces, height, width, atom, what), 0, 1),)
+    if rdma.comb_use == dpu.COMB_SPLIT and not state.flying and state.size_e == 1 and rdma.main_enabled:
+        # dpu._split_operand: even surfaces from the MRDMA, odd from the ERDMA
+        even = _surface_rows(memory, where, rdma.src_address, rdma.surface_stride, rdma.line_stride,
                              -(-surfaces // 2), height, width, atom, "MRDMA surfaces")
-    second = _surfaces_reader(memory, where, rdma.ew_address, rdma.ew_notch_stride, rdma.ew_line_stride,
-                              surfaces // 2, height, width, atom, "ERDMA surfaces")
-    shape = (surfaces, height * width, c2_of(FP16, atom))
-
-    def read() -> np.ndarray:
-        atoms = np.empty(shape, np.float16)
-        atoms[0::2] = first()
-        atoms[1::2] = second()
-        return atoms
-
-    return read
+        odd = _surface_rows(memory, where, rdma.ew_address, rdma.ew_notch_stride, rdma.ew_line_stride,
+                            surfaces // 2, height, width, atom, "ERDMA surfaces")
+        return operand, ((even, 0, 2), (odd, 1, 2))
+    return None, ()
 
 
-def _writer(state: DpuState, memory: Memory, where: str) -> Callable[[np.ndarray], None] | None:
-    """``dpu._write`` (``TaskDma.write_planes``) with the WDMA's rows located once: ``write(out)``;
-    None where the rows do not start on a multiple of the element size (write_planes' other branch).
-    ``write.fp16(planes)``: ``write(dpu.float_output(state, planes)[0])`` in one pass
-    (kernels/fp16_atoms.py), or None where OUT_CVT does more than round to fp16."""
+def _store(out: np.ndarray, channels: int, height: int, width: int, c2: int, offsets: np.ndarray,
+           data: np.ndarray) -> tuple:
+    """``fp16_step``'s store of ``out``'s first ``channels`` planes as [C][H][W] rows (an
+    interleaved write: [C][H*W][1])."""
+    return out[:channels].reshape(channels, height, width).view(np.uint32), c2, offsets, data
+
+
+def _writer(state: DpuState, memory: Memory, where: str, shape: tuple) -> tuple:
+    """``dpu._write`` (``TaskDma.write_planes``) with the WDMA's rows located once: (store, write,
+    invalidate) - ``store`` the ``fp16_step`` store of its float32 [C][H][W] result as OUT_CVT
+    rounds it to fp16 (kernels/fp16_atoms.py), or ``_NO_STORE`` where OUT_CVT does more (then
+    ``write(dpu.float_output(...)[0])``); ``invalidate()`` drops the derived values the store
+    overwrote. (None, None, None) where the rows do not start on a multiple of the element size
+    (write_planes' other branch)."""
     dtype = PRECISION_DTYPES[state.out_precision]
     c2 = c2_of(dpu_bf16.carrier(state.out_precision), state.atom_bytes)
     wdma = dpu._WDMA(state, c2, dtype.itemsize)
@@ -207,13 +232,13 @@ def _writer(state: DpuState, memory: Memory, where: str) -> Callable[[np.ndarray
     interleaved = dpu_interleave.is_interleaved(state)
     height, width = (state.height * state.width, 1) if interleaved else (state.height, state.width)
     if wdma.starts.size != -(-channels // c2) * height:
-        return None
+        return None, None, None
     row_bytes = width * c2 * dtype.itemsize
     located = memory.locate_fixed(wdma.starts, row_bytes, lambda: f"{where}: {wdma.what} write")
     unsigned = np.dtype(f"u{dtype.itemsize}")
     elements = located.elements(unsigned)
     if elements is None:
-        return None
+        return None, None, None
     data, offsets = elements
     derived, starts, bounds = memory.derived, located.starts, located.bounds
 
@@ -227,12 +252,8 @@ def _writer(state: DpuState, memory: Memory, where: str) -> Callable[[np.ndarray
                        offsets, data)
         invalidate()
 
-    def write_fp16(planes: np.ndarray) -> None:
-        fp16_atoms.planes_to_fp16_atoms(np.ascontiguousarray(planes[:channels]).reshape(channels, height, width)
-                                        .view(np.uint32), c2, offsets, data)
-        invalidate()
-
     # fp16 outputs without the MINUS_EXP scale: OUT_CVT's rounding (dpu.float_output: kernels.dpu.out_cvt_fp16)
     # as the atoms are stored, the same bytes without the fp16 copy of the cube
-    write.fp16 = write_fp16 if state.out_precision == FP16 and not state.out_cvt.minus_exp else None
-    return write
+    if state.out_precision != FP16 or state.out_cvt.minus_exp or not offsets.size:
+        return _NO_STORE, write, invalidate
+    return (channels, height, width, c2, np.ascontiguousarray(offsets, np.int64), data), write, invalidate

@@ -126,8 +126,8 @@ def check_dpu_only(task: VendorTask) -> None:
     mode = {name: f("DPU_RDMA", "FEATURE_MODE_CFG", name) for name in ("ENABLE", "COMB_USE", "MRDMA_DISABLE",
                                                                           "CONV_MODE")}
     erdma = task.field("DPU_RDMA", "ERDMA_CFG", "ERDMA_DISABLE"), task.field("DPU_RDMA", "ERDMA_CFG", "ERDMA_DATA_MODE")
-    # a Mul by a per-channel operand (an SE gate's, REGISTER_SEMANTICS.md 46.3)
-    per_channel = erdma == (0, 0) and _ew(task) is not None and _ew(task) & EW_OP_MUL and precision == INT8
+    # a Mul by a per-channel operand (an SE gate's, REGISTER_SEMANTICS.md 46.3; fp16: 50.4)
+    per_channel = erdma == (0, 0) and _ew(task) is not None and _ew(task) & EW_OP_MUL and precision in (INT8, FP16)
     if any(mode.values()) or (erdma != (0, 1) and not per_channel) or _ew(task) is None or activation(task) != "none":
         raise UnsupportedProgramError(f"{where}: vendor rk3576 task with op-enable {DPU_ONLY_ENABLE:#x}; only conv "
                                       f"tasks, PPU pools and DPU-only Adds / Muls of an MRDMA and a whole ERDMA "

@@ -1,5 +1,7 @@
-"""The vendor's rk3576 image input: raw 4-byte pixels normalized and quantized by the CNA's input converter
-(emulator/REGISTER_SEMANTICS.md 45.1, 47.1), translated into the RK3588 positions the emulator reads.
+"""The vendor's rk3576 image input: raw 3-byte pixels normalized and quantized by the CNA's input converter
+(emulator/REGISTER_SEMANTICS.md 45.1, 47.1), translated into the RK3588 positions the emulator reads; and the same
+form written by npuemu's own builds (``own_image_words``, ``own_blob``; compiler/LOWERING.md 52,
+REGISTER_SEMANTICS.md 51).
 
 The vendor task [V ORC: Conv 3 -> K 3x3 (W 24, 20, 200), 7x7 (W 60, 224) and 1x1 (W 16), with and without mean
 / std, against the ONNX weights and the simulator]: CONV_CON1 ARGB_IN 10 (3 channels, as RK3588's) with
@@ -208,3 +210,103 @@ def image_specs(task: VendorTask, specs: list, read, place: Placer) -> tuple[lis
             values = {**values, **fields[(block, name)]} if name == "CONV_CON1" else fields[(block, name)]
         out.append((block, name, values))
     return out, place(rk_cube)
+
+
+# --- npuemu's own builds: the image form written (compiler/LOWERING.md 52) --------------------------------------
+
+#: The converter npuemu's own builds write [C, LOWERING.md 52]: the input is stored as bytes u = q + 128 (q the
+#: int8 value npuemu's quantization gives, so u is a uint8 quantization with the same scale and zero point + 128)
+#: and every group maps u back to q exactly: SCALE / 2^TRUNCATE = 1 written as the vendor writes a unit scale,
+#: 16384 / 2^14, offset -128 [V ORC c3: Conv 3 -> 24 3x3 s2 p1 on [1, 3, 20, 32] without mean / std, input
+#: scale 1, zero point -128: these very words]; the 4th group passes its byte (scale 1, truncate 0, offset 0).
+OWN_BIAS = 128
+UNIT_SCALE, UNIT_TRUNCATE = 16384, 14
+WORD = 0xFFFFFFFF
+PLAIN_PIXEL_FLAG = 0x80                 # CORE MISC_CFG bit 7 in every image task [V ORC a, b, c, c3]
+
+
+def own_converter() -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(scales, truncates, offsets) of the four groups in npuemu's own image tasks."""
+    return (UNIT_SCALE,) * 3 + (1,), (UNIT_TRUNCATE,) * 3 + (0,), (-OWN_BIAS,) * 3 + (0,)
+
+
+def rows_cube(weights: np.ndarray) -> bytes:
+    """The vendor's CONV_MODE 6 cube of int8 ``weights`` [K][3][kh][kw] (the inverse of :func:`vendor_weights`):
+    kernels stored to a multiple of 16 (zeros), per 32-kernel block [ky][kernel][kx x 4 padded to 16 bytes], the
+    4th channel 0; then as many zero bytes again (the vendor's blob is twice WEIGHT_BYTES, its second half 0
+    [V ORC c, c3])."""
+    kernels, channels, height, width = weights.shape
+    stored = -(-kernels // 16) * 16
+    padded = np.zeros((stored, VENDOR_CHANNELS, height, width), np.int8)
+    padded[:kernels, :channels] = weights
+    row = kernel_bytes(ROWS_MODE, 1, width)
+    blocks = []
+    for start in range(0, stored, BLOCK):
+        block = padded[start:start + BLOCK]                              # [k][c][ky][kx]
+        taps = block.transpose(2, 0, 3, 1).reshape(height, len(block), VENDOR_CHANNELS * width)
+        out = np.zeros((height, len(block), row), np.int8)
+        out[:, :, :VENDOR_CHANNELS * width] = taps
+        blocks.append(out.tobytes())
+    cube = b"".join(blocks)
+    return cube + bytes(len(cube))
+
+
+def image_row_entries(width: int, kernel_width: int) -> int:
+    """The image's CBUF entries a row (CBUF_DATA.ROW_ENTRIES): the row and kw - 1 more pixels, 4 bytes each, in
+    64-byte entries [I: fits all six builds, ORC c (1x1 on 16: 1), c3 (3x3 on 32: 3), cls0 (3x3 on 192: 13) in
+    CONV_MODE 6, a, b, e (3x3 on 24, 20, 200: 2, 2, 13) in mode 2]."""
+    return -(-(width + kernel_width - 1) * VENDOR_CHANNELS // 64)
+
+
+def own_image_words(plain: list, field, vendor: RegisterMap) -> list:
+    """The vendor's CONV_MODE 6 image words of an own conv task reading the packed 3-channel input, from
+    ``plain`` (rk3576_pack.vendor_writes of the task as a direct conv, ARGB_IN cleared) and ``field`` (the
+    task's RK3588 fields). Widths a multiple of 16 only: the vendor writes CONV_MODE 6 for those [V ORC: widths
+    16, 32 and 224; 2 for 20, 24, 60, 200], its rows hold W pixels then (no padding)."""
+    width, rows = field("CNA", "DATA_SIZE0", "DATAIN_WIDTH"), field("CNA", "DATA_SIZE0", "DATAIN_HEIGHT")
+    kh, kw = field("CNA", "WEIGHT_SIZE2", "WEIGHT_HEIGHT"), field("CNA", "WEIGHT_SIZE2", "WEIGHT_WIDTH")
+    kernels = -(-field("CNA", "WEIGHT_SIZE2", "WEIGHT_KERNELS") // 16) * 16
+    out_width = field("CNA", "DATA_SIZE2", "DATAOUT_WIDTH")
+    line, per_kernel = width * PIXEL_BYTES // ATOM_BYTES, kernel_bytes(ROWS_MODE, kh, kw)
+    entries = image_row_entries(width, kw)
+    zero_point = field("CNA", "PAD_CON1", "PAD_VALUE") & 0xFF
+    scales, truncates, offsets = own_converter()
+    values = dict(((block, name), value) for block, name, value in plain)
+    con1 = vendor.update("CNA", "CONV_CON1", values[("CNA", "CONV_CON1")], NONALIGN_DMA=0, ARGB_IN=VENDOR_ARGB,
+                          CONV_MODE=ROWS_MODE)
+    changed = {
+        ("CNA", "CONV_CON1"): con1,
+        ("CNA", "WEIGHT_BYTES"): kernels * per_kernel, ("CNA", "WEIGHT_BYTES_PER_KERNEL"): per_kernel,
+        ("CNA", "WEIGHT_KERNELS"): (kw - 1) << 24 | (kh - 1) << 16 | kernels - 1,
+        ("CNA", "DATA_IN_CHANNEL"): entries * rows << 16 | VENDOR_CHANNELS * kw - 1,
+        ("CNA", "DATA_OUT_WIDTH"): 2 * per_kernel << 16 | out_width - 1,
+        ("CNA", "CBUF_DATA"): entries << 16, ("CNA", "CBUF_CON1"): width << 16 | entries,
+        ("CNA", "CVT_CON0"): vendor.pack("CNA", "CVT_CON0", **{f"CVT_TRUNCATE_{n}": truncates[n] for n in range(4)}),
+        ("CNA", "CVT_SCALE01"): scales[1] << 16 | scales[0], ("CNA", "CVT_SCALE23"): scales[3] << 16 | scales[2],
+        **{("CNA", f"RSV_{offset:04X}"): offsets[n] & WORD for n, offset in enumerate(list(IMAGE_WORDS)[:4])},
+        ("CNA", "DMA_SIZE"): (line - 1) << 16 | rows - 1,
+        # the zero point once per pixel byte [V ORC c, c3: 0x808080 for -128]
+        ("CNA", "PAD_VALUE"): zero_point * 0x010101,
+        ("CNA", "LINE_STRIDE"): line, ("CNA", "SURF_STRIDE"): rows * line, ("CNA", "TASK_SURFACE"): rows * line,
+        # the row entries - 1 and - 2 [I: ORC c (1 entry): 0, c3 (3): 0x20001, cls0 (13): 0xc000b]
+        ("CNA", "PLANE_WIDTH"): (entries - 1) << 16 | max(entries - 2, 0),
+        ("CORE", "MISC_CFG"): values[("CORE", "MISC_CFG")] | PLAIN_PIXEL_FLAG,
+    }
+    return [(block, name, changed.get((block, name), value)) for block, name, value in plain]
+
+
+def own_room(values: Mapping[tuple[str, str], int], regmap: RegisterMap) -> int:
+    """Where an own image task's blob leaves room for RK3588's cube: past the vendor cube and its zero half,
+    64-byte aligned (the translation writes RK3588's cube there on load, as rk3576_dw8's record)."""
+    weight_bytes = regmap.register("CNA", "WEIGHT_BYTES").field("WEIGHT_BYTES").extract(
+        values.get(("CNA", "WEIGHT_BYTES"), 0))
+    return values.get(("CNA", "DCOMP_ADDR0"), 0) + -(-2 * weight_bytes // 64) * 64
+
+
+def own_blob(weights: np.ndarray) -> bytes:
+    """An own image conv's weight constant: :func:`rows_cube`, 64-byte aligned, then zeros where the translation
+    writes RK3588's cube on load (:func:`own_room`; what :func:`image_specs` packs: kernels to a multiple of 16)."""
+    cube = rows_cube(weights)
+    stored = -(-weights.shape[0] // 16) * 16
+    room = len(pack_conv_weights(np.zeros((stored, PIXEL_BYTES, *weights.shape[2:]), np.int8), INT8_CONV).tobytes())
+    return cube + bytes(-len(cube) % 64) + bytes(room)

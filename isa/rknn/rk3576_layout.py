@@ -15,7 +15,7 @@ with no activation, a Relu or a Relu6 / Clip(0, x), and with a residual Add (+ R
 (REGISTER_SEMANTICS.md 39, 41), dense or sparse weights in all three modes (44); fp16 depthwise convs;
 PPU pools (``rk3576_ppu``) and fp16 / int8 DPU-only Adds and Muls (``rk3576_dpu``); int8 depthwise convs
 of npuemu's own files (``rk3576_dw8``: they leave room for RK3588's BS record). Anything else -
-int8 depthwise in vendor files, image input, a Clip with a lower bound, an fp16 LUT activation, another task kind, a constant word with an unseen value - raises
+int8 depthwise in vendor files, image input, a Clip with a lower bound, another task kind, a constant word with an unseen value - raises
 :class:`UnsupportedProgramError` naming the task and the word.
 """
 

@@ -19,7 +19,8 @@ LUT port, the conv task's CNA / CORE / BS words follow the plain conv's rules, a
 The BN record is rk3576_dpu's 44.4 record (the same layout: ALU operand at bytes 0 and 16, multiplier at 32,
 the shift word at 48). Read [I]: one table over [LE start, LO end], its two halves the RK3588 LE and LO
 tables; the out-of-range values as words of their own. Only this shape is known: a LUT whose LE and LO
-halves meet and are equally wide, no LE slopes, no LO underflow slope, int8.
+halves meet and are equally wide, no LE slopes, no LO underflow slope; int8, or fp16 with the table-unit factor
+in OUT_CVT (rk3576_lut_fp16, REGISTER_SEMANTICS.md 50).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from collections.abc import Mapping
 from npuemu.isa.errors import UnsupportedProgramError
 from npuemu.isa.regmap import RegisterMap
 from npuemu.isa.rknn.rk3576_dpu import RECORD_BYTES, pack_record
-from npuemu.isa.rknn.rk3576_layout import INT8, LUT_ACT_CFG, LUT_EW_WORD, Reader, VendorTask
+from npuemu.isa.rknn.rk3576_layout import FP16, INT8, LUT_ACT_CFG, LUT_EW_WORD, Reader, VendorTask
+from npuemu.isa.rknn.rk3576_lut_fp16 import check_own, is_fp16
 
 Values = Mapping[tuple[str, str], int]
 VendorWrite = tuple[str, str, int]
@@ -77,7 +79,9 @@ def check_lut(values: Values, source: RegisterMap, where: str) -> None:
     lo = _signed(values.get(("DPU", "LUT_LO_START"), 0)), _signed(values.get(("DPU", "LUT_LO_END"), 0))
     bn = values.get(("DPU", "BN_CFG"), 0) & ~BN_ALU_BYPASS
     odd = []
-    if values.get(("DPU", "EW_CFG"), 0) != RK3588_LUT_EW or values.get(("DPU", "LUT_CFG"), 0) != RK3588_LUT_CFG:
+    fp16 = is_fp16(field("DATA_FORMAT", "PROC_PRECISION"))   # its EW stage and OUT_CVT: rk3576_lut_fp16
+    if (values.get(("DPU", "EW_CFG"), 0) != RK3588_LUT_EW and not fp16
+            or values.get(("DPU", "LUT_CFG"), 0) != RK3588_LUT_CFG):
         odd.append(f"EW_CFG {values.get(('DPU', 'EW_CFG'), 0):#x} / LUT_CFG {values.get(('DPU', 'LUT_CFG'), 0):#x}")
     if le[1] != lo[0] or le[1] - le[0] != lo[1] - lo[0] or field("LUT_INFO", "LUT_LE_INDEX_SELECT") != field(
             "LUT_INFO", "LUT_LO_INDEX_SELECT"):
@@ -88,8 +92,10 @@ def check_lut(values: Values, source: RegisterMap, where: str) -> None:
     if bn != RK3588_BN_CFG or (values.get(("DPU", "BN_CFG"), 0) & BN_ALU_BYPASS) != 0 and values.get(
             ("DPU", "BN_ALU_CFG"), 0):
         odd.append(f"BN_CFG {values.get(('DPU', 'BN_CFG'), 0):#x} (an ALU add, then a register multiplier is known)")
-    if field("DATA_FORMAT", "PROC_PRECISION") != INT8:
-        odd.append("fp16 (its OUT_CVT words differ from the twin's: not decoded)")
+    if fp16:   # the factor in OUT_CVT (rk3576_lut_fp16)
+        odd += check_own(values, source)
+    elif field("DATA_FORMAT", "PROC_PRECISION") != INT8:
+        odd.append(f"precision {field('DATA_FORMAT', 'PROC_PRECISION')} (int8 and fp16 are known)")
     if odd:
         raise UnsupportedProgramError(f"{where}: a LUT activation with {'; '.join(odd)} has no known vendor rk3576 "
                                       f"form (emulator/REGISTER_SEMANTICS.md 46)")
@@ -155,12 +161,12 @@ def _check_vendor(task: VendorTask) -> None:
     if (raw("DPU", "ACT_CFG") != LUT_ACT_CFG or raw("DPU", "LUT_CFG") != VENDOR_LUT_CFG or len(starts) != 1
             or len(ends) != 1 or len(scales) != 1 or shift != (shift & 0xFF) * 0x01010101
             or raw("DPU", "LUT_LE_SLOPE_SCALE") or raw("DPU_RDMA", "NRDMA_CFG") != BN_RECORD_CFG
-            or task.field("DPU", "DATA_FORMAT", "PROC_PRECISION") != INT8
+            or task.field("DPU", "DATA_FORMAT", "PROC_PRECISION") not in (INT8, FP16)
             or (_signed(next(iter(ends))) - _signed(next(iter(starts)))) % 2):
         raise UnsupportedProgramError(f"{task.where}: vendor rk3576 LUT task with ACT_CFG {raw('DPU', 'ACT_CFG'):#x}, "
                                       f"LUT_CFG {raw('DPU', 'LUT_CFG'):#x}, starts {sorted(starts)}, ends {sorted(ends)}, "
-                                      f"NRDMA_CFG {raw('DPU_RDMA', 'NRDMA_CFG'):#x}: only the int8 form of "
-                                      f"emulator/REGISTER_SEMANTICS.md 46 is decoded")
+                                      f"NRDMA_CFG {raw('DPU_RDMA', 'NRDMA_CFG'):#x}: only the int8 / fp16 form of "
+                                      f"emulator/REGISTER_SEMANTICS.md 46 / 50 is decoded")
 
 
 def rk3588_lut_specs(task: VendorTask, read: Reader) -> tuple[int, list[tuple[str, str, dict[str, int]]]]:

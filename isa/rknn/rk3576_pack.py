@@ -38,6 +38,7 @@ from npuemu.isa.rknn.rk3576_layout import CONV_ENABLE
 from npuemu.isa.rknn.rk3576_dw8 import to_vendor as dw8_to_vendor
 from npuemu.isa.rknn.rk3576_clip import CLIP_RECORD_CFG, as_the_twin_writes_it, npuemu_clip, vendor_clip_words
 from npuemu.isa.rknn.rk3576_lut import BN_RECORD_CFG, RK3588_LUT_EW, check_lut, vendor_lut_words
+from npuemu.isa.rknn.rk3576_lut_fp16 import vendor_out_cvt
 from npuemu.isa.rknn.rk3576_program import translate_task
 from npuemu.isa.words import encode_write
 
@@ -79,6 +80,8 @@ def vendor_writes(values: Values, source: RegisterMap, *, shift_address: int, wh
     if lut is not None:
         geometry["lut"] = vendor_lut_words(values, source, lut[1])
         geometry["bn_record"] = lut[0]
+        if geometry["precision"] == FP16:   # the table-unit factor in OUT_CVT (rk3576_lut_fp16)
+            geometry["out_cvt"] = vendor_out_cvt(values, where)
     if bounds is not None:   # the vendor's arrangement of the Clip (rk3576_clip)
         geometry["clip"], geometry["bn_record"], geometry["bn_cfg"] = vendor_clip_words(bounds), clip, CLIP_RECORD_CFG
     writes = (_cna(values, field, geometry) + _core(field, geometry)
@@ -98,7 +101,7 @@ def dpu_vendor_writes(values: Values, source: RegisterMap, where: str, record_ad
     real_out = field("DPU", "DATA_CUBE_CHANNEL", "ORIG_CHANNEL") + 1
     # a Mul by a per-channel operand (ERDMA_DATA_MODE 0, EW_DATA_MODE 0: an SE gate): the vendor's 0x407C is
     # the whole-operand Mul's, the ERDMA word says which (REGISTER_SEMANTICS.md 46.3)
-    per_channel = per_channel_mul(values, source) and precision == INT8   # seen int8 only [V ORC se, se8]
+    per_channel = per_channel_mul(values, source) and precision in (INT8, FP16)   # [V ORC se, se8; fp16: 50.4]
     ew = _ew_stage({**values, ("DPU", "EW_CFG"): values.get(("DPU", "EW_CFG"), 0) | EW_DATA_MODE_ELEMENT}
                    if per_channel else values, precision, DPU_ONLY_EW_WORDS)
     int8 = precision == INT8 and _int8_bs(values, field) is not None
@@ -493,8 +496,9 @@ def _dpu(values: Values, field: Field, g: dict[str, int]) -> list[VendorWrite]:
         *_clamps(("CLAMP5",), ew_relu),
         ("DPU", "OUT_CVT_OFFSET", values[("DPU", "OUT_CVT_OFFSET")]),
         # bit 16 with an int8 EW Add [V ORC add int8: 0x15770 where the rk3588 build writes 0x5770]
-        ("DPU", "OUT_CVT_SCALE", values[("DPU", "OUT_CVT_SCALE")] | (1 << 16 if ew and precision == INT8 else 0)),
-        ("DPU", "OUT_CVT_SHIFT", values[("DPU", "OUT_CVT_SHIFT")]),
+        ("DPU", "OUT_CVT_SCALE", g["out_cvt"]["OUT_CVT_SCALE"] if "out_cvt" in g else
+         values[("DPU", "OUT_CVT_SCALE")] | (1 << 16 if ew and precision == INT8 else 0)),
+        ("DPU", "OUT_CVT_SHIFT", g["out_cvt"]["OUT_CVT_SHIFT"] if "out_cvt" in g else values[("DPU", "OUT_CVT_SHIFT")]),
         # SURFACE_ADD - W x rows [V ORC]: 2 x the DST surface stride (SIZE_E 1), 4 x depthwise (SIZE_E 3);
         # a sparse conv in kept-row order the depthwise's 4 x where its RK3588 form has 2 x [V: LOWERING.md 44]
         ("DPU", "SURFACE_JUMP", field("DPU", "SURFACE_ADD", "SURF_ADD") * (1 + _sparse_order(g))
@@ -558,10 +562,11 @@ def _dpu_rdma(values: Values, field: Field, g: dict[str, int], shift_address: in
     shift = bool(use & MUL) or bool(g["depthwise"])
     residual = not field("DPU_RDMA", "ERDMA_CFG", "ERDMA_DISABLE")
     # the residual: read whole through the ERDMA (MRDMA off, COMB_USE 0, bit 3), ERDMA bit 28 [V ORC add]
-    # bit 6 in int8 tasks and with a residual [V ORC: fp16 0x1 plain, 0x48 with the Add]; a DPU-only
-    # task: bit 6, no bit 28, the MRDMA on, bit 3 with the ERDMA operand [V ORC fp16 Add of two inputs]
+    # bit 6 in int8 tasks and with a residual [V ORC: fp16 0x1 plain, 0x48 with the Add], in fp16 LUT convs [V ORC
+    # fp16 LUT pairs: 0x41]; a DPU-only task: bit 6, no bit 28, the MRDMA on, bit 3 with the ERDMA operand [V ORC
+    # fp16 Add of two inputs]
     erdma = (values.get(("DPU_RDMA", "ERDMA_CFG"), 0)
-             | (1 << 6 if g["precision"] == INT8 or residual or g["depthwise"] else 0)
+             | (1 << 6 if g["precision"] == INT8 or residual or g["depthwise"] or "lut" in g else 0)
              | (1 << 28 if residual and not dpu_only else 0))
     mrdma_off = field("DPU_RDMA", "FEATURE_MODE_CFG", "MRDMA_DISABLE") if dpu_only else 1
     mode = ((1 - dpu_only) << 30 | field("DPU_RDMA", "FEATURE_MODE_CFG", "IN_PRECISION") << 15

@@ -24,9 +24,12 @@ from npuemu.isa.rknn.rk3576_layout import (
 from npuemu.isa.rknn.rk3576_dpu import dpu_only_specs, is_dpu_only
 from npuemu.isa.rknn.rk3576_clip import is_vendor_clip, rk3588_clip_specs
 from npuemu.isa.rknn.rk3576_lut import is_lut_upload, is_vendor_lut, rk3588_lut_specs, translate_lut_upload
-from npuemu.isa.rknn.rk3576_image import check_image, image_specs, is_image_input, plain_view, take_offsets
+from npuemu.isa.rknn.rk3576_lut_fp16 import is_fp16, rk3588_out_specs
+from npuemu.isa.rknn.rk3576_image import check_image, image_specs, is_image_input, own_room, plain_view, take_offsets
 from npuemu.isa.rknn.rk3576_dw8 import is_int8_depthwise, place_memory, rewrite_memory, spare_offset, to_rk3588_words
 from npuemu.isa.rknn.rk3576_ppu import is_ppu, translate_ppu
+from npuemu.isa.rknn.rk3576_concat import copy_specs, is_vendor_copy
+from npuemu.isa.rknn.rk3576_resize import clear_conv_specs, clear_conv_view, is_clear_conv, is_vendor_unpool, unpool_specs
 from npuemu.isa.words import TARGET_OP_ENABLE, encode_word
 
 __all__ = ["VENDOR_FAMILY", "encode_writes", "is_vendor_layout", "region_reader", "translate_regcmd", "translate_task"]
@@ -46,6 +49,12 @@ def translate_task(task: VendorTask, out: RegisterMap, read: Reader, cbuf: Cbuf 
     convs (rk3576_image: RK3588's cube)."""
     if is_ppu(task.enable):
         return translate_ppu(task)
+    if is_vendor_unpool(task):   # a Resize's unpooling copy and the clear convs around it (rk3576_resize)
+        return _writes(task, out, unpool_specs(task))
+    if is_clear_conv(task):
+        return _writes(task, out, clear_conv_specs(rk3588_specs(clear_conv_view(task), INT8, (0, 0), cbuf)))
+    if is_vendor_copy(task):   # a Concat's DPU-only copy, plain or requantizing (rk3576_concat)
+        return _writes(task, out, copy_specs(task, read))
     if is_lut_upload(task):   # the LUT table upload (rk3576_lut)
         return translate_lut_upload(task, out)
     if place is not None and task.enable == CONV_ENABLE and is_image_input(task.values, task.regmap):
@@ -108,6 +117,8 @@ def _translate_words(task: VendorTask, out: RegisterMap, read: Reader, cbuf: Cbu
         lut = (rk3588_lut_specs(task, read) if is_vendor_lut(task) else rk3588_clip_specs(task, read)
                if is_vendor_clip(task) else None)
         specs = rk3588_specs(task, precision, bs_shift(task, read), cbuf, lut)
+        if lut is not None and is_vendor_lut(task) and is_fp16(precision):   # the factor in OUT_CVT
+            specs = rk3588_out_specs(task, specs)
     return _writes(task, out, specs)
 
 
@@ -238,14 +249,26 @@ def translate_model_sections(sections, chains, regmap: RegisterMap, out: Registe
         image, base = images[name], dict((n, b) for b, n in bases)[name]
         for first, count, enable in _chain_tasks(image, base, offset, amount, scale, name):
             where = f"model section {name!r}: task at byte {first * 8:#x}"
-            body = np.frombuffer(bytes(image[first * 8:(first + count) * 8]), "<u8")
-            task = read_task(body, regmap, where, enable)
+            body, offsets = take_offsets(np.frombuffer(bytes(image[first * 8:(first + count) * 8]), "<u8"), regmap, {})
+            task = read_task(body, regmap, where, enable, offsets)
             if task.enable == CONV_ENABLE and is_int8_depthwise(task.values, VENDOR_DEPTHWISE):
                 rewrite_memory(task.values, read, write, where)
-            words = encode_writes(_translate(task, out, read, where, RK3588_CBUF, own_build=True), out, count, where)
+            words = encode_writes(_translate(task, out, read, where, RK3588_CBUF, own_build=True,
+                                             place=_own_room(task, write) if offsets else None), out, count, where)
             image[first * 8:(first + count) * 8] = np.asarray(words, "<u8").tobytes()
         done[name] = bytes(image)
     return done
+
+
+def _own_room(task: VendorTask, write: Callable[[int, bytes], None]) -> Placer:
+    """An own build's image conv (rk3576_image.own_room): RK3588's cube written into the room its weight
+    constant leaves past the vendor cube, on load."""
+    room = own_room(task.values, task.regmap)
+
+    def place(blob: bytes) -> int:
+        write(room, blob)
+        return room
+    return place
 
 
 def _chain_tasks(image: bytearray, base: int, offset: int, amount: int, scale: int, name: str):

@@ -572,8 +572,9 @@ def test_ppocr_rec_attention_in_float16(onnx_case):
     graph = import_onnx(path, {"x": list(shape)})
     _, split = optimize(graph, PassContext.for_chip("rk3588", 3, element_bytes=2), check_every_pass=True)
     assert [node.op_type for node in graph.nodes].count("HeadAttention") == 2
-    # the head FC and its Softmax join the region, the output is the runtime's readout (LOWERING.md 25)
-    assert {op: n for op, n in split.cpu_ops().items() if op != "Pow"} == {"Conv+Add+HardSwish": 1}
+    # the head FC and its Softmax join the region, the output is the runtime's readout (LOWERING.md 25);
+    # the 480 -> 480 conv + HardSwish over 15 CBUF banks is an input-channel chain (LOWERING.md 49)
+    assert {op: n for op, n in split.cpu_ops().items() if op != "Pow"} == {}
     x = np.random.default_rng(7).uniform(0, 1, shape).astype(np.float32)
     ours, theirs = evaluate(graph, {"x": x}), onnx_case.ort(onnx.load(str(path)), {"x": x})
     for name, value in theirs.items():

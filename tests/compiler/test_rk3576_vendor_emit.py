@@ -239,16 +239,24 @@ def sigmoid_model(cin=16, size=(8, 8)) -> onnx.ModelProto:
     return model
 
 
+def _twice_sigmoid_model() -> onnx.ModelProto:
+    """sigmoid_model with a second Sigmoid: a standalone (DPU-only) LUT task."""
+    model = sigmoid_model()
+    model.graph.node.insert(len(model.graph.node) - 1, helper.make_node("Sigmoid", ["s"], ["s2"]))
+    model.graph.node[-1].input[0] = "s2"
+    return model
+
+
 def test_a_build_with_an_uncovered_task_stays_at_rk3588_positions_with_a_notice(monkeypatch):
-    """An fp16 LUT activation has no decoded vendor form (int8 ones have since LOWERING.md 46, an int8
-    depthwise conv since 45): the whole build keeps the RK3588 positions and the trailer says why; the file
-    is the one the old layout gives."""
+    """A standalone fp16 LUT activation (a DPU-only LUT task) has no decoded vendor form (conv + LUT ones have
+    since LOWERING.md 46 (int8) and 51 (fp16), an int8 depthwise conv since 45): the whole build keeps the RK3588
+    positions and the trailer says why; the file is the one the old layout gives."""
     samples = _inputs(16, (8, 8))
-    built = _build(sigmoid_model(), samples, fp16=True)
+    built = _build(_twice_sigmoid_model(), samples, fp16=True)
     notice = built.trailer["platform"].get("register_layout_notice", "")
     assert "register_layout" not in built.trailer["platform"]
-    assert notice.startswith("RK3588 register positions kept") and "Conv_0_fuse_sigmoid" in notice
-    old = _build(sigmoid_model(), samples, fp16=True, vendor=False, monkeypatch=monkeypatch)
+    assert notice.startswith("RK3588 register positions kept") and "Sigmoid_2" in notice
+    old = _build(_twice_sigmoid_model(), samples, fp16=True, vendor=False, monkeypatch=monkeypatch)
     assert built.sections == old.sections
 
 
@@ -286,15 +294,16 @@ def test_packed_image_input_is_stored_unpacked_in_the_vendor_layout(monkeypatch,
 
 
 def test_packed_image_input_with_another_uncovered_task_keeps_the_packed_build(monkeypatch):
-    """Image input and a nearest 2x Resize (a DPU-only copy: no vendor form decoded; a LUT activation was the
-    example until LOWERING.md 46): unpacking would not give the vendor layout, so the build
+    """Image input and a bilinear 2x Resize (its phase convs write interleaved: no vendor form built, LOWERING.md
+    50.2; a LUT activation was the example until LOWERING.md 46, a nearest Resize until 50): unpacking would not give
+    the vendor layout, so the build
     is the packed one at RK3588 positions, byte for byte as before the retry existed (the image error
     taken as any other), its notice naming the image input (the first)."""
     model = sigmoid_model(cin=3)
     resize = model.graph.node[-2]   # in place of the Sigmoid
     resize.op_type = "Resize"
     resize.input.extend(["", "scales"])
-    resize.attribute.append(helper.make_attribute("mode", "nearest"))
+    resize.attribute.append(helper.make_attribute("mode", "linear"))
     model.graph.initializer.append(numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"))
     samples = _inputs(3, (8, 8))
     built = _build(model, samples)

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from benchmarks import models
-from npuemu.compiler.driver import CompileOptions
+from npuemu.compiler.driver import CompileOptions, build, prepare
 from npuemu.emulator.runtime import Runtime
 from npuemu.isa.errors import UnsupportedProgramError
 from npuemu.isa.rknn.rk3576_layout import read_task
@@ -288,11 +288,12 @@ def _enables(built):
     return {(int(w) >> 16) & 0xFFFF for w in words if int(w) >> 48 == TARGET_OP_ENABLE}
 
 
-def test_fp16_average_pool_keeps_rk3588_positions_with_a_notice(monkeypatch):
-    """No vendor fp16 average-pool PPU task was seen (the toolkit makes it a conv): those builds stay as
-    before, with the notice. (int8 depthwise convs have a form since LOWERING.md 45.2:
-    tests/compiler/test_rk3576_vendor_dw8.py.)"""
-    built = _build(pool_model("AveragePool", (2, 2), (2, 2), (0, 0, 0, 0)), _inputs(16, (12, 20)), fp16=True)
+def test_fp16_average_pool_ppu_task_keeps_rk3588_positions_with_a_notice(monkeypatch):
+    """No vendor fp16 average-pool PPU task was seen (the toolkit makes it a depthwise conv, as npuemu's -O3
+    does since LOWERING.md 51.2: tests/compiler/test_rk3576_vendor_fp16_pool.py): a build that keeps one (-O1)
+    stays as before, with the notice. (int8 depthwise convs have a form since LOWERING.md 45.2.)"""
+    model = pool_model("AveragePool", (2, 2), (2, 2), (0, 0, 0, 0))
+    built = build(prepare(model, "rk3576", CompileOptions(precision="fp16", optimization_level=1)))
     assert "register_layout" not in built.trailer["platform"]
     assert "PPU task other than" in built.trailer["platform"]["register_layout_notice"]
 
@@ -332,8 +333,9 @@ def test_fp16_mobilenetv2_and_resnet18_build_in_the_vendor_layout_and_run_alike(
 
 @pytest.mark.parametrize("name", ["mobilenetv2", "resnet18"])
 def test_int8_networks_build_in_the_vendor_layout_and_run_alike(monkeypatch, name):
-    """int8 at 32 x 32: the 3-channel input stored unpacked and the int8 depthwise convs (GlobalAveragePool's
-    too) in the vendor's form (LOWERING.md 45); outputs equal the RK3588-position build's bit for bit."""
+    """int8 at 32 x 32: the 3-channel input in the vendor's image-input form (3-byte pixels, LOWERING.md 52)
+    and the int8 depthwise convs (GlobalAveragePool's too) in the vendor's form (LOWERING.md 45); outputs
+    equal the RK3588-position build's bit for bit."""
     built = _network(_benchmark(name, 32), monkeypatch, False, 32)
     assert built.trailer["platform"]["register_layout"] == "rk3576_vendor"
-    assert built.tensor("input").c2 != 3   # not the packed image
+    assert built.trailer["platform"]["image_inputs"]["input"]["pixel_bytes"] == 3

@@ -13,7 +13,7 @@ import onnx
 import pytest
 
 from npuemu.emulator import task_plan
-from npuemu.emulator.kernels import fp16_atoms
+from npuemu.emulator.units import dpu_plan_fp
 from npuemu.tools.cli import main
 from tests.compiler.test_build_e2e import Net
 from tests.emulator.test_task_plans_fp16 import RUNS, _mismatches, _runtimes, _state
@@ -82,10 +82,11 @@ def test_interleaved_fp16_steps_equal_full_runs(monkeypatch, tmp_path, activatio
 
 
 def test_a_step_dropping_a_row_is_caught(monkeypatch, tmp_path):
-    inner = fp16_atoms.planes_to_fp16_atoms
+    inner = dpu_plan_fp._store
 
-    def short(planes, c2, offsets, data):
-        inner(planes, c2, offsets[:-1], data)  # the last atom row never stored
+    def short(*args):
+        planes, c2, offsets, data = inner(*args)
+        return planes, c2, offsets[:-1], data  # the last atom row never stored
 
-    monkeypatch.setattr(fp16_atoms, "planes_to_fp16_atoms", short)
+    monkeypatch.setattr(dpu_plan_fp, "_store", short)
     assert _mismatches(_compare(tmp_path, "Sigmoid")) > 0

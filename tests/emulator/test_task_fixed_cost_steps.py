@@ -155,11 +155,11 @@ def test_remember_keeps_the_module_rule(loads):
         key = (("address", address), ("banks", f"{bank}/{12 - bank}"))
         array = np.zeros(nbytes, np.int8)
         previous = None if slot == "feature" or weights is None else weights
-        want = _reference_remember(want, slot, key, nbytes, previous)
+        want = _reference_remember(want, slot, key, nbytes, None if previous is None else previous[:2])
         cbuf_reuse.remember(cbuf, slot, key, array, previous)
         assert [(k, a.nbytes) for k, a, _ in cbuf._older_weights] == [(k, a.nbytes) for k, a in want]
         if slot == "weights":
-            weights = (key, array)
+            weights = (key, array, cbuf_reuse.weight_banks(key, nbytes))
 
 
 # ---------------------------------------------------------------------------------------------

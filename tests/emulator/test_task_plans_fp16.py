@@ -185,14 +185,13 @@ def test_weights_dropped_when_the_step_is_made_are_read_each_run(monkeypatch, tm
 def test_the_checks_catch_rows_read_once_when_the_step_was_built(monkeypatch, tmp_path, name):
     """The MRDMA / ERDMA rows (the flying Add's cube and operand, the residual split between MRDMA and
     ERDMA) read as the step is made and reused: caught."""
-    inner = dpu_plan_fp._surfaces_reader
+    inner = dpu_plan_fp._surface_rows
 
     def once(*args):
-        read = inner(*args)
-        first = read()
-        return lambda: first
+        data, offsets, height, lanes = inner(*args)
+        return data.copy(), offsets, height, lanes  # the region's bytes as they were then
 
-    monkeypatch.setattr(dpu_plan_fp, "_surfaces_reader", once)
+    monkeypatch.setattr(dpu_plan_fp, "_surface_rows", once)
     outputs, _ = _compare_or_records(tmp_path, name)
     assert outputs
 

@@ -353,7 +353,8 @@ def test_cbuf_reuse_across_bank_splits():
     assert cbuf_reuse.still_held(None, "feature", _key("2/10"), held, _key("1/11")) is None   # fewer: refused
     cbuf = SimpleNamespace()
     r_weights, other = np.ones(4096, np.int8), np.zeros(4096, np.int8)
-    cbuf_reuse.remember(cbuf, "weights", _key("4/8", 0x200), other, (_key("1/11"), r_weights))  # R at bank 1
+    r_banks = cbuf_reuse.weight_banks(_key("1/11"), r_weights.nbytes)
+    cbuf_reuse.remember(cbuf, "weights", _key("4/8", 0x200), other, (_key("1/11"), r_weights, r_banks))  # R at bank 1
     assert cbuf_reuse.still_held(cbuf, "weights", _key("4/8", 0x200), other, _key("1/11")) is r_weights
     cbuf_reuse.remember(cbuf, "weights", _key("1/11", 0x300), other, None)                    # bank 1 again
     assert cbuf_reuse.still_held(cbuf, "weights", _key("1/11", 0x300), other, _key("1/11")) is None
