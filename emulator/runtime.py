@@ -326,13 +326,15 @@ def _image_inputs(trailer: Mapping[str, Any], tensors: Mapping[str, Any]) -> dic
         _check_image_form(name, form, tensors.get(name))
     for name, form in list(forms.items()):
         for part in (tensors.get(name, {}).get("batch") or {}).get("tensors", ()):
+            _check_image_form(name, form, tensors.get(part), part)  # (each slice's rows land in its own bytes)
             forms[part] = form
     return forms
 
 
-def _check_image_form(name: str, form: Any, info: Mapping[str, Any] | None) -> None:
-    """A recorded image form fits its tensor: 3-byte pixels, rows of at least the width, inside the bytes
-    the tensor reserves (a hostile record must not make the runtime allocate or write past them)."""
+def _check_image_form(name: str, form: Any, info: Mapping[str, Any] | None, part: str | None = None) -> None:
+    """A recorded image form fits its tensor (``info``; a batched input's slice ``part``): 3-byte pixels, rows
+    of at least the width, inside the bytes the tensor reserves (a hostile record must not make the runtime
+    allocate or write past them)."""
     key = f"trailer.platform.image_inputs[{name!r}]"
     if info is None or not isinstance(form, Mapping):
         raise ModelFileError(f"{key}: no such tensor, or the form is not an object")
@@ -348,8 +350,9 @@ def _check_image_form(name: str, form: Any, info: Mapping[str, Any] | None) -> N
         raise ModelFileError(f"{key}: pixel_bytes {values['pixel_bytes']} / value_bias {values['value_bias']} "
                              f"for a {channels}-channel tensor (3 and 0..255 expected)")
     if not width <= values["row_pixels"] < width + 16 or values["row_pixels"] * height * 3 > size:
+        held = f"the tensor's {size} bytes" if part is None else f"the {size} bytes of batch slice {part!r}"
         raise ModelFileError(f"{key}.row_pixels: {values['row_pixels']} does not fit width {width}, height "
-                             f"{height} in the tensor's {size} bytes")
+                             f"{height} in {held}")
 
 
 def image_bytes(values: np.ndarray, form: Mapping[str, Any]) -> np.ndarray:

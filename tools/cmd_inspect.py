@@ -119,7 +119,11 @@ def _header_lines(model: ModelFile, label: str, out: TextIO) -> None:
         out.write(f"  register layout: {recorded['register_layout']}\n")
     if recorded.get("register_layout_notice"):
         out.write(f"  register layout: {recorded['register_layout_notice']}\n")
-    for name, form in (recorded.get("image_inputs") or {}).items():   # LOWERING.md 52
+    images = recorded.get("image_inputs") or {}
+    if not isinstance(images, dict):   # as the runtime refuses it (emulator/runtime.py _image_inputs)
+        from npuemu.isa.errors import ModelFileError
+        raise ModelFileError("trailer.platform.image_inputs is not an object")
+    for name, form in images.items():   # LOWERING.md 52
         if isinstance(form, dict):
             out.write(f"  image input: {name} as {form.get('pixel_bytes')}-byte pixels, rows of "
                       f"{form.get('row_pixels')}, value + {form.get('value_bias')} (the first conv's converter)\n")

@@ -259,8 +259,7 @@ def _pack(task: Task, regmap: RegisterMap, vendor: RegisterMap, layer: str, inde
         words.append(word)
     address = shift_base + 2 * words.index(word) if word in words else 0
     lut, upload, record = _lut_parts(task, values, regmap, records, where, table)
-    if lut is not None and is_fp16(regmap.register("DPU", "DATA_FORMAT").field("PROC_PRECISION").extract(
-            values.get(("DPU", "DATA_FORMAT"), 0))):
+    if lut is not None and is_fp16(field_reader(values, regmap)("DPU", "DATA_FORMAT", "PROC_PRECISION")):
         check_lut(values, regmap, where)   # its factor t to 15 bits in OUT_CVT (LOWERING.md 51.1)
         expected = as_the_vendor_scales_it(expected, where)
     clip, record = _clip_record(values, records, record)

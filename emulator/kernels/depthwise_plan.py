@@ -41,12 +41,11 @@ def prepare_depthwise_int8_atoms(feature_shape: tuple[int, int, int, int], weigh
             out, sums = _results(pixels, out_channels)
             if out_channels == lanes:
                 padded(feature, out, sums)
+                sums[:, channels:lanes] = 0
             else:
                 values = working_buffer("depthwise values", 2 * pixels * lanes, np.int32).reshape(2, pixels, lanes)
                 padded(feature, values[0], values[1])
                 _take_lanes(values, channels, out, sums)
-                return out, sums.T.reshape(out_channels, out_h, out_w)
-            sums[:, channels:lanes] = 0
             return out, sums.T.reshape(out_channels, out_h, out_w)
         return run_padded
     tiled = _TILED(weights, lanes, out_w, np.int32)

@@ -296,11 +296,16 @@ def _table_block(block, out, lut, other, ew, cvt, flat_below, flat_above):
 
 
 @njit(cache=True, inline="always")
+def _round_shift(product, shift):
+    # one product's rounding by one shift (ROUND_HALF_AWAY's branch-free form, shifts 1..62)
+    return (product + (np.int64(1) << (shift - 1)) + (product >> 63)) >> shift
+
+
+@njit(cache=True, inline="always")
 def _scale_shift(value, mul, positive, negative):
-    # numerics.shift_by_sign(value * mul, ...) for shifts 1..62 (ROUND_HALF_AWAY's branch-free form)
+    # numerics.shift_by_sign(value * mul, ...) for shifts 1..62: both roundings, one selected
     product = value * mul
-    up = (product + (np.int64(1) << (positive - 1)) + (product >> 63)) >> positive
-    down = (product + (np.int64(1) << (negative - 1)) + (product >> 63)) >> negative
+    up, down = _round_shift(product, positive), _round_shift(product, negative)
     return up if product >= 0 else down
 
 
@@ -381,12 +386,6 @@ CLAMPED_TABLE = True
 #: channels from which ``_plain_table_to_atoms`` runs a pixel at a time: a row this long keeps
 #: the loop busy, and the operands stay in L1 untiled (a block's six tiled int64 streams do not)
 ROW_RUN = 64
-
-
-@njit(cache=True, inline="always")
-def _round_shift(product, shift):
-    # _scale_shift's rounding of one product by one shift (the same expression)
-    return (product + (np.int64(1) << (shift - 1)) + (product >> 63)) >> shift
 
 
 @njit(cache=True, inline="always")

@@ -19,19 +19,20 @@ from collections.abc import Mapping
 from npuemu.isa.errors import UnsupportedProgramError
 from npuemu.isa.regmap import RegisterMap
 from npuemu.isa.rknn.rk3576_dpu import (
-    ALL_BYPASSED_BUT_ALU, BS_MUL_BYPASS, INT8_BS_WORDS, INT8_WORDS, RECORD_ALU, RECORD_MUL, bs_record, record_cfg,
+    ALL_BYPASSED_BUT_ALU, BS_BYPASSED, BS_MUL_BYPASS, DPU_ONLY_ENABLE, FP32TOFP16, INT8_BS_WORDS, INT8_WORDS, RECORD_ALU,
+    RECORD_MUL, bs_record, record_cfg,
 )
-from npuemu.isa.rknn.rk3576_layout import C2, EW_BYPASS, INT8, INT32_MAX, INT32_MIN, Reader, VendorTask, field_reader, round_up
-from npuemu.isa.rknn.rk3576_resize import CLAMP_NAMES, FRAME, INHERITED, LUT_NAMES
+from npuemu.isa.rknn.rk3576_layout import (
+    C2, CLAMPS, EW_BYPASS, INT8, INT32_MAX, INT32_MIN, Reader, VendorTask, field_reader, round_up,
+)
+from npuemu.isa.rknn.rk3576_resize import (
+    COPY_KEPT, EW_CFG_BYPASSED, INHERITED, LUT_NAMES, UNREAD_ADDRESSES, frame_writes,
+)
 
 Spec = tuple[str, str, dict[str, int]]
 VendorWrite = tuple[str, str, int]
 Values = Mapping[tuple[str, str], int]
 
-DPU_ONLY_ENABLE = 0x18
-BS_BYPASSED = 0x53                     # RK3588 BS_CFG / BN_CFG, every stage bypassed
-EW_CFG_BYPASSED = 0x383                # RK3588 EW_CFG bypassed
-FP32TOFP16 = 1 << 16                   # OUT_CVT_SCALE bit 16: the vendor sets it in int8 DPU-only tasks [V]
 ERDMA_OFF, ERDMA_RECORD_BIT = 0x1, 1 << 6
 MRDMA_ON_BIT = 1 << 3                  # DPU_RDMA 0x5044 bit 3 [V: every DPU-only task with the MRDMA reading]
 #: the plain copy's frame words (the bypassed-BS frame, rk3576_dpu.DPU_ONLY_WORDS) [V]
@@ -67,10 +68,10 @@ def _check_copy(task: VendorTask) -> bool:
     record = brdma if brdma else None
     expected = {**_frame_words(record), ("DPU", "CFG_40C0"): 0x04440000,
                 **{key: value for key, value in INHERITED.items()
-                   if not key[1].startswith("RSV_") and key[1] not in _ADDRESSES
+                   if not key[1].startswith("RSV_") and key[1] not in UNREAD_ADDRESSES
                    and key not in (("DPU_RDMA", "BRDMA_CFG"), ("DPU_RDMA", "ERDMA_CFG"), ("DPU", "OUT_CVT_OFFSET"))}}
     odd = [f"{block}.{name} {raw(block, name):#x}" for (block, name), value in expected.items() if raw(block, name) != value]
-    odd += [f"DPU.{name}_MIN/MAX" for name in CLAMP_NAMES
+    odd += [f"DPU.{name}_MIN/MAX" for name in CLAMPS
             if (task.signed("DPU", f"{name}_MIN"), raw("DPU", f"{name}_MAX")) != (INT32_MIN, INT32_MAX)]
     odd += [f"DPU.{name}" for name in LUT_NAMES if task.values.get(("DPU", name), 0)]
     if raw("DPU", "BS_CHANNEL") & 0xFFFF != CHANNEL_MODE or raw("DPU", "DATA_CUBE_NOTCH"):
@@ -87,9 +88,6 @@ def _check_copy(task: VendorTask) -> bool:
         raise UnsupportedProgramError(f"{task.where}: vendor rk3576 DPU-only copy with {', '.join(odd)}; only the int8 "
                                       f"plain and requantizing copies are decoded (emulator/REGISTER_SEMANTICS.md 49.2)")
     return record is not None
-
-
-_ADDRESSES = ("BS_BASE_ADDR", "BN_BASE_ADDR", "EW_BASE_ADDR", "BS_CFG_ADDR", "ADDR_5030")
 
 
 def copy_specs(task: VendorTask, read: Reader | None) -> list[Spec]:
@@ -152,7 +150,7 @@ def is_copy_values(values: Values, source: RegisterMap) -> bool:
 
 def copy_vendor_writes(values: Values, source: RegisterMap, where: str, record: bytes | None,
                        record_address: int = 0) -> list[VendorWrite]:
-    """The vendor's copy frame (89 words, FRAME) for npuemu's int8 DPU-only copy; ``record``: its BS record
+    """The vendor's copy frame (89 words, rk3576_resize.FRAME) for npuemu's int8 DPU-only copy; ``record``: its BS record
     (rk3576_pack.dpu_record: the requantizing copy), None for a plain copy (BS bypassed)."""
     field = field_reader(values, source)
     real = field("DPU", "DATA_CUBE_CHANNEL", "ORIG_CHANNEL") + 1
@@ -194,14 +192,4 @@ def copy_vendor_writes(values: Values, source: RegisterMap, where: str, record: 
         ("DPU_RDMA", "SURF_NOTCH"): field("DPU_RDMA", "SURF_NOTCH", "SURF_NOTCH_ADDR"),
         **words,
     }
-    kept = {("DPU", "S_POINTER"), ("DPU_RDMA", "S_POINTER"), ("DPU_RDMA", "DATA_CUBE_WIDTH"),
-            ("DPU_RDMA", "DATA_CUBE_HEIGHT"), ("DPU_RDMA", "SRC_BASE_ADDR"), ("DPU_RDMA", "SRC_DMA_CFG"),
-            ("DPU_RDMA", "PAD_CFG")}
-    return [(block, name, values.get((block, name), 0) if (block, name) in kept else frame[(block, name)]
-             if (block, name) in frame else _default(block, name)) for block, name in FRAME]
-
-
-def _default(block: str, name: str) -> int:
-    if name.endswith("_MIN"):
-        return INT32_MIN & 0xFFFFFFFF
-    return INT32_MAX if name.endswith("_MAX") else INHERITED.get((block, name), 0)
+    return frame_writes(values, frame, COPY_KEPT | {("DPU_RDMA", "PAD_CFG")})

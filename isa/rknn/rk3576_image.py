@@ -88,7 +88,7 @@ def plain_view(task: VendorTask) -> VendorTask:
     regmap, values = task.regmap, dict(task.values)
     values[("CNA", "CONV_CON1")] = regmap.update("CNA", "CONV_CON1", values[("CNA", "CONV_CON1")], ARGB_IN=0, CONV_MODE=0)
     values[("CNA", "CVT_CON0")] = regmap.pack("CNA", "CVT_CON0", CVT_BYPASS=1)
-    values[("CNA", "CBUF_CON1")] = regmap.update("CNA", "CBUF_CON1", values[("CNA", "CBUF_CON1")],
+    values[("CNA", "CBUF_CON1")] = regmap.update("CNA", "CBUF_CON1", task.raw("CNA", "CBUF_CON1"),
                                                  DATA_ENTRIES=task.field("CNA", "CBUF_DATA", "ROW_ENTRIES"))
     return replace(task, values=values)
 

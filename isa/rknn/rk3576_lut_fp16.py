@@ -30,6 +30,7 @@ from collections.abc import Mapping
 
 from npuemu.isa.errors import UnsupportedProgramError
 from npuemu.isa.regmap import RegisterMap
+from npuemu.isa.rknn.rk3576_dpu import FP32TOFP16   # OUT_CVT_SCALE.FP32TOFP16_EN
 from npuemu.isa.rknn.rk3576_layout import FP16, VendorTask
 
 Values = Mapping[tuple[str, str], int]
@@ -38,7 +39,6 @@ Spec = tuple[str, str, dict[str, int]]
 MINUS_EXP = 15                 # OUT_CVT_SHIFT.MINUS_EXP of every vendor fp16 LUT conv [V ORC five pairs]
 SCALE_LOW, SCALE_HIGH = 1 << 14, 1 << 15   # OUT_CVT_SCALE, 15 significant bits [V ORC 16384, 24577, 23686]
 SHIFT_MAX = 0xFFF              # OUT_CVT_SHIFT.OUT_CVT_SHIFT (bits 11:0)
-FP32TOFP16 = 1 << 16           # OUT_CVT_SCALE.FP32TOFP16_EN
 TWIN_EW = 0x302                # the twin's EW_CFG: the LUT, no EW operation [V ORC]
 EW_MUL = 0x304                 # ... then the EW multiplier by the register operand (npuemu's fp16 LUT, LOWERING 4.1)
 

@@ -114,10 +114,11 @@ def _translate_words(task: VendorTask, out: RegisterMap, read: Reader, cbuf: Cbu
             raise UnsupportedProgramError(f"{task.where}: vendor rk3576 conv precision {precision} is not decoded "
                                           f"(int8 0 and fp16 2 are)")
         # a LUT activation (rk3576_lut), a Clip with a lower bound (rk3576_clip): BN / EW from a record
-        lut = (rk3588_lut_specs(task, read) if is_vendor_lut(task) else rk3588_clip_specs(task, read)
+        vendor_lut = is_vendor_lut(task)
+        lut = (rk3588_lut_specs(task, read) if vendor_lut else rk3588_clip_specs(task, read)
                if is_vendor_clip(task) else None)
         specs = rk3588_specs(task, precision, bs_shift(task, read), cbuf, lut)
-        if lut is not None and is_vendor_lut(task) and is_fp16(precision):   # the factor in OUT_CVT
+        if vendor_lut and is_fp16(precision):   # the factor in OUT_CVT
             specs = rk3588_out_specs(task, specs)
     return _writes(task, out, specs)
 

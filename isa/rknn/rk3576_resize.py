@@ -26,22 +26,20 @@ from collections.abc import Mapping
 
 from npuemu.isa.errors import UnsupportedProgramError
 from npuemu.isa.regmap import RegisterMap
+from npuemu.isa.rknn.rk3576_dpu import BS_BYPASSED, DPU_ONLY_ENABLE, FP32TOFP16
 from npuemu.isa.rknn.rk3576_layout import (
-    C2, CONV_ENABLE, EW_BYPASS, FP16, INT8, INT32_MAX, INT32_MIN, VendorTask, check_conv, field_reader,
+    C2, CLAMPS, CONV_ENABLE, EW_BYPASS, FP16, INT8, INT32_MAX, INT32_MIN, VendorTask, check_conv, field_reader,
 )
 
 Spec = tuple[str, str, dict[str, int]]
 VendorWrite = tuple[str, str, int]
 Values = Mapping[tuple[str, str], int]
 
-DPU_ONLY_ENABLE = 0x18
 VENDOR_ELEMENT, VENDOR_ELEMENT_BYTES = 4, 4      # DPU_RDMA IN_PRECISION of the vendor's copy: 4-byte elements [V]
 RK3588_ELEMENT, RK3588_ELEMENT_BYTES = 1, 2      # its twin's (and npuemu's): int16 [V]
 ATOM_BYTES = 16
-BS_BYPASSED = 0x53                               # RK3588 BS_CFG / BN_CFG, every stage bypassed [V twins]
 EW_CFG_BYPASSED = 0x383                          # RK3588 EW_CFG bypassed [V twins]
 OW_BYPASSED = 0x20000                            # vendor 0x4050 with the BS stage bypassed (rk3576_dpu) [V]
-FP32TOFP16 = 1 << 16                             # OUT_CVT_SCALE bit 16: set by the vendor, not its twins [V]
 ACT_NONE = 0x903
 #: the copy's words with no RK3588 counterpart [V: all four builds]
 COPY_WORDS = {("DPU", "CFG_4038"): 0x53, ("DPU", "BS_MODE"): 2, ("DPU", "CFG_40C0"): 0x04440000}
@@ -55,7 +53,6 @@ INHERITED = {("DPU", "OFFSET_PEND"): 0, ("DPU", "RSV_403C"): 0, ("DPU", "ACT_CFG
              ("DPU_RDMA", "ADDR_5030"): 0, ("DPU_RDMA", "ERDMA_CFG"): 1, ("DPU_RDMA", "EW_BASE_ADDR"): 0,
              ("DPU_RDMA", "EW_SURF_STRIDE"): 0, ("DPU_RDMA", "PAD_CFG"): 0, ("DPU_RDMA", "EW_SURF_NOTCH"): 0,
              ("DPU_RDMA", "RSV_5078"): 0, ("DPU_RDMA", "RSV_507C"): 0}
-CLAMP_NAMES = ("BS_CLAMP0", "CLAMP1", "CLAMP2", "CLAMP3", "CLAMP4", "CLAMP5")
 LUT_NAMES = ("LUT_ACCESS_CFG", "LUT_ACCESS_DATA", "LUT_CFG", "LUT_INFO", "LUT_LE_START", "LUT_LE_END",
              "LUT_LO_START", "LUT_LO_END", "LUT_LE_SLOPE_SCALE", "RSV_4130", "LUTV_END0", "LUTV_END1", "LUTV_END2",
              "LUTV_END3", "RSV_4150", "RSV_4154", "RSV_4160", "LUTV_OFLOW_SCALE01", "LUTV_OFLOW_SCALE23",
@@ -114,7 +111,7 @@ def _check_unpool(task: VendorTask) -> tuple[int, int]:
                                     if key[0] == "DPU" and not key[1].startswith("RSV_")}}
     odd = [f"{block}.{name} {raw(block, name):#x}" for (block, name), value in expected.items()
            if raw(block, name) != value]
-    odd += [f"DPU.{name}_MIN/MAX" for name in CLAMP_NAMES
+    odd += [f"DPU.{name}_MIN/MAX" for name in CLAMPS
             if (task.signed("DPU", f"{name}_MIN"), raw("DPU", f"{name}_MAX")) != (INT32_MIN, INT32_MAX)]
     odd += [f"DPU.{name}" for name in LUT_NAMES if task.values.get(("DPU", name), 0)]
     size_e = raw("DPU", "BS_OW_CFG") & 0xF
@@ -133,13 +130,13 @@ def _check_unpool(task: VendorTask) -> tuple[int, int]:
         odd.append(f"precision {precision}, {channels} channels, DPU_RDMA FEATURE_MODE_CFG "
                    f"{raw('DPU_RDMA', 'FEATURE_MODE_CFG'):#x} / CHANNEL {rdma[1] - 1}")
     odd += [f"DPU_RDMA.{name} {raw(block, name):#x}" for (block, name), value in INHERITED.items()
-            if block == "DPU_RDMA" and not name.startswith("RSV_") and name not in _ADDRESSES and raw(block, name) != value]
+            if block == "DPU_RDMA" and not name.startswith("RSV_") and name not in UNREAD_ADDRESSES and raw(block, name) != value]
     if odd:
         raise _refuse(task, ", ".join(odd))
     return precision, channels
 
 
-_ADDRESSES = ("BS_BASE_ADDR", "BN_BASE_ADDR", "EW_BASE_ADDR", "BS_CFG_ADDR", "ADDR_5030")   # unread: no operand
+UNREAD_ADDRESSES = ("BS_BASE_ADDR", "BN_BASE_ADDR", "EW_BASE_ADDR", "BS_CFG_ADDR", "ADDR_5030")   # unread: no operand
 
 
 def unpool_specs(task: VendorTask) -> list[Spec]:
@@ -261,8 +258,18 @@ def unpool_vendor_writes(values: Values, source: RegisterMap, where: str) -> lis
         ("DPU_RDMA", "SURF_NOTCH"): field("DPU_RDMA", "SURF_NOTCH", "SURF_NOTCH_ADDR"),
         **COPY_WORDS,
     }
-    kept = {("DPU", "S_POINTER"), ("DPU_RDMA", "S_POINTER"), ("DPU_RDMA", "DATA_CUBE_WIDTH"),
-            ("DPU_RDMA", "DATA_CUBE_HEIGHT"), ("DPU_RDMA", "SRC_BASE_ADDR"), ("DPU_RDMA", "SRC_DMA_CFG")}
+    return frame_writes(values, frame, COPY_KEPT)
+
+
+#: the frame's words a copy writes as npuemu's RK3588-position task holds them
+COPY_KEPT = frozenset({("DPU", "S_POINTER"), ("DPU_RDMA", "S_POINTER"), ("DPU_RDMA", "DATA_CUBE_WIDTH"),
+                       ("DPU_RDMA", "DATA_CUBE_HEIGHT"), ("DPU_RDMA", "SRC_BASE_ADDR"), ("DPU_RDMA", "SRC_DMA_CFG")})
+
+
+def frame_writes(values: Values, frame: Mapping[tuple[str, str], int],
+                 kept: frozenset[tuple[str, str]]) -> list[VendorWrite]:
+    """The DPU-only FRAME's words in order: ``kept`` ones as ``values`` (npuemu's task) holds them, then ``frame``'s,
+    the rest as the clear conv leaves them (clamps open, else :data:`INHERITED`)."""
     return [(block, name, values.get((block, name), 0) if (block, name) in kept else
              frame[(block, name)] if (block, name) in frame else _frame_default(block, name))
             for block, name in FRAME]

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from npuemu.emulator.kernels import cbuf_reuse
 from npuemu.emulator.units import cna_core
+from tests.emulator.test_task_fixed_cost_steps import _reference_remember
 
 LOADS = st.lists(st.tuples(st.sampled_from(["feature", "weights"]), st.integers(0, 11), st.integers(0, 3),
                            st.integers(1, 3 * 32768)), min_size=1, max_size=14)
@@ -26,20 +27,14 @@ def _run(cbuf, loads, arrays):
 
 
 def _rule(loads, arrays):
-    """The module rule on (key, array) pairs: a load evicts the sets whose banks it overlaps and
-    keeps the weights it replaces unless they have its key or overlap too."""
-    def banks(first, size):
-        return set(range(first, first + max(1, -(-size // 32768))))
-
+    """The module rule (test_task_fixed_cost_steps' reference) after each load, as (key, array id) pairs."""
     older, weights, out = [], None, []
     for (slot, bank, address, _), array in zip(loads, arrays):
         key = (("address", address), ("banks", f"{bank}/{12 - bank}"))
-        covered = banks(0 if slot == "feature" else bank, array.nbytes)
-        previous = [weights] if slot == "weights" and weights is not None else []
-        older = [(k, a, b) for k, a, b in older + previous if k != key and not covered & banks(b, a.nbytes)]
+        older = _reference_remember(older, slot, key, array.nbytes, weights if slot == "weights" else None)
         if slot == "weights":
-            weights = (key, array, bank)
-        out.append([(k, id(a)) for k, a, _ in older])
+            weights = (key, array)
+        out.append([(k, id(a)) for k, a in older])
     return out
 
 

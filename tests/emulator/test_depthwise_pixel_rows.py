@@ -10,29 +10,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from npuemu.emulator import numerics as nm
-from npuemu.emulator.kernels import ConvGeometry, depthwise
+from npuemu.emulator.kernels import depthwise
 from npuemu.emulator.kernels.depthwise_plan import prepare_depthwise_int8_atoms
 from tests.emulator.reference import arithmetic as ref_arith
 from tests.emulator.reference import convolution as ref
 from tests.emulator.reference import layouts as ref_layouts
+from tests.emulator.test_kern_int8_passes import depthwise_case
 from tests.emulator.test_kernels_mac import as_dict
 
 
 def _case(seed, kernel, stride, dilation, channels):
-    rng = np.random.default_rng(seed)
-    kernel_h, kernel_w = kernel
-    height, width = int(rng.integers(1, 7)), int(rng.integers(1, 10))
-    pad_top, pad_left = int(rng.integers(0, kernel_h)), int(rng.integers(0, kernel_w))
-    out_h = (height + 2 * pad_top - dilation * (kernel_h - 1) - 1) // stride + 1
-    out_w = (width + 2 * pad_left - dilation * (kernel_w - 1) - 1) // stride + 1
-    if out_h < 1 or out_w < 1:
-        out_h, out_w = 1, 1
-        height, width = height + dilation * (kernel_h - 1), width + dilation * (kernel_w - 1)
-    geometry = ConvGeometry(kernel_h, kernel_w, out_h, out_w, stride, stride, dilation, dilation, pad_top, pad_left,
-                            channels)
-    x = rng.integers(-128, 128, (channels, height, width)).astype(np.int8)
-    w = rng.integers(-128, 128, (channels, 1, kernel_h, kernel_w)).astype(np.int8)
-    return geometry, x, w
+    return depthwise_case(seed, kernel, stride, dilation, channels, max_height=6, max_width=9)
 
 
 def _check(geometry, x, w, pad_value, truncate, out_channels, prepared):

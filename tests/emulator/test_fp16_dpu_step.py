@@ -88,7 +88,7 @@ def _store_reference(out: np.ndarray, c2: int, offsets: np.ndarray, data: np.nda
 def test_one_call_equals_the_separate_kernels(channels, height, width, lanes, main_kind, operand_kind, bs, bn, ew,
                                               special, seed):
     rng = np.random.default_rng(seed)
-    shape, no_read = (channels, height, width), dpu_fp_chain_no_read()
+    shape, no_read = (channels, height, width), dpu_plan_fp._NO_READ
     table = widening_table()
     surfaces = -(-channels // lanes)
     # the main cube: the CORE's float32 result, or an MRDMA read
@@ -146,16 +146,11 @@ def test_one_call_equals_the_separate_kernels(channels, height, width, lanes, ma
     assert np.array_equal(region16, expected16)
 
 
-def dpu_fp_chain_no_read() -> tuple:
-    """A read with no rows (skipped), of the types a real one has."""
-    return np.zeros(0, np.uint16), np.zeros(0, np.int64), 1, 1, 0, 1, np.zeros((0, 1), np.uint32)
-
-
 def test_no_stage_copies_the_cube_and_a_store_without_rows_writes_nothing():
     rng = np.random.default_rng(1)
     cube = values(rng, (3, 2, 5), True)
     out, region = np.full((3, 2, 5), 9, np.float32), np.arange(64, dtype=np.uint16)
-    no_read = dpu_fp_chain_no_read()
+    no_read = dpu_plan_fp._NO_READ  # (a read with no rows: skipped)
     store = (out.view(np.uint32), 8, np.zeros(0, np.int64), region)
     dpu_fp_chain.fp16_step(cube, (no_read,) * 3, widening_table(), np.zeros((1, 1, 1), np.float32),
                            FloatChain(cube).settings(), out, store)

@@ -289,14 +289,12 @@ def test_int32_pixels_keep_an_int32_cube_as_it_is():
 # ---------------------------------------------------------------------------------------------
 
 
-@settings(max_examples=80, deadline=None)
-@given(st.integers(0, 2**32 - 1), st.sampled_from([(1, 1), (5, 5), (7, 7), (3, 3), (1, 3), (3, 5)]),
-       st.integers(1, 2), st.integers(1, 2), st.sampled_from([0, 0, 3, 12]),
-       st.sampled_from([-128, 127, -5, 200, -300]), st.integers(1, 40), st.sampled_from([0, 7]))
-def test_depthwise_kernels_match_the_reference(seed, kernel, stride, dilation, truncate, pad_value, channels, extra):
+def depthwise_case(seed, kernel, stride, dilation, channels, max_height=8, max_width=11):
+    """A random int8 depthwise case: (geometry, x [C, H, W], w [C, 1, kh, kw]) with random padding, H and W
+    up to the maxima (grown where the kernel would leave no output)."""
     rng = np.random.default_rng(seed)
     kernel_h, kernel_w = kernel
-    height, width = int(rng.integers(1, 9)), int(rng.integers(1, 12))
+    height, width = int(rng.integers(1, max_height + 1)), int(rng.integers(1, max_width + 1))
     pad_top, pad_left = int(rng.integers(0, kernel_h)), int(rng.integers(0, kernel_w))
     out_h = (height + 2 * pad_top - dilation * (kernel_h - 1) - 1) // stride + 1
     out_w = (width + 2 * pad_left - dilation * (kernel_w - 1) - 1) // stride + 1
@@ -307,6 +305,16 @@ def test_depthwise_kernels_match_the_reference(seed, kernel, stride, dilation, t
                             channels)
     x = rng.integers(-128, 128, (channels, height, width)).astype(np.int8)
     w = rng.integers(-128, 128, (channels, 1, kernel_h, kernel_w)).astype(np.int8)
+    return geometry, x, w
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([(1, 1), (5, 5), (7, 7), (3, 3), (1, 3), (3, 5)]),
+       st.integers(1, 2), st.integers(1, 2), st.sampled_from([0, 0, 3, 12]),
+       st.sampled_from([-128, 127, -5, 200, -300]), st.integers(1, 40), st.sampled_from([0, 7]))
+def test_depthwise_kernels_match_the_reference(seed, kernel, stride, dilation, truncate, pad_value, channels, extra):
+    geometry, x, w = depthwise_case(seed, kernel, stride, dilation, channels)
+    pad_top, pad_left = geometry.pad_top, geometry.pad_left
     atoms = ref_layouts.nchw_to_nc1hwc2(x, 16)
     atoms[-1, :, :, channels % 16 or 16:] = 77  # lanes past the channels: never data
     padded = ref.padded_input(x, pad_top, pad_left, geometry.padded_h, geometry.padded_w, pad_value, np.int64)

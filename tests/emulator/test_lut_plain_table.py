@@ -4,7 +4,8 @@
 channel counts either side of ``ROW_RUN`` (a flat run per block, or a run per pixel), atoms holding
 fewer lanes than the cube's channels, every window-sum layout, CPEND on or off, shifts alike or not
 per sign, ReLU / RELUX, inputs reaching far past the table. The general kernel it stands for
-(``_lut_table_general``) is run on each case too; a broken variant (one clamp end dropped) is caught."""
+(``_lut_table_general``) is run on each case too; a broken variant (BS's negative products shifted as
+its positive ones) is caught."""
 
 import dataclasses
 

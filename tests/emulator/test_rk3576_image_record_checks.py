@@ -53,6 +53,21 @@ def test_a_damaged_record_is_refused_by_key(image_build, change, says):
     assert says in str(error.value)
 
 
+def test_a_batch_slice_is_checked_against_its_own_bytes():
+    """A batched build's slices (compiler/batch.py) take the rows at their own addresses: a row length the
+    whole [N, ...] tensor's bytes would hold but one slice's would not is refused, naming the slice."""
+    rng = np.random.default_rng(1)
+    samples = [{"x": rng.normal(size=(1, 3, 12, 16)).astype(np.float32)} for _ in range(2)]
+    model = conv_model(3, 8, (12, 16), (3, 3), (1, 1), (1, 1, 1, 1), relu=True)
+    built = build(prepare(model, "rk3576", CompileOptions(dataset=samples, batch_size=2)))
+    Runtime(built)
+    sizes = {tensor["name"]: tensor["size"] for tensor in built.trailer["tensors"]}
+    rows = [r for r in range(16, 32) if sizes["x#b0"] < 12 * r * 3 <= sizes["x"]]
+    assert rows  # (a length the whole tensor's check lets through)
+    with pytest.raises(ModelFileError, match=r"image_inputs\['x'\]\.row_pixels: .* of batch slice 'x#b0'"):
+        Runtime(_with(built, lambda p: p["image_inputs"]["x"].update(row_pixels=rows[0])))
+
+
 def test_inspect_names_the_image_input(image_build, tmp_path, capsys):
     from npuemu.tools.cli import main
     path = tmp_path / "image.npu"

@@ -10,12 +10,17 @@ stored unpacked (``pack_inputs=False``: NC1HWC2, what rk3576 builds held before)
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+
 import numpy as np
 import pytest
 
 from npuemu.compiler.driver import CompileOptions, build, prepare
 from npuemu.compiler.lower import emit_rk3576
 from npuemu.emulator.runtime import Runtime
+from npuemu.isa.errors import UnsupportedProgramError
+from npuemu.isa.regmap_loader import load_regmap
 from tests.compiler.test_rk3576_vendor_emit import conv_model
 
 SHAPES = {   # cout, kernel, stride, pads, (H, W)
@@ -100,3 +105,36 @@ def test_multicore_and_batched_image_builds_run_like_the_single_build():
         want = _run(single, x[index:index + 1])
         np.testing.assert_array_equal(_run(cores, x[index:index + 1]), want)
         np.testing.assert_array_equal(both[index:index + 1], want)
+
+
+def _small_image_build():
+    size = (6, 16)
+    return build(prepare(conv_model(3, 8, size, (3, 3), (1, 1), (1, 1, 1, 1)), "rk3576",
+                         CompileOptions(dataset=_samples(size, 2))))
+
+
+def test_an_image_task_without_its_cbuf_word_is_refused_by_name():
+    """A damaged file: the image conv's CNA CBUF_CON1 write replaced by a repeat of the word before it. The
+    translation names the missing register (it read it unchecked before: a KeyError)."""
+    image = _small_image_build()
+    cna = load_regmap("rk3576_vendor").block("CNA")
+    index = next(i for i, section in enumerate(image.sections) if section.name == "regcmd")
+    words = np.frombuffer(bytes(image.sections[index].data), "<u8").copy()
+    at = next(i for i, w in enumerate(words) if int(w) >> 48 == cna.target
+              and int(w) & 0xFFFF == cna.register("CBUF_CON1").offset)
+    words[at] = words[at - 1]
+    sections = list(image.sections)
+    sections[index] = dataclasses.replace(sections[index], data=words.tobytes())
+    with pytest.raises(UnsupportedProgramError, match="writes CNA.CBUF_CON1"):
+        Runtime(dataclasses.replace(image, sections=tuple(sections)))
+
+
+def test_inspect_refuses_an_image_inputs_record_that_is_not_an_object(tmp_path, capsys):
+    from npuemu.tools.cli import main
+    image = _small_image_build()
+    trailer = copy.deepcopy(image.trailer)
+    trailer["platform"]["image_inputs"] = [1]
+    path = tmp_path / "damaged.npu"
+    dataclasses.replace(image, trailer=trailer).write(path)
+    assert main(["inspect", str(path)]) == 2
+    assert "trailer.platform.image_inputs is not an object" in capsys.readouterr().err
