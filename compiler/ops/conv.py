@@ -109,10 +109,11 @@ def conv(attrs: dict[str, Any], x: list[np.ndarray]) -> np.ndarray:
         result = np.matmul(weight.reshape(weight.shape[0], channels), picked.reshape(batch, channels, -1))
         return _finish(result.reshape(batch, -1, *picked.shape[2:]), bias, x[0])
     strides, dilations = attrs["strides"], attrs["dilations"]
-    positions = x[0].shape[0] * int(np.prod([conv_out_size(n, k, s, d, pads[i] + pads[i + rank]) for i, (n, k, s, d)
-                                             in enumerate(zip(x[0].shape[2:], kernel, strides, dilations))]))
-    # einsum drops size-1 axes (one column or one output channel: a vector product), so not here
-    if group == 1 and channels > 1 and weight.shape[0] > 1 and np.prod(kernel) > 1 and positions > 1:
+    sizes = [conv_out_size(n, k, s, d, pads[i] + pads[i + rank])
+             for i, (n, k, s, d) in enumerate(zip(x[0].shape[2:], kernel, strides, dilations))]
+    # einsum drops size-1 axes (one column or one output channel: a vector product; an output
+    # axis of 1 changes its plan too), so not here
+    if group == 1 and channels > 1 and weight.shape[0] > 1 and np.prod(kernel) > 1 and min(sizes) > 1:
         columns, out_sizes = _im2col(_padded(x[0], pads, rank, _exact(x[0])), kernel, strides, dilations)
         # einsum's own plan for this case (numpy 2.x bmm_einsum): (O, C * taps) @ (C * taps, N * out)
         result = np.matmul(weight.reshape(weight.shape[0], -1), columns)
