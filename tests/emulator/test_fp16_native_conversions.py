@@ -105,18 +105,8 @@ def _target_features() -> str:
 
 _WITHOUT_F16C = """
 import numpy as np
-from numba import njit
-from npuemu.emulator.kernels.fp16 import fp16_bits_to_fp32_bits_native, fp32_bits_to_fp16_bits_native
 from tests.emulator.test_fp16_fast import reference_to_half, reference_to_single
-from tests.emulator.test_fp16_native_conversions import edge_patterns
-@njit
-def narrow_all(bits, out):
-    for i in range(bits.size):
-        out[i] = fp32_bits_to_fp16_bits_native(bits[i])
-@njit
-def widen_all(bits, out):
-    for i in range(bits.size):
-        out[i] = fp16_bits_to_fp32_bits_native(bits[i])
+from tests.emulator.test_fp16_native_conversions import edge_patterns, narrow_all, widen_all
 bits, halves = edge_patterns(256), np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
 narrow, wide = np.empty(bits.size, np.uint16), np.empty(halves.size, np.uint32)
 narrow_all(bits, narrow)

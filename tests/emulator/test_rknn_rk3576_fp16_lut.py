@@ -24,6 +24,7 @@ import pytest
 from npuemu.emulator.rknn_runner import RknnRunner
 from npuemu.isa.errors import UnsupportedProgramError
 from npuemu.isa.rknn import load_rknn
+from tests.emulator.test_rknn_rk3576_lut import _patched
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "rk3576_vendor"
 with lzma.open(DATA / "lut_fp16_sim.npz.xz") as _f:
@@ -73,16 +74,6 @@ def test_vendor_fp16_lut_runs_close_to_the_simulator(case, tolerance):
     ours, sim = _run(_data(f"{case}_fp16"), "rk3576"), SIM[case].reshape(1, 16, 12, 12)
     assert np.abs(ours - sim).max() <= tolerance
     assert np.mean(ours == sim) > 0.4
-
-
-def _patched(data: bytes, old: int, new: int) -> bytes:
-    needle = old.to_bytes(4, "little")
-    positions = [i for i in range(0, len(data) - 8, 8) if data[i + 2:i + 6] == needle]
-    assert positions, hex(old)
-    out = bytearray(data)
-    for position in positions:
-        out[position + 2:position + 6] = new.to_bytes(4, "little")
-    return bytes(out)
 
 
 @pytest.mark.parametrize("old, new", [(0x0000F00E, 0x0000E00E),    # MINUS_EXP 14: not seen
