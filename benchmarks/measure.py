@@ -12,7 +12,9 @@ What each figure times (see RESULTS.md):
   median of --repeat runs after WARMUP_RUNS warm-up runs (the steady state of an inner loop: a
   chain is replayed from a start state seen before, and its tasks compiled into steps on the first
   replay - a chain of an odd number of tasks alternates between two start states - so the first
-  runs cost more; with one warm-up run the median of 3 still held them).
+  runs cost more; with one warm-up run the median of 3 still held them). Session 15: rec int8 and
+  ppocr_cls fp16 settle only at run 6-7 on af44d64 and after (runs 2-5 are 3-5x steady; steps that
+  prepare a conv on the second sight of its weights add a run), so 8 warm-up runs.
 - peak_rss_mb: the worker's own ru_maxrss (RUSAGE_SELF, at exit).
 - ort_ms: onnxruntime CPU float32 on the same ONNX, intra-op threads = --threads (default
   os.cpu_count()), median of --repeat runs after one warm-up. The emulator processes get the
@@ -139,7 +141,7 @@ def load_runtime(npu_path: str):
 
 
 #: untimed runs before the timed ones (module docstring, emu_int8_ms)
-WARMUP_RUNS = 4
+WARMUP_RUNS = 8
 
 
 def _worker(npu_path: str, x_path: str, repeat: int) -> None:

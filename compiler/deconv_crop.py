@@ -14,8 +14,8 @@ trailing ones; a phase with no taps at all (a < k fails: output padding beyond t
 Phase (ry, rx) writes its pixels at ``(s*q + ry, s*q' + rx)`` of the cropped output with the DPU's
 interleaved write in the form whose phases need not be equal (``deconv_phases.CROPPED``: width
 ``ceil((W - rx) / s)``, REGISTER_SEMANTICS 3.3.1), in 32-channel groups (``CROPPED_GROUP``) where
-C_out > 32 and in column chunks reading their own input windows (``CROPPED_CHUNK``) where a line
-passes the WDMA channel field. The k=4 s=2 p=1 form of U-Net/FPN decoders is four 2x2 convs (pads 1/0 before per
+C_out > 32 and in column chunks reading their own input windows (``CROPPED_CHUNK``) where a phase
+is wider than the WDMA's line count (deconv_phases.MAX_WDMA_LINES). The k=4 s=2 p=1 form of U-Net/FPN decoders is four 2x2 convs (pads 1/0 before per
 phase), k=3 s=2 p=1 op=1 a 1x1, two 1x2/2x1 and a 2x2 conv: the MACs of the ConvTranspose itself.
 
 The vendor (rknn-toolkit2 2.5.0, rk3588, int8, [1,16,16,16] -> 8 channels, k4s2p1 and k3s2p1op1)
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .deconv_phases import GROUP_CHANNELS, MAX_WDMA_CHANNELS, PhaseConv, channel_groups
+from .deconv_phases import GROUP_CHANNELS, MAX_WDMA_CHANNELS, MAX_WDMA_LINES, PhaseConv, channel_groups
 from .ir import FusedOp, Graph, Node, QuantParams, Tensor
 
 #: attr of a channel-group phase Conv (build_adapt.SCALE_MAX): the layer's largest weight scale
@@ -78,7 +78,7 @@ def crop_limit(phases: dict, c_out: int, pass_kernels: int, max_kernel: int, max
         if cols < 2:
             return f"phase ({ry}, {rx}) is {cols} pixel wide (the interleaved write needs 2)"
         if column_chunks(cols, c_out, pass_kernels) is None:
-            return f"phase ({ry}, {rx}): {cols} columns x channels exceed the WDMA channel field in chunks of 2"
+            return f"phase ({ry}, {rx}): {c_out} channels exceed the WDMA channel field in one row"
         if max(len(ty), len(tx)) > max_kernel or max(pads) > max_pad \
                 or pads[0] >= len(ty) or pads[2] >= len(ty) or pads[1] >= len(tx) or pads[3] >= len(tx):
             return f"phase ({ry}, {rx}) conv kernel {len(ty)}x{len(tx)} with pads {list(pads)}"
@@ -102,14 +102,13 @@ def phase_atoms_addressable(platform, float16: bool) -> bool:
 
 
 def column_chunks(cols: int, c_out: int, pass_kernels: int) -> tuple[tuple[int, int], ...] | None:
-    """(first column, width) of the chunks a phase ``cols`` wide is written in: one where its line
-    (width x allocated channels of a 32-channel group) fits the WDMA channel field, else as few
-    and as even as can be, each at least 2 wide (deconv_phases.interleave_chunks' rule), or None."""
+    """(first column, width) of the chunks a phase ``cols`` wide is written in: one where its
+    columns fit the WDMA's line count (the vendor's split, deconv_phases.MAX_WDMA_LINES), else as
+    few and as even as can be, each at least 2 wide (deconv_phases.interleave_chunks' rule), or None."""
     allocated = -(-min(c_out, GROUP_CHANNELS) // pass_kernels) * pass_kernels
-    widest = MAX_WDMA_CHANNELS // allocated
-    if cols < 2 or widest < 2:
+    if cols < 2 or allocated > MAX_WDMA_CHANNELS:
         return None
-    count = -(-cols // widest)
+    count = -(-cols // MAX_WDMA_LINES)
     bounds = [cols * i // count for i in range(count + 1)]
     return tuple((start, end - start) for start, end in zip(bounds, bounds[1:]))
 

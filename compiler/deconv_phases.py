@@ -11,8 +11,8 @@ a crop of the ConvTranspose's pads. The conv runs on the NPU with the layer's bi
 quantization; DepthToSpace and the crop move bytes only (host steps, build_adapt). With kernel =
 stride this is the 1x1 conv of the DBNet upsampling heads and nothing is cropped. Where nothing is
 cropped the DepthToSpace is not needed: the s*s phases run as separate convs that write their
-pixels interleaved (``interleaved_write`` below, LOWERING.md 13), a 1x1 phase conv whose line
-exceeds the WDMA channel field in column chunks (``interleave_chunks``, LOWERING.md 28).
+pixels interleaved (``interleaved_write`` below, LOWERING.md 13), a 1x1 phase conv wider than the
+WDMA's line count in column chunks (``interleave_chunks``, LOWERING.md 28 and 54).
 
 Used by the partition (passes/constraints.py: does the phase conv fit the CNA?) and by the build
 (build_adapt.split_conv_transpose); the arithmetic is the ONNX definition (compiler/ops/conv.py).
@@ -95,29 +95,39 @@ def phase_weights(weights: np.ndarray, phases: PhaseConv) -> np.ndarray:
 # arithmetic are unchanged; only the addresses move (LOWERING.md 13).
 
 MAX_WRITE_SURFACES = 8  # BS_OW_CFG SIZE_E is 3 bits: SURFACE_ADD is the line step, so one group only
-#: WDMA_SIZE_0.CHANNEL_WDMA is 13 bits and the interleaved write describes a line as one pixel of
-#: width x channels (the cube's channels, allocated in whole passes of kernels)
+#: The interleaved write's WDMA sizes are the vendor's split (REGISTER_SEMANTICS.md 52, 53 [V]): W "lines"
+#: (WDMA_SIZE_1.HEIGHT_WDMA, 13 bits) of H x the allocated channels (WDMA_SIZE_0.CHANNEL_WDMA, 13 bits).
+#: So a phase is at most MAX_WDMA_LINES wide (wider: column chunks) and a task writes at most
+#: MAX_WDMA_CHANNELS // allocated rows (``interleave_rows``: the lowering's row bands shorten to it).
 MAX_WDMA_CHANNELS = 8192
+MAX_WDMA_LINES = 8192
+
+
+def interleave_rows(allocated: int) -> int:
+    """The most output rows one interleaved task of ``allocated`` channels (the DPU cube's) writes:
+    CHANNEL_WDMA + 1 = rows x allocated channels fits its 13 bits."""
+    return MAX_WDMA_CHANNELS // allocated
 
 
 def interleave_fits(width: int, channels: int, pass_kernels: int) -> bool:
     """Whether a phase conv ``width`` pixels wide with ``channels`` outputs, allocated in passes
     of ``pass_kernels`` (32 int8, 16 float16 on rk3588; the largest of the chips), can write
-    interleaved: one line is one WDMA pixel of ``width`` times its allocated channels."""
+    interleaved: one SIZE_E group of surfaces, at most MAX_WDMA_LINES columns, and one row of
+    allocated channels within CHANNEL_WDMA (taller tasks are cut into row bands at lowering)."""
     allocated = -(-channels // pass_kernels) * pass_kernels
-    return -(-channels // 4) <= MAX_WRITE_SURFACES and width * allocated <= MAX_WDMA_CHANNELS
+    return -(-channels // 4) <= MAX_WRITE_SURFACES and width <= MAX_WDMA_LINES and allocated <= MAX_WDMA_CHANNELS
 
 
 def interleave_chunks(width: int, channels: int, pass_kernels: int) -> tuple[tuple[int, int], ...] | None:
     """The (first column, width) chunks a 1x1 phase conv ``width`` pixels wide is written in, each
-    line at most MAX_WDMA_CHANNELS channels (``interleave_fits``), as few and as even as can be and
-    each at least 2 pixels wide; None where it cannot write interleaved (more surfaces than one
-    group, or a phase 1 pixel wide). One chunk is the whole phase (LOWERING.md 13 and 28)."""
+    at most MAX_WDMA_LINES columns (the vendor's split: a column is a WDMA line), as few and as even
+    as can be and each at least 2 pixels wide; None where it cannot write interleaved (more
+    surfaces than one group, or a phase 1 pixel wide). One chunk is the whole phase (LOWERING.md
+    13, 28 and 54)."""
     allocated = -(-channels // pass_kernels) * pass_kernels
-    widest = MAX_WDMA_CHANNELS // allocated
-    if -(-channels // 4) > MAX_WRITE_SURFACES or width < 2 or widest < 2:
+    if -(-channels // 4) > MAX_WRITE_SURFACES or width < 2 or allocated > MAX_WDMA_CHANNELS:
         return None
-    count = -(-width // widest)
+    count = -(-width // MAX_WDMA_LINES)
     bounds = [width * i // count for i in range(count + 1)]
     return tuple((start, end - start) for start, end in zip(bounds, bounds[1:]))
 

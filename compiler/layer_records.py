@@ -125,7 +125,7 @@ def _expand(graph: Graph, spec) -> tuple[Graph, list]:
     target = _GraphCopy(graph)
     nodes = constant_outputs(graph)  # graph outputs the import folded to constants: host steps writing them
     for node in graph.nodes:
-        attention = expand_attention(target, node)  # LOWERING.md 22.3: adds its tensors through ``target``
+        attention = expand_attention(target, node, spec)  # LOWERING.md 22.3: adds its tensors through ``target``
         if attention is not None:
             nodes += [piece for part in attention for piece in split_channels(target.graph, part) or [part]]
             continue

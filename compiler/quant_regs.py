@@ -231,9 +231,17 @@ def leaky_multiplier(alpha: float, layer: str = "?") -> FixedPoint:
     return fixed_point(alpha, max_shift=EW_CVT_SHIFT_MAX, what=f"layer {layer}: leaky_relu alpha")
 
 
-def pool_reciprocal(kernel: int) -> int:
-    """PPU RECIP_KERNEL_WIDTH/HEIGHT: round(2^16 / k) (VC 4.3: 32768 for k = 2); exact for powers
-    of two, otherwise the rounding of NUMERICS.md 6 applies to the rounded reciprocal."""
+#: fp16 RECIP = the fp16 bits of 1 / k with 16 added to the exponent field (2^16 / k; 0x7c00 for k = 1)
+FP16_RECIP_EXPONENT_STEP = 16 << 10
+
+
+def pool_reciprocal(kernel: int, dtype: str = "int8") -> int:
+    """PPU RECIP_KERNEL_WIDTH/HEIGHT. int8: round(2^16 / k) (VC 4.3: 32768 for k = 2); exact for powers
+    of two, otherwise the rounding of NUMERICS.md 6 applies to the rounded reciprocal. float16: the fp16
+    bits of 2^16 / k, fp16(1 / k) rounded to nearest even, the exponent 31 of k = 1 a number (0x7555 k = 3,
+    0x7800 k = 2, 0x7c00 k = 1 [V ORC: the vendor's rk3588 fp16 AveragePools]; NUMERICS.md 38)."""
     if kernel < 1:
         raise CompileError(f"pool kernel size must be positive, got {kernel}")
+    if dtype == "float16":
+        return int(np.float16(1.0 / kernel).view(np.uint16)) + FP16_RECIP_EXPONENT_STEP
     return int(round_half_away((1 << 16) / kernel))

@@ -87,7 +87,8 @@ class _Replay:
     #: per task: its ``where`` text, its regcmd fetch bytes, its _TaskMemo.last entry (views,
     #: decoded states, groups, interrupt bits, last record; the record is updated in place),
     #: its _TaskMemo (the resolved writes, for ``_replay_failed``), its address and amount, and
-    #: its writes to the LUT port (``RegisterFile.lut_steps``)
+    #: its writes to the LUT port (``RegisterFile.lut_steps``, or the stores ``RegisterFile.lut_stores``
+    #: made of them)
     tasks: tuple
     #: [its task_plan.ChainProgram or None, programs built so far] (built with it, again as it
     #: replays after a write dropped what the steps hold)
@@ -200,6 +201,8 @@ class NpuCore:
             luts = [RegisterFile.lut_steps(memo.steps) for memo, _ in kept]
             if RegisterFile.lut_inert(start, (step for lut in luts for step in lut)):
                 luts = [()] * len(kept)  # (the usual case: the compiler's read-type port writes)
+            else:  # the stores they make, worked out once (where each write lands is known ahead)
+                luts = RegisterFile.lut_stores(start[-2], luts) or luts
             tasks = tuple((f"core {self.index} task {index} (regcmd at {address:#x})",
                            fetch_words(amount, self.scale) * WORD_BYTES, last, memo, address, amount, lut)
                           for index, ((memo, last), address, amount, lut)

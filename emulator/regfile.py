@@ -40,8 +40,9 @@ S_POINTER_OFFSET = 0x004  # block-relative (rknpu-isa.md 2.5)
 #: 0xe | 0x10000000 * core; bit 28 is reserved in the TRM and has no modelled effect).
 DRIVER_S_POINTER = 0xE
 DRIVER_S_POINTER_BLOCKS = ("CNA", "CORE")
-#: kinds of RegisterFile.resolve steps (_GROUP steps are merged into _GROUPS before apply sees them)
-_GROUP, _PC, _S_POINTER, _LUT_DATA, _GROUPS, _LUT_CFG = range(6)
+#: kinds of RegisterFile.resolve steps (_GROUP steps are merged into _GROUPS before apply sees them);
+#: _LUT_STORE: a store into the LUT RAM worked out ahead (RegisterFile.lut_stores)
+_GROUP, _PC, _S_POINTER, _LUT_DATA, _GROUPS, _LUT_CFG, _LUT_STORE = range(7)
 #: the int16 entries of a resolved run of LUT_ACCESS_DATA words (read-only: ``resolve`` makes them
 #: so), by the very array: a replayed chain uploads the same tables every run (issue 20, ppocr_rec
 #: fp16: ~390 runs of 513 words a run)
@@ -296,11 +297,46 @@ class RegisterFile:
         return start[-2][0] != LUT_ACCESS_WRITE and all(
             value[1]["LUT_ACCESS_TYPE"] != LUT_ACCESS_WRITE for kind, _, _, value in steps if kind == _LUT_CFG)
 
+    @staticmethod
+    def lut_stores(port: tuple, luts: Iterable[tuple[tuple, ...]]) -> list[tuple[tuple, ...]] | None:
+        """Per task of a chain, its :meth:`lut_steps` (``luts``) as the stores into the LUT RAM they
+        make, for :meth:`apply_lut` (issue 20: ppocr_cls's chain sets the port to read-type and writes
+        one data word, which stores nothing, before each of its 93 tasks; 27 of them also upload
+        tables). The port's state at the chain's start is ``port`` (a :meth:`snapshot`'s
+        (access type, table, address): a replay starts only from it), so where each data write lands
+        is known ahead; a store of entries an earlier store of the chain left in place is left out.
+        The port itself comes back with the end state's :meth:`restore`. None where a run of words
+        would pass a table's end or name no table (:meth:`apply_lut` then keeps the steps, to the error)."""
+        access, table, address = port
+        known = np.full((len(LUT_TABLES), LUT_ENTRIES), -1 << 20, np.int32)  # (a value no entry has)
+        stores = []
+        for steps in luts:
+            made = []
+            for kind, _, key, value in steps:
+                if kind == _LUT_CFG:
+                    access, table, address = (value[1]["LUT_ACCESS_TYPE"], value[1]["LUT_TABLE_ID"],
+                                              value[1]["LUT_ADDR"])
+                    continue
+                if access != LUT_ACCESS_WRITE:  # (LutPort.data: a read-type access stores nothing)
+                    continue
+                end = address + key.size
+                if not 0 <= table < len(LUT_TABLES) or end > LUT_ENTRIES:
+                    return None
+                values = entries(key) if key.flags.writeable else _ENTRIES(key)
+                if not np.array_equal(known[table, address:end], values):
+                    made.append((_LUT_STORE, table, address, values))
+                    known[table, address:end] = values
+                address = end
+            stores.append(tuple(made))
+        return stores
+
     def apply_lut(self, steps: tuple[tuple, ...], where: str) -> None:
         """:meth:`apply` of :meth:`lut_steps` for the port and RAM alone (the group values they
-        also set come back with a later :meth:`restore`)."""
+        also set come back with a later :meth:`restore`), or the stores :meth:`lut_stores` made of them."""
         for kind, target, key, value in steps:
-            if kind == _LUT_CFG:
+            if kind == _LUT_STORE:  # target: the table; key: the first entry; value: the int16 entries
+                self.lut.tables[target, key:key + value.size] = value
+            elif kind == _LUT_CFG:
                 self.lut.configure(value[1])
             elif not self.lut.data_run(key, where):
                 for word in key:  # one at a time, to the error at the right word

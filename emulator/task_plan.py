@@ -47,10 +47,18 @@ from npuemu.emulator.memo import Memo
 from npuemu.emulator.memory import Memory
 from npuemu.emulator.units.cna_core import Cbuf, prepare_cna_core
 from npuemu.emulator.units.dpu_plan import prepare_dpu, prepare_flying_dpu
-from npuemu.emulator.units.dpu_plan_fp import prepare_fp_dpu
 from npuemu.emulator.units.state import FP16
 from npuemu.emulator.units.ppu import prepare_ppu
 from npuemu.isa.errors import EmulationError
+
+
+def prepare_fp_dpu(*args, **kwargs):
+    """``units.dpu_plan_fp.prepare_fp_dpu``, imported at the first float DPU task: an int8 model's
+    process never imports the float DPU kernels (issue 20: first call)."""
+    from npuemu.emulator.units.dpu_plan_fp import prepare_fp_dpu as prepare
+
+    return prepare(*args, **kwargs)
+
 
 #: programs built for one replay before it gives up (its chain keeps writing over what its
 #: steps hold, so each program would be dropped again on the next run)

@@ -19,6 +19,7 @@ count is not a multiple of the scale, the fetch includes the first padding word.
 from __future__ import annotations
 
 import logging
+import struct
 from dataclasses import dataclass
 
 from npuemu.isa.errors import EncodingError
@@ -183,11 +184,14 @@ def decode_chain(data: bytes, regmap: RegisterMap, base_addr: int, start_addr: i
     addresses: list[int] = []
     amounts: list[int] = []
     address, amount = start_addr, first_amount
+    # one decoded word and one (frozen) RegisterWrite per distinct word of this buffer: a LUT upload
+    # repeats few words many times (ppocr_cls: 39,242 words, 9,974 distinct); bounded by the buffer
+    seen: dict[int, tuple[DecodedWord, RegisterWrite | None]] = {}
     while True:
         where = f"task {len(tasks)} at {address:#x}" if isinstance(address, int) else f"task {len(tasks)}"
         offset = _check_fetch(data, base_addr, address, amount, scale, where, set(addresses))
         task, next_address, next_amount = _decode_segment(
-            data, offset, fetch_words(amount, scale), scale, regmap, where)
+            data, offset, fetch_words(amount, scale), scale, regmap, where, seen)
         tasks.append(task)
         addresses.append(address)
         amounts.append(amount)
@@ -217,10 +221,18 @@ def _check_fetch(data: bytes, base_addr: int, address: int, amount: int, scale: 
 
 
 def _decode_segment(data: bytes, offset: int, count: int, scale: int, regmap: RegisterMap,
-                    where: str) -> tuple[Task, int, int]:
+                    where: str, seen: dict | None = None) -> tuple[Task, int, int]:
     first = offset // WORD_BYTES
-    words = [decode_word(int.from_bytes(data[offset + i * 8: offset + i * 8 + 8], "little"), regmap)
-             for i in range(count)]
+    seen = {} if seen is None else seen
+    decoded = []
+    for raw in struct.unpack_from(f"<{count}Q", data, offset):
+        hit = seen.get(raw)
+        if hit is None:
+            word = decode_word(raw, regmap)
+            write = RegisterWrite(word.block, word.register, word.value) if word.kind is WordKind.WRITE else None
+            hit = seen[raw] = (word, write)
+        decoded.append(hit)
+    words = [word for word, _ in decoded]
     end = count
     # A fetch rounded up to the scale takes in at most scale - 1 padding words after the tail.
     while end > count - (scale - 1) and words[end - 1].kind is WordKind.ZERO:
@@ -244,10 +256,10 @@ def _decode_segment(data: bytes, offset: int, count: int, scale: int, regmap: Re
     if not amounts.is_tail_amounts:
         raise fail(end - 3, "the tail's PC REGISTER_AMOUNTS write", amounts)
     writes = []
-    for index, word in enumerate(words[:end - TAIL_WORDS]):
-        if word.kind is not WordKind.WRITE:
+    for index, (word, write) in enumerate(decoded[:end - TAIL_WORDS]):
+        if write is None:
             raise fail(index, "a register write of the task body", word)
-        writes.append(RegisterWrite(word.block, word.register, word.value))
+        writes.append(write)
     next_amount, hi16 = amounts.value & 0xFFFF, amounts.value >> 16
     next_address = _tail_link(link, next_amount, tail_at, where)
     task = Task(tuple(writes), enable.value, amount_hi16=hi16)

@@ -104,7 +104,8 @@ def write_dpu_body(b: RegisterBuilder, cube: DpuCube, stages: DpuStages, *, conv
     b.write("DPU", "DST_SURF_STRIDE", DST_SURF_STRIDE=cube.dst_surface_stride)
     b.write("DPU", "DATA_CUBE_WIDTH", WIDTH=cube.width - 1)
     b.write("DPU", "DATA_CUBE_HEIGHT", HEIGHT=cube.height - 1)
-    steps = cube.interleave  # the interleaved write (REGISTER_SEMANTICS 3.3.1): one W*C-channel pixel a line
+    # the interleaved write (REGISTER_SEMANTICS 3.3.1): the vendor's WDMA split, W lines of H x C [V] (52, 53)
+    steps = cube.interleave
     b.write("DPU", "DATA_CUBE_NOTCH_ADDR", **({} if steps is None else
                                               dict(NOTCH_ADDR_1=steps[0] - 1, NOTCH_ADDR_0=steps[0] - 1)))
     b.write("DPU", "DATA_CUBE_CHANNEL", ORIG_CHANNEL=cube.orig_channels - 1, CHANNEL=cube.channels - 1)
@@ -113,8 +114,9 @@ def write_dpu_body(b: RegisterBuilder, cube: DpuCube, stages: DpuStages, *, conv
     b.write("DPU", "BS_OW_CFG", SIZE_E_2=size_e, SIZE_E_1=size_e, SIZE_E_0=size_e,
             OD_BYPASS=int(not stages.bs_cpend), OW_SRC=int(stages.bs_cpend))
     b.write("DPU", "BS_OW_OP")
-    b.write("DPU", "WDMA_SIZE_0", CHANNEL_WDMA=cube.channels * (1 if steps is None else cube.width) - 1)
-    b.write("DPU", "WDMA_SIZE_1", HEIGHT_WDMA=cube.height - 1, WIDTH_WDMA=cube.width - 1 if steps is None else 0)
+    b.write("DPU", "WDMA_SIZE_0", CHANNEL_WDMA=cube.channels * (1 if steps is None else cube.height) - 1)
+    b.write("DPU", "WDMA_SIZE_1", **(dict(HEIGHT_WDMA=cube.height - 1, WIDTH_WDMA=cube.width - 1) if steps is None
+                                     else dict(HEIGHT_WDMA=cube.width - 1, WIDTH_WDMA=0)))
     _write_x_stage(b, "BN", bn)
     b.write("DPU", "EW_CFG", **_ew_cfg(ew))
     b.write("DPU", "EW_CVT_OFFSET_VALUE", EW_OP_CVT_OFFSET=ew.cvt_offset)

@@ -32,9 +32,11 @@ from npuemu.isa.regmap import RegisterMap
 from npuemu.isa.regmap_loader import load_regmap
 from npuemu.isa.rknn.rk3576_pack import (
     VENDOR_LAYOUT_OF, ImageInputError, check_round_trip, dpu_record, dpu_vendor_writes, shift_word, uses_shift_word, vendor_writes,
+    lut_dpu_vendor_writes,
     window_bytes,
 )
 from npuemu.isa.rknn.rk3576_dw8 import BLOCK as DW8_BLOCK
+from npuemu.isa.rknn.rk3576_ew import as_the_record_holds_it
 from npuemu.isa.rknn.rk3576_dw8 import VENDOR_GROUP_BYTES as DW8_RECORD_BYTES
 from npuemu.isa.rknn.rk3576_dw8 import rk3588_cpend, vendor_cube, vendor_record_blob
 from npuemu.isa.rknn.rk3576_layout import RK3588_DEPTHWISE, field_reader
@@ -44,7 +46,9 @@ from npuemu.isa.rknn.rk3576_lut import bn_record, check_lut, is_lut_conv, table_
 from npuemu.isa.rknn.rk3576_lut_fp16 import as_the_vendor_scales_it, is_fp16
 from npuemu.isa.rknn.rk3576_ppu import check_ppu_round_trip, ppu_vendor_writes
 from npuemu.isa.rknn.rk3576_concat import copy_vendor_writes, is_copy_values
+from npuemu.isa.rknn.rk3576_convert import as_the_vendor_groups_it, convert_records, convert_vendor_writes, is_convert_values
 from npuemu.isa.rknn.rk3576_resize import is_unpool_values, unpool_vendor_writes
+from npuemu.isa.rknn.rk3576_deconv import phase_vendor_words, phase_write
 from npuemu.isa.task import RegisterWrite, Task
 
 from .driver import LoweredLayer, as_conv, cached_conv_constants
@@ -246,6 +250,8 @@ def _pack(task: Task, regmap: RegisterMap, vendor: RegisterMap, layer: str, inde
                                       f"{ENABLE_CONV:#x}, PPU pools, {ENABLE_PPU:#x}, and DPU-only Adds / Muls, "
                                       f"{ENABLE_DPU_ONLY:#x}, have a known vendor rk3576 form)")
     values = {(w.block, w.register): w.value for w in task.writes}
+    if task.enable_mask == ENABLE_DPU_ONLY and is_lut_conv(values, regmap):   # a standalone LUT (LOWERING.md 55)
+        return replace(task, writes=_lut_dpu_only(task, values, regmap, vendor, where, records, table))
     if task.enable_mask != ENABLE_CONV:   # pools, DPU-only Adds / Muls (REGISTER_SEMANTICS.md 41, 44)
         return replace(task, writes=_other_writes(task, values, regmap, vendor, where, records))
     image = is_image_input(values, regmap)   # the packed 3-channel input: the vendor's image form (LOWERING.md 52)
@@ -254,6 +260,9 @@ def _pack(task: Task, regmap: RegisterMap, vendor: RegisterMap, layer: str, inde
     expected = values
     if dw8_bases is not None and _is_int8_depthwise(values, regmap):   # the vendor blobs (45.2)
         values, expected = _as_vendor_addresses(values, dw8_bases, where)
+    phase = phase_write(values, regmap, where)   # an interleaved write: the plain conv's words, then its own (rk3576_deconv)
+    if phase is not None:
+        values = phase.plain
     word = shift_word(values, regmap)
     if uses_shift_word(values, regmap) and word not in words:
         words.append(word)
@@ -265,10 +274,25 @@ def _pack(task: Task, regmap: RegisterMap, vendor: RegisterMap, layer: str, inde
     clip, record = _clip_record(values, records, record)
     writes = vendor_writes(values, regmap, shift_address=address, where=where, layer_window=layer_window,
                            lut=lut, clip=clip) + upload
+    if phase is not None:
+        writes = phase_vendor_words(writes, phase, where)
     check_round_trip(expected, regmap, vendor, writes, word, where, record=record)
     if image:   # the direct conv's words proven above, then the image words (rk3576_image.own_image_words)
         writes = own_image_words(writes[:len(writes) - len(upload)], field_reader(values, regmap), vendor) + upload
     return replace(task, writes=tuple(RegisterWrite(block, name, value) for block, name, value in writes))
+
+
+def _lut_dpu_only(task: Task, values, regmap: RegisterMap, vendor: RegisterMap, where: str,
+                  records: tuple[list[bytes], int], table: list) -> tuple[RegisterWrite, ...]:
+    """An int8 / fp16 standalone LUT task's vendor writes (rk3576_pack.lut_dpu_vendor_writes) with its upload after them,
+    as a LUT conv's (_lut_parts), proven by their round trip against the factor as the vendor scales it."""
+    # the record holds the int8 BN ALU operand in input units (rk3576_ew.as_the_record_holds_it)
+    lut, upload, record = _lut_parts(task, as_the_record_holds_it(values, regmap, where), regmap, records, where, table)
+    writes = lut_dpu_vendor_writes(values, regmap, where, lut) + upload
+    fp16 = is_fp16(field_reader(values, regmap)("DPU", "DATA_FORMAT", "PROC_PRECISION"))
+    check_round_trip(as_the_vendor_scales_it(values, where) if fp16 else values, regmap, vendor, writes, 0, where,
+                     ENABLE_DPU_ONLY, record)
+    return tuple(RegisterWrite(block, name, value) for block, name, value in writes)
 
 
 IMAGE_ARGB = 10          # ARGB_IN of a 3-channel packed input, the only image the vendor's rk3576 form is known for
@@ -335,6 +359,19 @@ def _lut_parts(task: Task, values, regmap: RegisterMap, records: tuple[list[byte
     return (_record_address(records, record), ends), upload, record
 
 
+def _convert_writes(values, regmap: RegisterMap, vendor: RegisterMap, where: str,
+                    records: tuple[list[bytes], int]) -> list:
+    """A DataConvert's vendor frame with its BS / BN records joining ``records``, proven by its round trip to the
+    task as the vendor groups its output (rk3576_convert.as_the_vendor_groups_it: the same addresses)."""
+    values = as_the_vendor_groups_it(values, regmap)
+    bs, bn = convert_records(values, regmap)
+    addresses = (_record_address(records, bs) if bs else 0, _record_address(records, bn))
+    writes = convert_vendor_writes(values, regmap, where, addresses)
+    placed = {address: record for address, record in zip(addresses, (bs, bn)) if record}
+    check_round_trip(values, regmap, vendor, writes, 0, where, ENABLE_DPU_ONLY, placed)
+    return writes
+
+
 def _other_writes(task: Task, values, regmap: RegisterMap, vendor: RegisterMap, where: str,
                   records: tuple[list[bytes], int]) -> tuple[RegisterWrite, ...]:
     """A PPU or DPU-only task's vendor writes, proven by their round trip; an int8 DPU-only task's BS
@@ -345,6 +382,8 @@ def _other_writes(task: Task, values, regmap: RegisterMap, vendor: RegisterMap, 
     elif is_unpool_values(values, regmap):   # a Resize's unpooling copy (rk3576_resize, LOWERING.md 50)
         writes = unpool_vendor_writes(values, regmap, where)
         check_round_trip(values, regmap, vendor, writes, 0, where, ENABLE_DPU_ONLY)
+    elif is_convert_values(values, regmap):   # an int8 <-> fp16 DataConvert (rk3576_convert, LOWERING.md 56)
+        writes = _convert_writes(values, regmap, vendor, where, records)
     elif is_copy_values(values, regmap):   # a Concat's copy, plain or requantizing (rk3576_concat, LOWERING.md 50.3)
         record = dpu_record(values, regmap)
         writes = copy_vendor_writes(values, regmap, where, record, _record_address(records, record) if record else 0)

@@ -27,7 +27,7 @@ from npuemu.isa.errors import CompileError
 from npuemu.platforms.model import Platform
 
 from .. import deconv_phases, quant_regs, sparse_weights, weight_pack
-from . import lut
+from . import interleave_bands, lut
 from .conv_geometry import feature_grains, kernels_per_pass, pad_value, surfaces_per_pass
 from .descriptions import (
     ALU_ADD, ALU_MAX, CONV_MODE_DEPTHWISE, CONV_MODE_DIRECT, OUT_PRECISION_CODES, PRECISION_CODES, ConvTask, DpuCube, DpuStages, EwStage,
@@ -445,6 +445,9 @@ def lower_conv(layer: ConvLayer, placements: Mapping[str, Placement], platform: 
     dense = constants.sparse.dense_bytes if constants.sparse is not None else len(constants.weights)
     request = cbuf_request(layer, ctx.inp, platform, dense)
     plan = plan_cbuf(request)
+    if layer.interleave and layer.interleave[0] > 1:  # the vendor's WDMA split: rows x channels (LOWERING.md 54)
+        widest = max(group.count for group in plan.channel_groups) if layer.depthwise else layer.out_channels
+        plan = interleave_bands.cap_rows(plan, request, align(widest, ctx.kernels_per_pass))  # _output_fields' cube
     tiles, assignment = deal_to_cores(plan, request, cores)
     tasks = []
     for index, (tile, core) in enumerate(zip(tiles, assignment)):

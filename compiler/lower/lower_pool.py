@@ -1,7 +1,8 @@
 """Pooling layers -> one PPU task (rep07 max k3s2p1, rep08 avg k2s2).
 
 - Kernel and stride registers hold size - 1; average pooling's RECIP_KERNEL_WIDTH/HEIGHT
-  = round(2^16 / k) (32768 for k = 2, VC 4.3); max pooling writes 0 there.
+  = round(2^16 / k) (32768 for k = 2, VC 4.3), in fp16 the fp16 bits of 2^16 / k (0x7555 for
+  k = 3; quant_regs.pool_reciprocal, NUMERICS.md 38); max pooling writes 0 there.
 - Pads: all four, each the padding the output size actually needs (rep07, 112 -> 56 with
   k3s2p1: top/left 1, bottom/right 0; tasks.csv k3s1p1: all 1). The pad value is the zero
   point for average pooling (rep08) and 0 for max pooling (rep07; NUMERICS.md 6: max skips
@@ -47,7 +48,7 @@ def lower_pool(layer: PoolLayer, placements: Mapping[str, Placement], platform: 
         pads=(top, left, needed_pad(out_height, kernel_h, stride_y, height, top),
               needed_pad(out_width, kernel_w, stride_x, width, left)),
         pad_value=layer.quant.zero_point if (average and layer.quant is not None) else 0,
-        recip=(pool_reciprocal(kernel_w), pool_reciprocal(kernel_h)) if average else (0, 0),
+        recip=(pool_reciprocal(kernel_w, layer.dtype), pool_reciprocal(kernel_h, layer.dtype)) if average else (0, 0),
         source_address=inp.address, source_line_stride=inp.line_stride_atoms,
         source_surface_stride=inp.surface_stride_atoms, dst_address=out.address,
         dst_surface_stride=out.surface_stride_atoms, precision=PRECISION_CODES[layer.dtype],

@@ -34,6 +34,8 @@ from typing import Any
 import numpy as np
 
 from npuemu.isa.errors import CompileError
+from npuemu.isa.regmap_loader import load_regmap
+from npuemu.isa.rknn.rk3576_pack import VENDOR_LAYOUT_OF
 
 from ..ir import FusedOp, Node, QuantParams, Tensor
 from ..ops import REGISTRY
@@ -43,6 +45,18 @@ from .lower_softmax import FLOAT16, expand_softmax
 HEAD_ATTENTION = "HeadAttention"
 SURFACE = 8  # float16 channels per NC1HWC2 surface on rk3588 [V] hardware.md 3
 MAX_KERNEL, MAX_STRIDE = 31, 7  # CNA kernel size and stride fields (partition limits max_kernel, max_stride)
+
+
+def widest_kernel(platform) -> int:
+    """The widest conv kernel the chip's builds can write: :data:`MAX_KERNEL`, or less where npuemu's builds for
+    the chip are emitted in a vendor layout whose kernel-width field is narrower - rk3576's CNA 0x1024 holds kw - 1 in
+    bits 27:24, so 16 [V ORC: rknn-toolkit2 2.5.0 builds a 1x31 fp16 conv as a 16- and a 15-wide conv on rk3576;
+    LOWERING.md 56]. ``platform`` None: :data:`MAX_KERNEL`."""
+    family = VENDOR_LAYOUT_OF.get(platform.register_map.family) if platform is not None else None
+    if family is None:
+        return MAX_KERNEL
+    field = load_regmap(family).register("CNA", "WEIGHT_KERNELS").field("WEIGHT_WIDTH")
+    return min(MAX_KERNEL, field.maximum + 1)
 
 
 def _infer(attrs: dict[str, Any], inputs: list[TensorInfo]) -> list[TensorInfo]:
@@ -81,8 +95,9 @@ class _Builder:
     """Adds the expansion's tensors through ``add`` (layer_records' graph copy) and collects its
     nodes; names start with the attention output's."""
 
-    def __init__(self, target, node: Node) -> None:
+    def __init__(self, target, node: Node, max_kernel: int = MAX_KERNEL) -> None:
         self.target, self.node, self.nodes = target, node, []
+        self.max_kernel = max_kernel   # widest_kernel of the build's chip
         self.base = node.outputs[0]
         self.tokens = int(target.graph.tensor(node.inputs[0]).shape[3])
 
@@ -130,12 +145,13 @@ class _Builder:
 
 def _one_pixel_of_ones(b: _Builder, any_map: str) -> str:
     """A [1, 1, 1, 1] map holding 1: zero-weight convs with bias 1 narrowing ``any_map`` (T
-    pixels) by kernels of up to 31 and strides of up to 7 (CNA limits) until one pixel is left."""
+    pixels) by kernels of up to ``b.max_kernel`` (31; 16 on rk3576) and strides of up to 7 (CNA limits) until one
+    pixel is left."""
     width, source = b.tokens, any_map
     channels = int(b.target.graph.tensor(any_map).shape[1])
     step = 0
     while True:
-        kernel = min(width, MAX_KERNEL)
+        kernel = min(width, b.max_kernel)
         stride = MAX_STRIDE if width > kernel else 1
         width = (width - kernel) // stride + 1
         ones = b.feature(f"ones{step}", 1, width)
@@ -168,9 +184,10 @@ EXPANSIONS: dict[str, Callable[[Any, Node], list[Node] | None]] = {}
 Builder = _Builder
 
 
-def expand_attention(target, node: Node) -> list[Node] | None:
+def expand_attention(target, node: Node, platform=None) -> list[Node] | None:
     """The nodes of an NPU HeadAttention (module docstring), or of an op in :data:`EXPANSIONS`;
-    None for any other node. ``target`` is layer_records' graph copy (``graph``, ``add``)."""
+    None for any other node. ``target`` is layer_records' graph copy (``graph``, ``add``); ``platform``
+    the chip (its widest kernel, :func:`widest_kernel`)."""
     if node.op_type in EXPANSIONS:
         return EXPANSIONS[node.op_type](target, node)
     if node.op_type != HEAD_ATTENTION:
@@ -182,7 +199,7 @@ def expand_attention(target, node: Node) -> list[Node] | None:
     if any(quant is None or quant.dtype != "float16" for quant in stored):
         raise CompileError(f"{node.name}: {HEAD_ATTENTION} is built in float16 only; its input or output was "
                            f"quantized otherwise (a hybrid build: keep the attention block in float16)")
-    b = _Builder(target, node)
+    b = _Builder(target, node, widest_kernel(platform))
     heads, surfaces = int(node.attrs["heads"]), int(node.attrs["head_channels"]) // SURFACE
     tokens = b.tokens
     pieces = b.split("qkv", node.inputs[0], [SURFACE] * (3 * heads * surfaces))

@@ -37,7 +37,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..deconv_crop import phase_atoms_addressable  # RK356x atoms (LOWERING.md 40)
-from ..deconv_phases import MAX_WDMA_CHANNELS, MAX_WRITE_SURFACES
+from ..deconv_phases import MAX_WDMA_CHANNELS, MAX_WDMA_LINES, MAX_WRITE_SURFACES
 from npuemu.isa.errors import CompileError
 
 from ..ir import Graph, Node, QuantParams, Tensor
@@ -156,14 +156,16 @@ def channel_group(channels: int, width: int, c2: int, float16: bool) -> int:
     """Channels a phase conv writes (all of them, or whole groups that start on a C2 surface, each
     group its own convs: LOWERING.md 19.1); 0 where not even one pass of kernels fits. The
     interleaved write (section 13) writes at most MAX_WRITE_SURFACES surfaces (one SIZE_E group)
-    and a line of ``width`` x the channels the depthwise conv's DPU cube holds (whole passes of
-    DEPTHWISE_PASS channels) within WDMA_SIZE_0.CHANNEL_WDMA."""
+    and, in the vendor's WDMA split (LOWERING.md 54), ``width`` lines (at most MAX_WDMA_LINES) of
+    rows x the channels the depthwise conv's DPU cube holds (whole passes of DEPTHWISE_PASS
+    channels) within WDMA_SIZE_0.CHANNEL_WDMA: the lowering's row bands keep rows to that."""
     pass_kernels = DEPTHWISE_PASS["float16" if float16 else "int8"]
-    if -(-channels // c2) <= MAX_WRITE_SURFACES and width * -(-channels // pass_kernels) * pass_kernels \
-            <= MAX_WDMA_CHANNELS:
+    if width > MAX_WDMA_LINES:
+        return 0
+    if -(-channels // c2) <= MAX_WRITE_SURFACES and -(-channels // pass_kernels) * pass_kernels <= MAX_WDMA_CHANNELS:
         return channels
     step = int(np.lcm(c2, pass_kernels))
-    group = min(MAX_WRITE_SURFACES * c2, MAX_WDMA_CHANNELS // width) // step * step
+    group = min(MAX_WRITE_SURFACES * c2, MAX_WDMA_CHANNELS) // step * step
     return group if group >= step else 0
 
 
@@ -178,8 +180,7 @@ def _bilinear_fits(graph: Graph, node: Node, ctx: PassContext) -> str | None:
                 "edge copy and phase writes start at odd atoms while DST_BASE_ADDR must be 16-byte aligned "
                 "(rknpu-isa.md 4)")
     if width < 2 or not channel_group(channels, width, ctx.platform.c2(dtype), dtype == "float16"):
-        return (f"input width {width}: the interleaved phase write needs width >= 2 and one pass of "
-                f"{DEPTHWISE_PASS[dtype]} {dtype} channels x width <= {MAX_WDMA_CHANNELS} channels a line")
+        return (f"input width {width}: the interleaved phase write needs 2 <= width <= {MAX_WDMA_LINES} (WDMA lines)")
     filters = _filters(node.attrs["coordinate_transformation_mode"], s)
     biggest = _largest_int8_weight(filters)
     if ctx.element_bytes == 1 and biggest > INT8_WEIGHT_MAX:

@@ -387,19 +387,21 @@ def padded_layout(feature_shape: tuple[int, int, int, int], geometry: ConvGeomet
 
 def run_padded(feature: np.ndarray, tiled: np.ndarray, geometry: ConvGeometry, pad_value: int, clip_truncate: int,
                round_mode: int, layout: tuple[int, int, np.ndarray], out: np.ndarray, sums: np.ndarray,
-               lane_weights: np.ndarray | None = None) -> None:
+               lane_weights: np.ndarray | None = None, phased_words: np.ndarray | None = None) -> None:
     """The input padded once at the pad value and split by column phase (``padded_layout``), then
     the windows with no border cases - 3x3 kernels all nine taps in one expression
     (``_depthwise3x3_rows``, NUMERICS.md 3.7), others ``_depthwise_rows`` - into ``out`` and
     ``sums`` [OH*OW][L] int32; the CORE stage applied where CLIP_TRUNCATE is set. ``tiled``:
     int16 lane weights [taps][OW * L] (``_product16``); from PIXEL_LANES lanes on, other kernels
     run a pixel at a time (``_depthwise_pixel_rows``) on ``lane_weights``, its first L columns
-    (contiguous; made here when not given)."""
+    (contiguous; made here when not given). ``phased_words``: the padded input's buffer
+    [Hp][stride_x][Wp / stride_x][L / 8] uint64 (default the thread's working buffer)."""
     padded_h, phase_w, starts = layout
     surfaces, _, _, c2 = feature.shape
     lanes, stride = surfaces * c2, geometry.stride_x
-    phased_words = working_buffer("depthwise padded", padded_h * stride * phase_w * (lanes // 8),
-                                  np.uint64).reshape(padded_h, stride, phase_w, lanes // 8)
+    if phased_words is None:
+        phased_words = working_buffer("depthwise padded", padded_h * stride * phase_w * (lanes // 8),
+                                      np.uint64).reshape(padded_h, stride, phase_w, lanes // 8)
     pad_word = np.uint64((pad_value & 0xFF) * 0x0101010101010101)
     _pad_pixels(feature.view(np.uint64), pad_word, phased_words, geometry.pad_top, geometry.pad_left)
     phased = phased_words.view(np.int8).reshape(padded_h, stride, phase_w, lanes)

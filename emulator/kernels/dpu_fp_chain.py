@@ -9,19 +9,25 @@ pass, the same per-element operations in the same order (``numerics.alu_float`` 
 and one kernel call per task instead of one per stage (tests/emulator/test_dpu_fp_chain.py
 checks it against a numpy model of 4.6 and against the per-stage kernels).
 
-The LUT (NUMERICS.md 5.1) sits between BN and EW: a caller with the LUT on takes ``result()``
-after BN, runs the LUT, and starts a new chain for EW.
+The LUT (NUMERICS.md 5.1) sits between BN and EW: ``result(lut)`` and ``fp16_step`` run it in the
+same pass (``lut_fp``'s per-element loop on this kernel's stack copy of the tables). The pass goes
+piece by piece (NUMERICS.md 37): each piece of up to ``CHUNK`` elements through every stage while
+it is in the L1 cache, a piece as long as the X operands and the EW operand's stepping allow -
+channels whose BS / BN operands are the same bits run as one piece, so the 40-pixel planes of
+ppocr_rec's attention run like one plane (tests/emulator/test_dpu_fp_chain_pieces.py).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import carray, njit
 
 from npuemu.emulator import numerics as nm
+from npuemu.emulator.kernels import lut_fp
 from npuemu.emulator.kernels.dpu import EwConfig, XStageConfig
 from npuemu.emulator.kernels.dpu_convert import widen_rows
 from npuemu.emulator.kernels.fp16_atoms import planes_to_fp16_atoms
+from npuemu.emulator.kernels.lut_fp import PACKED, _fill_table, _lut_values, _stack_table
 from npuemu.emulator.memo import Memo
 from npuemu.isa.errors import EmulationError
 
@@ -71,75 +77,139 @@ def _ew_pass(source, target, others, step, op_on, op_type, algo, prelu, relu_on,
                                   relux_value)
 
 
-@njit(cache=True)
-def _run_chain(data, x_params, x_relux, x_alu, x_mul, stages, e_params, e_relux, operand, out):
-    channels, height, width = data.shape
-    planes, results = data.reshape(channels, height * width), out.reshape(channels, height * width)
-    per_c, per_y, per_x = operand.shape[0] > 1, operand.shape[1] > 1, operand.shape[2] > 1
-    # the passes alternate between the result plane and a scratch plane, the last one into the result:
-    # a pass in place fails LLVM's overlap check and runs unvectorised (~10x slower)
-    passes = stages + (1 if e_params[E_ON] != 0 else 0)
-    scratch = np.empty(height * width if passes > 1 else 0, np.float32)
-    for c in range(channels):
-        source = planes[c]
-        for s in range(stages):
-            target = results[c] if (passes - 1 - s) % 2 == 0 else scratch
-            p = x_params[s]
-            _x_pass(source, target, p[X_ALGO], p[X_ALU_ON] != 0, p[X_MUL_ON] != 0, p[X_PRELU] != 0,
-                    p[X_MUL_FIRST] != 0, p[X_RELU] != 0, p[X_RELUX] != 0, x_relux[s], x_alu[s, c], x_mul[s, c])
-            source = target
-        if e_params[E_ON] != 0:
-            target = results[c]
-            p = e_params
-            settings = (p[E_OP_ON] != 0, p[E_OP_TYPE], p[E_ALGO], p[E_PRELU] != 0, p[E_RELU] != 0, p[E_RELUX] != 0,
-                        e_relux)
-            cube = operand[c if per_c else 0]
-            if per_y and per_x:  # a whole operand plane
-                _ew_pass(source, target, cube.reshape(height * width), 1, *settings)
-            elif not per_y and not per_x:  # one value
-                _ew_pass(source, target, cube[0], 0, *settings)
-            else:  # a value per row or a row of values: row by row
-                for y in range(height):
-                    row = slice(y * width, (y + 1) * width)
-                    _ew_pass(source[row], target[row], cube[y if per_y else 0], 1 if per_x else 0, *settings)
+#: elements a piece of the cube runs through every stage while it is in the L1 cache (two scratch
+#: pieces of 8 KiB; the LUT's tables take another 8 KiB of the kernel's stack)
+CHUNK = 2048
+# the int64 geometry vector of ``FloatChain.settings``' layout
+G_CHUNK, G_PLANE, G_WIDTH, G_SC, G_SY, G_SX, G_ALIGN, G_COUNT = range(8)
+
+
+@njit(cache=True, inline="always")
+def _operand_at(start, geometry):
+    # the EW operand's element (its broadcast strides) at the cube's flat element ``start``
+    plane, width = geometry[G_PLANE], geometry[G_WIDTH]
+    channel = start // plane
+    y, x = (start - channel * plane) // width, (start - channel * plane) % width
+    return channel * geometry[G_SC] + y * geometry[G_SY] + x * geometry[G_SX]
 
 
 @njit(cache=True)
-def chain_into(data, x_params, x_relux, alu, mul, stages, e_params, e_relux, operand, out):
-    """``_run_chain`` (``FloatChain.settings``), or a copy of ``data`` into ``out`` when no stage is on."""
-    if stages == 0 and e_params[E_ON] == 0:
-        out[:] = data
-    else:
-        _run_chain(data, x_params, x_relux, alu, mul, stages, e_params, e_relux, operand, out)
+def _run_chain(data, x_params, x_relux, alu, mul, stages, e_params, e_relux, layout, operand, packed, lut_params,
+               out):
+    """The X stages, the LUT (``packed`` non-empty: ``lut_fp.prepared``'s tables and parameters) and
+    EW, piece by piece: each piece of at most G_CHUNK elements goes through every stage before the
+    next (every element the same operations in the same order: the same bits as stage after stage
+    over the cube). ``layout``: (channel runs sharing their X operands, geometry): a piece stays in
+    one run and in one G_ALIGN unit, in which the EW operand steps by G_SX (NUMERICS.md 37)."""
+    pointer = _stack_table()  # (the LUT's tables on this kernel's own stack: lut_fp._stack_table)
+    table = carray(pointer, (PACKED,))
+    lut = packed.size != 0
+    if lut:
+        _fill_table(table, packed)
+    segments, geometry = layout
+    chunk, plane, align, step = geometry[G_CHUNK], geometry[G_PLANE], geometry[G_ALIGN], geometry[G_SX]
+    sources, results, others = data.reshape(-1), out.reshape(-1), operand.reshape(-1)
+    e_on = e_params[E_ON] != 0
+    passes = stages + (1 if lut else 0) + (1 if e_on else 0)
+    # the passes alternate between two scratch pieces, the last one into the result: a pass in
+    # place fails LLVM's overlap check and runs unvectorised (~10x slower)
+    scratch = np.empty(2 * chunk if passes > 1 or lut else 0, np.float32)
+    lut_in = (stages + 1) % 2  # the scratch piece the LUT reads (the last X stage's, else a copy)
+    for k in range(segments.size - 1):
+        channel, start, end = segments[k], segments[k] * plane, segments[k + 1] * plane
+        while start < end:
+            stop = min(start + chunk, end, (start // align + 1) * align)
+            source, count, done = sources[start:stop], stop - start, 0
+            for s in range(stages):
+                target = results[start:stop] if done == passes - 1 else scratch[done % 2 * chunk:][:count]
+                p = x_params[s]
+                _x_pass(source, target, p[X_ALGO], p[X_ALU_ON] != 0, p[X_MUL_ON] != 0, p[X_PRELU] != 0,
+                        p[X_MUL_FIRST] != 0, p[X_RELU] != 0, p[X_RELUX] != 0, x_relux[s], alu[s, channel],
+                        mul[s, channel])
+                source, done = target, done + 1
+            if lut:
+                if stages == 0:
+                    scratch[lut_in * chunk:][:count] = source
+                target = results[start:stop] if done == passes - 1 else scratch[done % 2 * chunk:][:count]
+                # (its input a fresh slice, not ``source``: LLVM vectorises the loop's gathers only then)
+                _lut_values(table, pointer, lut_params, scratch[lut_in * chunk:][:count], target)
+                source = target
+            if e_on:
+                first = _operand_at(start, geometry)
+                p = e_params
+                _ew_pass(source, results[start:stop], others[first:first + (count if step else 1)], step,
+                         p[E_OP_ON] != 0, p[E_OP_TYPE], p[E_ALGO], p[E_PRELU] != 0, p[E_RELU] != 0,
+                         p[E_RELUX] != 0, e_relux)
+            elif passes == 0:
+                results[start:stop] = source
+            start = stop
+
+
+# fp16_step's int64 vector (``pack_step``): the X stage count, the X and EW settings, the geometry,
+# then blocks - the run bounds (their count first), three reads and the store (each: row count,
+# four fields, the row offsets)
+P_STAGES, P_X, P_E = 0, 1, 1 + 2 * X_COUNT
+P_GEOMETRY = P_E + E_COUNT
+P_RUNS = P_GEOMETRY + G_COUNT
+_FIELDS = 5
+
+
+@njit(cache=True, inline="always")
+def _read_block(region, target, ints, cursor, table):
+    # a widen_rows read of region's rows into target (float32 [C][H][W]); the next block's cursor
+    count, height, lanes, first, step = ints[cursor], ints[cursor + 1], ints[cursor + 2], ints[cursor + 3], \
+        ints[cursor + 4]
+    if count:
+        planes = target.reshape(target.shape[0], target.shape[1] * target.shape[2]).view(np.uint32)
+        widen_rows(region, ints[cursor + _FIELDS:cursor + _FIELDS + count], height, lanes, first, step, table, planes)
+    return cursor + _FIELDS + count
 
 
 @njit(cache=True)
-def _read(read, table):
-    data, offsets, height, lanes, first, step, target = read
-    if offsets.size:
-        widen_rows(data, offsets, height, lanes, first, step, table, target)
-
-
-@njit(cache=True)
-def fp16_step(cube, reads, table, operand, settings, out, store):
+def fp16_step(cube, operand, out, main, other, second, written, ints, floats, table, packed, lut_params):
     """One fp16 DPU task's run in one call (issue 20, units/dpu_plan_fp.py): the reads, the chain
-    and the fp16 store - the kernels the separate calls ran, in the same order on the same arrays.
+    (with the LUT) and the fp16 store - the kernels the separate calls ran, in the same order on
+    the same arrays. Everything a task holds from run to run is in ``ints`` and ``floats``
+    (``pack_step``): a call unboxes 12 flat arguments instead of ~30 arrays in nested tuples (a
+    16-element task's call 3.3 -> 1.8 us).
 
-    ``reads``: three ``dpu_convert.widen_rows`` reads (region as uint16, row offsets, height, lanes,
-    first surface, surface step, target uint32 [C][H*W]) with ``table`` (``fp16.widening_table``),
-    each skipped when it has no rows: the MRDMA's into ``cube``, the ERDMA operand's into
-    ``operand`` (one source, or a split operand's two); ``settings``: ``FloatChain.settings``, run
-    from ``cube`` into ``out`` (all float32 [C][H][W]); ``store``: (planes uint32 [C][H][W] of
-    ``out``, C2, row offsets, the region as uint16) for ``fp16_atoms.planes_to_fp16_atoms``,
-    skipped when it has no rows."""
-    _read(reads[0], table)
-    _read(reads[1], table)
-    _read(reads[2], table)
-    x_params, x_relux, alu, mul, stages, e_params, e_relux = settings
-    chain_into(cube, x_params, x_relux, alu, mul, stages, e_params, e_relux, operand, out)
-    planes, c2, offsets, region = store
-    if offsets.size:
-        planes_to_fp16_atoms(planes, c2, offsets, region)
+    Reads (``dpu_convert.widen_rows`` with ``table``, ``fp16.widening_table``; regions as uint16,
+    each skipped when it has no rows): ``main``'s rows into ``cube`` (the MRDMA), ``other``'s and
+    ``second``'s into ``operand`` (the ERDMA operand, or a split operand's two sources); then
+    ``FloatChain.settings`` from ``cube`` into ``out`` (float32 [C][H][W]) with the LUT between BN
+    and EW (``packed`` non-empty: ``lut_fp.prepared``'s tables and ``lut_params``); then the store
+    of ``out``'s planes into ``written``'s atom rows (``fp16_atoms.planes_to_fp16_atoms``) when it
+    has rows."""
+    channels = cube.shape[0]
+    cursor = P_RUNS + 1 + ints[P_RUNS]
+    runs = ints[P_RUNS + 1:cursor]
+    cursor = _read_block(main, cube, ints, cursor, table)
+    cursor = _read_block(other, operand, ints, cursor, table)
+    cursor = _read_block(second, operand, ints, cursor, table)
+    x_params = ints[P_X:P_E].reshape(2, X_COUNT)
+    alu, mul = floats[3:3 + 2 * channels].reshape(2, channels), floats[3 + 2 * channels:].reshape(2, channels)
+    _run_chain(cube, x_params, floats[0:2], alu, mul, ints[P_STAGES], ints[P_E:P_GEOMETRY], floats[2],
+               (runs, ints[P_GEOMETRY:P_RUNS]), operand, packed, lut_params, out)
+    count, c2, planes, height, width = ints[cursor], ints[cursor + 1], ints[cursor + 2], ints[cursor + 3], \
+        ints[cursor + 4]
+    if count:
+        stored = out.reshape(-1)[:planes * height * width].reshape(planes, height, width).view(np.uint32)
+        planes_to_fp16_atoms(stored, c2, ints[cursor + _FIELDS:cursor + _FIELDS + count], written)
+
+
+def pack_step(settings: tuple, reads: list, store: tuple | None) -> tuple[np.ndarray, np.ndarray]:
+    """``fp16_step``'s (ints, floats) of a ``FloatChain.settings`` tuple, three reads (each None or
+    (row offsets, height, lanes, first surface, surface step)) and the store (None or (row offsets,
+    C2, channels, height, width))."""
+    x_params, x_relux, alu, mul, stages, e_params, e_relux, (runs, geometry) = settings
+    blocks = [[stages], x_params.reshape(-1), e_params, geometry, [runs.size], runs]
+    for block in list(reads) + [store]:
+        offsets, fields = (np.zeros(0, np.int64), (1,) * (_FIELDS - 1)) if block is None else (block[0], block[1:])
+        blocks += [[offsets.size, *fields], offsets]
+    ints = np.concatenate([np.asarray(block, np.int64).reshape(-1) for block in blocks])
+    floats = np.concatenate([x_relux, [e_relux], np.ascontiguousarray(alu).reshape(-1),
+                             np.ascontiguousarray(mul).reshape(-1)]).astype(np.float32)
+    return ints, floats
 
 
 def _check_per_channel(values, channels: int, name: str) -> None:
@@ -170,6 +240,8 @@ _X_SETTINGS: Memo[tuple] = Memo(_x_settings, limit=256)
 _EW_SETTINGS: Memo[tuple] = Memo(_ew_settings, limit=256)
 _NO_OPERAND = np.zeros((1, 1, 1), np.float32)
 _NO_EW = (np.zeros(E_COUNT, np.int64), np.float32(0))
+#: ``fp16_step``'s ``lut`` when the LUT is off (no tables)
+NO_LUT = (np.zeros(0, np.float32), np.zeros(nm.LUTP_COUNT, np.int64))
 
 
 class FloatChain:
@@ -211,34 +283,55 @@ class FloatChain:
                                  config.relux), _bits(config.relux_value))
         self._operand = np.ascontiguousarray(operand)
 
-    def result(self) -> np.ndarray:
-        """float32 [C][H][W]: the recorded stages applied (the input itself when none are)."""
-        return self.runner()(self._data, self._operand)
+    def result(self, lut: tuple | None = None, chunk: int = CHUNK) -> np.ndarray:
+        """float32 [C][H][W]: the recorded stages applied (the input itself when none are); ``lut``
+        (a ``LutConfig`` and the LE and LO tables): the LUT on the fp path (NUMERICS.md 5.1) between
+        BN and EW (``lut_fp.lut_stage_fp``'s bits) in the same pass; ``chunk``: the piece size."""
+        if not self._x and self._ew is None and lut is None:
+            return self._data
+        out = np.empty_like(self._data)
+        x_params, x_relux, alu, mul, stages, e_params, e_relux, layout = self.settings(chunk)
+        tables = NO_LUT if lut is None else lut_fp.prepared(*lut)
+        _run_chain(self._data, x_params, x_relux, alu, mul, stages, e_params, e_relux, layout, self._operand,
+                   tables[0], tables[1], out)
+        return out
 
-    def runner(self):
-        """``run(data, operand)``: ``result()`` of the recorded stages on a C-contiguous float32 cube of
-        this chain's shape and a contiguous float32 EW operand of the recorded one's shape, the settings
-        worked out once (issue 20: a task program's fp16 DPU step, units/dpu_plan_fp.py, runs it per run)."""
-        if not self._x and self._ew is None:
-            return _unchanged
-        x_params, x_relux, alu, mul, stages, e_params, e_relux = self.settings()
-
-        def run(data: np.ndarray, operand: np.ndarray) -> np.ndarray:
-            out = np.empty_like(data)
-            _run_chain(data, x_params, x_relux, alu, mul, stages, e_params, e_relux, operand, out)
-            return out
-        return run
-
-    def settings(self) -> tuple:
+    def settings(self, chunk: int = CHUNK) -> tuple:
         """The recorded stages as ``_run_chain``'s settings arguments: (X settings, X ReLUX values,
-        ALU operands [2][C], MUL operands [2][C], X stage count, EW settings, EW ReLUX value)."""
+        ALU operands [2][C], MUL operands [2][C], X stage count, EW settings, EW ReLUX value, layout),
+        the layout for this chain's cube and EW operand shapes, pieces of at most ``chunk`` elements."""
         x_params, x_relux = _X_SETTINGS(tuple(self._x))
         operands = np.empty((2, 2, self._data.shape[0]), np.float32)  # [stage][ALU, MUL][C]
         for s, (alu, mul) in enumerate(self._operands):
             operands[s, 0], operands[s, 1] = alu, mul  # one value broadcast, or one per channel
         e_params, e_relux = self._ew if self._ew is not None else _NO_EW
-        return x_params, x_relux, operands[:, 0], operands[:, 1], len(self._x), e_params, e_relux
+        layout = (_runs(operands[:len(self._x)]), _geometry(self._data.shape, self._operand.shape, chunk))
+        alu, mul = np.ascontiguousarray(operands[:, 0]), np.ascontiguousarray(operands[:, 1])
+        return x_params, x_relux, alu, mul, len(self._x), e_params, e_relux, layout
 
 
-def _unchanged(data: np.ndarray, operand: np.ndarray) -> np.ndarray:
-    return data
+def _runs(operands: np.ndarray) -> np.ndarray:
+    """int64 channel bounds of the runs of channels whose X stage operands (float32 [stages][2][C])
+    have the same bits (-0.0 is not 0.0): a piece of the chain takes one run's operands."""
+    channels = operands.shape[-1]
+    bits = operands.view(np.uint32).reshape(-1, channels)
+    change = np.flatnonzero(np.any(bits[:, 1:] != bits[:, :-1], axis=0)) + 1
+    return np.concatenate(([0], change, [channels])).astype(np.int64)
+
+
+def _geometry(shape: tuple, operand_shape: tuple, chunk: int) -> np.ndarray:
+    """``_run_chain``'s geometry: the piece size, plane and row sizes, the EW operand's element strides
+    over the cube (0 along a broadcast axis; along an axis of size 1 the stride that continues the
+    next one) and G_ALIGN, the unit a piece stays in for the operand to step by G_SX: a row, a
+    plane, or the cube."""
+    channels, height, width = shape
+    oc, oh, ow = operand_shape
+    sc, sy, sx = (oh * ow if oc > 1 else 0), (ow if oh > 1 else 0), (1 if ow > 1 else 0)
+    sx = sy if width == 1 else sx
+    sy = width * sx if height == 1 else sy
+    sc = height * width * sx if channels == 1 else sc
+    plane = max(height * width, 1)
+    align = width if sy != width * sx else plane if sc != plane * sx else max(channels * plane, 1)
+    geometry = np.zeros(G_COUNT, np.int64)
+    geometry[[G_CHUNK, G_PLANE, G_WIDTH, G_SC, G_SY, G_SX, G_ALIGN]] = chunk, plane, max(width, 1), sc, sy, sx, align
+    return geometry

@@ -16,10 +16,11 @@ phase a 40 x 40 cube of 32 channels; a plain conv's values in brackets):
 
 How it is read here [I]: WIDTH_WDMA 0 on a cube W > 1 wide with HEIGHT_WDMA x CHANNEL_WDMA the
 cube's atoms is the mode's switch (a plain write's WDMA sizes equal the cube's, and _check_dpu
-refuses any other disagreement). Two splits of that count are taken: H lines of W x C channels
-(3.3.1, npuemu's own phase convs) and the vendor's W lines of H x C channels (its rk3588 / rk3576
-bilinear Resize on 12 x 20: HEIGHT_WDMA 19, CHANNEL_WDMA 767 [V], REGISTER_SEMANTICS.md 52); the
-40 x 40 fixture cannot tell them apart. Neither split places anything: the DATA_CUBE's W and H,
+refuses any other disagreement). Two splits of that count are taken: the vendor's W lines of H x C
+channels (its rk3588 / rk3576 bilinear Resize on 12 x 20: HEIGHT_WDMA 19, CHANNEL_WDMA 767 [V],
+REGISTER_SEMANTICS.md 52; npuemu's own builds since compiler/LOWERING.md 54) and H lines of W x C
+(3.3.1's first reading, npuemu's builds before: older model files keep running); the 40 x 40 fixture
+cannot tell them apart. Neither split places anything: the DATA_CUBE's W and H,
 NOTCH_ADDR_0 and SURFACE_ADD do, the same way for both (the vendor's HEIGHT_WDMA lines at SURFACE_ADD
 steps would run past its own 24-row output). Atom of pixel x, line y, surface s goes to
 ``DST_BASE_ADDR + s * DST_SURF_STRIDE + y * SURFACE_ADD + x * (NOTCH_ADDR_0 + 1) * atom``.
@@ -45,7 +46,7 @@ def pixel_step(cube: tuple[int, int, int], wdma: tuple[int, int, int], notch: in
     channels), each field + 1) gives the interleaved form of the DATA_CUBE ``cube`` (width, height,
     channels): a width-1 line of W x CHANNEL channels (or the vendor's H x CHANNEL), W > 1; else 0."""
     width, height, channels = cube
-    if width > 1 and wdma == (1, height, width * channels):  # H lines of W x C (3.3.1; npuemu's own builds)
+    if width > 1 and wdma == (1, height, width * channels):  # H lines of W x C (3.3.1; npuemu's older builds)
         return (notch + 1) * atom_bytes
     # the vendor's sizes, W lines of H x C [V] (REGISTER_SEMANTICS.md 52): the same atoms, placed by the
     # DATA_CUBE and the steps alike; H 1 without a notch stays dpu_transpose.relines' plain write

@@ -99,16 +99,21 @@ def fp16_bits_to_fp32_bits_native(typingctx, bits):
         return None
 
     def codegen(context, builder, signature, args):
-        if not converts_halves(context):
-            return context.compile_internal(builder, nm.fp16_bits_to_fp32_bits.py_func, signature, args)
-        wide = builder.bitcast(builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType()),
-                               ir.IntType(32))
-        i16 = ir.IntType(16)
-        nan_head = builder.icmp_unsigned("==", builder.and_(args[0], i16(0x7E00)), i16(0x7C00))
-        payload = builder.icmp_unsigned("!=", builder.and_(args[0], i16(0x1FF)), i16(0))
-        signalling = builder.zext(builder.and_(nan_head, payload), ir.IntType(32))
-        return builder.xor(wide, builder.shl(signalling, ir.IntType(32)(22)))
+        return _widened_bits(context, builder, args[0])
     return types.uint32(types.uint16), codegen
+
+
+def _widened_bits(context, builder, bits):
+    # fp16_bits_to_fp32_bits_native's code: F16C's widening and the signalling-NaN repair, or the formula
+    if not converts_halves(context):
+        return context.compile_internal(builder, nm.fp16_bits_to_fp32_bits.py_func,
+                                        types.uint32(types.uint16), (bits,))
+    wide = builder.bitcast(builder.fpext(builder.bitcast(bits, ir.HalfType()), ir.FloatType()), ir.IntType(32))
+    i16 = ir.IntType(16)
+    nan_head = builder.icmp_unsigned("==", builder.and_(bits, i16(0x7E00)), i16(0x7C00))
+    payload = builder.icmp_unsigned("!=", builder.and_(bits, i16(0x1FF)), i16(0))
+    signalling = builder.zext(builder.and_(nan_head, payload), ir.IntType(32))
+    return builder.xor(wide, builder.shl(signalling, ir.IntType(32)(22)))
 
 
 @njit(cache=True)
@@ -153,3 +158,15 @@ def fp16_to_fp32(data: np.ndarray) -> np.ndarray:
     out = np.empty(source.shape, np.float32)
     _widen_by_table(source.view(np.uint16).reshape(-1), widening_table(), out.view(np.uint32).reshape(-1))
     return out
+
+
+@intrinsic
+def fp16_bits_to_float32_native(typingctx, bits):
+    """The float32 value of fp16 ``bits`` (uint16): ``fp16_bits_to_fp32_bits_native`` read as a float
+    (a register bitcast, for kernels that compute on the value instead of storing its bits)."""
+    if bits != types.uint16:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(_widened_bits(context, builder, args[0]), ir.FloatType())
+    return types.float32(types.uint16), codegen

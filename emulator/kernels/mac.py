@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import os
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -376,11 +377,11 @@ def _check_operands(padded: np.ndarray, weights: np.ndarray, geometry: ConvGeome
                              f"{geometry.padded_h}x{geometry.padded_w} the output needs")
 
 
-def _is_pointwise(geometry: ConvGeometry, padded: np.ndarray) -> bool:
+def _is_pointwise(geometry: ConvGeometry, planes_shape: tuple) -> bool:
     # A 1x1 stride-1 convolution reads the padded planes as they are: no gather needed.
     return (geometry.kernel_h == geometry.kernel_w == 1
             and geometry.stride_y == geometry.stride_x == 1
-            and padded.shape[1] == geometry.out_h and padded.shape[2] == geometry.out_w)
+            and planes_shape[1] == geometry.out_h and planes_shape[2] == geometry.out_w)
 
 
 def _chunk_bounds(reduction: int) -> tuple[int, ...]:
@@ -399,37 +400,70 @@ def _split_pieces(matrices: np.ndarray) -> tuple[tuple[np.ndarray, ...], ...]:
 _PIECES: Memo[tuple] = Memo(_split_pieces, identity=1, limit=1024)
 
 
+class GemmLayout(NamedTuple):
+    """How ``_conv_gemm`` cuts a convolution into products (fixed by the shapes alone: part of the
+    fp16 summation order, NUMERICS.md 3.3): reduction chunk bounds, output rows per block, whether
+    the planes are read as they are (1x1 stride 1), the im2col buffer's and the chunk-product
+    buffer's shapes (None where not needed)."""
+
+    bounds: tuple[int, ...]
+    rows_per_block: int
+    pointwise: bool
+    columns: tuple[int, int] | None
+    product: tuple[int, int] | None
+
+
+def gemm_layout(matrices: np.ndarray, geometry: ConvGeometry, planes_shape: tuple) -> GemmLayout:
+    """The ``GemmLayout`` of ``matrices`` [groups][M][K] over padded planes of ``planes_shape``."""
+    rows, reduction = matrices.shape[1:]
+    bounds = _chunk_bounds(reduction)
+    chunk = max(b - a for a, b in zip(bounds, bounds[1:]))
+    rows_per_block = max(1, min(geometry.out_h, _COLUMN_BUDGET // (chunk * geometry.out_w)))
+    pointwise = _is_pointwise(geometry, planes_shape)
+    width = rows_per_block * geometry.out_w
+    return GemmLayout(bounds, rows_per_block, pointwise, None if pointwise else (chunk, width),
+                      (rows, width) if len(bounds) > 2 else None)
+
+
 def _conv_gemm(padded: np.ndarray, matrices: np.ndarray, geometry: ConvGeometry,
                pieces: tuple[tuple[np.ndarray, ...], ...]) -> np.ndarray:
     """Convolution as float32 matrix products: ``matrices`` [groups][M][K] (K in c, ky, kx
-    order; ``pieces`` its ``_split_pieces``) times the gathered input, one product per group,
-    row block and reduction chunk of EXACT_FLOAT32_REDUCTION; chunk results add in float32,
-    starting from +0. Returns float32 [groups * M][OH][OW].
+    order; ``pieces`` its ``_split_pieces``) times the gathered input (``gemm_products``).
+    Returns float32 [groups * M][OH][OW]."""
+    choose_blas_threads()
+    padded = np.ascontiguousarray(padded)  # (the gather reads it flat)
+    groups, rows = matrices.shape[:2]
+    layout = gemm_layout(matrices, geometry, padded.shape)
+    columns = None if layout.columns is None else np.empty(layout.columns, np.float32)
+    product = None if layout.product is None else np.empty(layout.product, np.float32)
+    acc = np.empty((groups * rows, geometry.out_h * geometry.out_w), np.float32)
+    gemm_products(padded, geometry, pieces, layout, columns, product, acc)
+    return acc.reshape(groups * rows, geometry.out_h, geometry.out_w)
+
+
+def gemm_products(padded: np.ndarray, geometry: ConvGeometry, pieces: tuple[tuple[np.ndarray, ...], ...],
+                  layout: GemmLayout, columns: np.ndarray | None, product: np.ndarray | None,
+                  acc: np.ndarray) -> None:
+    """The products of ``_conv_gemm`` into ``acc`` [groups * M][OH * OW] (C-contiguous planes
+    ``padded``; ``columns`` and ``product`` of the layout's shapes): one product per group, row
+    block and reduction chunk of EXACT_FLOAT32_REDUCTION; chunk results add in float32, starting
+    from +0.
 
     The first chunk's product goes straight into the accumulators and gets + 0 (which turns a
     -0 into the +0 that 0 + p gives and leaves every other value, NaN included, as it is): the
     same bits as zeroed accumulators plus a product buffer, without the buffer's pass."""
-    choose_blas_threads()
-    padded = np.ascontiguousarray(padded)  # (the gather reads it flat)
-    groups, rows, reduction = matrices.shape
     kernel_h, kernel_w, out_h, out_w = (geometry.kernel_h, geometry.kernel_w, geometry.out_h,
                                         geometry.out_w)
-    group_inputs = reduction // (kernel_h * kernel_w)
-    bounds = _chunk_bounds(reduction)
-    chunk = max(b - a for a, b in zip(bounds, bounds[1:]))
-    rows_per_block = max(1, min(out_h, _COLUMN_BUDGET // (chunk * out_w)))
-    pointwise = _is_pointwise(geometry, padded)
-    planes = padded.reshape(padded.shape[0], -1) if pointwise else None
-    columns = None if pointwise else np.empty((chunk, rows_per_block * out_w), np.float32)
-    acc = np.empty((groups * rows, out_h * out_w), np.float32)
-    product = np.empty((rows, rows_per_block * out_w), np.float32) if len(bounds) > 2 else None
-    for g in range(groups):
+    rows, bounds, rows_per_block = pieces[0][0].shape[0], layout.bounds, layout.rows_per_block
+    group_inputs = bounds[-1] // (kernel_h * kernel_w)
+    planes = padded.reshape(padded.shape[0], -1) if layout.pointwise else None
+    for g in range(len(pieces)):
         for row0 in range(0, out_h, rows_per_block):
             row1 = min(out_h, row0 + rows_per_block)
             width = (row1 - row0) * out_w
             target = acc[g * rows:(g + 1) * rows, row0 * out_w:row1 * out_w]
             for index, (piece, k0, k1) in enumerate(zip(pieces[g], bounds, bounds[1:])):
-                if pointwise:
+                if planes is not None:
                     block = planes[g * group_inputs + k0:g * group_inputs + k1,
                                    row0 * out_w:row1 * out_w]
                 else:
@@ -443,7 +477,6 @@ def _conv_gemm(padded: np.ndarray, matrices: np.ndarray, geometry: ConvGeometry,
                 else:
                     np.matmul(piece, block, out=product[:, :width])
                     np.add(target, product[:, :width], out=target)
-    return acc.reshape(groups * rows, out_h, out_w)
 
 
 def exact_chunk_bounds(matrix: np.ndarray, input_bound: int = 128,

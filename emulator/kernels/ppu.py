@@ -1,7 +1,8 @@
 """PPU pooling on NC1HWC2: max, min and average (NUMERICS.md section 6).
 
 Registers give kernel and stride (stored minus one), four pads, the pad value and, for the
-average, RECIP_KERNEL_WIDTH/HEIGHT = 2**16 / k (vendor-corpus 4.3). Positions of a window that
+average, RECIP_KERNEL_WIDTH/HEIGHT = 2**16 / k: an integer for int8/int16/int32 (vendor-corpus 4.3), the
+fp16 bits of 2**16 / k for fp16 (NUMERICS.md 38). Positions of a window that
 fall outside the input are padding: the average counts them at the pad value, max and min skip
 them (rep07 programs pad value 0 for an input whose zero point is -91, so padding cannot take
 part in a max).
@@ -116,6 +117,23 @@ def _pool_float(source, method, kernel_h, kernel_w, stride_y, stride_x, pad_top,
                         out[g, oy, ox, lane] = best if found else pad_value
 
 
+#: fp16 RECIP_KERNEL_*: bits 15:0 are an fp16 number whose top exponent (31) is 2**16, not infinity [V ORC]
+FP16_RECIP_BITS = 16
+
+
+def fp16_recip_value(bits: int) -> float:
+    """The value of an fp16-mode RECIP_KERNEL_WIDTH/HEIGHT field (2**16 / k for the vendor's pools): IEEE
+    fp16 bits with exponent 31 read as a normal number (0x7c00 = 2**16 for k = 1; NUMERICS.md 38)."""
+    if bits >> FP16_RECIP_BITS:
+        raise EmulationError(f"fp16 PPU RECIP_KERNEL value {bits:#x} sets bits above 15: the fp16 form "
+                             f"holds the fp16 bits of 2**16 / k (0x7c00 for k = 1), not the integer form")
+    exponent, mantissa = (bits >> 10) & 0x1F, bits & 0x3FF
+    sign = -1.0 if bits >> 15 else 1.0
+    if exponent == 0:
+        return sign * mantissa * 2.0 ** -24
+    return sign * (1024 + mantissa) * 2.0 ** (exponent - 25)
+
+
 def pool_nc1hwc2(feature: np.ndarray, config: PoolConfig) -> np.ndarray:
     """Pool [C1][H][W][C2] int8/int16/int32 (or float16) -> [C1][OH][OW][C2] of the same type.
 
@@ -127,11 +145,12 @@ def pool_nc1hwc2(feature: np.ndarray, config: PoolConfig) -> np.ndarray:
             config.pad_top, config.pad_left)
     if feature.dtype == np.float16:
         out32 = np.empty(shape, np.float32)
-        # fp16 path: fp32 sum, times RECIP_W * 2**-16 then RECIP_H * 2**-16 in fp32, RNE to fp16
+        # fp16 path: fp32 sum, times fp16 RECIP_W * 2**-16 then RECIP_H * 2**-16 in fp32, RNE to fp16
+        average = config.method == nm.POOL_AVERAGE  # a max / min pool never reads the RECIP fields
+        recip_w, recip_h = ((fp16_recip_value(config.recip_kernel_w), fp16_recip_value(config.recip_kernel_h))
+                            if average else (0.0, 0.0))
         _pool_float(feature.astype(np.float32), *args, np.float32(config.pad_value),
-                    np.float32(config.recip_kernel_w / 65536),
-                    np.float32(config.recip_kernel_h / 65536),
-                    out32)
+                    np.float32(recip_w / 65536), np.float32(recip_h / 65536), out32)
         return fp32_to_fp16(out32)
     dtype = np.dtype(feature.dtype)
     if dtype not in _RANGES:

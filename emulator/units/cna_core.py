@@ -14,7 +14,8 @@ import numpy as np
 
 from npuemu.emulator import kernels
 from npuemu.emulator.memo import Memo
-from npuemu.emulator.kernels import cbuf_reuse, cna_bf16, cna_deconv, conv_int16, weights_sparse
+from npuemu.emulator.kernels import cbuf_reuse, cna_bf16, cna_deconv, conv_int16, image_atoms, weights_sparse
+from npuemu.emulator.kernels.conv_fp16_plan import prepare_conv2d_fp16
 from npuemu.emulator.kernels.depthwise_plan import prepare_depthwise_int8_atoms
 from npuemu.emulator.kernels.cna_convert import (
     check_convert_geometry, convert_int8_features, decode_input_convert,
@@ -552,6 +553,15 @@ def _mask_channels(feature: np.ndarray, real: int) -> None:
         feature[group + 1:] = 0
 
 
+def _masked_lanes(feature: np.ndarray, real: int) -> tuple[np.ndarray, ...]:
+    """The views of ``feature`` that ``_mask_channels`` zeroes (the non-empty ones), for a buffer
+    masked on every run."""
+    group, lane = divmod(real, feature.shape[3])
+    if group >= feature.shape[0]:
+        return ()
+    return tuple(view for view in (feature[group, :, :, lane:], feature[group + 1:]) if view.size)
+
+
 def _weights(state: ConvState, plan: _Plan, dma: TaskDma, cbuf: Cbuf, where: str) -> np.ndarray:
     if state.weight_reuse:
         return cbuf.take("weights", plan.weight_key, "WEIGHT_REUSE", where)
@@ -648,6 +658,8 @@ class _Plan:
 _PLANS = Memo(_Plan.build, identity=1)
 #: largest feature (bytes) a CNA step copies into an array of its own (``_feature_loader``)
 _OWN_FEATURE_BYTES = 1 << 16
+#: largest image-mode feature (bytes, as CBUF atoms) a CNA step keeps in an array of its own
+_OWN_IMAGE_BYTES = 1 << 23
 
 
 # ---------------------------------------------------------------------------------------------
@@ -756,11 +768,24 @@ def _feature_loader(state: ConvState, plan: _Plan, where: str, read: tuple | Non
     the Cbuf. A small feature (not the image input's) is copied into an array of the step's own
     (``load.buffer``), refilled by each run: the Cbuf is its one other holder (the feature slot;
     the older weight sets it keeps are weights), and a run that refills it puts it back in the
-    slot, so a later DATA_REUSE task takes the last load's."""
+    slot, so a later DATA_REUSE task takes the last load's. An image-mode feature (up to
+    _OWN_IMAGE_BYTES) is kept the same way, its pixels copied into zeroed atoms (kernels/image_atoms.py)."""
     key = plan.feature_key
     if read is None:
         return lambda cbuf: cbuf.take("feature", key, "DATA_REUSE", where)
     data, offsets, shape, keep = *read, _feature_keeper(key, where)
+    if state.argb_channels and plan.feature_shape == (1, state.in_height, state.in_width, state.c2) \
+            and state.in_height * state.in_width * state.c2 * plan.feature_dtype.itemsize <= _OWN_IMAGE_BYTES:
+        fill = image_atoms.image_loader(data, offsets, state.in_height, state.in_width, state.argb_channels,
+                                        state.real_channels, state.c2, plan.feature_dtype)
+        kept_image = _Resident(key, fill.buffer, where)
+
+        def load_image(cbuf: Cbuf) -> np.ndarray:  # (an image's atoms: kernels/image_atoms.py)
+            feature = fill()
+            keep(cbuf, kept_image)
+            return feature
+        load_image.buffer = fill.buffer
+        return load_image
     if state.argb_channels or shape[0] * shape[1] > _OWN_FEATURE_BYTES:
         def load(cbuf: Cbuf) -> np.ndarray:
             rows = np.empty(shape, np.uint8)
@@ -770,13 +795,13 @@ def _feature_loader(state: ConvState, plan: _Plan, where: str, read: tuple | Non
             return feature
         return load
     buffer = np.empty(plan.feature_shape, plan.feature_dtype)
-    rows, kept, mask, real = buffer.view(np.uint8).reshape(shape), _Resident(key, buffer, where), \
-        plan.mask_channels, state.real_channels
+    rows, kept = buffer.view(np.uint8).reshape(shape), _Resident(key, buffer, where)
+    masked = _masked_lanes(buffer, state.real_channels) if plan.mask_channels else ()
 
     def load(cbuf: Cbuf) -> np.ndarray:
         gather_rows(data, offsets, rows)
-        if mask:
-            _mask_channels(buffer, real)
+        for lanes in masked:  # (_mask_channels' two slices, made once)
+            lanes.fill(0)
         keep(cbuf, kept)
         return buffer
 
@@ -846,8 +871,16 @@ def _weights_fetcher(state: ConvState, plan: _Plan, memory, where: str):
 def _fp16_kernel(state: ConvState, plan: _Plan):
     """``run_cna_core``'s fp16 kernel call: ``kernel(feature, weights)`` (float16 weights)."""
     channels, geometry, pad, out = state.in_channels, plan.geometry, state.pad_value, state.out_channels
+    shape, prepared = plan.feature_shape, [None, None]  # the last weights object and its prepared run (False: none)
 
     def kernel(feature: np.ndarray, weights: np.ndarray) -> CoreResult:
+        run = prepared[1] if prepared[0] is weights else None
+        if run is None:  # weights seen again (held, the CBUF's) prepared once; new ones (fetched each run) plain
+            run = (prepare_conv2d_fp16(shape, channels, weights, geometry, pad, out) or False) \
+                if prepared[0] is weights else None
+            prepared[:] = [weights, run]
+        if run:  # (kernels/conv_fp16_plan.py: the same bits as the plain calls below)
+            return CoreResult(run(feature), None)
         padded = kernels.fetch_padded_input(feature, channels, geometry, pad)
         return CoreResult(_pad_channels(kernels.conv2d_fp16(padded, weights, geometry), out), None)
 

@@ -18,7 +18,7 @@ from npuemu.emulator.kernels.dpu import int_stages
 from npuemu.emulator.kernels.dpu_pixel import StagePlan, plan_stages, planned_to_atoms
 from npuemu.emulator.kernels import (dpu_convert, dpu_fp32, dpu_fp_to_int16, dpu_int32, dpu_interleave,
                                      dpu_reduce, dpu_transpose, dpu_unpool)
-from npuemu.emulator.kernels import dpu_bf16, dpu_fp16_pair, dpu_fp_chain, lut_fp
+from npuemu.emulator.kernels import dpu_bf16, dpu_fp16_pair
 from npuemu.emulator.memo import Memo
 from npuemu.emulator.memory import TaskDma, Traffic
 from npuemu.emulator.numerics import out_cvt_round_mode
@@ -774,6 +774,8 @@ def _fp32(raw) -> np.ndarray:
 
 def _float_stages(state: DpuState, rdma: DpuRdmaState | None, data: np.ndarray, dma: TaskDma,
                   lut_tables: np.ndarray, where: str) -> np.ndarray:
+    from npuemu.emulator.kernels import dpu_fp_chain, lut_fp  # float tasks only (issue 20: int8 first call)
+
     chain = dpu_fp_chain.FloatChain(data)  # the stages run in one pass at the end (kernels/dpu_fp_chain.py)
     for arguments in float_x_stages(state, rdma, dma, where):
         chain.x_stage(*arguments)

@@ -6,8 +6,9 @@ to run worked out once - the BS / BN settings and operands (the BRDMA blob held,
 read and widened straight from the region (``dpu_convert.widen_rows``), BS, BN, EW in one pass
 (``FloatChain.settings``) and, for an fp16 output without MINUS_EXP, the planes rounded as they
 are stored into the WDMA's atoms (kernels/fp16_atoms.py), into buffers kept from run to run. With
-the LUT on, two calls around ``lut_fp.lut_stage_fp`` (the LUT RAM read as each run finds it); other
-outputs take ``dpu.float_output`` (OUT_CVT) and the plain write.
+the LUT on, the same call runs it between BN and EW (NUMERICS.md 37; its tables ``lut_fp.prepared``
+from the LUT RAM as each run finds it); other outputs take ``dpu.float_output`` (OUT_CVT) and the
+plain write.
 
 Forms taken: the main cube from the CORE (a float32 [C][H][W] result) or, in flying mode, a plain
 fp16 MRDMA read (COMB_USE 0); the EW operand from a register or the ERDMA (fp16, per pixel or per
@@ -56,31 +57,33 @@ def prepare_fp_dpu(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, w
         return None
     if write is None or (state.flying and main_rows is None) or operand is None:
         return None
-    before = dpu_fp_chain.FloatChain(np.zeros(shape, np.float32))
+    chain = dpu_fp_chain.FloatChain(np.zeros(shape, np.float32))
     for arguments in x_stages:
-        before.x_stage(*arguments)
-    lut, after = not state.ew.bypass and not state.ew.lut_bypass, None
+        chain.x_stage(*arguments)
+    lut = not state.ew.bypass and not state.ew.lut_bypass
     if not state.ew.bypass:
-        after = dpu_fp_chain.FloatChain(np.zeros(shape, np.float32)) if lut else before
-        after.ew(dpu.float_ew_config(state.ew), operand)
-    # one dpu_fp_chain.fp16_step call a run (two with the LUT between the chains): the reads, the
-    # chain, the store (NUMERICS.md 34), into buffers a small task keeps from run to run
-    first, last = before.settings(), (after or before).settings()
+        chain.ew(dpu.float_ew_config(state.ew), operand)
+    # one dpu_fp_chain.fp16_step call a run: the reads, the chain with the LUT, the store
+    # (NUMERICS.md 34, 37), into buffers a small task keeps from run to run
+    reads = [main_rows] + [rows for rows, _, _ in operand_rows] + [None] * (2 - len(operand_rows))
+    regions = tuple(_NO_REGION if rows is None else rows[0] for rows in reads)
+    blocks = [None if main_rows is None else (*main_rows[1:], 0, 1)] \
+        + [(*rows[1:], first, step) for rows, first, step in operand_rows] + [None] * (2 - len(operand_rows))
+    store, written = (None, _NO_REGION) if stored is _NO_STORE else _store(*stored)
+    ints, floats = dpu_fp_chain.pack_step(chain.settings(), blocks, store)
+    regions += (written,)
     config = dpu._lut_config(state.lut) if lut else None
-    table, step = widening_table(), dpu_fp_chain.fp16_step
-    layout = (shape, main_rows, operand, operand_rows, stored, lut)
+    table, step, prepared = widening_table(), dpu_fp_chain.fp16_step, lut_fp.prepared
+    layout = (shape, main_rows is not None, operand, bool(operand_rows))
     kept = _buffers(*layout) if state.channels * state.height * state.width <= _KEPT_ELEMENTS else None
 
     def run(source: CoreResult | None) -> None:
-        cube, operand, reads, out, store, middle = kept or _buffers(*layout)
+        cube, operand, out = kept or _buffers(*layout)
         data = cube if cube is not None else _core_cube(source, shape, where)
-        if lut:
-            step(data, reads, table, operand, first, middle, _NO_STORE)
-            data, reads_left = lut_fp.lut_stage_fp(middle, config, lut_tables[0], lut_tables[1]), _NO_READS
-        else:
-            reads_left = reads
-        step(data, reads_left, table, operand, last, out, store)
-        if store is _NO_STORE:  # (OUT_CVT does more than round to fp16)
+        # (the LUT RAM as this run finds it: the chain's LUT port writes rewrite it in place)
+        packed, parameters = prepared(config, lut_tables[0], lut_tables[1]) if lut else dpu_fp_chain.NO_LUT
+        step(data, operand, out, *regions, ints, floats, table, packed, parameters)
+        if store is None:  # (OUT_CVT does more than round to fp16)
             write(dpu.float_output(state, out, where)[0])
         else:
             invalidate()
@@ -125,13 +128,12 @@ def _core_cube(source: CoreResult, shape: tuple, where: str) -> np.ndarray:
     return np.ascontiguousarray(data, np.float32)
 
 
-_NO_READ = (np.zeros(0, np.uint16), np.zeros(0, np.int64), 1, 1, 0, 1, np.zeros((0, 1), np.uint32))
-_NO_READS = (_NO_READ, _NO_READ, _NO_READ)
+_NO_REGION = np.zeros(0, np.uint16)  # (a read or store without rows)
 #: a task of at most this many elements keeps its arrays from run to run (<= 64 KiB each: what
 #: allocating them costs matters only for small tasks, and keeping every task's would double
 #: ppocr_det fp16's peak memory, 362 -> 702 MB)
 _KEPT_ELEMENTS = 1 << 14
-_NO_STORE = (np.zeros((0, 1, 1), np.uint32), 1, np.zeros(0, np.int64), np.zeros(0, np.uint16))
+_NO_STORE = ()  # (_writer: no store in the step)
 
 
 def _surface_rows(memory: Memory, where: str, address: int, surface_stride: int, line_stride: int,
@@ -148,32 +150,19 @@ def _surface_rows(memory: Memory, where: str, address: int, surface_stride: int,
     return elements[0], np.ascontiguousarray(elements[1], np.int64), height, c2
 
 
-def _into(rows: tuple, target: np.ndarray, first: int = 0, step: int = 1) -> tuple:
-    """A ``widen_rows`` read of ``rows`` into ``target`` (float32 [C][H][W]): surfaces first, first + step, ..."""
-    data, offsets, height, lanes = rows
-    return data, offsets, height, lanes, first, step, target.reshape(target.shape[0], -1).view(np.uint32)
-
-
 def _cube_rows(state: DpuState, rdma: DpuRdmaState, memory: Memory, where: str) -> tuple:
-    """The flying task's MRDMA rows (``dpu._main_input``), for ``_into``."""
+    """The flying task's MRDMA rows (``dpu._main_input``), as ``_surface_rows``."""
     surfaces = -(-state.channels // c2_of(FP16, rdma.atom_bytes))
     return _surface_rows(memory, where, rdma.src_address, rdma.surface_stride, rdma.line_stride, surfaces,
                          state.height, state.width, rdma.atom_bytes, "DPU_RDMA main cube")
 
 
-def _buffers(shape: tuple, main_rows: tuple | None, operand: np.ndarray, operand_rows: tuple, stored: tuple,
-             lut: bool) -> tuple:
-    """A run's arrays: (the MRDMA's cube or None, the EW operand, the three reads into them, the
-    result, its store, the cube between the chains with the LUT on (else the result))."""
-    cube = None if main_rows is None else np.empty(shape, np.float32)
-    if operand_rows:  # (an ERDMA operand: filled by its reads)
+def _buffers(shape: tuple, main: bool, operand: np.ndarray, read_operand: bool) -> tuple:
+    """A run's arrays: (the MRDMA's cube or None, the EW operand, the result)."""
+    cube = np.empty(shape, np.float32) if main else None
+    if read_operand:  # (an ERDMA operand: filled by its reads)
         operand = np.empty(operand.shape, np.float32)
-    reads = ((_NO_READ if cube is None else _into(main_rows, cube)),) \
-        + tuple(_into(rows, operand, first, step) for rows, first, step in operand_rows) \
-        + (_NO_READ,) * (2 - len(operand_rows))
-    out = np.empty(shape, np.float32)
-    store = stored if stored is _NO_STORE else _store(out, *stored)
-    return cube, operand, reads, out, store, np.empty(shape, np.float32) if lut else out
+    return cube, operand, np.empty(shape, np.float32)
 
 
 def _operand_reads(state: DpuState, rdma: DpuRdmaState | None, memory: Memory,
@@ -210,11 +199,10 @@ def _operand_reads(state: DpuState, rdma: DpuRdmaState | None, memory: Memory,
     return None, ()
 
 
-def _store(out: np.ndarray, channels: int, height: int, width: int, c2: int, offsets: np.ndarray,
-           data: np.ndarray) -> tuple:
-    """``fp16_step``'s store of ``out``'s first ``channels`` planes as [C][H][W] rows (an
-    interleaved write: [C][H*W][1])."""
-    return out[:channels].reshape(channels, height, width).view(np.uint32), c2, offsets, data
+def _store(channels: int, height: int, width: int, c2: int, offsets: np.ndarray, data: np.ndarray) -> tuple:
+    """``pack_step``'s store block of ``out``'s first ``channels`` planes as [C][H][W] rows (an
+    interleaved write: [C][H*W][1]): (row offsets, C2, channels, height, width), and the region."""
+    return (offsets, c2, channels, height, width), data
 
 
 def _writer(state: DpuState, memory: Memory, where: str, shape: tuple) -> tuple:

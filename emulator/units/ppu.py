@@ -11,6 +11,7 @@ from collections.abc import Callable
 import numpy as np
 
 from npuemu.emulator import kernels
+from npuemu.emulator.kernels.ppu import FP16_RECIP_BITS
 from npuemu.emulator.memory import Memory, TaskDma, Traffic, gather_rows, scatter_rows
 from npuemu.emulator.numerics import POOL_AVERAGE, POOL_MAX, POOL_MIN
 from npuemu.emulator.regfile import RegisterView
@@ -63,6 +64,11 @@ def decode_ppu(ppu: RegisterView, where: str, atom_bytes: int = ATOM_BYTES) -> P
         raise EmulationError(f"{where}: {ppu.show('OPERATION_MODE_CFG', 'POOLING_METHOD')} is not "
                              f"0 (average), 1 (max) or 2 (min)")
     _check_windows(state, ppu, where)
+    if state.method == POOL_AVERAGE and state.proc_precision == FP16:
+        for name, value in (("RECIP_KERNEL_WIDTH", state.recip_kernel_w), ("RECIP_KERNEL_HEIGHT", state.recip_kernel_h)):
+            if value >> FP16_RECIP_BITS:  # NUMERICS.md 38: the fp16 form is the fp16 bits of 2^16 / k
+                raise EmulationError(f"{where}: fp16 average pool with {ppu.show(name)}: bit 16 is set, the "
+                                     f"int8 form's 2^16; the fp16 form holds the fp16 bits of 2^16 / k (0x7c00 for k = 1)")
     return state
 
 

@@ -22,8 +22,6 @@ from npuemu.isa.rknn.rk3576_layout import (
     C2, CONSTANTS, EW_RELU_BYPASS, FP16, INT8, Reader, VendorTask, activation, ew_config, ew_relu, round_up,
 )
 
-INT8_ATOM = C2[INT8]
-
 DPU_ONLY_ENABLE = 0x18                   # DPU + DPU_RDMA (op-enable bits 3, 4)
 #: the vendor words of a DPU-only task with the BS stage bypassed, fp16 [V ORC]
 DPU_ONLY_WORDS = {("DPU", "CFG_4038"): 0x53, ("DPU", "BS_MODE"): 2, ("DPU", "BS_OW_CFG"): 0x20000,
@@ -44,7 +42,12 @@ RECORD_ALU, RECORD_MUL = 0x2, 0x8
 RECORD_BYTES = 64
 #: the int8 Mul's EW word, seen in DPU-only tasks only (so not in rk3576_layout.EW_CONFIGS, which conv
 #: tasks and npuemu's own packing read) [V ORC int8 Mul twin: EW_CFG 0x904002c4]
-DPU_ONLY_EW = {(INT8, 0x810F4094): 0x904002C4}
+DPU_ONLY_EW = {(INT8, 0x810F4094): 0x904002C4}   # + fp16 Max, Sub (FP16_EW_WORDS below)
+#: fp16 Max and Sub of two whole operands: 0x407C bits 19:16 hold the twin's EW_ALU_ALGO [V ORC max16, max20, sub16
+#: fp16 pairs; rk3576_ew, REGISTER_SEMANTICS.md 54]
+FP16_EW_WORDS = {(FP16, 0x0000C0C0): 0x108002C0,   # EW ALU max of the whole ERDMA operand
+                 (FP16, 0x0004C0C0): 0x108402C0}   # EW ALU minus
+DPU_ONLY_EW.update(FP16_EW_WORDS)
 ALL_BYPASSED_BUT_ALU = 0x20040           # RK3588 BS_CFG: ALU add of the register operand, ReLU bypassed
 Spec = tuple[str, str, dict[str, int]]
 
@@ -78,6 +81,13 @@ def minus_as_add(values: dict, source) -> dict:
         return values
     return {**values, ("DPU", "EW_CFG"): config & ~EW_ALU_ALGO_MASK | ALU_ADD << EW_ALU_ALGO_SHIFT,
             ("DPU", "EW_CVT_SCALE_VALUE"): word & ~0xFFFF | -scale & 0xFFFF}
+
+
+def twin_channels(precision: int, rdma_channel: int) -> int:
+    """The twin's DPU CHANNEL (and WDMA, DPU_RDMA CHANNEL) field of a DPU-only task whose DPU_RDMA 0x5014 holds
+    ``rdma_channel`` (channels - 1): rounded up to a whole atom [V ORC int8 24 -> 31 (48.2); fp16 20 -> 23 (54)]."""
+    atom = C2.get(precision)
+    return rdma_channel if atom is None else round_up(rdma_channel + 1, atom) - 1
 
 
 def is_dpu_only(enable: int) -> bool:
@@ -176,10 +186,9 @@ def dpu_only_specs(task: VendorTask, read: Reader | None = None) -> list[Spec]:
     f = task.field
     real = f("DPU", "DATA_CUBE_CHANNEL", "CHANNEL")
     # the channels padded to whole atoms are DPU_RDMA's word, the real ones the DPU's [V ORC se8: 7 / 15]; a whole
-    # operand's int8 task writes the real count in both, its twin the padded one [V ORC x - z, 24 channels: 23 / 31]
-    channels = f("DPU_RDMA", "DATA_CUBE_CHANNEL", "CHANNEL")
-    if f("DPU", "DATA_FORMAT", "PROC_PRECISION") == INT8:
-        channels = round_up(channels + 1, INT8_ATOM) - 1
+    # operand's int8 task writes the real count in both, its twin the padded one [V ORC x - z, 24 channels: 23 / 31];
+    # fp16 alike with its 8-channel atom [V ORC Max, Mul of 20 channels: 19 / 23] (rk3576_ew)
+    channels = twin_channels(f("DPU", "DATA_FORMAT", "PROC_PRECISION"), f("DPU_RDMA", "DATA_CUBE_CHANNEL", "CHANNEL"))
     width, height = f("DPU", "DATA_CUBE_WIDTH", "WIDTH"), f("DPU", "DATA_CUBE_HEIGHT", "HEIGHT")
     config = _ew(task) & ~(EW_RELU_BYPASS if ew_relu(task) else 0)
     # EW_DATA_MODE follows the ERDMA's: 0 an operand per channel (an SE gate's Mul) [V ORC se, se8 twins]
@@ -253,4 +262,35 @@ def _dpu_rdma_specs(task: VendorTask, channels: int) -> list[Spec]:
         ("DPU_RDMA", "EW_SURF_STRIDE", {"EW_SURF_STRIDE": f("DPU_RDMA", "EW_SURF_STRIDE", "EW_SURF_STRIDE")}),
         ("DPU_RDMA", "SURF_NOTCH", {"SURF_NOTCH_ADDR": f("DPU_RDMA", "SURF_NOTCH", "SURF_NOTCH_ADDR")}),
         ("DPU_RDMA", "EW_SURF_NOTCH", {"EW_SURF_NOTCH": f("DPU_RDMA", "EW_SURF_NOTCH", "EW_SURF_NOTCH")}),
+    ]
+
+
+def frame_specs(task: VendorTask, negative: int = 0) -> list[Spec]:
+    """The RK3588 DPU / DPU_RDMA specs of a DPU-only task's frame - geometry, the BS stage bypassed, OUT_CVT as
+    written, the DMA words - without its BN and EW stages (a standalone LUT's come from rk3576_lut: rk3576_ew);
+    ``negative``: DATA_FORMAT's BN_MUL_SHIFT_VALUE_NEG."""
+    f = task.field
+    precision = f("DPU", "DATA_FORMAT", "PROC_PRECISION")
+    channels = twin_channels(precision, f("DPU_RDMA", "DATA_CUBE_CHANNEL", "CHANNEL"))
+    width, height = f("DPU", "DATA_CUBE_WIDTH", "WIDTH"), f("DPU", "DATA_CUBE_HEIGHT", "HEIGHT")
+    return [
+        ("DPU", "FEATURE_MODE_CFG", {"BURST_LEN": 15, "OUTPUT_MODE": f("DPU", "FEATURE_MODE_CFG", "OUTPUT_MODE"),
+                                     "FLYING_MODE": f("DPU", "FEATURE_MODE_CFG", "FLYING_MODE")}),
+        ("DPU", "DATA_FORMAT", {"OUT_PRECISION": f("DPU", "DATA_FORMAT", "OUT_PRECISION"), "IN_PRECISION": precision,
+                                "PROC_PRECISION": precision, "BN_MUL_SHIFT_VALUE_NEG": negative}),
+        ("DPU", "OFFSET_PEND", {"OFFSET_PEND": f("DPU", "OFFSET_PEND", "OFFSET_PEND")}),
+        ("DPU", "DST_BASE_ADDR", {"DST_BASE_ADDR": task.raw("DPU", "DST_BASE_ADDR")}),
+        ("DPU", "DST_SURF_STRIDE", {"DST_SURF_STRIDE": f("DPU", "DST_SURF_STRIDE", "DST_SURF_STRIDE")}),
+        ("DPU", "DATA_CUBE_WIDTH", {"WIDTH": width}), ("DPU", "DATA_CUBE_HEIGHT", {"HEIGHT": height}),
+        ("DPU", "DATA_CUBE_NOTCH_ADDR", {}),
+        ("DPU", "DATA_CUBE_CHANNEL", {"ORIG_CHANNEL": f("DPU", "DATA_CUBE_CHANNEL", "CHANNEL"), "CHANNEL": channels}),
+        *_bs_specs(False, False, 0, 0, 0),
+        ("DPU", "WDMA_SIZE_0", {"CHANNEL_WDMA": channels}),
+        ("DPU", "WDMA_SIZE_1", {"HEIGHT_WDMA": f("DPU", "WDMA_SIZE", "HEIGHT_WDMA"),
+                                "WIDTH_WDMA": f("DPU", "WDMA_SIZE", "WIDTH_WDMA")}),
+        *[("DPU", name, {"raw": task.raw("DPU", name)})
+          for name in ("OUT_CVT_OFFSET", "OUT_CVT_SHIFT", "OUT_CVT_SCALE")],
+        ("DPU", "SURFACE_ADD", {"SURF_ADD": task.raw("DPU", "SURFACE_JUMP") + (width + 1) * (height + 1)}),
+        ("DPU", "UNDOC_40C4", {}),
+        *_dpu_rdma_specs(task, channels),
     ]

@@ -35,6 +35,7 @@ from npuemu.isa.rknn.rk3576_dpu import (
     RECORD_BYTES, minus_as_add, pack_record, record_cfg,
 )
 from npuemu.isa.rknn.rk3576_layout import CONV_ENABLE
+from npuemu.isa.rknn.rk3576_ew import channels_packable, lut_flagged, without_lut_flag
 from npuemu.isa.rknn.rk3576_dw8 import to_vendor as dw8_to_vendor
 from npuemu.isa.rknn.rk3576_clip import CLIP_RECORD_CFG, as_the_twin_writes_it, npuemu_clip, vendor_clip_words
 from npuemu.isa.rknn.rk3576_lut import BN_RECORD_CFG, RK3588_LUT_EW, check_lut, vendor_lut_words
@@ -115,7 +116,8 @@ def dpu_vendor_writes(values: Values, source: RegisterMap, where: str, record_ad
             # channels padded to whole atoms: the vendor's DPU_RDMA word holds the padded count for a per-channel
             # Mul [V ORC se8], the real one for a whole operand's Add / Sub / Mul [V ORC x + z, x - z, x * z on 24
             # channels] (REGISTER_SEMANTICS.md 48.2)
-            or (padded != real_out and (not int8 or padded != round_up(real_out, C2[INT8])))
+            or (padded != real_out and not (int8 or precision == FP16 and not per_channel))
+            or not channels_packable(precision, padded, real_out)   # fp16 too: rk3576_ew, REGISTER_SEMANTICS.md 54
             or padded != field("DPU_RDMA", "DATA_CUBE_CHANNEL", "CHANNEL") + 1 or values.get(("DPU", "LUT_CFG"), 0)
             or values.get(("DPU", "DATA_CUBE_NOTCH_ADDR"), 0) or values.get(("DPU_RDMA", "NRDMA_CFG"), 0)
             or field("DPU_RDMA", "BRDMA_CFG", "BRDMA_DATA_USE")):
@@ -131,6 +133,33 @@ def dpu_vendor_writes(values: Values, source: RegisterMap, where: str, record_ad
     return ([("DPU", "S_POINTER", values[("DPU", "S_POINTER")]),
              ("DPU_RDMA", "S_POINTER", values[("DPU_RDMA", "S_POINTER")])]
             + _dpu(values, field, g) + _dpu_rdma(values, field, g, 0))
+
+
+def lut_dpu_vendor_writes(values: Values, source: RegisterMap, where: str, lut: tuple[int, tuple[int, int]]
+                          ) -> list[VendorWrite]:
+    """The vendor-layout writes of npuemu's int8 / fp16 standalone LUT task (a DPU-only task with the LUT stage; ``lut``:
+    its BN record's address and the table ends, as for a LUT conv): the DPU-only frame with the LUT conv's words
+    (rk3576_ew, REGISTER_SEMANTICS.md 54.2); the upload is the caller's to append."""
+    check_lut(values, source, where)
+    field = field_reader(values, source)
+    real_out = field("DPU", "DATA_CUBE_CHANNEL", "ORIG_CHANNEL") + 1
+    precision = field("DPU", "DATA_FORMAT", "PROC_PRECISION")
+    if (precision not in (INT8, FP16) or values.get(("DPU", "BS_CFG"), 0) != BS_BYPASSED
+            or not field("DPU_RDMA", "ERDMA_CFG", "ERDMA_DISABLE") or field("DPU_RDMA", "FEATURE_MODE_CFG", "MRDMA_DISABLE")
+            or field("DPU_RDMA", "FEATURE_MODE_CFG", "COMB_USE") or values.get(("DPU_RDMA", "BRDMA_CFG"), 0)
+            or values.get(("DPU", "DATA_CUBE_NOTCH_ADDR"), 0)
+            or not channels_packable(precision, field("DPU", "DATA_CUBE_CHANNEL", "CHANNEL") + 1, real_out)):
+        raise UnsupportedProgramError(f"{where}: a DPU-only LUT task other than an int8 / fp16 one of a whole MRDMA operand "
+                                      f"(precision {precision}, BS_CFG {values.get(('DPU', 'BS_CFG'), 0):#x}) has no "
+                                      f"known form in the vendor rk3576 layout (emulator/REGISTER_SEMANTICS.md 54.2)")
+    g = {"precision": precision, "real_out": real_out, "depthwise": 0, "order": 0, "dpu_only": 1,
+         "dpu_words": DPU_ONLY_WORDS, "ew": None, "rdma_channels": real_out,
+         "lut": vendor_lut_words(values, source, lut[1]), "bn_record": lut[0]}
+    if precision == FP16:   # the table-unit factor in OUT_CVT (rk3576_lut_fp16)
+        g["out_cvt"] = vendor_out_cvt(values, where)
+    return lut_flagged([("DPU", "S_POINTER", values[("DPU", "S_POINTER")]),
+                        ("DPU_RDMA", "S_POINTER", values[("DPU_RDMA", "S_POINTER")])]
+                       + _dpu(values, field, g) + _dpu_rdma(values, field, g, 0), precision)
 
 
 BS_BYPASSED = 0x53                           # RK3588 BS_CFG / BN_CFG with every stage bypassed
@@ -415,7 +444,8 @@ def _cna(values: Values, field: Field, g: dict[str, int]) -> list[VendorWrite]:
         ("CNA", "CBUF_CON1", g["width"] << 16 | g["entries"]),
         ("CNA", "CVT_CON0", values[("CNA", "CVT_CON0")]),
         ("CNA", "CVT_SCALE01", scales[1] << 16 | scales[0]), ("CNA", "CVT_SCALE23", scales[3] << 16 | scales[2]),
-        *_reserved("CNA", (0x1054, 0x1058, 0x105C, 0x1060, 0x1064, 0x1068, 0x106C, 0x1070, 0x1074)),
+        *_reserved("CNA", (0x1054, 0x1058, 0x105C, 0x1060, 0x1064, 0x1068, 0x106C, 0x1070)),
+        ("CNA", "WEIGHT_CPEND", 0),   # 0x1074: a constant CPEND (REGISTER_SEMANTICS.md 56.2)
         ("CNA", "DMA_SIZE", (field("CNA", "FC_DATA_SIZE0", "DMA_WIDTH") - 1) << 16 | g["rows"] - 1),
         ("CNA", "DMA_CHANNEL", g["real_in"] - 1),
         ("CNA", "PAD_CON0", g["right"] << 24 | g["bottom"] << 16 | g["left"] << 8 | g["top"]),
@@ -595,7 +625,7 @@ def _dpu_rdma(values: Values, field: Field, g: dict[str, int], shift_address: in
         ("DPU_RDMA", "SURF_NOTCH", field("DPU_RDMA", "SURF_NOTCH", "SURF_NOTCH_ADDR")),
         ("DPU_RDMA", "PAD_CFG", values.get(("DPU_RDMA", "PAD_CFG"), 0)),
         ("DPU_RDMA", "EW_SURF_NOTCH", field("DPU_RDMA", "EW_SURF_NOTCH", "EW_SURF_NOTCH")),
-        *_reserved("DPU_RDMA", (0x5078, 0x507C)),
+        ("DPU_RDMA", "LINE_NOTCH", 0), *_reserved("DPU_RDMA", (0x507C,)),   # the line notch (REGISTER_SEMANTICS.md 56.2)
     ]
 
 
@@ -630,15 +660,20 @@ FREE_BITS = {("CORE", "MISC_CFG"): 0x1, ("DPU_RDMA", "FEATURE_MODE_CFG"): 0x8}
 
 
 def check_round_trip(values: Values, source: RegisterMap, vendor: RegisterMap, writes: list[VendorWrite],
-                     shift: int, where: str, enable: int = CONV_ENABLE, record: bytes = b"") -> None:
+                     shift: int, where: str, enable: int = CONV_ENABLE, record: bytes | Mapping[int, bytes] = b"") -> None:
     """Raise :class:`UnsupportedProgramError` unless the vendor ``writes`` (of a task with op-enable
-    ``enable``; ``record``: an int8 DPU-only task's BS record in memory) translate back
-    (``rk3576_program.translate_task``) to ``values`` on every register the emulator reads."""
+    ``enable``; ``record``: an int8 DPU-only task's BS record in memory, or the records by address - a
+    DataConvert's two, rk3576_convert) translate back (``rk3576_program.translate_task``) to ``values`` on
+    every register the emulator reads."""
     words = [encode_write(vendor, block, name, value) for block, name, value in writes]
     word = shift.to_bytes(2, "little")   # the 2-byte reads: the shift word; 64-byte reads: the record
+
+    def read(address: int, size: int) -> bytes:
+        if isinstance(record, Mapping):
+            return record[address][:size]
+        return (record if size == RECORD_BYTES and record else word)[:size]
     back = {(block, name): value for block, name, value in
-            translate_task(read_task(words, vendor, where, enable), source,
-                           lambda address, size: (record if size == RECORD_BYTES and record else word)[:size],
+            translate_task(read_task(without_lut_flag(words, vendor), vendor, where, enable), source, read,
                            own_build=True)}
     values = as_the_twin_writes_it(_bn_alu_as_the_record_holds_it(_as_read_by_the_erdma_alone(values, source)), source)
     if enable != CONV_ENABLE:   # an int8 DPU-only Sub is written as the vendor's Add (rk3576_dpu.minus_as_add)

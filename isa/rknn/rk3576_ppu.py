@@ -13,7 +13,9 @@ and rk3588 with rknn-toolkit2 2.5.0; ``tests/data/rk3576_vendor/relux_pool_tasks
 - PPU_RDMA DATA_FORMAT is 0x40 + the precision code (int8 0x40, fp16 0x42), RK3588's the element
   size code (1, 2).
 
-Decoded: int8 average and max pools, fp16 max pools; anything else is refused by name.
+Decoded: int8 average and max pools, fp16 max pools, and fp16 average pools whose pad words are 0 (the
+vendor's GlobalAveragePool over 1 x 1: pad words 0, RECIP_KERNEL_* 0x7c00, the fp16 bits of 2^16 / k
+[V ORC: rknn-toolkit2 2.5.0 rk3576 fp16 build]; REGISTER_SEMANTICS.md 57); anything else is refused by name.
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ INT8, FP16 = 0, 2                           # PPU DATA_FORMAT.PROC_PRECISION = t
 ELEMENTS = {INT8: 1, FP16: 2}               # RK3588 PPU_RDMA IN_PRECISION [V ORC twins]
 RDMA_FLAG = 0x40                            # vendor PPU_RDMA DATA_FORMAT bit 6 [V ORC, every PPU task]
 MAX_POOL_PAD = {INT8: 0x7FF80, FP16: 0xFBFF}   # the vendor's max-pool pad words [V ORC mp, mp2, mp fp16]
-#: pools decoded: (precision, method); an fp16 average pool's pad words are not seen
-DECODED = {(INT8, POOL_AVERAGE), (INT8, POOL_MAX), (FP16, POOL_MAX)}
+#: pools decoded: (precision, method); an fp16 average pool's pad words are seen as 0 only (its counted pad 0)
+DECODED = {(INT8, POOL_AVERAGE), (INT8, POOL_MAX), (FP16, POOL_MAX), (FP16, POOL_AVERAGE)}
+REFUSED = "only int8 average / max, fp16 max and pad-0 fp16 average pools are decoded"
 PAD_COPIES = 4
 RK3588_BURST_LEN = 3                        # the twins' MISC_CTRL [V ORC]
 HEAD = ("DATA_CUBE_IN_WIDTH", "DATA_CUBE_IN_HEIGHT", "DATA_CUBE_IN_CHANNEL", "DATA_CUBE_OUT_WIDTH",
@@ -63,8 +66,8 @@ def translate_ppu(task: VendorTask) -> list[Write]:
         raise UnsupportedProgramError(f"{where}: vendor rk3576 PPU task (method {method}, DATA_FORMAT "
                                       f"{task.raw('PPU', 'DATA_FORMAT'):#x}, PPU_RDMA DATA_FORMAT "
                                       f"{task.raw('PPU_RDMA', 'DATA_FORMAT'):#x}, MISC_CTRL "
-                                      f"{task.raw('PPU', 'MISC_CTRL'):#x}): only int8 average / max and fp16 "
-                                      f"max pools are decoded (emulator/REGISTER_SEMANTICS.md 41)")
+                                      f"{task.raw('PPU', 'MISC_CTRL'):#x}): {REFUSED} "
+                                      f"(emulator/REGISTER_SEMANTICS.md 41, 57)")
     pads = [task.field("PPU", name, "PAD_VALUE") for name in PAD_WORDS]
     pad = _rk3588_pad(method, precision, pads, where)
     return ([("PPU", "S_POINTER", task.raw("PPU", "S_POINTER")),
@@ -81,7 +84,9 @@ def _rk3588_pad(method: int, precision: int, pads: list[int], where: str) -> int
     """The RK3588 pad of the pool: an average's pad (its 19-bit words 1x..4x it), 0 for a max pool
     (the twins' value; a max pool never pools a pad, emulator/kernels/ppu.py)."""
     signed = [value - (1 << 19) if value >> 18 else value for value in pads]
-    if method == POOL_AVERAGE and signed == [n * signed[0] for n in range(1, PAD_COPIES + 1)]:
+    # an fp16 average's pad words are seen as 0 only (REGISTER_SEMANTICS.md 57); other fp16 pads are not known
+    if (method == POOL_AVERAGE and signed == [n * signed[0] for n in range(1, PAD_COPIES + 1)]
+            and (precision == INT8 or signed[0] == 0)):
         return signed[0]
     if method == POOL_MAX and pads == [MAX_POOL_PAD[precision]] * PAD_COPIES:
         return 0
@@ -100,11 +105,12 @@ def ppu_vendor_writes(values: Values, source: RegisterMap, where: str) -> list[W
     field = field_reader(values, source)
     method = field("PPU", "OPERATION_MODE_CFG", "POOLING_METHOD")
     precision = field("PPU", "DATA_FORMAT", "PROC_PRECISION")
-    if (precision, method) not in DECODED or field("PPU_RDMA", "DATA_FORMAT", "IN_PRECISION") != ELEMENTS[precision]:
-        raise UnsupportedProgramError(f"{where}: a PPU task other than an int8 average or max pool or an fp16 max "
-                                      f"pool has no known form in the vendor rk3576 layout "
-                                      f"(emulator/REGISTER_SEMANTICS.md 41)")
     pad = field("PPU", "PADDING_VALUE_1_CFG", "PAD_VALUE_0")
+    if ((precision, method) not in DECODED or field("PPU_RDMA", "DATA_FORMAT", "IN_PRECISION") != ELEMENTS[precision]
+            or (precision, method, pad != 0) == (FP16, POOL_AVERAGE, True)):
+        raise UnsupportedProgramError(f"{where}: a PPU task other than an int8 average or max pool, an fp16 max "
+                                      f"pool or an fp16 average pool with pad 0 has no known form in the vendor "
+                                      f"rk3576 layout (emulator/REGISTER_SEMANTICS.md 41, 57)")
     pads = [MAX_POOL_PAD[precision]] * PAD_COPIES if method == POOL_MAX else [n * pad for n in range(1, PAD_COPIES + 1)]
     return ([("PPU", "S_POINTER", values.get(("PPU", "S_POINTER"), 0)),
              ("PPU_RDMA", "S_POINTER", values.get(("PPU_RDMA", "S_POINTER"), 0))]

@@ -22,6 +22,7 @@ from npuemu.isa.rknn.rk3576_layout import (
     CONV_ENABLE, INT8, KERNEL_GROUP, VENDOR_DEPTHWISE, VENDOR_FAMILY, Reader, VendorTask, bs_shift, check_conv, decomp_control, read_task,
 )
 from npuemu.isa.rknn.rk3576_dpu import dpu_only_specs, is_dpu_only
+from npuemu.isa.rknn.rk3576_ew import is_lut_dpu_only, lut_dpu_only_specs, without_lut_flag
 from npuemu.isa.rknn.rk3576_clip import is_vendor_clip, rk3588_clip_specs
 from npuemu.isa.rknn.rk3576_lut import is_lut_upload, is_vendor_lut, rk3588_lut_specs, translate_lut_upload
 from npuemu.isa.rknn.rk3576_lut_fp16 import is_fp16, rk3588_out_specs
@@ -29,7 +30,15 @@ from npuemu.isa.rknn.rk3576_image import check_image, image_specs, is_image_inpu
 from npuemu.isa.rknn.rk3576_dw8 import is_int8_depthwise, place_memory, rewrite_memory, spare_offset, to_rk3588_words
 from npuemu.isa.rknn.rk3576_ppu import is_ppu, translate_ppu
 from npuemu.isa.rknn.rk3576_concat import copy_specs, is_vendor_copy
+from npuemu.isa.rknn.rk3576_convert import convert_specs, is_vendor_convert
 from npuemu.isa.rknn.rk3576_resize import clear_conv_specs, clear_conv_view, is_clear_conv, is_vendor_unpool, unpool_specs
+from npuemu.isa.rknn.rk3576_pool_fp16 import is_pool_depthwise, pool_specs
+from npuemu.isa.rknn.rk3576_deconv import deconv_writes, is_direct_phase_conv, is_vendor_deconv
+from npuemu.isa.rknn.rk3576_deconv import phase_writes as deconv_phase_writes
+from npuemu.isa.rknn.rk3576_bilinear import (
+    check_notch_words, cpend_depthwise_specs, edge_copy_specs, is_cpend_depthwise, is_edge_copy, is_int8_phase,
+    is_phase_conv, phase_writes,
+)
 from npuemu.isa.words import TARGET_OP_ENABLE, encode_word
 
 __all__ = ["VENDOR_FAMILY", "encode_writes", "is_vendor_layout", "region_reader", "translate_regcmd", "translate_task"]
@@ -49,12 +58,29 @@ def translate_task(task: VendorTask, out: RegisterMap, read: Reader, cbuf: Cbuf 
     convs (rk3576_image: RK3588's cube)."""
     if is_ppu(task.enable):
         return translate_ppu(task)
+    check_notch_words(task)   # a bilinear Resize's edge copies and interleaved phase convs (rk3576_bilinear)
+    if is_edge_copy(task):
+        return _writes(task, out, edge_copy_specs(task))
+    if is_phase_conv(task):
+        plain = ((lambda view: _writes(view, out, cpend_depthwise_specs(view, read, cbuf))) if is_int8_phase(task)
+                 else lambda view: translate_task(view, out, read, cbuf, own_build, place))
+        return phase_writes(task, out, plain)
+    if is_vendor_deconv(task):   # a ConvTranspose's CNA deconvolution: strides alone (rk3576_deconv)
+        return deconv_writes(task, out, lambda view: translate_task(view, out, read, cbuf, own_build, place))
+    if is_direct_phase_conv(task):   # npuemu's ConvTranspose phase convs writing interleaved (rk3576_deconv)
+        return deconv_phase_writes(task, out, lambda view: translate_task(view, out, read, cbuf, own_build, place))
+    if is_cpend_depthwise(task):   # int8 depthwise, one CPEND for all channels (rk3576_bilinear)
+        return _writes(task, out, cpend_depthwise_specs(task, read, cbuf))
     if is_vendor_unpool(task):   # a Resize's unpooling copy and the clear convs around it (rk3576_resize)
         return _writes(task, out, unpool_specs(task))
     if is_clear_conv(task):
         return _writes(task, out, clear_conv_specs(rk3588_specs(clear_conv_view(task), INT8, (0, 0), cbuf)))
+    if is_vendor_convert(task):   # an int8 <-> fp16 DataConvert (rk3576_convert), before the copies it resembles
+        return _writes(task, out, convert_specs(task, read))
     if is_vendor_copy(task):   # a Concat's DPU-only copy, plain or requantizing (rk3576_concat)
         return _writes(task, out, copy_specs(task, read))
+    if is_pool_depthwise(task):   # an fp16 average pool: a depthwise conv with no bias record (rk3576_pool_fp16)
+        return _writes(task, out, pool_specs(task, cbuf))
     if is_lut_upload(task):   # the LUT table upload (rk3576_lut)
         return translate_lut_upload(task, out)
     if place is not None and task.enable == CONV_ENABLE and is_image_input(task.values, task.regmap):
@@ -105,7 +131,9 @@ def _image_input(task: VendorTask, out: RegisterMap, read: Reader, cbuf: Cbuf,
 
 def _translate_words(task: VendorTask, out: RegisterMap, read: Reader, cbuf: Cbuf,
                      int8_depthwise: bool = False) -> list[tuple[str, str, int]]:
-    if is_dpu_only(task.enable):   # rk3576_dpu: an fp16 / int8 EW Add or Mul of two operands
+    if is_lut_dpu_only(task):   # rk3576_ew: a standalone fp16 LUT (REGISTER_SEMANTICS.md 54.2)
+        specs = lut_dpu_only_specs(task, read)
+    elif is_dpu_only(task.enable):   # rk3576_dpu: an fp16 / int8 EW Add or Mul of two operands
         specs = dpu_only_specs(task, read)
     else:
         check_conv(task, int8_depthwise)
@@ -162,25 +190,33 @@ def translate_regcmd(regcmd: np.ndarray, lists: Sequence[Sequence[TaskRecord]], 
     task n - 2 wrote, so a vendor delta task is read on top of that task's values, and when the
     full RK3588 form does not fit its slot only the registers whose RK3588 value differs from the
     group's are written (the kept ones as translated: a vendor int8 depthwise task's addresses move).
+    A block's pointer flips only with the tasks that start it (1.1), so the group a write lands in is
+    counted per block: a conv after DPU-only tasks writes the CNA group the previous conv did not
+    (REGISTER_SEMANTICS.md 56.2).
     ``place``: where RK3588's blobs of a vendor int8 depthwise or image-input task go (translate_task)."""
     words = regcmd.copy()
     for records in lists:
         vendor: list[dict] = [{}, {}]   # per group: the vendor values its last task left
-        held: list[dict] = [{}, {}]     # per group: the RK3588 values written into it
+        held: dict[tuple[str, int], dict] = {}   # per block and group: the RK3588 values written into it
+        starts: dict[str, int] = {}              # per block: the tasks so far that started it
         for position, record in enumerate(records):
             group, first, amount = position % 2, record.regcmd_addr // 8, record.regcfg_amount
             where = f"{source}: task record {record.index} (regcmd word {first})"
             block, image = take_offsets(regcmd[first:first + amount], regmap, vendor[group])   # rk3576_image
-            task = read_task(block, regmap, where, record.enable_mask, {**vendor[group], **image})
+            task = read_task(without_lut_flag(block, regmap), regmap, where, record.enable_mask,
+                             {**vendor[group], **image})   # rk3576_ew: a standalone LUT's 0x40CC word
             writes = _translate(task, out, read, where, cbuf, place=place)
             if len(writes) > amount:
                 kept = len(task.kept)
                 writes = writes[:kept] + [(block, name, value) for block, name, value in writes[kept:]
-                                          if held[group].get((block, name)) != value]
+                                          if held.get((block, starts.get(block, 0) % 2), {}).get(name) != value]
             words[first:first + amount] = encode_writes(writes, out, amount, where)
             _clear_sync_bit(words, first + amount + 3)
             vendor[group] = dict(task.values)
-            held[group].update(((block, name), value) for block, name, value in writes)
+            for unit, name, value in writes:
+                held.setdefault((unit, starts.get(unit, 0) % 2), {})[name] = value
+            for unit in out.op_enable_names(task.enable):
+                starts[unit] = starts.get(unit, 0) + 1
     return words
 
 
@@ -251,7 +287,7 @@ def translate_model_sections(sections, chains, regmap: RegisterMap, out: Registe
         for first, count, enable in _chain_tasks(image, base, offset, amount, scale, name):
             where = f"model section {name!r}: task at byte {first * 8:#x}"
             body, offsets = take_offsets(np.frombuffer(bytes(image[first * 8:(first + count) * 8]), "<u8"), regmap, {})
-            task = read_task(body, regmap, where, enable, offsets)
+            task = read_task(without_lut_flag(body, regmap), regmap, where, enable, offsets)
             if task.enable == CONV_ENABLE and is_int8_depthwise(task.values, VENDOR_DEPTHWISE):
                 rewrite_memory(task.values, read, write, where)
             words = encode_writes(_translate(task, out, read, where, RK3588_CBUF, own_build=True,

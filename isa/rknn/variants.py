@@ -32,6 +32,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from npuemu.isa.errors import ModelFileError
 from npuemu.isa.rknn.model import RknnModel
 
@@ -157,10 +159,28 @@ def _take(model: RknnModel, cores_of, start: int, core: int, wanted: int):
         taken.append(index)
         got += chains[index].task_count
         index += 1
-    if got != wanted:
-        raise ModelFileError(f"{model.source}: chains {taken} hold {got} task records; the layers give core "
-                             f"{core} {wanted}")
+    uploads = sum(is_table_upload(model, i) for c in taken for i in chains[c].tasks)
+    if wanted not in (got, got - uploads):
+        raise ModelFileError(f"{model.source}: chains {taken} hold {got} task records ({uploads} LUT table uploads); "
+                             f"the layers give core {core} {wanted}")
     return tuple(taken), index, skipped
+
+
+#: a LUT table upload writes the table through one port register, 2 x 513 times (RK3588's LUT_ACCESS_DATA)
+#: [V: conv_hardswish / gelu / glu, the rk3576 LUT builds of REGISTER_SEMANTICS.md 46 / 50]
+TABLE_WRITES = 513
+
+
+def is_table_upload(model: RknnModel, index: int) -> bool:
+    """Task record ``index`` writes one register at least :data:`TABLE_WRITES` times: a LUT table upload. The
+    layers' tasks-per-chain entries count it in some programs and not in others [V: rk3576 Conv + Sigmoid, int8
+    and fp16: every chain holds an upload and a conv, every entry is 1; the SE gate's 2-core entry counts its
+    upload, its single-core entry does not; REGISTER_SEMANTICS.md 56.4]."""
+    record = model.program.tasks[index]
+    first = record.regcmd_addr // 8
+    words = model.program.regcmd[first:first + record.regcfg_amount]
+    _, counts = np.unique(words & np.uint64(0xFFFF_0000_0000_FFFF), return_counts=True)   # target and offset
+    return bool(counts.size) and int(counts.max()) >= TABLE_WRITES
 
 
 # --- launches and barriers -------------------------------------------------------------------

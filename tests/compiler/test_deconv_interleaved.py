@@ -170,12 +170,11 @@ def test_unwritable_forms_are_refused():
 
 
 @pytest.mark.parametrize("precision", ["fp16", "int8"])
-def test_a_line_wider_than_the_wdma_channel_field_is_written_in_column_chunks(precision):
-    """The interleaved write describes a line as one WDMA pixel of width x allocated channels,
-    which WDMA_SIZE_0.CHANNEL_WDMA (13 bits) caps at 8192: a phase 320 wide fits in float16
-    (16-kernel passes: 5120) but not in int8 (32: 10240). There each 1x1 phase conv is split into
-    two 160-wide column chunks (LOWERING.md 28; the bitexact benchmark's PP-OCRv4 det at 640 x 640
-    hit this): no host step either way."""
+def test_a_phase_320_wide_is_written_whole_in_the_vendors_wdma_split(precision):
+    """The interleaved write's WDMA sizes are the vendor's split, W lines of H x allocated channels
+    (REGISTER_SEMANTICS.md 52-53; LOWERING.md 54): a 320-wide phase fits in int8 as in float16 (it
+    was cut into two 160-wide column chunks while npuemu wrote H lines of W x C, 320 x 32 > 8192);
+    only a phase wider than 8192 columns is chunked. End to end against onnxruntime, no host step."""
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
@@ -183,8 +182,8 @@ def test_a_line_wider_than_the_wdma_channel_field_is_written_in_column_chunks(pr
     from npuemu.compiler.driver import CompileOptions, compile_model
     from npuemu.emulator.runtime import Runtime
 
-    assert interleave_fits(320, 1, 16) and not interleave_fits(320, 1, 32)
-    assert interleave_chunks(320, 1, 16) == ((0, 320),) and interleave_chunks(320, 1, 32) == ((0, 160), (160, 160))
+    assert interleave_fits(320, 1, 16) and interleave_fits(320, 1, 32) and not interleave_fits(8193, 1, 32)
+    assert interleave_chunks(320, 1, 32) == ((0, 320),) and interleave_chunks(8194, 1, 32) == ((0, 4097), (4097, 4097))
     rng = np.random.default_rng(3)
     weights = (rng.normal(size=(8, 1, 2, 2)) * 0.3).astype(np.float32)
     node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], kernel_shape=[2, 2], strides=[2, 2])

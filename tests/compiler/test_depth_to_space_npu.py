@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
-from npuemu.compiler.deconv_phases import MAX_WDMA_CHANNELS, interleave_chunks, phase_conv, phase_weights
+from npuemu.compiler.deconv_phases import MAX_WDMA_LINES, interleave_chunks, phase_conv, phase_weights
 from npuemu.compiler.lower import ConvLayer, Quant
 from npuemu.compiler.passes.depth_to_space import depth_to_space_weights
 from tests.compiler.test_deconv_interleaved import conv_transpose_reference, run_layers
@@ -45,15 +45,16 @@ def test_the_weights_make_a_conv_transpose_a_depth_to_space(depth, block, mode, 
     np.testing.assert_array_equal(got, depth_to_space_loops(x, block, mode))
 
 
-def test_chunks_cover_the_phase_within_the_channel_field():
-    for width in (2, 3, 160, 255, 256, 257, 320, 1000, 4099):
+def test_chunks_cover_the_phase_within_the_wdma_line_count():
+    """The vendor's WDMA split (LOWERING.md 54): a column is a WDMA line (HEIGHT_WDMA, 13 bits), so a
+    phase is chunked only past MAX_WDMA_LINES columns, whatever its channels."""
+    for width in (2, 3, 160, 255, 320, 4099, 8192, 8193, 20000):
         for channels, kernels in ((1, 32), (24, 32), (1, 16), (32, 16)):
             chunks = interleave_chunks(width, channels, kernels)
-            allocated = -(-channels // kernels) * kernels
             assert chunks[0][0] == 0 and sum(w for _, w in chunks) == width
             assert all(a + wa == b for (a, wa), (b, _) in zip(chunks, chunks[1:]))
-            assert all(2 <= w and w * allocated <= MAX_WDMA_CHANNELS for _, w in chunks)
-            assert len(chunks) == -(-width * allocated // MAX_WDMA_CHANNELS)  # as few as the field allows
+            assert all(2 <= w <= MAX_WDMA_LINES for _, w in chunks)
+            assert len(chunks) == -(-width // MAX_WDMA_LINES)  # as few as the field allows
     assert interleave_chunks(1, 1, 32) is None and interleave_chunks(64, 33, 32) is None  # 1 wide; 9 surfaces
 
 

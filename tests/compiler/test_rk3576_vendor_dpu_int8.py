@@ -66,9 +66,12 @@ def test_own_int8_standalone_eltwise_is_vendor_layout_and_runs_like_the_old_layo
 
 def test_channels_npuemu_pads_keep_rk3588_positions_with_a_notice():
     """npuemu's DPU-only task over 20 fp16 channels computes 24 (DATA_CUBE_CHANNEL 23, ORIG 19). The vendor's
-    padded int8 Add / Sub / Mul were seen since (LOWERING.md 48.2, test_rk3576_vendor_sub.py); a padded fp16 one
-    was not: that build stays at RK3588 positions and says why."""
+    padded int8 Add / Sub / Mul were seen since (LOWERING.md 48.2, test_rk3576_vendor_sub.py), padded fp16 whole
+    operands too (LOWERING.md 55, test_rk3576_vendor_ew.py); an fp16 Add of a per-channel operand over padded
+    channels was not: that build stays at RK3588 positions and says why."""
     model = eltwise_model(20, (6, 6), "Add")
+    model.graph.input[1].type.tensor_type.shape.dim[2].dim_value = 1   # z [1, 20, 1, 1]: one value per channel
+    model.graph.input[1].type.tensor_type.shape.dim[3].dim_value = 1
     built = build(prepare(model, "rk3576", CompileOptions(precision="fp16")))
     assert "register_layout" not in built.trailer["platform"]
     assert "DPU-only task other than" in built.trailer["platform"]["register_layout_notice"]

@@ -239,24 +239,28 @@ def sigmoid_model(cin=16, size=(8, 8)) -> onnx.ModelProto:
     return model
 
 
-def _twice_sigmoid_model() -> onnx.ModelProto:
-    """sigmoid_model with a second Sigmoid: a standalone (DPU-only) LUT task."""
-    model = sigmoid_model()
-    model.graph.node.insert(len(model.graph.node) - 1, helper.make_node("Sigmoid", ["s"], ["s2"]))
+def _per_channel_add_model() -> onnx.ModelProto:
+    """sigmoid_model on 20 channels with an Add of a per-channel input: an fp16 DPU-only Add of a per-channel
+    operand over channels padded to 24, which no decoded vendor build holds (standalone LUTs have a form since
+    LOWERING.md 55: a second Sigmoid no longer serves)."""
+    model = conv_model(16, 20, (8, 8), (3, 3), (1, 1), (1, 1, 1, 1))
+    model.graph.node.insert(len(model.graph.node) - 1, helper.make_node("Sigmoid", ["c"], ["s"]))
+    model.graph.input.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 20, 1, 1]))
+    model.graph.node.insert(len(model.graph.node) - 1, helper.make_node("Add", ["s", "z"], ["s2"]))
     model.graph.node[-1].input[0] = "s2"
     return model
 
 
 def test_a_build_with_an_uncovered_task_stays_at_rk3588_positions_with_a_notice(monkeypatch):
-    """A standalone fp16 LUT activation (a DPU-only LUT task) has no decoded vendor form (conv + LUT ones have
-    since LOWERING.md 46 (int8) and 51 (fp16), an int8 depthwise conv since 45): the whole build keeps the RK3588
-    positions and the trailer says why; the file is the one the old layout gives."""
+    """An fp16 Add of a per-channel operand over padded channels has no decoded vendor form (a standalone LUT has
+    since LOWERING.md 55, conv + LUT ones since 46 (int8) and 51 (fp16), an int8 depthwise conv since 45): the whole
+    build keeps the RK3588 positions and the trailer says why; the file is the one the old layout gives."""
     samples = _inputs(16, (8, 8))
-    built = _build(_twice_sigmoid_model(), samples, fp16=True)
+    built = _build(_per_channel_add_model(), samples, fp16=True)
     notice = built.trailer["platform"].get("register_layout_notice", "")
     assert "register_layout" not in built.trailer["platform"]
-    assert notice.startswith("RK3588 register positions kept") and "Sigmoid_2" in notice
-    old = _build(_twice_sigmoid_model(), samples, fp16=True, vendor=False, monkeypatch=monkeypatch)
+    assert notice.startswith("RK3588 register positions kept") and "DPU-only task other than" in notice
+    old = _build(_per_channel_add_model(), samples, fp16=True, vendor=False, monkeypatch=monkeypatch)
     assert built.sections == old.sections
 
 

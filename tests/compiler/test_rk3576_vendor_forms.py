@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from benchmarks import models
-from npuemu.compiler.driver import CompileOptions, build, prepare
+from npuemu.compiler.driver import CompileOptions
 from npuemu.emulator.runtime import Runtime
 from npuemu.isa.errors import UnsupportedProgramError
 from npuemu.isa.rknn.rk3576_layout import read_task
@@ -131,8 +131,10 @@ def test_what_the_new_forms_do_not_cover_is_refused_by_name():
         _translated_words(_with_word("addin_f16", 0x4038, 0x100012), 0x18)
     with pytest.raises(UnsupportedProgramError, match="pad words"):
         translate_ppu(read_task(_with_word("ap2", 0x604C, 5), VENDOR, "ap2", 0x60))
-    with pytest.raises(UnsupportedProgramError, match="only int8 average / max and fp16 max pools"):
-        translate_ppu(read_task(_with_word("mp_f16", 0x6024, 0x10), VENDOR, "mp_f16", 0x60))   # fp16 average
+    with pytest.raises(UnsupportedProgramError, match="pad words"):   # fp16 average with a max pool's pad words
+        translate_ppu(read_task(_with_word("mp_f16", 0x6024, 0x10), VENDOR, "mp_f16", 0x60))
+    with pytest.raises(UnsupportedProgramError, match="only int8 average / max, fp16 max and pad-0 fp16 average"):
+        translate_ppu(read_task(_with_word("mp_f16", 0x6024, 0x12), VENDOR, "mp_f16", 0x60))   # fp16 min pool
     with pytest.raises(UnsupportedProgramError, match="BS_OW_CFG"):   # a word its own fields do not give
         _translated_words(_with_word("dw_f16", 0x4050, 0x23133))
 
@@ -288,14 +290,16 @@ def _enables(built):
     return {(int(w) >> 16) & 0xFFFF for w in words if int(w) >> 48 == TARGET_OP_ENABLE}
 
 
-def test_fp16_average_pool_ppu_task_keeps_rk3588_positions_with_a_notice(monkeypatch):
-    """No vendor fp16 average-pool PPU task was seen (the toolkit makes it a depthwise conv, as npuemu's -O3
-    does since LOWERING.md 51.2: tests/compiler/test_rk3576_vendor_fp16_pool.py): a build that keeps one (-O1)
-    stays as before, with the notice. (int8 depthwise convs have a form since LOWERING.md 45.2.)"""
+def test_fp16_average_pool_ppu_task_takes_the_vendor_form():
+    """The toolkit makes fp16 average pools depthwise convs (as npuemu's -O3 does since LOWERING.md 51.2:
+    tests/compiler/test_rk3576_vendor_fp16_pool.py) but its GlobalAveragePool over 1 x 1 is a PPU average pool
+    with pad words 0 (REGISTER_SEMANTICS.md 57): a build that keeps one on the PPU (-O1) now writes that form
+    and gives the RK3588-position build's output."""
     model = pool_model("AveragePool", (2, 2), (2, 2), (0, 0, 0, 0))
-    built = build(prepare(model, "rk3576", CompileOptions(precision="fp16", optimization_level=1)))
-    assert "register_layout" not in built.trailer["platform"]
-    assert "PPU task other than" in built.trailer["platform"]["register_layout_notice"]
+    vendor, old = both_layouts(model, CompileOptions(precision="fp16", optimization_level=1))
+    assert vendor.trailer["platform"].get("register_layout") == "rk3576_vendor", vendor.trailer["platform"]
+    x = np.random.default_rng(3).normal(size=(1, 16, 12, 20)).astype(np.float32)
+    np.testing.assert_array_equal(_run(vendor, x), _run(old, x))
 
 
 # --- whole networks ---------------------------------------------------------------------------

@@ -24,6 +24,19 @@ from tests.emulator.test_task_plans_fp16 import _compare, _Counted, _mismatches
 SPECIAL_HALVES = np.array([0x0000, 0x8000, 0x7C00, 0xFC00, 0x7E00, 0x7C01, 0x0001, 0x03FF, 0x7BFF], np.uint16)
 
 
+NO_READ = None  # (a read with no rows: skipped)
+
+
+def _one_call(cube, reads, table, operand, settings, out, store) -> None:
+    """``fp16_step`` on reads given as (region, row offsets, height, lanes, first surface, step) or
+    NO_READ and the store as (C2, row offsets, region) of ``out``'s planes."""
+    regions = [np.zeros(0, np.uint16) if read is None else read[0] for read in reads]
+    blocks = [None if read is None else read[1:6] for read in reads]
+    c2, offsets, region = store
+    ints, floats = dpu_fp_chain.pack_step(settings, blocks, (offsets, c2, *out.shape))
+    dpu_fp_chain.fp16_step(cube, operand, out, *regions, region, ints, floats, table, *dpu_fp_chain.NO_LUT)
+
+
 def _region(rng, rows: int, row_elements: int, special: bool) -> tuple[np.ndarray, np.ndarray]:
     """Random fp16 bits holding ``rows`` rows at shuffled, gapped offsets: (region as uint16, offsets)."""
     slot = row_elements + int(rng.integers(0, 3))
@@ -88,7 +101,7 @@ def _store_reference(out: np.ndarray, c2: int, offsets: np.ndarray, data: np.nda
 def test_one_call_equals_the_separate_kernels(channels, height, width, lanes, main_kind, operand_kind, bs, bn, ew,
                                               special, seed):
     rng = np.random.default_rng(seed)
-    shape, no_read = (channels, height, width), dpu_plan_fp._NO_READ
+    shape, no_read = (channels, height, width), NO_READ
     table = widening_table()
     surfaces = -(-channels // lanes)
     # the main cube: the CORE's float32 result, or an MRDMA read
@@ -98,7 +111,7 @@ def test_one_call_equals_the_separate_kernels(channels, height, width, lanes, ma
     else:
         region, offsets, blocks = _read(rng, shape, lanes, special)
         cube = np.empty(shape, np.float32)
-        main_read = (region, offsets, height, lanes, 0, 1, cube.reshape(channels, -1).view(np.uint32))
+        main_read = (region, offsets, height, lanes, 0, 1)
         expected_in = fp16_blocks_to_cube(blocks, shape)
     # the EW operand: a register value, or ERDMA reads (a split operand: even / odd surfaces)
     reads = [no_read, no_read]
@@ -108,18 +121,16 @@ def test_one_call_equals_the_separate_kernels(channels, height, width, lanes, ma
     else:
         operand_shape = (channels, 1, 1) if operand_kind == "channel" else shape
         operand = np.empty(operand_shape, np.float32)
-        target = operand.reshape(channels, -1).view(np.uint32)
         if operand_kind == "split":
             even, odd = -(-surfaces // 2), surfaces // 2
             first, first_offsets, first_blocks = _read(rng, shape, lanes, special, surfaces=even)
             second, second_offsets, second_blocks = _read(rng, shape, lanes, special, surfaces=odd)
-            reads = [(first, first_offsets, height, lanes, 0, 2, target),
-                     (second, second_offsets, height, lanes, 1, 2, target)]
+            reads = [(first, first_offsets, height, lanes, 0, 2), (second, second_offsets, height, lanes, 1, 2)]
             blocks = np.empty((surfaces, height * width, lanes), np.float16)
             blocks[0::2], blocks[1::2] = first_blocks, second_blocks
         else:
             region, offsets, blocks = _read(rng, operand_shape, lanes, special)
-            reads[0] = (region, offsets, operand_shape[1], lanes, 0, 1, target)
+            reads[0] = (region, offsets, operand_shape[1], lanes, 0, 1)
         expected_operand = fp16_blocks_to_cube(blocks, operand_shape)
     # the chain, recorded twice: for the one call, and run the separate way on the separate reads
     chains = FloatChain(np.zeros(shape, np.float32)), FloatChain(expected_in)
@@ -138,8 +149,8 @@ def test_one_call_equals_the_separate_kernels(channels, height, width, lanes, ma
     region16 = rng.integers(0, 1 << 16, out_rows * slot + lanes, dtype=np.uint16)
     expected16 = region16.copy()
     out = np.empty(shape, np.float32)
-    store = (out.view(np.uint32), lanes, out_offsets, region16)
-    dpu_fp_chain.fp16_step(cube, (main_read, reads[0], reads[1]), table, operand, chains[0].settings(), out, store)
+    _one_call(cube, (main_read, reads[0], reads[1]), table, operand, chains[0].settings(), out,
+              (lanes, out_offsets, region16))
     expected = chains[1].result()
     assert np.array_equal(out.view(np.uint32), expected.view(np.uint32))
     _store_reference(expected, lanes, out_offsets, expected16)
@@ -150,10 +161,8 @@ def test_no_stage_copies_the_cube_and_a_store_without_rows_writes_nothing():
     rng = np.random.default_rng(1)
     cube = values(rng, (3, 2, 5), True)
     out, region = np.full((3, 2, 5), 9, np.float32), np.arange(64, dtype=np.uint16)
-    no_read = dpu_plan_fp._NO_READ  # (a read with no rows: skipped)
-    store = (out.view(np.uint32), 8, np.zeros(0, np.int64), region)
-    dpu_fp_chain.fp16_step(cube, (no_read,) * 3, widening_table(), np.zeros((1, 1, 1), np.float32),
-                           FloatChain(cube).settings(), out, store)
+    _one_call(cube, (NO_READ,) * 3, widening_table(), np.zeros((1, 1, 1), np.float32), FloatChain(cube).settings(),
+              out, (8, np.zeros(0, np.int64), region))
     assert np.array_equal(out.view(np.uint32), cube.view(np.uint32))
     assert np.array_equal(region, np.arange(64, dtype=np.uint16))
 

@@ -85,8 +85,8 @@ def test_a_step_dropping_a_row_is_caught(monkeypatch, tmp_path):
     inner = dpu_plan_fp._store
 
     def short(*args):
-        planes, c2, offsets, data = inner(*args)
-        return planes, c2, offsets[:-1], data  # the last atom row never stored
+        (offsets, *fields), data = inner(*args)
+        return (offsets[:-1], *fields), data  # the last atom row never stored
 
     monkeypatch.setattr(dpu_plan_fp, "_store", short)
     assert _mismatches(_compare(tmp_path, "Sigmoid")) > 0

@@ -52,12 +52,20 @@ def test_integer_pooling_matches_reference(case, c2):
     assert np.array_equal(nc1hwc2_to_nchw(got, x.shape[0]), expected)
 
 
-@given(pool_cases())
-def test_fp16_pooling_matches_reference(case):
+def fp16_recip_bits(kernel: int) -> int:
+    """The vendor's fp16 RECIP: the fp16 bits of 2^16 / k (fp16(1 / k) with the exponent field + 16)."""
+    return int(np.float16(1 / kernel).view(np.uint16)) + (16 << 10)
+
+
+@given(pool_cases(), st.booleans())
+def test_fp16_pooling_matches_reference(case, vendor_recips):
     x, config = case
     rng = np.random.default_rng(abs(int(x.ravel()[0])))
     halves = (rng.standard_normal(x.shape) * 10).astype(np.float16)
-    config = dataclasses.replace(config, pad_value=0.5)
+    # fp16 RECIP fields are fp16 bits (NUMERICS.md 38): the vendor's encoding of k, or any 16-bit word
+    recips = ((fp16_recip_bits(config.kernel_w), fp16_recip_bits(config.kernel_h)) if vendor_recips
+              else tuple(int(v) for v in rng.integers(0, 1 << 16, 2)))
+    config = dataclasses.replace(config, pad_value=0.5, recip_kernel_w=recips[0], recip_kernel_h=recips[1])
     got = pool_nc1hwc2(nchw_to_nc1hwc2(halves, 8), config)
     expected = ref.pool_float(halves, as_dict(config))
     assert np.array_equal(nc1hwc2_to_nchw(got, x.shape[0]), expected)

@@ -8,11 +8,21 @@ import numpy as np
 from npuemu.tools.testing_reference import ppu_pool as pool  # noqa: F401 (the kit's int8 PPU reference)
 
 
+def fp16_recip(bits: int) -> np.float32:
+    """An fp16-mode RECIP field as fp32: the fp16 bits widened to fp32 bits (exponent + 112, mantissa << 13),
+    exponent 31 kept as a number; subnormals scaled from the mantissa."""
+    sign, exponent, mantissa = bits >> 15, (bits >> 10) & 0x1F, bits & 0x3FF
+    if exponent == 0:
+        return np.float32((-1.0) ** sign * mantissa / 2.0**24)
+    return np.uint32((sign << 31) | ((exponent + 112) << 23) | (mantissa << 13)).view(np.float32)
+
+
 def pool_float(x: np.ndarray, cfg: dict) -> np.ndarray:
-    """fp16 average: fp32 sum in window order, times RECIP_W/2^16 then RECIP_H/2^16 in fp32."""
+    """fp16 average: fp32 sum in window order, times RECIP_W/2^16 then RECIP_H/2^16 in fp32, the RECIP
+    fields fp16 bits whose exponent 31 is a number (2^16 / k; NUMERICS.md 38)."""
     channels, height, width = x.shape
     out = np.zeros((channels, cfg["out_h"], cfg["out_w"]), np.float32)
-    rw, rh = np.float32(cfg["recip_w"] / 65536), np.float32(cfg["recip_h"] / 65536)
+    rw, rh = fp16_recip(cfg["recip_w"]) / np.float32(65536), fp16_recip(cfg["recip_h"]) / np.float32(65536)
     for c in range(channels):
         for oy in range(cfg["out_h"]):
             for ox in range(cfg["out_w"]):

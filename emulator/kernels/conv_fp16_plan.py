@@ -1,0 +1,151 @@
+"""An fp16 CORE task's convolution worked out once: the prepared form of ``mac.fetch_padded_input``
+followed by ``mac.conv2d_fp16`` (issue 20: a core's task programs, emulator/task_plan.py).
+
+``prepare_conv2d_fp16`` does the checks, the float32 weights, the method (direct loop or BLAS), the
+reduction chunks and the row blocking once per (read-only) weights; each run then only fetches the
+atoms into padded planes and runs the same kernel calls - the same Numba loops, and BLAS products of
+the same shapes and strides in the same order (NUMERICS.md 3.3, 33) - so the bits are
+``conv2d_fp16``'s. In the steady runs of a small model the checks and memo look-ups of the plain
+calls cost about as much as a small layer's work (5-10 us a task).
+
+The padded planes, the im2col columns and the result live in arrays a small task keeps from run to
+run, or else the thread's working buffers (``conv_pixels.working_buffer``): the task's DPU consumes
+the result before the next task's CORE runs (task_plan: an fp16 CORE feeds only its own task's fp16
+DPU step), and a fresh multi-MiB array each run costs its page faults (MobileNetV2 fp16: ~1 ms a run).
+Kernels past the weights' count (up to the task's output channels) are rows of zeros, as
+``units/cna_core._pad_channels`` gives them. Depthwise convolutions (one kernel a channel, 8-lane
+atoms) read the atoms themselves (``depthwise_fp16``, NUMERICS.md 36).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from npuemu.emulator.kernels import depthwise_fp16, mac
+from npuemu.emulator.kernels.conv_pixels import working_buffer
+from npuemu.emulator.kernels.fp16 import widening_table
+from npuemu.isa.errors import EmulationError
+
+
+def prepare_conv2d_fp16(feature_shape: tuple[int, int, int, int], channels: int, weights: np.ndarray,
+                        geometry: mac.ConvGeometry, pad_value: float,
+                        out_channels: int) -> Callable[[np.ndarray], np.ndarray] | None:
+    """``run(feature) -> float32 [out_channels][OH][OW]`` for float16 atoms ``[C1][H][W][C2]`` of
+    ``feature_shape`` and read-only float16 ``weights``: the values of ``fetch_padded_input`` then
+    ``conv2d_fp16`` (zero rows for kernels past the weights). None where those calls would refuse
+    the operands (they then raise their own error) or for writeable weights (which may change)."""
+    if weights.dtype != np.float16 or weights.flags.writeable or weights.ndim != 4 or len(feature_shape) != 4 \
+            or not 0 < channels <= feature_shape[0] * feature_shape[3] or weights.shape[0] > out_channels:
+        return None
+    planes_shape = (channels, geometry.padded_h, geometry.padded_w)
+    try:  # (conv2d_fp16's checks read only the shape)
+        mac._check_operands(np.broadcast_to(np.float32(0), planes_shape), weights, geometry)
+    except EmulationError:
+        return None
+    mac.choose_blas_threads()
+    kernels, out_shape = weights.shape[0], (out_channels, geometry.out_h, geometry.out_w)
+    matrices = mac._widened(weights, geometry.groups)
+    if feature_shape[3] == depthwise_fp16.LANES and weights.shape[1] == 1 and geometry.groups == kernels:
+        fetch, convolve = None, _depthwise(matrices.reshape(weights.shape), geometry, pad_value)
+    elif mac._use_direct(weights, geometry, "auto"):
+        fetch, direct = _fetcher(feature_shape, channels, geometry, pad_value), matrices.reshape(weights.shape)
+        arguments = (geometry.groups, geometry.stride_y, geometry.stride_x, geometry.dilation_y, geometry.dilation_x)
+
+        def convolve(padded: np.ndarray, acc: np.ndarray) -> None:
+            mac._conv_direct_float(padded, direct, *arguments, acc.reshape(kernels, geometry.out_h, geometry.out_w))
+    else:
+        fetch = _fetcher(feature_shape, channels, geometry, pad_value)
+        convolve = _gemm(matrices, geometry, planes_shape)
+    result = _scratch((("fp16 conv result", out_shape, np.float32),))
+
+    def run(feature: np.ndarray) -> np.ndarray:
+        out = result()[0]
+        acc = out.reshape(out_channels, -1)
+        if feature.shape != feature_shape or feature.dtype != np.float16 or not feature.flags.c_contiguous:
+            padded = mac.fetch_padded_input(feature, channels, geometry, pad_value)  # (its checks and errors)
+            acc[:kernels] = mac.conv2d_fp16(padded, weights, geometry).reshape(kernels, -1)
+        else:  # (the depthwise kernel reads the atoms themselves)
+            convolve(feature if fetch is None else fetch(feature), acc[:kernels])
+        if kernels < out_channels:
+            acc[kernels:] = 0
+        return out
+
+    return run
+
+
+def _depthwise(matrices: np.ndarray, geometry: mac.ConvGeometry, pad_value: float):
+    """``convolve(feature, acc)``: ``depthwise_fp16.depthwise_fp16_atoms`` of the atoms into ``acc``
+    [K][OH * OW], its lane weights made once (NUMERICS.md 36)."""
+    tiles = depthwise_fp16.lane_tiles(matrices, geometry)
+    phase_rows, pitch, length = depthwise_fp16.phase_layout(geometry)
+    lanes = depthwise_fp16.LANES
+    sizes = (geometry.stride_y * geometry.stride_x * phase_rows * pitch * lanes, pitch * 2, length * lanes)
+    buffers = _scratch((("fp16 depthwise phases", (sizes[0],), np.float32),
+                        ("fp16 depthwise pixels", (pitch, 2), np.uint64),
+                        ("fp16 depthwise line", (sizes[2],), np.float32)))
+
+    def convolve(feature: np.ndarray, acc: np.ndarray) -> None:
+        phases, gathered, line = buffers()
+        depthwise_fp16.depthwise_fp16_atoms(feature.view(np.uint16), tiles, geometry, pad_value,
+                                            acc.reshape(acc.shape[0], geometry.out_h, geometry.out_w), phases,
+                                            gathered, line)
+
+    return convolve
+
+
+def _fetcher(feature_shape: tuple, channels: int, geometry: mac.ConvGeometry, pad_value: float):
+    """``fetch(feature) -> padded``: ``mac.fetch_padded_input`` of C-contiguous float16 atoms of
+    ``feature_shape``, into the thread's working buffer (every element written: the border and
+    the reach past the input get the pad value, ``mac._pad_border``)."""
+    shape = (channels, geometry.padded_h, geometry.padded_w)
+    table = widening_table()
+    top, left, pad_bits = geometry.pad_top, geometry.pad_left, np.float32(pad_value).view(np.uint32)
+    planes = _scratch((("fp16 conv planes", shape, np.float32),))
+
+    def fetch(feature: np.ndarray) -> np.ndarray:
+        padded = planes()[0]
+        mac._fetch_padded_half(feature.view(np.uint16), channels, top, left, pad_bits, padded.view(np.uint32), table)
+        return padded
+
+    return fetch
+
+
+def _gemm(matrices: np.ndarray, geometry: mac.ConvGeometry, planes_shape: tuple):
+    """``convolve(padded, acc)``: ``mac._conv_gemm``'s products into ``acc`` [kernels][OH * OW], its
+    chunks, blocks and buffer shapes worked out once (``mac.gemm_layout``)."""
+    pieces = mac._PIECES(matrices)
+    layout = mac.gemm_layout(matrices, geometry, planes_shape)
+    buffers = _scratch(tuple((name, shape, np.float32) for name, shape in (("fp16 conv columns", layout.columns),
+                                                                             ("fp16 conv product", layout.product))
+                             if shape is not None))
+    columns, product = layout.columns is not None, layout.product is not None
+
+    def convolve(padded: np.ndarray, acc: np.ndarray) -> None:
+        held = buffers()
+        mac.gemm_products(padded, geometry, pieces, layout, held[0] if columns else None,
+                          held[-1] if product else None, acc)
+
+    return convolve
+
+
+#: a task whose working arrays take at most this many bytes keeps arrays of its own from run to run
+#: (no look-up of the thread's buffers: ~1 us each; ppocr_cls' tasks are mostly this small)
+_OWN_BYTES = 1 << 16
+
+
+def _scratch(specs: tuple[tuple[str, tuple, type], ...]):
+    """``get() -> arrays`` of ``specs`` (name, shape, dtype): the plan's own arrays for a small task,
+    otherwise the thread's working buffers of those names (``conv_pixels.working_buffer``) each run.
+    Either way their contents never outlive a run (the module docstring)."""
+    sizes = [int(np.prod(shape)) for _, shape, _ in specs]
+    if sum(size * np.dtype(dtype).itemsize for size, (_, _, dtype) in zip(sizes, specs)) <= _OWN_BYTES:
+        own = tuple(np.empty(shape, dtype) for _, shape, dtype in specs)
+        return lambda: own
+
+    def get() -> tuple[np.ndarray, ...]:
+        return tuple(working_buffer(name, size, dtype).reshape(shape)
+                     for size, (name, shape, dtype) in zip(sizes, specs))
+
+    return get
