@@ -181,17 +181,31 @@ def measure_first_call(workdir: str, processes: int, log=print, bytecode_cache: 
 
 def build_tasks_few(workdir: str) -> None:
     """Only the ``tasks_few`` build and its input (``--first-call-only``)."""
+    _build(workdir, BUILDS[0], _save_input(workdir)[2])
+
+
+def _save_input(workdir: str) -> tuple[np.ndarray, str, str]:
+    """The micro models' input saved in ``workdir`` with its calibration list: (x, its path, the list's path)."""
+    x = np.random.default_rng(0).standard_normal((1, CHANNELS, SIZE, SIZE)).astype(np.float32)
+    x_path = os.path.join(workdir, "fixed_x.npy")
+    np.save(x_path, x)
+    ds_path = os.path.join(workdir, "fixed_ds.txt")
+    with open(ds_path, "w") as f:
+        f.write("fixed_x.npy\n")
+    return x, x_path, ds_path
+
+
+def _build(workdir: str, build: tuple, ds_path: str) -> tuple:
+    """One of ``BUILDS`` compiled int8 in ``workdir``: (the ONNX model, its path, the model file's path)."""
     from benchmarks import measure
 
-    x = np.random.default_rng(0).standard_normal((1, CHANNELS, SIZE, SIZE)).astype(np.float32)
-    np.save(os.path.join(workdir, "fixed_x.npy"), x)
-    with open(os.path.join(workdir, "fixed_ds.txt"), "w") as f:
-        f.write("fixed_x.npy\n")
-    onnx_path = os.path.join(workdir, "fixed_tasks_few.onnx")
-    label, convs, hosts = BUILDS[0]
-    onnx.save(chain_model(convs, hosts), onnx_path)
-    measure.compile_int8({"onnx": onnx_path, "dataset": os.path.join(workdir, "fixed_ds.txt")},
-                         os.path.join(workdir, f"fixed_{label}.npu"))
+    label, convs, hosts = build
+    model = chain_model(convs, hosts)
+    onnx_path = os.path.join(workdir, f"fixed_{label}.onnx")
+    onnx.save(model, onnx_path)
+    npu = os.path.join(workdir, f"fixed_{label}.npu")
+    measure.compile_int8({"onnx": onnx_path, "dataset": ds_path}, npu)
+    return model, onnx_path, npu
 
 
 def _ort_ms(onnx_path: str, x: np.ndarray, repeat: int) -> float:
@@ -213,19 +227,10 @@ def measure_fixed(workdir: str, repeat: int = 7, log=print) -> dict:
     """Build the four micro models, time them, return the per-task and per-host-step figures."""
     from benchmarks import measure
 
-    x = np.random.default_rng(0).standard_normal((1, CHANNELS, SIZE, SIZE)).astype(np.float32)
-    x_path = os.path.join(workdir, "fixed_x.npy")
-    np.save(x_path, x)
-    ds_path = os.path.join(workdir, "fixed_ds.txt")
-    with open(ds_path, "w") as f:
-        f.write("fixed_x.npy\n")
+    x, x_path, ds_path = _save_input(workdir)
     results = {}
     for label, convs, hosts in BUILDS:
-        model = chain_model(convs, hosts)
-        onnx_path = os.path.join(workdir, f"fixed_{label}.onnx")
-        onnx.save(model, onnx_path)
-        npu = os.path.join(workdir, f"fixed_{label}.npu")
-        measure.compile_int8({"onnx": onnx_path, "dataset": ds_path}, npu)
+        model, onnx_path, npu = _build(workdir, (label, convs, hosts), ds_path)
         proc = subprocess.run([sys.executable, "-m", "benchmarks.fixed_cost", "--worker", npu, x_path, str(repeat)],
                               capture_output=True, text=True, env=measure.child_env(),
                               cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

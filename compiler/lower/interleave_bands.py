@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from .. import deconv_phases
-from .tiling import CbufPlan, CbufRequest, RowTile
+from .tiling import CbufPlan, CbufRequest, RowTile, rows_read
 
 
 def cap_rows(plan: CbufPlan, request: CbufRequest, allocated: int) -> CbufPlan:
@@ -29,9 +29,7 @@ def cap_rows(plan: CbufPlan, request: CbufRequest, allocated: int) -> CbufPlan:
 
 
 def _band(request: CbufRequest, out_start: int, out_rows: int) -> RowTile:
-    """Output rows [out_start, + out_rows) and the input rows they read (tiling.split_rows' rule)."""
-    stride, kernel = request.stride_y, request.kernel_h
+    """Output rows [out_start, + out_rows) and the input rows they read (tiling.rows_read)."""
     pad = request.pad_top if out_start == 0 else 0
-    in_start = max(0, out_start * stride - request.pad_top)
-    in_rows = min((out_rows - 1) * stride + max(kernel, stride) - pad, request.height - in_start)
-    return RowTile(in_start, in_rows, out_start, out_rows, pad)
+    in_start = max(0, out_start * request.stride_y - request.pad_top)
+    return RowTile(in_start, rows_read(request, in_start, out_rows, pad), out_start, out_rows, pad)

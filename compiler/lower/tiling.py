@@ -162,12 +162,17 @@ def split_rows(request: CbufRequest, max_rows: int) -> tuple[RowTile, ...]:
                     f"{request.width} pixels for the kernel, but the CBUF data banks hold only {max_rows}"
                 )
             out_rows = min(fit, request.out_height - out_done)
-        # rows the outputs need; with stride > kernel the vendor still takes whole strides
-        in_rows = min((out_rows - 1) * stride + max(kernel, stride) - pad, height - in_start)
-        tiles.append(RowTile(in_start, in_rows, out_done, out_rows, pad))
+        tiles.append(RowTile(in_start, rows_read(request, in_start, out_rows, pad), out_done, out_rows, pad))
         out_done += out_rows
         in_start = out_done * stride - request.pad_top
     return tuple(tiles)
+
+
+def rows_read(request: CbufRequest, in_start: int, out_rows: int, pad: int) -> int:
+    """Input rows from ``in_start`` that ``out_rows`` output rows need, ``pad`` of their top rows padding; with
+    stride > kernel the vendor still takes whole strides."""
+    stride = request.stride_y
+    return min((out_rows - 1) * stride + max(request.kernel_h, stride) - pad, request.height - in_start)
 
 
 def plan_cbuf(request: CbufRequest) -> CbufPlan:

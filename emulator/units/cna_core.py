@@ -545,17 +545,14 @@ def _feature_rows(state: ConvState) -> np.ndarray:
 
 
 def _mask_channels(feature: np.ndarray, real: int) -> None:
-    # Channels past DATAIN_CHANNEL_REAL read as 0 whatever memory holds [I] (REGISTER_SEMANTICS 2.2).
-    c2 = feature.shape[3]
-    group, lane = divmod(real, c2)
-    if group < feature.shape[0]:
-        feature[group, :, :, lane:] = 0
-        feature[group + 1:] = 0
+    for lanes in _masked_lanes(feature, real):
+        lanes.fill(0)
 
 
 def _masked_lanes(feature: np.ndarray, real: int) -> tuple[np.ndarray, ...]:
-    """The views of ``feature`` that ``_mask_channels`` zeroes (the non-empty ones), for a buffer
-    masked on every run."""
+    """The views of ``feature`` that ``_mask_channels`` zeroes (the non-empty ones; made once for a
+    buffer masked on every run): channels past DATAIN_CHANNEL_REAL read as 0 whatever memory holds
+    [I] (REGISTER_SEMANTICS 2.2)."""
     group, lane = divmod(real, feature.shape[3])
     if group >= feature.shape[0]:
         return ()
@@ -874,11 +871,11 @@ def _fp16_kernel(state: ConvState, plan: _Plan):
     shape, prepared = plan.feature_shape, [None, None]  # the last weights object and its prepared run (False: none)
 
     def kernel(feature: np.ndarray, weights: np.ndarray) -> CoreResult:
-        run = prepared[1] if prepared[0] is weights else None
-        if run is None:  # weights seen again (held, the CBUF's) prepared once; new ones (fetched each run) plain
-            run = (prepare_conv2d_fp16(shape, channels, weights, geometry, pad, out) or False) \
-                if prepared[0] is weights else None
-            prepared[:] = [weights, run]
+        if prepared[0] is not weights:  # new weights (fetched each run): the plain calls
+            prepared[:] = [weights, None]
+        elif prepared[1] is None:  # weights seen again (held, the CBUF's): prepared once
+            prepared[1] = prepare_conv2d_fp16(shape, channels, weights, geometry, pad, out) or False
+        run = prepared[1]
         if run:  # (kernels/conv_fp16_plan.py: the same bits as the plain calls below)
             return CoreResult(run(feature), None)
         padded = kernels.fetch_padded_input(feature, channels, geometry, pad)

@@ -774,21 +774,21 @@ def _fp32(raw) -> np.ndarray:
 
 def _float_stages(state: DpuState, rdma: DpuRdmaState | None, data: np.ndarray, dma: TaskDma,
                   lut_tables: np.ndarray, where: str) -> np.ndarray:
-    from npuemu.emulator.kernels import dpu_fp_chain, lut_fp  # float tasks only (issue 20: int8 first call)
+    from npuemu.emulator.kernels import dpu_fp_chain  # float tasks only (issue 20: int8 first call)
 
     chain = dpu_fp_chain.FloatChain(data)  # the stages run in one pass at the end (kernels/dpu_fp_chain.py)
     for arguments in float_x_stages(state, rdma, dma, where):
         chain.x_stage(*arguments)
+    lut = None
     if not state.ew.bypass:
         ew = state.ew
-        if not ew.lut_bypass:  # fp32 LUT, before the EW operation as on the integer path (NUMERICS.md 5.1)
-            data = lut_fp.lut_stage_fp(chain.result(), _lut_config(state.lut), lut_tables[0], lut_tables[1])
-            chain = dpu_fp_chain.FloatChain(data)
+        if not ew.lut_bypass:  # fp32 LUT, before the EW operation as on the integer path (NUMERICS.md 5.1, 37)
+            lut = (_lut_config(state.lut), lut_tables[0], lut_tables[1])
         operand = np.array(_fp32(ew.op_value), np.float32).reshape(1, 1, 1)
         if not ew.op_bypass and ew.op_from_dma:
             operand = _ew_operand(state, rdma, dma, where, floating=True)
         chain.ew(float_ew_config(ew), operand)
-    return chain.result()
+    return chain.result(lut)
 
 
 def float_ew_config(ew: EwState) -> kernels.EwConfig:

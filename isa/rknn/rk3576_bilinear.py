@@ -206,7 +206,12 @@ def phase_writes(task: VendorTask, out: RegisterMap, translate: Callable[[Vendor
     """The twin's phase conv: ``translate`` of the plain view, then the interleaved write's DPU words - NOTCH_ADDR in
     both halves, WDMA_SIZE_1 as the vendor's, CHANNEL_WDMA = H x the padded channels - 1, SURF_ADD (52's split)."""
     view, lines = phase_view(task)
-    writes = translate(view)
+    return interleaved_writes(task, out, translate(view), lines)
+
+
+def interleaved_writes(task: VendorTask, out: RegisterMap, writes: list[Write], lines: int) -> list[Write]:
+    """``writes`` (the RK3588 words of ``task``'s plain view) with the interleaved write's words of ``task`` writing
+    ``lines`` x C a WDMA line (phase_writes; rk3576_deconv's direct phase convs too)."""
     channel = out.register("DPU", "DATA_CUBE_CHANNEL")
     padded = next(channel.field("CHANNEL").extract(value) for block, name, value in writes
                   if (block, name) == ("DPU", "DATA_CUBE_CHANNEL")) + 1

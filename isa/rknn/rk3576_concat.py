@@ -10,6 +10,13 @@ with BS_ALU_CFG the operand) and OUT_CVT. Both with the EW stage bypassed (0x407
 the ERDMA off (0x1 plain, 0x41 with the record: bit 6 goes with the record frame), DPU_RDMA FEATURE_MODE_CFG bit 3 set
 as in every DPU-only task with the MRDMA on, OUT_CVT_SCALE bit 16 set (twins clear), DPU 0x402C / BS_CHANNEL /
 DPU_RDMA 0x5014 the real channels (48.2's rule).
+
+fp16 [V ORC, REGISTER_SEMANTICS.md 58]: rknn-toolkit2 2.5.0 fp16 builds of ``Concat(Reshape(Conv1x1(x_i) [6 ch])
+..., axis 2)`` for rk3576 write each Reshape as the same plain-copy frame with only the precision words changed:
+DATA_FORMAT 0x40000002 (OUT and PROC precision fp16), DPU_RDMA FEATURE_MODE_CFG 0x10049 (IN / PROC precision fp16,
+bit 3, flying), OUT_CVT_SCALE 0x10001 (FP32TOFP16_EN set, as npuemu's fp16 copy has it), and DPU_RDMA 0x5014 the
+channels padded to fp16's 8-channel atom (7 for 6 real channels) while DPU 0x402C / BS_CHANNEL hold the real ones
+(5). fp16 copies are plain only (no BS record).
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from npuemu.isa.rknn.rk3576_dpu import (
     RECORD_MUL, bs_record, record_cfg,
 )
 from npuemu.isa.rknn.rk3576_layout import (
-    C2, CLAMPS, EW_BYPASS, INT8, INT32_MAX, INT32_MIN, Reader, VendorTask, field_reader, round_up,
+    C2, CLAMPS, EW_BYPASS, FP16, INT8, INT32_MAX, INT32_MIN, Reader, VendorTask, field_reader, round_up,
 )
 from npuemu.isa.rknn.rk3576_resize import (
     COPY_KEPT, EW_CFG_BYPASSED, INHERITED, LUT_NAMES, UNREAD_ADDRESSES, frame_writes,
@@ -38,6 +45,7 @@ MRDMA_ON_BIT = 1 << 3                  # DPU_RDMA 0x5044 bit 3 [V: every DPU-onl
 #: the plain copy's frame words (the bypassed-BS frame, rk3576_dpu.DPU_ONLY_WORDS) [V]
 PLAIN_WORDS = {("DPU", "CFG_4038"): 0x53, ("DPU", "BS_MODE"): 2, ("DPU", "BS_OW_CFG"): 0x20000}
 CHANNEL_MODE = 0xF00                   # BS_CHANNEL's low half in DPU-only tasks (SIZE_E 0) [V]
+RDMA_IN_PRECISION_SHIFT = 15           # DPU_RDMA FEATURE_MODE_CFG IN_PRECISION [V: fp16 copy 0x10049, both maps]
 
 
 # --- vendor -> RK3588 ------------------------------------------------------------------------------------------
@@ -49,6 +57,15 @@ def is_vendor_copy(task: VendorTask) -> bool:
     return (task.enable == DPU_ONLY_ENABLE and values.get(("DPU", "CFG_407C")) == EW_BYPASS
             and values.get(("DPU_RDMA", "ERDMA_CFG"), 0) & 1 == 1
             and not values.get(("DPU_RDMA", "SRC_DMA_CFG"), 0) and not values.get(("DPU", "LUT_CFG"), 0))
+
+
+def is_padded_fp16_copy(task: VendorTask) -> bool:
+    """An fp16 copy whose DPU_RDMA 0x5014 reads the whole last atom where DPU 0x402C writes fewer real channels: the
+    vendor's fp16 Concat / Reshape copy (REGISTER_SEMANTICS.md 58), not a bilinear edge copy (0x5014 the real
+    channels, 56.2), which it otherwise resembles."""
+    f = task.field
+    return (is_vendor_copy(task) and f("DPU", "DATA_FORMAT", "PROC_PRECISION") == FP16
+            and f("DPU_RDMA", "DATA_CUBE_CHANNEL", "CHANNEL") > f("DPU", "DATA_CUBE_CHANNEL", "CHANNEL"))
 
 
 def _frame_words(record: int | None) -> dict[tuple[str, str], int]:
@@ -76,7 +93,10 @@ def _check_copy(task: VendorTask) -> bool:
     odd += [f"DPU.{name}" for name in LUT_NAMES if task.values.get(("DPU", name), 0)]
     if raw("DPU", "BS_CHANNEL") & 0xFFFF != CHANNEL_MODE or raw("DPU", "DATA_CUBE_NOTCH"):
         odd.append(f"DPU.BS_CHANNEL {raw('DPU', 'BS_CHANNEL'):#x} / DATA_CUBE_NOTCH {raw('DPU', 'DATA_CUBE_NOTCH'):#x}")
-    if (f("DPU", "DATA_FORMAT", "PROC_PRECISION") != INT8 or f("DPU", "FEATURE_MODE_CFG", "ENABLE")
+    precision = f("DPU", "DATA_FORMAT", "PROC_PRECISION")
+    if (precision not in (INT8, FP16) or (precision == FP16 and record is not None)
+            or f("DPU_RDMA", "FEATURE_MODE_CFG", "PROC_PRECISION") != precision
+            or f("DPU_RDMA", "FEATURE_MODE_CFG", "IN_PRECISION") != precision or f("DPU", "FEATURE_MODE_CFG", "ENABLE")
             or f("DPU", "FEATURE_MODE_CFG", "CONV_MODE") or raw("DPU_RDMA", "FEATURE_MODE_CFG") & ~0x3FFFF
             or f("DPU_RDMA", "FEATURE_MODE_CFG", "MRDMA_DISABLE") or f("DPU_RDMA", "FEATURE_MODE_CFG", "COMB_USE")
             or not f("DPU_RDMA", "FEATURE_MODE_CFG", "MRDMA_FP16TOFP32_EN")):
@@ -86,7 +106,8 @@ def _check_copy(task: VendorTask) -> bool:
         odd.append(f"DPU_RDMA.BRDMA_CFG {brdma:#x}")
     if odd:
         raise UnsupportedProgramError(f"{task.where}: vendor rk3576 DPU-only copy with {', '.join(odd)}; only the int8 "
-                                      f"plain and requantizing copies are decoded (emulator/REGISTER_SEMANTICS.md 49.2)")
+                                      f"plain and requantizing copies and the fp16 plain one are decoded "
+                                      f"(emulator/REGISTER_SEMANTICS.md 49.2, 58)")
     return record is not None
 
 
@@ -94,8 +115,9 @@ def copy_specs(task: VendorTask, read: Reader | None) -> list[Spec]:
     """The RK3588 writes of the twin's copy (npuemu's DPU-only copy) for a vendor copy; ``read`` reads the record."""
     has_record = _check_copy(task)
     f = task.field
+    precision = f("DPU", "DATA_FORMAT", "PROC_PRECISION")
     real = f("DPU", "DATA_CUBE_CHANNEL", "CHANNEL") + 1
-    channels = round_up(f("DPU_RDMA", "DATA_CUBE_CHANNEL", "CHANNEL") + 1, C2[INT8])
+    channels = round_up(f("DPU_RDMA", "DATA_CUBE_CHANNEL", "CHANNEL") + 1, C2[precision])
     width, height = f("DPU", "DATA_CUBE_WIDTH", "WIDTH"), f("DPU", "DATA_CUBE_HEIGHT", "HEIGHT")
     if has_record and read is None:
         raise UnsupportedProgramError(f"{task.where}: a requantizing copy needs its BS record read from memory")
@@ -105,8 +127,8 @@ def copy_specs(task: VendorTask, read: Reader | None) -> list[Spec]:
     return [
         ("DPU", "FEATURE_MODE_CFG", {"BURST_LEN": 15, "OUTPUT_MODE": f("DPU", "FEATURE_MODE_CFG", "OUTPUT_MODE"),
                                      "FLYING_MODE": f("DPU", "FEATURE_MODE_CFG", "FLYING_MODE")}),
-        ("DPU", "DATA_FORMAT", {"OUT_PRECISION": f("DPU", "DATA_FORMAT", "OUT_PRECISION"), "IN_PRECISION": INT8,
-                                "PROC_PRECISION": INT8, "BS_MUL_SHIFT_VALUE_NEG": negative}),
+        ("DPU", "DATA_FORMAT", {"OUT_PRECISION": f("DPU", "DATA_FORMAT", "OUT_PRECISION"), "IN_PRECISION": precision,
+                                "PROC_PRECISION": precision, "BS_MUL_SHIFT_VALUE_NEG": negative}),
         ("DPU", "OFFSET_PEND", {}), ("DPU", "DST_BASE_ADDR", {"raw": task.raw("DPU", "DST_BASE_ADDR")}),
         ("DPU", "DST_SURF_STRIDE", {"DST_SURF_STRIDE": f("DPU", "DST_SURF_STRIDE", "DST_SURF_STRIDE")}),
         ("DPU", "DATA_CUBE_WIDTH", {"WIDTH": width}), ("DPU", "DATA_CUBE_HEIGHT", {"HEIGHT": height}),
@@ -123,13 +145,14 @@ def copy_specs(task: VendorTask, read: Reader | None) -> list[Spec]:
         ("DPU", "EW_CVT_OFFSET_VALUE", {}), ("DPU", "EW_CVT_SCALE_VALUE", {"raw": 1}), ("DPU", "EW_RELUX_CMP_VALUE", {}),
         *[("DPU", f"EW_OP_VALUE_{index}", {}) for index in range(8)],
         ("DPU", "OUT_CVT_OFFSET", {"raw": task.raw("DPU", "OUT_CVT_OFFSET")}),
-        ("DPU", "OUT_CVT_SCALE", {"raw": task.raw("DPU", "OUT_CVT_SCALE") & ~FP32TOFP16}),
+        # FP32TOFP16_EN: the int8 twin clears it, npuemu's fp16 copy keeps it [V 49.2, 58]
+        ("DPU", "OUT_CVT_SCALE", {"raw": task.raw("DPU", "OUT_CVT_SCALE") & ~(FP32TOFP16 if precision == INT8 else 0)}),
         ("DPU", "OUT_CVT_SHIFT", {"raw": task.raw("DPU", "OUT_CVT_SHIFT")}),
         ("DPU", "SURFACE_ADD", {"SURF_ADD": task.signed("DPU", "SURFACE_JUMP") + (width + 1) * (height + 1)}),
         ("DPU", "UNDOC_40C4", {}),
         ("DPU_RDMA", "DATA_CUBE_CHANNEL", {"CHANNEL": channels - 1}), ("DPU_RDMA", "BRDMA_CFG", {}),
         ("DPU_RDMA", "NRDMA_CFG", {}), ("DPU_RDMA", "ERDMA_CFG", {"ERDMA_DISABLE": 1}),
-        ("DPU_RDMA", "FEATURE_MODE_CFG", {"IN_PRECISION": INT8, "BURST_LEN": 15, "PROC_PRECISION": INT8,
+        ("DPU_RDMA", "FEATURE_MODE_CFG", {"IN_PRECISION": precision, "BURST_LEN": 15, "PROC_PRECISION": precision,
                                           "FLYING_MODE": f("DPU_RDMA", "FEATURE_MODE_CFG", "FLYING_MODE")}),
         ("DPU_RDMA", "WEIGHT", {"E_WEIGHT": 1, "N_WEIGHT": 1, "B_WEIGHT": 1, "M_WEIGHT": 1}),
         ("DPU_RDMA", "EW_SURF_STRIDE", {}),
@@ -150,22 +173,27 @@ def is_copy_values(values: Values, source: RegisterMap) -> bool:
 
 def copy_vendor_writes(values: Values, source: RegisterMap, where: str, record: bytes | None,
                        record_address: int = 0) -> list[VendorWrite]:
-    """The vendor's copy frame (89 words, rk3576_resize.FRAME) for npuemu's int8 DPU-only copy; ``record``: its BS record
+    """The vendor's copy frame (89 words, rk3576_resize.FRAME) for npuemu's int8 or fp16 DPU-only copy; ``record``:
+    its BS record
     (rk3576_pack.dpu_record: the requantizing copy), None for a plain copy (BS bypassed)."""
     field = field_reader(values, source)
     real = field("DPU", "DATA_CUBE_CHANNEL", "ORIG_CHANNEL") + 1
     padded = field("DPU", "DATA_CUBE_CHANNEL", "CHANNEL") + 1
     plain = values.get(("DPU", "BS_CFG"), 0) == BS_BYPASSED
-    if (field("DPU", "DATA_FORMAT", "PROC_PRECISION") != INT8 or field("DPU", "DATA_FORMAT", "IN_PRECISION") != INT8
-            or padded != round_up(real, C2[INT8]) or padded != field("DPU_RDMA", "DATA_CUBE_CHANNEL", "CHANNEL") + 1
-            or field("DPU_RDMA", "FEATURE_MODE_CFG", "IN_PRECISION") != INT8
+    precision = field("DPU", "DATA_FORMAT", "PROC_PRECISION")
+    if (precision not in (INT8, FP16) or (precision == FP16 and not plain)
+            or field("DPU", "DATA_FORMAT", "IN_PRECISION") != precision
+            or padded != round_up(real, C2[precision])
+            or padded != field("DPU_RDMA", "DATA_CUBE_CHANNEL", "CHANNEL") + 1
+            or field("DPU_RDMA", "FEATURE_MODE_CFG", "IN_PRECISION") != precision
             or field("DPU_RDMA", "FEATURE_MODE_CFG", "MRDMA_DISABLE") or field("DPU_RDMA", "FEATURE_MODE_CFG", "COMB_USE")
             or values.get(("DPU", "BN_CFG"), 0) != BS_BYPASSED or values.get(("DPU", "DATA_CUBE_NOTCH_ADDR"), 0)
             or values.get(("DPU", "LUT_CFG"), 0) or values.get(("DPU_RDMA", "NRDMA_CFG"), 0)
             or values.get(("DPU_RDMA", "BRDMA_CFG"), 0) or (plain == (record is not None))
             or (plain and (values.get(("DPU", "BS_OW_CFG"), 0) != 0x2 or values.get(("DPU", "BS_ALU_CFG"), 0)
                            or values.get(("DPU", "BS_MUL_CFG"), 0)))):
-        raise UnsupportedProgramError(f"{where}: a DPU-only copy other than an int8 plain or requantizing one (BS_CFG "
+        raise UnsupportedProgramError(f"{where}: a DPU-only copy other than an int8 plain or requantizing one or an fp16 "
+                                      f"plain one (BS_CFG "
                                       f"{values.get(('DPU', 'BS_CFG'), 0):#x}) has no known vendor rk3576 form "
                                       f"(emulator/REGISTER_SEMANTICS.md 49.2)")
     has_mul = values.get(("DPU", "BS_CFG"), 0) == ALL_BYPASSED_BUT_ALU   # the multiplier not bypassed
@@ -174,7 +202,7 @@ def copy_vendor_writes(values: Values, source: RegisterMap, where: str, record: 
     frame = {
         ("DPU", "FEATURE_MODE_CFG"): field("DPU", "FEATURE_MODE_CFG", "OUTPUT_MODE") << 1
         | field("DPU", "FEATURE_MODE_CFG", "FLYING_MODE"),
-        ("DPU", "DATA_FORMAT"): field("DPU", "DATA_FORMAT", "OUT_PRECISION") << 29 | INT8,
+        ("DPU", "DATA_FORMAT"): field("DPU", "DATA_FORMAT", "OUT_PRECISION") << 29 | precision,
         ("DPU", "DST_BASE_ADDR"): values.get(("DPU", "DST_BASE_ADDR"), 0),
         ("DPU", "DST_SURF_STRIDE"): field("DPU", "DST_SURF_STRIDE", "DST_SURF_STRIDE"),
         ("DPU", "DATA_CUBE_WIDTH"): width, ("DPU", "DATA_CUBE_HEIGHT"): height,
@@ -185,9 +213,9 @@ def copy_vendor_writes(values: Values, source: RegisterMap, where: str, record: 
         ("DPU", "OUT_CVT_SHIFT"): values.get(("DPU", "OUT_CVT_SHIFT"), 0),
         ("DPU", "SURFACE_JUMP"): (field("DPU", "SURFACE_ADD", "SURF_ADD") - (width + 1) * (height + 1)) & 0xFFFFFFFF,
         ("DPU", "CFG_40C0"): 0x04440000,
-        ("DPU_RDMA", "DATA_CUBE_CHANNEL"): real - 1,
+        ("DPU_RDMA", "DATA_CUBE_CHANNEL"): (real if precision == INT8 else padded) - 1,   # fp16: padded [V] 58
         ("DPU_RDMA", "BS_CFG_ADDR"): 0 if plain else record_address,
-        ("DPU_RDMA", "FEATURE_MODE_CFG"): field("DPU_RDMA", "FEATURE_MODE_CFG", "PROC_PRECISION") << 5 | MRDMA_ON_BIT
+        ("DPU_RDMA", "FEATURE_MODE_CFG"): precision << RDMA_IN_PRECISION_SHIFT | precision << 5 | MRDMA_ON_BIT
         | field("DPU_RDMA", "FEATURE_MODE_CFG", "FLYING_MODE"),
         ("DPU_RDMA", "SURF_NOTCH"): field("DPU_RDMA", "SURF_NOTCH", "SURF_NOTCH_ADDR"),
         **words,

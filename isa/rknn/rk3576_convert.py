@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 
 from npuemu.isa.errors import UnsupportedProgramError
 from npuemu.isa.regmap import RegisterMap
+from npuemu.isa.rknn.rk3576_concat import MRDMA_ON_BIT
 from npuemu.isa.rknn.rk3576_dpu import (
     DPU_ONLY_ENABLE, RECORD_ALU, RECORD_BYTES, RECORD_MUL, pack_record, record_cfg,
 )
@@ -51,7 +52,6 @@ SIZE_E = {TO_FP16: 1, TO_INT8: 0}       # the vendor's (and its twin's) output g
 ACT_BN = 0x920                          # ACT_CFG with the BN stage on, no Relu [V ORC: both directions, 46.5]
 ERDMA_RECORD = 0x41                     # ERDMA off, bit 6 with a record [V ORC]
 ERDMA_SPLIT = 0x40000048                # the vendor's fp16 -> int8: the ERDMA reads the second fp32 half [V ORC]
-RDMA_FP16_READ = 1 << 3                 # DPU_RDMA 0x5044 bit 3, set in every vendor DPU-only task [V]
 CFG_40C0 = 0x04440000
 RECORD_SHIFT = 1 << 4                   # 0x5028 / 0x501C bit 4: the shift entry (with an int8 / fp16 BN multiplier)
 BN_RECORDS = (RECORD_ALU, RECORD_ALU | RECORD_MUL | RECORD_SHIFT)   # 0x2 [V h32], 0x1a [V fp16 LUT conv, 50.1]
@@ -299,7 +299,7 @@ def convert_vendor_writes(values: Values, source: RegisterMap, where: str,
         ("DPU_RDMA", "BS_CFG_ADDR"): addresses[0] if direction == TO_INT8 else 0,
         ("DPU_RDMA", "NRDMA_CFG"): record_cfg(True) if _bn_has_mul(values) else RECORD_ALU,
         ("DPU_RDMA", "ADDR_5030"): addresses[1], ("DPU_RDMA", "ERDMA_CFG"): ERDMA_RECORD,
-        ("DPU_RDMA", "FEATURE_MODE_CFG"): direction[0] << 15 | direction[0] << 5 | RDMA_FP16_READ | rdma["FLYING_MODE"],
+        ("DPU_RDMA", "FEATURE_MODE_CFG"): direction[0] << 15 | direction[0] << 5 | MRDMA_ON_BIT | rdma["FLYING_MODE"],
         ("DPU_RDMA", "SURF_NOTCH"): field("DPU_RDMA", "SURF_NOTCH", "SURF_NOTCH_ADDR"),
         **DIRECTION_WORDS[direction],
     }

@@ -29,12 +29,12 @@ from dataclasses import dataclass
 
 from npuemu.isa.errors import UnsupportedProgramError
 from npuemu.isa.regmap import RegisterMap
+from npuemu.isa.rknn.rk3576_bilinear import NOTCH_BITS, interleaved_writes
 from npuemu.isa.rknn.rk3576_layout import CONV_ENABLE, VENDOR_DEPTHWISE, VendorTask, field_reader
 
 Write = tuple[str, str, int]
 Values = Mapping[tuple[str, str], int]
 
-NOTCH_BITS = 13                 # RK3588 DATA_CUBE_NOTCH_ADDR halves [28:16], [12:0]
 PLAIN_WRITE_BIT = 0x10          # BS_CHANNEL [15:0] bit 4: set in a plain write, clear in the interleaved [V 49.1]
 CHANNEL_FIELD = 0xFFFF          # BS_CHANNEL [31:16]: H x real channels - 1 when interleaved
 DECONV_STRIDES = ("DECONV_Y_STRIDE", "DECONV_X_STRIDE")
@@ -133,9 +133,9 @@ def is_direct_phase_conv(task: VendorTask) -> bool:
             and not task.values.get(("DPU", "BS_CHANNEL"), 0) & PLAIN_WRITE_BIT)
 
 
-def phase_view(task: VendorTask) -> tuple[VendorTask, int, int]:
-    """(the task as the plain conv it is made of, its lines H, its SURFACE_ADD); refuses words other than the
-    interleaved write's of ``phase_vendor_words``."""
+def phase_view(task: VendorTask) -> tuple[VendorTask, int]:
+    """(the task as the plain conv it is made of, its lines H); refuses words other than the interleaved write's of
+    ``phase_vendor_words``. Its SURFACE_ADD is rk3576_bilinear.surface_add's: W (notch + 1) - notch on top of 0x40B8."""
     f = task.field
     notch = task.raw("DPU", "DATA_CUBE_NOTCH")
     width, height = f("DPU", "DATA_CUBE_WIDTH", "WIDTH") + 1, f("DPU", "DATA_CUBE_HEIGHT", "HEIGHT") + 1
@@ -147,30 +147,16 @@ def phase_view(task: VendorTask) -> tuple[VendorTask, int, int]:
                                       f"BS_CHANNEL {channel:#x}, WDMA_SIZE {wdma:#x} on a {width} x {height} x {real} "
                                       f"cube; only the interleaved write of W lines of H x C is decoded "
                                       f"(emulator/REGISTER_SEMANTICS.md 53)")
-    surface_add = task.signed("DPU", "SURFACE_JUMP") + width * (notch + 1) - notch
     plain = {("DPU", "DATA_CUBE_NOTCH"): 0, ("DPU", "WDMA_SIZE"): (height - 1) << 16 | (width - 1),
              ("DPU", "BS_CHANNEL"): (real - 1) << 16 | (channel & CHANNEL_FIELD) | PLAIN_WRITE_BIT,
              # the plain conv reads its jump unsigned (rk3576_forms): 0 there, the line step written after
              ("DPU", "SURFACE_JUMP"): 0}
-    return VendorTask(task.regmap, task.where, {**task.values, **plain}, task.kept, task.enable), height, surface_add
+    return VendorTask(task.regmap, task.where, {**task.values, **plain}, task.kept, task.enable), height
 
 
 def phase_writes(task: VendorTask, out: RegisterMap, translate: Callable[[VendorTask], list[Write]]) -> list[Write]:
     """npuemu's RK3588 phase conv: ``translate`` of the plain view, then the interleaved write's words - NOTCH_ADDR
-    in both halves, W lines (HEIGHT_WDMA W - 1, WIDTH 0) of H x the padded channels, SURF_ADD the line step."""
-    view, lines, surface_add = phase_view(task)
-    writes = translate(view)
-    plain = {(block, name): value for block, name, value in writes}
-    padded = out.register("DPU", "DATA_CUBE_CHANNEL").field("CHANNEL").extract(plain[("DPU", "DATA_CUBE_CHANNEL")]) + 1
-    notch = task.raw("DPU", "DATA_CUBE_NOTCH")
-    words = {("DPU", "DATA_CUBE_NOTCH_ADDR"): out.pack("DPU", "DATA_CUBE_NOTCH_ADDR", NOTCH_ADDR_1=notch,
-                                                       NOTCH_ADDR_0=notch),
-             ("DPU", "WDMA_SIZE_0"): out.update("DPU", "WDMA_SIZE_0", plain.get(("DPU", "WDMA_SIZE_0"), 0),
-                                                CHANNEL_WDMA=lines * padded - 1),
-             ("DPU", "WDMA_SIZE_1"): out.pack("DPU", "WDMA_SIZE_1",
-                                              HEIGHT_WDMA=task.field("DPU", "DATA_CUBE_WIDTH", "WIDTH")),
-             ("DPU", "SURFACE_ADD"): out.pack("DPU", "SURFACE_ADD", SURF_ADD=surface_add)}
-    present = {(block, name) for block, name, _ in writes}
-    return [(block, name, words.get((block, name), value)) for block, name, value in writes] + [
-        (*key, value) for key, value in words.items() if key not in present]
-
+    in both halves, W lines (HEIGHT_WDMA W - 1, WIDTH 0) of H x the padded channels, SURF_ADD the line step - as for
+    the vendor's depthwise phase convs (rk3576_bilinear.interleaved_writes)."""
+    view, lines = phase_view(task)
+    return interleaved_writes(task, out, translate(view), lines)

@@ -27,9 +27,11 @@ import numpy as np
 from npuemu.isa.errors import UnsupportedProgramError
 from npuemu.isa.regmap import RegisterMap
 from npuemu.isa.rknn.rk3576_dpu import FP32TOFP16, Spec, frame_specs, is_dpu_only
-from npuemu.isa.rknn.rk3576_layout import C2, FP16, INT8, Reader, VendorTask, round_up
+from npuemu.isa.rknn.rk3576_concat import MRDMA_ON_BIT
+from npuemu.isa.rknn.rk3576_layout import C2, FP16, INT8, LUT_EW_WORD, Reader, VendorTask, round_up
 from npuemu.isa.rknn.rk3576_lut import is_vendor_lut, rk3588_lut_specs
 from npuemu.isa.rknn.rk3576_lut_fp16 import rk3588_out_specs
+from npuemu.isa.words import encode_word
 
 
 def channels_packable(precision: int, padded: int, real: int) -> bool:
@@ -50,9 +52,7 @@ def channels_packable(precision: int, padded: int, real: int) -> bool:
 # int8, OUT_CVT_SCALE bit 16 (as the vendor's int8 EW tasks).
 
 LUT_FLAG_OFFSET, LUT_FLAG = 0x40CC, 0x10
-DPU_RDMA_MRDMA_ON = 1 << 3                 # DPU_RDMA 0x5044 bit 3 (rk3576_concat.MRDMA_ON_BIT)
-LUT_EW_WORD = 0x01004140                   # rk3576_layout.LUT_EW_WORD: 0x407C of a LUT task
-LUT_EW_OFFSET = 0x407C
+LUT_EW_OFFSET = 0x407C                     # where a LUT task's rk3576_layout.LUT_EW_WORD lies
 
 
 def lut_flagged(writes: list[tuple[str, str, int]], precision: int) -> list[tuple[str, str, int]]:
@@ -63,7 +63,7 @@ def lut_flagged(writes: list[tuple[str, str, int]], precision: int) -> list[tupl
         if (block, name) == ("DPU", f"RSV_{LUT_FLAG_OFFSET:04X}"):
             value = LUT_FLAG
         elif (block, name) == ("DPU_RDMA", "FEATURE_MODE_CFG"):
-            value |= DPU_RDMA_MRDMA_ON
+            value |= MRDMA_ON_BIT
         elif (block, name) == ("DPU", "OUT_CVT_SCALE") and precision == INT8:
             value |= FP32TOFP16
         out.append((block, name, value))
@@ -76,8 +76,8 @@ def without_lut_flag(words, regmap: RegisterMap):
     unchanged, whose non-zero reserved words ``read_task`` then refuses as before."""
     dpu, cna = regmap.block("DPU").target, regmap.block("CNA").target
     array = np.asarray(words, dtype=np.uint64)
-    flag = np.uint64(dpu << 48 | LUT_FLAG << 16 | LUT_FLAG_OFFSET)
-    if not (array == flag).any() or not (array == np.uint64(dpu << 48 | LUT_EW_WORD << 16 | LUT_EW_OFFSET)).any() or (
+    flag = np.uint64(encode_word(dpu, LUT_FLAG, LUT_FLAG_OFFSET))
+    if not (array == flag).any() or not (array == np.uint64(encode_word(dpu, LUT_EW_WORD, LUT_EW_OFFSET))).any() or (
             (array >> np.uint64(48)) == np.uint64(cna)).any():
         return words
     kept = list(words) if isinstance(words, list) else words.copy()   # a list or a numpy array

@@ -29,7 +29,7 @@ from npuemu.isa.rknn.rk3576_lut_fp16 import is_fp16, rk3588_out_specs
 from npuemu.isa.rknn.rk3576_image import check_image, image_specs, is_image_input, own_room, plain_view, take_offsets
 from npuemu.isa.rknn.rk3576_dw8 import is_int8_depthwise, place_memory, rewrite_memory, spare_offset, to_rk3588_words
 from npuemu.isa.rknn.rk3576_ppu import is_ppu, translate_ppu
-from npuemu.isa.rknn.rk3576_concat import copy_specs, is_vendor_copy
+from npuemu.isa.rknn.rk3576_concat import copy_specs, is_padded_fp16_copy, is_vendor_copy
 from npuemu.isa.rknn.rk3576_convert import convert_specs, is_vendor_convert
 from npuemu.isa.rknn.rk3576_resize import clear_conv_specs, clear_conv_view, is_clear_conv, is_vendor_unpool, unpool_specs
 from npuemu.isa.rknn.rk3576_pool_fp16 import is_pool_depthwise, pool_specs
@@ -59,7 +59,7 @@ def translate_task(task: VendorTask, out: RegisterMap, read: Reader, cbuf: Cbuf 
     if is_ppu(task.enable):
         return translate_ppu(task)
     check_notch_words(task)   # a bilinear Resize's edge copies and interleaved phase convs (rk3576_bilinear)
-    if is_edge_copy(task):
+    if is_edge_copy(task) and not is_padded_fp16_copy(task):   # the latter: a Concat copy (rk3576_concat)
         return _writes(task, out, edge_copy_specs(task))
     if is_phase_conv(task):
         plain = ((lambda view: _writes(view, out, cpend_depthwise_specs(view, read, cbuf))) if is_int8_phase(task)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from npuemu.compiler.build import build_model
+from npuemu.compiler.lower import emit_rk3576
 from npuemu.compiler.layer_records import layer_records
 from npuemu.compiler.passes import PassContext, optimize
 from npuemu.compiler.passes.lower_attention import MAX_KERNEL, widest_kernel
@@ -63,7 +64,13 @@ def test_rk3576_attention_with_narrow_ones_convs_is_bit_exact(heads, width, toke
     v = rng.integers(-8, 9, (heads * width, tokens)) / 8.0
     mask = (np.arange(tokens)[None, :] % C2) == (np.arange(heads * width)[:, None] % C2)
     z[0, 2 * heads * width:, 0] = np.where(mask, v, 0.0)
-    model = build_model(_graph("rk3576", heads, width, tokens), "rk3576")
+    with pytest.MonkeyPatch.context() as patch:   # RK3588 positions: exact fp32 LUT factors (LOWERING.md 51.1)
+        patch.setattr(emit_rk3576, "VENDOR_LAYOUT_OF", {})
+        model = build_model(_graph("rk3576", heads, width, tokens), "rk3576")
     got = _emulate(model, {"z": z}).astype(np.float16)
     assert np.array_equal(got.view(np.uint16), _chain_reference(z, heads, width).view(np.uint16))
     np.testing.assert_allclose(got, reference_attention(z, heads, width), atol=5e-3)
+    # the vendor layout (its fp16 merge copy: REGISTER_SEMANTICS.md 58) rounds the softmax LUT factors to 15 bits
+    vendor = build_model(_graph("rk3576", heads, width, tokens), "rk3576")
+    assert vendor.trailer["platform"].get("register_layout") == "rk3576_vendor"
+    np.testing.assert_allclose(_emulate(vendor, {"z": z}), reference_attention(z, heads, width), atol=5e-3)

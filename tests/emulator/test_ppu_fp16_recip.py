@@ -87,6 +87,31 @@ def test_decoding_special_words():
         fp16_recip_value(0x10000)  # the int8 form of k = 1
 
 
+def test_decoding_an_fp16_average_pool_refuses_the_integer_form():
+    # units/ppu.decode_ppu: the int8 form's 2^16 (k = 1) in an fp16 average pool's RECIP field is refused by
+    # name; the fp16 form's 0x7c00 decodes
+    from npuemu.emulator.regfile import RegisterFile
+    from npuemu.emulator.units.ppu import decode_ppu
+    from npuemu.emulator.units.state import FP16
+    from tests.emulator.test_machine_support import REGMAP, pool_task
+
+    for recip in (0x10000, 0x7C00):
+        task = pool_task(4, 4, 8, method=nm.POOL_AVERAGE, kernel=1, stride=1, out_w=4, out_h=4, src=0x1000,
+                         dst=0x2000)
+        task.set("PPU", "DATA_FORMAT", INDEX_ADD=16, PROC_PRECISION=FP16)
+        task.set("PPU", "RECIP_KERNEL_WIDTH", RECIP_KERNEL_WIDTH=recip)
+        task.set("PPU", "RECIP_KERNEL_HEIGHT", RECIP_KERNEL_HEIGHT=recip)
+        regfile = RegisterFile(REGMAP)
+        regfile.apply(regfile.resolve(tuple(task.writes)), "t")
+        if recip >> 16:
+            with pytest.raises(EmulationError, match=r"t: fp16 average pool with PPU.RECIP_KERNEL_WIDTH=0x10000: "
+                                                     r"bit 16 is set"):
+                decode_ppu(regfile.view("PPU"), "t")
+        else:
+            state = decode_ppu(regfile.view("PPU"), "t")
+            assert (state.recip_kernel_w, state.recip_kernel_h) == (0x7C00, 0x7C00)
+
+
 def run_build(regs, x):
     g = geometry(regs)
     channels, height, width = x.shape

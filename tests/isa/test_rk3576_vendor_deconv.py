@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from npuemu.isa.errors import UnsupportedProgramError
 from npuemu.isa.regmap_loader import load_regmap
+from npuemu.isa.rknn.rk3576_bilinear import surface_add as line_step
 from npuemu.isa.rknn.rk3576_deconv import (
     is_direct_phase_conv, phase_vendor_words, phase_view, phase_write, phase_writes,
 )
@@ -77,7 +78,7 @@ def test_the_words_go_there_and_back(width, height, real, stride, pass_kernels):
     vendor_words = {**{key: 0 for key in (("CNA", "CONV_CON1"),)}, **words}
     task = VendorTask(VENDOR, "t", vendor_words, (), CONV_ENABLE)
     assert is_direct_phase_conv(task)
-    view, lines, back_surface = phase_view(task)
+    (view, lines), back_surface = phase_view(task), line_step(task)   # SURF_ADD as phase_writes reads it
     assert (lines, back_surface) == (height, surface_add) and not is_direct_phase_conv(view)
     assert view.raw("DPU", "WDMA_SIZE") == (height - 1) << 16 | (width - 1)
     assert view.raw("DPU", "BS_CHANNEL") == (real - 1) << 16 | DIRECT_MODE
