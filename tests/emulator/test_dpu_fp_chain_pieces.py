@@ -3,7 +3,8 @@ NUMERICS.md 37) bit for bit: pieces of a few elements (so that every piece bound
 channels with the same X operands, a row or plane of the EW operand, the piece size - is crossed),
 channel operands drawn from a small pool (runs of equal bits, -0.0 next to 0.0), every EW operand
 broadcast, the LUT on or off; against the scalar models of NUMERICS.md 4.6 and 5.1 written in
-tests/ (test_dpu_fp_chain.py, reference/lut_fp16.py) and against the per-stage kernels."""
+tests/ (test_dpu_fp_chain.py, reference/lut_fp16.py) and against the per-stage kernels (every bit but a
+NaN's sign and payload, see ``_same``)."""
 
 from __future__ import annotations
 
@@ -48,10 +49,11 @@ def reference(data, stages, lut, ew) -> np.ndarray:
     return out
 
 
-def _same(got: np.ndarray, want: np.ndarray, payloads: bool) -> None:
-    if payloads:  # (the per-stage kernels: every bit, NaN payloads included)
-        assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
-        return
+def _same(got: np.ndarray, want: np.ndarray) -> None:
+    # a NaN's sign and payload are compared as NaN only: where two NaNs meet (inf x -0.0 = x86's default
+    # -NaN, then an EW operand +NaN) the result is whichever operand the compiled instruction takes first,
+    # the per-stage numpy kernels one and the compiled chain (af44d64's too) the other; no document says
+    # what the DPU does (NUMERICS.md 37)
     nan = np.isnan(want)
     assert np.array_equal(np.isnan(got), nan)
     assert np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
@@ -84,8 +86,8 @@ def test_pieces_match_the_models_and_the_stage_kernels(shape, chunk, bs, bn, ew,
         staged = ew_stage_fp(staged, ew, operand)
     got = chain.result(lut, chunk=chunk)
     assert got.dtype == np.float32 and got.shape == shape
-    _same(got, staged, payloads=True)
-    _same(got, reference(data, stages, lut, None if ew is None else (ew, operand)), payloads=False)
+    _same(got, staged)
+    _same(got, reference(data, stages, lut, None if ew is None else (ew, operand)))
 
 
 def test_channels_with_the_same_operand_bits_run_as_one_piece():
