@@ -22,6 +22,7 @@ import pytest
 from npuemu.emulator.rknn_runner import RknnRunner
 from npuemu.isa.errors import UnsupportedProgramError
 from npuemu.isa.rknn import load_rknn
+from tests.emulator.test_rknn_rk3576_bilinear import _patched  # (word patching of a vendor file)
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "rk3576_vendor"
 with lzma.open(DATA / "vend_sim.npz.xz") as _f:
@@ -96,19 +97,6 @@ def test_vendor_fp16_pool_core_programs_agree():
     single = _run(_data("pool3s2_fp16"), "rk3576", x)
     for cores in ((1,), (0, 1)):
         np.testing.assert_array_equal(_run(_data("pool3s2_fp16"), "rk3576", x, cores), single)
-
-
-def _patched(data: bytes, offset: int, old: int, new: int) -> bytes:
-    """``data`` with every command word writing ``old`` at register ``offset`` writing ``new`` instead."""
-    needle = offset.to_bytes(2, "little") + old.to_bytes(4, "little")
-    out, found = bytearray(data), 0
-    position = out.find(needle)
-    while position >= 0:
-        out[position + 2:position + 6] = new.to_bytes(4, "little")
-        found += 1
-        position = out.find(needle, position + 1)
-    assert found, (hex(offset), hex(old))
-    return bytes(out)
 
 
 def test_a_bias_less_depthwise_conv_of_another_form_is_refused_by_name():

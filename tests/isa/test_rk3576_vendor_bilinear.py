@@ -5,17 +5,14 @@ overlay (task n on top of task n - 2, REGISTER_SEMANTICS.md 1.1: every task star
 
 from __future__ import annotations
 
-import lzma
 from pathlib import Path
 
 import pytest
 
 from npuemu.isa.regmap_loader import load_regmap
-from npuemu.isa.rknn import load_rknn
 from npuemu.isa.rknn.rk3576_bilinear import is_edge_copy, is_phase_conv, surface_add
-from npuemu.isa.rknn.rk3576_layout import read_task
 from npuemu.isa.rknn.rk3576_program import translate_task
-from npuemu.isa.words import TARGET_MARKER, TARGET_OP_ENABLE
+from tests.isa.test_rk3576_vendor_resize import _twin_values, _vendor_tasks  # (the same fixture folder)
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "rk3576_vendor"
 VENDOR, RK3588 = load_regmap("rk3576_vendor"), load_regmap("rk3588")
@@ -25,35 +22,6 @@ UNREAD = {("CNA", "S_POINTER"), ("CORE", "S_POINTER"), ("CNA", "CONV_CON2")}
 #: the twin does not write there (the copy's two tasks before remain) and the translation writes as the vendor's
 IDLE_RDMA = {("DPU_RDMA", name) for name in ("DATA_CUBE_WIDTH", "DATA_CUBE_HEIGHT", "SRC_BASE_ADDR", "SURF_NOTCH",
                                              "FEATURE_MODE_CFG")}
-
-
-def _program(name: str):
-    program = load_rknn(lzma.decompress((DATA / f"{name}.rknn.xz").read_bytes()), name).program
-    return [(program.tasks[i], program.regcmd[program.tasks[i].first_word:program.tasks[i].tail_word])
-            for i in program.chains[0].tasks]
-
-
-def _vendor_tasks(name: str):
-    groups, out = [{}, {}], []
-    for position, (record, words) in enumerate(_program(name)):
-        task = read_task(words, VENDOR, f"{name} task {position}", record.enable_mask, groups[position % 2])
-        groups[position % 2] = dict(task.values)
-        out.append(task)
-    return out
-
-
-def _twin_values(name: str) -> list[dict]:
-    groups, out = [{}, {}], []
-    for position, (_, words) in enumerate(_program(f"{name}_rk3588")):
-        values = dict(groups[position % 2])
-        for word in (int(w) for w in words):
-            target, value, offset = word >> 48, (word >> 16) & 0xFFFFFFFF, word & 0xFFFF
-            if word and target not in (TARGET_MARKER, TARGET_OP_ENABLE):
-                block = RK3588.block_for_target(target)
-                values[(block.name, block.register_at(offset).name)] = value
-        groups[position % 2] = values
-        out.append(values)
-    return out
 
 
 def _zero_shift(address: int, size: int) -> bytes:

@@ -38,6 +38,7 @@ from npuemu.isa.rknn.rk3576_resize import FRAME
 from npuemu.isa.task import Chain, RegisterWrite, Task
 from npuemu.isa.words import TARGET_MARKER, TARGET_OP_ENABLE, encode_word
 from npuemu.platforms import load_platform
+from tests.isa.test_rk3576_vendor_resize import _program  # (chain 0's tasks with their words)
 from tests.compiler.test_data_convert_npu import _from_native, _native, reference_convert
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "rk3576_vendor"
@@ -51,15 +52,9 @@ def _model(name: str):
     return load_rknn(lzma.decompress((DATA / f"{name}.rknn.xz").read_bytes()), name)
 
 
-def _tasks(name: str):
-    program = _model(name).program
-    return [(program.tasks[i], program.regcmd[program.tasks[i].first_word:program.tasks[i].tail_word])
-            for i in program.chains[0].tasks]
-
-
 def _twins() -> list[dict]:
     out = []
-    for record, words in _tasks("convert24_hybrid_rk3588"):
+    for record, words in _program("convert24_hybrid_rk3588"):
         if record.enable_mask == 0x18:
             values = {}
             for word in (int(w) for w in words):
@@ -75,7 +70,7 @@ def _vendor() -> list:
     model = _model("convert24_hybrid")
     blobs = {tensor.name: bytes(model.blobs[tensor.blob_index]) for tensor in model.tensors if tensor.blob_index is not None}
     out = []
-    for (record, words), records in zip([t for t in _tasks("convert24_hybrid") if t[0].enable_mask == 0x18],
+    for (record, words), records in zip([t for t in _program("convert24_hybrid") if t[0].enable_mask == 0x18],
                                         [(None, "a__float16_BnCfg_BNcfgTensor"),
                                          ("b__int8_BsCfg_BScfgTensor", "b__int8_BnCfg_BNcfgTensor")]):
         task = read_task(words, VENDOR, "convert", record.enable_mask)
