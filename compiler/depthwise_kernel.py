@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from .gc_freeze import collector_paused
 from .ir import Graph
 from .ops import OpDef, get_op
 
@@ -84,12 +85,13 @@ def kernel():
     the first call, by running it once on a tiny input of the argument types ``depthwise_conv``
     passes (so a process that forks workers afterwards shares the loaded code)."""
     if not _KERNEL:
-        from numba import njit
+        with collector_paused():  # Numba's modules and the loaded kernel stay for the process (gc_freeze.py)
+            from numba import njit
 
-        compiled = njit(cache=True, nogil=True)(_sums)
-        ints = np.ones(2, dtype=np.int64)
-        compiled(np.zeros((1, 1, 1, 1), np.float32), np.zeros((1, 1, 1)), np.zeros(1), False, ints, ints,
-                 np.empty((1, 1, 1, 1), np.float32))
+            compiled = njit(cache=True, nogil=True)(_sums)
+            ints = np.ones(2, dtype=np.int64)
+            compiled(np.zeros((1, 1, 1, 1), np.float32), np.zeros((1, 1, 1)), np.zeros(1), False, ints, ints,
+                     np.empty((1, 1, 1, 1), np.float32))
         _KERNEL.append(compiled)
     return _KERNEL[0]
 

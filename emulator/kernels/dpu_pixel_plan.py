@@ -15,6 +15,9 @@ from numba import njit
 from npuemu.emulator import numerics as nm
 from npuemu.emulator.kernels import dpu_pixel as dp
 
+#: pixels per block at least where ``_planes_chain`` moves window-sum planes into pixel rows
+PLANE_PIXELS = 64
+
 
 def prepare_planned_to_atoms(plan: dp.StagePlan, pixels: int, width: int, target: np.ndarray,
                              offsets: np.ndarray, c2: int, surfaces: int,
@@ -111,9 +114,14 @@ def _direct_run(plan: dp.StagePlan, pixels: int, width: int, target: np.ndarray,
     # a depthwise CORE's window sums: [C][OH][OW] int32 viewing a [P][C] buffer (one group per channel)
     per_channel = ((channels, pixels // width, width), (4, 4 * channels * width, 4 * channels)) if channels > 1 \
         else None
+    # or [C][OH][OW] int32 planes (C-contiguous): moved to pixel rows a block at a time (``_planes_chain``)
+    planes = (channels, pixels // width, width) if channels > 1 else None
+    # (their blocks: at least PLANE_PIXELS pixels, so each plane's run is not a few elements)
+    plane_tile = np.zeros((max(tile.shape[0], PLANE_PIXELS), lanes), plan.out_dtype)
+    block = np.empty(plane_tile.shape, np.int32)  # (each block's rows written before they are read)
 
     def direct(data: np.ndarray, window_sum: np.ndarray | None, ew_operand: np.ndarray | None) -> None:
-        rows = False
+        rows = 0
         if not cpend:
             window = no_window
         elif window_sum is not None and window_sum.shape == shared and window_sum.dtype == np.int64 \
@@ -121,7 +129,10 @@ def _direct_run(plan: dp.StagePlan, pixels: int, width: int, target: np.ndarray,
             window = window_sum.reshape(pixels)
         elif per_channel is not None and window_sum is not None and window_sum.dtype == np.int32 \
                 and (window_sum.shape, window_sum.strides) == per_channel:  # (_window_layout's [P][C] view)
-            window, rows = window_sum.reshape(channels, pixels).T.reshape(-1), True
+            window, rows = window_sum.reshape(channels, pixels).T.reshape(-1), 1
+        elif planes is not None and window_sum is not None and window_sum.dtype == np.int32 \
+                and window_sum.shape == planes and window_sum.flags.c_contiguous:  # (_window_layout's group-major)
+            window, rows = window_sum.reshape(channels, pixels), 2
         else:
             general(data, window_sum, ew_operand)
             return
@@ -137,9 +148,15 @@ def _direct_run(plan: dp.StagePlan, pixels: int, width: int, target: np.ndarray,
             if operand.shape[0] != 1 or operand.shape[2] != channels:  # (not _pixel_rows' operand)
                 general(data, window_sum, ew_operand)
                 return
-        if not (_rows_chain(data, window, floats, operand, settings, top, surfaces, width, tile, offsets, target)
-                if rows else _window_chain(data, window, sums, layout, floats, operand, settings, top, surfaces,
-                                           width, tile, offsets, target)):
+        if rows == 2:
+            done = _planes_chain(data, window, floats, operand, settings, top, surfaces, width, plane_tile, offsets,
+                                 target, block)
+        elif rows == 1:
+            done = _rows_chain(data, window, floats, operand, settings, top, surfaces, width, tile, offsets, target)
+        else:
+            done = _window_chain(data, window, sums, layout, floats, operand, settings, top, surfaces, width, tile,
+                                 offsets, target)
+        if not done:
             general(data, window_sum, ew_operand)
 
     return direct
@@ -178,6 +195,45 @@ def _rows_chain(data, window, floats, operand, settings, top, surfaces, width, t
     tile[:] = 0
     dp._chain_pixels_to_atoms(data, window, dp.SUMS_PIXEL_MAJOR, floats, operand, settings, surfaces, width, tile,
                               offsets, target)
+    return True
+
+
+@njit(cache=True)
+def _planes_chain(data, planes, floats, operand, settings, top, surfaces, width, tile, offsets, target, block):
+    """``_rows_chain`` for window sums per channel as int32 planes [C][P] (a depthwise CORE's
+    group-major sums: ``run`` takes them as SUMS_GROUP_MAJOR, one group per channel, through
+    ``_chain_to_atoms``): each block's sums of the first L channels moved into ``block``
+    [pixels per block][L] and ``_chain_pixels_to_atoms``' pixel-by-pixel kernels run on them
+    (SUMS_PIXEL_MAJOR: channel c's sum at [pixel][c], the value the group-major form reads at
+    [c][pixel]). False, having done nothing, where the sums pass ``top`` or the chain is one the
+    pixel-by-pixel kernels do not take (no EW stage and OUT_CVT's scale < 0: ``run`` then)."""
+    ew_on, k = settings[dp.CH_EW_ON] != 0, settings[dp.CH_K]
+    if not ew_on and not k >= 0.0:
+        return False
+    largest = 0
+    for c in range(planes.shape[0]):
+        for p in range(planes.shape[1]):
+            largest = max(largest, abs(np.int64(planes[c, p])))
+    if largest > top:
+        return False
+    tile[:] = 0
+    rows = data[0]
+    per_block, lanes = tile.shape
+    pixels = rows.shape[0]
+    even, per_pixel = settings[dp.CH_EVEN] != 0, operand.shape[1] > 1
+    for first in range(0, pixels, per_block):
+        count = min(per_block, pixels - first)
+        for c in range(lanes):
+            source = planes[c, first:first + count]
+            for b in range(count):
+                block[b, c] = source[b]
+        span = rows[first:first + count]
+        if not ew_on:
+            dp._folded_rows(span, block, dp.SUMS_PIXEL_MAJOR, 0, floats, settings, tile[:count], even)
+        else:
+            dp._ew_rows(span, block, dp.SUMS_PIXEL_MAJOR, 0, floats,
+                        operand[0, first:first + count] if per_pixel else operand[0], settings, tile[:count])
+        dp._store_atoms(tile, first, count, width, surfaces, offsets, target)
     return True
 
 

@@ -198,28 +198,73 @@ def _im2col(padded, channel0, k0, k1, kernel_h, kernel_w, stride_y, stride_x, di
             row0, row1, out_w, columns):
     # row k - k0 of ``columns``: tap (ky, kx) of channel channel0 + k // taps over output rows
     # row0..row1, out_w a row. Runs located by offsets into the flat planes (a 2-D slice per run cost
-    # more than its copy: 4x slower on det's 160-wide rows)
+    # more than its copy: 4x slower on det's 160-wide rows); each tap's first source offset and its
+    # target row worked out once, a run one slice of each (session 16: 3.5-7x faster on 7x7-28x28
+    # maps than slicing the tap's target row again per run, where the per-run cost dominated)
     taps = kernel_h * kernel_w
     _, padded_h, padded_w = padded.shape
     flat, width = padded.reshape(-1), columns.shape[1]
     targets = columns.reshape(-1)
-    span = (out_w - 1) * stride_x + 1
+    span, step = (out_w - 1) * stride_x + 1, stride_y * padded_w
     for k in range(k0, k1):
         c = channel0 + k // taps
         ky = (k % taps) // kernel_w
         kx = k % kernel_w
-        target = targets[(k - k0) * width:(k - k0 + 1) * width]
-        n = 0
-        for oy in range(row0, row1):
-            start = (c * padded_h + oy * stride_y + ky * dilation_y) * padded_w + kx * dilation_x
-            source, run = flat[start:start + span], target[n:n + out_w]
+        first = (c * padded_h + row0 * stride_y + ky * dilation_y) * padded_w + kx * dilation_x
+        row = (k - k0) * width
+        for oy in range(row1 - row0):
+            start, at = first + oy * step, row + oy * out_w
+            source, run = flat[start:start + span], targets[at:at + out_w]
             if stride_x == 1:  # a contiguous run (vectorised)
                 for ox in range(out_w):
                     run[ox] = source[ox]
             else:
                 for ox in range(out_w):
                     run[ox] = source[ox * stride_x]
-            n += out_w
+
+
+@njit(cache=True)
+def _column_phases(padded, stride_x, phases):
+    # phases [C][Hp][SX][pitch] (flat): phases[c, y, px, q] = padded[c, y, q SX + px], 0 past the row
+    # (never read by _im2col_phased): one strided pass over the planes, after which every im2col run of
+    # a stride-SX convolution is a contiguous copy (each input column is gathered once, not once a tap)
+    channels, padded_h, padded_w = padded.shape
+    pitch = -(-padded_w // stride_x)
+    for c in range(channels):
+        for y in range(padded_h):
+            source = padded[c, y]
+            for px in range(stride_x):
+                at = ((c * padded_h + y) * stride_x + px) * pitch
+                line = phases[at:at + pitch]
+                inside = -(-(padded_w - px) // stride_x)  # q with q SX + px < Wp
+                for q in range(inside):
+                    line[q] = source[q * stride_x + px]
+                for q in range(inside, pitch):
+                    line[q] = 0
+
+
+@njit(cache=True)
+def _im2col_phased(phases, padded_h, pitch, stride_x, channel0, k0, k1, kernel_h, kernel_w, stride_y, dilation_y,
+                   dilation_x, row0, row1, out_w, columns):
+    # _im2col's columns read from _column_phases' [C][Hp][SX][pitch] planes: tap (ky, kx) of output
+    # column ox reads padded column ox SX + kx DX = phase (kx DX % SX) at ox + kx DX // SX, a
+    # contiguous run of out_w whatever the stride
+    taps = kernel_h * kernel_w
+    width = columns.shape[1]
+    targets = columns.reshape(-1)
+    step = stride_y * stride_x * pitch
+    for k in range(k0, k1):
+        c = channel0 + k // taps
+        ky = (k % taps) // kernel_w
+        kx = k % kernel_w
+        column, px = divmod(kx * dilation_x, stride_x)
+        first = ((c * padded_h + row0 * stride_y + ky * dilation_y) * stride_x + px) * pitch + column
+        row = (k - k0) * width
+        for oy in range(row1 - row0):
+            start, at = first + oy * step, row + oy * out_w
+            source, run = phases[start:start + out_w], targets[at:at + out_w]
+            for ox in range(out_w):
+                run[ox] = source[ox]
 
 
 @njit(cache=True)
@@ -404,13 +449,16 @@ class GemmLayout(NamedTuple):
     """How ``_conv_gemm`` cuts a convolution into products (fixed by the shapes alone: part of the
     fp16 summation order, NUMERICS.md 3.3): reduction chunk bounds, output rows per block, whether
     the planes are read as they are (1x1 stride 1), the im2col buffer's and the chunk-product
-    buffer's shapes (None where not needed)."""
+    buffer's shapes (None where not needed), and the column phases' length (``_column_phases``:
+    kernels wider than one column at a column stride; the gather then copies contiguous runs; else
+    None). The phases change how the columns are gathered, never their values."""
 
     bounds: tuple[int, ...]
     rows_per_block: int
     pointwise: bool
     columns: tuple[int, int] | None
     product: tuple[int, int] | None
+    phases: int | None = None
 
 
 def gemm_layout(matrices: np.ndarray, geometry: ConvGeometry, planes_shape: tuple) -> GemmLayout:
@@ -421,8 +469,10 @@ def gemm_layout(matrices: np.ndarray, geometry: ConvGeometry, planes_shape: tupl
     rows_per_block = max(1, min(geometry.out_h, _COLUMN_BUDGET // (chunk * geometry.out_w)))
     pointwise = _is_pointwise(geometry, planes_shape)
     width = rows_per_block * geometry.out_w
+    phased = not pointwise and geometry.stride_x > 1 and geometry.kernel_w > 1
+    phases = planes_shape[0] * planes_shape[1] * geometry.stride_x * -(-planes_shape[2] // geometry.stride_x)
     return GemmLayout(bounds, rows_per_block, pointwise, None if pointwise else (chunk, width),
-                      (rows, width) if len(bounds) > 2 else None)
+                      (rows, width) if len(bounds) > 2 else None, phases if phased else None)
 
 
 def _conv_gemm(padded: np.ndarray, matrices: np.ndarray, geometry: ConvGeometry,
@@ -436,18 +486,19 @@ def _conv_gemm(padded: np.ndarray, matrices: np.ndarray, geometry: ConvGeometry,
     layout = gemm_layout(matrices, geometry, padded.shape)
     columns = None if layout.columns is None else np.empty(layout.columns, np.float32)
     product = None if layout.product is None else np.empty(layout.product, np.float32)
+    phases = None if layout.phases is None else np.empty(layout.phases, np.float32)
     acc = np.empty((groups * rows, geometry.out_h * geometry.out_w), np.float32)
-    gemm_products(padded, geometry, pieces, layout, columns, product, acc)
+    gemm_products(padded, geometry, pieces, layout, columns, product, acc, phases)
     return acc.reshape(groups * rows, geometry.out_h, geometry.out_w)
 
 
 def gemm_products(padded: np.ndarray, geometry: ConvGeometry, pieces: tuple[tuple[np.ndarray, ...], ...],
                   layout: GemmLayout, columns: np.ndarray | None, product: np.ndarray | None,
-                  acc: np.ndarray) -> None:
+                  acc: np.ndarray, phases: np.ndarray | None = None) -> None:
     """The products of ``_conv_gemm`` into ``acc`` [groups * M][OH * OW] (C-contiguous planes
-    ``padded``; ``columns`` and ``product`` of the layout's shapes): one product per group, row
-    block and reduction chunk of EXACT_FLOAT32_REDUCTION; chunk results add in float32, starting
-    from +0.
+    ``padded``; ``columns``, ``product`` and ``phases`` of the layout's shapes): one product per
+    group, row block and reduction chunk of EXACT_FLOAT32_REDUCTION; chunk results add in float32,
+    starting from +0.
 
     The first chunk's product goes straight into the accumulators and gets + 0 (which turns a
     -0 into the +0 that 0 + p gives and leaves every other value, NaN included, as it is): the
@@ -457,6 +508,10 @@ def gemm_products(padded: np.ndarray, geometry: ConvGeometry, pieces: tuple[tupl
     rows, bounds, rows_per_block = pieces[0][0].shape[0], layout.bounds, layout.rows_per_block
     group_inputs = bounds[-1] // (kernel_h * kernel_w)
     planes = padded.reshape(padded.shape[0], -1) if layout.pointwise else None
+    if layout.phases is not None:  # (a column stride: the gather copies contiguous runs of these)
+        phases = np.empty(layout.phases, np.float32) if phases is None else phases
+        _column_phases(padded, geometry.stride_x, phases)
+        pitch = -(-padded.shape[2] // geometry.stride_x)
     for g in range(len(pieces)):
         for row0 in range(0, out_h, rows_per_block):
             row1 = min(out_h, row0 + rows_per_block)
@@ -466,6 +521,11 @@ def gemm_products(padded: np.ndarray, geometry: ConvGeometry, pieces: tuple[tupl
                 if planes is not None:
                     block = planes[g * group_inputs + k0:g * group_inputs + k1,
                                    row0 * out_w:row1 * out_w]
+                elif layout.phases is not None:
+                    _im2col_phased(phases, padded.shape[1], pitch, geometry.stride_x, g * group_inputs, k0, k1,
+                                   kernel_h, kernel_w, geometry.stride_y, geometry.dilation_y, geometry.dilation_x,
+                                   row0, row1, out_w, columns)
+                    block = columns[:k1 - k0, :width]
                 else:
                     _im2col(padded, g * group_inputs, k0, k1, kernel_h, kernel_w,
                             geometry.stride_y, geometry.stride_x, geometry.dilation_y,

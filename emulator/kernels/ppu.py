@@ -55,8 +55,10 @@ class PoolConfig:
 
 
 @njit(cache=True)
-def _pool_int(source, method, kernel_h, kernel_w, stride_y, stride_x, pad_top, pad_left,
+def _pool_int_lanes(source, method, kernel_h, kernel_w, stride_y, stride_x, pad_top, pad_left,
               pad_value, recip_w, recip_h, low, high, out):
+    """Lane by lane, the taps innermost (the average pools: their running sum stays in a register
+    per lane; the tap-major form of ``_pool_int`` measured slower for them)."""
     groups, height, width, c2 = source.shape
     _, out_h, out_w, _ = out.shape
     for g in range(groups):
@@ -84,6 +86,61 @@ def _pool_int(source, method, kernel_h, kernel_w, stride_y, stride_x, pad_top, p
                                                                      high)
                     else:
                         out[g, oy, ox, lane] = best if found else nm.saturate(pad_value, low, high)
+
+
+@njit(cache=True)
+def _pool_int(source, method, kernel_h, kernel_w, stride_y, stride_x, pad_top, pad_left,
+              pad_value, recip_w, recip_h, low, high, out):
+    """Max / min pools (average ones: ``_pool_int_lanes``) one output line at a time: for each of
+    the kernel's taps in order (ky, kx), every output pixel of the line takes that tap's C2 lanes
+    in one inner loop over its row of accumulators (issue 20: vectorised over the lanes; lane by
+    lane with the taps innermost it ran ~7 ns an output element, now ~2). Each lane's value is the
+    lane-by-lane one: each output pixel still sees its taps in the same order, and the running
+    max / min of integers (the first inside tap, then each larger / smaller one) is the max / min
+    of the inside taps; whether a tap is inside does not depend on the lane, so neither does
+    ``found``."""
+    if method == nm.POOL_AVERAGE:
+        _pool_int_lanes(source, method, kernel_h, kernel_w, stride_y, stride_x, pad_top, pad_left, pad_value,
+                        recip_w, recip_h, low, high, out)
+        return
+    groups, height, width, c2 = source.shape
+    _, out_h, out_w, _ = out.shape
+    acc = np.zeros((out_w, c2), np.int64)
+    found = np.zeros(out_w, np.bool_)
+    largest = method == nm.POOL_MAX
+    empty = nm.saturate(np.int64(pad_value), low, high)
+    for g in range(groups):
+        for oy in range(out_h):
+            found[:] = False  # (acc: written at each pixel's first inside tap before it is read)
+            for ky in range(kernel_h):
+                y = oy * stride_y + ky - pad_top
+                row_inside = 0 <= y < height
+                rows = source[g, y if row_inside else 0]
+                for kx in range(kernel_w):
+                    for ox in range(out_w):
+                        x = ox * stride_x + kx - pad_left
+                        inside = row_inside and 0 <= x < width
+                        if inside:
+                            total, tap = acc[ox], rows[x]
+                            if not found[ox]:
+                                for lane in range(c2):
+                                    total[lane] = np.int64(tap[lane])
+                                found[ox] = True
+                            elif largest:
+                                for lane in range(c2):
+                                    total[lane] = max(total[lane], np.int64(tap[lane]))
+                            else:
+                                for lane in range(c2):
+                                    total[lane] = min(total[lane], np.int64(tap[lane]))
+            line = out[g, oy]
+            for ox in range(out_w):
+                o, total = line[ox], acc[ox]
+                if found[ox]:
+                    for lane in range(c2):
+                        o[lane] = total[lane]
+                else:
+                    for lane in range(c2):
+                        o[lane] = empty
 
 
 @njit(cache=True)

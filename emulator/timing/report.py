@@ -19,6 +19,11 @@ timeline.Timeline`, the one placement of every schedule step that ``run``, ``tra
 ``calibrate`` read too; the layer rows label its task spans. A split layer's row takes its cores
 side by side by the timeline's rule (``concurrent_cycles``); a report without a timeline (one
 built by hand, tools/matmul.py) sums its rows.
+
+``report_npu`` works its rows out once per timeline (a steady run hands out the same records, so
+the same timeline) and gives each report its own copies when its ``layers`` are first read; a
+report whose rows were never read answers ``totals()`` from figures kept with the rows (issue 20:
+the benchmark reads only the totals after every inference).
 """
 
 from __future__ import annotations
@@ -177,8 +182,17 @@ class PerfReport:
         return [t for layer in self.layers for t in layer.tasks] + list(self.unassigned)
 
     def totals(self) -> dict:
-        parts = list(self.layers) + list(self.unassigned)  # both have the cycle properties
-        cycles, time_us, cpu_us = self._frame(parts)
+        source = self.__dict__.get("_row_source")
+        if source is not None and self.__dict__.get("_layers") is None:
+            # rows not handed out yet (report_npu): the totals of the memoised rows they would copy
+            known = source.totals(self)
+            if known is not None:
+                return dict(known)
+        return self._totals(self.layers, self.unassigned)
+
+    def _totals(self, layers: Sequence[LayerTime], unassigned: Sequence[TaskTime]) -> dict:
+        parts = list(layers) + list(unassigned)  # both have the cycle properties
+        cycles, time_us, cpu_us = self._frame(parts, layers)
         # one pass (this runs after every inference): a layer row on one core without the
         # vendor's estimate is the plain sum of its tasks' figures, the properties' own rule;
         # the byte counts are every task's (all_tasks: the layers', then the unassigned ones)
@@ -210,16 +224,16 @@ class PerfReport:
                 "time_us": time_us, "single_core_cycles": single, "cpu_time_us": cpu_us,
                 "tasks": count, "ddr_model": self.ddr_model}
 
-    def _frame(self, parts: list) -> tuple[int, float, float]:
+    def _frame(self, parts: list, layers: Sequence[LayerTime]) -> tuple[int, float, float]:
         """(NPU cycles, time in us, host us) of the frame: the timeline's end (board model), plus
         the per-layer host submit of ``--profile-layers``, which the timeline does not place; the
         vendor's static estimate (and a report without a timeline) sums its layer rows."""
         if self.timeline is not None and self.ddr_model == "board":
-            profiled = sum(self.layer_overhead_us for layer in self.layers if layer.tasks)
+            profiled = sum(self.layer_overhead_us for layer in layers if layer.tasks)
             return self.timeline.npu_cycles, self.timeline.total_us + profiled, self.timeline.host_us
         cycles = sum(p.cycles for p in parts)
-        time_us = self.time_us(cycles) + sum(self._extra_us(layer) for layer in self.layers)
-        return cycles, time_us, sum(layer.host_us for layer in self.layers)
+        time_us = self.time_us(cycles) + sum(self._extra_us(layer) for layer in layers)
+        return cycles, time_us, sum(layer.host_us for layer in layers)
 
     def speedup(self) -> float:
         """Theoretical speed-up of the multi-core split: the model's cycles if every task ran on
@@ -331,6 +345,58 @@ class PerfReport:
         return "\n".join(out)
 
 
+def _get_layers(report: PerfReport) -> list[LayerTime]:
+    layers = report.__dict__.get("_layers")
+    if layers is None:
+        source = report.__dict__.get("_row_source")
+        if source is not None:  # (report_npu's rows: this report's own copies, made on first use)
+            layers = report.__dict__["_layers"] = [_copy_row(row) for row in source.rows]
+    return layers
+
+
+def _set_layers(report: PerfReport, layers: list[LayerTime]) -> None:
+    report.__dict__["_layers"] = layers
+    report.__dict__.pop("_row_source", None)
+
+
+def _report_state(report: PerfReport) -> dict:
+    """copy / pickle: the rows made first, so a copy shares them as it shares any field."""
+    _get_layers(report)
+    return report.__dict__
+
+
+# ``layers`` stays the dataclass field it was (constructor, fields(), eq, repr, asdict, replace);
+# only its storage is a property, so that report_npu can defer the per-report row copies (issue 20:
+# 979 rows per inference on PP-OCR rec, most reports only asked for totals()).
+PerfReport.layers = property(_get_layers, _set_layers)
+PerfReport.__getstate__ = _report_state
+
+
+class _RowSource:
+    """report_npu's memoised rows of one (timeline, model, platform, DDR model), their unassigned
+    tasks, and the totals of reports that still hold exactly these (by the report fields totals
+    reads besides them)."""
+
+    __slots__ = ("rows", "unassigned", "timeline", "_totals")
+
+    def __init__(self, rows: tuple[LayerTime, ...], unassigned: list[TaskTime], timeline: Timeline) -> None:
+        self.rows, self.unassigned, self.timeline = rows, unassigned, timeline
+        self._totals: dict[tuple, dict] = {}
+
+    def totals(self, report: PerfReport) -> dict | None:
+        """``report.totals()`` worked out once per (DDR model, layer overhead, clock), or None when the
+        report's timeline or unassigned tasks are no longer this source's."""
+        unassigned = report.unassigned
+        if report.timeline is not self.timeline or len(unassigned) != len(self.unassigned) or \
+                any(a is not b for a, b in zip(unassigned, self.unassigned)):
+            return None
+        key = (report.ddr_model, report.layer_overhead_us, report.npu_mhz)
+        known = self._totals.get(key)
+        if known is None:
+            known = self._totals[key] = report._totals(self.rows, self.unassigned)
+        return known
+
+
 def _workload_text(layer: LayerTime) -> str:
     """The vendor's WorkLoad column: per-core shares of a split layer, "100%" on one core."""
     shares = layer.workload()
@@ -421,7 +487,7 @@ def _copy_row(row: LayerTime) -> LayerTime:
 
 
 #: per (timeline, model trailer, platform) objects and DDR model: report_npu's rows and unassigned tasks
-_NPU_ROWS: Memo[tuple[tuple[LayerTime, ...], list[TaskTime]]] = Memo(identity=3, limit=16)
+_NPU_ROWS: Memo[_RowSource] = Memo(identity=3, limit=16)
 
 
 def report_rknn(model, run, platform, ddr_model: str = "board") -> PerfReport:
@@ -464,15 +530,16 @@ def report_npu(model, runs: Sequence, platform, ddr_model: str = "board",
     # The rows are a function of the timeline (handed out again for a run that repeats the last
     # one's records), the model and the platform: worked out once, each report gets copies.
     # (with the timeline's spans no layer claims: a copy per report too)
-    rows = _NPU_ROWS.get(timeline, model.trailer, platform, ddr_model)
-    if rows is None:
-        rows = _NPU_ROWS.put((_npu_rows(model, timeline, platform, ddr_model), _unassigned(timeline)), timeline,
-                             model.trailer, platform, ddr_model)
-    layers = [_copy_row(row) for row in rows[0]]
+    source = _NPU_ROWS.get(timeline, model.trailer, platform, ddr_model)
+    if source is None:
+        source = _NPU_ROWS.put(_RowSource(_npu_rows(model, timeline, platform, ddr_model), _unassigned(timeline),
+                                          timeline), timeline, model.trailer, platform, ddr_model)
     report = PerfReport(str(getattr(model, "path", "")) or "model", platform.name, platform.clock.npu_mhz,
-                        layers, list(rows[1]), ddr_model=ddr_model,
+                        None, list(source.unassigned), ddr_model=ddr_model,
                         host_submit_overhead_us=platform.launch.host_submit_overhead_us, batch=dict(batch),
                         core_count=platform.cores.count, timeline=timeline).explain(platform)
+    # the rows are copied when first read (_get_layers); totals() before that reads the source's
+    report.__dict__["_row_source"] = source
     if batch["size"] > 1:
         report.notes.append(f"batch {batch['size']}: {batch['contexts']} context(s) on as many cores, the slices of a "
                             "wave side by side on the timeline with the DDR shared (TIMING.md, multi-batch)")

@@ -590,9 +590,10 @@ def _bs_operands(state: DpuState, rdma: DpuRdmaState | None, dma: TaskDma,
     if needed is None:  # (raises where the two states disagree)
         needed = facts.brdma_needed = _brdma_needed(state, rdma, where)
     blob = read_bias_blob(dma, rdma, state.channels, where) if needed else {}
-    return (blob["ALU"] if bs.alu_from_dma else bs.alu_operand,
-            blob["CPEND"] if bs.cpend_from_dma else bs.cpend_operand,
-            blob["MUL"] if bs.mul_from_dma else bs.mul_operand)
+    # (an operand whose sub-unit is bypassed is never used: its source bit alone fetches nothing)
+    return (blob["ALU"] if bs.alu_from_dma and not bs.alu_bypass else bs.alu_operand,
+            blob["CPEND"] if bs.cpend_from_dma and not bs.cpend_bypass else bs.cpend_operand,
+            blob["MUL"] if bs.mul_from_dma and not bs.mul_bypass else bs.mul_operand)
 
 
 def _brdma_needed(state: DpuState, rdma: DpuRdmaState | None, where: str, cpend: bool = True) -> bool:

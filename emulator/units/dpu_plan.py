@@ -5,7 +5,8 @@ located once), the drop of the derived values the write covers, and the stage ke
 
 It takes the integer path's common forms - the main cube from the CORE (``prepare_dpu``) or, in
 flying mode, a plain MRDMA read (``prepare_flying_dpu``: COMB_USE 0, rows located once and
-copied per run; or its unpooling copy); no reduction, transpose, lane padding, packed write or NRDMA
+copied per run, the stages run from its atoms to the WDMA's where they can, ``_atoms_kernel``,
+kernels/dpu_atoms.py; or its unpooling copy); no reduction, transpose, lane padding, packed write or NRDMA
 operand, no int -> fp16 conversion, whole-word atoms whose rows do not overlap (an interleaved
 write's rows are its atoms: lines of one pixel, kernels/dpu_interleave.py) - and hands back None
 for anything else: the core then runs the task the full way. With the LUT on, the stages run
@@ -21,7 +22,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from npuemu.emulator.kernels import dpu_int32, dpu_interleave, dpu_transpose, dpu_unpool, lut
+from npuemu.emulator.kernels import dpu_atoms, dpu_int32, dpu_interleave, dpu_transpose, dpu_unpool, lut
 from npuemu.emulator.kernels import dpu_pixel as dp
 from npuemu.emulator.kernels.dpu import _OPERAND_MATRICES
 from npuemu.emulator.kernels.dpu_pixel import planned_to_atoms
@@ -177,6 +178,8 @@ def _prepare_store(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, w
             or (lambda data, sums, ew: planned_to_atoms(plan, data, width, words, offsets, c2, surfaces, sums, ew))
         if pixel_major and getattr(kernel, "direct", None) is not None:
             kernel = kernel.direct
+        elif not pixel_major:
+            kernel = _atoms_kernel(state, plan, fixed, located, width, from_erdma or plan.ew is None, kernel)
 
     read_ew = _ew_reader(state, rdma, memory, where, operand) if from_erdma else None
 
@@ -187,6 +190,42 @@ def _prepare_store(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, w
 
     store.held = _held_blob(state, rdma, memory, where)
     return store
+
+
+def _atoms_kernel(state: DpuState, plan: dp.StagePlan, fixed, located, width: int, operand_read: bool,
+                  general: Callable) -> Callable:
+    """``kernel(blocks, window_sums, ew_operand)`` for the MRDMA's atoms: ``kernels.dpu_atoms``'
+    chain (or int64 stages, where the plan has no chain) from atoms to atoms (issue 20: no
+    pixel-major copies) where there is no CPEND, an EW operand (if any) read by the ERDMA per run,
+    the WDMA's atoms the MRDMA's C2 and plain lines (not interleaved); ``general`` otherwise, and
+    for a run whose blocks or operand it does not take."""
+    bs, chain, ew = plan.bs, plan.chain, plan.ew
+    elements = located.elements(fixed.out_dtype)
+    if bs is not None and bs.cpend_enable or not operand_read or elements is None \
+            or width != state.width or fixed.line != width * fixed.c2 * fixed.out_dtype.itemsize:
+        return general
+    out, offsets = elements
+    if chain is not None:  # (no window sums: always within the chain's bound)
+        atoms = dpu_atoms.prepare_chain_atoms(chain[0], plan.floats, plan.channels, state.height, width, fixed.c2,
+                                              out, offsets)
+    else:  # prepare_planned_to_atoms' settings of the int64 stages
+        settings = (dp._stage_flags(bs is not None, plan.bn is not None, ew is not None),
+                    dp._x_params(bs or dp._BYPASSED), plan.bs_operands, dp._x_params(plan.bn or dp._BYPASSED),
+                    plan.bn_operands, dp._ew_params(ew or dp._EW_BYPASSED),
+                    dp._cvt_params(plan.cvt or dp._IDENTITY, plan.out_dtype))
+        atoms = dpu_atoms.prepare_stages_atoms(settings, plan.channels, state.height, width, fixed.c2, out, offsets)
+    if atoms is None:
+        return general
+
+    data_dtype, operand_dtype = plan.data_dtype, plan.operand_dtype
+
+    def kernel(blocks: np.ndarray, window_sums: np.ndarray | None, ew_operand: np.ndarray | None) -> None:
+        # (other element types: the general run, which raises where the plan does not fit them)
+        if blocks.dtype != data_dtype or operand_dtype is not None and (
+                ew_operand is None or ew_operand.dtype != operand_dtype) or not atoms(blocks, ew_operand):
+            general(blocks, window_sums, ew_operand)
+
+    return kernel
 
 
 def _ew_reader(state: DpuState, rdma: DpuRdmaState, memory: Memory, where: str,
@@ -242,7 +281,10 @@ def _lut_store(state: DpuState, fixed, stages: dict, tail: dict, tables: np.ndar
                words: np.ndarray, offsets: np.ndarray) -> Callable | None:
     """``store(blocks, window_sums, ew_operand)``: the full path's BS -> BN -> LUT -> EW -> OUT_CVT
     of ``_run_integer`` on the main blocks (a channel-block cube), stored into the WDMA's atoms
-    (``kernels.lut._lut_stages_to_atoms``); None for settings the full path refuses."""
+    (``kernels.lut._lut_stages_to_atoms``; with a register EW operand ``lut._lut_table_to_atoms``, or
+    ``lut_folded.folded_to_atoms`` where BN folds into its table); None for settings the full path refuses."""
+    from npuemu.emulator.kernels import lut_folded  # (here: the rest of this module is another helper's, issue 20)
+
     try:
         params = dpu._lut_config(state.lut).parameters()
     except EmulationError:
@@ -267,19 +309,23 @@ def _lut_store(state: DpuState, fixed, stages: dict, tail: dict, tables: np.ndar
     if ew is None or state.ew.op_bypass or not state.ew.op_from_dma:
         constant = 0 if ew is None else int(tail["ew_operand"].reshape(-1)[0])
 
-    # the LUT RAM's bytes at the last run, the values looked up for them and (one table) how
-    # lut._lut_table_to_atoms runs them (``lut.table_flags``)
-    last = [None, None, None]
+    # the LUT RAM's bytes at the last run, the values looked up for them, (one table) how
+    # lut._lut_table_to_atoms runs them (``lut.table_flags``) and, where that is the clamped table
+    # with one BN for every channel, the table with BN folded in (kernels/lut_folded.py)
+    last = [None, None, None, None]
+    computed = min(channels, surfaces * c2)
 
     def values() -> tuple[int, np.ndarray]:
         ram = tables.tobytes()
         if ram != last[0]:  # (the chain's uploads leave the RAM as it was on most runs)
             if constant is None:
-                last[:] = [ram, lut.dense_values.get(params, le, lo, build=True), None]
+                last[:] = [ram, lut.dense_values.get(params, le, lo, build=True), None, None]
             else:
                 base, table = lut.after_lut_values.get(params, le, lo, constant, ew_params, cvt, out_dtype)
-                last[:] = [ram, (base, table), lut.table_flags(settings[0], settings[1], settings[3], params,
-                                                               int(base), table.shape[0])]
+                flags = lut.table_flags(settings[0], settings[1], settings[3], params, int(base), table.shape[0])
+                folded = lut_folded.fold_tables.get(settings[1], settings[3], settings[4], computed, table,
+                                                    int(base)) if flags[3] and lut_folded.FOLDED else None
+                last[:] = [ram, (base, table), flags, folded]
         return last[1]
 
     def store(blocks: np.ndarray, window_sum: np.ndarray | None, ew_operand: np.ndarray | None) -> None:
@@ -292,6 +338,11 @@ def _lut_store(state: DpuState, fixed, stages: dict, tail: dict, tables: np.ndar
         tile = np.zeros((rows, surfaces * c2), out_dtype)
         if constant is not None:
             base, table = values()
+            if last[3] is not None and blocks.shape[0] == 1:
+                first, folded = last[3]
+                lut_folded.folded_to_atoms(blocks, sums, layout, kernels_per_group, settings[1], settings[2], folded,
+                                           np.int64(first), channels, surfaces, width, tile, offsets, words)
+                return
             lut._lut_table_to_atoms(blocks, sums, layout, kernels_per_group, *settings, np.int64(constant), ew_params,
                                     cvt, (le, lo, params, table, base), channels, surfaces, width, tile, offsets, words,
                                     last[2])

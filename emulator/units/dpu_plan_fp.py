@@ -77,11 +77,21 @@ def prepare_fp_dpu(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, w
     layout = (shape, main_rows is not None, operand, bool(operand_rows))
     kept = _buffers(*layout) if state.channels * state.height * state.width <= _KEPT_ELEMENTS else None
 
+    # the LUT RAM's bytes at the last run and lut_fp.prepared's tables for them: the chain's LUT port
+    # writes rewrite the RAM in place, but leave it as the last run found it on most runs, and
+    # prepared's lookup (hashing the settings and 2 KiB of tables) cost 8.3 us a task in the model
+    # (ppocr_rec fp16: 213 a run, 1.8 ms); comparing the bytes, ~0.2 us
+    last = [None, dpu_fp_chain.NO_LUT]
+
     def run(source: CoreResult | None) -> None:
         cube, operand, out = kept or _buffers(*layout)
         data = cube if cube is not None else _core_cube(source, shape, where)
-        # (the LUT RAM as this run finds it: the chain's LUT port writes rewrite it in place)
-        packed, parameters = prepared(config, lut_tables[0], lut_tables[1]) if lut else dpu_fp_chain.NO_LUT
+        packed, parameters = dpu_fp_chain.NO_LUT
+        if lut:  # (the LUT RAM as this run finds it)
+            ram = lut_tables.tobytes()
+            if ram != last[0]:
+                last[:] = [ram, prepared(config, lut_tables[0], lut_tables[1])]
+            packed, parameters = last[1]
         step(data, operand, out, *regions, ints, floats, table, packed, parameters)
         if store is None:  # (OUT_CVT does more than round to fp16)
             write(dpu.float_output(state, out, where)[0])
@@ -205,13 +215,14 @@ def _store(channels: int, height: int, width: int, c2: int, offsets: np.ndarray,
     return (offsets, c2, channels, height, width), data
 
 
-def _writer(state: DpuState, memory: Memory, where: str, shape: tuple) -> tuple:
+def _writer(state: DpuState, memory: Memory, where: str, shape: tuple, scaled: bool = False) -> tuple:
     """``dpu._write`` (``TaskDma.write_planes``) with the WDMA's rows located once: (store, write,
     invalidate) - ``store`` the ``fp16_step`` store of its float32 [C][H][W] result as OUT_CVT
     rounds it to fp16 (kernels/fp16_atoms.py), or ``_NO_STORE`` where OUT_CVT does more (then
     ``write(dpu.float_output(...)[0])``); ``invalidate()`` drops the derived values the store
     overwrote. (None, None, None) where the rows do not start on a multiple of the element size
-    (write_planes' other branch)."""
+    (write_planes' other branch). ``scaled``: the caller's results already carry MINUS_EXP's scale
+    (the integer path's int -> fp16 conversion, units/dpu_plan_convert.py), so OUT_CVT only rounds."""
     dtype = PRECISION_DTYPES[state.out_precision]
     c2 = c2_of(dpu_bf16.carrier(state.out_precision), state.atom_bytes)
     wdma = dpu._WDMA(state, c2, dtype.itemsize)
@@ -242,6 +253,6 @@ def _writer(state: DpuState, memory: Memory, where: str, shape: tuple) -> tuple:
 
     # fp16 outputs without the MINUS_EXP scale: OUT_CVT's rounding (dpu.float_output: kernels.dpu.out_cvt_fp16)
     # as the atoms are stored, the same bytes without the fp16 copy of the cube
-    if state.out_precision != FP16 or state.out_cvt.minus_exp or not offsets.size:
+    if state.out_precision != FP16 or state.out_cvt.minus_exp and not scaled or not offsets.size:
         return _NO_STORE, write, invalidate
     return (channels, height, width, c2, np.ascontiguousarray(offsets, np.int64), data), write, invalidate

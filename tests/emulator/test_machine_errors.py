@@ -13,7 +13,7 @@ from npuemu.isa.task import Chain
 from npuemu.isa.words import WORD_BYTES
 from tests.emulator.test_machine_support import (
     MASK_CONV, MASK_CONV_NO_RDMA, MASK_FLYING, REGMAP, ConvSpec, bias_blob, conv_task, flying_task,
-    pack_conv_weights, run_tasks,
+    load_cube, pack_conv_weights, run_tasks,
 )
 
 DDR = 16 << 20
@@ -183,3 +183,23 @@ def test_unmodelled_features_are_refused_not_ignored():
     with pytest.raises(EmulationError,
                        match=r"CVT_CON0=0xa enables the CNA input converter, which is not modelled"):
         run_tasks(conv_machine(spec), [t.task(MASK_CONV)])
+
+
+@pytest.mark.parametrize("register, field", [("BS_CFG", "BS_ALU_SRC"), ("BS_MUL_CFG", "BS_MUL_SRC")])
+def test_a_bypassed_bs_operand_with_its_source_bit_set_fetches_nothing(register, field):
+    """A BS sub-unit that is bypassed never uses its operand, so its source bit (BRDMA) alone
+    starts no fetch: the task runs as with the bit clear (it raised KeyError before session 16)."""
+    x = np.random.default_rng(11).integers(-128, 128, (16, 4, 4)).astype(np.int8)
+    outputs = []
+    for source in (0, 1):
+        t = flying_task(4, 4, 16, src=0x10000, dst=0x20000)
+        t.set("DPU", "BS_CFG", BS_RELU_BYPASS=1, BS_MUL_BYPASS=1, BS_ALU_BYPASS=1)  # BS on, its parts off
+        if source:
+            t.set("DPU", register, **{field: 1}) if register != "BS_CFG" else t.set(
+                "DPU", "BS_CFG", BS_RELU_BYPASS=1, BS_MUL_BYPASS=1, BS_ALU_BYPASS=1, BS_ALU_SRC=1)
+        m = machine()
+        load_cube(m, 0x10000, x)
+        run_tasks(m, [t.task(MASK_FLYING)])
+        outputs.append(m.memory.dump(0x20000, 16 * 16))
+    np.testing.assert_array_equal(outputs[0], outputs[1])
+    np.testing.assert_array_equal(outputs[0].view(np.int8).reshape(4, 4, 16).transpose(2, 0, 1), x)

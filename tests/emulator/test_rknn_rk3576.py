@@ -88,12 +88,21 @@ def test_fp16_fixture_matches_the_simulator_to_fp16_rounding(case):
 @pytest.mark.parametrize("case", ["dense_rk3576_int8", "dense_rk3576_fp16", "sparse_rk3576_off_int8"])
 def test_core_1_copy_and_2_core_program_give_chain_0s_output(case, cores):
     """The core-1 copy and the 2-core program (28 + 28 rows, OP_EN sync bit cleared) compute the
-    same conv: bit-identical to chain 0."""
+    same conv: bit-identical to chain 0 in int8. fp16 sums follow the BLAS order (NUMERICS.md
+    3.3), and OpenBLAS's blocking may depend on a call's row count: chain 0's tasks (44 + 12 rows)
+    and the 2-core program's (28 + 28) gave 15 of 200,704 values one fp32 rounding apart on a
+    Zen 5 core (OpenBLAS 0.3.31, session 16), none on Zen 4; so fp16 asserts that bound, not bits."""
     model, x, _ = _fixture(case)
     _, chain0 = _run(model, x)
     run, ours = _run(model, x, cores)
     assert run.cores == cores
-    assert np.array_equal(ours, chain0)
+    if ours.dtype != np.float16:
+        assert np.array_equal(ours, chain0)
+        return
+    assert ours.dtype == chain0.dtype and ours.shape == chain0.shape
+    ours, chain0 = ours.astype(np.float32), chain0.astype(np.float32)
+    np.testing.assert_allclose(ours, chain0, rtol=2 ** -9, atol=2 ** -10)
+    assert np.mean(ours == chain0) >= 0.999
 
 
 def test_sparse_2_core_program_is_refused_by_name():

@@ -277,9 +277,11 @@ def test_the_start_state_check_is_what_catches_a_changed_register(monkeypatch):
     np.testing.assert_array_equal(outputs[0], old)  # stale: what the test above catches
 
 
-def test_tasks_a_program_does_not_take_run_the_full_path(monkeypatch):
-    """A flying DPU copy converting int8 to fp16 (a form units/dpu_plan.py leaves to the full path)
-    between convolutions: its step is None, it runs the units."""
+def test_a_flying_int8_to_fp16_copy_between_convolutions_is_a_step(monkeypatch):
+    """A flying DPU copy converting int8 to fp16 between convolutions: a step since session 16
+    (units/dpu_plan_convert.py; until then the full path), equal to the full path in outputs,
+    records and state. Forms that still take the full path inside a program:
+    test_dpu_int_to_fp16_step.py and test_replay_loose_match.py."""
     spec = _spec("pointwise_70_kernels")
     layer = random_layer(spec, 0)
     copy = flying_task(spec.out_w, spec.out_h, 80, src=spec.output, dst=0x380000)
@@ -305,8 +307,8 @@ def test_tasks_a_program_does_not_take_run_the_full_path(monkeypatch):
         np.testing.assert_array_equal(values, _expected(spec, x, layer[1], layer[3]))  # each int8 as an fp16
         assert _state(fast) == _state(slow)
     program = fast.cores[0]._replays.get(fast.cores[0]._fetch(ADDRESS, amount))[0].program[0]
-    assert [step is None for step in program.steps] == [False, True, False]
-    assert counting.steps >= 2
+    assert [step is None for step in program.steps] == [False, False, False]
+    assert counting.steps >= 3
 
 
 def test_weight_reuse_takes_the_cbuf_as_the_full_path_does(monkeypatch):

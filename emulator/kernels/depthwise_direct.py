@@ -1,0 +1,118 @@
+"""int8 depthwise results written straight into the CORE's [P][out channels] outputs (issue 20).
+
+``depthwise.run_padded`` fills [P][L] arrays (L: the atoms' lanes); where the task has more outputs
+than lanes (PP-OCR det's and MobileNetV2's narrow layers: 16-48 lanes into 64 outputs) a second pass
+copied them into [P][out channels], the arrays of both passes too large for the caches (ppocr_det:
+2 x 22080 x 64 int32 a layer). Here
+
+- ``padded_rows`` runs the same row kernels of ``depthwise`` one output row at a time into row
+  buffers that stay in L1/L2 and writes each row's kept lanes into the outputs (``_emit``), the
+  CORE stage (CLIP_TRUNCATE) on the way;
+- the outputs past the kept lanes are 0 (no weights, REGISTER_SEMANTICS 2.5) and so are the window
+  sums past the weighted channels: written by a run only where the thread's result buffer last
+  held another layout (``tailed_results``).
+
+The values are those of ``depthwise.run_padded``: the same exact int32 sums of the same row
+kernels, the same ``numerics.core_output`` (NUMERICS.md 3.7, 39).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+from numba import njit
+
+from npuemu.emulator import numerics as nm
+from npuemu.emulator.kernels import depthwise as dw
+from npuemu.emulator.kernels.conv_pixels import working_buffer
+
+_TAILS = threading.local()  # per thread (as the working buffers): the layout whose tails are 0
+
+
+def results(pixels: int, out_channels: int) -> tuple[np.ndarray, np.ndarray]:
+    """A run's outputs and window sums [P][C] (int32) in the thread's working buffer, for a kernel
+    that writes every element: the task's DPU consumes them before the next task's CORE runs."""
+    _TAILS.layout = None  # (every column written: no zero tails known)
+    both = working_buffer("depthwise results", 2 * pixels * out_channels, np.int32).reshape(2, pixels, out_channels)
+    return both[0], both[1]
+
+
+def tailed_results(pixels: int, out_channels: int, kept: int, summed: int) -> tuple[np.ndarray, np.ndarray, bool]:
+    """``results`` for a run that writes the output columns below ``kept`` and the window-sum
+    columns below ``summed`` (``_emit``), and whether it must write the zeros past them too: not
+    when the run before in this thread's buffer had this very layout (its zeros are still there;
+    ppocr_det runs its narrow depthwise layers of one shape in series, 11 MB of outputs a layer,
+    three quarters of them zeros). A run that writes every column (``results``) forgets it."""
+    both = working_buffer("depthwise results", 2 * pixels * out_channels, np.int32)
+    layout, held = (pixels, out_channels, kept, summed), both if both.base is None else both.base
+    # (the thread's buffer itself, held: no later array can be taken for it)
+    zero_tail = getattr(_TAILS, "layout", None) != layout or _TAILS.buffer is not held
+    _TAILS.layout, _TAILS.buffer = layout, held
+    both = both.reshape(2, pixels, out_channels)
+    return both[0], both[1], zero_tail
+
+
+@njit(cache=True)
+def _emit(acc, total, out, sums, first, kept, summed, clip_truncate, mode, zero_tail):
+    # row buffers [OW][L] -> rows first .. first + OW of out / sums [P][C]: lanes below ``kept``
+    # (CORE stage applied) and below ``summed``; with ``zero_tail`` 0 in the columns past them.
+    # Unsigned flat offsets (no wraparound branch: the loops vectorise, depthwise.py's note)
+    out_w, lanes = acc.shape
+    channels = np.uint64(out.shape[1])
+    source, values, window = acc.reshape(-1), total.reshape(-1), out.reshape(-1)
+    target = sums.reshape(-1)
+    count, summing, width = np.uint64(kept), np.uint64(summed), np.uint64(lanes)
+    for ox in range(np.uint64(out_w)):
+        row, at = (np.uint64(first) + ox) * channels, ox * width
+        if clip_truncate == 0:
+            for c in range(count):
+                window[row + c] = source[at + c]
+        else:
+            for c in range(count):
+                window[row + c] = nm.core_output(np.int64(source[at + c]), clip_truncate, mode)
+        for c in range(summing):
+            target[row + c] = values[at + c]
+        if zero_tail:
+            for c in range(count, channels):
+                window[row + c] = 0
+            for c in range(summing, channels):
+                target[row + c] = 0
+
+
+@njit(cache=True)
+def _padded_rows(phased, tiled, weights, kind, kernel_h, kernel_w, out_h, out_w, stride_y, dilation_y, starts,
+                 acc, total, out, sums, kept, summed, clip_truncate, mode, zero_tail):
+    # one output row at a time: ``depthwise``'s row kernel on the padded input from the row's first
+    # input row on (a leading-axis slice: still C-contiguous), then ``_emit``
+    for oy in range(out_h):
+        part = phased[oy * stride_y:]
+        if kind == 0:
+            dw._depthwise3x3_rows(part, tiled, 1, out_w, stride_y, dilation_y, starts, acc, total)
+        elif kind == 1:
+            dw._depthwise_pixel_rows(part, weights, kernel_h, kernel_w, 1, out_w, stride_y, dilation_y, starts, acc,
+                                     total)
+        else:
+            dw._depthwise_rows(part, tiled, kernel_h, kernel_w, 1, out_w, stride_y, dilation_y, starts, acc, total)
+        _emit(acc, total, out, sums, oy * out_w, kept, summed, clip_truncate, mode, zero_tail)
+
+
+def padded_rows(feature: np.ndarray, tiled: np.ndarray, lane_weights: np.ndarray, geometry, pad_value: int,
+                clip_truncate: int, round_mode: int, layout: tuple[int, int, np.ndarray], phased_words: np.ndarray,
+                rows: np.ndarray, out: np.ndarray, sums: np.ndarray, kept: int, summed: int, zero_tail: bool) -> None:
+    """``depthwise.run_padded``'s outputs and window sums written straight into ``out`` and ``sums``
+    [P][C] (int32): lanes below ``kept`` / ``summed`` (the rest 0 with ``zero_tail``, else left as
+    they are). ``tiled``: int16 lane weights over an output row [taps][OW * L]; ``lane_weights``
+    their first L columns (contiguous); ``phased_words``: the padded input's buffer
+    [Hp][stride_x][Wp / stride_x][L / 8] uint64; ``rows``: int32 [2][OW][L] row buffers."""
+    padded_h, phase_w, starts = layout
+    surfaces, _, _, c2 = feature.shape
+    lanes, stride = surfaces * c2, geometry.stride_x
+    pad_word = np.uint64((pad_value & 0xFF) * 0x0101010101010101)
+    dw._pad_pixels(feature.view(np.uint64), pad_word, phased_words, geometry.pad_top, geometry.pad_left)
+    phased = phased_words.view(np.int8).reshape(padded_h, stride, phase_w, lanes)
+    # (run_padded's choice of row kernel)
+    kind = 0 if geometry.kernel_h == geometry.kernel_w == 3 else 1 if lanes >= dw.PIXEL_LANES else 2
+    _padded_rows(phased, tiled, lane_weights, kind, geometry.kernel_h, geometry.kernel_w, geometry.out_h,
+                 geometry.out_w, geometry.stride_y, geometry.dilation_y, starts, rows[0], rows[1], out, sums, kept,
+                 summed, clip_truncate, round_mode, zero_tail)

@@ -1,0 +1,234 @@
+"""The int8 DPU's LUT path with BN folded into the table (issue 20, NUMERICS.md 41).
+
+``lut._plain_table_to_atoms`` runs plain BS + BN (``lut.plain_bs_bn``) per element and reads LUT,
+EW and OUT_CVT from one table indexed by the BN result (``lut.after_lut_values``). Where the BN
+stage is the same for every computed channel (its operands equal across them: the compilers' BN
+MUL is one per-tensor value) BN is a function of the BS result alone, so BN, LUT, EW and OUT_CVT
+become one table indexed by the BS result (``fold_tables``), and an element costs BS and one
+load: about half the per-element arithmetic of the unfolded path, its int64 index stream
+replaced by a uint32 one, the cube and the window sums read in place (``folded_to_atoms``).
+
+The table covers the BS results ``[first, first + size)`` where the folded function changes; past
+either end it is constant (BN's table index is monotone in its input - MUL by one value, a
+rounding shift, the saturation and ReLU clamps, the int32 store and the clamp into the table all
+keep the order, reversing it for a negative MUL - so the inputs whose index stays in the table's
+run of equal entries around the index of the lowest (highest) BS result form a prefix (suffix) of
+the BS range), so a BS result is clamped into the span: the same clamp as the BS stage's own
+int32 saturation and ReLU bounds, which contain it. Each entry is the unfolded path's value of that BS
+result: ``numerics.bn_value``, the int32 store, the clamp into the after-LUT table and its entry.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from npuemu.emulator import numerics as nm
+from npuemu.emulator.kernels import dpu as kd
+from npuemu.emulator.kernels import dpu_pixel as dp
+
+#: the most BS results a folded table covers (int8: 1 MiB); wider: the unfolded path
+FOLD_SPAN = 1 << 20
+#: folded tables kept (oldest dropped first)
+FOLD_KEPT = 64
+#: units/dpu_plan.py runs the folded path where it applies (the tests turn it off to compare)
+FOLDED = True
+
+
+@njit(cache=True, inline="always")
+def _bn_index(y, bn, bn_alu, bn_mul, base, last):
+    """The unfolded path's after-LUT table index of the BS result ``y``: BN, the int32 store, less
+    the table's base, clamped into the table (``lut._plain_indices``)."""
+    value = nm.bn_value(y, bn_alu, bn_mul, bn[kd.XP_SHIFT_POS], bn[kd.XP_SHIFT_NEG], bn[kd.XP_ALGO],
+                        bn[kd.XP_ALU_ON] != 0, bn[kd.XP_MUL_ON] != 0, bn[kd.XP_PRELU] != 0, bn[kd.XP_RELU] != 0,
+                        bn[kd.XP_RELUX] != 0, bn[kd.XP_RELUX_VALUE])
+    return min(max(np.int64(np.int32(value)) - base, 0), last)
+
+
+@njit(cache=True)
+def _run_around(table, index):
+    """The widest [a, b] holding ``index`` on which ``table`` equals ``table[index]``."""
+    a, b = index, index
+    while a > 0 and table[a - 1] == table[index]:
+        a -= 1
+    while b < table.shape[0] - 1 and table[b + 1] == table[index]:
+        b += 1
+    return a, b
+
+
+@njit(cache=True)
+def _fold_span(bn, bn_alu, bn_mul, table, base, low, high):
+    """``(first, last)``: BS results in [low, high] such that the folded function is constant on
+    [low, first] and on [last, high] (first <= last). BN's index is monotone in the BS result, so
+    the results whose index stays in the after-LUT table's run of equal entries around the index
+    of ``low`` are a prefix of [low, high] (``high``'s: a suffix); each end found by bisection."""
+    end = table.shape[0] - 1
+    low_from, low_to = _run_around(table, _bn_index(low, bn, bn_alu, bn_mul, base, end))
+    high_from, high_to = _run_around(table, _bn_index(high, bn, bn_alu, bn_mul, base, end))
+    a, b = low, high  # the last y whose index is in low's run
+    while a < b:
+        m = a + (b - a + 1) // 2
+        index = _bn_index(m, bn, bn_alu, bn_mul, base, end)
+        if low_from <= index <= low_to:
+            a = m
+        else:
+            b = m - 1
+    first = a
+    a, b = low, high  # the first y whose index is in high's run
+    while a < b:
+        m = a + (b - a) // 2
+        index = _bn_index(m, bn, bn_alu, bn_mul, base, end)
+        if high_from <= index <= high_to:
+            b = m
+        else:
+            a = m + 1
+    last = a
+    return min(first, last), max(first, last)
+
+
+@njit(cache=True)
+def _fold_values(first, bn, bn_alu, bn_mul, table, base, out):
+    end = table.shape[0] - 1
+    for j in range(out.shape[0]):
+        out[j] = table[_bn_index(first + j, bn, bn_alu, bn_mul, base, end)]
+
+
+def bs_bounds(bs: np.ndarray) -> tuple[int, int] | None:
+    """The BS stage's output range: its int32 saturation and ReLU / RELUX clamps as one clamp
+    (None where they do not meet: RELUX below the int32 range)."""
+    low = max(nm.INT32_MIN, 0 if bs[kd.XP_RELU] != 0 else nm.INT32_MIN)
+    high = min(nm.INT32_MAX, int(bs[kd.XP_RELUX_VALUE]) if bs[kd.XP_RELUX] != 0 else nm.INT32_MAX)
+    return (low, high) if low <= high else None
+
+
+class _FoldTables:
+    """The folded tables per (after-LUT table, base, BN settings and operands, BS range)."""
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple, tuple[int, np.ndarray] | None] = {}
+
+    def get(self, bs: np.ndarray, bn: np.ndarray, bn_operands: np.ndarray, computed: int, table: np.ndarray,
+            base: int) -> tuple[int, np.ndarray] | None:
+        """``(first, folded)``: ``folded[j]`` is OUT_CVT(EW(LUT(BN(first + j)))) as the unfolded
+        path computes it from ``table`` (``lut.after_lut_values``' table from ``base``) for a BS
+        result clamped into [first, first + size); None where BN is not plain (MUL on, ALU and PReLU
+        off: ``lut.plain_bs_bn``), differs between the ``computed`` channels or has operands past
+        int32, where the BS range is empty, or the span is wider than FOLD_SPAN."""
+        bounds = bs_bounds(bs)
+        rows = bn_operands[:, :computed]
+        monotone = bn[kd.XP_MUL_ON] != 0 and bn[kd.XP_ALU_ON] == 0 and bn[kd.XP_PRELU] == 0  # (see above)
+        if not monotone or bounds is None or computed < 1 or rows.shape[1] < computed or np.any(rows != rows[:, :1]) \
+                or np.any(rows < nm.INT32_MIN) or np.any(rows > nm.INT32_MAX):
+            return None
+        bn_alu, bn_mul = (int(rows[r, 0]) if rows.shape[0] > r else 0 for r in (0, 1))
+        key = (table.tobytes(), table.dtype.str, int(base), bn.tobytes(), bn_alu, bn_mul, bounds)
+        if key in self._kept:
+            return self._kept[key]
+        params = np.ascontiguousarray(bn, np.int64)
+        first, last = _fold_span(params, np.int64(bn_alu), np.int64(bn_mul), table, np.int64(base),
+                                 np.int64(bounds[0]), np.int64(bounds[1]))
+        folded = None
+        if last - first + 1 <= FOLD_SPAN:
+            values = np.empty(last - first + 1, table.dtype)
+            _fold_values(np.int64(first), params, np.int64(bn_alu), np.int64(bn_mul), table, np.int64(base), values)
+            folded = (int(first), values)
+        if len(self._kept) >= FOLD_KEPT:
+            del self._kept[next(iter(self._kept))]
+        self._kept[key] = folded
+        return folded
+
+
+fold_tables = _FoldTables()
+
+
+@njit(cache=True, inline="always")
+def _bs_index(x, window, cpend, alu, mul, pos, neg, first, last):
+    """The folded table's index of one element: plain BS (``lut._bs_bn_plain``'s first half, shifts
+    1..62: both roundings, the product's sign selecting) clamped into the table's span, which lies
+    in the stage's saturation and ReLU range (one clamp stands for both)."""
+    product = (np.int64(x) + cpend * window + alu) * mul
+    up = (product + (np.int64(1) << (pos - 1)) + (product >> 63)) >> pos
+    down = (product + (np.int64(1) << (neg - 1)) + (product >> 63)) >> neg
+    return min(max(up if product >= 0 else down, first), last) - first
+
+
+@njit(cache=True)
+def _block_indices(data, sums, row0, shared, start, count, computed, cpend, alu, mul, pos, neg, first, last, out):
+    """``_bs_index`` of pixels ``start..start+count`` of ``data`` [1][P][L] into ``out``
+    [count][computed] (int32). The window sum of pixel p, channel c: ``sums[p - row0, c]`` (a
+    [P][G] pixel-major buffer, or the block's loaded sums) where ``sums`` has rows, else
+    ``shared[p]`` (or 0 where that is empty too). Indexed in place (no staged copies); a row of
+    16 channels (the commonest short one) with a constant count, which LLVM turns into a few
+    vector operations where a loop that short would run scalar."""
+    for b in range(count):
+        p, into = np.uint64(start + b), b * computed  # (indices unsigned: no negative-index wrap)
+        if sums.shape[0] > 0:
+            r = np.uint64(start + b - row0)
+            if computed == 16:
+                for k in range(16):
+                    c = np.uint64(k)
+                    out[np.uint64(into + k)] = _bs_index(data[0, p, c], np.int64(sums[r, c]), cpend[c], alu[c], mul[c],
+                                                         pos, neg, first, last)
+            else:
+                for k in range(computed):
+                    c = np.uint64(k)
+                    out[np.uint64(into + k)] = _bs_index(data[0, p, c], np.int64(sums[r, c]), cpend[c], alu[c], mul[c],
+                                                         pos, neg, first, last)
+        else:
+            w = np.int64(shared[p]) if shared.shape[0] > 0 else np.int64(0)
+            if computed == 16:
+                for k in range(16):
+                    c = np.uint64(k)
+                    out[np.uint64(into + k)] = _bs_index(data[0, p, c], w, cpend[c], alu[c], mul[c], pos, neg, first,
+                                                         last)
+            else:
+                for k in range(computed):
+                    c = np.uint64(k)
+                    out[np.uint64(into + k)] = _bs_index(data[0, p, c], w, cpend[c], alu[c], mul[c], pos, neg, first,
+                                                         last)
+
+
+@njit(cache=True)
+def folded_to_atoms(data, sums, sums_layout, kernels_per_group, bs, bs_operands, folded, first, channels, surfaces,
+                    width, tile, offsets, target):
+    """``lut._plain_table_to_atoms`` with BN folded into the table (``fold_tables``: ``folded``
+    indexed by the BS result less ``first``) on a pixel-major cube ``data`` [1][P][L] (int32),
+    in the same blocks: a block's indices (``_block_indices``), the table read into ``tile``
+    (its lanes past the computed channels left as they are: zeros), the atoms stored."""
+    per_block, lanes_out = tile.shape
+    computed = min(channels, lanes_out)
+    pixels = data.shape[1]
+    alu = bs_operands[0, :computed].astype(np.int64)
+    cpend = bs_operands[1, :computed].astype(np.int64)
+    mul = bs_operands[2, :computed].astype(np.int64)
+    if bs[kd.XP_CPEND_ON] == 0:
+        cpend[:] = 0
+    pos, neg = np.int64(bs[kd.XP_SHIFT_POS]), np.int64(bs[kd.XP_SHIFT_NEG])
+    top = np.int64(first + folded.shape[0] - 1)
+    groups = channels // kernels_per_group
+    # the window sums: read in place from a pixel-major buffer with one sum per channel, or per
+    # pixel (SUMS_SHARED); the other layouts loaded per block in block order
+    in_place = sums_layout == dp.SUMS_PIXEL_MAJOR and kernels_per_group == 1
+    loaded = not in_place and sums_layout in (dp.SUMS_PIXEL_MAJOR, dp.SUMS_GROUP_MAJOR)
+    window = np.zeros(per_block * computed if loaded else 0, sums.dtype)
+    rows = sums.reshape(pixels, groups) if in_place else window.reshape(-1, computed) if loaded \
+        else np.zeros((0, 1), sums.dtype)
+    shared = sums if sums_layout == dp.SUMS_SHARED else sums[:0]
+    indices = np.empty(per_block * computed, np.uint32)  # (unsigned: the table reads skip the negative-index wrap)
+    flat_tile = tile.reshape(-1)
+    for start in range(0, pixels, per_block):
+        count = min(per_block, pixels - start)
+        if loaded:
+            dp._load_window(sums, sums_layout, groups, kernels_per_group, start, count, computed, window)
+        _block_indices(data, rows, start if loaded else 0, shared, start, count, computed, cpend, alu, mul, pos, neg,
+                       first, top, indices)
+        if lanes_out == computed:
+            for i in range(count * computed):
+                flat_tile[np.uint64(i)] = folded[indices[i]]
+        else:
+            for b in range(count):
+                row = tile[b]
+                for c in range(computed):
+                    row[c] = folded[indices[b * computed + c]]
+        dp._store_atoms(tile, start, count, width, surfaces, offsets, target)
+
