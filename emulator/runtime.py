@@ -17,6 +17,11 @@ Quantizing a float input rounds half to even and saturates to int8:
 an NC1HWC2 input straight into its bytes in memory in one pass (emulator/input_store.py; issue 20),
 byte for byte what the reference path (``write_native``) stores, which it falls back to for the
 rest (ND and image-form inputs, NaN, other float types).
+
+From a Runtime's second run on, the process heap is kept out of the cycle collector's walks
+(``gc.freeze``; emulator/gc_steady.py: no 0.2-0.5 s full collection every few dozen runs), given
+back when a Runtime alive at a freeze is dropped; ``NPUEMU_GC_FREEZE=0`` or
+``Runtime(..., gc_freeze=False)`` opts out.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from npuemu.emulator import gc_steady
 from npuemu.emulator.machine import Machine
 from npuemu.emulator.memo import Memo
 from npuemu.isa import tensor_layout
@@ -43,13 +49,16 @@ STORED_DTYPES = {"int8": np.dtype(np.int8), "float16": np.dtype(np.float16)}
 class Runtime:
     """One loaded model: a machine with its memory image, ready to run."""
 
-    def __init__(self, model: ModelFile, platform=None) -> None:
+    def __init__(self, model: ModelFile, platform=None, *, gc_freeze: bool | None = None) -> None:
+        """``gc_freeze``: move the heap into the collector's permanent generation once this
+        Runtime is steady (emulator/gc_steady.py; None: unless ``NPUEMU_GC_FREEZE=0``)."""
         self.model = model
         self.machine = _machine(model, platform)
         graph = model.graph()
         self.inputs = tuple(graph.inputs)
         self.outputs = tuple(graph.outputs)
         self.runs: tuple = ()
+        self._gc = gc_steady.Tracker(self, gc_steady.enabled_by_environment() if gc_freeze is None else gc_freeze)
         # trailer records by name, indexed once: host steps look tensors up on every run
         self._tensors = {tensor["name"]: tensor for tensor in model.trailer.get("tensors", ())}
         self._schedule: tuple | None = None  # parsed on the first run, then kept (same assumption)
@@ -322,6 +331,7 @@ class Runtime:
             else:  # pragma: no cover - the container knows two step kinds
                 raise EmulationError(f"schedule step {index}: unknown kind")
         self.runs = tuple(runs)
+        self._gc.after_run()  # after its first runs, the heap leaves the collector's walks
 
     def _run_chain(self, index: int, step: NpuStep):
         """One NPU step; the PC must walk as many tasks as the file declares, else the chain in

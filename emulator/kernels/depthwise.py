@@ -16,6 +16,9 @@ NUMERICS.md 3.7): no border cases, a 3x3 kernel's nine taps of an element in one
 (``_depthwise_rows``, issue 20: 1.5-2x the general kernel's speed on PP-OCR det's 1x1, 5x5 and
 7x7 layers), products formed in 16 bits (exact: |w * x| <= 2**14), the CORE stage after the
 sums where CLIP_TRUNCATE shifts. The general kernel above remains for pad values past int8.
+Where the host has AVX-512 VNNI (``depthwise_vnni.available``) the prepared tasks hand
+``run_padded`` packed weights and every kernel of up to 52 taps runs on ``vpdpbusd`` instead
+(``depthwise_vnni.rows``, NUMERICS.md 45: the same exact sums, ~2x the arithmetic rate).
 
 Sums are int32: a window of ``taps`` products of |p| <= 2**14 stays below 2**31 while
 taps < 2**17 (checked), so they are exact.
@@ -27,6 +30,7 @@ import numpy as np
 from numba import njit
 
 from npuemu.emulator import numerics as nm
+from npuemu.emulator.kernels import depthwise_vnni as vnni
 from npuemu.emulator.kernels.conv_pixels import working_buffer
 from npuemu.emulator.kernels.mac import ConvGeometry
 from npuemu.isa.errors import EmulationError
@@ -387,7 +391,8 @@ def padded_layout(feature_shape: tuple[int, int, int, int], geometry: ConvGeomet
 
 def run_padded(feature: np.ndarray, tiled: np.ndarray, geometry: ConvGeometry, pad_value: int, clip_truncate: int,
                round_mode: int, layout: tuple[int, int, np.ndarray], out: np.ndarray, sums: np.ndarray,
-               lane_weights: np.ndarray | None = None, phased_words: np.ndarray | None = None) -> None:
+               lane_weights: np.ndarray | None = None, phased_words: np.ndarray | None = None,
+               packed: np.ndarray | None = None) -> None:
     """The input padded once at the pad value and split by column phase (``padded_layout``), then
     the windows with no border cases - 3x3 kernels all nine taps in one expression
     (``_depthwise3x3_rows``, NUMERICS.md 3.7), others ``_depthwise_rows`` - into ``out`` and
@@ -395,7 +400,10 @@ def run_padded(feature: np.ndarray, tiled: np.ndarray, geometry: ConvGeometry, p
     int16 lane weights [taps][OW * L] (``_product16``); from PIXEL_LANES lanes on, other kernels
     run a pixel at a time (``_depthwise_pixel_rows``) on ``lane_weights``, its first L columns
     (contiguous; made here when not given). ``phased_words``: the padded input's buffer
-    [Hp][stride_x][Wp / stride_x][L / 8] uint64 (default the thread's working buffer)."""
+    [Hp][stride_x][Wp / stride_x][L / 8] uint64 (default the thread's working buffer). ``packed``:
+    ``depthwise_vnni.pack`` of the lane weights, given only where ``depthwise_vnni.available()``:
+    any kernel then runs on ``vpdpbusd`` (``depthwise_vnni.rows``, the same exact sums;
+    ``out`` and ``sums`` C-contiguous)."""
     padded_h, phase_w, starts = layout
     surfaces, _, _, c2 = feature.shape
     lanes, stride = surfaces * c2, geometry.stride_x
@@ -405,7 +413,11 @@ def run_padded(feature: np.ndarray, tiled: np.ndarray, geometry: ConvGeometry, p
     pad_word = np.uint64((pad_value & 0xFF) * 0x0101010101010101)
     _pad_pixels(feature.view(np.uint64), pad_word, phased_words, geometry.pad_top, geometry.pad_left)
     phased = phased_words.view(np.int8).reshape(padded_h, stride, phase_w, lanes)
-    if geometry.kernel_h == geometry.kernel_w == 3:
+    if packed is not None:
+        weights = np.ascontiguousarray(tiled[:, :lanes]) if lane_weights is None else lane_weights
+        vnni.rows(phased, packed, weights, geometry.kernel_h, geometry.kernel_w, geometry.out_h, geometry.out_w,
+                  geometry.stride_y, geometry.dilation_y, starts, out, sums)
+    elif geometry.kernel_h == geometry.kernel_w == 3:
         _depthwise3x3_rows(phased, tiled, geometry.out_h, geometry.out_w, geometry.stride_y, geometry.dilation_y,
                            starts, out, sums)
     elif lanes >= PIXEL_LANES:

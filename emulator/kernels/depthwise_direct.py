@@ -25,8 +25,11 @@ from numba import njit
 
 from npuemu.emulator import numerics as nm
 from npuemu.emulator.kernels import depthwise as dw
+from npuemu.emulator.kernels import depthwise_vnni as vnni
 from npuemu.emulator.kernels.conv_pixels import working_buffer
 
+#: ``_padded_rows``' packed weights where no VNNI kernel runs (one argument type for every call)
+_NO_PACKED = np.zeros((1, 1, 4, 64), np.uint8)
 _TAILS = threading.local()  # per thread (as the working buffers): the layout whose tails are 0
 
 
@@ -81,13 +84,15 @@ def _emit(acc, total, out, sums, first, kept, summed, clip_truncate, mode, zero_
 
 
 @njit(cache=True)
-def _padded_rows(phased, tiled, weights, kind, kernel_h, kernel_w, out_h, out_w, stride_y, dilation_y, starts,
-                 acc, total, out, sums, kept, summed, clip_truncate, mode, zero_tail):
+def _padded_rows(phased, tiled, weights, packed, kind, kernel_h, kernel_w, out_h, out_w, stride_y, dilation_y,
+                 starts, acc, total, out, sums, kept, summed, clip_truncate, mode, zero_tail):
     # one output row at a time: ``depthwise``'s row kernel on the padded input from the row's first
     # input row on (a leading-axis slice: still C-contiguous), then ``_emit``
     for oy in range(out_h):
         part = phased[oy * stride_y:]
-        if kind == 0:
+        if kind == 3:
+            vnni.rows(part, packed, weights, kernel_h, kernel_w, 1, out_w, stride_y, dilation_y, starts, acc, total)
+        elif kind == 0:
             dw._depthwise3x3_rows(part, tiled, 1, out_w, stride_y, dilation_y, starts, acc, total)
         elif kind == 1:
             dw._depthwise_pixel_rows(part, weights, kernel_h, kernel_w, 1, out_w, stride_y, dilation_y, starts, acc,
@@ -99,12 +104,15 @@ def _padded_rows(phased, tiled, weights, kind, kernel_h, kernel_w, out_h, out_w,
 
 def padded_rows(feature: np.ndarray, tiled: np.ndarray, lane_weights: np.ndarray, geometry, pad_value: int,
                 clip_truncate: int, round_mode: int, layout: tuple[int, int, np.ndarray], phased_words: np.ndarray,
-                rows: np.ndarray, out: np.ndarray, sums: np.ndarray, kept: int, summed: int, zero_tail: bool) -> None:
+                rows: np.ndarray, out: np.ndarray, sums: np.ndarray, kept: int, summed: int, zero_tail: bool,
+                packed: np.ndarray | None = None) -> None:
     """``depthwise.run_padded``'s outputs and window sums written straight into ``out`` and ``sums``
     [P][C] (int32): lanes below ``kept`` / ``summed`` (the rest 0 with ``zero_tail``, else left as
     they are). ``tiled``: int16 lane weights over an output row [taps][OW * L]; ``lane_weights``
     their first L columns (contiguous); ``phased_words``: the padded input's buffer
-    [Hp][stride_x][Wp / stride_x][L / 8] uint64; ``rows``: int32 [2][OW][L] row buffers."""
+    [Hp][stride_x][Wp / stride_x][L / 8] uint64; ``rows``: int32 [2][OW][L] row buffers; ``packed``:
+    ``depthwise_vnni.pack`` of ``lane_weights`` where ``depthwise_vnni.available()`` (every kernel
+    then on ``vpdpbusd``), else None (``run_padded``'s row kernels)."""
     padded_h, phase_w, starts = layout
     surfaces, _, _, c2 = feature.shape
     lanes, stride = surfaces * c2, geometry.stride_x
@@ -112,7 +120,8 @@ def padded_rows(feature: np.ndarray, tiled: np.ndarray, lane_weights: np.ndarray
     dw._pad_pixels(feature.view(np.uint64), pad_word, phased_words, geometry.pad_top, geometry.pad_left)
     phased = phased_words.view(np.int8).reshape(padded_h, stride, phase_w, lanes)
     # (run_padded's choice of row kernel)
-    kind = 0 if geometry.kernel_h == geometry.kernel_w == 3 else 1 if lanes >= dw.PIXEL_LANES else 2
-    _padded_rows(phased, tiled, lane_weights, kind, geometry.kernel_h, geometry.kernel_w, geometry.out_h,
-                 geometry.out_w, geometry.stride_y, geometry.dilation_y, starts, rows[0], rows[1], out, sums, kept,
-                 summed, clip_truncate, round_mode, zero_tail)
+    kind = 3 if packed is not None else 0 if geometry.kernel_h == geometry.kernel_w == 3 \
+        else 1 if lanes >= dw.PIXEL_LANES else 2
+    _padded_rows(phased, tiled, lane_weights, _NO_PACKED if packed is None else packed, kind, geometry.kernel_h,
+                 geometry.kernel_w, geometry.out_h, geometry.out_w, geometry.stride_y, geometry.dilation_y, starts,
+                 rows[0], rows[1], out, sums, kept, summed, clip_truncate, round_mode, zero_tail)

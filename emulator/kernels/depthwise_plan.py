@@ -2,7 +2,9 @@
 20: a core's task programs, emulator/task_plan.py): the lane weights tiled over an output row,
 the padded layout's shape and the tap offsets worked out once (the 3x3 path rebuilt a
 taps x OW x lanes int32 array on every call), so a run is the same kernel calls on the same
-values as ``depthwise_int8_atoms`` makes - the same outputs and window sums.
+values as ``depthwise_int8_atoms`` makes - the same outputs and window sums. Where
+``depthwise_vnni.available()`` the weights are also packed once for its ``vpdpbusd`` row kernels
+(``_packed``; NUMERICS.md 45: the same exact sums).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import numpy as np
 
 from npuemu.emulator.kernels import depthwise as dw
 from npuemu.emulator.kernels import depthwise_direct as direct
+from npuemu.emulator.kernels import depthwise_vnni as vnni
 from npuemu.emulator.kernels.conv_pixels import OWN_BUFFER_ELEMENTS, working_buffer
 from npuemu.emulator.kernels.mac import ConvGeometry
 from npuemu.emulator.memo import Memo
@@ -46,7 +49,8 @@ def prepare_depthwise_int8_atoms(feature_shape: tuple[int, int, int, int], weigh
             own = (np.zeros((2, pixels, out_channels), np.int32),
                    np.empty(padded_words, np.uint64).reshape(layout[0], stride, layout[1], lanes // 8))
         padded = _padded(feature_shape, geometry, int(pad_value), clip_truncate, round_mode,
-                         _TILED(weights, lanes, out_w, np.int16), None if own is None else own[1])
+                         _TILED(weights, lanes, out_w, np.int16), None if own is None else own[1],
+                         _packed(weights, lanes))
         dropped = (slice(None), slice(channels, lanes))  # (the sums of lanes past the channels)
 
         def run_padded(feature: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -100,6 +104,8 @@ def _prepare_rows(feature_shape: tuple[int, int, int, int], weights: np.ndarray,
         own = (np.empty(shape, np.uint64), np.zeros((2, pixels, out_channels), np.int32),
                np.empty((2, out_w, lanes), np.int32))
 
+    packed = _packed(weights, lanes)
+
     def run(feature: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if own is None:
             out, sums, zero_tail = direct.tailed_results(pixels, out_channels, kept, summed)
@@ -108,7 +114,7 @@ def _prepare_rows(feature_shape: tuple[int, int, int, int], weights: np.ndarray,
         else:
             (phased, (out, sums), rows), zero_tail = own, False
         direct.padded_rows(feature, tiled, lane_weights, geometry, pad_value, clip_truncate, round_mode, layout,
-                           phased, rows, out, sums, kept, summed, zero_tail)
+                           phased, rows, out, sums, kept, summed, zero_tail, packed)
         return out, sums.T.reshape(out_channels, out_h, out_w)
     return run
 
@@ -128,15 +134,36 @@ def _build_tiled(weights: np.ndarray, lanes: int, out_w: int, dtype: type) -> np
 _TILED: Memo[np.ndarray] = Memo(_build_tiled, identity=1, limit=256)
 
 
+def _packed(weights: np.ndarray, lanes: int) -> np.ndarray | None:
+    """The VNNI kernels' packed weights (``depthwise_vnni.pack``) where they run: the host has
+    them (``depthwise_vnni.available``) and the kernel at most ``depthwise_vnni.MAX_TAPS`` taps."""
+    if not vnni.available() or weights.shape[2] * weights.shape[3] > vnni.MAX_TAPS:
+        return None
+    return _PACKED(weights, lanes)
+
+
+def _build_packed(weights: np.ndarray, lanes: int) -> np.ndarray:
+    """``depthwise_vnni.pack`` of the lane weights [taps][L] (lanes past the channels 0)."""
+    channels, _, kernel_h, kernel_w = weights.shape
+    lane_weights = np.zeros((kernel_h * kernel_w, lanes), np.int16)
+    lane_weights[:, :channels] = weights.reshape(channels, -1).T
+    return vnni.pack(lane_weights)
+
+
+#: per read-only weights object and lanes (as ``_TILED``)
+_PACKED: Memo[np.ndarray] = Memo(_build_packed, identity=1, limit=256)
+
+
 def _padded(feature_shape: tuple[int, int, int, int], geometry: ConvGeometry, pad_value: int, clip_truncate: int,
             round_mode: int, tiled: np.ndarray,
-            phased_words: np.ndarray | None = None) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
+            phased_words: np.ndarray | None = None,
+            packed: np.ndarray | None = None) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
     """``depthwise.run_padded`` with its layout worked out: ``run(feature, out, sums)`` (``phased_words``:
-    the padded input's own buffer, or None for the thread's)."""
+    the padded input's own buffer, or None for the thread's; ``packed``: ``_packed``'s weights or None)."""
     layout = dw.padded_layout(feature_shape, geometry)
     lane_weights = np.ascontiguousarray(tiled[:, :feature_shape[0] * feature_shape[3]])  # (the first pixel's)
 
     def run(feature: np.ndarray, out: np.ndarray, sums: np.ndarray) -> None:
         dw.run_padded(feature, tiled, geometry, pad_value, clip_truncate, round_mode, layout, out, sums,
-                      lane_weights, phased_words)
+                      lane_weights, phased_words, packed)
     return run

@@ -126,6 +126,26 @@ _NO_OPERAND = np.zeros((1, 1, 1), np.int8)
 
 
 @njit(cache=True)
+def _uniform(operands, channels):
+    """Whether each row of ``operands`` holds one value over its first ``channels`` (>= 1) columns."""
+    for row in range(operands.shape[0]):
+        for c in range(1, channels):
+            if operands[row, c] != operands[row, 0]:
+                return False
+    return channels >= 1
+
+
+@njit(cache=True)
+def _spread(add, mul, operands, add_row, mul_row, first, used, width, c2):
+    """A surface's per-channel operands (rows ``add_row`` / ``mul_row``, channels ``first`` on)
+    spread over a line of ``width`` pixels of ``c2`` lanes, ``used`` lanes each."""
+    for x in range(width):
+        for lane in range(used):
+            add[x * c2 + lane] = operands[add_row, first + lane]
+            mul[x * c2 + lane] = operands[mul_row, first + lane]
+
+
+@njit(cache=True)
 def _stages_atoms(main, operand, stages, bs, bs_operands, bn, bn_operands, ew, cvt, channels, height, width, out,
                   offsets):
     """``dpu_pixel._stages_to_atoms``' stages (``stages`` [3]: BS, BN, EW on; OUT_CVT always) line by
@@ -147,6 +167,11 @@ def _stages_atoms(main, operand, stages, bs, bs_operands, bn, bn_operands, ew, c
     cvt_on, ew_offset, ew_scale = ew[EP_CVT_ON] != 0, ew[EP_CVT_OFFSET], ew[EP_CVT_SCALE]
     ew_shift, ew_mode = ew[EP_CVT_SHIFT], ew[EP_CVT_MODE]
     run = width * c2
+    # operands one for every channel read (the SE gates' BS: one ALU value for the tensor) go to
+    # the block functions as scalars, the value each element's _at() reads: no lines to tile
+    limit = min(channels, surfaces * c2)
+    bs_uniform = bs_operands.shape[0] == 3 and _uniform(bs_operands, limit)
+    bn_uniform = bn_operands.shape[0] == 2 and _uniform(bn_operands, limit)
     block, window = np.empty(run, np.int64), np.zeros(run, np.int64)
     alu, cpend, mul = np.zeros(run, np.int64), np.zeros(run, np.int64), np.zeros(run, np.int64)
     bn_alu, bn_mul = np.zeros(run, np.int64), np.zeros(run, np.int64)
@@ -160,15 +185,11 @@ def _stages_atoms(main, operand, stages, bs, bs_operands, bn, bn_operands, ew, c
             for y in range(height):
                 out[offsets[s * height + y]:offsets[s * height + y] + run] = 0
             continue
-        for x in range(width):  # (lanes past the channels: operands 0, their values overwritten below)
-            if stages[0] != 0 and bs_operands.shape[0] == 3:
-                for lane in range(used):
-                    alu[x * c2 + lane] = bs_operands[0, first + lane]
-                    mul[x * c2 + lane] = bs_operands[2, first + lane]
-            if stages[1] != 0 and bn_operands.shape[0] == 2:
-                for lane in range(used):
-                    bn_alu[x * c2 + lane] = bn_operands[0, first + lane]
-                    bn_mul[x * c2 + lane] = bn_operands[1, first + lane]
+        # (lanes past the channels: operands 0, their values overwritten below)
+        if stages[0] != 0 and bs_operands.shape[0] == 3 and not bs_uniform:
+            _spread(alu, mul, bs_operands, 0, 2, first, used, width, c2)
+        if stages[1] != 0 and bn_operands.shape[0] == 2 and not bn_uniform:
+            _spread(bn_alu, bn_mul, bn_operands, 0, 1, first, used, width, c2)
         if ew_on and not per_pixel:
             for lane in range(c2):
                 other[lane] = nm.ew_operand_value(operand[s, 0, lane], cvt_on, ew_offset, ew_scale, ew_shift,
@@ -183,9 +204,15 @@ def _stages_atoms(main, operand, stages, bs, bs_operands, bn, bn_operands, ew, c
             for i in range(run):
                 block[i] = source[i]
             if stages[0] != 0:
-                _bs_block(block, window, bs, alu, cpend, mul)
+                if bs_uniform:
+                    _bs_block(block, window, bs, bs_operands[0, 0], 0, bs_operands[2, 0])
+                else:
+                    _bs_block(block, window, bs, alu, cpend, mul)
             if stages[1] != 0:
-                _bn_block(block, bn, bn_alu, bn_mul)
+                if bn_uniform:
+                    _bn_block(block, bn, bn_operands[0, 0], bn_operands[1, 0])
+                else:
+                    _bn_block(block, bn, bn_alu, bn_mul)
             if ew_on:
                 if per_pixel:
                     raw = operand[s].reshape(-1)[y * run:(y + 1) * run]

@@ -113,7 +113,9 @@ class _FoldTables:
         path computes it from ``table`` (``lut.after_lut_values``' table from ``base``) for a BS
         result clamped into [first, first + size); None where BN is not plain (MUL on, ALU and PReLU
         off: ``lut.plain_bs_bn``), differs between the ``computed`` channels or has operands past
-        int32, where the BS range is empty, or the span is wider than FOLD_SPAN."""
+        int32, where the BS range is empty, or the span is wider than FOLD_SPAN. The caller checks
+        that the BS stage is plain too (``lut.plain_bs_bn``, ``table_flags``' fourth answer):
+        ``_bs_index`` assumes BS shifts of 1..62."""
         bounds = bs_bounds(bs)
         rows = bn_operands[:, :computed]
         monotone = bn[kd.XP_MUL_ON] != 0 and bn[kd.XP_ALU_ON] == 0 and bn[kd.XP_PRELU] == 0  # (see above)

@@ -236,22 +236,29 @@ def _ew_reader(state: DpuState, rdma: DpuRdmaState, memory: Memory, where: str,
     def full() -> np.ndarray:
         return dpu._ew_operand(state, rdma, TaskDma(memory, where), where)
 
-    if rdma.comb_use != 0 or rdma.erdma_mode not in (dpu.ERDMA_PER_PIXEL, dpu.ERDMA_PER_CHANNEL):
+    split = rdma.comb_use == dpu.COMB_SPLIT and rdma.erdma_mode == dpu.ERDMA_PER_PIXEL and not state.flying \
+        and state.size_e == 1 and rdma.main_enabled
+    if rdma.comb_use != 0 and not split or rdma.erdma_mode not in (dpu.ERDMA_PER_PIXEL, dpu.ERDMA_PER_CHANNEL):
         return full
     dtype, shape = operand.dtype, operand.shape
     c2 = c2_of(dpu._PRECISION_OF[dtype], rdma.atom_bytes)
     per_pixel = rdma.erdma_mode == dpu.ERDMA_PER_PIXEL
     height, width = (state.height, state.width) if per_pixel else (1, 1)
-    starts = dpu._SURFACE_ROWS(rdma.ew_address, rdma.ew_surface_stride,
-                               rdma.ew_line_stride if per_pixel else rdma.atom_bytes, shape[0], height)
     row_bytes = width * c2 * dtype.itemsize
     if shape != (shape[0], height * width, c2):
         return full
     try:
-        located = memory.locate_fixed(starts, row_bytes, lambda: f"{where}: ERDMA operand read")
+        if split:  # dpu._split_operand's two reads, as one list of rows in surface order
+            data, offsets = _split_rows(rdma, memory, where, shape[0], height, row_bytes)
+        else:
+            starts = dpu._SURFACE_ROWS(rdma.ew_address, rdma.ew_surface_stride,
+                                       rdma.ew_line_stride if per_pixel else rdma.atom_bytes, shape[0], height)
+            located = memory.locate_fixed(starts, row_bytes, lambda: f"{where}: ERDMA operand read")
+            data, offsets = located.region.data, located.offsets
     except EmulationError:
         return full
-    data, offsets = located.region.data, located.offsets
+    if data is None:
+        return full
 
     def read() -> np.ndarray:
         rows = np.empty((offsets.size, row_bytes), np.uint8)
@@ -259,6 +266,26 @@ def _ew_reader(state: DpuState, rdma: DpuRdmaState, memory: Memory, where: str,
         return rows.view(dtype).reshape(shape)
 
     return read
+
+
+def _split_rows(rdma: DpuRdmaState, memory: Memory, where: str, surfaces: int, height: int,
+                row_bytes: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The memory bytes and row offsets of ``dpu._split_operand``'s operand (COMB_USE 5): surface
+    2k is the MRDMA's surface k (SRC_BASE_ADDR, SURF/LINE_STRIDE), surface 2k + 1 the ERDMA's
+    surface k (EW_BASE_ADDR, EW_SURF_NOTCH / EW_LINE_STRIDE), each ``height`` rows; (None, None)
+    where the two lie in different regions (then the full read runs)."""
+    first = memory.locate_fixed(dpu._SURFACE_ROWS(rdma.src_address, rdma.surface_stride, rdma.line_stride,
+                                                  -(-surfaces // 2), height), row_bytes,
+                                lambda: f"{where}: MRDMA split operand read")
+    second = memory.locate_fixed(dpu._SURFACE_ROWS(rdma.ew_address, rdma.ew_notch_stride, rdma.ew_line_stride,
+                                                   surfaces // 2, height), row_bytes,
+                                 lambda: f"{where}: ERDMA split operand read")
+    if first.region is not second.region:
+        return None, None
+    offsets = np.empty((surfaces, height), np.int64)
+    offsets[0::2] = first.offsets.reshape(-1, height)
+    offsets[1::2] = second.offsets.reshape(-1, height)
+    return first.region.data, offsets.reshape(-1)
 
 
 def _held_blob(state: DpuState, rdma: DpuRdmaState, memory: Memory, where: str) -> tuple:

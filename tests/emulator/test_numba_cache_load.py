@@ -1,7 +1,9 @@
 """npuemu's kernels load from Numba's cache without Numba's registry refresh (issue 20, first
 call; emulator/numba_cache_load.py): a fresh process whose first run loads every kernel from
-the cache computes the same outputs as a process that compiles or refreshes, and leaves Numba's
-lowering registries (numba.np.linalg, one of the modules refresh imports) unloaded. Payloads the
+the cache computes the same outputs as a process that compiles or refreshes, and (for this
+model's kernels: a LUT kernel's environment imports numba.np.arraymath, which pulls in linalg)
+leaves Numba's lowering registries (numba.np.linalg, one of the modules refresh imports)
+unloaded. Payloads the
 fast path does not recognise, or whose code names a symbol only refresh registers, take Numba's
 own load; other packages' dispatchers always do."""
 
