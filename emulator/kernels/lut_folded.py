@@ -26,6 +26,7 @@ from numba import njit
 from npuemu.emulator import numerics as nm
 from npuemu.emulator.kernels import dpu as kd
 from npuemu.emulator.kernels import dpu_pixel as dp
+from npuemu.emulator.kernels import lut
 
 #: the most BS results a folded table covers (int8: 1 MiB); wider: the unfolded path
 FOLD_SPAN = 1 << 20
@@ -148,10 +149,7 @@ def _bs_index(x, window, cpend, alu, mul, pos, neg, first, last):
     """The folded table's index of one element: plain BS (``lut._bs_bn_plain``'s first half, shifts
     1..62: both roundings, the product's sign selecting) clamped into the table's span, which lies
     in the stage's saturation and ReLU range (one clamp stands for both)."""
-    product = (np.int64(x) + cpend * window + alu) * mul
-    up = (product + (np.int64(1) << (pos - 1)) + (product >> 63)) >> pos
-    down = (product + (np.int64(1) << (neg - 1)) + (product >> 63)) >> neg
-    return min(max(up if product >= 0 else down, first), last) - first
+    return min(max(lut._scale_shift(np.int64(x) + cpend * window + alu, mul, pos, neg), first), last) - first
 
 
 @njit(cache=True)
