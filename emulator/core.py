@@ -100,12 +100,15 @@ class _Replay:
     #: [its task_plan.ChainProgram or None, programs built so far] (built with it, again as it
     #: replays after a write dropped what the steps hold)
     program: list = field(default_factory=lambda: [None, 0])
-    #: [the records of its last replay, the interrupt bits of its tasks] (``_replayed``)
-    replayed: list = field(default_factory=lambda: [None, None])
+    #: [the records of its last replay, the interrupt bits of its tasks, its tasks' _TaskMemo.last
+    #: entries] (``_replayed``)
+    replayed: list = field(default_factory=lambda: [None, None, None])
 
 
 #: start states kept per chain (a chain of an odd number of tasks alternates between two)
 _REPLAYS = 4
+#: a _TaskMemo.last entry's record
+_RECORD = operator.itemgetter(4)
 
 
 @dataclass(frozen=True)
@@ -339,16 +342,17 @@ class NpuCore:
     def _replayed(self, replay: _Replay) -> tuple[TaskRecord, ...]:
         """The end of a replay whose tasks all ran as steps: each task's kept record (the same
         objects as last time: handed out as one tuple again), the end state, counters, interrupts."""
-        kept, records = replay.replayed, tuple([task[2][4] for task in replay.tasks])
-        if kept[0] is None or not all(map(operator.is_, records, kept[0])):  # (one replay: one task count)
+        kept = replay.replayed
+        # (the kept records compared in C, without a list of them: rec's replay has 705 tasks)
+        if kept[0] is None or not all(map(operator.is_, map(_RECORD, kept[2]), kept[0])):  # (one task count)
             records = tuple(self._kept_record(last, index, address, amount, last[4].traffic)
                             for index, (_, _, last, _, address, amount, _) in enumerate(replay.tasks))
             bits = 0
             for task in replay.tasks:
                 bits |= task[2][3]
-            kept[:] = [records, bits]
+            kept[:] = [records, bits, tuple(task[2] for task in replay.tasks)]
         self.regfile.restore(replay.end)
-        self.tasks_run += len(records)
+        self.tasks_run += len(kept[0])
         self.interrupt_raw |= kept[1]
         return kept[0]
 

@@ -47,6 +47,10 @@ _ROWS_BY_KEYS_MAX = 1 << 16
 #: overlap searches that meet dropped entries before the index is rebuilt without them (a rebuild
 #: of ~1000 entries costs about as much as 20-40 searches)
 _WASTED_SEARCHES_MAX = 32
+#: writes checked against the same pending entries (no put between) before they join the index:
+#: a steady run puts nothing, so its writes then take the index's one search (issue 20: ppocr_cls
+#: kept 32 pending entries, scanned on every DPU store and host-step write of every run)
+_PENDING_SCANS_MAX = 256
 
 
 @dataclass
@@ -486,6 +490,7 @@ class DerivedCache:
         self._pending_span = (0, 0)  # [lowest start, highest end) of _pending: most writes miss it
         self._stale = 0
         self._wasted = 0  # searches since the index was built that met dropped entries
+        self._scans = 0  # writes checked against _pending since the last put
 
     def get(self, key: Hashable) -> Any:
         entry = self._entries.get(key)
@@ -497,6 +502,7 @@ class DerivedCache:
         if key in self._entries:
             self._stale += 1  # (its index entry, if any, no longer counts)
         self._entries[key] = (low, high, value)
+        self._scans = 0
         if self._index is not None:
             span = self._pending_span
             self._pending_span = (min(span[0], low), max(span[1], high)) if self._pending else (low, high)
@@ -556,6 +562,10 @@ class DerivedCache:
         span = self._pending_span
         if not self._pending or span[0] >= high or span[1] <= low:
             return True
+        self._scans += 1
+        if self._scans > _PENDING_SCANS_MAX:  # (the pending entries into the index: built again)
+            self._build_index()
+            return self._clear_of(low, high)
         return not any(start < high and end > low for _, start, end in self._pending)
 
     def invalidate_rows(self, starts: np.ndarray, row_bytes: int,
@@ -565,7 +575,12 @@ class DerivedCache:
         if not self._entries:
             return
         low, high = bounds or (int(starts.min()), int(starts.max()) + row_bytes)
-        if self._clear_of(low, high):
+        index = self._index  # (``_clear_of``'s common answer inline: a step's store calls this every run)
+        if index is not None and not self._pending:
+            count = bisect.bisect_left(index[1], high)
+            if not count or index[3][count - 1] <= low:
+                return
+        elif self._clear_of(low, high):
             return
         keys, lows, highs = self._overlapping(low, high)
         if len(keys) * starts.size > _ROWS_BY_KEYS_MAX:  # (one key at a time, bounded temporaries)

@@ -139,7 +139,10 @@ def task_step(states: dict, memory: Memory, where: str,
         return None
 
     cna_direct, dpu_direct = getattr(cna, "direct", None), getattr(dpu, "direct", None)
-    if cna_direct is not None and dpu_direct is not None:  # (int8: the CORE's pixel-major output, no CoreResult)
+    then_into = getattr(cna, "then_into", None)
+    if then_into is not None and dpu_direct is not None:  # (both halves in one frame: cna_core ``_direct_rows``)
+        step = then_into(dpu_direct)
+    elif cna_direct is not None and dpu_direct is not None:  # (int8: the CORE's pixel-major output, no CoreResult)
         def step(cbuf: Cbuf) -> None:
             dpu_direct(*cna_direct(cbuf))
     else:

@@ -1,10 +1,10 @@
 """An fp16 CORE task's convolution worked out once: the prepared form of ``mac.fetch_padded_input``
 followed by ``mac.conv2d_fp16`` (issue 20: a core's task programs, emulator/task_plan.py).
 
-``prepare_conv2d_fp16`` does the checks, the float32 weights, the method (direct loop or BLAS), the
-reduction chunks and the row blocking once per (read-only) weights; each run then only fetches the
-atoms into padded planes and runs the same kernel calls - the same Numba loops, and BLAS products of
-the same shapes and strides in the same order (NUMERICS.md 3.3, 33) - so the bits are
+``prepare_conv2d_fp16`` does the checks, the float32 weights, the method (direct loop or products),
+the packed weights and the gemm layout (``mac.gemm_layout``: tap offsets, buffers) once per (read-only)
+weights; each run then only fetches the atoms into padded planes and runs the same kernel calls - every
+sum +0 then its products in (c, ky, kx) order whatever the path (NUMERICS.md 3.3, 47) - so the bits are
 ``conv2d_fp16``'s. In the steady runs of a small model the checks and memo look-ups of the plain
 calls cost about as much as a small layer's work (5-10 us a task).
 
@@ -24,7 +24,7 @@ from typing import Callable
 
 import numpy as np
 
-from npuemu.emulator.kernels import depthwise_fp16, mac, pointwise_fp16
+from npuemu.emulator.kernels import depthwise_fp16, depthwise_fp16_rows, fetch_fp16, mac, pointwise_fp16
 from npuemu.emulator.kernels.conv_pixels import working_buffer
 from npuemu.emulator.kernels.fp16 import widening_table
 from npuemu.isa.errors import EmulationError
@@ -45,11 +45,10 @@ def prepare_conv2d_fp16(feature_shape: tuple[int, int, int, int], channels: int,
         mac._check_operands(np.broadcast_to(np.float32(0), planes_shape), weights, geometry)
     except EmulationError:
         return None
-    mac.choose_blas_threads()
     kernels, out_shape = weights.shape[0], (out_channels, geometry.out_h, geometry.out_w)
     matrices = mac._widened(weights, geometry.groups)
     if feature_shape[3] == depthwise_fp16.LANES and weights.shape[1] == 1 and geometry.groups == kernels:
-        fetch, convolve = None, _depthwise(matrices.reshape(weights.shape), geometry, pad_value)
+        fetch, convolve = None, _depthwise(matrices.reshape(weights.shape), geometry, pad_value, feature_shape)
     elif mac._use_direct(weights, geometry, "auto") and pointwise_fp16.takes(feature_shape, channels, weights.shape,
                                                                                geometry):
         fetch, convolve = None, _pointwise(matrices.reshape(kernels, -1), channels, geometry)
@@ -79,9 +78,12 @@ def prepare_conv2d_fp16(feature_shape: tuple[int, int, int, int], channels: int,
     return run
 
 
-def _depthwise(matrices: np.ndarray, geometry: mac.ConvGeometry, pad_value: float):
+def _depthwise(matrices: np.ndarray, geometry: mac.ConvGeometry, pad_value: float, feature_shape: tuple):
     """``convolve(feature, acc)``: ``depthwise_fp16.depthwise_fp16_atoms`` of the atoms into ``acc``
-    [K][OH * OW], its lane weights made once (NUMERICS.md 36)."""
+    [K][OH * OW], its lane weights made once (NUMERICS.md 36); ``depthwise_fp16_rows`` (the same bits)
+    where the CPU widens halves itself (NUMERICS.md 49)."""
+    if depthwise_fp16_rows.available():
+        return _depthwise_rows(matrices, geometry, pad_value, feature_shape)
     tiles = depthwise_fp16.lane_tiles(matrices, geometry)
     phase_rows, pitch, length = depthwise_fp16.phase_layout(geometry)
     lanes = depthwise_fp16.LANES
@@ -99,6 +101,23 @@ def _depthwise(matrices: np.ndarray, geometry: mac.ConvGeometry, pad_value: floa
     return convolve
 
 
+def _depthwise_rows(matrices: np.ndarray, geometry: mac.ConvGeometry, pad_value: float, feature_shape: tuple):
+    """``convolve(feature, acc)``: ``depthwise_fp16_rows.depthwise_fp16_rows`` of the atoms into ``acc``
+    (C-contiguous: the plan's result rows), prepared once."""
+    weights = depthwise_fp16_rows.lane_weights(matrices)
+    sizes = depthwise_fp16_rows.scratch_sizes(geometry)
+    kernel = depthwise_fp16_rows.prepare(geometry, pad_value, feature_shape[1], feature_shape[2])
+    buffers = _scratch((("fp16 depthwise rows", (sizes[0],), np.float32),
+                        ("fp16 depthwise row", (sizes[1],), np.float32)))
+    shape = (geometry.out_h, geometry.out_w)
+
+    def convolve(feature: np.ndarray, acc: np.ndarray) -> None:
+        rows, line = buffers()
+        kernel(feature.view(np.uint16), weights, acc.reshape((acc.shape[0],) + shape), rows, line)
+
+    return convolve
+
+
 def _pointwise(matrices: np.ndarray, channels: int, geometry: mac.ConvGeometry):
     """``convolve(feature, acc)``: ``pointwise_fp16.pointwise_fp16_atoms`` of the atoms into ``acc``
     [K][OH * OW] (the direct loop's order, no fetch into planes)."""
@@ -112,7 +131,8 @@ def _pointwise(matrices: np.ndarray, channels: int, geometry: mac.ConvGeometry):
 def _fetcher(feature_shape: tuple, channels: int, geometry: mac.ConvGeometry, pad_value: float):
     """``fetch(feature) -> padded``: ``mac.fetch_padded_input`` of C-contiguous float16 atoms of
     ``feature_shape``, into the thread's working buffer (every element written: the border and
-    the reach past the input get the pad value, ``mac._pad_border``)."""
+    the reach past the input get the pad value, ``mac._pad_border``); whole atoms transposed in
+    registers (``fetch_fp16``, the same bits)."""
     shape = (channels, geometry.padded_h, geometry.padded_w)
     table = widening_table()
     top, left, pad_bits = geometry.pad_top, geometry.pad_left, np.float32(pad_value).view(np.uint32)
@@ -120,39 +140,27 @@ def _fetcher(feature_shape: tuple, channels: int, geometry: mac.ConvGeometry, pa
 
     def fetch(feature: np.ndarray) -> np.ndarray:
         padded = planes()[0]
-        mac._fetch_padded_half(feature.view(np.uint16), channels, top, left, pad_bits, padded.view(np.uint32), table)
+        fetch_fp16.fetch_padded_half(feature.view(np.uint16), channels, top, left, pad_bits, padded.view(np.uint32),
+                                     table)
         return padded
 
     return fetch
 
 
 def _gemm(matrices: np.ndarray, geometry: mac.ConvGeometry, planes_shape: tuple):
-    """``convolve(padded, acc)``: ``mac._conv_gemm``'s products into ``acc`` [kernels][OH * OW], its
-    chunks, blocks and buffer shapes worked out once (``mac.gemm_layout``)."""
-    pieces = mac._PIECES(matrices)
+    """``convolve(padded, acc)``: ``mac.gemm_products`` into ``acc`` [kernels][OH * OW], the packed
+    weights and the layout (tap offsets, buffer shapes) worked out once (``mac.gemm_layout``)."""
     layout = mac.gemm_layout(matrices, geometry, planes_shape)
-    phases = None if layout.phases is None else (layout.phases,)
-    named = (("fp16 conv columns", layout.columns), ("fp16 conv product", layout.product),
-             ("fp16 conv column phases", phases))
+    packed = mac._PACKED(matrices, layout.narrow)
+    named = (("fp16 conv columns", layout.columns), ("fp16 conv wide results", layout.wide),
+             ("fp16 conv phases", None if layout.phases is None else (layout.phases,)))
     kept = tuple(shape is not None for _, shape in named)
     buffers = _scratch(tuple((name, shape, np.float32) for name, shape in named if shape is not None))
 
-    if layout.pointwise and len(pieces) == 1 and len(layout.bounds) == 2 and layout.rows_per_block >= geometry.out_h:
-        piece, zero = pieces[0][0], np.float32(0)
-
-        def single(padded: np.ndarray, acc: np.ndarray) -> None:
-            # gemm_products' one product of a 1x1 convolution in one chunk and one row block (the same
-            # matmul of the same arrays: the planes [C][H * W] and the whole result), without its loops
-            # (~2 us a task: ppocr_rec's 240 small 1x1 tasks a run)
-            np.matmul(piece, padded.reshape(padded.shape[0], -1), out=acc)
-            np.add(acc, zero, out=acc)
-
-        return single
-
     def convolve(padded: np.ndarray, acc: np.ndarray) -> None:
         held = iter(buffers())
-        columns, product, phases = (next(held) if keep else None for keep in kept)
-        mac.gemm_products(padded, geometry, pieces, layout, columns, product, acc, phases)
+        columns, wide, phases = (next(held) if keep else None for keep in kept)
+        mac.gemm_products(padded, geometry, packed, layout, acc, columns, wide, phases)
 
     return convolve
 

@@ -113,15 +113,32 @@ def padded_rows(feature: np.ndarray, tiled: np.ndarray, lane_weights: np.ndarray
     [Hp][stride_x][Wp / stride_x][L / 8] uint64; ``rows``: int32 [2][OW][L] row buffers; ``packed``:
     ``depthwise_vnni.pack`` of ``lane_weights`` where ``depthwise_vnni.available()`` (every kernel
     then on ``vpdpbusd``), else None (``run_padded``'s row kernels)."""
+    lanes = feature.shape[0] * feature.shape[3]
+    runner(tiled, lane_weights, geometry, pad_value, clip_truncate, round_mode, layout, lanes, kept, summed,
+           packed)(feature, phased_words, rows, out, sums, zero_tail)
+
+
+def runner(tiled: np.ndarray, lane_weights: np.ndarray, geometry, pad_value: int, clip_truncate: int,
+           round_mode: int, layout: tuple[int, int, np.ndarray], lanes: int, kept: int, summed: int,
+           packed: np.ndarray | None = None, phased_words: np.ndarray | None = None):
+    """``padded_rows`` with everything but the buffers worked out once: ``run(feature, phased_words,
+    rows, out, sums, zero_tail)`` (per task step, issue 20: ppocr_cls runs 40 small depthwise tasks a
+    run, whose Python glue cost more than their kernels). With ``phased_words`` given, its int8 view
+    is made once too (the run's ``phased_words`` must then be that array)."""
     padded_h, phase_w, starts = layout
-    surfaces, _, _, c2 = feature.shape
-    lanes, stride = surfaces * c2, geometry.stride_x
+    shape = (padded_h, geometry.stride_x, phase_w, lanes)
     pad_word = np.uint64((pad_value & 0xFF) * 0x0101010101010101)
-    dw._pad_pixels(feature.view(np.uint64), pad_word, phased_words, geometry.pad_top, geometry.pad_left)
-    phased = phased_words.view(np.int8).reshape(padded_h, stride, phase_w, lanes)
+    top, left = geometry.pad_top, geometry.pad_left
     # (run_padded's choice of row kernel)
     kind = 3 if packed is not None else 0 if geometry.kernel_h == geometry.kernel_w == 3 \
         else 1 if lanes >= dw.PIXEL_LANES else 2
-    _padded_rows(phased, tiled, lane_weights, _NO_PACKED if packed is None else packed, kind, geometry.kernel_h,
-                 geometry.kernel_w, geometry.out_h, geometry.out_w, geometry.stride_y, geometry.dilation_y, starts,
-                 rows[0], rows[1], out, sums, kept, summed, clip_truncate, round_mode, zero_tail)
+    fixed = (tiled, lane_weights, _NO_PACKED if packed is None else packed, kind, geometry.kernel_h, geometry.kernel_w,
+             geometry.out_h, geometry.out_w, geometry.stride_y, geometry.dilation_y, starts)
+    own = None if phased_words is None else phased_words.view(np.int8).reshape(shape)
+
+    def run(feature: np.ndarray, phased_words: np.ndarray, rows: np.ndarray, out: np.ndarray, sums: np.ndarray,
+            zero_tail: bool) -> None:
+        dw._pad_pixels(feature.view(np.uint64), pad_word, phased_words, top, left)
+        phased = own if own is not None else phased_words.view(np.int8).reshape(shape)
+        _padded_rows(phased, *fixed, rows[0], rows[1], out, sums, kept, summed, clip_truncate, round_mode, zero_tail)
+    return run

@@ -12,6 +12,10 @@ along the line (``lane_tiles``). Each output element gets +0, then its products 
 one fp32 rounding per add - the direct loop's order (NUMERICS.md 3.3, 30) - on the same operands:
 inputs widened exactly from their fp16 bits (section 7), the pad value wherever the padded planes
 hold it. So the bits are the direct loop's.
+
+Where Numba's target has F16C, ``conv_fp16_plan`` runs ``depthwise_fp16_rows`` instead (the same bits,
+accumulators in registers; NUMERICS.md 49): this kernel is the portable path, and its 1x1 scaling loop
+(``_scale_unzip8``) still takes the long runs there.
 """
 
 from __future__ import annotations

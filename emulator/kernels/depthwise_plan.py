@@ -104,17 +104,22 @@ def _prepare_rows(feature_shape: tuple[int, int, int, int], weights: np.ndarray,
         own = (np.empty(shape, np.uint64), np.zeros((2, pixels, out_channels), np.int32),
                np.empty((2, out_w, lanes), np.int32))
 
-    packed = _packed(weights, lanes)
+    fill = direct.runner(tiled, lane_weights, geometry, pad_value, clip_truncate, round_mode, layout, lanes, kept,
+                         summed, _packed(weights, lanes), None if own is None else own[0])
+    if own is not None:  # (all worked out once: the outputs' view too)
+        phased, (out, sums), rows = own
+        planes = sums.T.reshape(out_channels, out_h, out_w)
+
+        def run_own(feature: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            fill(feature, phased, rows, out, sums, False)
+            return out, planes
+        return run_own
 
     def run(feature: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if own is None:
-            out, sums, zero_tail = direct.tailed_results(pixels, out_channels, kept, summed)
-            phased = working_buffer("depthwise padded", size, np.uint64).reshape(shape)
-            rows = working_buffer("depthwise rows", 2 * out_w * lanes, np.int32).reshape(2, out_w, lanes)
-        else:
-            (phased, (out, sums), rows), zero_tail = own, False
-        direct.padded_rows(feature, tiled, lane_weights, geometry, pad_value, clip_truncate, round_mode, layout,
-                           phased, rows, out, sums, kept, summed, zero_tail, packed)
+        out, sums, zero_tail = direct.tailed_results(pixels, out_channels, kept, summed)
+        phased = working_buffer("depthwise padded", size, np.uint64).reshape(shape)
+        rows = working_buffer("depthwise rows", 2 * out_w * lanes, np.int32).reshape(2, out_w, lanes)
+        fill(feature, phased, rows, out, sums, zero_tail)
         return out, sums.T.reshape(out_channels, out_h, out_w)
     return run
 

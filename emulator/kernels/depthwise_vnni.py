@@ -35,7 +35,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from npuemu.emulator.kernels import gemm_int8
+from npuemu.emulator.kernels import gemm_int8, host_cpu
 
 #: kernel taps the packed kernels take (up to 7x7; one intrinsic per quad count: ``_ROWS``)
 MAX_TAPS = 52
@@ -52,11 +52,7 @@ def available() -> bool:
     if not gemm_int8.available():
         return False
     if _vbmi_ok is None:
-        import llvmlite.binding as ll
-        try:
-            _vbmi_ok = "+avx512vbmi" in ll.get_host_cpu_features().flatten().split(",")
-        except RuntimeError:
-            _vbmi_ok = False
+        _vbmi_ok = "+avx512vbmi" in host_cpu.host_features()
     return _vbmi_ok
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from npuemu.emulator.kernels.fp16 import fp32_to_fp16, widening_table
+from npuemu.emulator.kernels.fp16 import fp16_bits_to_fp32_bits_native, fp32_to_fp16, widening_table
 from npuemu.emulator.kernels.mac import _widen_atoms8
 from npuemu.emulator.numerics import INT32_MAX, INT32_MIN, ROUND_HALF_AWAY, ROUND_HALF_EVEN, out_cvt_round_mode
 from npuemu.isa.errors import EmulationError
@@ -103,6 +103,20 @@ def _widen_blocks(bits16, table, out):
                 target[p] = table[bits16[s, p, lane]]
 
 
+#: runs of at least this many pixels go through ``mac._widen_atoms8`` (one interleaved loop, ~200 ns
+#: to set up), shorter ones lane by lane (40 pixels: 115 against 215 ns; 8 pixels: 41 against 204)
+_INTERLEAVED_RUN = 128
+
+
+@njit(cache=True, inline="always")
+def _widen_lanes8(source, out, channel, line, count):
+    # a run of ``count`` 8-lane atoms into planes channel..channel + 7, one lane a loop (strided reads)
+    for lane in range(8):
+        target = out[channel + lane, line:line + count]
+        for x in range(count):
+            target[x] = fp16_bits_to_fp32_bits_native(source[8 * x + lane])
+
+
 @njit(cache=True)
 def widen_rows(data, offsets, height, lanes, first, step, table, out):
     """fp16 atom rows read straight from a region and widened into planes (what ``gather_rows``
@@ -112,20 +126,34 @@ def widen_rows(data, offsets, height, lanes, first, step, table, out):
     s * lanes + l at element ``x * lanes + l`` of the row; ``out`` uint32 [C][H*W], channels past C
     dropped. A surface of eight whole channels (fp16's atom) goes through ``mac._widen_atoms8``
     (F16C where the CPU has it: 0.54 / 0.21 ns an element on 40 / 160 wide rows against 0.73 / 0.71
-    for the table loop), the same exact widening (NUMERICS.md 7)."""
+    for the table loop), the same exact widening (NUMERICS.md 7). Rows back to back in the region
+    and the plane go as one run, runs under ``_INTERLEAVED_RUN`` pixels lane by lane (NUMERICS.md 48)."""
     channels, pixels = out.shape
     width = pixels // height
-    for r in range(offsets.size):
+    row = width * lanes
+    r = 0
+    while r < offsets.size:
         surface = first + (r // height) * step
-        source, line = data[offsets[r]:offsets[r] + width * lanes], (r % height) * width
+        # a run of rows back to back in the region and in the plane (the next line of the same
+        # surface): one call for all (7x7 maps: 49 pixels a call instead of 7; a narrow call cost
+        # ~250 ns whatever its width, 5 ns an element on 7-wide rows)
+        end = r + 1
+        while end < offsets.size and end % height != 0 and offsets[end] == offsets[end - 1] + row:
+            end += 1
+        count, line = (end - r) * width, (r % height) * width
+        source = data[offsets[r]:offsets[r] + count * lanes]
+        r = end
         if lanes == 8 and surface * 8 + 8 <= channels:
-            _widen_atoms8(source, out[surface * 8:surface * 8 + 8], line, width)
+            if count >= _INTERLEAVED_RUN:
+                _widen_atoms8(source, out[surface * 8:surface * 8 + 8], line, count)
+            else:
+                _widen_lanes8(source, out, surface * 8, line, count)
             continue
-        row = source.reshape(width, lanes)
+        pixels_lanes = source.reshape(count, lanes)
         for lane in range(min(lanes, channels - surface * lanes)):
-            target = out[surface * lanes + lane, line:line + width]  # (a row view: ~1.8x faster than
-            for x in range(width):  # indexing the plane and the flat row)
-                target[x] = table[row[x, lane]]
+            target = out[surface * lanes + lane, line:line + count]  # (a row view: ~1.8x faster than
+            for x in range(count):  # indexing the plane and the flat row)
+                target[x] = table[pixels_lanes[x, lane]]
 
 
 def fp16_blocks_to_cube(blocks: np.ndarray, shape: tuple[int, int, int]) -> np.ndarray:

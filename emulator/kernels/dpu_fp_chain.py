@@ -78,7 +78,7 @@ def _ew_pass(source, target, others, step, op_on, op_type, algo, prelu, relu_on,
 
 
 #: elements a piece of the cube runs through every stage while it is in the L1 cache (two scratch
-#: pieces of 8 KiB; the LUT's tables take another 8 KiB of the kernel's stack)
+#: pieces of 8 KiB; the LUT's tables take another ~4 KiB of the kernel's stack)
 CHUNK = 2048
 # the int64 geometry vector of ``FloatChain.settings``' layout
 G_CHUNK, G_PLANE, G_WIDTH, G_SC, G_SY, G_SX, G_ALIGN, G_COUNT = range(8)

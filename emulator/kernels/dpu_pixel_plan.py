@@ -13,6 +13,7 @@ import numpy as np
 from numba import njit
 
 from npuemu.emulator import numerics as nm
+from npuemu.emulator.kernels import dpu_folded_lines as folded_lines
 from npuemu.emulator.kernels import dpu_pixel as dp
 
 #: pixels per block at least where ``_planes_chain`` moves window-sum planes into pixel rows
@@ -168,12 +169,17 @@ def _window_chain(data, window, sums, layout, floats, operand, settings, top, su
     """``prepare_planned_to_atoms``'s run from its window sums on, for pixel rows (``_direct_run``):
     False, having done nothing, where the window sums' largest magnitude passes ``top`` (the
     chain's bound, at most int32's); else they are copied to int32 ``sums`` (as ``astype``), the
-    tile zeroed (as ``np.zeros``) and ``_chain_pixels_to_atoms`` run."""
+    tile zeroed (as ``np.zeros``) and ``_chain_pixels_to_atoms`` run - or, for the folded chain
+    into int8 atoms of 16 lanes, ``dpu_folded_lines`` writes the same atoms straight into their
+    lines (``_rows_chain`` likewise)."""
     largest = 0
     for i in range(window.shape[0]):
         largest = max(largest, abs(np.int64(window[i])))
     if largest > top:
         return False
+    if folded_lines.takes(settings, tile.itemsize, tile.shape[1], surfaces):  # (the same atoms, NUMERICS.md 50)
+        folded_lines.folded_lines(data, window, layout, floats, settings, surfaces, width, offsets, target)
+        return True
     for i in range(window.shape[0]):
         sums[i] = np.int32(window[i])
     tile[:] = 0
@@ -186,12 +192,17 @@ def _window_chain(data, window, sums, layout, floats, operand, settings, top, su
 def _rows_chain(data, window, floats, operand, settings, top, surfaces, width, tile, offsets, target):
     """``_window_chain`` for int32 window sums per pixel and channel (a depthwise CORE's, [P][C]
     flat: SUMS_PIXEL_MAJOR, one group per channel): read where they are (``run`` takes the same
-    array, ``_window_layout``'s view, without a copy)."""
-    largest = 0
+    array, ``_window_layout``'s view, without a copy). The bound check reads the sums as int32's
+    least and greatest (two vector operations per 16 sums, not three per 8 as int64 magnitudes)."""
+    least, greatest = np.int32(0), np.int32(0)
     for i in range(window.shape[0]):
-        largest = max(largest, abs(np.int64(window[i])))
-    if largest > top:
+        least, greatest = min(least, window[i]), max(greatest, window[i])
+    if max(-np.int64(least), np.int64(greatest)) > top:
         return False
+    if folded_lines.takes(settings, tile.itemsize, tile.shape[1], surfaces):  # (the same atoms, NUMERICS.md 50)
+        folded_lines.folded_lines(data, window, dp.SUMS_PIXEL_MAJOR, floats, settings, surfaces, width, offsets,
+                                  target)
+        return True
     tile[:] = 0
     dp._chain_pixels_to_atoms(data, window, dp.SUMS_PIXEL_MAJOR, floats, operand, settings, surfaces, width, tile,
                               offsets, target)

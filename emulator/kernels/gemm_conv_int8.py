@@ -26,11 +26,14 @@ BLOCK_BYTES = 1 << 18
 OWN_BUFFER_ELEMENTS = 1 << 15
 
 
-def pack_conv_weights(weights: np.ndarray, c2: int, surfaces: int, lanes: int, count: int = 0) -> np.ndarray:
+def pack_conv_weights(weights: np.ndarray, c2: int, surfaces: int, lanes: int, count: int = 0,
+                      blend: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """int8 [M][C][KH][KW] -> ``gemm_int8.pack`` of the columns [max(M + 1, count)]
     [taps * surfaces * lanes]: the reduction in (tap, surface, lane) order, channel
     ``surface * c2 + lane``; w + 128 for the C channels, 0 past them; column M is the window sum
-    (1 per channel); the columns past it 0."""
+    (1 per channel); the columns past it 0. With ``blend``: no column M (the columns
+    [max(M, count)]) and, second, ``gemm_int8.ones_vectors`` of those ones; else
+    ``gemm_int8.NO_ONES``."""
     kernels, channels = weights.shape[:2]
     taps = weights.shape[2] * weights.shape[3]
     columns = np.zeros((max(kernels + 1, count), taps, surfaces, lanes), np.uint8)
@@ -39,7 +42,18 @@ def pack_conv_weights(weights: np.ndarray, c2: int, surfaces: int, lanes: int, c
         first, last = surface * c2, min(channels, surface * c2 + lanes)
         columns[:kernels, :, surface, :last - first] = shifted[:, first:last].transpose(0, 2, 1)
         columns[kernels, :, surface, :last - first] = 1
-    return gemm_int8.pack(columns.reshape(columns.shape[0], -1))
+    columns = columns.reshape(columns.shape[0], -1)
+    if blend:
+        return gemm_int8.pack(np.delete(columns, kernels, axis=0)[:max(kernels, count)]), \
+            gemm_int8.ones_vectors(columns[kernels])
+    return gemm_int8.pack(columns), gemm_int8.NO_ONES
+
+
+def blends_window_sums(kernels: int, out_channels: int) -> bool:
+    """Whether the fused products blend the window sums (``gemm_int8._blend``) rather than pack a
+    column of ones: where that column would take a vector of 16 columns of its own (the kernel
+    count a multiple of 16 and no spare output column past the kernels in its last vector)."""
+    return -(-max(kernels + 1, out_channels) // 16) > -(-max(kernels, out_channels) // 16)
 
 
 def _edge_terms(extra: np.ndarray, geometry: ConvGeometry, height: int, width: int, pad_value: int):
@@ -76,38 +90,56 @@ def _add_edges(out, sums, pixels, terms, sum_terms):
 def _copy_padded(atoms, surfaces, channels, real, pad_value, pad_top, pad_left, padded):
     # padded [surfaces][Hp][Wp][lanes]: the atoms inside the input, lanes from ``real`` on 0 there
     # (DATAIN_CHANNEL_REAL: conv_pixels' virtual columns), the pad value outside on the first
-    # ``channels`` lanes (lanes past them are never read: their weights are 0)
-    height, width = atoms.shape[1:3]
-    c2, lanes = atoms.shape[3], padded.shape[3]
-    padded_w = padded.shape[2]
-    left, right = min(pad_left, padded_w), min(pad_left + width, padded_w)  # the input's columns
-    outside = np.zeros(lanes, np.int8)
+    # ``channels`` lanes, 0 past them (never read: their weights are 0). Both as 4-byte words
+    # (uint32 views; lanes and C2 multiples of 4): a kept word is the atom's word under a byte
+    # mask, a padding word one pattern; unsigned flat offsets (no wraparound branch: the copies
+    # vectorise)
+    u = np.uint64
+    height, width, words_in = u(atoms.shape[1]), u(atoms.shape[2]), u(atoms.shape[3])
+    padded_h, padded_w, words = u(padded.shape[1]), u(padded.shape[2]), u(padded.shape[3])
+    source, target = atoms.reshape(-1), padded.reshape(-1)
+    left, right = min(u(pad_left), padded_w), min(u(pad_left) + width, padded_w)  # the input's columns
+    outside, masks = np.zeros(padded.shape[3], np.uint32), np.zeros(padded.shape[3], np.uint32)
     for s in range(surfaces):
-        count = min(lanes, channels - s * c2)
-        keep = min(count, max(real - s * c2, 0))
-        outside[:count] = pad_value
-        outside[count:] = 0
-        whole = keep == lanes == c2  # an input row is one run of bytes
+        count = min(4 * padded.shape[3], channels - s * 4 * atoms.shape[3])
+        keep = min(count, max(real - s * 4 * atoms.shape[3], 0))
+        for w in range(padded.shape[3]):
+            outside[w], masks[w] = 0, 0
+            for b in range(4):
+                if 4 * w + b < count:
+                    outside[w] |= np.uint32(pad_value & 0xFF) << np.uint32(8 * b)
+                if 4 * w + b < keep:
+                    masks[w] |= np.uint32(0xFF) << np.uint32(8 * b)
+        whole = masks[-1] == 0xFFFFFFFF and words == words_in  # an input row is one run of words
         for py in range(padded.shape[1]):
             iy = py - pad_top
-            target = padded[s, py]
-            if iy < 0 or iy >= height:
-                for px in range(padded_w):
-                    target[px] = outside
+            row = (u(s) * padded_h + u(py)) * padded_w * words
+            if iy < 0 or iy >= atoms.shape[1]:
+                _fill(target, row, padded_w, outside)
                 continue
-            for px in range(left):
-                target[px] = outside
-            for px in range(right, padded_w):
-                target[px] = outside
+            _fill(target, row, left, outside)
+            _fill(target, row + right * words, padded_w - right, outside)
+            at, start = row + left * words, (u(s) * height + u(iy)) * width * words_in
             if whole:
-                target[left:right] = atoms[s, iy, :right - left]
+                for i in range((right - left) * words):
+                    target[at + i] = source[start + i]
                 continue
-            for px in range(left, right):
-                source, lane_out = atoms[s, iy, px - pad_left], target[px]
-                for lane in range(keep):
-                    lane_out[lane] = source[lane]
-                for lane in range(keep, lanes):
-                    lane_out[lane] = 0
+            if words == 1:  # (the image input's 3 channels: one word a pixel)
+                for px in range(right - left):
+                    target[at + px] = source[start + px * words_in] & masks[0]
+                continue
+            for px in range(right - left):
+                for w in range(words):
+                    target[at + px * words + w] = source[start + px * words_in + w] & masks[w]
+
+
+@njit(cache=True, inline="always")
+def _fill(target, at, pixels, pattern):
+    # ``pixels`` copies of the words ``pattern`` from flat word ``at`` on (unsigned offsets)
+    words = np.uint64(pattern.shape[0])
+    for px in range(pixels):
+        for w in range(words):
+            target[at + px * words + w] = pattern[w]
 
 
 @njit(cache=True)
@@ -159,7 +191,8 @@ def prepare(feature_shape: tuple[int, int, int, int], channels: int, real: int, 
     taps = geometry.kernel_h * geometry.kernel_w
     if taps * surfaces * lanes > gemm_int8.MAX_REDUCTION or surfaces > surfaces_all:
         return None
-    packed = pack_conv_weights(weights, c2, surfaces, lanes, out_channels if fused else 0)
+    packed, ones = pack_conv_weights(weights, c2, surfaces, lanes, out_channels if fused else 0,
+                                     fused and blends_window_sums(kernels, out_channels))
     direct = inside and real >= channels
     source_h, source_w, segs, bases = _operand_rows(geometry, direct, height, width, c2, surfaces, lanes)
     pixels, columns = geometry.out_h * geometry.out_w, packed.shape[0] * 16
@@ -180,8 +213,8 @@ def prepare(feature_shape: tuple[int, int, int, int], channels: int, real: int, 
         if direct:
             source = feature.reshape(-1)
         else:
-            _copy_padded(feature, *copy, source.reshape(surfaces, source_h, source_w, lanes))
-        _run_blocks(source, bases, segs, lanes // 4, packed, acc.reshape(-1, columns), block, kernels,
+            _copy_padded(feature.view(np.uint32), *copy, source.view(np.uint32).reshape(surfaces, source_h, source_w, lanes // 4))
+        _run_blocks(source, bases, segs, lanes // 4, packed, ones, acc.reshape(-1, columns), block, kernels,
                     clip_truncate, round_mode, fused, out, sums)
         if edges is not None:
             _add_edges(out, sums, *edges)
@@ -216,7 +249,7 @@ def _buffers(padded: int, pixels: int, out_channels: int, acc: int,
 
 
 @njit(cache=True)
-def _run_blocks(source, bases, segs, quads, packed, acc, block, kernels, clip_truncate, mode, fused, out, sums):
+def _run_blocks(source, bases, segs, quads, packed, ones, acc, block, kernels, clip_truncate, mode, fused, out, sums):
     # the products a block of rows at a time (its operand rows, or its int32 sums and their CORE
     # pass, stay near the core): one compiled call per run
     pixels = out.shape[0]
@@ -225,7 +258,7 @@ def _run_blocks(source, bases, segs, quads, packed, acc, block, kernels, clip_tr
         rows = -(-count // gemm_int8.MR) * gemm_int8.MR
         if fused:
             gemm_int8.products_core(source, bases[first:first + rows], segs, quads, packed, kernels,
-                                    out[first:first + count], sums[first:first + count])
+                                    out[first:first + count], sums[first:first + count], ones)
         else:
             gemm_int8.products(source, bases[first:first + rows], segs, quads, packed, acc[:rows])
             _core_int(acc, kernels, clip_truncate, mode, out[first:first + count], sums[first:first + count])

@@ -12,7 +12,9 @@ The micro-kernel (``_make_tile``) keeps MR x NV vectors of 16 int32 sums in regi
 4 reduction bytes, broadcasts each row's 4 signed bytes and issues one ``vpdpbusd`` per vector
 (64 multiply-adds, all exact). ``vpdpbusd`` multiplies unsigned by signed bytes, hence the
 weights' +128: ``acc = A.W + 128 * sum_k A[p][k]``; the caller's weight column of ones (packed as 1)
-gives that row sum - the window sum the CORE needs anyway - and ``A.W = acc - 128 * sum``.
+gives that row sum - the window sum the CORE needs anyway - and ``A.W = acc - 128 * sum``. Where that
+column would take a vector of its own (a kernel count a multiple of 16), ``products_core`` blends
+the sums instead (``_blend``: one ``vpdpbusd`` per quad for all the tile's rows; NUMERICS.md 51).
 Reduction slots past the real channels are packed as 0, so whatever bytes the operand holds
 there add nothing. Every partial sum is below 2**31 in magnitude while the reduction is at most
 ``MAX_REDUCTION`` bytes (255 * 128 per byte), so int32 never wraps.
@@ -34,6 +36,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from npuemu.emulator.kernels import host_cpu
+
 #: rows of A per micro-kernel call (bases are padded to a multiple: the extra rows read row 0)
 MR = 4
 #: the widest micro-kernel: 4 vectors of 16 columns
@@ -53,14 +57,7 @@ def available() -> bool:
     if os.environ.get("NPUEMU_INT8_GEMM", "1") == "0":
         return False
     if _host_ok is None:
-        from numba.core import config
-        import llvmlite.binding as ll
-        try:
-            features = ll.get_host_cpu_features().flatten().split(",")
-        except RuntimeError:  # LLVM cannot tell on this platform
-            features = []
-        _host_ok = config.CPU_NAME is None and config.CPU_FEATURES is None \
-            and all(feature in features for feature in _FEATURES)
+        _host_ok = host_cpu.compiles_for_host(*_FEATURES)
     return _host_ok
 
 
@@ -68,12 +65,14 @@ def _address(builder, base, offset, pointee):
     return builder.inttoptr(builder.add(base, offset), pointee.as_pointer())
 
 
-def _accumulate(builder, a_addr, bases, segs, nsegs, quads, b_addr, b_stride, nv: int, mr: int):
+def _accumulate(builder, a_addr, bases, segs, nsegs, quads, b_addr, b_stride, nv: int, mr: int, ones=None):
     """IR: the mr x nv vectors of int32 sums over the whole reduction (entry-block allocas, which
-    LLVM keeps in registers)."""
+    LLVM keeps in registers); with ``ones`` (the address of ``ones_vectors``) also the window-sum
+    vector (``_blend``), else None."""
     dot = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VEC, [_VEC] * 3),
                                          "llvm.x86.avx512.vpdpbusd.512")
     accs = [[cgutils.alloca_once_value(builder, ir.Constant(_VEC, None)) for _ in range(nv)] for _ in range(mr)]
+    window = None if ones is None else cgutils.alloca_once_value(builder, ir.Constant(_VEC, None))
     rows = [builder.add(a_addr, builder.load(_address(builder, bases, ir.Constant(_I64, 8 * r), _I64)))
             for r in range(mr)]
     with cgutils.for_range(builder, nsegs) as segment:
@@ -85,12 +84,34 @@ def _accumulate(builder, a_addr, bases, segs, nsegs, quads, b_addr, b_stride, nv
                                              builder.mul(b_stride, ir.Constant(_I64, v)), _VEC), align=64)
                        for v in range(nv)]
             at = builder.add(offset, builder.mul(quad.index, ir.Constant(_I64, 4)))
+            splats = [_splat(builder, builder.load(_address(builder, rows[r], at, _I32), align=1)) for r in range(mr)]
             for r in range(mr):
-                splat = _splat(builder, builder.load(_address(builder, rows[r], at, _I32), align=1))
                 for v in range(nv):
                     # vpdpbusd(sums, unsigned weight bytes, signed activation bytes)
-                    builder.store(builder.call(dot, [builder.load(accs[r][v]), weights[v], splat]), accs[r][v])
-    return accs
+                    builder.store(builder.call(dot, [builder.load(accs[r][v]), weights[v], splats[r]]), accs[r][v])
+            if window is not None:
+                ones_vector = builder.load(_address(builder, ones, slot, _VEC), align=64)
+                builder.store(builder.call(dot, [builder.load(window), ones_vector, _blend(builder, splats)]), window)
+    return accs, window
+
+
+def _blend(builder, splats):
+    """IR: one vector of the rows' 4 operand bytes, row r's in lanes [r * g, (r + 1) * g) (g = 16 /
+    rows): constant-mask blends (vector ALU ops beside the ``vpdpbusd`` pipes), so one
+    ``vpdpbusd`` with the ones adds every row's window sum instead of one per row."""
+    group = 16 // len(splats)
+    blended = splats[0]
+    for r in range(1, len(splats)):
+        lanes = ir.Constant(ir.VectorType(ir.IntType(1), 16), [r * group <= j < (r + 1) * group for j in range(16)])
+        blended = builder.select(lanes, splats[r], blended)
+    return blended
+
+
+def _window_sums(builder, window, mr: int):
+    """IR: the mr rows' int32 window sums from ``_blend``'s accumulated vector (every lane of a
+    row's group holds its whole sum: lane r * g)."""
+    value = builder.load(window)
+    return [builder.extract_element(value, ir.Constant(_I32, r * (16 // mr))) for r in range(mr)]
 
 
 def _splat(builder, value):
@@ -102,7 +123,7 @@ def _raw_codegen(nv: int, mr: int):
     """IR of ``_make_tile``'s raw form: the sums stored as they are."""
     def codegen(context, builder, signature, args):
         out_addr, out_stride = args[7:9]
-        accs = _accumulate(builder, *args[:7], nv, mr)
+        accs, _ = _accumulate(builder, *args[:7], nv, mr)
         for r in range(mr):
             row = builder.add(out_addr, builder.mul(out_stride, ir.Constant(_I64, 4 * r)))
             for v in range(nv):
@@ -117,10 +138,9 @@ def _core_codegen(nv: int, mr: int):
     there), then ``sum - 128 * S`` in the columns below ``kernels`` and 0 past them."""
     def codegen(context, builder, signature, args):
         out_addr, out_stride, sums_addr, valid, kernels, first = args[7:]
-        accs = _accumulate(builder, *args[:7], nv, mr)
+        accs, _ = _accumulate(builder, *args[:7], nv, mr)
         spill = cgutils.alloca_once(builder, _VEC, size=nv)
         window = cgutils.alloca_once(builder, _I32)
-        lanes = ir.Constant(_VEC, list(range(16)))
         for r in range(mr):
             with builder.if_then(builder.icmp_signed("<", ir.Constant(_I64, r), valid)):
                 total = _address(builder, sums_addr, ir.Constant(_I64, 8 * r), _I64)
@@ -133,26 +153,53 @@ def _core_codegen(nv: int, mr: int):
                         builder.store(value, window)
                     with stored:
                         builder.store(builder.trunc(builder.load(total), _I32), window)
-                shift = _splat(builder, builder.mul(builder.load(window), ir.Constant(_I32, 128)))
-                limit = _splat(builder, builder.trunc(kernels, _I32))
-                row = builder.add(out_addr, builder.mul(out_stride, ir.Constant(_I64, 4 * r)))
-                for v in range(nv):
-                    column = builder.add(lanes, ir.Constant(_VEC, [16 * v] * 16))
-                    value = builder.select(builder.icmp_signed("<", column, limit),
-                                           builder.sub(builder.load(accs[r][v]), shift), ir.Constant(_VEC, None))
-                    builder.store(value, _address(builder, row, ir.Constant(_I64, 64 * v), _VEC), align=4)
+                _store_core_row(builder, accs[r], builder.load(window), out_addr, out_stride, r, kernels)
         return context.get_dummy_value()
     return codegen
 
 
-def _make_tile(nv: int, mr: int = MR, core: bool = False):
+def _blend_codegen(nv: int, mr: int):
+    """IR of ``_make_tile``'s CORE form with the window sums blended (``_blend``; weights packed
+    without the column of ones): per valid row S stored to ``sums`` and the outputs as
+    ``_core_codegen``'s."""
+    def codegen(context, builder, signature, args):
+        out_addr, out_stride, sums_addr, valid, kernels, ones = args[7:]
+        accs, window = _accumulate(builder, *args[:7], nv, mr, ones)
+        windows = _window_sums(builder, window, mr)
+        for r in range(mr):
+            with builder.if_then(builder.icmp_signed("<", ir.Constant(_I64, r), valid)):
+                builder.store(builder.sext(windows[r], _I64), _address(builder, sums_addr, ir.Constant(_I64, 8 * r), _I64))
+                _store_core_row(builder, accs[r], windows[r], out_addr, out_stride, r, kernels)
+        return context.get_dummy_value()
+    return codegen
+
+
+def _store_core_row(builder, accs, window, out_addr, out_stride, r: int, kernels) -> None:
+    """IR: row r's ``sum - 128 * window`` in the columns below ``kernels``, 0 past them."""
+    shift = _splat(builder, builder.mul(window, ir.Constant(_I32, 128)))
+    limit = _splat(builder, builder.trunc(kernels, _I32))
+    lanes = ir.Constant(_VEC, list(range(16)))
+    row = builder.add(out_addr, builder.mul(out_stride, ir.Constant(_I64, 4 * r)))
+    for v, acc in enumerate(accs):
+        column = builder.add(lanes, ir.Constant(_VEC, [16 * v] * 16))
+        value = builder.select(builder.icmp_signed("<", column, limit), builder.sub(builder.load(acc), shift),
+                               ir.Constant(_VEC, None))
+        builder.store(value, _address(builder, row, ir.Constant(_I64, 64 * v), _VEC), align=4)
+
+
+def _make_tile(nv: int, mr: int = MR, core: bool = False, blend: bool = False):
     """``tile(a, bases, segs, nsegs, quads, b, b_stride, out, out_stride[, sums, valid, kernels,
-    first])``, all byte addresses or counts (intp): rows ``bases[0..mr)`` of A times ``nv``
+    first | ones])``, all byte addresses or counts (intp): rows ``bases[0..mr)`` of A times ``nv``
     packed weight vectors (``b``, the next one ``b_stride`` bytes on) -> int32 ``out``
     [mr][16 * nv], rows ``out_stride`` elements apart: the raw sums, or with ``core`` the CORE
     outputs of the first ``valid`` rows (``_core_codegen``; ``kernels`` counted from the tile's
-    first column)."""
-    if core:
+    first column), with ``blend`` their window sums from ``ones`` (``_blend_codegen``)."""
+    if blend:
+        @intrinsic
+        def tile(typingctx, a_addr, bases, segs, nsegs, quads, b_addr, b_stride, out_addr, out_stride,
+                 sums_addr, valid, kernels, ones_addr):
+            return types.void(*([types.intp] * 13)), _blend_codegen(nv, mr)
+    elif core:
         @intrinsic
         def tile(typingctx, a_addr, bases, segs, nsegs, quads, b_addr, b_stride, out_addr, out_stride,
                  sums_addr, valid, kernels, first):
@@ -170,6 +217,8 @@ _tile1, _tile2, _tile3, _tile4 = (_make_tile(nv) for nv in (1, 2, 3, 4))
 _wide1, _wide2 = _make_tile(1, 2 * MR), _make_tile(2, 2 * MR)
 _core1, _core2, _core3, _core4 = (_make_tile(nv, core=True) for nv in (1, 2, 3, 4))
 _core_wide1, _core_wide2 = _make_tile(1, 2 * MR, True), _make_tile(2, 2 * MR, True)
+_blend1, _blend2, _blend3, _blend4 = (_make_tile(nv, blend=True) for nv in (1, 2, 3, 4))
+_blend_wide1, _blend_wide2 = _make_tile(1, 2 * MR, blend=True), _make_tile(2, 2 * MR, blend=True)
 
 
 @njit(cache=True)
@@ -209,47 +258,89 @@ def products(source, bases, segs, quads, packed, acc):
 
 
 @njit(cache=True)
-def products_core(source, bases, segs, quads, packed, kernels, out, sums):
+def products_core(source, bases, segs, quads, packed, kernels, out, sums, ones):
     """``products`` with the CORE stage of CLIP_TRUNCATE 0 fused (``_core_codegen``): int32
     ``out`` [P][C] (C-contiguous; its buffer at least 16 elements longer: a row's last vector may
     spill into the next row, rewritten later, and past the last one) receives ``A.W`` in columns
-    below ``kernels`` and 0 past them, int64 ``sums`` [P] the window sums (column ``kernels`` of
-    the packed weights, which cover C columns). The column blocks run from the one holding
-    column ``kernels`` (the window sums first), then down to column 0 (whose stores come last)."""
+    below ``kernels`` and 0 past them, int64 ``sums`` [P] the window sums: column ``kernels`` of
+    the packed weights (which cover C columns), or where ``ones`` has rows (``ones_vectors``; the
+    weights then without that column) blended by the first column block (``_blend_codegen``).
+    The column blocks run from the one holding column ``kernels`` (the window sums first; with
+    ``ones`` the last block at most), then down to column 0 (whose stores come last)."""
     nvec = packed.shape[0]
     stride = packed.shape[1] * 64
     pixels, pitch = out.shape
     a_addr, b_addr, out_addr, sums_addr = source.ctypes.data, packed.ctypes.data, out.ctypes.data, sums.ctypes.data
-    segs_addr, nsegs, bases_addr = segs.ctypes.data, segs.shape[0], bases.ctypes.data
-    top = kernels // 16 // NV * NV
-    for block in range(-1, -(-nvec // NV)):
-        v0 = top if block < 0 else (-(-nvec // NV) - 1 - block) * NV
+    segs_addr, nsegs, bases_addr, ones_addr = segs.ctypes.data, segs.shape[0], bases.ctypes.data, ones.ctypes.data
+    blocks = -(-nvec // NV)
+    top = min(kernels // 16 // NV, blocks - 1) * NV
+    for block in range(-1, blocks):
+        v0 = top if block < 0 else (blocks - 1 - block) * NV
         if block >= 0 and v0 == top:
             continue
         width, weights, first = min(NV, nvec - v0), b_addr + v0 * stride, 1 if block < 0 else 0
+        blend = first == 1 and ones.shape[0] > 0
         start = 0
         if width <= 2:
             for p0 in range(0, bases.shape[0] - 2 * MR + 1, 2 * MR):
                 args = (a_addr, bases_addr + p0 * 8, segs_addr, nsegs, quads, weights, stride,
                         out_addr + (p0 * pitch + v0 * 16) * 4, pitch, sums_addr + p0 * 8,
-                        min(2 * MR, pixels - p0), kernels - v0 * 16, first)
-                if width == 2:
-                    _core_wide2(*args)
+                        min(2 * MR, pixels - p0), kernels - v0 * 16)
+                if blend:
+                    if width == 2:
+                        _blend_wide2(*args, ones_addr)
+                    else:
+                        _blend_wide1(*args, ones_addr)
+                elif width == 2:
+                    _core_wide2(*args, first)
                 else:
-                    _core_wide1(*args)
+                    _core_wide1(*args, first)
             start = bases.shape[0] // (2 * MR) * (2 * MR)
         for p0 in range(start, bases.shape[0], MR):
             args = (a_addr, bases_addr + p0 * 8, segs_addr, nsegs, quads, weights, stride,
                     out_addr + (p0 * pitch + v0 * 16) * 4, pitch, sums_addr + p0 * 8,
-                    min(MR, pixels - p0), kernels - v0 * 16, first)
-            if width == 4:
-                _core4(*args)
+                    min(MR, pixels - p0), kernels - v0 * 16)
+            if blend:
+                _blend_tile(width, args, ones_addr)
+            elif width == 4:
+                _core4(*args, first)
             elif width == 3:
-                _core3(*args)
+                _core3(*args, first)
             elif width == 2:
-                _core2(*args)
+                _core2(*args, first)
             else:
-                _core1(*args)
+                _core1(*args, first)
+
+
+@njit(cache=True, inline="always")
+def _blend_tile(width, args, ones_addr):
+    # (products_core's MR-row tile of ``width`` vectors, window sums blended)
+    if width == 4:
+        _blend4(*args, ones_addr)
+    elif width == 3:
+        _blend3(*args, ones_addr)
+    elif width == 2:
+        _blend2(*args, ones_addr)
+    else:
+        _blend1(*args, ones_addr)
+
+
+#: ``products_core``'s ``ones`` where the packed weights hold the column of ones
+NO_ONES = np.zeros((0, 64), np.uint8)
+
+
+def ones_vectors(ones: np.ndarray) -> np.ndarray:
+    """uint8 [K] (1 for the reduction slots a window sum counts, 0 elsewhere; K a multiple of 4)
+    -> the 64-byte aligned uint8 [K / 4][64] ``products_core`` blends against: quad q's 4 bytes in
+    each of the 16 lanes."""
+    quads = ones.reshape(-1, 4)
+    raw = np.empty(quads.shape[0] * 64 + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    vectors = raw[start:start + quads.shape[0] * 64].reshape(-1, 16, 4)
+    vectors[:] = quads[:, None, :]
+    vectors = vectors.reshape(-1, 64)
+    vectors.flags.writeable = False
+    return vectors
 
 
 def pack(columns: np.ndarray) -> np.ndarray:

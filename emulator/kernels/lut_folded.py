@@ -34,6 +34,8 @@ FOLD_SPAN = 1 << 20
 FOLD_KEPT = 64
 #: units/dpu_plan.py runs the folded path where it applies (the tests turn it off to compare)
 FOLDED = True
+#: lanes of an int8 atom (16 bytes): ``_folded_lines`` writes whole atoms of them
+LANES = 16
 
 
 @njit(cache=True, inline="always")
@@ -194,7 +196,9 @@ def folded_to_atoms(data, sums, sums_layout, kernels_per_group, bs, bs_operands,
     """``lut._plain_table_to_atoms`` with BN folded into the table (``fold_tables``: ``folded``
     indexed by the BS result less ``first``) on a pixel-major cube ``data`` [1][P][L] (int32),
     in the same blocks: a block's indices (``_block_indices``), the table read into ``tile``
-    (its lanes past the computed channels left as they are: zeros), the atoms stored."""
+    (its lanes past the computed channels left as they are: zeros), the atoms stored. Int8 atoms
+    of 16 lanes, every one computed, with the window sums in place, per pixel or none, go straight
+    into their lines instead (``_folded_lines``: the same indices and entries, no tile)."""
     per_block, lanes_out = tile.shape
     computed = min(channels, lanes_out)
     pixels = data.shape[1]
@@ -214,6 +218,11 @@ def folded_to_atoms(data, sums, sums_layout, kernels_per_group, bs, bs_operands,
     rows = sums.reshape(pixels, groups) if in_place else window.reshape(-1, computed) if loaded \
         else np.zeros((0, 1), sums.dtype)
     shared = sums if sums_layout == dp.SUMS_SHARED else sums[:0]
+    # int8 atoms of 16 lanes, all computed, sums in place or per pixel: straight into the lines (NUMERICS.md 50)
+    if not loaded and tile.itemsize == 1 and lanes_out == LANES * surfaces and computed == lanes_out:
+        _folded_lines(data, rows, shared, cpend, alu, mul, pos, neg, folded, first, top, surfaces, width, offsets,
+                      target.view(np.int8))
+        return
     indices = np.empty(per_block * computed, np.uint32)  # (unsigned: the table reads skip the negative-index wrap)
     flat_tile = tile.reshape(-1)
     for start in range(0, pixels, per_block):
@@ -232,3 +241,44 @@ def folded_to_atoms(data, sums, sums_layout, kernels_per_group, bs, bs_operands,
                     row[c] = folded[indices[b * computed + c]]
         dp._store_atoms(tile, start, count, width, surfaces, offsets, target)
 
+
+
+@njit(cache=True)
+def _folded_lines(data, rows, shared, cpend, alu, mul, pos, neg, folded, first, top, surfaces, width, offsets, out):
+    """``folded_to_atoms`` for int8 atoms of 16 lanes, every lane a computed channel, written
+    straight into their lines (``out``: the target's bytes; atom s of pixel (y, x) at byte
+    ``8 * offsets[s * H + y] + 16x``), a surface at a time (issue 20, NUMERICS.md 50): per line,
+    the indices of its pixels' 16 channels (``_bs_index``, a 16-lane loop of constant count) into
+    a line of indices, then the table read along it into the line's bytes - no tile, no second
+    pass moving atoms, no row loop entered once per pixel for 16 or 32 lanes. Window sums as
+    ``_block_indices`` reads them: ``rows`` [P][G] (in place, one per channel) where it has rows,
+    else ``shared`` [P] (or none where that is empty too)."""
+    lines = offsets.shape[0] // surfaces
+    stride = data.shape[2]
+    flat = data.reshape(-1)
+    indices = np.empty(width * LANES, np.uint32)
+    lane_cpend, lane_alu, lane_mul = np.empty(LANES, np.int64), np.empty(LANES, np.int64), np.empty(LANES, np.int64)
+    per_channel, with_shared = rows.shape[0] > 0, shared.shape[0] > 0
+    for s in range(surfaces):
+        c0 = s * LANES
+        for lane in range(LANES):
+            lane_cpend[lane], lane_alu[lane], lane_mul[lane] = cpend[c0 + lane], alu[c0 + lane], mul[c0 + lane]
+        for y in range(lines):
+            for x in range(width):
+                p = np.uint64(y * width + x)
+                i, into = p * np.uint64(stride) + np.uint64(c0), np.uint64(x * LANES)
+                if per_channel:
+                    for lane in range(LANES):
+                        u = np.uint64(lane)
+                        indices[into + u] = _bs_index(flat[i + u], np.int64(rows[p, np.uint64(c0) + u]), lane_cpend[u],
+                                                      lane_alu[u], lane_mul[u], pos, neg, first, top)
+                else:
+                    w = np.int64(shared[p]) if with_shared else np.int64(0)
+                    for lane in range(LANES):
+                        u = np.uint64(lane)
+                        indices[into + u] = _bs_index(flat[i + u], w, lane_cpend[u], lane_alu[u], lane_mul[u], pos, neg,
+                                                      first, top)
+            line = np.uint64(offsets[s * lines + y] * 8)
+            for j in range(width * LANES):
+                u = np.uint64(j)
+                out[line + u] = folded[indices[u]]

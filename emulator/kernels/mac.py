@@ -6,8 +6,9 @@ reduction chunks of an int8 weight matrix (:func:`exact_chunk_bounds`: every par
 chunk is an integer of magnitude <= 128 * sum(|w|) <= 2**24, so float32 holds it exactly
 whatever the summation order; NUMERICS.md 3.2, 3.5) and the BLAS thread choice
 (:func:`choose_blas_threads`). fp16 convolutions run here on padded [C][H][W] planes
-(:func:`fetch_padded_input`, :func:`conv2d_fp16`): float32 matrix products (numpy BLAS) over an
-im2col gather, or a direct Numba loop for depthwise-like convolutions.
+(:func:`fetch_padded_input`, :func:`conv2d_fp16`): float32 matrix products summed k after k
+(``gemm_fp32_seq``) over the planes' taps read in place, or a direct Numba loop for depthwise-like
+convolutions - the same order, so the same bits (NUMERICS.md 3.3).
 
 Geometry follows the registers: explicit top/left padding, bottom/right implied by the output
 size (rknpu-isa.md 3, PAD_CON0 note), every padded position holding the pad value.
@@ -16,6 +17,7 @@ size (rknpu-isa.md 3, PAD_CON0 note), every padded position holding the pad valu
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -23,9 +25,9 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from npuemu.emulator.kernels import gemm_fp32_seq
 from npuemu.emulator.kernels.fp16 import fp16_bits_to_fp32_bits_native, native_halves, widening_table
 from npuemu.emulator.memo import Memo
-from npuemu.emulator.numerics import EXACT_FLOAT32_REDUCTION
 from npuemu.isa.errors import EmulationError
 
 #: BLAS threads for the float32 products when the user set none (NPUEMU_BLAS_THREADS, or
@@ -224,50 +226,6 @@ def _im2col(padded, channel0, k0, k1, kernel_h, kernel_w, stride_y, stride_x, di
 
 
 @njit(cache=True)
-def _column_phases(padded, stride_x, phases):
-    # phases [C][Hp][SX][pitch] (flat): phases[c, y, px, q] = padded[c, y, q SX + px], 0 past the row
-    # (never read by _im2col_phased): one strided pass over the planes, after which every im2col run of
-    # a stride-SX convolution is a contiguous copy (each input column is gathered once, not once a tap)
-    channels, padded_h, padded_w = padded.shape
-    pitch = -(-padded_w // stride_x)
-    for c in range(channels):
-        for y in range(padded_h):
-            source = padded[c, y]
-            for px in range(stride_x):
-                at = ((c * padded_h + y) * stride_x + px) * pitch
-                line = phases[at:at + pitch]
-                inside = -(-(padded_w - px) // stride_x)  # q with q SX + px < Wp
-                for q in range(inside):
-                    line[q] = source[q * stride_x + px]
-                for q in range(inside, pitch):
-                    line[q] = 0
-
-
-@njit(cache=True)
-def _im2col_phased(phases, padded_h, pitch, stride_x, channel0, k0, k1, kernel_h, kernel_w, stride_y, dilation_y,
-                   dilation_x, row0, row1, out_w, columns):
-    # _im2col's columns read from _column_phases' [C][Hp][SX][pitch] planes: tap (ky, kx) of output
-    # column ox reads padded column ox SX + kx DX = phase (kx DX % SX) at ox + kx DX // SX, a
-    # contiguous run of out_w whatever the stride
-    taps = kernel_h * kernel_w
-    width = columns.shape[1]
-    targets = columns.reshape(-1)
-    step = stride_y * stride_x * pitch
-    for k in range(k0, k1):
-        c = channel0 + k // taps
-        ky = (k % taps) // kernel_w
-        kx = k % kernel_w
-        column, px = divmod(kx * dilation_x, stride_x)
-        first = ((c * padded_h + row0 * stride_y + ky * dilation_y) * stride_x + px) * pitch + column
-        row = (k - k0) * width
-        for oy in range(row1 - row0):
-            start, at = first + oy * step, row + oy * out_w
-            source, run = phases[start:start + out_w], targets[at:at + out_w]
-            for ox in range(out_w):
-                run[ox] = source[ox]
-
-
-@njit(cache=True)
 def _conv_direct_float(padded, weights, groups, stride_y, stride_x, dilation_y, dilation_x, acc):
     # acc = +0 + each product in (input channel, ky, kx) order, per output element
     out_channels, _, kernel_h, kernel_w = weights.shape
@@ -288,9 +246,16 @@ def _conv_direct_float(padded, weights, groups, stride_y, stride_x, dilation_y, 
 def _phase_planes(padded, stride_y, stride_x, rows, pitch):
     """[C][SY][SX][HQ * pitch]: phase (py, px) holds padded[c, r SY + py, q SX + px] at r * pitch + q,
     for the ``rows`` padded rows the output reads (HQ = ceil(rows / SY)); 0 past them."""
+    phases = np.empty((padded.shape[0], stride_y, stride_x, -(-rows // stride_y) * pitch), np.float32)
+    _fill_phase_planes(padded, stride_y, stride_x, rows, pitch, phases)
+    return phases
+
+
+@njit(cache=True)
+def _fill_phase_planes(padded, stride_y, stride_x, rows, pitch, phases):
+    # _phase_planes into ``phases`` [C][SY][SX][HQ * pitch]
     channels, _, padded_w = padded.shape
     phase_rows = -(-rows // stride_y)
-    phases = np.empty((channels, stride_y, stride_x, phase_rows * pitch), np.float32)
     for c in range(channels):
         for py in range(stride_y):
             for px in range(stride_x):
@@ -305,7 +270,6 @@ def _phase_planes(padded, stride_y, stride_x, rows, pitch):
                     for q in range(inside):
                         line[q] = source[q * stride_x + px]
                     line[inside:] = 0
-    return phases
 
 
 @njit(cache=True)
@@ -370,7 +334,7 @@ def _add_products(target, row, weight):
 
 
 # ---------------------------------------------------------------------------------------------
-# Orchestration (numpy BLAS for the products)
+# Orchestration (the int8 callers' BLAS threads; the fp16 products in gemm_fp32_seq)
 # ---------------------------------------------------------------------------------------------
 def choose_blas_threads() -> int | None:
     """Set numpy's OpenBLAS thread count once per process, as DEFAULT_BLAS_THREADS says; returns
@@ -422,121 +386,136 @@ def _check_operands(padded: np.ndarray, weights: np.ndarray, geometry: ConvGeome
                              f"{geometry.padded_h}x{geometry.padded_w} the output needs")
 
 
-def _is_pointwise(geometry: ConvGeometry, planes_shape: tuple) -> bool:
-    # A 1x1 stride-1 convolution reads the padded planes as they are: no gather needed.
-    return (geometry.kernel_h == geometry.kernel_w == 1
-            and geometry.stride_y == geometry.stride_x == 1
-            and planes_shape[1] == geometry.out_h and planes_shape[2] == geometry.out_w)
-
-
-def _chunk_bounds(reduction: int) -> tuple[int, ...]:
-    # reduction chunks of EXACT_FLOAT32_REDUCTION: part of the fp16 summation order (NUMERICS.md 3.3)
-    return tuple(range(0, reduction, EXACT_FLOAT32_REDUCTION)) + (reduction,)
-
-
-def _split_pieces(matrices: np.ndarray) -> tuple[tuple[np.ndarray, ...], ...]:
-    """[group][chunk]: contiguous copies of each group's columns of each reduction chunk."""
-    bounds = _chunk_bounds(matrices.shape[2])
-    return tuple(tuple(np.ascontiguousarray(matrix[:, k0:k1]) for k0, k1 in zip(bounds, bounds[1:]))
-                 for matrix in matrices)
-
-
-#: the chunk copies of memoised (shared, never written) weight matrices, made once
-_PIECES: Memo[tuple] = Memo(_split_pieces, identity=1, limit=1024)
-
-
 class GemmLayout(NamedTuple):
-    """How ``_conv_gemm`` cuts a convolution into products (fixed by the shapes alone: part of the
-    fp16 summation order, NUMERICS.md 3.3): reduction chunk bounds, output rows per block, whether
-    the planes are read as they are (1x1 stride 1), the im2col buffer's and the chunk-product
-    buffer's shapes (None where not needed), and the column phases' length (``_column_phases``:
-    kernels wider than one column at a column stride; the gather then copies contiguous runs; else
-    None). The phases change how the columns are gathered, never their values."""
+    """How ``gemm_products`` feeds a convolution to ``gemm_fp32_seq.products`` (fixed by the shapes; the
+    sums are k after k over the whole (c, ky, kx) reduction whatever the layout, NUMERICS.md 3.3).
 
-    bounds: tuple[int, ...]
+    ``taps``: row k = (c, ky, kx) of the product's B is tap (ky, kx)'s run over channel c's plane - the
+    padded planes themselves at stride 1, else their phase planes (``_phase_planes``: ``phases``
+    elements, ``phase_rows`` rows a phase) - read in place at byte ``offsets[k]`` (+ the group's first
+    channel, ``group_bytes`` a group), one output row every ``pitch`` columns; where ``pitch`` > OW the
+    results go to a ``wide`` [M][OH * pitch] buffer first, the columns past OW dropped after. Otherwise
+    (a 1x1 kernel at a stride) B is the im2col ``columns`` gathered per block of ``rows_per_block``
+    output rows (``offsets[k]`` = k rows of the buffer). ``narrow``: products of at most
+    ``gemm_fp32_seq.NARROW`` columns, whose weights take ``gemm_fp32_seq.pack``'s narrow form."""
+
+    taps: bool
+    pitch: int
+    phase_rows: int
     rows_per_block: int
-    pointwise: bool
     columns: tuple[int, int] | None
-    product: tuple[int, int] | None
-    phases: int | None = None
+    wide: tuple[int, int] | None
+    phases: int | None
+    offsets: np.ndarray
+    group_bytes: int
+    narrow: bool
 
 
 def gemm_layout(matrices: np.ndarray, geometry: ConvGeometry, planes_shape: tuple) -> GemmLayout:
     """The ``GemmLayout`` of ``matrices`` [groups][M][K] over padded planes of ``planes_shape``."""
-    rows, reduction = matrices.shape[1:]
-    bounds = _chunk_bounds(reduction)
-    chunk = max(b - a for a, b in zip(bounds, bounds[1:]))
-    rows_per_block = max(1, min(geometry.out_h, _COLUMN_BUDGET // (chunk * geometry.out_w)))
-    pointwise = _is_pointwise(geometry, planes_shape)
-    width = rows_per_block * geometry.out_w
-    phased = not pointwise and geometry.stride_x > 1 and geometry.kernel_w > 1
-    phases = planes_shape[0] * planes_shape[1] * geometry.stride_x * -(-planes_shape[2] // geometry.stride_x)
-    return GemmLayout(bounds, rows_per_block, pointwise, None if pointwise else (chunk, width),
-                      (rows, width) if len(bounds) > 2 else None, phases if phased else None)
+    return _layout(*matrices.shape[1:], geometry, tuple(planes_shape))
 
 
-def _conv_gemm(padded: np.ndarray, matrices: np.ndarray, geometry: ConvGeometry,
-               pieces: tuple[tuple[np.ndarray, ...], ...]) -> np.ndarray:
-    """Convolution as float32 matrix products: ``matrices`` [groups][M][K] (K in c, ky, kx
-    order; ``pieces`` its ``_split_pieces``) times the gathered input (``gemm_products``).
-    Returns float32 [groups * M][OH][OW]."""
-    choose_blas_threads()
-    padded = np.ascontiguousarray(padded)  # (the gather reads it flat)
+@functools.lru_cache(maxsize=1024)
+def _layout(rows: int, reduction: int, geometry: ConvGeometry, planes_shape: tuple) -> GemmLayout:
+    # (worked out once per shape: the tap offsets cost ~50 us, and the fp16 convolutions whose weights
+    # are fetched each run - new objects, no prepared plan - come here every run; the offsets are shared)
+    kernel_h, kernel_w, out_h, out_w = geometry.kernel_h, geometry.kernel_w, geometry.out_h, geometry.out_w
+    stride_y, stride_x, dilation_y, dilation_x = geometry.stride_y, geometry.stride_x, geometry.dilation_y, geometry.dilation_x
+    group_inputs = reduction // (kernel_h * kernel_w)
+    if kernel_h == kernel_w == 1 and (stride_y, stride_x) != (1, 1):  # only phase (0, 0) read: gather it
+        rows_per_block = max(1, min(out_h, _COLUMN_BUDGET // (reduction * out_w)))
+        width = rows_per_block * out_w
+        return GemmLayout(False, out_w, 0, rows_per_block, (reduction, width), None, None,
+                          _shared(gemm_fp32_seq.row_offsets(reduction, width)), 0, width <= gemm_fp32_seq.NARROW)
+    channel, ky, kx = np.unravel_index(np.arange(reduction), (group_inputs, kernel_h, kernel_w))
+    row, py = np.divmod(ky * dilation_y, stride_y)
+    column, px = np.divmod(kx * dilation_x, stride_x)
+    if (stride_y, stride_x) == (1, 1):  # the planes are their own single phase
+        pitch, phase_rows, phases = planes_shape[2], planes_shape[1], None
+        plane = pitch * phase_rows
+    else:
+        pitch = -(-geometry.padded_w // stride_x)
+        phase_rows = -(-geometry.padded_h // stride_y)
+        plane = stride_y * stride_x * phase_rows * pitch
+        phases = planes_shape[0] * plane
+    offsets = (channel * plane + (py * stride_x + px) * phase_rows * pitch + row * pitch + column) * 4
+    wide = None if pitch == out_w else (rows, out_h * pitch)
+    narrow = (out_h - 1) * pitch + out_w <= gemm_fp32_seq.NARROW
+    return GemmLayout(True, pitch, phase_rows, out_h, None, wide, phases, _shared(offsets.astype(np.int64)),
+                      group_inputs * plane * 4, narrow)
+
+
+def _shared(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array
+
+
+def gemm_products(padded: np.ndarray, geometry: ConvGeometry, packed: tuple[np.ndarray, ...], layout: GemmLayout,
+                  acc: np.ndarray, columns: np.ndarray | None = None, wide: np.ndarray | None = None,
+                  phases: np.ndarray | None = None) -> None:
+    """The products of ``_conv_gemm`` into ``acc`` [groups * M][OH * OW]: per group, its packed weights
+    (``gemm_fp32_seq.pack``) times the planes' taps or gathered columns (``GemmLayout``), every sum +0
+    then the products k after k in (c, ky, kx) order, one float32 rounding an add (NUMERICS.md 3.3).
+    ``padded`` C-contiguous; ``columns``, ``wide`` and ``phases`` buffers of the layout's shapes (made
+    here when None)."""
+    out_h, out_w = geometry.out_h, geometry.out_w
+    rows = acc.shape[0] // len(packed)
+    if not layout.taps:
+        _column_products(padded, geometry, packed, layout, acc, columns)
+        return
+    source = padded
+    if layout.phases is not None:
+        source = np.empty(layout.phases, np.float32) if phases is None else phases
+        _fill_phase_planes(padded, geometry.stride_y, geometry.stride_x, geometry.padded_h, layout.pitch,
+                           source.reshape(padded.shape[0], geometry.stride_y, geometry.stride_x, -1))
+    length = (out_h - 1) * layout.pitch + out_w
+    flat = source.reshape(-1)
+    if layout.wide is not None:
+        wide = np.empty(layout.wide, np.float32) if wide is None else wide
+    for g, weights in enumerate(packed):
+        target = acc[g * rows:(g + 1) * rows]
+        into = target if wide is None else wide
+        gemm_fp32_seq.run(weights, layout.offsets, flat, g * layout.group_bytes, into[:, :length])
+        if wide is not None:  # the columns past OW of each row dropped
+            target.reshape(rows, out_h, out_w)[...] = wide.reshape(rows, out_h, layout.pitch)[:, :, :out_w]
+
+
+def _column_products(padded: np.ndarray, geometry: ConvGeometry, packed: tuple[np.ndarray, ...], layout: GemmLayout,
+                     acc: np.ndarray, columns: np.ndarray | None) -> None:
+    """``gemm_products`` over im2col columns gathered a block of output rows at a time."""
+    out_h, out_w = geometry.out_h, geometry.out_w
+    rows = acc.shape[0] // len(packed)
+    reduction = layout.offsets.shape[0]
+    group_inputs = reduction // (geometry.kernel_h * geometry.kernel_w)
+    columns = np.empty(layout.columns, np.float32) if columns is None else columns
+    for g, weights in enumerate(packed):
+        for row0 in range(0, out_h, layout.rows_per_block):
+            row1 = min(out_h, row0 + layout.rows_per_block)
+            _im2col(padded, g * group_inputs, 0, reduction, geometry.kernel_h, geometry.kernel_w, geometry.stride_y,
+                    geometry.stride_x, geometry.dilation_y, geometry.dilation_x, row0, row1, out_w, columns)
+            gemm_fp32_seq.run(weights, layout.offsets, columns.reshape(-1), 0,
+                              acc[g * rows:(g + 1) * rows, row0 * out_w:row1 * out_w])
+
+
+def _conv_gemm(padded: np.ndarray, matrices: np.ndarray, geometry: ConvGeometry, packed: tuple[np.ndarray, ...],
+               layout: GemmLayout) -> np.ndarray:
+    """Convolution as sequential-order float32 matrix products: ``matrices`` [groups][M][K] (K in c, ky,
+    kx order; ``packed`` their ``_pack_groups``) times the planes' taps (``gemm_products``). Returns
+    float32 [groups * M][OH][OW]."""
+    padded = np.ascontiguousarray(padded)  # (read flat)
     groups, rows = matrices.shape[:2]
-    layout = gemm_layout(matrices, geometry, padded.shape)
-    columns = None if layout.columns is None else np.empty(layout.columns, np.float32)
-    product = None if layout.product is None else np.empty(layout.product, np.float32)
-    phases = None if layout.phases is None else np.empty(layout.phases, np.float32)
     acc = np.empty((groups * rows, geometry.out_h * geometry.out_w), np.float32)
-    gemm_products(padded, geometry, pieces, layout, columns, product, acc, phases)
+    gemm_products(padded, geometry, packed, layout, acc)
     return acc.reshape(groups * rows, geometry.out_h, geometry.out_w)
 
 
-def gemm_products(padded: np.ndarray, geometry: ConvGeometry, pieces: tuple[tuple[np.ndarray, ...], ...],
-                  layout: GemmLayout, columns: np.ndarray | None, product: np.ndarray | None,
-                  acc: np.ndarray, phases: np.ndarray | None = None) -> None:
-    """The products of ``_conv_gemm`` into ``acc`` [groups * M][OH * OW] (C-contiguous planes
-    ``padded``; ``columns``, ``product`` and ``phases`` of the layout's shapes): one product per
-    group, row block and reduction chunk of EXACT_FLOAT32_REDUCTION; chunk results add in float32,
-    starting from +0.
+def _pack_groups(matrices: np.ndarray, narrow: bool) -> tuple[np.ndarray, ...]:
+    return tuple(gemm_fp32_seq.pack(matrix, narrow) for matrix in matrices)
 
-    The first chunk's product goes straight into the accumulators and gets + 0 (which turns a
-    -0 into the +0 that 0 + p gives and leaves every other value, NaN included, as it is): the
-    same bits as zeroed accumulators plus a product buffer, without the buffer's pass."""
-    kernel_h, kernel_w, out_h, out_w = (geometry.kernel_h, geometry.kernel_w, geometry.out_h,
-                                        geometry.out_w)
-    rows, bounds, rows_per_block = pieces[0][0].shape[0], layout.bounds, layout.rows_per_block
-    group_inputs = bounds[-1] // (kernel_h * kernel_w)
-    planes = padded.reshape(padded.shape[0], -1) if layout.pointwise else None
-    if layout.phases is not None:  # (a column stride: the gather copies contiguous runs of these)
-        phases = np.empty(layout.phases, np.float32) if phases is None else phases
-        _column_phases(padded, geometry.stride_x, phases)
-        pitch = -(-padded.shape[2] // geometry.stride_x)
-    for g in range(len(pieces)):
-        for row0 in range(0, out_h, rows_per_block):
-            row1 = min(out_h, row0 + rows_per_block)
-            width = (row1 - row0) * out_w
-            target = acc[g * rows:(g + 1) * rows, row0 * out_w:row1 * out_w]
-            for index, (piece, k0, k1) in enumerate(zip(pieces[g], bounds, bounds[1:])):
-                if planes is not None:
-                    block = planes[g * group_inputs + k0:g * group_inputs + k1,
-                                   row0 * out_w:row1 * out_w]
-                elif layout.phases is not None:
-                    _im2col_phased(phases, padded.shape[1], pitch, geometry.stride_x, g * group_inputs, k0, k1,
-                                   kernel_h, kernel_w, geometry.stride_y, geometry.dilation_y, geometry.dilation_x,
-                                   row0, row1, out_w, columns)
-                    block = columns[:k1 - k0, :width]
-                else:
-                    _im2col(padded, g * group_inputs, k0, k1, kernel_h, kernel_w,
-                            geometry.stride_y, geometry.stride_x, geometry.dilation_y,
-                            geometry.dilation_x, row0, row1, out_w, columns)
-                    block = columns[:k1 - k0, :width]
-                if index == 0:
-                    np.matmul(piece, block, out=target)
-                    np.add(target, np.float32(0), out=target)
-                else:
-                    np.matmul(piece, block, out=product[:, :width])
-                    np.add(target, product[:, :width], out=target)
+
+#: the packed weights of memoised (shared, never written) weight matrices, made once
+_PACKED: Memo[tuple] = Memo(_pack_groups, identity=1, limit=1024)
 
 
 def exact_chunk_bounds(matrix: np.ndarray, input_bound: int = 128,
@@ -577,8 +556,8 @@ def conv2d_fp16(padded: np.ndarray, weights: np.ndarray, geometry: ConvGeometry,
                 method: str = "auto") -> np.ndarray:
     """fp16 x fp16 convolution with fp32 accumulation -> float32 [OC][OH][OW].
 
-    Products are exact in fp32; the summation order is the BLAS order (or the direct loop's),
-    so results lie within the bound of NUMERICS.md 3.3 of the exact sum."""
+    Products are exact in fp32; every output is +0 plus its products in (input channel, ky, kx)
+    order, one fp32 rounding an add, on either method (NUMERICS.md 3.3: the vendor simulator's order)."""
     _check_operands(padded, weights, geometry)
     if weights.dtype != np.float16:
         raise EmulationError(f"fp16 convolution needs float16 weights, got {weights.dtype}")
@@ -589,8 +568,10 @@ def conv2d_fp16(padded: np.ndarray, weights: np.ndarray, geometry: ConvGeometry,
         _conv_direct_float(np.ascontiguousarray(padded), matrices.reshape(weights.shape), groups, geometry.stride_y,
                            geometry.stride_x, geometry.dilation_y, geometry.dilation_x, acc)
         return acc
-    pieces = _split_pieces(matrices) if weights.flags.writeable else _PIECES(matrices)
-    return _conv_gemm(padded, matrices, geometry, pieces)
+    layout = gemm_layout(matrices, geometry, padded.shape)
+    narrow = layout.narrow
+    packed = _pack_groups(matrices, narrow) if weights.flags.writeable else _PACKED(matrices, narrow)
+    return _conv_gemm(padded, matrices, geometry, packed, layout)
 
 
 def _widen(weights: np.ndarray, groups: int) -> np.ndarray:

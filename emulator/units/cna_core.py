@@ -23,6 +23,7 @@ from npuemu.emulator.kernels.cna_convert import (
 from npuemu.emulator.memory import ADDRESS_SPACE, TaskDma, Traffic, gather_rows
 from npuemu.emulator.numerics import core_round_mode
 from npuemu.emulator.regfile import RegisterView
+from npuemu.emulator.units.cna_fetched_fp16 import prepare_fetched_fp16
 from npuemu.emulator.units.state import (
     ATOM_BYTES, FP16, INT4, INT8, INT16, PRECISION_DTYPES, ConvState, precision_name,
 )
@@ -696,6 +697,9 @@ def prepare_cna_core(state: ConvState, memory, where: str):
                                       lambda: f"{where}: {plan.feature_what} read")
         read = (located.region.data, located.offsets, (located.offsets.size, plan.feature_row_bytes))
     kernel = _prepared_kernel(state, plan) if element is np.int8 else _fp16_kernel(state, plan)
+    if fetch is not None and not state.depthwise:  # (the fetched weights' products prepared once)
+        fetch.convolve = prepare_fetched_fp16(plan.feature_shape, state.in_channels, plan.weight_cache_key[4],
+                                              plan.geometry, state.pad_value, state.out_channels)
     run = _cna_step(plan, where, _feature_loader(state, plan, where, read), kernel, weights, fetch)
     run.held = held
     return run
@@ -705,11 +709,64 @@ def _cna_step(plan: _Plan, where: str, load, kernel, weights: np.ndarray | None,
     """``prepare_cna_core``'s ``run(cbuf)``: the feature load (``_feature_loader``), the weights
     (held, fetched each run, or the CBUF's) with the Cbuf's bookkeeping, and the kernel."""
     weight_key = plan.weight_key
-    weight_banks = None if weights is None else cbuf_reuse.weight_banks(weight_key, weights.nbytes)
-    weights_kept = None if weights is None else _Resident(weight_key, weights, where, weight_banks)
+    keep_weights, weights_kept, weight_banks = _weights_keeper(weight_key, weights, where) if weights is not None \
+        else (None, None, None)
     core = None if weights is None else kernel.prepare(weights)
     buffer = getattr(load, "buffer", None)
+    # fetched weights gathered into the step's own array (``_weights_fetcher``): kept as held ones are
+    stable = getattr(fetch, "array", None)
+    keep_stable = None if stable is None else _weights_keeper(weight_key, stable, where)[0]
 
+    fetched_banks = [None]  # (the fetched weights' banks: their size is the step's, worked out once)
+
+    def keep_fetched(cbuf: Cbuf, fetched: np.ndarray) -> None:
+        was, banks = cbuf.weights, fetched_banks[0]
+        if banks is None:
+            banks = fetched_banks[0] = cbuf_reuse.weight_banks(weight_key, fetched.nbytes)
+        if not cbuf._older_weights and (was is None or _covers(banks, was)):  # (keep_weights' cases)
+            cbuf.weights = _Resident(weight_key, fetched, where, banks)
+        else:
+            cbuf.keep("weights", weight_key, fetched, where)
+
+    convolve = getattr(fetch, "convolve", None)  # (units/cna_fetched_fp16.py)
+
+    def run(cbuf: Cbuf) -> CoreResult:
+        feature = load(cbuf)
+        if fetch is not None:
+            fetched = fetch()
+            if fetched is stable:
+                keep_stable(cbuf)
+            else:
+                keep_fetched(cbuf, fetched)
+            data = None if convolve is None else convolve(feature, fetched)
+            return kernel(feature, fetched) if data is None else CoreResult(data, None)
+        if weights is None:
+            return kernel(feature, cbuf.take("weights", weight_key, "WEIGHT_REUSE", where))
+        keep_weights(cbuf)
+        return kernel(feature, weights)
+
+    def direct(cbuf: Cbuf) -> tuple[np.ndarray, np.ndarray]:
+        feature = load(cbuf)
+        keep_weights(cbuf)
+        return core(feature)  # (the kernel's prepared form for these weights: ``kernel`` calls it)
+
+    # ``direct(cbuf) -> (data, window sums)``: ``run`` without the CoreResult (its layout "hwc"),
+    # for a step whose feature is its own array and whose weights it holds, the kernel prepared
+    run.direct = direct if core is not None and buffer is not None and fetch is None else None
+    rows = getattr(load, "rows", None)
+    # ``then_into(dpu)``: a step ``step(cbuf)`` running ``direct`` and then ``dpu(data, window sums)``
+    # in one frame, for a feature copied into the step's own array (``_direct_rows``)
+    run.then_into = None if run.direct is None or rows is None else (
+        lambda dpu: _direct_rows(rows, core, weights_kept, weight_banks, keep_weights, dpu))
+    return run
+
+
+def _weights_keeper(weight_key: tuple, weights: np.ndarray, where: str):
+    """(``keep_weights(cbuf)``, its resident, its banks): ``Cbuf.keep("weights", weight_key, weights,
+    where)`` for a step's load of one weights object, without the bookkeeping in the cases where
+    it would change nothing (the note before ``_covers``)."""
+    weight_banks = cbuf_reuse.weight_banks(weight_key, weights.nbytes)
+    weights_kept = _Resident(weight_key, weights, where, weight_banks)
     seen = [None, None]  # the older weight sets and the weights replaced at a keep that changed neither
 
     def keep_weights(cbuf: Cbuf) -> None:
@@ -726,37 +783,36 @@ def _cna_step(plan: _Plan, where: str, load, kernel, weights: np.ndarray | None,
         if older and cbuf._older_weights is older:
             seen[:] = [older, was]
 
-    fetched_banks = [None]  # (the fetched weights' banks: their size is the step's, worked out once)
+    return keep_weights, weights_kept, weight_banks
 
-    def keep_fetched(cbuf: Cbuf, fetched: np.ndarray) -> None:
-        was, banks = cbuf.weights, fetched_banks[0]
-        if banks is None:
-            banks = fetched_banks[0] = cbuf_reuse.weight_banks(weight_key, fetched.nbytes)
-        if not cbuf._older_weights and (was is None or _covers(banks, was)):  # (keep_weights' cases)
-            cbuf.weights = _Resident(weight_key, fetched, where, banks)
+
+def _direct_rows(rows: tuple, core, weights_kept: _Resident, weight_banks: range, keep_weights, dpu):
+    """``dpu(*direct(cbuf))`` of ``_cna_step`` in one frame for a feature copied into the step's own
+    array (``_feature_loader``'s ``load.rows``; issue 20, fixed cost per task): the same row copy,
+    lane masking and Cbuf bookkeeping, the common cases inline - nothing kept beside the slots, the
+    weights slot already this step's or evicted by it (``keep_weights``' first case) - and the rest
+    through the loader's ``keep`` and ``keep_weights`` as before."""
+    data, offsets, target, masked, kept, keep = rows
+    buffer = kept.array
+
+    def step(cbuf: Cbuf) -> None:
+        gather_rows(data, offsets, target)
+        for lanes in masked:
+            lanes.fill(0)
+        if cbuf._older_weights:  # (the keeps' own bookkeeping: kernels/cbuf_reuse.py)
+            keep(cbuf, kept)
+            keep_weights(cbuf)
         else:
-            cbuf.keep("weights", weight_key, fetched, where)
+            cbuf.feature = kept
+            was = cbuf.weights
+            if was is weights_kept or was is None or _covers(weight_banks, was):
+                cbuf.weights = weights_kept
+            else:
+                keep_weights(cbuf)
+        data_out, sums = core(buffer)
+        dpu(data_out, sums)
 
-    def run(cbuf: Cbuf) -> CoreResult:
-        feature = load(cbuf)
-        if fetch is not None:
-            fetched = fetch()
-            keep_fetched(cbuf, fetched)
-            return kernel(feature, fetched)
-        if weights is None:
-            return kernel(feature, cbuf.take("weights", weight_key, "WEIGHT_REUSE", where))
-        keep_weights(cbuf)
-        return kernel(feature, weights)
-
-    def direct(cbuf: Cbuf) -> tuple[np.ndarray, np.ndarray]:
-        feature = load(cbuf)
-        keep_weights(cbuf)
-        return core(feature)  # (the kernel's prepared form for these weights: ``kernel`` calls it)
-
-    # ``direct(cbuf) -> (data, window sums)``: ``run`` without the CoreResult (its layout "hwc"),
-    # for a step whose feature is its own array and whose weights it holds, the kernel prepared
-    run.direct = direct if core is not None and buffer is not None and fetch is None else None
-    return run
+    return step
 
 
 def _feature_loader(state: ConvState, plan: _Plan, where: str, read: tuple | None):
@@ -803,6 +859,7 @@ def _feature_loader(state: ConvState, plan: _Plan, where: str, read: tuple | Non
         return buffer
 
     load.buffer = buffer
+    load.rows = (data, offsets, rows, masked, kept, keep)  # (what ``_direct_rows`` runs inline)
     return load
 
 
@@ -857,11 +914,22 @@ def _weights_fetcher(state: ConvState, plan: _Plan, memory, where: str):
     data, start, unsigned = located.region.data, int(located.offsets[0]), np.dtype(f"u{dtype.itemsize}")
     stop = start + plan.weight_bytes
 
+    # Gathered into one array of the step's own, refilled by each run (issue 20: ppocr_rec's 144
+    # fetches a run made fresh arrays, which kernel memos noted by identity and dropped at the next
+    # fetch, ~290 entries a run, and whose CBUF bookkeeping the Cbuf's interned lists could not keep).
+    # Writeable, unlike the full path's shared weights: no memo notes it (mac.py ``_widened`` /
+    # ``_PIECES`` compute the same values directly, conv_fp16_plan prepares nothing for it). The Cbuf
+    # may hold it (a later WEIGHT_REUSE): it then holds what this step's last load gathered, the
+    # weights of the last load under this key - a load under the same key replaces the held set.
+    words = data[start:stop].view(unsigned)  # (a view of the region's bytes: every write shows in it)
+    gathered = np.empty(index.shape, unsigned)
+    weights = gathered.view(dtype)
+
     def fetch() -> np.ndarray:
-        weights = data[start:stop].view(unsigned)[index].view(dtype)
-        weights.flags.writeable = False  # (as the full path's: shared, never written)
+        np.take(words, index, out=gathered, mode="clip")  # (every index in range: ``words[index]``)
         return weights
 
+    fetch.array = weights
     return fetch
 
 

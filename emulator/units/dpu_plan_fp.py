@@ -25,6 +25,7 @@ from collections.abc import Callable
 import numpy as np
 
 from npuemu.emulator.kernels import dpu_bf16, dpu_fp16_pair, dpu_fp_chain, dpu_interleave, dpu_transpose, lut_fp
+from npuemu.emulator.kernels.conv_pixels import working_buffer
 from npuemu.emulator.kernels.fp16 import widening_table
 from npuemu.emulator.memory import Memory, TaskDma
 from npuemu.emulator.memory import _scatter_planes as scatter_planes
@@ -84,7 +85,7 @@ def prepare_fp_dpu(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, w
     last = [None, dpu_fp_chain.NO_LUT]
 
     def run(source: CoreResult | None) -> None:
-        cube, operand, out = kept or _buffers(*layout)
+        cube, operand, out = kept or _working(*layout)
         data = cube if cube is not None else _core_cube(source, shape, where)
         packed, parameters = dpu_fp_chain.NO_LUT
         if lut:  # (the LUT RAM as this run finds it)
@@ -139,9 +140,9 @@ def _core_cube(source: CoreResult, shape: tuple, where: str) -> np.ndarray:
 
 
 _NO_REGION = np.zeros(0, np.uint16)  # (a read or store without rows)
-#: a task of at most this many elements keeps its arrays from run to run (<= 64 KiB each: what
-#: allocating them costs matters only for small tasks, and keeping every task's would double
-#: ppocr_det fp16's peak memory, 362 -> 702 MB)
+#: a task of at most this many elements keeps its arrays from run to run (<= 64 KiB each; keeping
+#: every task's would double ppocr_det fp16's peak memory, 362 -> 702 MB); larger ones use the
+#: thread's working buffers (``_working``)
 _KEPT_ELEMENTS = 1 << 14
 _NO_STORE = ()  # (_writer: no store in the step)
 
@@ -173,6 +174,18 @@ def _buffers(shape: tuple, main: bool, operand: np.ndarray, read_operand: bool) 
     if read_operand:  # (an ERDMA operand: filled by its reads)
         operand = np.empty(operand.shape, np.float32)
     return cube, operand, np.empty(shape, np.float32)
+
+
+def _working(shape: tuple, main: bool, operand: np.ndarray, read_operand: bool) -> tuple:
+    """``_buffers`` in the thread's working buffers (``conv_pixels.working_buffer``), for tasks too large
+    to keep their own: fresh arrays of several MiB are fresh mappings whose pages fault on every run
+    (ppocr_det fp16's flying adds, 21 a run of 2.2 MB each: ~0.4 ms a task), and a run consumes its
+    arrays before it returns (the next task's run overwrites them)."""
+    size = shape[0] * shape[1] * shape[2]
+    cube = working_buffer("fp16 DPU cube", size, np.float32).reshape(shape) if main else None
+    if read_operand:
+        operand = working_buffer("fp16 DPU operand", operand.size, np.float32).reshape(operand.shape)
+    return cube, operand, working_buffer("fp16 DPU result", size, np.float32).reshape(shape)
 
 
 def _operand_reads(state: DpuState, rdma: DpuRdmaState | None, memory: Memory,

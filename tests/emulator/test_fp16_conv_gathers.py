@@ -1,6 +1,6 @@
 """Session 16's fp16 conv speed kernels (issue 20; NUMERICS.md 42): the im2col gather with its runs
-located once a tap (``mac._im2col``), the gather from column phases at a column stride
-(``mac._column_phases`` / ``mac._im2col_phased``), the 1x1 depthwise scaling straight from the atoms
+located once a tap (``mac._im2col``), the gemm layouts (session 17: taps read in place, NUMERICS.md
+47), the 1x1 depthwise scaling straight from the atoms
 (``depthwise_fp16._scaled_atoms``), 5- and 7-wide depthwise kernel rows and 3x3 kernels in one
 pass (``depthwise_fp16._add_taps5`` / ``_add_taps7`` / ``_add_taps9``) and the few-kernel 1x1 convolution on the atoms
 (``pointwise_fp16.pointwise_fp16_atoms``). References here are written independently: windows and
@@ -55,7 +55,7 @@ def gathers(draw):
 
 @settings(max_examples=150, deadline=None)
 @given(gathers())
-def test_both_gathers_copy_the_windows(case):
+def test_the_gather_copies_the_windows(case):
     kh, kw, sy, sx, dy, dx, out_h, out_w, channels, padded_h, padded_w, channel0, k0, k1, row0, row1, seed = case
     padded = np.random.default_rng(seed).standard_normal((channels, padded_h, padded_w)).astype(np.float32)
     want = reference_columns(padded, channel0, k0, k1, kh, kw, sy, sx, dy, dx, row0, row1, out_w)
@@ -64,23 +64,20 @@ def test_both_gathers_copy_the_windows(case):
     mac._im2col(padded, channel0, k0, k1, kh, kw, sy, sx, dy, dx, row0, row1, out_w, columns)
     assert np.array_equal(columns[:k1 - k0, :want.shape[1]], want)
     assert (columns[k1 - k0:] == 7.5).all()  # rows past the chunk untouched
-    pitch = -(-padded_w // sx)
-    phases = np.full(channels * padded_h * sx * pitch, np.float32(np.nan))
-    mac._column_phases(padded, sx, phases)
-    for px in range(sx):  # the phases themselves: every column of phase px, 0 past the row
-        phase = phases.reshape(channels, padded_h, sx, pitch)[:, :, px]
-        inside = padded[:, :, px::sx]
-        assert np.array_equal(phase[:, :, :inside.shape[2]], inside) and (phase[:, :, inside.shape[2]:] == 0).all()
-    columns[...] = 7.5
-    mac._im2col_phased(phases, padded_h, pitch, sx, channel0, k0, k1, kh, kw, sy, dy, dx, row0, row1, out_w, columns)
-    assert np.array_equal(columns[:k1 - k0, :want.shape[1]], want)
 
 
-def test_the_gemm_layout_takes_phases_only_for_wide_kernels_at_a_column_stride():
+def test_the_gemm_layout_reads_taps_in_place_and_gathers_only_strided_1x1_kernels():
     matrices = np.zeros((1, 4, 8 * 9), np.float32)
-    assert mac.gemm_layout(matrices, ConvGeometry(3, 3, 5, 6, 2, 2), (8, 11, 13)).phases == 8 * 11 * 2 * 7
-    assert mac.gemm_layout(matrices, ConvGeometry(3, 3, 5, 6, 2, 1), (8, 11, 13)).phases is None
-    assert mac.gemm_layout(matrices[:, :, :8], ConvGeometry(1, 1, 5, 6, 2, 2), (8, 9, 11)).phases is None
+    strided = mac.gemm_layout(matrices, ConvGeometry(3, 3, 5, 6, 2, 2), (8, 11, 13))
+    assert strided.taps and strided.phases == 8 * 2 * 2 * 6 * 7 and strided.pitch == 7 and strided.wide == (4, 35)
+    # tap (ky, kx) = (1, 2) of channel 1: phase (1, 0), row 0, column 1
+    assert strided.offsets[9 + 5] == (2 * 2 * 6 * 7 + (1 * 2 + 0) * 6 * 7 + 0 * 7 + 1) * 4
+    plain = mac.gemm_layout(matrices, ConvGeometry(3, 3, 9, 11, dilation_x=1), (8, 11, 13))
+    assert plain.taps and plain.phases is None and plain.pitch == 13 and plain.offsets[9 + 5] == (11 * 13 + 13 + 2) * 4
+    pointwise = mac.gemm_layout(matrices[:, :, :8], ConvGeometry(1, 1, 11, 13), (8, 11, 13))
+    assert pointwise.taps and pointwise.wide is None and pointwise.offsets[3] == 3 * 11 * 13 * 4
+    gathered = mac.gemm_layout(matrices[:, :, :8], ConvGeometry(1, 1, 5, 6, 2, 2), (8, 9, 11))
+    assert not gathered.taps and gathered.columns == (8, 30) and gathered.phases is None
 
 
 def sequential_sums(x, w, out_h, out_w):
@@ -198,8 +195,8 @@ def test_five_and_seven_wide_rows_and_3x3_kernels_on_long_lines():
 
 
 def test_the_single_product_of_a_small_pointwise_layer():
-    # a 1x1 convolution in one chunk and one row block takes conv_fp16_plan's single matmul; past one
-    # chunk (1100 channels) the loops of gemm_products: both the documented chunked products
+    # 1x1 convolutions read the planes in place (gemm_fp32_seq's products), 1100 channels past several
+    # reduction blocks: the documented order, k after k from +0
     rng = np.random.default_rng(8)
     for channels, kernels, height, width in ((40, 40, 1, 40), (24, 9, 3, 17), (1100, 6, 2, 5)):
         x = (rng.standard_normal((channels, height, width)) * np.exp2(rng.integers(-8, 8, (channels, 1, 1))))

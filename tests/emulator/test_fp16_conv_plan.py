@@ -1,7 +1,7 @@
 """An fp16 CORE task's prepared convolution (kernels/conv_fp16_plan.py) and the depthwise kernel on the
 atoms (kernels/depthwise_fp16.py, NUMERICS.md 36), bit for bit against the summation order NUMERICS.md
 3.3 documents: the direct order (+0, then each product in (channel, ky, kx) order, one fp32 rounding
-per add) and the BLAS chunks of the gemm path. The references (tests/emulator/test_fp16_exact_order.py)
+per add), which the gemm path follows too (gemm_fp32_seq). The references (tests/emulator/test_fp16_exact_order.py)
 gather the windows with numpy slicing from padded planes built by tests/emulator/reference and never
 call the emulator's kernels; the atoms come from tests/emulator/reference/layouts.py."""
 
@@ -27,7 +27,7 @@ def read_only(array: np.ndarray) -> np.ndarray:
 
 
 def expected(x, w, geometry, pad_value, out_channels):
-    """NUMERICS.md 3.3's order (direct for at most 4 kernels a group, else the chunked products), then
+    """NUMERICS.md 3.3's order (the direct reference for at most 4 kernels a group, else the gemm one), then
     zero rows up to ``out_channels`` (kernels without weights, REGISTER_SEMANTICS 2.5)."""
     padded = padded_planes(x, geometry, pad_value)
     direct = w.shape[0] // geometry.groups <= 4

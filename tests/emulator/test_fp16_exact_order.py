@@ -1,13 +1,13 @@
-"""The fp16 MAC kernels bit for bit against the summation order NUMERICS.md 3.3 documents (issue 20:
-the faster kernels must give the very bits the earlier ones gave).
+"""The fp16 MAC kernels bit for bit against the summation order NUMERICS.md 3.3 documents: each output
+starts at +0 and adds its products in (input channel, ky, kx) order, one fp32 rounding per add (every
+fp16 x fp16 product is exact in fp32) - the vendor simulator's order - on both paths:
 
-- direct path (few kernels per group: depthwise): each output starts at +0 and adds its products in
-  (input channel, ky, kx) order, one fp32 rounding per add (every fp16 x fp16 product is exact in fp32);
-- gemm path: per group, the (c, ky, kx)-ordered reduction is cut into chunks of 1024; each chunk is
-  one BLAS product (numpy's matmul, the "BLAS order"), and the chunk results add in fp32 starting at +0.
+- direct path (few kernels per group: depthwise), reference: window by window;
+- gemm path (``gemm_fp32_seq``'s products), reference: the im2col matrix times the weights one
+  reduction row k at a time, however long the reduction (no chunks).
 
 The references below gather the windows themselves with numpy slicing (tests/emulator/reference) and
-never call the emulator's kernels; the gemm reference calls np.matmul with the shapes the order names.
+never call the emulator's kernels.
 """
 
 from __future__ import annotations
@@ -19,9 +19,6 @@ from hypothesis import strategies as st
 from npuemu.emulator.kernels import ConvGeometry, conv2d_fp16
 from tests.emulator.reference import convolution as ref
 from tests.emulator.test_kernels_mac import as_dict, conv_cases
-
-CHUNK = 1024  # NUMERICS.md 3.3 / 3.5: the reduction chunk of the float32 products
-
 
 def padded_planes(x: np.ndarray, geometry: ConvGeometry, pad_value: float) -> np.ndarray:
     return ref.padded_input(x.astype(np.float32), geometry.pad_top, geometry.pad_left, geometry.padded_h,
@@ -59,10 +56,9 @@ def gemm_reference(padded: np.ndarray, w: np.ndarray, geometry: ConvGeometry) ->
         matrix = w[g * per_group:(g + 1) * per_group].reshape(per_group, -1).astype(np.float32)
         gathered = columns(padded, g * group_inputs, group_inputs, kh, kw, geometry)
         acc = np.zeros((per_group, gathered.shape[1]), np.float32)
-        for k0 in range(0, matrix.shape[1], CHUNK):
-            piece = np.ascontiguousarray(matrix[:, k0:k0 + CHUNK])
-            with np.errstate(invalid="ignore"):
-                acc = acc + np.matmul(piece, gathered[k0:k0 + CHUNK])
+        with np.errstate(invalid="ignore", over="ignore"):
+            for k in range(matrix.shape[1]):  # each product exact in float32, one rounding an add
+                acc = acc + matrix[:, k:k + 1] * gathered[k]
         out.append(acc)
     return np.concatenate(out).reshape(kernels, geometry.out_h, geometry.out_w)
 
@@ -98,24 +94,24 @@ def test_fp16_convolution_bits_follow_the_documented_order(case, method, special
 
 @settings(max_examples=6, deadline=None)
 @given(st.integers(1025, 2100), st.integers(1, 3), st.integers(0, 2**31), st.booleans())
-def test_long_reductions_add_their_chunks_in_order(channels, kernel, seed, read_only):
-    # reductions past one chunk: the chunk products add in fp32, chunk by chunk (values spread over
-    # many binades so that the order shows in the bits)
+def test_long_reductions_add_in_order(channels, kernel, seed, read_only):
+    # reductions past the 1024 of the earlier chunked order and past the kernel's reduction blocks:
+    # still k after k (values spread over many binades so that the order shows in the bits)
     rng = np.random.default_rng(seed)
     channels = channels // (kernel * kernel) + 1
     x = (rng.standard_normal((channels, 5, 4)) * np.exp2(rng.integers(-8, 8, (channels, 1, 1)))).astype(np.float16)
     w = (rng.standard_normal((9, channels, kernel, kernel)) * 4).astype(np.float16)
-    w.flags.writeable = not read_only  # read-only weights take the memoised chunk copies
+    w.flags.writeable = not read_only  # read-only weights take the memoised packed weights
     geometry = ConvGeometry(kernel, kernel, 6 - kernel, 5 - kernel, pad_top=1, pad_left=1)
     padded = padded_planes(x, geometry, 0.25)
-    for _ in range(2):  # the second run reads the memoised pieces
+    for _ in range(2):  # the second run reads the memoised packed weights
         got = conv2d_fp16(padded, w, geometry, "gemm")
         assert np.array_equal(got.view(np.uint32), gemm_reference(padded, w, geometry).view(np.uint32))
 
 
 def test_all_negative_zero_products_sum_to_positive_zero():
     # 0 + (-0) = +0: an output whose products are all -0 is +0 on both paths (NUMERICS.md 3.3's
-    # accumulators start at +0), as is one whose chunks are all -0
+    # accumulators start at +0), also past a reduction block of the gemm kernel
     geometry = ConvGeometry(3, 3, 4, 4, pad_top=1, pad_left=1)
     for channels, kernels in ((2, 2), (2, 40), (130, 3)):
         padded = padded_planes(np.zeros((channels, 4, 4), np.float16), geometry, 0.0)

@@ -1,8 +1,9 @@
 """The fp16 gemm convolution's gather (``mac._im2col``: runs located by offsets into the flat planes,
 NUMERICS.md 33) on planes wide enough for its vector loops, strides 1-3 with dilations, grouped and
-plain, padded planes larger than the output needs and reductions past one chunk, against
-test_fp16_exact_order's reference (windows gathered by numpy slicing, np.matmul per group and
-chunk of 1024, chunks added in fp32 from +0)."""
+plain, padded planes larger than the output needs and long reductions, against
+test_fp16_exact_order's reference (windows gathered by numpy slicing, per group +0 then the products
+k after k in fp32). Pad values are fp16 values, as the CNA's (PAD_CON1's low 16 bits): every operand
+is then an fp16 value, whose products are exact in fp32 (NUMERICS.md 3.3)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def gemm_cases(draw):
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     x = (rng.standard_normal((channels, height, width)) * 4).astype(np.float16)
     w = rng.standard_normal((kernels, channels // groups, kh, kw)).astype(np.float16)
-    return x, w, geometry, float(rng.uniform(-2, 2)), draw(st.integers(0, 3))
+    return x, w, geometry, float(np.float16(rng.uniform(-2, 2))), draw(st.integers(0, 3))
 
 
 @settings(max_examples=50, deadline=None)
@@ -42,10 +43,10 @@ def test_gemm_convolution_gathers_the_windows_in_order(case):
     assert same_bits_or_both_nan(conv2d_fp16(padded, w, geometry, "gemm"), gemm_reference(padded, w, geometry))
 
 
-def test_a_reduction_past_one_chunk_on_a_wide_map():
+def test_a_long_reduction_on_a_wide_map():
     rng = np.random.default_rng(4)
     x = (rng.standard_normal((120, 6, 70)) * np.exp2(rng.integers(-6, 6, (120, 1, 1)))).astype(np.float16)
-    w = (rng.standard_normal((7, 120, 3, 3)) * 2).astype(np.float16)  # 1080 products: two chunks
+    w = (rng.standard_normal((7, 120, 3, 3)) * 2).astype(np.float16)  # 1080 products
     geometry = ConvGeometry(3, 3, 6, 70, pad_top=1, pad_left=1)
     padded = padded_planes(x, geometry, 0.0)
     assert same_bits_or_both_nan(conv2d_fp16(padded, w, geometry, "gemm"), gemm_reference(padded, w, geometry))

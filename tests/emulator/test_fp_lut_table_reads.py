@@ -1,4 +1,4 @@
-"""The fp LUT's table reads on int32 indices (``lut_fp._read_at``, NUMERICS.md 33) at the positions
+"""The fp LUT's table reads on int32 indices (``lut_fp._word_at``, NUMERICS.md 33, 48) at the positions
 where an index could go wrong: every entry of both tables hit exactly and just past it, the last
 entries (511, 512) and past END where END is not START + 512 steps, far out of range, +-inf, NaN and -0,
 in arrays long enough for the 16-lane vector loop and its remainders, against reference/lut_fp16.py

@@ -39,8 +39,12 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "rk3576_vendor"
 INT8_CASES = ("dense_rk3576_int8", "sparse_rk3576_int8", "sparse_rk3576_off_int8")
 FP16_CASES = ("dense_rk3576_fp16", "sparse_rk3576_fp16", "sparse_rk3576_off_fp16")
 # measured on input_0 (share identical, max): int8 99.92 / 99.92 / 99.93 %, 1 LSB;
-# fp16 99.81 / 99.84 / 99.84 %, max |emu - sim| 0.0039 / 0.0020 / 0.0020 (|y| up to ~10)
+# fp16 99.79 / 99.83 / 99.83 %, max |emu - sim| 0.0039 / 0.0020 / 0.0020 (|y| up to ~10) with the sums
+# k after k from +0 (NUMERICS.md 3.3; 99.81 / 99.85 / 99.85 % with OpenBLAS's Zen 5 order). This
+# simulator's fp16 sums are not that order (the rk3588 simulator's): of the 3x3 conv's 200,704 values
+# 420 differ with it, 362 with OpenBLAS's, 277 with exact (float64) sums - ~280 differ in any order tried
 MIN_IDENTICAL = 0.998
+FP16_MIN_IDENTICAL = 0.9975
 FP16_MAX_ABS = 0.004
 
 
@@ -80,7 +84,7 @@ def test_fp16_fixture_matches_the_simulator_to_fp16_rounding(case):
     assert ours.dtype == np.float16 and len(run.tasks) == 2      # chain 0: rows 0-43 and 44-55
     assert np.array_equal(sim.astype(np.float16).astype(np.float32), sim)
     ours, sim = ours.astype(np.float64).reshape(-1), sim.astype(np.float64).reshape(-1)
-    assert np.abs(ours - sim).max() <= FP16_MAX_ABS and np.mean(ours == sim) >= MIN_IDENTICAL
+    assert np.abs(ours - sim).max() <= FP16_MAX_ABS and np.mean(ours == sim) >= FP16_MIN_IDENTICAL
     assert ours @ sim / (np.linalg.norm(ours) * np.linalg.norm(sim)) >= 0.9999999
 
 
@@ -88,21 +92,14 @@ def test_fp16_fixture_matches_the_simulator_to_fp16_rounding(case):
 @pytest.mark.parametrize("case", ["dense_rk3576_int8", "dense_rk3576_fp16", "sparse_rk3576_off_int8"])
 def test_core_1_copy_and_2_core_program_give_chain_0s_output(case, cores):
     """The core-1 copy and the 2-core program (28 + 28 rows, OP_EN sync bit cleared) compute the
-    same conv: bit-identical to chain 0 in int8. fp16 sums follow the BLAS order (NUMERICS.md
-    3.3), and OpenBLAS's blocking may depend on a call's row count: chain 0's tasks (44 + 12 rows)
-    and the 2-core program's (28 + 28) gave 15 of 200,704 values one fp32 rounding apart on a
-    Zen 5 core (OpenBLAS 0.3.31, session 16), none on Zen 4; so fp16 asserts that bound, not bits."""
+    same conv: bit-identical to chain 0 (fp16 too: every sum runs k after k from +0 whatever the
+    task's row count, NUMERICS.md 3.3; OpenBLAS's order gave 15 of 200,704 values one fp32
+    rounding apart on a Zen 5 core)."""
     model, x, _ = _fixture(case)
     _, chain0 = _run(model, x)
     run, ours = _run(model, x, cores)
     assert run.cores == cores
-    if ours.dtype != np.float16:
-        assert np.array_equal(ours, chain0)
-        return
-    assert ours.dtype == chain0.dtype and ours.shape == chain0.shape
-    ours, chain0 = ours.astype(np.float32), chain0.astype(np.float32)
-    np.testing.assert_allclose(ours, chain0, rtol=2 ** -9, atol=2 ** -10)
-    assert np.mean(ours == chain0) >= 0.999
+    assert np.array_equal(ours, chain0)
 
 
 def test_sparse_2_core_program_is_refused_by_name():
