@@ -14,7 +14,8 @@ same pass (``lut_fp``'s per-element loop on this kernel's stack copy of the tabl
 piece by piece (NUMERICS.md 37): each piece of up to ``CHUNK`` elements through every stage while
 it is in the L1 cache, a piece as long as the X operands and the EW operand's stepping allow -
 channels whose BS / BN operands are the same bits run as one piece, so the 40-pixel planes of
-ppocr_rec's attention run like one plane (tests/emulator/test_dpu_fp_chain_pieces.py).
+ppocr_rec's attention run like one plane (tests/emulator/test_dpu_fp_chain_pieces.py); maps whose
+planes are at most half a piece go whole planes to a piece (NUMERICS.md 53).
 """
 
 from __future__ import annotations
@@ -36,20 +37,38 @@ X_ALGO, X_ALU_ON, X_MUL_ON, X_PRELU, X_MUL_FIRST, X_RELU, X_RELUX, X_COUNT = ran
 E_ON, E_OP_ON, E_OP_TYPE, E_ALGO, E_PRELU, E_RELU, E_RELUX, E_COUNT = range(8)
 
 
+@njit(cache=True, inline="always")
+def _x_value(value, algo, alu_on, mul_on, prelu, mul_first, relu_on, relux_on, relux_value, alu, mul):
+    # kernels.dpu._x_stage_fp's element (PReLU tests the stage's input)
+    scaled = mul_on and not (prelu and value >= 0)
+    if mul_first and scaled:
+        value = np.float32(value * mul)
+    if alu_on:
+        value = nm.alu_float(algo, value, alu)
+    if not mul_first and scaled:
+        value = np.float32(value * mul)
+    return nm.relu_float(value, relu_on, relux_on, relux_value)
+
+
 @njit(cache=True)
 def _x_pass(source, target, algo, alu_on, mul_on, prelu, mul_first, relu_on, relux_on, relux_value, alu, mul):
-    # kernels.dpu._x_stage_fp's element over one channel's pixels (PReLU tests the stage's input);
-    # the settings are loop-invariant scalars here, which lets LLVM specialise the loop
+    # _x_value over one channel's pixels; the settings are loop-invariant scalars here, which lets
+    # LLVM specialise the loop
     for i in range(source.shape[0]):
-        value = source[i]
-        scaled = mul_on and not (prelu and value >= 0)
-        if mul_first and scaled:
-            value = np.float32(value * mul)
-        if alu_on:
-            value = nm.alu_float(algo, value, alu)
-        if not mul_first and scaled:
-            value = np.float32(value * mul)
-        target[i] = nm.relu_float(value, relu_on, relux_on, relux_value)
+        target[i] = _x_value(source[i], algo, alu_on, mul_on, prelu, mul_first, relu_on, relux_on, relux_value,
+                             alu, mul)
+
+
+@njit(cache=True)
+def _x_planes(source, target, plane, algo, alu_on, mul_on, prelu, mul_first, relu_on, relux_on, relux_value,
+              alus, muls):
+    # _x_pass over whole planes of small maps, channel c's operands alus[c] / muls[c], in one call:
+    # a call per 49-pixel plane cost ~40 ns of the ~90 a plane took (MobileNetV2's 7x7 maps)
+    for c in range(alus.shape[0]):
+        alu, mul, base = alus[c], muls[c], c * plane
+        for i in range(plane):
+            target[base + i] = _x_value(source[base + i], algo, alu_on, mul_on, prelu, mul_first, relu_on,
+                                        relux_on, relux_value, alu, mul)
 
 
 @njit(cache=True, inline="always")
@@ -93,6 +112,32 @@ def _operand_at(start, geometry):
     return channel * geometry[G_SC] + y * geometry[G_SY] + x * geometry[G_SX]
 
 
+@njit(cache=True, inline="always")
+def _tail(table, pointer, lut_params, lut, e_params, e_relux, geometry, others, scratch, results, source, start, stop,
+          done, passes, lut_in, stages):
+    # the LUT and EW of the piece [start, stop) whose X stages' result is ``source`` (``done`` passes
+    # run); inlined into _run_chain, whose stack holds ``table``
+    count, chunk = stop - start, geometry[G_CHUNK]
+    if lut:
+        if stages == 0:
+            scratch[lut_in * chunk:][:count] = source
+        target = results[start:stop] if done == passes - 1 else scratch[done % 2 * chunk:][:count]
+        # (its input a fresh slice, not ``source``: LLVM vectorises the loop's gathers only then)
+        _lut_values(table, pointer, lut_params, scratch[lut_in * chunk:][:count], target)
+        source = target
+    if e_params[E_ON] != 0:
+        align, step, p, at = geometry[G_ALIGN], geometry[G_SX], e_params, start
+        while at < stop:  # (in G_ALIGN units, in which the operand steps by G_SX)
+            end = min(stop, (at // align + 1) * align)
+            first = _operand_at(at, geometry)
+            _ew_pass(source[at - start:end - start], results[at:end], others[first:first + (end - at if step else 1)],
+                     step, p[E_OP_ON] != 0, p[E_OP_TYPE], p[E_ALGO], p[E_PRELU] != 0, p[E_RELU] != 0,
+                     p[E_RELUX] != 0, e_relux)
+            at = end
+    elif passes == 0:
+        results[start:stop] = source
+
+
 @njit(cache=True)
 def _run_chain(data, x_params, x_relux, alu, mul, stages, e_params, e_relux, layout, operand, packed, lut_params,
                out):
@@ -100,49 +145,46 @@ def _run_chain(data, x_params, x_relux, alu, mul, stages, e_params, e_relux, lay
     EW, piece by piece: each piece of at most G_CHUNK elements goes through every stage before the
     next (every element the same operations in the same order: the same bits as stage after stage
     over the cube). ``layout``: (channel runs sharing their X operands, geometry): a piece stays in
-    one run and in one G_ALIGN unit, in which the EW operand steps by G_SX (NUMERICS.md 37)."""
+    one run, EW in one G_ALIGN unit, in which its operand steps by G_SX (NUMERICS.md 37). Planes of at
+    most half a piece go whole planes to a piece, each X stage in one call (NUMERICS.md 53)."""
     pointer = _stack_table()  # (the LUT's tables on this kernel's own stack: lut_fp._stack_table)
     table = carray(pointer, (PACKED,))
     lut = packed.size != 0
     if lut:
         _fill_table(table, packed)
     segments, geometry = layout
-    chunk, plane, align, step = geometry[G_CHUNK], geometry[G_PLANE], geometry[G_ALIGN], geometry[G_SX]
+    chunk, plane, align = geometry[G_CHUNK], geometry[G_PLANE], geometry[G_ALIGN]
     sources, results, others = data.reshape(-1), out.reshape(-1), operand.reshape(-1)
-    e_on = e_params[E_ON] != 0
-    passes = stages + (1 if lut else 0) + (1 if e_on else 0)
+    passes = stages + (1 if lut else 0) + (1 if e_params[E_ON] != 0 else 0)
     # the passes alternate between two scratch pieces, the last one into the result: a pass in
     # place fails LLVM's overlap check and runs unvectorised (~10x slower)
     scratch = np.empty(2 * chunk if passes > 1 or lut else 0, np.float32)
     lut_in = (stages + 1) % 2  # the scratch piece the LUT reads (the last X stage's, else a copy)
-    for k in range(segments.size - 1):
-        channel, start, end = segments[k], segments[k] * plane, segments[k + 1] * plane
-        while start < end:
-            stop = min(start + chunk, end, (start // align + 1) * align)
-            source, count, done = sources[start:stop], stop - start, 0
-            for s in range(stages):
-                target = results[start:stop] if done == passes - 1 else scratch[done % 2 * chunk:][:count]
-                p = x_params[s]
-                _x_pass(source, target, p[X_ALGO], p[X_ALU_ON] != 0, p[X_MUL_ON] != 0, p[X_PRELU] != 0,
-                        p[X_MUL_FIRST] != 0, p[X_RELU] != 0, p[X_RELUX] != 0, x_relux[s], alu[s, channel],
-                        mul[s, channel])
-                source, done = target, done + 1
-            if lut:
-                if stages == 0:
-                    scratch[lut_in * chunk:][:count] = source
-                target = results[start:stop] if done == passes - 1 else scratch[done % 2 * chunk:][:count]
-                # (its input a fresh slice, not ``source``: LLVM vectorises the loop's gathers only then)
-                _lut_values(table, pointer, lut_params, scratch[lut_in * chunk:][:count], target)
-                source = target
-            if e_on:
-                first = _operand_at(start, geometry)
-                p = e_params
-                _ew_pass(source, results[start:stop], others[first:first + (count if step else 1)], step,
-                         p[E_OP_ON] != 0, p[E_OP_TYPE], p[E_ALGO], p[E_PRELU] != 0, p[E_RELU] != 0,
-                         p[E_RELUX] != 0, e_relux)
-            elif passes == 0:
-                results[start:stop] = source
-            start = stop
+    small, channels, k, start = 2 * plane <= chunk, segments[segments.size - 1], 0, 0
+    while start < channels * plane:
+        c0 = start // plane
+        while segments[k + 1] <= c0:
+            k += 1
+        if small:  # (whole planes; in one call of _x_pass when they share their operands)
+            c1 = min(c0 + chunk // plane, channels)
+            stop, flat = c1 * plane, segments[k + 1] >= c1
+        else:
+            c1, flat = c0 + 1, True
+            stop = min(start + chunk, segments[k + 1] * plane, (start // align + 1) * align)
+        source, count = sources[start:stop], stop - start
+        for s in range(stages):
+            target = results[start:stop] if s == passes - 1 else scratch[s % 2 * chunk:][:count]
+            p = x_params[s]
+            settings = (p[X_ALGO], p[X_ALU_ON] != 0, p[X_MUL_ON] != 0, p[X_PRELU] != 0, p[X_MUL_FIRST] != 0,
+                        p[X_RELU] != 0, p[X_RELUX] != 0, x_relux[s])
+            if flat:
+                _x_pass(source, target, *settings, alu[s, segments[k]], mul[s, segments[k]])
+            else:
+                _x_planes(source, target, plane, *settings, alu[s, c0:c1], mul[s, c0:c1])
+            source = target
+        _tail(table, pointer, lut_params, lut, e_params, e_relux, geometry, others, scratch, results, source,
+              start, stop, stages, passes, lut_in, stages)
+        start = stop
 
 
 # fp16_step's int64 vector (``pack_step``): the X stage count, the X and EW settings, the geometry,

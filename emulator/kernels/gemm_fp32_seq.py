@@ -160,6 +160,9 @@ def _products(packed, offsets, flat, b_start, columns, out, rows):
     reduction blocks of KC, row blocks of MR (a block's KC x MR weights stay in L1 over the chunk's
     tiles), tiles of 16 NV columns."""
     blocks, reduction = packed.shape[0], packed.shape[1]
+    if reduction == 0:  # no products: every sum is its +0 (the loop below would leave ``out`` as it was)
+        out[:, :] = 0
+        return
     a_addr, o_addr = packed.ctypes.data, offsets.ctypes.data
     b_addr, c_addr, out_stride = flat.ctypes.data + b_start, out.ctypes.data, out.strides[0]
     padded_rows = blocks * MR
@@ -195,7 +198,8 @@ def products(packed: np.ndarray, offsets: np.ndarray, b: np.ndarray, b_start: in
     C-contiguous float32 array ``b`` (the caller keeps every such row inside ``b``); each sum k after k
     from +0 (the module docstring)."""
     if out.shape != (rows, columns) or out.strides[1] != 4 or out.dtype != np.float32 or b.dtype != np.float32 \
-            or not b.flags.c_contiguous or offsets.shape[0] != (packed.shape[1] if packed.ndim == 3 else packed.shape[0]):
+            or not b.flags.c_contiguous or packed.dtype != np.float32 or offsets.dtype != np.int64 \
+            or offsets.shape[0] != (packed.shape[1] if packed.ndim == 3 else packed.shape[0]):
         raise ValueError("fp32 sequential GEMM: operands of the wrong shape or layout")
     run(packed, offsets, b.reshape(-1), b_start, out)
 

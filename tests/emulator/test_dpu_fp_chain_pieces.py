@@ -60,7 +60,7 @@ def _same(got: np.ndarray, want: np.ndarray) -> None:
 
 
 @settings(max_examples=120, deadline=None)
-@given(st.tuples(st.integers(1, 9), st.integers(1, 4), st.integers(1, 6)), st.integers(1, 9),
+@given(st.tuples(st.integers(1, 9), st.integers(1, 4), st.integers(1, 6)), st.integers(1, 64),
        st.one_of(st.none(), x_configs()), st.one_of(st.none(), x_configs()), st.one_of(st.none(), ew_configs()),
        st.sampled_from(OPERANDS), st.one_of(st.none(), st.tuples(tables(), tables())), st.integers(0, 2**31))
 def test_pieces_match_the_models_and_the_stage_kernels(shape, chunk, bs, bn, ew, operand_kind, lut_tables, seed):
