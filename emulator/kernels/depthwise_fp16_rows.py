@@ -321,7 +321,7 @@ def _scaled_planes(bits16, weights, out, long_run):
     # (depthwise_fp16._scaled_atoms' values; its vector loop has ~0.3 us of fixed costs a group and row,
     # and is faster on runs of ``long_run`` (_LONG_SCALING) atoms and more: 5440 atoms 13 us against 18)
     kernels, out_h, out_w = out.shape
-    height, width = bits16.shape[1], bits16.shape[2]
+    width = bits16.shape[2]
     plane = out_h * out_w * 4
     for g in range(min(bits16.shape[0], -(-kernels // LANES))):
         if kernels - g * LANES >= LANES:
