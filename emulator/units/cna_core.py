@@ -918,7 +918,7 @@ def _weights_fetcher(state: ConvState, plan: _Plan, memory, where: str):
     # fetches a run made fresh arrays, which kernel memos noted by identity and dropped at the next
     # fetch, ~290 entries a run, and whose CBUF bookkeeping the Cbuf's interned lists could not keep).
     # Writeable, unlike the full path's shared weights: no memo notes it (mac.py ``_widened`` /
-    # ``_PIECES`` compute the same values directly, conv_fp16_plan prepares nothing for it). The Cbuf
+    # ``_PACKED`` compute the same values directly, conv_fp16_plan prepares nothing for it). The Cbuf
     # may hold it (a later WEIGHT_REUSE): it then holds what this step's last load gathered, the
     # weights of the last load under this key - a load under the same key replaces the held set.
     words = data[start:stop].view(unsigned)  # (a view of the region's bytes: every write shows in it)
