@@ -17,6 +17,10 @@ It takes int8 outputs in 16-lane atoms (C2 = 16: 16-byte atoms, the int8 builds'
 lanes are all channels (the caller's atoms hold none past them), pixel-major int32 data [1][P][C]
 (C-contiguous), window sums none, one per pixel ([P], any integer type, already checked against
 the chain's bound) or one per pixel and channel (a [P][C] int32 buffer, flat).
+
+``ew_lines`` does the same for chains with the EW stage (residual adds, NUMERICS.md 56): each
+element ``_ew_rows``' ``_chain_value``, the ERDMA's int8 operand atoms [S][P][16] read in place
+instead of being made pixel-major int32 first.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import numpy as np
 from numba import njit
 
 from npuemu.emulator.kernels import dpu_pixel as dp
-from npuemu.emulator.kernels.dpu_pixel import _folded_bs, _folded_out, _out_cvt
+from npuemu.emulator.kernels.dpu_pixel import _chain_value, _folded_bs, _folded_out, _out_cvt
 
 #: lanes of an int8 atom (16 bytes)
 LANES = 16
@@ -139,3 +143,69 @@ def folded_lines(data, sums, sums_layout, operands, chain, surfaces, width, offs
     else:
         _shared_plain(flat, sums, sums_layout == dp.SUMS_SHARED, channels, operands, surfaces, width, offsets, out,
                       k, offset, floor, ceiling, even)
+
+
+@njit(cache=True)
+def ew_takes(settings, out_itemsize, lanes, surfaces):
+    """Whether ``ew_lines`` runs this chain: an EW stage, int8 elements, 16 lanes to an atom
+    (NUMERICS.md 56)."""
+    return settings[dp.CH_EW_ON] != 0 and out_itemsize == 1 and lanes == LANES * surfaces
+
+
+@njit(cache=True, inline="always")
+def _ew_lines_loop(flat, sums, layout, channels, operands, atoms, chain, surfaces, width, offsets, out, even, relu):
+    """``dpu_pixel._ew_rows_loop``'s elements (``_chain_value`` on the same operands) written
+    straight into the lines; the EW operand read in place from its atoms (``even``, ``relu``:
+    literals)."""
+    low1, high1, ew_offset, ew_k = chain[dp.CH_LOW1], chain[dp.CH_HIGH1], chain[dp.CH_EW_OFFSET], chain[dp.CH_EW_K]
+    ew_even, ew_add, ew_low, ew_high = chain[dp.CH_EW_EVEN] != 0, chain[dp.CH_EW_ADD], chain[dp.CH_EW_LOW], \
+        chain[dp.CH_EW_HIGH]
+    k, offset, low, high = chain[dp.CH_K], chain[dp.CH_OFFSET], chain[dp.CH_LOW], chain[dp.CH_HIGH]
+    lines = offsets.shape[0] // surfaces
+    per_pixel = atoms.shape[1] > 1
+    alu, cpend, mul = np.empty(LANES), np.empty(LANES), np.empty(LANES)
+    for s in range(surfaces):
+        _operand_rows(operands, s * LANES, alu, cpend, mul)
+        for y in range(lines):
+            into = np.uint64(offsets[s * lines + y] * 8)
+            start = np.uint64((y * width * channels) + s * LANES)
+            for x in range(width):
+                o, i, p = into + np.uint64(x * LANES), start + np.uint64(x * channels), y * width + x
+                e = atoms[s, p] if per_pixel else atoms[s, 0]
+                if layout == dp.SUMS_PIXEL_MAJOR:
+                    for lane in range(LANES):
+                        u = np.uint64(lane)
+                        out[o + u] = _chain_value(flat[i + u], sums[i + u], cpend[u], alu[u], mul[u],
+                                                  np.int32(e[lane]), low1, high1, ew_offset, ew_k, ew_even, ew_add,
+                                                  ew_low, ew_high, k, offset, low, high, True, even, relu)
+                    continue
+                w = np.float64(sums[p]) if layout == dp.SUMS_SHARED else 0.0
+                for lane in range(LANES):
+                    u = np.uint64(lane)
+                    out[o + u] = _chain_value(flat[i + u], w, cpend[u], alu[u], mul[u], np.int32(e[lane]), low1,
+                                              high1, ew_offset, ew_k, ew_even, ew_add, ew_low, ew_high, k, offset,
+                                              low, high, True, even, relu)
+
+
+# contract: as dpu_pixel._ew_rows' (every product and sum exact: fused or not, the same numbers)
+@njit(cache=True, fastmath={"contract"})
+def ew_lines(data, sums, sums_layout, operands, atoms, chain, surfaces, width, offsets, target):
+    """``folded_lines`` for a chain with the EW stage (``ew_takes``): each element
+    ``_rows_pixels_to_atoms``' ``_ew_rows`` gives it, the EW operand ``atoms`` int8 [S][P or 1][16]
+    (the ERDMA's atoms, channel 16s + l at [s][pixel][l]) read where it is, not made pixel-major
+    int32 first (NUMERICS.md 56). ``sums``: as ``folded_lines``' (SUMS_NONE: not read)."""
+    even, relu = chain[dp.CH_EVEN] != 0, chain[dp.CH_LOW1] == 0.0
+    channels = data.shape[2]
+    flat, out = data.reshape(-1), target.view(np.int8)
+    if even and relu:
+        _ew_lines_loop(flat, sums, sums_layout, channels, operands, atoms, chain, surfaces, width, offsets, out,
+                       True, True)
+    elif even:
+        _ew_lines_loop(flat, sums, sums_layout, channels, operands, atoms, chain, surfaces, width, offsets, out,
+                       True, False)
+    elif relu:
+        _ew_lines_loop(flat, sums, sums_layout, channels, operands, atoms, chain, surfaces, width, offsets, out,
+                       False, True)
+    else:
+        _ew_lines_loop(flat, sums, sums_layout, channels, operands, atoms, chain, surfaces, width, offsets, out,
+                       False, False)

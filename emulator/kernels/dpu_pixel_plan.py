@@ -85,17 +85,14 @@ def _direct_run(plan: dp.StagePlan, pixels: int, width: int, target: np.ndarray,
                 surfaces: int, general: Callable, ew_constant: np.ndarray | None) -> Callable | None:
     """``direct(data, window_sum, ew_operand)``: ``run`` for the caller that hands it data int32
     [1][pixels][channels] C-contiguous (a prepared DPU step, units/dpu_plan.py), window sums as a
-    convolution leaves them (int64 [1][OH][OW] C-contiguous) or a depthwise one (int32 [C][OH][OW], a
-    view of a pixel-major [P][C] buffer: read in place as it is; else ``run`` takes them) and an EW
-    operand of the element type the plan was made for, in one Numba call: the window sums' maximum
-    and int32 copy, the tile's zeros and ``_chain_pixels_to_atoms`` (issue 20: fixed cost per
-    task), the same calls on the same values as ``run``'s. Window sums past the chain's bound or
-    int32 go through ``run``, and so does an operand ``_pixel_rows`` refuses. ``ew_constant`` (the
-    object the caller passes on every run) is converted here once, any other operand per run.
-    None where ``run`` would not take ``_chain_pixels_to_atoms`` for these shapes (no chain,
-    atoms with lanes past the channels)."""
-    channels, chain, bs, ew = plan.channels, plan.chain, plan.bs, plan.ew
-    lanes = surfaces * c2
+    convolution leaves them (int64 [1][OH][OW] C-contiguous) or a depthwise one (int32 [C][OH][OW], a view
+    of a pixel-major [P][C] buffer: read in place as it is; else ``run`` takes them) and an EW operand
+    of the plan's element type, in one Numba call: the window sums' maximum and int32 copy, the tile's
+    zeros and ``_chain_pixels_to_atoms`` (issue 20: fixed cost per task), the same calls on the same
+    values as ``run``'s. Sums past the chain's bound or int32, operands ``_pixel_rows`` refuses: ``run``.
+    ``ew_constant`` (passed on every run) is converted once, others per run (int8 atoms into int8
+    lines: ``_ew_lines_store``). None: no chain, or atoms with lanes past the channels."""
+    channels, chain, bs, ew, lanes = plan.channels, plan.chain, plan.bs, plan.ew, surfaces * c2
     if chain is None or lanes > channels:
         return None
     cpend = bs is not None and bs.cpend_enable
@@ -111,6 +108,7 @@ def _direct_run(plan: dp.StagePlan, pixels: int, width: int, target: np.ndarray,
         converted = np.array(_operand(ew_constant, channels, pixels))
         if converted.shape[0] == 1 and converted.shape[2] == channels:
             constant = (ew_constant, converted)
+    in_lines = _ew_lines_store(plan, pixels, width, target, offsets, c2, surfaces, general)
 
     # a depthwise CORE's window sums: [C][OH][OW] int32 viewing a [P][C] buffer (one group per channel)
     per_channel = ((channels, pixels // width, width), (4, 4 * channels * width, 4 * channels)) if channels > 1 \
@@ -136,6 +134,8 @@ def _direct_run(plan: dp.StagePlan, pixels: int, width: int, target: np.ndarray,
             window, rows = window_sum.reshape(channels, pixels), 2
         else:
             general(data, window_sum, ew_operand)
+            return
+        if in_lines is not None and rows != 2 and in_lines(data, window, rows == 1, window_sum, ew_operand):
             return
         if ew is None:
             operand = dp._NO_OPERAND
@@ -206,6 +206,50 @@ def _rows_chain(data, window, floats, operand, settings, top, surfaces, width, t
     tile[:] = 0
     dp._chain_pixels_to_atoms(data, window, dp.SUMS_PIXEL_MAJOR, floats, operand, settings, surfaces, width, tile,
                               offsets, target)
+    return True
+
+
+def _ew_lines_store(plan: dp.StagePlan, pixels: int, width: int, target: np.ndarray, offsets: np.ndarray, c2: int,
+                    surfaces: int, general: Callable) -> Callable | None:
+    """``in_lines(data, window, per_channel, window_sum, ew_operand)`` for ``direct``'s window sums
+    (``window``: flat, one per pixel and channel or not): True where it stored the atoms, the EW
+    operand being the ERDMA's int8 atoms [S][P][16] (C-contiguous) read in place by ``_ew_chain``
+    (``general`` where the window sums pass the chain's bound); False, having done nothing, for
+    another operand. None where the chain does not go into int8 lines of 16 lanes with an EW stage
+    (``dpu_folded_lines.ew_takes``) or the operand is not int8 (NUMERICS.md 56)."""
+    settings, lanes = plan.chain[0], surfaces * c2
+    if plan.ew is None or plan.operand_dtype != np.int8 or c2 != folded_lines.LANES \
+            or not folded_lines.ew_takes(settings, np.dtype(plan.out_dtype).itemsize, lanes, surfaces):
+        return None
+    shape = (-(-plan.channels // folded_lines.LANES), pixels, folded_lines.LANES)
+    layout = dp.SUMS_SHARED if plan.bs is not None and plan.bs.cpend_enable else dp.SUMS_NONE
+    top, floats = min(plan.chain[1], nm.INT32_MAX), plan.floats
+    offsets = np.ascontiguousarray(offsets, np.int64)
+
+    def in_lines(data, window, per_channel, window_sum, ew_operand) -> bool:
+        if type(ew_operand) is not np.ndarray or ew_operand.dtype != np.int8 or ew_operand.shape != shape \
+                or not ew_operand.flags.c_contiguous:
+            return False
+        if not _ew_chain(data, window, dp.SUMS_PIXEL_MAJOR if per_channel else layout, floats, ew_operand, settings,
+                         top, surfaces, width, offsets, target):
+            general(data, window_sum, ew_operand)
+        return True
+
+    return in_lines
+
+
+@njit(cache=True)
+def _ew_chain(data, window, layout, floats, atoms, settings, top, surfaces, width, offsets, target):
+    """``_window_chain`` / ``_rows_chain`` for a chain with the EW stage into int8 lines of 16
+    lanes (``dpu_folded_lines.ew_takes``), the EW operand the ERDMA's int8 atoms [S][P][16]:
+    False, having done nothing, where the window sums pass ``top``; else ``ew_lines`` writes the
+    atoms ``_chain_pixels_to_atoms`` writes from the operand made pixel-major (NUMERICS.md 56)."""
+    largest = 0
+    for i in range(window.shape[0]):
+        largest = max(largest, abs(np.int64(window[i])))
+    if largest > top:
+        return False
+    folded_lines.ew_lines(data, window, layout, floats, atoms, settings, surfaces, width, offsets, target)
     return True
 
 
