@@ -27,7 +27,6 @@ import numpy as np
 from npuemu.emulator.kernels import depthwise_fp16, depthwise_fp16_rows, fetch_fp16, mac, pointwise_fp16
 from npuemu.emulator.kernels.conv_pixels import working_buffer
 from npuemu.emulator.kernels.fp16 import widening_table
-from npuemu.isa.errors import EmulationError
 
 
 def prepare_conv2d_fp16(feature_shape: tuple[int, int, int, int], channels: int, weights: np.ndarray,
@@ -41,9 +40,7 @@ def prepare_conv2d_fp16(feature_shape: tuple[int, int, int, int], channels: int,
             or not 0 < channels <= feature_shape[0] * feature_shape[3] or weights.shape[0] > out_channels:
         return None
     planes_shape = (channels, geometry.padded_h, geometry.padded_w)
-    try:  # (conv2d_fp16's checks read only the shape)
-        mac._check_operands(np.broadcast_to(np.float32(0), planes_shape), weights, geometry)
-    except EmulationError:
+    if not mac.operands_fit(planes_shape, weights, geometry):
         return None
     kernels, out_shape = weights.shape[0], (out_channels, geometry.out_h, geometry.out_w)
     matrices = mac._widened(weights, geometry.groups)

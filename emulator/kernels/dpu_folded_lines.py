@@ -18,7 +18,7 @@ lanes are all channels (the caller's atoms hold none past them), pixel-major int
 (C-contiguous), window sums none, one per pixel ([P], any integer type, already checked against
 the chain's bound) or one per pixel and channel (a [P][C] int32 buffer, flat).
 
-``ew_lines`` does the same for chains with the EW stage (residual adds, NUMERICS.md 56): each
+``ew_lines`` does the same for chains with the EW stage (residual adds, NUMERICS.md 55): each
 element ``_ew_rows``' ``_chain_value``, the ERDMA's int8 operand atoms [S][P][16] read in place
 instead of being made pixel-major int32 first.
 """
@@ -148,7 +148,7 @@ def folded_lines(data, sums, sums_layout, operands, chain, surfaces, width, offs
 @njit(cache=True)
 def ew_takes(settings, out_itemsize, lanes, surfaces):
     """Whether ``ew_lines`` runs this chain: an EW stage, int8 elements, 16 lanes to an atom
-    (NUMERICS.md 56)."""
+    (NUMERICS.md 55)."""
     return settings[dp.CH_EW_ON] != 0 and out_itemsize == 1 and lanes == LANES * surfaces
 
 
@@ -193,7 +193,7 @@ def ew_lines(data, sums, sums_layout, operands, atoms, chain, surfaces, width, o
     """``folded_lines`` for a chain with the EW stage (``ew_takes``): each element
     ``_rows_pixels_to_atoms``' ``_ew_rows`` gives it, the EW operand ``atoms`` int8 [S][P or 1][16]
     (the ERDMA's atoms, channel 16s + l at [s][pixel][l]) read where it is, not made pixel-major
-    int32 first (NUMERICS.md 56). ``sums``: as ``folded_lines``' (SUMS_NONE: not read)."""
+    int32 first (NUMERICS.md 55). ``sums``: as ``folded_lines``' (SUMS_NONE: not read)."""
     even, relu = chain[dp.CH_EVEN] != 0, chain[dp.CH_LOW1] == 0.0
     channels = data.shape[2]
     flat, out = data.reshape(-1), target.view(np.int8)

@@ -216,7 +216,7 @@ def _ew_lines_store(plan: dp.StagePlan, pixels: int, width: int, target: np.ndar
     operand being the ERDMA's int8 atoms [S][P][16] (C-contiguous) read in place by ``_ew_chain``
     (``general`` where the window sums pass the chain's bound); False, having done nothing, for
     another operand. None where the chain does not go into int8 lines of 16 lanes with an EW stage
-    (``dpu_folded_lines.ew_takes``) or the operand is not int8 (NUMERICS.md 56)."""
+    (``dpu_folded_lines.ew_takes``) or the operand is not int8 (NUMERICS.md 55)."""
     settings, lanes = plan.chain[0], surfaces * c2
     if plan.ew is None or plan.operand_dtype != np.int8 or c2 != folded_lines.LANES \
             or not folded_lines.ew_takes(settings, np.dtype(plan.out_dtype).itemsize, lanes, surfaces):
@@ -243,7 +243,7 @@ def _ew_chain(data, window, layout, floats, atoms, settings, top, surfaces, widt
     """``_window_chain`` / ``_rows_chain`` for a chain with the EW stage into int8 lines of 16
     lanes (``dpu_folded_lines.ew_takes``), the EW operand the ERDMA's int8 atoms [S][P][16]:
     False, having done nothing, where the window sums pass ``top``; else ``ew_lines`` writes the
-    atoms ``_chain_pixels_to_atoms`` writes from the operand made pixel-major (NUMERICS.md 56)."""
+    atoms ``_chain_pixels_to_atoms`` writes from the operand made pixel-major (NUMERICS.md 55)."""
     largest = 0
     for i in range(window.shape[0]):
         largest = max(largest, abs(np.int64(window[i])))

@@ -386,6 +386,16 @@ def _check_operands(padded: np.ndarray, weights: np.ndarray, geometry: ConvGeome
                              f"{geometry.padded_h}x{geometry.padded_w} the output needs")
 
 
+def operands_fit(planes_shape: tuple, weights: np.ndarray, geometry: ConvGeometry) -> bool:
+    """Whether ``_check_operands`` passes for padded planes of ``planes_shape`` (its checks read only
+    the shapes): the prepared paths' test before they take a convolution ``conv2d_fp16`` would refuse."""
+    try:
+        _check_operands(np.broadcast_to(np.float32(0), planes_shape), weights, geometry)
+    except EmulationError:
+        return False
+    return True
+
+
 class GemmLayout(NamedTuple):
     """How ``gemm_products`` feeds a convolution to ``gemm_fp32_seq.products`` (fixed by the shapes; the
     sums are k after k over the whole (c, ky, kx) reduction whatever the layout, NUMERICS.md 3.3).

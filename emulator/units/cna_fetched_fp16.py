@@ -23,7 +23,6 @@ from collections.abc import Callable
 import numpy as np
 
 from npuemu.emulator.kernels import mac
-from npuemu.isa.errors import EmulationError
 
 
 def prepare_fetched_fp16(feature_shape: tuple, channels: int, weight_shape: tuple, geometry: mac.ConvGeometry,
@@ -39,9 +38,7 @@ def prepare_fetched_fp16(feature_shape: tuple, channels: int, weight_shape: tupl
     if mac._use_direct(probe, geometry, "auto"):
         return None
     planes_shape = (channels, geometry.padded_h, geometry.padded_w)
-    try:  # (conv2d_fp16's checks read only the shapes)
-        mac._check_operands(np.broadcast_to(np.float32(0), planes_shape), probe, geometry)
-    except EmulationError:
+    if not mac.operands_fit(planes_shape, probe, geometry):
         return None
     groups, kernels = geometry.groups, weight_shape[0]
     layout = mac.gemm_layout(probe.reshape(groups, kernels // groups, -1), geometry, planes_shape)

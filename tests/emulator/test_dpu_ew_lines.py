@@ -1,6 +1,6 @@
 """The int8 chain with an EW stage (residual adds) written straight into the atom lines, the
 ERDMA's int8 atoms [S][P][16] read in place (issue 20, kernels/dpu_folded_lines.py ``ew_lines``,
-NUMERICS.md 56) against per-element reference arithmetic on Python integers (BS, BN, EW's operand
+NUMERICS.md 55) against per-element reference arithmetic on Python integers (BS, BN, EW's operand
 conversion and ALU op, OUT_CVT: tests/emulator/reference), through the prepared DPU stage kernel's
 ``direct`` form as units/dpu_plan.py runs it (kernels/dpu_pixel_plan.py ``_ew_chain``):
 
