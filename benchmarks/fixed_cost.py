@@ -15,7 +15,10 @@ load, one run and output with the Numba cache warm) on the ``tasks_few`` build, 
 and prints the minimum with its parts (import, of it numpy + Numba's own import, Runtime(), the
 first run), in wall time and in CPU time (steadier on a shared machine), the process's peak RSS
 (VmHWM), and how many kernel signatures the run loaded from Numba's cache (a process that had to
-compile one, because a kernel source changed meanwhile, is left out). ``--first-call-model NPU
+compile one, because a kernel source changed meanwhile, is left out), for how many of them the
+linking bitcode was left unparsed and whether Numba's NRT library was compiled (neither is
+needed by a run whose kernels all load from the cache: emulator/numba_lazy_link.py,
+numba_nrt_deferred.py). ``--first-call-model NPU
 INPUT`` times a real model the same way; ``--first-call-only`` skips the per-task figures. The
 processes run as an installed package runs: with a warm bytecode cache (a private ``PYTHONPYCACHEPREFIX``, written by
 one process run first and not timed, bytecode writing on even where the environment sets
@@ -126,15 +129,19 @@ with open("/proc/self/status") as status:
 # signatures the run loaded from the Numba cache (one load each; the first pays Numba's one-time
 # set-up) and those it compiled (a cold or invalidated cache: not a warm first call)
 from numba.core.registry import CPUDispatcher
+from numba.core.runtime import nrt
 modules = [m for name, m in list(sys.modules.items()) if name.startswith("npuemu") and m is not None]
 dispatchers = {id(v): v for m in modules for v in vars(m).values() if isinstance(v, CPUDispatcher)}
+lazy = sys.modules.get("npuemu.emulator.numba_lazy_link")
 print(json.dumps({"total_s": done - began, "import_s": imported - began, "load_s": loaded - imported,
                   "run_s": done - loaded, "cpu_total_s": cpu_done - cpu_began, "cpu_import_s": cpu_imported - cpu_began,
                   "cpu_load_s": cpu_loaded - cpu_imported, "cpu_run_s": cpu_done - cpu_loaded,
                   "cpu_numpy_numba_s": cpu_floor - cpu_began, "peak_rss_mb": peak_kb / 1024,
                   "npuemu_modules": len(modules), "dispatchers": len(dispatchers),
                   "kernel_loads": sum(len(d.stats.cache_hits) for d in dispatchers.values()),
-                  "kernel_compiles": sum(len(d.stats.cache_misses) for d in dispatchers.values())}))
+                  "kernel_compiles": sum(len(d.stats.cache_misses) for d in dispatchers.values()),
+                  "nrt_library_compiled": getattr(nrt.rtsys, "_library", None) is not None,
+                  "bitcode_unparsed": sum(map(len, lazy._pending.values())) if lazy else 0}))
 """
 
 
@@ -175,7 +182,9 @@ def measure_first_call(workdir: str, processes: int, log=print, bytecode_cache: 
         f"{max(row['peak_rss_mb'] for row in rows):.0f} MB)")
     log(f"  {best['npuemu_modules']} npuemu modules, {best['dispatchers']} Numba dispatchers, "
         f"{best['kernel_loads']} kernel signatures loaded from the Numba cache by the first run "
-        f"({best['kernel_compiles']} compiled)")
+        f"({best['kernel_compiles']} compiled; linking bitcode left unparsed for {best['bitcode_unparsed']}, "
+        f"NRT library {'compiled' if best['nrt_library_compiled'] else 'not compiled'}: "
+        "emulator/numba_lazy_link.py, numba_nrt_deferred.py)")
     return best
 
 

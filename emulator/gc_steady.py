@@ -115,6 +115,25 @@ def _freeze() -> str:
     return "frozen"
 
 
+def freeze_imported() -> str:
+    """Freeze the heap as the runtime's modules finish importing (emulator/gc_import.py), as ours.
+
+    Called with automatic collection paused by the import (the caller's setting is checked
+    there); the rules of :func:`_freeze` otherwise: not with ``NPUEMU_GC_FREEZE=0``, not over a
+    caller's own frozen set, not twice. Nothing is collected first: the young generations then
+    hold the import's objects, whose walk is what this saves."""
+    if not enabled_by_environment():
+        return "off"
+    if _state.ours or gc.get_freeze_count():
+        return "caller's"
+    gc.freeze()
+    if not _state.watching:
+        gc.callbacks.append(_watch)
+        _state.watching = True
+    _state.count, _state.ours = gc.get_freeze_count(), True  # (all of it ours: it was empty; ~4 ms)
+    return "frozen"
+
+
 class Tracker:
     """One Runtime's runs: when it next tries a freeze. ``after_run`` costs a compare per run."""
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from npuemu.emulator.core import NpuCore, TaskRecord
-from npuemu.emulator import numba_cache_load
+from npuemu.emulator import numba_array_typeof, numba_cache_load
 from npuemu.emulator.memory import Memory
 from npuemu.emulator.units.state import (
     FP16, INT8, PRECISION_DTYPES, PRECISION_NAMES, c2_of,
@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 # kernels of a machine's first run load from Numba's cache without Numba's one-time registry
 # refresh (emulator/numba_cache_load.py: ~0.12 s of a fresh process's first call)
 numba_cache_load.install()
+# a kernel's first call types its arrays without importing numpy.ma (emulator/numba_array_typeof.py)
+numba_array_typeof.install()
 
 
 @dataclass(frozen=True)

@@ -23,11 +23,18 @@ path; any other Numba user in the process loads as Numba does. If Numba's intern
 what this expects (another Numba version), nothing is installed; ``NPUEMU_NUMBA_FULL_LOAD=1``
 in the environment keeps Numba's own load too (an escape hatch should a Numba release load a
 kernel differently).
+
+Two more parts of a load wait until something needs them (session 18): the kernel's linking
+bitcode is parsed when a later compile links against it (emulator/numba_lazy_link.py), and the
+NRT's small LLVM library, which ``rtsys.initialize`` would compile, is compiled at its first use
+(emulator/numba_nrt_deferred.py); both are installed with this load and left out with it.
 """
 
 from __future__ import annotations
 
 import os
+
+from npuemu.emulator import numba_lazy_link, numba_nrt_deferred
 
 #: symbols that only a refresh-time import registers (numba/cpython/hashing.py ``inject``)
 REFRESH_ONLY_SYMBOLS = (b"_numba_hashsecret_",)
@@ -56,6 +63,7 @@ def install() -> bool:
     def load_overload(self, sig, target_context):
         parts = [getattr(self, name, None) for name in ("_py_func", "_cache_file", "_impl", "_enabled")]
         if not _is_npuemu(parts[0]) or None in parts[1:]:  # (another user's function, or other internals)
+            numba_nrt_deferred.ensure()  # (its code may name the NRT library's symbols)
             return original(self, sig, target_context)
         _, cache_file, impl, enabled = parts
         rtsys.initialize(target_context)  # (refresh's first step; idempotent)
@@ -67,10 +75,11 @@ def install() -> bool:
                 return None
             if not _links_without_registries(data):
                 target_context.refresh()
-            return impl.rebuild(target_context, data)
+            return numba_lazy_link.rebuild(impl, target_context, data)
 
     load_overload.npuemu_original = original
     cache.load_overload = load_overload
+    numba_nrt_deferred.install()
     _installed = True
     return True
 

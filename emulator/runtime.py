@@ -32,14 +32,17 @@ from typing import Any
 
 import numpy as np
 
-from npuemu.emulator import gc_steady
-from npuemu.emulator.machine import Machine
-from npuemu.emulator.memo import Memo
-from npuemu.isa import tensor_layout
-from npuemu.isa.container import CpuStep, ModelFile, NpuStep
-from npuemu.isa.container_trailer import ND_LAYOUT
-from npuemu.isa.container_views import tensor_cube
-from npuemu.isa.errors import EmulationError, InputError, ModelFileError
+from npuemu.emulator import gc_import, gc_steady
+
+# (emulator/gc_import.py: no cycle collection walks the heap while the runtime's modules load)
+with gc_import.paused():
+    from npuemu.emulator.machine import Machine
+    from npuemu.emulator.memo import Memo
+    from npuemu.isa import tensor_layout
+    from npuemu.isa.container import CpuStep, ModelFile, NpuStep
+    from npuemu.isa.container_trailer import ND_LAYOUT
+    from npuemu.isa.container_views import tensor_cube
+    from npuemu.isa.errors import EmulationError, InputError, ModelFileError
 
 
 #: element types a tensor may be stored in (the model file's tensor "dtype")

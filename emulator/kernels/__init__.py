@@ -4,6 +4,12 @@ They take plain arrays in the hardware's layouts and decoded register values; th
 they apply is defined once in ``npuemu.emulator.numerics`` (see ``NUMERICS.md``).
 """
 
+# before any kernel module (and numerics, which they import) decorates: their Numba caches are
+# made at first use (emulator/numba_deferred_cache.py)
+from npuemu.emulator import numba_deferred_cache
+
+numba_deferred_cache.install()
+
 from npuemu.emulator.kernels.dpu import (
     EwConfig,
     OutCvtConfig,

@@ -8,7 +8,8 @@ fp16's: 2-byte elements, C2 8, the same weight blocking (the fp16 twin ``rm_fp16
 same native shape and size) - so the CNA decodes a bf16 conv as an fp16 one whose 16-bit words are
 bf16 (``Bf16ConvState``, a distinct type: never equal to an fp16 state of the same fields), and only
 the MAC reads them differently: bf16 x bf16 products are exact in fp32 (8 x 8 significant bits) and
-are summed in fp32, as fp16's (NUMERICS.md 3.3) [C: no stream shows the adder's order].
+are summed in fp32, as fp16's (NUMERICS.md 3.3) [C: no stream shows the adder's order]; a NaN sum is the
+canonical NaN, as on the fp16 paths (``canonical_nan``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import dataclasses
 
 import numpy as np
 
+from npuemu.emulator.kernels.canonical_nan import canonical_rows
 from npuemu.emulator.kernels.dpu_bf16 import bf16_bits_to_fp32
 from npuemu.emulator.kernels.mac import ConvGeometry
 from npuemu.emulator.units.state import BF16, FP16, ConvState
@@ -71,4 +73,5 @@ def conv2d_bf16(feature: np.ndarray, channels: int, weights: np.ndarray, geometr
             if window.shape[1:] != (g.out_h, g.out_w):
                 raise EmulationError(f"the bf16 convolution's output {g.out_w}x{g.out_h} reaches past its input")
             out += np.tensordot(kernel[:, :, ky, kx], window, axes=(1, 0)).astype(np.float32)
+    canonical_rows(out.reshape(out.shape[0], -1))  # a NaN sum as the canonical NaN (NUMERICS.md 3.3)
     return out

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from npuemu.emulator.kernels.canonical_nan import canonical_nans, canonical_rows
 from npuemu.emulator.kernels.fp16 import fp16_bits_to_float32_native
 
 #: lanes of an fp16 atom (C2): 8 channels a pixel
@@ -157,6 +158,7 @@ def _depthwise_atoms(bits16, pixels, tiles, kernel_h, kernel_w, stride_y, stride
             for kx in range(kernel_w):
                 _add_tap(acc, phases, tiles[g, ky * kernel_w + kx], _start(py, row, kx, dilation_x, stride_x, plane,
                                                                           pitch))
+        canonical_nans(acc)  # a NaN sum stored as the canonical NaN (NUMERICS.md 3.3)
         lanes = min(LANES, kernels - g * LANES)
         for oy in range(out_h):
             source = acc[oy * pitch * LANES:(oy * pitch + out_w) * LANES]
@@ -192,6 +194,7 @@ def _scaled_atoms(bits16, tiles, out):
                 target, weight = out[g * LANES + lane, y], weights[lane]
                 for x in range(out_w):
                     target[x] = zero + weight * fp16_bits_to_float32_native(source[x * LANES + lane])
+                canonical_nans(target)  # (NUMERICS.md 3.3: the canonical NaN)
 
 
 @njit(cache=True, inline="always")
@@ -212,6 +215,7 @@ def _scale_unzip8(source, weights, targets):
         t5[x] = zero + w5 * fp16_bits_to_float32_native(source[8 * x + 5])
         t6[x] = zero + w6 * fp16_bits_to_float32_native(source[8 * x + 6])
         t7[x] = zero + w7 * fp16_bits_to_float32_native(source[8 * x + 7])
+    canonical_rows(targets)  # a NaN product stored as the canonical NaN (NUMERICS.md 3.3)
 
 
 @njit(cache=True, inline="always")

@@ -29,7 +29,8 @@ direct loop's order (NUMERICS.md 3.3, 36). The products of fp16 values are exact
 significands: 22 bits), so a fused multiply-add (one rounding of acc + w x) gives the bits of the
 multiply then add: FMA is used where the target has it, the two instructions elsewhere. +0 + p is
 not folded (no fast-math flags): it turns a -0 product into +0 as the direct loop does. The inputs
-are the exact widenings of their fp16 bits and the pad value wherever the padded planes hold it.
+are the exact widenings of their fp16 bits and the pad value wherever the padded planes hold it. A NaN
+sum is stored as the canonical NaN (``canonical_nan``, NUMERICS.md 3.3), as on every fp16 CORE path.
 
 Only where Numba's target converts halves itself (``fp16.converts_halves``: F16C); elsewhere the
 caller keeps ``depthwise_fp16``'s kernel (``available``).
@@ -43,6 +44,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from npuemu.emulator.kernels.canonical_nan import canonical, canonical_ir
 from npuemu.emulator.kernels.depthwise_fp16 import _scale_unzip8
 from npuemu.emulator.kernels.fp16 import fp16_bits_to_float32_native
 from npuemu.emulator.kernels.fp16_atoms_ir import (F8, I64, LANES, halves_native, scale_to_planes, store_planes,
@@ -94,7 +96,7 @@ def _emit_blocks(context, builder, pixels, width, first, count, args, planes):
                 builder.store(add(builder.load(slot), w, x), slot)
         values = []
         for slot in slots:
-            value = builder.load(slot)
+            value = canonical_ir(builder, builder.load(slot))  # a NaN sum stored as the canonical NaN
             for half in range(width):
                 values.append(value if width == 1 else builder.shuffle_vector(value, value, ir.Constant(
                     ir.VectorType(ir.IntType(32), LANES), list(range(LANES * half, LANES * half + LANES)))))
@@ -342,7 +344,8 @@ def _scaled_planes(bits16, weights, out, long_run):
             weight = weights[g, 0, lane]
             for y in range(out_h):
                 for x in range(out_w):
-                    out[g * LANES + lane, y, x] = zero + weight * fp16_bits_to_float32_native(bits16[g, y, x, lane])
+                    value = zero + weight * fp16_bits_to_float32_native(bits16[g, y, x, lane])
+                    out[g * LANES + lane, y, x] = canonical(value)
 
 
 def _params(geometry) -> tuple:

@@ -18,6 +18,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from npuemu.emulator.kernels.canonical_nan import canonical_ir
 from npuemu.emulator.kernels.fp16 import converts_halves
 
 #: lanes of an fp16 atom (C2)
@@ -107,7 +108,8 @@ def _planes_codegen(scaled: bool):
 
         def atom(address):
             value = widen8(builder, address)
-            return builder.fadd(zero, builder.fmul(w, value)) if scaled else value
+            # (a NaN product stored as the canonical NaN: NaN x NaN keeps either operand's payload)
+            return canonical_ir(builder, builder.fadd(zero, builder.fmul(w, value))) if scaled else value
 
         blocks = builder.udiv(count, ir.Constant(I64, LANES))
         with cgutils.for_range(builder, blocks) as block:
@@ -134,7 +136,8 @@ def widen_to_planes(typingctx, src, weights, dst, plane_bytes, count):
 @intrinsic
 def scale_to_planes(typingctx, src, weights, dst, plane_bytes, count):
     """``widen_to_planes`` of +0 + w x, w the 8 float32 lane weights at address ``weights``: a 1x1
-    depthwise kernel (one rounding: the product of fp16 values is exact; +0 turns -0 into +0)."""
+    depthwise kernel (one rounding: the product of fp16 values is exact; +0 turns -0 into +0; a NaN
+    result stored as the canonical NaN, ``canonical_nan``)."""
     return types.void(*([types.intp] * 5)), _planes_codegen(True)
 
 

@@ -9,7 +9,9 @@ per k, loads the NV vectors of B's row k, broadcasts each row's A[m][k] and adds
 exponents within float32's normal range), so ``fma(a, b, s) = round(a * b + s) = round(round(a * b) +
 s)``: the fused form gives the bits of multiply-then-add. On a host without FMA (or a Numba build for a
 generic CPU) the IR has ``fmul`` then ``fadd`` instead - the same bits. LLVM lowers the 16-lane vectors
-to AVX-512, two AVX2 halves or scalars, so the kernel runs on any x86-64 host.
+to AVX-512, two AVX2 halves or scalars, so the kernel runs on any x86-64 host. A NaN sum is stored as
+the canonical NaN (``canonical_nan``: one compare and select a stored vector), so NaN bits too are the
+same on every host and path - which NaN x86 keeps where two meet is the instruction form's choice.
 
 A (the weights) is packed once per weight set (``pack``): blocks of MR rows, rows past M zero, in the
 order the kernel reads them. B is read in place: row k starts ``offsets[k]`` bytes after B's start and
@@ -36,6 +38,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from npuemu.emulator.kernels import host_cpu
+from npuemu.emulator.kernels.canonical_nan import canonical, canonical_ir, canonical_rows
 
 #: rows of A per micro-kernel call (the packed blocks' width)
 MR = 6
@@ -129,8 +132,9 @@ def _codegen(nv: int, masked: bool, fma: bool):
         for r in range(MR):
             with builder.if_then(builder.icmp_signed("<", ir.Constant(_I64, r), rows)):
                 for v in range(nv):
-                    value = builder.load(accs[r][v])
-                    # + 0 on the first block's sums would change nothing: they start at +0
+                    # + 0 on the first block's sums would change nothing: they start at +0. A NaN sum is
+                    # stored as the canonical NaN (which NaN x86 keeps is the instruction form's choice)
+                    value = canonical_ir(builder, builder.load(accs[r][v]))
                     _store(builder, value, _address(builder, targets[r], ir.Constant(_I64, 64 * v), _VEC), masks[v])
         return context.get_dummy_value()
     return codegen
@@ -230,7 +234,7 @@ def _narrow(transposed, offsets, flat, start, out, rows):
             for m in range(width):
                 acc[m] = acc[m] + weights[m] * value
         for m in range(rows):
-            out[m, n] = acc[m]
+            out[m, n] = canonical(acc[m])
 
 
 @njit(cache=True)
@@ -249,6 +253,7 @@ def products_loops(packed, offsets, flat, start, columns, out, rows):
             source = flat[first:first + columns]
             for n in range(columns):
                 target[n] = target[n] + weight * source[n]
+    canonical_rows(out[:rows])
 
 
 def pack(matrix: np.ndarray, narrow: bool = False) -> np.ndarray:

@@ -26,6 +26,7 @@ import numpy as np
 from numba import njit
 
 from npuemu.emulator.kernels import gemm_fp32_seq
+from npuemu.emulator.kernels.canonical_nan import canonical_nans
 from npuemu.emulator.kernels.fp16 import fp16_bits_to_fp32_bits_native, native_halves, widening_table
 from npuemu.emulator.memo import Memo
 from npuemu.isa.errors import EmulationError
@@ -303,6 +304,7 @@ def _conv_direct_wide(phases, pitch, weights, kernels_per_group, stride_y, strid
                 for kx in range(kernel_w):
                     _add_products(line, _tap_run(planes, py, row * pitch, dilation_x, stride_x, kx, length),
                                   np.float32(taps[kx]))
+        canonical_nans(line)  # a NaN sum stored as the canonical NaN (NUMERICS.md 3.3)
         if pitch != out_w:
             for oy in range(out_h):
                 acc[o, oy] = line[oy * pitch:oy * pitch + out_w]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from numba import njit
 
+from npuemu.emulator.kernels.canonical_nan import canonical_nans
 from npuemu.emulator.kernels.fp16 import fp16_bits_to_float32_native
 
 #: lanes of an fp16 atom (C2)
@@ -57,6 +58,7 @@ def pointwise_fp16_atoms(bits16, weights, channels, out):
                     weight = taps[g * LANES + lane]
                     for x in range(length):
                         target[x] = target[x] + weight * fp16_bits_to_float32_native(source[x * LANES + lane])
+            canonical_nans(target)  # a NaN sum stored as the canonical NaN (NUMERICS.md 3.3)
 
 
 @njit(cache=True, inline="always")
