@@ -140,13 +140,17 @@ def _tail(table, pointer, lut_params, lut, e_params, e_relux, geometry, others, 
 
 @njit(cache=True)
 def _run_chain(data, x_params, x_relux, alu, mul, stages, e_params, e_relux, layout, operand, packed, lut_params,
-               out):
+               out, work):
     """The X stages, the LUT (``packed`` non-empty: ``lut_fp.prepared``'s tables and parameters) and
     EW, piece by piece: each piece of at most G_CHUNK elements goes through every stage before the
     next (every element the same operations in the same order: the same bits as stage after stage
     over the cube). ``layout``: (channel runs sharing their X operands, geometry): a piece stays in
-    one run, EW in one G_ALIGN unit, in which its operand steps by G_SX (NUMERICS.md 37). Planes of at
-    most half a piece go whole planes to a piece, each X stage in one call (NUMERICS.md 53)."""
+    one run, EW in one G_ALIGN unit, in which its operand steps by G_SX (NUMERICS.md 37). Planes of
+    at most half a piece go whole planes to a piece, each X stage in one call (NUMERICS.md 53).
+    ``data``, ``operand``, ``out``: the [C][H][W] arrays flat; ``x_params``: the [2][X_COUNT]
+    settings flat; ``alu``, ``mul``: the [2][C] operands flat (a reshape in a kernel is a helper
+    call, 10-40 ns, and a small task's call made ~10); ``work``: float32, at least 2 x G_CHUNK
+    elements, the two scratch pieces (the caller's: a 16 KiB ``np.empty`` here cost ~0.3 us a call)."""
     pointer = _stack_table()  # (the LUT's tables on this kernel's own stack: lut_fp._stack_table)
     table = carray(pointer, (PACKED,))
     lut = packed.size != 0
@@ -154,13 +158,13 @@ def _run_chain(data, x_params, x_relux, alu, mul, stages, e_params, e_relux, lay
         _fill_table(table, packed)
     segments, geometry = layout
     chunk, plane, align = geometry[G_CHUNK], geometry[G_PLANE], geometry[G_ALIGN]
-    sources, results, others = data.reshape(-1), out.reshape(-1), operand.reshape(-1)
+    sources, results, others, channels = data, out, operand, segments[segments.size - 1]
     passes = stages + (1 if lut else 0) + (1 if e_params[E_ON] != 0 else 0)
     # the passes alternate between two scratch pieces, the last one into the result: a pass in
     # place fails LLVM's overlap check and runs unvectorised (~10x slower)
-    scratch = np.empty(2 * chunk if passes > 1 or lut else 0, np.float32)
+    scratch = work[:2 * chunk]
     lut_in = (stages + 1) % 2  # the scratch piece the LUT reads (the last X stage's, else a copy)
-    small, channels, k, start = 2 * plane <= chunk, segments[segments.size - 1], 0, 0
+    small, k, start = 2 * plane <= chunk, 0, 0
     while start < channels * plane:
         c0 = start // plane
         while segments[k + 1] <= c0:
@@ -174,13 +178,13 @@ def _run_chain(data, x_params, x_relux, alu, mul, stages, e_params, e_relux, lay
         source, count = sources[start:stop], stop - start
         for s in range(stages):
             target = results[start:stop] if s == passes - 1 else scratch[s % 2 * chunk:][:count]
-            p = x_params[s]
+            p, at = x_params[s * X_COUNT:(s + 1) * X_COUNT], s * channels
             settings = (p[X_ALGO], p[X_ALU_ON] != 0, p[X_MUL_ON] != 0, p[X_PRELU] != 0, p[X_MUL_FIRST] != 0,
                         p[X_RELU] != 0, p[X_RELUX] != 0, x_relux[s])
             if flat:
-                _x_pass(source, target, *settings, alu[s, segments[k]], mul[s, segments[k]])
+                _x_pass(source, target, *settings, alu[at + segments[k]], mul[at + segments[k]])
             else:
-                _x_planes(source, target, plane, *settings, alu[s, c0:c1], mul[s, c0:c1])
+                _x_planes(source, target, plane, *settings, alu[at + c0:at + c1], mul[at + c0:at + c1])
             source = target
         _tail(table, pointer, lut_params, lut, e_params, e_relux, geometry, others, scratch, results, source,
               start, stop, stages, passes, lut_in, stages)
@@ -188,31 +192,47 @@ def _run_chain(data, x_params, x_relux, alu, mul, stages, e_params, e_relux, lay
 
 
 # fp16_step's int64 vector (``pack_step``): the X stage count, the X and EW settings, the geometry,
-# then blocks - the run bounds (their count first), three reads and the store (each: row count,
-# four fields, the row offsets)
+# the cube's and the EW operand's shapes, then blocks - the run bounds (their count first), three
+# reads and the store (each: row count, four fields, the row offsets)
 P_STAGES, P_X, P_E = 0, 1, 1 + 2 * X_COUNT
 P_GEOMETRY = P_E + E_COUNT
-P_RUNS = P_GEOMETRY + G_COUNT
+P_SHAPES = P_GEOMETRY + G_COUNT
+P_RUNS = P_SHAPES + 6
 _FIELDS = 5
+#: ``fp16_step``'s ``work`` holds the chain's two scratch pieces, then the arrays it is handed empty
+#: (result, cube, operand; each at most ``WORK_ARRAY`` elements)
+WORK_ARRAY = 1 << 14
+WORK = 2 * CHUNK + 3 * WORK_ARRAY
+#: an empty [C][H][W] array: ``fp16_step`` places this array in ``work``
+IN_WORK = np.zeros((0, 0, 0), np.float32)
 
 
 @njit(cache=True, inline="always")
-def _read_block(region, target, ints, cursor, table):
-    # a widen_rows read of region's rows into target (float32 [C][H][W]); the next block's cursor
+def _read_block(region, target, plane, ints, cursor, table):
+    # a widen_rows read of region's rows into target (float32 [C][H][W] flat, ``plane`` = H*W); the
+    # next block's cursor
     count, height, lanes, first, step = ints[cursor], ints[cursor + 1], ints[cursor + 2], ints[cursor + 3], \
         ints[cursor + 4]
     if count:
-        planes = target.reshape(target.shape[0], target.shape[1] * target.shape[2]).view(np.uint32)
+        planes = target.reshape(target.size // plane, plane).view(np.uint32)
         widen_rows(region, ints[cursor + _FIELDS:cursor + _FIELDS + count], height, lanes, first, step, table, planes)
     return cursor + _FIELDS + count
 
 
+@njit(cache=True, inline="always")
+def _placed(given, work, at, shape):
+    # ``given`` flat, or (empty: IN_WORK) the [C][H][W] array of ``shape`` at work[at:], flat
+    if given.size != 0 or shape[0] * shape[1] * shape[2] == 0:
+        return given.reshape(-1)
+    return work[at:at + shape[0] * shape[1] * shape[2]]
+
+
 @njit(cache=True)
-def fp16_step(cube, operand, out, main, other, second, written, ints, floats, table, packed, lut_params):
+def fp16_step(cube, operand, out, main, other, second, written, ints, floats, table, packed, lut_params, work):
     """One fp16 DPU task's run in one call (issue 20, units/dpu_plan_fp.py): the reads, the chain
     (with the LUT) and the fp16 store - the kernels the separate calls ran, in the same order on
     the same arrays. Everything a task holds from run to run is in ``ints`` and ``floats``
-    (``pack_step``): a call unboxes 12 flat arguments instead of ~30 arrays in nested tuples (a
+    (``pack_step``): a call unboxes 13 flat arguments instead of ~30 arrays in nested tuples (a
     16-element task's call 3.3 -> 1.8 us).
 
     Reads (``dpu_convert.widen_rows`` with ``table``, ``fp16.widening_table``; regions as uint16,
@@ -221,30 +241,38 @@ def fp16_step(cube, operand, out, main, other, second, written, ints, floats, ta
     ``FloatChain.settings`` from ``cube`` into ``out`` (float32 [C][H][W]) with the LUT between BN
     and EW (``packed`` non-empty: ``lut_fp.prepared``'s tables and ``lut_params``); then the store
     of ``out``'s planes into ``written``'s atom rows (``fp16_atoms.planes_to_fp16_atoms``) when it
-    has rows."""
-    channels = cube.shape[0]
+    has rows. ``work`` (float32, ``WORK`` elements): the chain's scratch pieces, and ``out``, ``cube``
+    and ``operand`` where they are handed empty (``IN_WORK``; the shapes ``pack_step`` was given): one
+    working buffer that small tasks share stays in the cache (NUMERICS.md, section on the fp chain's
+    working buffer)."""
+    shapes, base = ints[P_SHAPES:P_RUNS], 2 * CHUNK
+    out = _placed(out, work, base, shapes[:3])
+    cube = _placed(cube, work, base + WORK_ARRAY, shapes[:3])
+    operand = _placed(operand, work, base + 2 * WORK_ARRAY, shapes[3:])
     cursor = P_RUNS + 1 + ints[P_RUNS]
-    runs = ints[P_RUNS + 1:cursor]
-    cursor = _read_block(main, cube, ints, cursor, table)
-    cursor = _read_block(other, operand, ints, cursor, table)
-    cursor = _read_block(second, operand, ints, cursor, table)
-    x_params = ints[P_X:P_E].reshape(2, X_COUNT)
-    alu, mul = floats[3:3 + 2 * channels].reshape(2, channels), floats[3 + 2 * channels:].reshape(2, channels)
-    _run_chain(cube, x_params, floats[0:2], alu, mul, ints[P_STAGES], ints[P_E:P_GEOMETRY], floats[2],
-               (runs, ints[P_GEOMETRY:P_RUNS]), operand, packed, lut_params, out)
+    runs, geometry = ints[P_RUNS + 1:cursor], ints[P_GEOMETRY:P_SHAPES]
+    channels, plane = runs[runs.size - 1], geometry[G_PLANE]
+    cursor = _read_block(main, cube, plane, ints, cursor, table)
+    # (the operand's plane: its H*W, or 1 for a per-channel operand)
+    cursor = _read_block(other, operand, operand.size // channels, ints, cursor, table)
+    cursor = _read_block(second, operand, operand.size // channels, ints, cursor, table)
+    _run_chain(cube, ints[P_X:P_E], floats[0:2], floats[3:3 + 2 * channels], floats[3 + 2 * channels:],
+               ints[P_STAGES], ints[P_E:P_GEOMETRY], floats[2], (runs, geometry), operand, packed, lut_params, out,
+               work)
     count, c2, planes, height, width = ints[cursor], ints[cursor + 1], ints[cursor + 2], ints[cursor + 3], \
         ints[cursor + 4]
     if count:
-        stored = out.reshape(-1)[:planes * height * width].reshape(planes, height, width).view(np.uint32)
+        stored = out[:planes * height * width].reshape(planes, height, width).view(np.uint32)
         planes_to_fp16_atoms(stored, c2, ints[cursor + _FIELDS:cursor + _FIELDS + count], written)
 
 
-def pack_step(settings: tuple, reads: list, store: tuple | None) -> tuple[np.ndarray, np.ndarray]:
+def pack_step(settings: tuple, reads: list, store: tuple | None, shapes: tuple = (0,) * 6) -> tuple:
     """``fp16_step``'s (ints, floats) of a ``FloatChain.settings`` tuple, three reads (each None or
-    (row offsets, height, lanes, first surface, surface step)) and the store (None or (row offsets,
-    C2, channels, height, width))."""
+    (row offsets, height, lanes, first surface, surface step)), the store (None or (row offsets,
+    C2, channels, height, width)) and ``shapes``: the cube's and the EW operand's (C, H, W), for the
+    arrays handed empty (``IN_WORK``)."""
     x_params, x_relux, alu, mul, stages, e_params, e_relux, (runs, geometry) = settings
-    blocks = [[stages], x_params.reshape(-1), e_params, geometry, [runs.size], runs]
+    blocks = [[stages], x_params.reshape(-1), e_params, geometry, shapes, [runs.size], runs]
     for block in list(reads) + [store]:
         offsets, fields = (np.zeros(0, np.int64), (1,) * (_FIELDS - 1)) if block is None else (block[0], block[1:])
         blocks += [[offsets.size, *fields], offsets]
@@ -334,8 +362,9 @@ class FloatChain:
         out = np.empty_like(self._data)
         x_params, x_relux, alu, mul, stages, e_params, e_relux, layout = self.settings(chunk)
         tables = NO_LUT if lut is None else lut_fp.prepared(*lut)
-        _run_chain(self._data, x_params, x_relux, alu, mul, stages, e_params, e_relux, layout, self._operand,
-                   tables[0], tables[1], out)
+        _run_chain(self._data.reshape(-1), x_params.reshape(-1), x_relux, alu.reshape(-1), mul.reshape(-1), stages,
+                   e_params, e_relux, layout, self._operand.reshape(-1), tables[0], tables[1], out.reshape(-1),
+                   np.empty(2 * chunk, np.float32))
         return out
 
     def settings(self, chunk: int = CHUNK) -> tuple:

@@ -34,7 +34,8 @@ def _one_call(cube, reads, table, operand, settings, out, store) -> None:
     blocks = [None if read is None else read[1:6] for read in reads]
     c2, offsets, region = store
     ints, floats = dpu_fp_chain.pack_step(settings, blocks, (offsets, c2, *out.shape))
-    dpu_fp_chain.fp16_step(cube, operand, out, *regions, region, ints, floats, table, *dpu_fp_chain.NO_LUT)
+    dpu_fp_chain.fp16_step(cube, operand, out, *regions, region, ints, floats, table, *dpu_fp_chain.NO_LUT,
+                           np.empty(dpu_fp_chain.WORK, np.float32))
 
 
 def _region(rng, rows: int, row_elements: int, special: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -169,8 +170,10 @@ def test_no_stage_copies_the_cube_and_a_store_without_rows_writes_nothing():
 
 @pytest.mark.parametrize("name", ["flying", "conv_bias_lut", "gate"])
 def test_steps_allocating_their_arrays_each_run_equal_the_full_path(monkeypatch, tmp_path, name):
-    """A task above ``_KEPT_ELEMENTS`` builds its arrays every run (every task here, with the limit 0)."""
+    """A task above ``_KEPT_ELEMENTS`` builds its arrays every run (every task here, with the limit 0;
+    and ``WORK_ARRAY`` 0, so that no task places them in the thread's working buffer)."""
     monkeypatch.setattr(dpu_plan_fp, "_KEPT_ELEMENTS", 0)
+    monkeypatch.setattr(dpu_plan_fp, "WORK_ARRAY", 0)
     counted = _Counted(monkeypatch)
     outputs, _ = _compare(tmp_path, name)
     assert _mismatches(outputs) == 0 and counted.runs > 0
