@@ -16,8 +16,9 @@ the old code in memory with the new file's hash. So the deferred cache keeps the
 and modification time at decoration; if they changed by the first use, the cache it makes is
 disabled (the kernel compiles from the code in memory and is not saved: never a mismatched
 load). A function Numba cannot cache at all (no cache locator for its file) raises Numba's error at
-that first use instead of at decoration. Other packages' functions, and any Numba whose
-dispatcher is not the expected shape, keep Numba's own behaviour.
+that first use instead of at decoration; one whose file was there at decoration and is gone by the
+first use gets no cache (Numba's, made at decoration, would still run it). Other packages'
+functions, and any Numba whose dispatcher is not the expected shape, keep Numba's own behaviour.
 """
 
 from __future__ import annotations
@@ -40,15 +41,23 @@ class DeferredCache:
 
     def materialize(self):
         if self._npuemu_cache is None:
-            from numba.core.caching import FunctionCache
+            from numba.core.caching import FunctionCache, NullCache
 
+            state = _file_state(self._npuemu_py_func)
+            if state is None and self._npuemu_file_state is not None:
+                # (the source is gone since the import, e.g. the package replaced under a running process:
+                # FunctionCache would raise for want of a locator; Numba's, made at the import, runs the code)
+                self._npuemu_cache = NullCache()
+                return self._npuemu_cache
             cache = FunctionCache(self._npuemu_py_func)
-            if self._npuemu_file_state is None or _file_state(self._npuemu_py_func) != self._npuemu_file_state:
+            if self._npuemu_file_state is None or state != self._npuemu_file_state:
                 cache.disable()  # (the source changed since the import: its stamp would not match the code)
             self._npuemu_cache = cache
         return self._npuemu_cache
 
     def __getattr__(self, name):
+        if name.startswith("_npuemu_"):  # (an unset slot, e.g. in copy's or pickle's bare instance: no recursion)
+            raise AttributeError(name)
         return getattr(self.materialize(), name)
 
 

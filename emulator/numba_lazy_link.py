@@ -63,8 +63,9 @@ def symbol_names(object_code: bytes) -> tuple[set[str], set[str]] | None:
                 if into is not None:
                     end = object_code.index(b"\0", str_start + name, str_end)
                     into.add(object_code[str_start + name:end].decode())
+            break  # (an object has one symbol table: more, pointing at one big table, would cost quadratic time)
         return defined, undefined
-    except (struct.error, IndexError, ValueError, UnicodeDecodeError):
+    except (struct.error, IndexError, ValueError, UnicodeDecodeError, OverflowError):  # (offsets >= 2**63)
         return None
 
 

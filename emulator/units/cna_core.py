@@ -16,6 +16,7 @@ from npuemu.emulator import kernels
 from npuemu.emulator.memo import Memo
 from npuemu.emulator.kernels import cbuf_reuse, cna_bf16, cna_deconv, conv_int16, image_atoms, weights_sparse
 from npuemu.emulator.kernels.conv_fp16_plan import prepare_conv2d_fp16
+from npuemu.emulator.kernels.conv_fp16_step import prepare_depthwise_step, prepare_gemm_step
 from npuemu.emulator.kernels.depthwise_plan import prepare_depthwise_int8_atoms
 from npuemu.emulator.kernels.cna_convert import (
     check_convert_geometry, convert_int8_features, decode_input_convert,
@@ -656,6 +657,8 @@ class _Plan:
 _PLANS = Memo(_Plan.build, identity=1)
 #: largest feature (bytes) a CNA step copies into an array of its own (``_feature_loader``)
 _OWN_FEATURE_BYTES = 1 << 16
+#: the same for an fp16 step (its feature copy and kernel then run as one call: ``_fused_fp16``)
+_OWN_FP16_FEATURE_BYTES = 1 << 18
 #: largest image-mode feature (bytes, as CBUF atoms) a CNA step keeps in an array of its own
 _OWN_IMAGE_BYTES = 1 << 23
 
@@ -697,18 +700,70 @@ def prepare_cna_core(state: ConvState, memory, where: str):
                                       lambda: f"{where}: {plan.feature_what} read")
         read = (located.region.data, located.offsets, (located.offsets.size, plan.feature_row_bytes))
     kernel = _prepared_kernel(state, plan) if element is np.int8 else _fp16_kernel(state, plan)
-    if fetch is not None and not state.depthwise:  # (the fetched weights' products prepared once)
+    load = _feature_loader(state, plan, where, read)
+    fused = None if element is np.int8 else _fused_fp16(state, plan, load, weights, fetch)
+    if fetch is not None and not state.depthwise and fused is None:  # (the fetched weights' products prepared once)
         fetch.convolve = prepare_fetched_fp16(plan.feature_shape, state.in_channels, plan.weight_cache_key[4],
                                               plan.geometry, state.pad_value, state.out_channels)
-    run = _cna_step(plan, where, _feature_loader(state, plan, where, read), kernel, weights, fetch)
+    run = _cna_step(plan, where, load, kernel, weights, fetch, fused)
     run.held = held
     return run
 
 
-def _cna_step(plan: _Plan, where: str, load, kernel, weights: np.ndarray | None, fetch):
+def _fused_fp16(state: ConvState, plan: _Plan, load, weights: np.ndarray | None, fetch):
+    """The CORE half of an fp16 step in one compiled call (kernels/conv_fp16_step.py: the row copy,
+    lane masking, fetched weights, planes and products) for a feature copied into the step's own
+    array and weights it holds or fetches each run, or None (the plain forms below)."""
+    rows, parts = getattr(load, "rows", None), getattr(fetch, "parts", None)
+    if rows is None or weights is None and parts is None:
+        return None
+    buffer = load.buffer
+    group, lane = divmod(state.real_channels, state.c2) if plan.mask_channels else (buffer.shape[0], 0)
+    feature = (rows[0], rows[1], rows[2], buffer.view(np.uint16), group, lane)
+    if state.depthwise:
+        return None if fetch is not None else prepare_depthwise_step(
+            plan.feature_shape, state.in_channels, weights, plan.geometry, state.pad_value, state.out_channels, feature)
+    if fetch is None:
+        return prepare_gemm_step(plan.feature_shape, state.in_channels, weights, plan.geometry, state.pad_value,
+                                 state.out_channels, feature)
+    return prepare_gemm_step(plan.feature_shape, state.in_channels, fetch.array, plan.geometry, state.pad_value,
+                             state.out_channels, feature, parts)
+
+
+def _fused_run(rows: tuple, keeper: tuple, fused):
+    """``run(cbuf)`` of an fp16 step whose feature copy and kernel are one compiled call (``_fused_fp16``):
+    the Cbuf bookkeeping of ``load`` then ``keep_weights`` (``_cna_step``) with their common cases
+    inline as in ``_direct_rows``, then the call; the CoreResult, of the step's own result array, made once."""
+    kept, keep = rows[4], rows[5]
+    keep_weights, weights_kept, weight_banks = keeper
+    call, arguments, done = fused.kernel, fused.arguments, CoreResult(fused.result, None)
+
+    def run(cbuf: Cbuf) -> CoreResult:
+        if cbuf._older_weights:  # (the keeps' own bookkeeping: kernels/cbuf_reuse.py)
+            keep(cbuf, kept)
+            keep_weights(cbuf)
+        else:
+            cbuf.feature = kept
+            was = cbuf.weights
+            if was is weights_kept or was is None or _covers(weight_banks, was):
+                cbuf.weights = weights_kept
+            else:
+                keep_weights(cbuf)
+        call(*arguments)
+        return done
+
+    run.direct = run.then_into = None
+    return run
+
+
+def _cna_step(plan: _Plan, where: str, load, kernel, weights: np.ndarray | None, fetch, fused=None):
     """``prepare_cna_core``'s ``run(cbuf)``: the feature load (``_feature_loader``), the weights
-    (held, fetched each run, or the CBUF's) with the Cbuf's bookkeeping, and the kernel."""
+    (held, fetched each run, or the CBUF's) with the Cbuf's bookkeeping, and the kernel (``fused``:
+    load and kernel in one compiled call, ``_fused_fp16``)."""
     weight_key = plan.weight_key
+    if fused is not None:
+        return _fused_run(load.rows, _weights_keeper(weight_key, weights if fetch is None else fetch.array, where),
+                          fused)
     keep_weights, weights_kept, weight_banks = _weights_keeper(weight_key, weights, where) if weights is not None \
         else (None, None, None)
     core = None if weights is None else kernel.prepare(weights)
@@ -839,7 +894,8 @@ def _feature_loader(state: ConvState, plan: _Plan, where: str, read: tuple | Non
             return feature
         load_image.buffer = fill.buffer
         return load_image
-    if state.argb_channels or shape[0] * shape[1] > _OWN_FEATURE_BYTES:
+    if state.argb_channels or shape[0] * shape[1] > (_OWN_FP16_FEATURE_BYTES if plan.feature_dtype == np.float16
+                                                     else _OWN_FEATURE_BYTES):
         def load(cbuf: Cbuf) -> np.ndarray:
             rows = np.empty(shape, np.uint8)
             gather_rows(data, offsets, rows)
@@ -930,6 +986,7 @@ def _weights_fetcher(state: ConvState, plan: _Plan, memory, where: str):
         return weights
 
     fetch.array = weights
+    fetch.parts = (words, index, gathered)  # (the gather, for kernels/conv_fp16_step.py)
     return fetch
 
 

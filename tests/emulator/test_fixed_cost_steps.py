@@ -131,6 +131,9 @@ def _counted_convolve(monkeypatch, stale: bool = False) -> list:
         return counted
 
     monkeypatch.setattr(cna_core, "prepare_fetched_fp16", prepare)
+    # (the one-call form, kernels/conv_fp16_step.py, takes these steps where it applies: off here,
+    # tests/emulator/test_conv_fp16_step.py has its own model test)
+    monkeypatch.setattr(cna_core, "_fused_fp16", lambda *args: None)
     return runs
 
 

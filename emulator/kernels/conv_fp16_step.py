@@ -1,0 +1,247 @@
+"""A small fp16 CNA + CORE step's compiled half in one call (issue 20, fixed cost per task).
+
+A task program's fp16 CNA step whose feature is copied into an array of its own (``cna_core``
+``_feature_loader``) and whose convolution takes the products (``conv_fp16_plan._gemm``: more than
+4 kernels, one group) ran, per run: the row copy, the lane masking, the fetch into padded planes
+(``fetch_fp16``), the phase planes at a stride, the products (``gemm_fp32_seq``) and the copy out of
+a wide result - five Numba calls and ~20 Python frames around them, most of a small task's time
+(ppocr_rec: 240 products of 40 x 40 x 40 a run at ~5.5 us, 144 MatMuls whose weights are fetched
+every run at ~9 us). ``gemm_step`` makes the same kernel calls, in the same order on the same
+buffers, from one compiled function; with ``WEIGHTS`` it first gathers a fetched weight set from the
+region's bytes (``cna_core._weights_fetcher``'s gather) and widens it into the packed weights
+(``gemm_fp32_seq.pack``'s element order, worked out once as ``pack_index``; the widening is
+``fp16.widening_table``, the exact binary16 -> binary32 value, the bits of numpy's cast).
+Every sum is still +0 then its products k after k in (c, ky, kx) order (NUMERICS.md 3.3, 47).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from npuemu.emulator.kernels import depthwise_fp16_rows, fetch_fp16, gemm_fp32_seq, mac
+from npuemu.emulator.memory import gather_rows
+
+#: ``settings`` fields of ``gemm_step`` (one int64 array: one argument to unbox instead of 18; a tuple's
+#: type check costs ~0.16 us more a call)
+(MASK_GROUP, MASK_LANE, CHANNELS, PAD_TOP, PAD_LEFT, LONG_RUN, STRIDE_Y, STRIDE_X, PADDED_H, PITCH, LENGTH,
+ KERNELS, OUT_H, OUT_W, PHASES, WIDE, GATHER, WEIGHTS) = range(18)
+SETTINGS = 18
+
+
+@njit(cache=True)
+def _operands(data, offsets, rows, atoms, settings, pad_bits, planes, table, phases, words, index, gathered, pack_index,
+              packed_bits):
+    # (``gemm_step`` up to the products: the flat float32 buffer its taps read)
+    if settings[GATHER]:
+        gather_rows(data, offsets, rows)
+        group, lane = settings[MASK_GROUP], settings[MASK_LANE]
+        if group < atoms.shape[0]:  # (cna_core._masked_lanes: lanes past DATAIN_CHANNEL_REAL read 0)
+            atoms[group, :, :, lane:] = 0
+            atoms[group + 1:] = 0
+    if settings[WEIGHTS]:
+        for i in range(index.size):
+            gathered[i] = words[index[i]]
+        for i in range(pack_index.size):
+            j = pack_index[i]
+            packed_bits[i] = 0 if j < 0 else table[gathered[j]]
+    fetch_fp16._fetch_atoms(atoms, settings[CHANNELS], settings[PAD_TOP], settings[PAD_LEFT], pad_bits, planes, table,
+                            settings[LONG_RUN])
+    source = planes.view(np.float32)
+    if not settings[PHASES]:
+        return source.reshape(-1)
+    stride_y, stride_x = settings[STRIDE_Y], settings[STRIDE_X]
+    shaped = phases.reshape((planes.shape[0], stride_y, stride_x, phases.size // (planes.shape[0] * stride_y * stride_x)))
+    mac._fill_phase_planes(source, stride_y, stride_x, settings[PADDED_H], settings[PITCH], shaped)
+    return phases
+
+
+@njit(cache=True)
+def _results(settings, out, wide):
+    # (gemm_products: the columns past OW of each row dropped; then the rows past the weights' kernels 0)
+    kernels = settings[KERNELS]
+    if settings[WIDE]:
+        out_h, out_w, pitch = settings[OUT_H], settings[OUT_W], settings[PITCH]
+        for m in range(kernels):
+            for y in range(out_h):
+                out[m, y * out_w:(y + 1) * out_w] = wide[m, y * pitch:y * pitch + out_w]
+    out[kernels:] = 0
+
+
+@njit(cache=True)
+def gemm_step(data, offsets, rows, atoms, settings, pad_bits, planes, table, phases, packed, taps, out, wide,
+              words, index, gathered, pack_index, packed_bits):
+    """One run of the step: ``out`` [out_channels][OH * OW] float32 (rows past KERNELS zero).
+
+    ``rows`` (uint8) and ``atoms`` (uint16 [C1][H][W][8]) are views of the step's feature array, filled
+    from ``data`` at ``offsets`` when GATHER; ``planes`` the padded planes (uint32 view), ``phases`` the
+    phase planes (PHASES), ``wide`` the wide result (WIDE). With WEIGHTS, ``gathered`` (uint16) gets
+    ``words[index]`` and ``packed_bits`` (the uint32 view of ``packed``) the widened weights at
+    ``pack_index`` (-1: a zero row of the packing). ``packed``: ``gemm_fp32_seq.pack``'s tile form."""
+    flat = _operands(data, offsets, rows, atoms, settings, pad_bits, planes, table, phases, words, index, gathered,
+                     pack_index, packed_bits)
+    kernels, length = settings[KERNELS], settings[LENGTH]
+    into = wide if settings[WIDE] else out[:kernels]
+    gemm_fp32_seq._products(packed, taps, flat, 0, length, into[:, :length], kernels)
+    _results(settings, out, wide)
+
+
+@njit(cache=True)
+def narrow_step(data, offsets, rows, atoms, settings, pad_bits, planes, table, phases, packed, taps, out, wide,
+                words, index, gathered, pack_index, packed_bits):
+    """``gemm_step`` for ``pack``'s narrow form (products of at most ``gemm_fp32_seq.NARROW`` columns)."""
+    flat = _operands(data, offsets, rows, atoms, settings, pad_bits, planes, table, phases, words, index, gathered,
+                     pack_index, packed_bits)
+    kernels, length = settings[KERNELS], settings[LENGTH]
+    into = wide if settings[WIDE] else out[:kernels]
+    gemm_fp32_seq._narrow(packed, taps, flat, 0, into[:, :length], kernels)
+    _results(settings, out, wide)
+
+
+def pack_index(rows: int, reduction: int, narrow: bool = False) -> np.ndarray:
+    """Where ``gemm_fp32_seq.pack`` (``narrow``: its narrow form) puts each element of a [rows][reduction] matrix:
+    the flat source index of every packed element, -1 for its zero rows (the positions pack gives
+    the values ``i + 1`` of an index matrix, exact in float32 below 2**24)."""
+    if rows * reduction >= 1 << 24:
+        raise ValueError("matrix too large for an exact float32 index")
+    numbered = np.arange(1, rows * reduction + 1, dtype=np.float32).reshape(rows, reduction)
+    return gemm_fp32_seq.pack(numbered, narrow).reshape(-1).astype(np.int64) - 1
+
+
+#: the largest step (bytes of its padded planes, phase planes, wide and final results) that takes
+#: ``gemm_step``: its buffers are arrays of its own, bound once (larger steps keep the thread's working
+#: buffers, conv_fp16_plan, and their fixed costs matter less beside their products)
+OWN_BYTES = 1 << 19
+
+
+def prepare_gemm_step(feature_shape: tuple, channels: int, weights: np.ndarray, geometry: mac.ConvGeometry,
+                      pad_value: float, out_channels: int, rows: tuple | None = None, fetched: tuple | None = None):
+    """``run() -> float32 [out_channels][OH][OW]`` (an array of the step's own, refilled by each run):
+    ``fetch_padded_input`` then ``conv2d_fp16`` of the step's feature and weights, or None where this
+    form does not apply (the caller's other paths run). ``weights``: float16 [K][C][KH][KW], read-only
+    and held by the step, or (``fetched``: (region words uint16, element index, gathered uint16 array
+    of the weights' shape)) the array each run gathers. ``rows``: (region data, row offsets, the
+    feature's uint8 rows view, its uint16 atoms view [C1][H][W][8], mask group, mask lane) to copy the
+    feature first, or None (the caller fills the atoms). Taken for one group, more than 4 kernels
+    (the products, ``_use_direct`` False), taps read in place (``GemmLayout.taps``), F16C in Numba's target and the tile kernel (not ``NPUEMU_FP16_GEMM=0``)."""
+    from npuemu.emulator.kernels.fp16 import widening_table
+    from npuemu.emulator.kernels.fp16_atoms_ir import LANES, halves_native
+
+    if not halves_native() or gemm_fp32_seq._PLAIN or len(feature_shape) != 4 or feature_shape[3] != LANES \
+            or weights.dtype != np.float16 or weights.ndim != 4 or geometry.groups != 1 \
+            or not 0 < channels <= feature_shape[0] * LANES or not 0 < weights.shape[0] <= out_channels \
+            or fetched is None and weights.flags.writeable:
+        return None
+    planes_shape = (channels, geometry.padded_h, geometry.padded_w)
+    if mac._use_direct(weights, geometry, "auto") or not mac.operands_fit(planes_shape, weights, geometry):
+        return None
+    kernels = weights.shape[0]
+    matrix = weights.reshape(1, kernels, -1)
+    layout = mac.gemm_layout(matrix, geometry, planes_shape)
+    if not layout.taps:
+        return None
+    pixels = geometry.out_h * geometry.out_w
+    sizes = (int(np.prod(planes_shape)), layout.phases or 0, int(np.prod(layout.wide or (0,))), out_channels * pixels)
+    if 4 * sum(sizes) > OWN_BYTES:
+        return None
+    if fetched is None:
+        packed = mac._PACKED(mac._widened(weights, 1), layout.narrow)[0]
+        words, index, gathered = np.zeros(0, np.uint16), np.zeros(0, np.int64), np.zeros(0, np.uint16)
+        order, packed_bits = np.zeros(0, np.int64), np.zeros(0, np.uint32)
+    else:
+        words, index, gathered = fetched
+        order = pack_index(kernels, matrix.shape[2], layout.narrow)
+        packed = np.zeros(gemm_fp32_seq.pack(np.zeros(matrix.shape[1:], np.float32), layout.narrow).shape, np.float32)
+        packed_bits, index, gathered = packed.reshape(-1).view(np.uint32), index.reshape(-1), gathered.reshape(-1)
+    planes = np.empty(planes_shape, np.uint32)
+    phases = np.empty(sizes[1], np.float32)
+    wide = np.empty(layout.wide or (0, 0), np.float32)
+    out = np.zeros((out_channels, pixels), np.float32)
+    data, offsets, row_bytes, atoms, group, lane = rows if rows is not None else (
+        np.zeros(0, np.uint8), np.zeros(0, np.int64), np.zeros((0, 0), np.uint8), None, 0, 0)
+    settings = np.zeros(SETTINGS, np.int64)
+    settings[[MASK_GROUP, MASK_LANE, CHANNELS, PAD_TOP, PAD_LEFT, LONG_RUN, STRIDE_Y, STRIDE_X, PADDED_H, PITCH,
+              LENGTH, KERNELS, OUT_H, OUT_W, PHASES, WIDE, GATHER, WEIGHTS]] = (
+        group, lane, channels, geometry.pad_top, geometry.pad_left, fetch_fp16.LONG_RUN, geometry.stride_y,
+        geometry.stride_x, geometry.padded_h, layout.pitch, (geometry.out_h - 1) * layout.pitch + geometry.out_w,
+        kernels, geometry.out_h, geometry.out_w, layout.phases is not None, layout.wide is not None,
+        rows is not None, fetched is not None)
+    settings.flags.writeable = False
+    pad_bits, table, taps, result = np.float32(pad_value).view(np.uint32), widening_table(), layout.offsets, \
+        out.reshape(out_channels, geometry.out_h, geometry.out_w)
+
+    arguments = (data, offsets, row_bytes, atoms, settings, pad_bits, planes, table, phases, packed, taps, out, wide,
+                 words, index, gathered, order, packed_bits)
+
+    kernel = narrow_step if layout.narrow else gemm_step
+
+    def run(atoms: np.ndarray = atoms) -> np.ndarray:
+        kernel(*arguments[:3], atoms, *arguments[4:])
+        return result
+
+    # (for a caller making the call itself: ``kernel(*arguments)`` then reading ``result``)
+    run.kernel, run.arguments, run.result = kernel, arguments, result
+    return run
+
+
+@njit(cache=True)
+def depthwise_step(data, offsets, rows, atoms, settings, weights, params, pad, scratch, line, out, mode, long_run):
+    """One run of a depthwise step: the feature copy as ``gemm_step``'s, then ``depthwise_fp16_rows``'
+    kernel of ``mode`` (0: the 1x1 scaling, 1: whole map, 2: row ring; its ``prepare``'s choice) into
+    ``out`` [out_channels][OH][OW] (rows past KERNELS zero)."""
+    if settings[GATHER]:
+        gather_rows(data, offsets, rows)
+        group, lane = settings[MASK_GROUP], settings[MASK_LANE]
+        if group < atoms.shape[0]:
+            atoms[group, :, :, lane:] = 0
+            atoms[group + 1:] = 0
+    kernels = settings[KERNELS]
+    target = out[:kernels]
+    if mode == 0:
+        depthwise_fp16_rows._scaled_planes(atoms, weights, target, long_run)
+    elif mode == 1:
+        depthwise_fp16_rows._depthwise_map(atoms, weights, params, pad, scratch, line, target)
+    else:
+        depthwise_fp16_rows._depthwise_rows(atoms, weights, params, pad, scratch, line, target)
+    out[kernels:] = 0
+
+
+def prepare_depthwise_step(feature_shape: tuple, channels: int, weights: np.ndarray, geometry: mac.ConvGeometry,
+                           pad_value: float, out_channels: int, rows: tuple):
+    """``prepare_gemm_step`` for a depthwise convolution (one kernel a channel, the form
+    ``conv_fp16_plan._depthwise_rows`` takes): ``depthwise_step`` with ``depthwise_fp16_rows.prepare``'s
+    choice of kernel made here (the same kernels on the same operands), or None."""
+    from npuemu.emulator.kernels.fp16_atoms_ir import LANES
+
+    kernels = weights.shape[0] if weights.ndim == 4 else 0
+    if not depthwise_fp16_rows.available() or len(feature_shape) != 4 or feature_shape[3] != LANES \
+            or weights.dtype != np.float16 or weights.flags.writeable or weights.ndim != 4 or weights.shape[1] != 1 \
+            or geometry.groups != kernels or not 0 < channels <= feature_shape[0] * LANES \
+            or not 0 < kernels <= out_channels \
+            or not mac.operands_fit((channels, geometry.padded_h, geometry.padded_w), weights, geometry):
+        return None
+    sizes = depthwise_fp16_rows.scratch_sizes(geometry)
+    if 4 * (sizes[0] + sizes[1] + out_channels * geometry.out_h * geometry.out_w) > OWN_BYTES:
+        return None
+    lanes = depthwise_fp16_rows.lane_weights(mac._widened(weights, geometry.groups).reshape(weights.shape))
+    g = geometry
+    if g.kernel_h == g.kernel_w == g.stride_y == g.stride_x == 1 and g.pad_top == g.pad_left == 0 \
+            and g.out_h <= feature_shape[1] and g.out_w <= feature_shape[2]:  # (prepare's 1x1 scaling)
+        mode = 0
+    else:
+        mode = 1 if depthwise_fp16_rows._uses_map(g) else 2
+    params, pad = depthwise_fp16_rows._params(g), np.float32(pad_value)
+    out = np.zeros((out_channels, g.out_h, g.out_w), np.float32)
+    data, offsets, row_bytes, atoms, group, lane = rows
+    settings = np.zeros(SETTINGS, np.int64)
+    settings[[MASK_GROUP, MASK_LANE, KERNELS, GATHER]] = group, lane, kernels, 1
+    settings.flags.writeable = False
+    arguments = (data, offsets, row_bytes, atoms, settings, lanes, params, pad, np.empty(sizes[0], np.float32),
+                 np.empty(sizes[1], np.float32), out, mode, depthwise_fp16_rows._LONG_SCALING)
+
+    def run() -> np.ndarray:
+        depthwise_step(*arguments)
+        return out
+
+    run.kernel, run.arguments, run.result = depthwise_step, arguments, out
+    return run
