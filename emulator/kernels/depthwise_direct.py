@@ -135,10 +135,20 @@ def runner(tiled: np.ndarray, lane_weights: np.ndarray, geometry, pad_value: int
     fixed = (tiled, lane_weights, _NO_PACKED if packed is None else packed, kind, geometry.kernel_h, geometry.kernel_w,
              geometry.out_h, geometry.out_w, geometry.stride_y, geometry.dilation_y, starts)
     own = None if phased_words is None else phased_words.view(np.int8).reshape(shape)
+    # with buffers of its own (a small layer's step): the last feature's word view and the row
+    # buffers' halves kept, made again only for other arrays (issue 20, fixed cost per task)
+    last = [None, None, None, None, None]
 
     def run(feature: np.ndarray, phased_words: np.ndarray, rows: np.ndarray, out: np.ndarray, sums: np.ndarray,
             zero_tail: bool) -> None:
-        dw._pad_pixels(feature.view(np.uint64), pad_word, phased_words, top, left)
+        if own is None or feature is not last[0] or rows is not last[2]:
+            views = [feature, feature.view(np.uint64), rows, rows[0], rows[1]]
+            if own is not None:
+                last[:] = views
+        else:
+            views = last
+        dw._pad_pixels(views[1], pad_word, phased_words, top, left)
         phased = own if own is not None else phased_words.view(np.int8).reshape(shape)
-        _padded_rows(phased, *fixed, rows[0], rows[1], out, sums, kept, summed, clip_truncate, round_mode, zero_tail)
+        _padded_rows(phased, *fixed, views[3], views[4], out, sums, kept, summed, clip_truncate, round_mode,
+                     zero_tail)
     return run

@@ -18,6 +18,8 @@ from npuemu.emulator.kernels import dpu_pixel as dp
 
 #: pixels per block at least where ``_planes_chain`` moves window-sum planes into pixel rows
 PLANE_PIXELS = 64
+#: largest array (elements) holding window sums whose view a prepared step keeps between runs
+_SEEN_SUMS = 1 << 16
 
 
 def prepare_planned_to_atoms(plan: dp.StagePlan, pixels: int, width: int, target: np.ndarray,
@@ -119,22 +121,21 @@ def _direct_run(plan: dp.StagePlan, pixels: int, width: int, target: np.ndarray,
     plane_tile = np.zeros((max(tile.shape[0], PLANE_PIXELS), lanes), plan.out_dtype)
     block = np.empty(plane_tile.shape, np.int32)  # (each block's rows written before they are read)
 
+    forms = (shared, per_channel, planes, pixels, channels)
+    seen = [None, None]  # the last window sums taken and their view: a small CORE step's are one array
+
     def direct(data: np.ndarray, window_sum: np.ndarray | None, ew_operand: np.ndarray | None) -> None:
-        rows = 0
-        if not cpend:
-            window = no_window
-        elif window_sum is not None and window_sum.shape == shared and window_sum.dtype == np.int64 \
-                and window_sum.flags.c_contiguous:
-            window = window_sum.reshape(pixels)
-        elif per_channel is not None and window_sum is not None and window_sum.dtype == np.int32 \
-                and (window_sum.shape, window_sum.strides) == per_channel:  # (_window_layout's [P][C] view)
-            window, rows = window_sum.reshape(channels, pixels).T.reshape(-1), 1
-        elif planes is not None and window_sum is not None and window_sum.dtype == np.int32 \
-                and window_sum.shape == planes and window_sum.flags.c_contiguous:  # (_window_layout's group-major)
-            window, rows = window_sum.reshape(channels, pixels), 2
-        else:
-            general(data, window_sum, ew_operand)
-            return
+        window, rows = no_window, 0
+        if cpend and window_sum is not None and window_sum is seen[0]:
+            window, rows = seen[1]
+        elif cpend:
+            view = _sums_view(window_sum, *forms)
+            if view is None:
+                general(data, window_sum, ew_operand)
+                return
+            if (window_sum if window_sum.base is None else window_sum.base).size <= _SEEN_SUMS:
+                seen[:] = [window_sum, view]  # (sums in a large array, the thread's scratch: not held)
+            window, rows = view
         if in_lines is not None and rows != 2 and in_lines(data, window, rows == 1, window_sum, ew_operand):
             return
         if ew is None:
@@ -161,6 +162,26 @@ def _direct_run(plan: dp.StagePlan, pixels: int, width: int, target: np.ndarray,
             general(data, window_sum, ew_operand)
 
     return direct
+
+
+def _sums_view(window_sum: np.ndarray | None, shared: tuple, per_channel: tuple | None, planes: tuple | None,
+               pixels: int, channels: int) -> tuple[np.ndarray, int] | None:
+    """``_direct_run``'s window sums as its kernels read them, a view of ``window_sum`` (kept between
+    runs while the same array comes back: issue 20, fixed cost per task): a convolution's int64
+    [1][OH][OW] flat (0); a depthwise CORE's int32 [C][OH][OW] viewing a [P][C] buffer, that buffer
+    flat (1: ``_window_layout``'s [P][C] view); int32 planes [C][P] (2: its group-major form); None
+    for other sums (then ``run``)."""
+    if window_sum is None:
+        return None
+    if window_sum.shape == shared and window_sum.dtype == np.int64 and window_sum.flags.c_contiguous:
+        return window_sum.reshape(pixels), 0
+    if per_channel is not None and window_sum.dtype == np.int32 \
+            and (window_sum.shape, window_sum.strides) == per_channel:
+        return window_sum.reshape(channels, pixels).T.reshape(-1), 1
+    if planes is not None and window_sum.dtype == np.int32 and window_sum.shape == planes \
+            and window_sum.flags.c_contiguous:
+        return window_sum.reshape(channels, pixels), 2
+    return None
 
 
 @njit(cache=True)

@@ -207,18 +207,36 @@ def prepare(feature_shape: tuple[int, int, int, int], channels: int, real: int, 
     # such a layer computes; as conv_pixels); their contents never outlive a run
     own = _buffers(*sizes) if sum(sizes) - pixels + pixels * out_channels <= OWN_BUFFER_ELEMENTS else None
     shape = (1, geometry.out_h, geometry.out_w)
+    padded_shape = (surfaces, source_h, source_w, lanes // 4)
+    # own buffers: their views made once, and the last feature's flat / word view kept (a step hands
+    # in its own feature array every run: issue 20, fixed cost per task)
+    views = None if own is None else (own[0], own[1], own[2].reshape(shape), own[3].reshape(-1, columns),
+                                      None if direct else own[0].view(np.uint32).reshape(padded_shape))
+    last = [None, None]
 
     def run(feature: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        source, out, sums, acc = own or _buffers(*sizes, scratch)
-        if direct:
-            source = feature.reshape(-1)
+        if views is None:
+            source, out, sums, acc = _buffers(*sizes, scratch)
+            acc, window = acc.reshape(-1, columns), sums.reshape(shape)
+            padded = None if direct else source.view(np.uint32).reshape(padded_shape)
         else:
-            _copy_padded(feature.view(np.uint32), *copy, source.view(np.uint32).reshape(surfaces, source_h, source_w, lanes // 4))
-        _run_blocks(source, bases, segs, lanes // 4, packed, ones, acc.reshape(-1, columns), block, kernels,
-                    clip_truncate, round_mode, fused, out, sums)
+            source, out, window, acc, padded = views
+            sums = own[2]
+        if feature is last[0]:
+            flat = last[1]
+        else:
+            flat = feature.reshape(-1) if direct else feature.view(np.uint32)
+            if views is not None:  # (a small layer's: a large feature is not held between runs)
+                last[:] = [feature, flat]
+        if direct:
+            source = flat
+        else:
+            _copy_padded(flat, *copy, padded)
+        _run_blocks(source, bases, segs, lanes // 4, packed, ones, acc, block, kernels, clip_truncate, round_mode,
+                    fused, out, sums)
         if edges is not None:
             _add_edges(out, sums, *edges)
-        return out, sums.reshape(shape)
+        return out, window
 
     return run
 
