@@ -12,6 +12,8 @@ region's bytes (``cna_core._weights_fetcher``'s gather) and widens it into the p
 (``gemm_fp32_seq.pack``'s element order, worked out once as ``pack_index``; the widening is
 ``fp16.widening_table``, the exact binary16 -> binary32 value, the bits of numpy's cast).
 Every sum is still +0 then its products k after k in (c, ky, kx) order (NUMERICS.md 3.3, 47).
+``few_step`` does the same for a step of at most 4 kernels (the plan's pointwise or direct-loop forms:
+ppocr_rec's 1-kernel heads, ~25 a run at 10-30 us each on the plain path).
 """
 
 from __future__ import annotations
@@ -19,14 +21,14 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from npuemu.emulator.kernels import depthwise_fp16_rows, fetch_fp16, gemm_fp32_seq, mac
+from npuemu.emulator.kernels import depthwise_fp16_rows, fetch_fp16, gemm_fp32_seq, mac, pointwise_fp16
 from npuemu.emulator.memory import gather_rows
 
-#: ``settings`` fields of ``gemm_step`` (one int64 array: one argument to unbox instead of 18; a tuple's
-#: type check costs ~0.16 us more a call)
+#: ``settings`` fields of ``gemm_step`` and ``few_step`` (one int64 array: one argument to unbox instead
+#: of 18; a tuple's type check costs ~0.16 us more a call)
 (MASK_GROUP, MASK_LANE, CHANNELS, PAD_TOP, PAD_LEFT, LONG_RUN, STRIDE_Y, STRIDE_X, PADDED_H, PITCH, LENGTH,
- KERNELS, OUT_H, OUT_W, PHASES, WIDE, GATHER, WEIGHTS) = range(18)
-SETTINGS = 18
+ KERNELS, OUT_H, OUT_W, PHASES, WIDE, GATHER, WEIGHTS, DILATION_Y, DILATION_X, POINTWISE) = range(21)
+SETTINGS = 21
 
 
 @njit(cache=True)
@@ -244,4 +246,70 @@ def prepare_depthwise_step(feature_shape: tuple, channels: int, weights: np.ndar
         return out
 
     run.kernel, run.arguments, run.result = depthwise_step, arguments, out
+    return run
+
+
+@njit(cache=True)
+def few_step(data, offsets, rows, atoms, settings, weights, pad_bits, planes, table, out):
+    """One run of a step of at most ``mac._DIRECT_MAX_KERNELS_PER_GROUP`` kernels (one group): the
+    feature copy as ``gemm_step``'s, then, with POINTWISE, ``pointwise_fp16.pointwise_fp16_atoms`` of the
+    atoms (a 1x1 kernel at stride 1 without padding, ``pointwise_fp16.takes``), otherwise the fetch into
+    the padded ``planes`` (uint32 view) and ``mac._conv_direct_float`` (the direct loop) - the plan's
+    ``_pointwise`` and direct forms. ``weights`` float32 [K][C][KH][KW]; ``out`` [out_channels][OH][OW]
+    (rows past KERNELS zero)."""
+    if settings[GATHER]:
+        gather_rows(data, offsets, rows)
+        group, lane = settings[MASK_GROUP], settings[MASK_LANE]
+        if group < atoms.shape[0]:
+            atoms[group, :, :, lane:] = 0
+            atoms[group + 1:] = 0
+    kernels, channels = settings[KERNELS], settings[CHANNELS]
+    target = out[:kernels]
+    if settings[POINTWISE]:
+        pointwise_fp16.pointwise_fp16_atoms(atoms, weights.reshape(kernels, channels), channels, target)
+    else:
+        fetch_fp16._fetch_atoms(atoms, channels, settings[PAD_TOP], settings[PAD_LEFT], pad_bits, planes, table,
+                                settings[LONG_RUN])
+        mac._conv_direct_float(planes.view(np.float32), weights, 1, settings[STRIDE_Y], settings[STRIDE_X],
+                               settings[DILATION_Y], settings[DILATION_X], target)
+    out[kernels:] = 0
+
+
+def prepare_few_step(feature_shape: tuple, channels: int, weights: np.ndarray, geometry: mac.ConvGeometry,
+                     pad_value: float, out_channels: int, rows: tuple):
+    """``prepare_gemm_step`` for held weights of at most ``mac._DIRECT_MAX_KERNELS_PER_GROUP`` kernels
+    (``mac._use_direct``: the plan's pointwise or direct-loop forms): ``few_step``, or None."""
+    from npuemu.emulator.kernels.fp16 import widening_table
+    from npuemu.emulator.kernels.fp16_atoms_ir import LANES, halves_native
+
+    if not halves_native() or len(feature_shape) != 4 or feature_shape[3] != LANES or weights.dtype != np.float16 \
+            or weights.ndim != 4 or weights.flags.writeable or geometry.groups != 1 or weights.shape[1] != channels \
+            or not 0 < channels <= feature_shape[0] * LANES or not 0 < weights.shape[0] <= out_channels:
+        return None
+    planes_shape = (channels, geometry.padded_h, geometry.padded_w)
+    if not mac._use_direct(weights, geometry, "auto") or not mac.operands_fit(planes_shape, weights, geometry):
+        return None
+    pointwise = pointwise_fp16.takes(feature_shape, channels, weights.shape, geometry)
+    pixels = geometry.out_h * geometry.out_w
+    if 4 * ((0 if pointwise else int(np.prod(planes_shape))) + out_channels * pixels) > OWN_BYTES:
+        return None
+    widened = np.ascontiguousarray(mac._widened(weights, 1).reshape(weights.shape))
+    widened.flags.writeable = False
+    planes = np.empty((0, 0, 0) if pointwise else planes_shape, np.uint32)
+    out = np.zeros((out_channels, geometry.out_h, geometry.out_w), np.float32)
+    data, offsets, row_bytes, atoms, group, lane = rows
+    settings = np.zeros(SETTINGS, np.int64)
+    settings[[MASK_GROUP, MASK_LANE, CHANNELS, PAD_TOP, PAD_LEFT, LONG_RUN, STRIDE_Y, STRIDE_X, DILATION_Y, DILATION_X,
+              KERNELS, GATHER, POINTWISE]] = (
+        group, lane, channels, geometry.pad_top, geometry.pad_left, fetch_fp16.LONG_RUN, geometry.stride_y,
+        geometry.stride_x, geometry.dilation_y, geometry.dilation_x, weights.shape[0], 1, pointwise)
+    settings.flags.writeable = False
+    arguments = (data, offsets, row_bytes, atoms, settings, widened, np.float32(pad_value).view(np.uint32), planes,
+                 widening_table(), out)
+
+    def run() -> np.ndarray:
+        few_step(*arguments)
+        return out
+
+    run.kernel, run.arguments, run.result = few_step, arguments, out
     return run

@@ -20,7 +20,7 @@ from numba import njit, types
 from numba.extending import overload
 
 from npuemu.emulator import numerics as nm
-from npuemu.emulator.kernels.fp16 import fp32_to_fp16
+from npuemu.emulator.kernels.fp16 import fp32_to_fp16_canonical
 from npuemu.emulator.memo import Memo
 from npuemu.isa.errors import EmulationError
 
@@ -479,5 +479,5 @@ def ew_stage_fp(data: np.ndarray, config: EwConfig, operand: np.ndarray) -> np.n
 
 def out_cvt_fp16(data: np.ndarray) -> np.ndarray:
     """fp16 output of the fp32 pipeline: round to nearest even (OUT_CVT scale/shift/offset are
-    not applied on the fp path, NUMERICS.md 7)."""
-    return fp32_to_fp16(data)
+    not applied on the fp path, NUMERICS.md 7); every NaN the canonical 0x7E00 (default-NaN mode)."""
+    return fp32_to_fp16_canonical(data)

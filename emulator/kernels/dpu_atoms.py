@@ -23,6 +23,7 @@ import numpy as np
 from numba import njit
 
 from npuemu.emulator import numerics as nm
+from npuemu.emulator.kernels import dpu_stage_lines
 from npuemu.emulator.kernels.dpu import (
     CP_HIGH, CP_LOW, CP_MODE, CP_OFFSET, CP_SCALE, CP_SHIFT, EP_CVT_MODE, EP_CVT_OFFSET, EP_CVT_ON, EP_CVT_SCALE,
     EP_CVT_SHIFT, _bn_block, _bs_block, _ew_block, _out_cvt_flat,
@@ -237,6 +238,15 @@ def prepare_stages_atoms(settings: tuple, channels: int, height: int, width: int
             or bn_operands.shape[0] not in (0, 2) or bs_operands.shape[0] and bs_operands.shape[1] < limit \
             or bn_operands.shape[0] and bn_operands.shape[1] < limit:
         return None
+
+    lines = dpu_stage_lines.lines_settings(stages, bs, ew, cvt)
+    if lines is not None and (stages[0] == 0 or bs_operands.shape[0] == 3):
+        # BN off, add / minus ALUs, shifts below 63: the branch-free passes (same integers)
+        def loop(main, operand, floats, chain, channels, height, width, out, offsets):
+            dpu_stage_lines.stage_lines_atoms(main, operand, stages, lines, bs_operands, ew, channels, height,
+                                              width, out, offsets)
+
+        return _checked(loop, stages[2] != 0, None, None, channels, height, width, c2, out, offsets)
 
     def loop(main, operand, floats, chain, channels, height, width, out, offsets):
         _stages_atoms(main, operand, stages, bs, bs_operands, bn, bn_operands, ew, cvt, channels, height, width,

@@ -26,11 +26,14 @@ from collections.abc import Callable
 
 import numpy as np
 
+from npuemu.emulator.kernels.canonical_nan import BITS
 from npuemu.emulator.kernels.dpu_nrdma import NRDMA_ALU, read_operand
 from npuemu.emulator.memory import TaskDma, Traffic
 from npuemu.emulator.units.state import BF16, FP16, INT16, DpuRdmaState, DpuState, precision_name
 from npuemu.isa.errors import EmulationError
 
+#: the canonical bf16 NaN (the upper half of the canonical fp32 NaN, ``canonical_nan.BITS``)
+CANONICAL_BF16 = BITS >> 16
 FLOAT16S = (FP16, BF16)  # the 16-bit float element types a float DPU task may mix
 
 
@@ -38,8 +41,9 @@ FLOAT16S = (FP16, BF16)  # the 16-bit float element types a float DPU task may m
 # Conversions
 # ---------------------------------------------------------------------------------------------
 def fp32_to_bf16_bits(data: np.ndarray, truncate: bool = False) -> np.ndarray:
-    """fp32 -> bf16 bits (uint16): to nearest, ties to even (default), or truncated; NaN stays a
-    quiet NaN of the same sign; overflow rounds to infinity as IEEE rounding does."""
+    """fp32 -> bf16 bits (uint16): to nearest, ties to even (default), or truncated; overflow rounds
+    to infinity as IEEE rounding does; every NaN the canonical bf16 NaN 0x7FC0 (the DPU's stores in
+    default-NaN mode, NUMERICS.md section on the DPU's canonical NaN)."""
     bits = np.ascontiguousarray(data, np.float32).view(np.uint32)
     if truncate:
         out = (bits >> np.uint32(16)).astype(np.uint16)
@@ -47,7 +51,7 @@ def fp32_to_bf16_bits(data: np.ndarray, truncate: bool = False) -> np.ndarray:
         out = ((bits.astype(np.uint64) + 0x7FFF + ((bits >> np.uint32(16)) & 1)) >> 16).astype(np.uint16)
     nan = np.isnan(np.asarray(data, np.float32))
     if nan.any():
-        out[nan] = (bits[nan] >> np.uint32(16)).astype(np.uint16) | np.uint16(0x0040)
+        out[nan] = np.uint16(CANONICAL_BF16)
     return out
 
 

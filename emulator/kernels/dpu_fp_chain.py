@@ -25,6 +25,7 @@ from numba import carray, njit
 
 from npuemu.emulator import numerics as nm
 from npuemu.emulator.kernels import lut_fp
+from npuemu.emulator.kernels.canonical_nan import canonical_nans
 from npuemu.emulator.kernels.dpu import EwConfig, XStageConfig
 from npuemu.emulator.kernels.dpu_convert import widen_rows
 from npuemu.emulator.kernels.fp16_atoms import planes_to_fp16_atoms
@@ -354,17 +355,25 @@ class FloatChain:
         self._operand = np.ascontiguousarray(operand)
 
     def result(self, lut: tuple | None = None, chunk: int = CHUNK) -> np.ndarray:
-        """float32 [C][H][W]: the recorded stages applied (the input itself when none are); ``lut``
+        """float32 [C][H][W]: the recorded stages applied (the input itself when none are and it holds no
+        NaN), every NaN the canonical 0x7FC00000 (the DPU's stores, NUMERICS.md 37: an fp32 output takes
+        these values as they are, the fp16 / bf16 conversions canonicalise again); ``lut``
         (a ``LutConfig`` and the LE and LO tables): the LUT on the fp path (NUMERICS.md 5.1) between
         BN and EW (``lut_fp.lut_stage_fp``'s bits) in the same pass; ``chunk``: the piece size."""
         if not self._x and self._ew is None and lut is None:
-            return self._data
+            # (the input itself, unless it holds a NaN: NaNs leave the DPU canonical, below)
+            if not np.isnan(self._data).any():
+                return self._data
+            out = np.array(self._data)
+            canonical_nans(out.reshape(-1))
+            return out
         out = np.empty_like(self._data)
         x_params, x_relux, alu, mul, stages, e_params, e_relux, layout = self.settings(chunk)
         tables = NO_LUT if lut is None else lut_fp.prepared(*lut)
         _run_chain(self._data.reshape(-1), x_params.reshape(-1), x_relux, alu.reshape(-1), mul.reshape(-1), stages,
                    e_params, e_relux, layout, self._operand.reshape(-1), tables[0], tables[1], out.reshape(-1),
                    np.empty(2 * chunk, np.float32))
+        canonical_nans(out.reshape(-1))  # (every NaN the canonical NaN: the fp32 outputs' rule, NUMERICS.md 37)
         return out
 
     def settings(self, chunk: int = CHUNK) -> tuple:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from npuemu.emulator.kernels.canonical_nan import BITS16
 from npuemu.emulator.memory import TaskDma, Traffic
 from npuemu.emulator.units.state import FP16, INT8, DpuRdmaState, DpuState
 from npuemu.isa.errors import EmulationError
@@ -60,6 +61,7 @@ def run_reduce(state: DpuState, rdma: DpuRdmaState | None, dma: TaskDma, where: 
     channels = cube.transpose(1, 0, 2).reshape(state.width, surfaces * lanes)[:, :state.channels]
     start = np.array([state.offset_pend], dtype=np.uint16).view(np.float16)[0]
     out = np.maximum(channels.max(axis=1), start).astype(np.float16)  # a max is exact in fp16
+    out.view(np.uint16)[np.isnan(out)] = BITS16  # (a NaN max stored as the canonical NaN, NUMERICS.md 37)
     dma.write_rows(Traffic.DPU_WRITE, np.array([state.dst_address], dtype=np.int64),
                    out.view(np.uint8).reshape(1, -1), f"DPU channel max (DST_BASE_ADDR={state.dst_address:#x})")
 

@@ -11,7 +11,8 @@ Where the CPU converts itself (x86 F16C: vcvtps2ph / vcvtph2ps, NUMERICS.md 33),
 :func:`fp32_bits_to_fp16_bits_native` and :func:`fp16_bits_to_fp32_bits_native` use its
 instructions, with the same bits (checked on all 2**32 fp32 patterns and all 2**16 fp16 ones;
 tests/emulator/test_fp16_native_conversions.py): ~3x and ~5x faster in vector loops; elsewhere they are the
-functions above. :func:`fp32_to_fp16` rounds with the first.
+functions above. :func:`fp32_to_fp16` rounds with the first; :func:`fp32_to_fp16_canonical` (the DPU's and
+PPU's stores) also makes every NaN the canonical 0x7E00.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from npuemu.emulator import numerics as nm
+from npuemu.emulator.kernels.canonical_nan import BITS16 as CANONICAL16
 
 #: fp32 bit patterns whose fp16 result is a normal number (half exponent 1..30 before the
 #: carry): 2**-14 <= |x| < 2**16 (exponent field 113..142)
@@ -116,10 +118,26 @@ def _widened_bits(context, builder, bits):
     return builder.xor(wide, builder.shl(signalling, ir.IntType(32)(22)))
 
 
+@njit(cache=True, inline="always")
+def fp32_bits_to_fp16_bits_canonical(bits):
+    """``fp32_bits_to_fp16_bits_native`` of uint32 ``bits``, every NaN the canonical fp16 NaN 0x7E00
+    (the DPU's / PPU's float stores, NUMERICS.md section on the canonical NaN of the DPU: default-NaN
+    mode): one compare and select, vectorised with the conversion; finite values and infinities as
+    the conversion gives them."""
+    half = fp32_bits_to_fp16_bits_native(bits)
+    return np.uint16(CANONICAL16) if (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000) else half
+
+
 @njit(cache=True)
 def _fp32_to_fp16(bits32, bits16):
     for i in range(bits32.shape[0]):
         bits16[i] = fp32_bits_to_fp16_bits_native(bits32[i])
+
+
+@njit(cache=True)
+def _fp32_to_fp16_canonical(bits32, bits16):
+    for i in range(bits32.shape[0]):
+        bits16[i] = fp32_bits_to_fp16_bits_canonical(bits32[i])
 
 
 @njit(cache=True)
@@ -149,6 +167,15 @@ def fp32_to_fp16(data: np.ndarray) -> np.ndarray:
     source = np.ascontiguousarray(data, dtype=np.float32)
     out = np.empty(source.shape, np.float16)
     _fp32_to_fp16(source.view(np.uint32).reshape(-1), out.view(np.uint16).reshape(-1))
+    return out
+
+
+def fp32_to_fp16_canonical(data: np.ndarray) -> np.ndarray:
+    """``fp32_to_fp16`` with every NaN the canonical fp16 NaN 0x7E00 (the DPU's and PPU's fp16 stores;
+    the input quantisation and host ops keep ``fp32_to_fp16``)."""
+    source = np.ascontiguousarray(data, dtype=np.float32)
+    out = np.empty(source.shape, np.float16)
+    _fp32_to_fp16_canonical(source.view(np.uint32).reshape(-1), out.view(np.uint16).reshape(-1))
     return out
 
 

@@ -13,6 +13,10 @@ rows (7x7 and 14x14 maps, the one-pixel rows of an interleaved write) in runs of
 across rows, which keeps the per-row overhead (~100 ns) off rows of a few pixels (10 -> 0.6 ns an
 element on one-pixel rows). Both store an atom's C2 = 8 lanes together when C2 is 8 (fp16's) and
 round with the CPU's own conversion where it has one (``fp16.fp32_bits_to_fp16_bits_native``).
+
+Every NaN is stored as the canonical fp16 NaN 0x7E00 (``fp16.fp32_bits_to_fp16_bits_canonical``: the
+DPU's stores in default-NaN mode, NUMERICS.md section on the DPU's canonical NaN), whatever NaN the
+chain made or read from memory: one compare and select per element, in the rounding loop.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from npuemu.emulator.kernels.fp16 import fp32_bits_to_fp16_bits_native
+from npuemu.emulator.kernels.fp16 import fp32_bits_to_fp16_bits_canonical
 
 #: rows at least this wide go one at a time (measured with F16C: 16-56 wide, 0.47-0.18 ns an element
 #: against 0.47-0.49 for the blocked loop; 14 and 7 wide, 0.55 and 0.84 against 0.49 and 0.58)
@@ -54,7 +58,7 @@ def _store_rows(planes, c2, offsets, data):
         for lane in range(lanes):
             source, target = planes[first + lane, y], rounded[lane]
             for x in range(width):
-                target[x] = fp32_bits_to_fp16_bits_native(source[x])
+                target[x] = fp32_bits_to_fp16_bits_canonical(source[x])
         if lanes == 8 and c2 == 8:  # a whole atom at a time (a constant count: ~20% faster)
             for x in range(width):
                 for lane in range(8):
@@ -84,7 +88,7 @@ def _store_blocks(planes, c2, offsets, data):
             for lane in range(lanes):
                 source, target = flat[first + lane, p0:p0 + n], rounded[lane]
                 for i in range(n):
-                    target[i] = fp32_bits_to_fp16_bits_native(source[i])
+                    target[i] = fp32_bits_to_fp16_bits_canonical(source[i])
             y, x, i = p0 // width, p0 % width, 0
             while i < n:
                 run = min(width - x, n - i)

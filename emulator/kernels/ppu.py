@@ -16,7 +16,7 @@ import numpy as np
 from numba import njit
 
 from npuemu.emulator import numerics as nm
-from npuemu.emulator.kernels.fp16 import fp32_to_fp16
+from npuemu.emulator.kernels.fp16 import fp32_to_fp16_canonical
 from npuemu.isa.errors import EmulationError
 
 _RANGES = {
@@ -208,7 +208,7 @@ def pool_nc1hwc2(feature: np.ndarray, config: PoolConfig) -> np.ndarray:
                             if average else (0.0, 0.0))
         _pool_float(feature.astype(np.float32), *args, np.float32(config.pad_value),
                     np.float32(recip_w / 65536), np.float32(recip_h / 65536), out32)
-        return fp32_to_fp16(out32)
+        return fp32_to_fp16_canonical(out32)  # (every NaN 0x7E00: default-NaN mode, as the DPU's stores)
     dtype = np.dtype(feature.dtype)
     if dtype not in _RANGES:
         raise EmulationError(f"PPU pools int8, int16, int32 or float16 data, not {dtype}")

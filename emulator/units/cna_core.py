@@ -16,7 +16,7 @@ from npuemu.emulator import kernels
 from npuemu.emulator.memo import Memo
 from npuemu.emulator.kernels import cbuf_reuse, cna_bf16, cna_deconv, conv_int16, image_atoms, weights_sparse
 from npuemu.emulator.kernels.conv_fp16_plan import prepare_conv2d_fp16
-from npuemu.emulator.kernels.conv_fp16_step import prepare_depthwise_step, prepare_gemm_step
+from npuemu.emulator.kernels.conv_fp16_step import prepare_depthwise_step, prepare_few_step, prepare_gemm_step
 from npuemu.emulator.kernels.depthwise_plan import prepare_depthwise_int8_atoms
 from npuemu.emulator.kernels.cna_convert import (
     check_convert_geometry, convert_int8_features, decode_input_convert,
@@ -712,8 +712,9 @@ def prepare_cna_core(state: ConvState, memory, where: str):
 
 def _fused_fp16(state: ConvState, plan: _Plan, load, weights: np.ndarray | None, fetch):
     """The CORE half of an fp16 step in one compiled call (kernels/conv_fp16_step.py: the row copy,
-    lane masking, fetched weights, planes and products) for a feature copied into the step's own
-    array and weights it holds or fetches each run, or None (the plain forms below)."""
+    lane masking, fetched weights, planes and products, or a few kernels' pointwise or direct loop)
+    for a feature copied into the step's own array and weights it holds or fetches each run, or None
+    (the plain forms below)."""
     rows, parts = getattr(load, "rows", None), getattr(fetch, "parts", None)
     if rows is None or weights is None and parts is None:
         return None
@@ -723,9 +724,10 @@ def _fused_fp16(state: ConvState, plan: _Plan, load, weights: np.ndarray | None,
     if state.depthwise:
         return None if fetch is not None else prepare_depthwise_step(
             plan.feature_shape, state.in_channels, weights, plan.geometry, state.pad_value, state.out_channels, feature)
-    if fetch is None:
+    if fetch is None:  # (more than 4 kernels: the products; at most 4: the pointwise or direct loop)
         return prepare_gemm_step(plan.feature_shape, state.in_channels, weights, plan.geometry, state.pad_value,
-                                 state.out_channels, feature)
+                                 state.out_channels, feature) or prepare_few_step(
+            plan.feature_shape, state.in_channels, weights, plan.geometry, state.pad_value, state.out_channels, feature)
     return prepare_gemm_step(plan.feature_shape, state.in_channels, fetch.array, plan.geometry, state.pad_value,
                              state.out_channels, feature, parts)
 

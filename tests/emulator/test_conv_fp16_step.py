@@ -7,7 +7,8 @@ kernel calls the step made before (``fetch_padded_input`` + ``conv2d_fp16``), bi
 NaN): the feature copied from rows of a region at their offsets with the lanes past the real channels
 zeroed, held weights, weights gathered from the region every run (then widened and packed), the narrow
 and tile forms, strides, dilation, padding, the wide result, zero rows past the kernels; new bytes on
-every run. The Cbuf bookkeeping of the one-call step equals ``_cna_step``'s from five starting states.
+every run, NaN sums canonical (0x7FC00000); 1-4 kernels through the pointwise or direct loop
+(``few_step``). The Cbuf bookkeeping of the one-call step equals ``_cna_step``'s from five starting states.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from npuemu.emulator.kernels import conv_fp16_step, depthwise_fp16_rows, gemm_fp32_seq, mac
+from npuemu.emulator.kernels import conv_fp16_step, depthwise_fp16_rows, gemm_fp32_seq, mac, pointwise_fp16
 from npuemu.emulator.kernels.mac import ConvGeometry
 from npuemu.emulator.units import cna_core
 from tests.emulator.test_fixed_cost_steps import _key, _state
@@ -30,24 +31,29 @@ pytestmark = pytest.mark.skipif(not depthwise_fp16_rows.available() or gemm_fp32
 
 
 @st.composite
-def convs(draw, depthwise: bool = False):
+def convs(draw, depthwise: bool = False, few: bool = False):
+    """A conv case; ``few``: 1-4 kernels (the pointwise or direct loop), half of them 1x1 at stride 1
+    without padding (``pointwise_fp16.takes``), strides and dilations drawn apart across and down."""
     kernel = draw(st.sampled_from([(1, 1), (3, 3), (1, 3), (2, 2), (5, 5)]))
     stride, dilation = draw(st.integers(1, 2)), draw(st.integers(1, 2))
     pad_top, pad_left = draw(st.integers(0, 2)), draw(st.integers(0, 2))
+    stride_x, dilation_x = (draw(st.integers(1, 3)), draw(st.integers(1, 3))) if few else (stride, dilation)
+    if few and draw(st.booleans()):
+        kernel, stride, stride_x, pad_top, pad_left = (1, 1), 1, 1, 0, 0
     height, width = draw(st.integers(1, 12)), draw(st.integers(1, 12))
-    reach_h, reach_w = (kernel[0] - 1) * dilation + 1, (kernel[1] - 1) * dilation + 1
+    reach_h, reach_w = (kernel[0] - 1) * dilation + 1, (kernel[1] - 1) * dilation_x + 1
     # output sizes up to what the padded input allows (and a little past the input: pad value reads)
     out_h = max(1, min(draw(st.integers(1, 8)), (height + 2 * pad_top - reach_h) // stride + 1))
-    out_w = max(1, min(draw(st.integers(1, 10)), (width + 2 * pad_left - reach_w) // stride + 1))
+    out_w = max(1, min(draw(st.integers(1, 10)), (width + 2 * pad_left - reach_w) // stride_x + 1))
     geometry_groups = 1
     channels = draw(st.integers(1, 24))
     if depthwise:
         geometry_groups = channels
-    geometry = ConvGeometry(kernel[0], kernel[1], out_h, out_w, stride, stride, dilation, dilation, pad_top, pad_left,
-                            geometry_groups)
+    geometry = ConvGeometry(kernel[0], kernel[1], out_h, out_w, stride, stride_x, dilation, dilation_x, pad_top,
+                            pad_left, geometry_groups)
     c1 = -(-channels // 8) + draw(st.integers(0, 1))  # (an atom group past the channels: masked, never read)
     real = draw(st.integers(1, c1 * 8))  # (DATAIN_CHANNEL_REAL: lanes from it on read 0, below the channels too)
-    kernels = channels if depthwise else draw(st.integers(5, 24))
+    kernels = channels if depthwise else draw(st.integers(1, 4) if few else st.integers(5, 24))
     return geometry, channels, real, c1, height, width, kernels, kernels + draw(st.integers(0, 9)), \
         draw(st.integers(0, 2**32 - 1))
 
@@ -105,6 +111,7 @@ def _check_runs(rng, run, case, weights_for_run, pad):
             plain = _plain(atoms, channels, weights, geometry, pad, out_channels)
         assert got.shape == (out_channels, geometry.out_h, geometry.out_w)
         assert same_bits(got, want) and same_bits(got, plain)
+        assert (got.view(np.uint32)[np.isnan(got)] == 0x7FC00000).all()  # (NaN sums canonical: NUMERICS 3.3)
         assert (got[kernels:].view(np.uint32) == 0).all()
         results.append(run())
     assert all(result is results[0] for result in results)  # (the step's own array, refilled)
@@ -166,6 +173,49 @@ def test_depthwise_equals_the_sequential_order_and_the_plain_calls(case):
     assert run is not None
     run.region = (data, offsets, row_bytes)
     _check_runs(rng, run, case, lambda: weights, pad)
+
+
+@settings(max_examples=120, deadline=None)
+@given(convs(few=True))
+def test_a_few_kernels_equal_the_sequential_order_and_the_plain_calls(case):
+    geometry, channels, real, c1, height, width, kernels, out_channels, seed = case
+    rng = np.random.default_rng(seed)
+    data, offsets, row_bytes = _region(rng, c1, height, width)
+    _, rows = _step_buffers(c1, height, width, data, offsets, row_bytes, real)
+    weights = fp16(rng, (kernels, channels, geometry.kernel_h, geometry.kernel_w), 0.05)
+    weights.flags.writeable = False
+    pad = float(fp16(rng, (1,), 0.2)[0])
+    shape = (c1, height, width, 8)
+    assert conv_fp16_step.prepare_gemm_step(shape, channels, weights, geometry, pad, out_channels, rows) is None
+    run = conv_fp16_step.prepare_few_step(shape, channels, weights, geometry, pad, out_channels, rows)
+    assert run is not None
+    pointwise = pointwise_fp16.takes(shape, channels, weights.shape, geometry)
+    assert run.arguments[4][conv_fp16_step.POINTWISE] == pointwise  # (the plan's choice of form)
+    run.region = (data, offsets, row_bytes)
+    _check_runs(rng, run, case, lambda: weights, pad)
+
+
+def test_a_few_kernels_take_both_forms_and_leave_the_rest():
+    rows = (np.zeros(64, np.uint8), np.array([0, 32]), np.zeros((2, 32), np.uint8), np.zeros((1, 2, 2, 8), np.uint16),
+            1, 0)
+    weights = np.ones((3, 8, 1, 1), np.float16)
+    weights.flags.writeable = False
+    shape, plain = (1, 2, 2, 8), ConvGeometry(1, 1, 2, 2)
+    run = conv_fp16_step.prepare_few_step(shape, 8, weights, plain, 0.0, 16, rows)
+    assert run.arguments[4][conv_fp16_step.POINTWISE] == 1
+    padded = ConvGeometry(1, 1, 2, 2, pad_top=1)  # (padding: the direct loop over padded planes)
+    assert conv_fp16_step.prepare_few_step(shape, 8, weights, padded, 0.0, 16, rows).arguments[4][
+        conv_fp16_step.POINTWISE] == 0
+    many = np.ones((5, 8, 1, 1), np.float16)
+    many.flags.writeable = False
+    assert conv_fp16_step.prepare_few_step(shape, 8, many, plain, 0.0, 16, rows) is None  # (the products)
+    assert conv_fp16_step.prepare_few_step(shape, 8, weights, plain, 0.0, 2, rows) is None  # (> out channels)
+    big = ConvGeometry(3, 3, 200, 200, pad_top=1, pad_left=1)
+    wide = np.ones((3, 8, 3, 3), np.float16)
+    wide.flags.writeable = False
+    assert conv_fp16_step.prepare_few_step((1, 200, 200, 8), 8, wide, big, 0.0, 16, rows) is None  # (OWN_BYTES)
+    writeable = np.ones((3, 8, 1, 1), np.float16)
+    assert conv_fp16_step.prepare_few_step(shape, 8, writeable, plain, 0.0, 16, rows) is None
 
 
 def test_pack_index_places_every_element_where_pack_does():

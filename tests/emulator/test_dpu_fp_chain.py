@@ -1,6 +1,7 @@
 """The fp path's BS -> BN -> EW in one pass (kernels/dpu_fp_chain.py, issue 20) bit for bit:
 against a scalar numpy model of NUMERICS.md 4.6 written here, and against the per-stage kernels
-it replaces (kernels.dpu bs_stage_fp / bn_stage_fp / ew_stage_fp, NaN payloads included)."""
+it replaces (kernels.dpu bs_stage_fp / bn_stage_fp / ew_stage_fp; every NaN of the result the canonical
+0x7FC00000, NUMERICS.md 37)."""
 
 from __future__ import annotations
 
@@ -116,16 +117,27 @@ def test_chain_matches_the_model_and_the_stage_kernels(shape, special, bs, bn, e
         chain.ew(ew, operand)
         staged = ew_stage_fp(staged, ew, operand)
     got = chain.result()
-    assert np.array_equal(got.view(np.uint32), staged.view(np.uint32))  # the per-stage kernels, every bit
+    # the per-stage kernels, every bit - their NaNs made canonical, as the result's (NUMERICS.md 37)
+    assert np.array_equal(got.view(np.uint32), canonical_bits(staged))
     expected = reference(data, stages, None if ew is None else (ew, operand))
     nan = np.isnan(expected)
     assert np.array_equal(np.isnan(got), nan)
     assert np.array_equal(got[~nan].view(np.uint32), expected[~nan].view(np.uint32))
 
 
+def canonical_bits(data: np.ndarray) -> np.ndarray:
+    """uint32 bits of float32 ``data`` with every NaN the canonical 0x7FC00000."""
+    bits = np.array(data, np.float32).view(np.uint32)
+    bits[np.isnan(data)] = 0x7FC00000
+    return bits
+
+
 def test_no_stage_hands_back_the_input_and_bad_operands_are_refused():
     data = np.ones((2, 3, 4), np.float32)
     assert FloatChain(data).result() is data
+    data[0, 1, 2] = np.array([0xFF812345], np.uint32).view(np.float32)[0]  # (a NaN: a canonical copy instead)
+    got = FloatChain(data).result()
+    assert got is not data and np.array_equal(got.view(np.uint32), canonical_bits(data))
     chain = FloatChain(data)
     with pytest.raises(EmulationError, match="one value per channel"):
         chain.x_stage(XStageConfig(alu_enable=True), alu=np.zeros(3, np.float32))

@@ -34,11 +34,18 @@ SPECIAL_BITS = np.array([0x00000000, 0x80000000, 0x33000000, 0x33000001, 0x33800
                          0x7F800001, 0xFFFFFFFF, 0x3F801000, 0x3F803000, 0x00000001], np.uint32)
 
 
+#: the fp16 NaN every DPU store writes
+CANONICAL16 = 0x7E00
+
+
 def expected_atoms(planes_bits: np.ndarray, c2: int, offsets: np.ndarray, size: int) -> np.ndarray:
     """The region after storing: row r = surface r // H, line r % H; element x * C2 + lane of a row is
-    channel s * C2 + lane of pixel x rounded to fp16, 0 past the channels; rows stored in order."""
+    channel s * C2 + lane of pixel x rounded to fp16 (a NaN: 0x7E00), 0 past the channels; rows stored
+    in order."""
     channels, height, width = planes_bits.shape
     halves = reference_to_half(planes_bits.reshape(-1)).reshape(planes_bits.shape)
+    # every NaN the canonical fp16 NaN (the DPU's stores in default-NaN mode, NUMERICS.md 37)
+    halves[np.isnan(planes_bits.view(np.float32))] = CANONICAL16
     data = np.full(size, 0xABCD, np.uint16)
     for r, offset in enumerate(offsets):
         s, y = divmod(r, height)

@@ -10,7 +10,6 @@ vendor fp16 builds (tests/data) through the .rknn runner, NaN inputs placed as g
 from __future__ import annotations
 
 import lzma
-import platform
 from pathlib import Path
 
 import numpy as np
@@ -175,11 +174,10 @@ def _matmul_model(folder: Path) -> Path:
     return folder / "mm.npu"
 
 
-@pytest.mark.xfail(platform.machine().lower() in ("x86_64", "amd64"), strict=True,
-                   reason="the DPU's own NaN (NUMERICS.md section 37, open): an fp16 MatMul whose K is split "
-                          "over tasks adds the partial sums in the DPU; +inf + -inf there is the host's default "
-                          "NaN (x86: 0xFFC00000, fp16 0xFE00), not the canonical NaN of the CORE's sums")
 def test_a_k_split_matmul_whose_partial_sums_are_opposite_infinities_gives_the_canonical_nan(monkeypatch, tmp_path):
+    """The DPU's own NaN (NUMERICS.md 37, default-NaN mode): an fp16 MatMul whose K is split over tasks
+    adds the partial sums in the DPU; +inf + -inf there is the host's default NaN (x86: 0xFFC00000,
+    fp16 0xFE00) inside the chain, stored as the canonical NaN (fp16 0x7E00, read back 0x7FC00000)."""
     sums = []
     real = core.run_dpu
 

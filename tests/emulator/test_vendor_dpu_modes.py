@@ -225,3 +225,26 @@ def test_offset_pend_outside_the_pad_form_is_refused(changes):
     dpu_reduce.check_pending(_reduce_state(**int8), "t")
     with pytest.raises(EmulationError, match=r"OFFSET_PEND=65533 is modelled only"):
         dpu_reduce.check_pending(_reduce_state(**{**int8, **changes}), "t")
+
+
+
+def test_a_nan_channel_max_is_stored_as_the_canonical_nan(tmp_path, monkeypatch):
+    """The fp16 channel max of pixels whose channels hold NaNs of both signs and several payloads (placed in the
+    MRDMA's source right before each max task) stores the canonical NaN 0x7E00 (NUMERICS.md 37: the DPU's stores
+    in default-NaN mode); the other pixels keep their max."""
+    nans = np.array([0x7E01, 0xFE2A, 0x7D55], np.uint16)
+    writes: list[np.ndarray] = []
+    run_reduce = dpu_reduce.run_reduce
+
+    def poisoned(state, rdma, dma, where):
+        dma.memory.load(rdma.src_address, nans.view(np.uint8))  # (surface 0: pixel 0's lanes 0-2)
+        run_reduce(state, rdma, dma, where)
+        writes.append(dma.memory.dump(state.dst_address, 2 * state.width).view("<u2").copy())
+
+    monkeypatch.setattr(dpu_reduce, "run_reduce", poisoned)
+    runner = _runner("smax_w", tmp_path)
+    runner.run([np.random.RandomState(5).randn(*BUILDS["smax_w"][0]).astype(np.float32)])
+    assert writes
+    for written in writes:
+        assert written[0] == 0x7E00
+        assert not np.isnan(written[1:].view(np.float16)).any()

@@ -182,8 +182,8 @@ def test_the_vendors_bf16_constants_are_rounded_to_nearest():
 def _reference_bf16(value: float) -> int:
     """Round-to-nearest-even by value, in Python floats: the bf16 neighbours below and above |value|."""
     bits = struct.unpack("<I", struct.pack("<f", value))[0]
-    if value != value:
-        return ((bits >> 16) | 0x40) & 0xFFFF
+    if value != value:  # (the canonical bf16 NaN: the DPU's stores in default-NaN mode, NUMERICS.md 37)
+        return 0x7FC0
     sign, magnitude = bits & 0x80000000, abs(value)
     below = (bits & 0x7FFFFFFF) >> 16
 
