@@ -31,16 +31,23 @@ from npuemu.emulator.memory import gather_rows
 SETTINGS = 21
 
 
+@njit(cache=True, inline="always")
+def _feature_copy(data, offsets, rows, atoms, settings):
+    """The step's feature: its rows copied from memory and the lanes past DATAIN_CHANNEL_REAL zeroed
+    (``cna_core._masked_lanes``), when the step gathers at all."""
+    if settings[GATHER]:
+        gather_rows(data, offsets, rows)
+        group, lane = settings[MASK_GROUP], settings[MASK_LANE]
+        if group < atoms.shape[0]:
+            atoms[group, :, :, lane:] = 0
+            atoms[group + 1:] = 0
+
+
 @njit(cache=True)
 def _operands(data, offsets, rows, atoms, settings, pad_bits, planes, table, phases, words, index, gathered, pack_index,
               packed_bits):
     # (``gemm_step`` up to the products: the flat float32 buffer its taps read)
-    if settings[GATHER]:
-        gather_rows(data, offsets, rows)
-        group, lane = settings[MASK_GROUP], settings[MASK_LANE]
-        if group < atoms.shape[0]:  # (cna_core._masked_lanes: lanes past DATAIN_CHANNEL_REAL read 0)
-            atoms[group, :, :, lane:] = 0
-            atoms[group + 1:] = 0
+    _feature_copy(data, offsets, rows, atoms, settings)
     if settings[WEIGHTS]:
         for i in range(index.size):
             gathered[i] = words[index[i]]
@@ -191,12 +198,7 @@ def depthwise_step(data, offsets, rows, atoms, settings, weights, params, pad, s
     """One run of a depthwise step: the feature copy as ``gemm_step``'s, then ``depthwise_fp16_rows``'
     kernel of ``mode`` (0: the 1x1 scaling, 1: whole map, 2: row ring; its ``prepare``'s choice) into
     ``out`` [out_channels][OH][OW] (rows past KERNELS zero)."""
-    if settings[GATHER]:
-        gather_rows(data, offsets, rows)
-        group, lane = settings[MASK_GROUP], settings[MASK_LANE]
-        if group < atoms.shape[0]:
-            atoms[group, :, :, lane:] = 0
-            atoms[group + 1:] = 0
+    _feature_copy(data, offsets, rows, atoms, settings)
     kernels = settings[KERNELS]
     target = out[:kernels]
     if mode == 0:
@@ -257,12 +259,7 @@ def few_step(data, offsets, rows, atoms, settings, weights, pad_bits, planes, ta
     the padded ``planes`` (uint32 view) and ``mac._conv_direct_float`` (the direct loop) - the plan's
     ``_pointwise`` and direct forms. ``weights`` float32 [K][C][KH][KW]; ``out`` [out_channels][OH][OW]
     (rows past KERNELS zero)."""
-    if settings[GATHER]:
-        gather_rows(data, offsets, rows)
-        group, lane = settings[MASK_GROUP], settings[MASK_LANE]
-        if group < atoms.shape[0]:
-            atoms[group, :, :, lane:] = 0
-            atoms[group + 1:] = 0
+    _feature_copy(data, offsets, rows, atoms, settings)
     kernels, channels = settings[KERNELS], settings[CHANNELS]
     target = out[:kernels]
     if settings[POINTWISE]:

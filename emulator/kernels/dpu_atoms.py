@@ -32,6 +32,7 @@ from npuemu.emulator.kernels.dpu_pixel import (
     CH_EVEN, CH_EW_ADD, CH_EW_EVEN, CH_EW_HIGH, CH_EW_K, CH_EW_LOW, CH_EW_OFFSET, CH_EW_ON, CH_HIGH, CH_HIGH1, CH_K,
     CH_LOW, CH_LOW1, CH_OFFSET, _chain_value,
 )
+from npuemu.emulator.kernels.dpu_stage_lines import _uniform  # (one copy: the lines passes use it too)
 
 
 @njit(cache=True, inline="always")
@@ -124,16 +125,6 @@ _LOOPS = {(True, True, True): _atoms_ew_even_relu, (True, True, False): _atoms_e
           (False, False, True): _atoms_away_relu, (False, False, False): _atoms_away}
 
 _NO_OPERAND = np.zeros((1, 1, 1), np.int8)
-
-
-@njit(cache=True)
-def _uniform(operands, channels):
-    """Whether each row of ``operands`` holds one value over its first ``channels`` (>= 1) columns."""
-    for row in range(operands.shape[0]):
-        for c in range(1, channels):
-            if operands[row, c] != operands[row, 0]:
-                return False
-    return channels >= 1
 
 
 @njit(cache=True)

@@ -732,6 +732,22 @@ def _fused_fp16(state: ConvState, plan: _Plan, load, weights: np.ndarray | None,
                              state.out_channels, feature, parts)
 
 
+def _keep_held(cbuf: Cbuf, kept: _Resident, keep, weights_kept: _Resident, weight_banks: range, keep_weights) -> None:
+    """The Cbuf bookkeeping of a step's feature load (``keep``) and held weights (``keep_weights``) with
+    their common cases inline - nothing kept beside the slots, the weights slot already this step's or
+    evicted by it (``keep_weights``' first case) - for the one-frame steps (``_fused_run``, ``_direct_rows``)."""
+    if cbuf._older_weights:  # (the keeps' own bookkeeping: kernels/cbuf_reuse.py)
+        keep(cbuf, kept)
+        keep_weights(cbuf)
+    else:
+        cbuf.feature = kept
+        was = cbuf.weights
+        if was is weights_kept or was is None or _covers(weight_banks, was):
+            cbuf.weights = weights_kept
+        else:
+            keep_weights(cbuf)
+
+
 def _fused_run(rows: tuple, keeper: tuple, fused):
     """``run(cbuf)`` of an fp16 step whose feature copy and kernel are one compiled call (``_fused_fp16``):
     the Cbuf bookkeeping of ``load`` then ``keep_weights`` (``_cna_step``) with their common cases
@@ -741,16 +757,7 @@ def _fused_run(rows: tuple, keeper: tuple, fused):
     call, arguments, done = fused.kernel, fused.arguments, CoreResult(fused.result, None)
 
     def run(cbuf: Cbuf) -> CoreResult:
-        if cbuf._older_weights:  # (the keeps' own bookkeeping: kernels/cbuf_reuse.py)
-            keep(cbuf, kept)
-            keep_weights(cbuf)
-        else:
-            cbuf.feature = kept
-            was = cbuf.weights
-            if was is weights_kept or was is None or _covers(weight_banks, was):
-                cbuf.weights = weights_kept
-            else:
-                keep_weights(cbuf)
+        _keep_held(cbuf, kept, keep, weights_kept, weight_banks, keep_weights)
         call(*arguments)
         return done
 
@@ -856,16 +863,7 @@ def _direct_rows(rows: tuple, core, weights_kept: _Resident, weight_banks: range
         gather_rows(data, offsets, target)
         for lanes in masked:
             lanes.fill(0)
-        if cbuf._older_weights:  # (the keeps' own bookkeeping: kernels/cbuf_reuse.py)
-            keep(cbuf, kept)
-            keep_weights(cbuf)
-        else:
-            cbuf.feature = kept
-            was = cbuf.weights
-            if was is weights_kept or was is None or _covers(weight_banks, was):
-                cbuf.weights = weights_kept
-            else:
-                keep_weights(cbuf)
+        _keep_held(cbuf, kept, keep, weights_kept, weight_banks, keep_weights)
         data_out, sums = core(buffer)
         dpu(data_out, sums)
 
