@@ -214,7 +214,7 @@ def prepare_depthwise_step(feature_shape: tuple, channels: int, weights: np.ndar
                            pad_value: float, out_channels: int, rows: tuple):
     """``prepare_gemm_step`` for a depthwise convolution (one kernel a channel, the form
     ``conv_fp16_plan._depthwise_rows`` takes): ``depthwise_step`` with ``depthwise_fp16_rows.prepare``'s
-    choice of kernel made here (the same kernels on the same operands), or None."""
+    choice of kernel (``kernel_mode``) made once: the same kernels on the same operands; or None."""
     from npuemu.emulator.kernels.fp16_atoms_ir import LANES
 
     kernels = weights.shape[0] if weights.ndim == 4 else 0
@@ -229,11 +229,7 @@ def prepare_depthwise_step(feature_shape: tuple, channels: int, weights: np.ndar
         return None
     lanes = depthwise_fp16_rows.lane_weights(mac._widened(weights, geometry.groups).reshape(weights.shape))
     g = geometry
-    if g.kernel_h == g.kernel_w == g.stride_y == g.stride_x == 1 and g.pad_top == g.pad_left == 0 \
-            and g.out_h <= feature_shape[1] and g.out_w <= feature_shape[2]:  # (prepare's 1x1 scaling)
-        mode = 0
-    else:
-        mode = 1 if depthwise_fp16_rows._uses_map(g) else 2
+    mode = depthwise_fp16_rows.kernel_mode(g, feature_shape[1], feature_shape[2])
     params, pad = depthwise_fp16_rows._params(g), np.float32(pad_value)
     out = np.zeros((out_channels, g.out_h, g.out_w), np.float32)
     data, offsets, row_bytes, atoms, group, lane = rows

@@ -357,16 +357,26 @@ def _params(geometry) -> tuple:
             pitch, ring, scratch_sizes(g)[0])
 
 
+def kernel_mode(geometry, height: int, width: int) -> int:
+    """``prepare``'s choice of kernel for atoms of ``height`` x ``width`` pixels: 0 a 1x1 scaling on the
+    atoms themselves (one pass, ``_scaled_planes``), 1 the whole map (``_depthwise_map``), 2 the row ring
+    (``_depthwise_rows``)."""
+    g = geometry
+    if g.kernel_h == g.kernel_w == g.stride_y == g.stride_x == 1 and g.pad_top == g.pad_left == 0 \
+            and g.out_h <= height and g.out_w <= width:
+        return 0
+    return 1 if _uses_map(g) else 2
+
+
 def prepare(geometry, pad_value: float, height: int, width: int):
     """``run(bits16, weights, out, rows, acc)``: ``depthwise_fp16_rows`` for atoms of ``height`` x ``width``
     pixels and a C-contiguous ``out``, the choices made once (a task's plan calls it every run)."""
-    g = geometry
-    if g.kernel_h == g.kernel_w == g.stride_y == g.stride_x == 1 and g.pad_top == g.pad_left == 0 \
-            and g.out_h <= height and g.out_w <= width:  # a 1x1 scaling on the atoms themselves: one pass
+    g, mode = geometry, kernel_mode(geometry, height, width)
+    if mode == 0:
         long_run = _LONG_SCALING
         return lambda bits16, weights, out, rows, acc: _scaled_planes(bits16, weights, out, long_run)
     params, pad = _params(g), np.float32(pad_value)
-    kernel = _depthwise_map if _uses_map(g) else _depthwise_rows
+    kernel = _depthwise_map if mode == 1 else _depthwise_rows
     return lambda bits16, weights, out, rows, acc: kernel(bits16, weights, params, pad, rows, acc, out)
 
 
