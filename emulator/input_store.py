@@ -6,16 +6,26 @@ it to int8, lays it out in NC1HWC2 through two zero-filled copies (isa/tensor_la
 and copies that into memory: ~4 ms for PP-OCR det's 3x640x640 input. Here the same values go
 straight from the caller's array into the tensor's bytes in memory:
 
-- :func:`quantize_into`: float32/float64 values -> int8 atoms, one compiled loop: per element the
-  same float64 operations as the reference (x / scale, round half to even, + zero point, clamp),
-  then the value into its atom slot; padding channels and surface padding written 0, as the
-  reference's zero-filled image does. A NaN (whose int8 conversion numpy leaves to the platform)
-  makes it return False and the caller takes the reference path, which rewrites every byte.
+- :func:`quantize_into`: float32/float64 values -> int8 atoms: per element the same float64
+  operations as the reference (x / scale - a true division -, round half to even, + zero point,
+  clamp), the value into its atom slot; padding lanes and surface padding written 0, as the
+  reference's zero-filled image has them. A NaN (whose int8 conversion numpy leaves to the
+  platform) makes it return False and the caller takes the reference path, which rewrites every
+  byte.
+- :func:`halve_into`: float32/float64 values -> float16 atoms, numpy's ``astype(np.float16)``
+  rounding (to nearest even, once: a float64 goes through float32 rounded to odd, which keeps the
+  one rounding exact; overflow to infinity, subnormals, -0.0); a NaN (whose payload numpy's own
+  conversion decides) makes it return False: the caller converts with numpy then.
 - :func:`copy_into`: values already in the stored type (int8 stored values, float16 values) ->
-  atoms with one numpy ``copyto`` per channel group (a conversion, if any, the one ``astype``
-  makes), padding 0.
+  atoms with one numpy ``copyto`` per channel group, padding 0.
 
-Both write every byte of the tensor's ``C1 x surface x C2`` image, so memory ends up byte for byte
+Speed (issue 20, NUMERICS.md section on the input store): a group of at most ``FAST_LANES`` real
+channels (every image input: 1-4 channels) is one compiled loop over its pixels whose lane count
+and atom size are compile-time constants, so LLVM vectorises the division / conversion and the
+interleave (kernels/input_atoms.py); ~0.2 ns an element instead of ~1.8 (a branch and a scalar
+division per lane). Wider groups keep the per-lane loop (``_quantize_atoms``) or ``copy_into``.
+
+All write every byte of the tensor's ``C1 x surface x C2`` image, so memory ends up byte for byte
 as the reference leaves it.
 """
 
@@ -24,8 +34,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-#: element types quantize_into takes (others: the reference path)
+from npuemu.emulator.kernels.input_atoms import atoms_as_lanes, atoms_as_words
+
+#: element types quantize_into and halve_into take (others: the reference path)
 QUANTIZE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+#: real channels of a group the compiled-constant kernels take (more: the per-lane loop)
+FAST_LANES = 4
 
 
 @njit(cache=True, error_model="numpy")  # (numpy's error model: x / 0 is inf or NaN, as in numpy)
@@ -53,13 +67,56 @@ def _quantize_atoms(values, scale, zero_point, image):
     return True
 
 
+def _store_groups(image: np.ndarray, flat: np.ndarray, how) -> bool | None:
+    """``flat`` [C, pixels] into ``image`` group by group with the compiled-constant kernels;
+    None (nothing written) where they do not apply, False on a NaN."""
+    c1, surface, c2 = image.shape
+    channels = flat.shape[0]
+    atom_bytes = c2 * image.itemsize
+    # (a packed atom - C2 = C, e.g. 3 bytes - holds whole groups; other atoms of a size no word
+    # divides, with a partial group, are left to the general loops)
+    if min(c2, channels) > FAST_LANES or (atom_bytes % 8 and channels % c2):
+        return None
+    bits = image.view(np.uint8 if image.itemsize == 1 else np.uint16)
+    for group in range(c1):
+        first = group * c2
+        lanes = min(c2, channels - first)
+        if lanes <= 0:
+            image[group] = 0
+            continue
+        rows = tuple(flat[first + lane] for lane in range(lanes))
+        if atom_bytes % 8 == 0:
+            done = atoms_as_words(rows, how, bits[group].reshape(-1).view(np.uint64), (0,) * (atom_bytes // 8))
+        else:
+            done = atoms_as_lanes(rows, how, bits[group].reshape(-1))
+        if not done:
+            return False
+    return True
+
+
 def quantize_into(image: np.ndarray, values: np.ndarray, scale: float, zero_point: int) -> bool:
     """Quantize float ``values`` [C, H, W] (or [C, H*W]) into the int8 NC1HWC2 ``image``
     [C1, surface, C2] (a view of the tensor's memory); False (image partly written) on a NaN."""
     channels = values.shape[0]
     flat = np.ascontiguousarray(values).reshape(channels, -1)
     _check(image, flat)
-    return bool(_quantize_atoms(flat, float(scale), float(zero_point), image))
+    done = _store_groups(image, flat, (float(scale), float(zero_point)))
+    if done is None:
+        done = _quantize_atoms(flat, float(scale), float(zero_point), image)
+    return bool(done)
+
+
+def halve_into(image: np.ndarray, values: np.ndarray) -> bool:
+    """float32/float64 ``values`` [C, H, W] (or [C, H*W]) as ``astype(np.float16)`` gives them into the
+    float16 NC1HWC2 ``image`` [C1, surface, C2]; False (image partly written) on a NaN."""
+    channels = values.shape[0]
+    flat = np.ascontiguousarray(values).reshape(channels, -1)
+    _check(image, flat)
+    done = _store_groups(image, flat, None)
+    if done is None:
+        copy_into(image, flat.astype(np.float16))
+        return True
+    return done
 
 
 def copy_into(image: np.ndarray, values: np.ndarray) -> None:

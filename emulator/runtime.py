@@ -16,7 +16,9 @@ Quantizing a float input rounds half to even and saturates to int8:
 ``q = clamp(round(x / s) + z, -128, 127)``; dequantizing is ``s * (q - z)``. ``set_input`` writes
 an NC1HWC2 input straight into its bytes in memory in one pass (emulator/input_store.py; issue 20),
 byte for byte what the reference path (``write_native``) stores, which it falls back to for the
-rest (ND and image-form inputs, NaN, other float types).
+rest (ND and image-form inputs, NaN, other float types). ``output`` reads only the real channels'
+lanes from memory and widens / dequantizes in compiled loops (emulator/output_read.py), the bits of
+the numpy operations they replace.
 
 From a Runtime's second run on, the process heap is kept out of the cycle collector's walks
 (``gc.freeze``; emulator/gc_steady.py: no 0.2-0.5 s full collection every few dozen runs), given
@@ -148,10 +150,25 @@ class Runtime:
             rows = self.machine.memory.dump(int(info["address"]), height * int(form["row_pixels"]) * channels)
             pixels = rows.reshape(height, -1, channels)[:, :width].astype(np.int16) - int(form["value_bias"])
             return pixels.transpose(2, 0, 1).astype(np.int8).reshape(info["shape"])
-        dtype = STORED_DTYPES[info["dtype"]]
-        raw = self.machine.memory.dump(int(info["address"]), c1 * surface * c2 * dtype.itemsize).view(dtype)
-        cube = tensor_layout.from_native(raw, channels, height, width, c1, c2, surface)
-        return cube.reshape(info["shape"]).copy()
+        image = self._output_image(name)
+        if image is None:  # (outside every region: the host read's error)
+            self.machine.memory.dump(int(info["address"]), c1 * surface * c2 * STORED_DTYPES[info["dtype"]].itemsize)
+        # (the real channels' lanes straight from memory, one copy: emulator/output_read.py)
+        return _output_read().channels_of(image, channels, height * width).reshape(info["shape"])
+
+    def _output_image(self, name: str) -> np.ndarray | None:
+        """An NC1HWC2 tensor's image in memory as a [C1, surface, C2] view (None: not inside one region),
+        worked out once per tensor (memory regions never move)."""
+        known = self._per_tensor.get("output_image", name)
+        if known is None:
+            info, _, c1, c2, surface = self._geometry(name)
+            dtype = STORED_DTYPES[info["dtype"]]
+            address, nbytes = int(info["address"]), c1 * surface * c2 * dtype.itemsize
+            region = self.machine.memory.region_at(address, nbytes)
+            image = None if region is None else \
+                region.data[address - region.base:address - region.base + nbytes].view(dtype).reshape(c1, surface, c2)
+            known = self._per_tensor.put((image,), "output_image", name)
+        return known[0]
 
     # --- quantization ---------------------------------------------------------------------
 
@@ -219,8 +236,10 @@ class Runtime:
             self.write_native(name, values)  # a host tensor of its own element type (int64, bool, float32...)
             return
         if self.dtype(name) == "float16":  # fp16 inputs take real values as they are
-            if not np.issubdtype(values.dtype, np.floating):
+            if values.dtype.kind != "f":  # (np.issubdtype(..., np.floating), without its ~1.5 us)
                 raise InputError(f"input {name!r} is float16: expected float values, got {values.dtype}")
+            if self._store_direct(name, values, halve=True):  # (float32 / float64: converted in the store)
+                return
             values = values.astype(np.float16)  # (numpy's contiguous cast: faster than a strided one)
             if not self._store_direct(name, values):
                 self.write_native(name, values)
@@ -229,7 +248,7 @@ class Runtime:
             if not self._store_direct(name, values):
                 self.write_native(name, values)
             return
-        if not np.issubdtype(values.dtype, np.floating):
+        if values.dtype.kind != "f":
             raise InputError(f"input {name!r}: expected float values or int8 stored values, got {values.dtype}")
         scale, zero_point = self.quantization(name)
         if self._store_direct(name, values, (scale, zero_point)):
@@ -237,12 +256,13 @@ class Runtime:
         stored = np.clip(np.rint(values.astype(np.float64) / scale) + zero_point, -128, 127)
         self.write_native(name, stored.astype(np.int8))
 
-    def _store_direct(self, name: str, values: np.ndarray, quantization: tuple[float, int] | None = None) -> bool:
+    def _store_direct(self, name: str, values: np.ndarray, quantization: tuple[float, int] | None = None, *,
+                      halve: bool = False) -> bool:
         """The one-pass store of an input (emulator/input_store.py): ``values`` (quantized with
-        ``quantization`` if given, else converted to the stored type) straight into the tensor's
-        NC1HWC2 bytes, byte for byte what ``write_native`` stores. False where it does not apply
-        (an ND or image-form tensor, a shape ``write_native`` refuses, values only the reference
-        path quantizes or a NaN): the caller then takes that path."""
+        ``quantization`` if given, converted to float16 if ``halve``, else converted to the stored type)
+        straight into the tensor's NC1HWC2 bytes, byte for byte what ``write_native`` stores. False where
+        it does not apply (an ND or image-form tensor, a shape ``write_native`` refuses, values only the
+        reference path converts or a NaN): the caller then takes that path."""
         target = self._input_image(name)
         if target is None or values.shape not in target[1]:
             return False
@@ -250,11 +270,14 @@ class Runtime:
         values = values.reshape(cube)  # ([C, H, W], as write_native reshapes)
         from npuemu.emulator import input_store
 
-        if quantization is None:
+        if halve or quantization is not None:
+            if values.dtype not in input_store.QUANTIZE_DTYPES:
+                return False
+            if not (input_store.halve_into(image, values) if halve else
+                    input_store.quantize_into(image, values, *quantization)):
+                return False
+        else:
             input_store.copy_into(image, values)
-        elif values.dtype not in input_store.QUANTIZE_DTYPES or not input_store.quantize_into(image, values,
-                                                                                             *quantization):
-            return False
         self.machine.memory.derived.invalidate(address, address + nbytes)  # (as Memory.load does)
         return True
 
@@ -300,10 +323,12 @@ class Runtime:
         if not dequantize:
             return stored
         if stored.dtype == np.float16:
-            return stored.astype(np.float32)
+            return _output_read().widen(stored)  # (astype(np.float32)'s bits, compiled)
         if "quantization" not in self.tensor_info(name) and is_nd(self.tensor_info(name)):
             return stored
         scale, zero_point = self.quantization(name)
+        if stored.dtype == np.int8:  # (the float64 operations below in one compiled pass)
+            return _output_read().dequantize(stored, scale, zero_point)
         # scale * (stored - zero point) in float64 with one temporary (the product commutes exactly)
         values = np.subtract(stored, zero_point, dtype=np.float64)
         values *= scale
@@ -359,6 +384,13 @@ def _nd_tensors():
     from npuemu.emulator import cpu_ops_tensors
 
     return cpu_ops_tensors
+
+
+def _output_read():
+    """Output reads (emulator/output_read.py), imported at a process's first ``output``."""
+    from npuemu.emulator import output_read
+
+    return output_read
 
 
 def _cpu_ops():

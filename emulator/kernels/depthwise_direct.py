@@ -151,4 +151,9 @@ def runner(tiled: np.ndarray, lane_weights: np.ndarray, geometry, pad_value: int
         phased = own if own is not None else phased_words.view(np.int8).reshape(shape)
         _padded_rows(phased, *fixed, views[3], views[4], out, sums, kept, summed, clip_truncate, round_mode,
                      zero_tail)
+
+    # what ``run`` passes its kernels beside the buffers, for a step running them in one compiled
+    # call (kernels/int8_core_step.py ``depthwise_step``; with ``phased_words`` given only)
+    run.parts = None if own is None else (fixed, pad_value & 0xFF, top, left, kept, summed, clip_truncate,
+                                          round_mode, own)
     return run

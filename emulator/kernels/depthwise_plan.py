@@ -113,6 +113,10 @@ def _prepare_rows(feature_shape: tuple[int, int, int, int], weights: np.ndarray,
         def run_own(feature: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             fill(feature, phased, rows, out, sums, False)
             return out, planes
+
+        # its buffers and kernel settings, for a step running ``fill`` in one compiled call with its
+        # feature copy (units/cna_core.py ``_direct_rows``, kernels/int8_core_step.py)
+        run_own.depthwise_parts = (phased, rows, out, sums, planes, fill.parts)
         return run_own
 
     def run(feature: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

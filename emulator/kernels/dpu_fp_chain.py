@@ -15,7 +15,9 @@ piece by piece (NUMERICS.md 37): each piece of up to ``CHUNK`` elements through 
 it is in the L1 cache, a piece as long as the X operands and the EW operand's stepping allow -
 channels whose BS / BN operands are the same bits run as one piece, so the 40-pixel planes of
 ppocr_rec's attention run like one plane (tests/emulator/test_dpu_fp_chain_pieces.py); maps whose
-planes are at most half a piece go whole planes to a piece (NUMERICS.md 53).
+planes are at most half a piece go whole planes to a piece (NUMERICS.md 53). ``fp16_step`` runs the
+stage forms the compiled networks use through ``dpu_fp_fused.fused_chain`` instead (one loop, every
+element through every stage in registers; the same element code, so the same bits).
 """
 
 from __future__ import annotations
@@ -28,27 +30,16 @@ from npuemu.emulator.kernels import lut_fp
 from npuemu.emulator.kernels.canonical_nan import canonical_nans
 from npuemu.emulator.kernels.dpu import EwConfig, XStageConfig
 from npuemu.emulator.kernels.dpu_convert import widen_rows
+from npuemu.emulator.kernels.dpu_fp_elements import (E_ALGO, E_COUNT, E_ON, E_OP_ON, E_OP_TYPE, E_PRELU, E_RELU,
+                                                     E_RELUX, X_ALGO, X_ALU_ON, X_COUNT, X_MUL_FIRST, X_MUL_ON,
+                                                     X_PRELU, X_RELU, X_RELUX)
+from npuemu.emulator.kernels.dpu_fp_elements import ew_value as _ew_value
+from npuemu.emulator.kernels.dpu_fp_elements import x_value as _x_value
+from npuemu.emulator.kernels.dpu_fp_fused import form_of, fused_chain, operand_form
 from npuemu.emulator.kernels.fp16_atoms import planes_to_fp16_atoms
 from npuemu.emulator.kernels.lut_fp import PACKED, _fill_table, _lut_values, _stack_table
 from npuemu.emulator.memo import Memo
 from npuemu.isa.errors import EmulationError
-
-# settings of an X stage (BS, BN) and of the EW stage, as int64 vectors
-X_ALGO, X_ALU_ON, X_MUL_ON, X_PRELU, X_MUL_FIRST, X_RELU, X_RELUX, X_COUNT = range(8)
-E_ON, E_OP_ON, E_OP_TYPE, E_ALGO, E_PRELU, E_RELU, E_RELUX, E_COUNT = range(8)
-
-
-@njit(cache=True, inline="always")
-def _x_value(value, algo, alu_on, mul_on, prelu, mul_first, relu_on, relux_on, relux_value, alu, mul):
-    # kernels.dpu._x_stage_fp's element (PReLU tests the stage's input)
-    scaled = mul_on and not (prelu and value >= 0)
-    if mul_first and scaled:
-        value = np.float32(value * mul)
-    if alu_on:
-        value = nm.alu_float(algo, value, alu)
-    if not mul_first and scaled:
-        value = np.float32(value * mul)
-    return nm.relu_float(value, relu_on, relux_on, relux_value)
 
 
 @njit(cache=True)
@@ -70,17 +61,6 @@ def _x_planes(source, target, plane, algo, alu_on, mul_on, prelu, mul_first, rel
         for i in range(plane):
             target[base + i] = _x_value(source[base + i], algo, alu_on, mul_on, prelu, mul_first, relu_on,
                                         relux_on, relux_value, alu, mul)
-
-
-@njit(cache=True, inline="always")
-def _ew_value(value, other, op_on, op_type, algo, prelu, relu_on, relux_on, relux_value):
-    # kernels.dpu._ew_fp's element
-    if op_on:
-        if op_type == nm.EW_OP_ALU:
-            value = nm.alu_float(algo, value, other)
-        elif not (prelu and value >= 0):
-            value = np.float32(value * other)
-    return nm.relu_float(value, relu_on, relux_on, relux_value)
 
 
 @njit(cache=True)
@@ -192,10 +172,12 @@ def _run_chain(data, x_params, x_relux, alu, mul, stages, e_params, e_relux, lay
         start = stop
 
 
-# fp16_step's int64 vector (``pack_step``): the X stage count, the X and EW settings, the geometry,
+# fp16_step's int64 vector (``pack_step``): the X stage count, the chain's form in dpu_fp_fused.FORMS when
+# it runs fused (-1: the passes of _run_chain), the X and EW settings, the geometry,
 # the cube's and the EW operand's shapes, then blocks - the run bounds (their count first), three
 # reads and the store (each: row count, four fields, the row offsets)
-P_STAGES, P_X, P_E = 0, 1, 1 + 2 * X_COUNT
+P_STAGES, P_FUSED, P_X = 0, 1, 2
+P_E = P_X + 2 * X_COUNT
 P_GEOMETRY = P_E + E_COUNT
 P_SHAPES = P_GEOMETRY + G_COUNT
 P_RUNS = P_SHAPES + 6
@@ -257,9 +239,14 @@ def fp16_step(cube, operand, out, main, other, second, written, ints, floats, ta
     # (the operand's plane: its H*W, or 1 for a per-channel operand)
     cursor = _read_block(other, operand, operand.size // channels, ints, cursor, table)
     cursor = _read_block(second, operand, operand.size // channels, ints, cursor, table)
-    _run_chain(cube, ints[P_X:P_E], floats[0:2], floats[3:3 + 2 * channels], floats[3 + 2 * channels:],
-               ints[P_STAGES], ints[P_E:P_GEOMETRY], floats[2], (runs, geometry), operand, packed, lut_params, out,
-               work)
+    done = ints[P_FUSED] >= 0 and fused_chain(cube, out, channels, plane, ints[P_X:P_E], floats[0:2],
+                                              floats[3:3 + 2 * channels], floats[3 + 2 * channels:],
+                                              ints[P_E:P_GEOMETRY], floats[2], ints[P_FUSED],
+                                              operand.size == cube.size, packed, lut_params, operand)
+    if not done:
+        _run_chain(cube, ints[P_X:P_E], floats[0:2], floats[3:3 + 2 * channels], floats[3 + 2 * channels:],
+                   ints[P_STAGES], ints[P_E:P_GEOMETRY], floats[2], (runs, geometry), operand, packed, lut_params, out,
+                   work)
     count, c2, planes, height, width = ints[cursor], ints[cursor + 1], ints[cursor + 2], ints[cursor + 3], \
         ints[cursor + 4]
     if count:
@@ -267,13 +254,17 @@ def fp16_step(cube, operand, out, main, other, second, written, ints, floats, ta
         planes_to_fp16_atoms(stored, c2, ints[cursor + _FIELDS:cursor + _FIELDS + count], written)
 
 
-def pack_step(settings: tuple, reads: list, store: tuple | None, shapes: tuple = (0,) * 6) -> tuple:
+def pack_step(settings: tuple, reads: list, store: tuple | None, shapes: tuple = (0,) * 6,
+              lut: bool = False) -> tuple:
     """``fp16_step``'s (ints, floats) of a ``FloatChain.settings`` tuple, three reads (each None or
     (row offsets, height, lanes, first surface, surface step)), the store (None or (row offsets,
     C2, channels, height, width)) and ``shapes``: the cube's and the EW operand's (C, H, W), for the
-    arrays handed empty (``IN_WORK``)."""
+    arrays handed empty (``IN_WORK``) and for ``dpu_fp_fused.form_of``, with ``lut`` (the LUT on): the
+    chains it takes run fused (none without ``shapes``)."""
     x_params, x_relux, alu, mul, stages, e_params, e_relux, (runs, geometry) = settings
-    blocks = [[stages], x_params.reshape(-1), e_params, geometry, shapes, [runs.size], runs]
+    fused = form_of(x_params, stages, e_params, lut, operand_form(shapes[:3], shapes[3:]), shapes[1] * shapes[2]) \
+        if any(shapes) else -1
+    blocks = [[stages, fused], x_params.reshape(-1), e_params, geometry, shapes, [runs.size], runs]
     for block in list(reads) + [store]:
         offsets, fields = (np.zeros(0, np.int64), (1,) * (_FIELDS - 1)) if block is None else (block[0], block[1:])
         blocks += [[offsets.size, *fields], offsets]

@@ -120,7 +120,6 @@ def _direct_run(plan: dp.StagePlan, pixels: int, width: int, target: np.ndarray,
     # (their blocks: at least PLANE_PIXELS pixels, so each plane's run is not a few elements)
     plane_tile = np.zeros((max(tile.shape[0], PLANE_PIXELS), lanes), plan.out_dtype)
     block = np.empty(plane_tile.shape, np.int32)  # (each block's rows written before they are read)
-
     forms = (shared, per_channel, planes, pixels, channels)
     seen = [None, None]  # the last window sums taken and their view: a small CORE step's are one array
 
@@ -161,7 +160,49 @@ def _direct_run(plan: dp.StagePlan, pixels: int, width: int, target: np.ndarray,
         if not done:
             general(data, window_sum, ew_operand)
 
+    direct.chain_form = _chain_form(in_lines, forms, no_window, cpend, ew, constant, general, floats, settings, top,
+                                    (surfaces, width, sums, layout, tile, plane_tile, block, offsets, target))
     return direct
+
+
+def _chain_form(in_lines: Callable | None, forms: tuple, no_window: np.ndarray, cpend: bool, ew, constant: tuple,
+                general: Callable, floats: np.ndarray, settings: np.ndarray, top, buffers: tuple) -> Callable:
+    """``direct.chain_form`` of ``_direct_run`` (its values: ``forms`` the window-sum shapes, pixels and
+    channels; ``buffers`` surfaces, width and the kernels' arrays)."""
+    pixels, channels = forms[3], forms[4]
+    surfaces, width, sums, layout, tile, plane_tile, block, offsets, target = buffers
+
+    def chain_form(data: np.ndarray, window_sum: np.ndarray | None, ew_operand: np.ndarray | None):
+        """(``"rows"``, ``"window"`` or ``"planes"``, the arguments after ``data`` of the ``_rows_chain`` /
+        ``_window_chain`` / ``_planes_chain`` call ``direct`` makes for these very arrays on every run,
+        ``general``'s call where that returns False) - for a caller running the chain in one compiled call
+        with the CORE (kernels/int8_core_step.py); None where ``direct`` would take another way (or may,
+        by run)."""
+        if in_lines is not None or data.shape != (1, pixels, channels) or data.dtype != np.int32 \
+                or not data.flags.c_contiguous:
+            return None
+        window, rows = no_window, 0
+        if cpend:
+            view = _sums_view(window_sum, *forms)
+            if view is None:
+                return None
+            window, rows = view
+        if ew is None:
+            operand = dp._NO_OPERAND
+        elif ew_operand is not None and ew_operand is constant[0]:
+            operand = constant[1]
+        else:
+            return None
+        fallback = (general, data, window_sum, ew_operand)
+        if rows == 1:
+            return "rows", (window, floats, operand, settings, top, surfaces, width, tile, offsets, target), fallback
+        if rows == 0:
+            return "window", (window, sums, layout, floats, operand, settings, top, surfaces, width, tile, offsets,
+                              target), fallback
+        return "planes", (window, floats, operand, settings, top, surfaces, width, plane_tile, offsets, target,
+                          block), fallback
+
+    return chain_form
 
 
 def _sums_view(window_sum: np.ndarray | None, shared: tuple, per_channel: tuple | None, planes: tuple | None,

@@ -238,7 +238,17 @@ def prepare(feature_shape: tuple[int, int, int, int], channels: int, real: int, 
             _add_edges(out, sums, *edges)
         return out, window
 
+    run.gemm_parts = None if views is None or not direct or edges is not None else _parts(
+        bases, segs, packed, ones, views, own, (lanes // 4, block, kernels, clip_truncate, round_mode, int(fused)))
     return run
+
+
+def _parts(bases: np.ndarray, segs: np.ndarray, packed: np.ndarray, ones: np.ndarray, views: tuple, own: tuple,
+           scalars: tuple) -> tuple:
+    """``run.gemm_parts`` of ``prepare`` (windows inside the input, buffers of its own): what ``run``
+    passes ``_run_blocks`` and hands back, for a step running it in one compiled call with its feature
+    copy (units/cna_core.py ``_fused_int8``, kernels/int8_core_step.py ``gemm_step``)."""
+    return bases, segs, packed, ones, views[3], views[1], own[2], views[2], scalars
 
 
 def _operand_rows(geometry: ConvGeometry, direct: bool, height: int, width: int, c2: int, surfaces: int,

@@ -243,41 +243,63 @@ def folded_to_atoms(data, sums, sums_layout, kernels_per_group, bs, bs_operands,
 
 
 
+@njit(cache=True, inline="always")
+def _lane_index(x, window, cpend, alu, mul, pos, neg, first, last, one_shift):
+    """``_bs_index``; with ``one_shift`` (the BS shifts alike, every compiled model's case) the one
+    rounding ``lut._round_shift`` - ``_scale_shift`` selects between two equal roundings there -
+    which drops the second shift, the sign mask and the select from the lane's vector operations."""
+    if one_shift:
+        value = lut._round_shift((np.int64(x) + cpend * window + alu) * mul, pos)
+        return min(max(value, first), last) - first
+    return _bs_index(x, window, cpend, alu, mul, pos, neg, first, last)
+
+
+@njit(cache=True, inline="always")
+def _line_indices(flat, rows, shared, y, c0, stride, width, lane_cpend, lane_alu, lane_mul, pos, neg, first, top,
+                  one_shift, indices):
+    """The indices of line ``y``'s pixels, channels ``c0..c0+16``, into ``indices`` [width * 16]: a
+    16-lane loop of constant count per pixel (LLVM: a few vector operations), the window sums
+    from ``rows`` [P][G] where it has rows, else ``shared`` [P] (or none where that is empty)."""
+    per_channel, with_shared = rows.shape[0] > 0, shared.shape[0] > 0
+    for x in range(width):
+        p = np.uint64(y * width + x)
+        i, into = p * np.uint64(stride) + np.uint64(c0), np.uint64(x * LANES)
+        if per_channel:
+            for lane in range(LANES):
+                u = np.uint64(lane)
+                indices[into + u] = _lane_index(flat[i + u], np.int64(rows[p, np.uint64(c0) + u]), lane_cpend[u],
+                                                lane_alu[u], lane_mul[u], pos, neg, first, top, one_shift)
+        else:
+            w = np.int64(shared[p]) if with_shared else np.int64(0)
+            for lane in range(LANES):
+                u = np.uint64(lane)
+                indices[into + u] = _lane_index(flat[i + u], w, lane_cpend[u], lane_alu[u], lane_mul[u], pos, neg,
+                                                first, top, one_shift)
+
+
 @njit(cache=True)
 def _folded_lines(data, rows, shared, cpend, alu, mul, pos, neg, folded, first, top, surfaces, width, offsets, out):
     """``folded_to_atoms`` for int8 atoms of 16 lanes, every lane a computed channel, written
     straight into their lines (``out``: the target's bytes; atom s of pixel (y, x) at byte
     ``8 * offsets[s * H + y] + 16x``), a surface at a time (issue 20, NUMERICS.md 50): per line,
-    the indices of its pixels' 16 channels (``_bs_index``, a 16-lane loop of constant count) into
-    a line of indices, then the table read along it into the line's bytes - no tile, no second
-    pass moving atoms, no row loop entered once per pixel for 16 or 32 lanes. Window sums as
-    ``_block_indices`` reads them: ``rows`` [P][G] (in place, one per channel) where it has rows,
-    else ``shared`` [P] (or none where that is empty too)."""
+    the indices of its pixels' 16 channels (``_line_indices``) into a line of indices, then the
+    table read along it into the line's bytes - no tile, no second pass moving atoms, no row loop
+    entered once per pixel for 16 or 32 lanes. Window sums as ``_block_indices`` reads them:
+    ``rows`` [P][G] (in place, one per channel) where it has rows, else ``shared`` [P] (or none
+    where that is empty too)."""
     lines = offsets.shape[0] // surfaces
     stride = data.shape[2]
     flat = data.reshape(-1)
     indices = np.empty(width * LANES, np.uint32)
     lane_cpend, lane_alu, lane_mul = np.empty(LANES, np.int64), np.empty(LANES, np.int64), np.empty(LANES, np.int64)
-    per_channel, with_shared = rows.shape[0] > 0, shared.shape[0] > 0
+    one_shift = pos == neg
     for s in range(surfaces):
         c0 = s * LANES
         for lane in range(LANES):
             lane_cpend[lane], lane_alu[lane], lane_mul[lane] = cpend[c0 + lane], alu[c0 + lane], mul[c0 + lane]
         for y in range(lines):
-            for x in range(width):
-                p = np.uint64(y * width + x)
-                i, into = p * np.uint64(stride) + np.uint64(c0), np.uint64(x * LANES)
-                if per_channel:
-                    for lane in range(LANES):
-                        u = np.uint64(lane)
-                        indices[into + u] = _bs_index(flat[i + u], np.int64(rows[p, np.uint64(c0) + u]), lane_cpend[u],
-                                                      lane_alu[u], lane_mul[u], pos, neg, first, top)
-                else:
-                    w = np.int64(shared[p]) if with_shared else np.int64(0)
-                    for lane in range(LANES):
-                        u = np.uint64(lane)
-                        indices[into + u] = _bs_index(flat[i + u], w, lane_cpend[u], lane_alu[u], lane_mul[u], pos, neg,
-                                                      first, top)
+            _line_indices(flat, rows, shared, y, c0, stride, width, lane_cpend, lane_alu, lane_mul, pos, neg, first,
+                          top, one_shift, indices)
             line = np.uint64(offsets[s * lines + y] * 8)
             for j in range(width * LANES):
                 u = np.uint64(j)

@@ -14,9 +14,13 @@ import numpy as np
 
 from npuemu.emulator import kernels
 from npuemu.emulator.memo import Memo
-from npuemu.emulator.kernels import cbuf_reuse, cna_bf16, cna_deconv, conv_int16, image_atoms, weights_sparse
+from npuemu.emulator.kernels import (
+    cbuf_reuse, cna_bf16, cna_deconv, conv_int16, image_atoms, int8_core_step, weights_sparse,
+)
 from npuemu.emulator.kernels.conv_fp16_plan import prepare_conv2d_fp16
-from npuemu.emulator.kernels.conv_fp16_step import prepare_depthwise_step, prepare_few_step, prepare_gemm_step
+from npuemu.emulator.kernels.conv_fp16_step import (
+    arena, feature_copier, fresh_feature_copier, prepare_depthwise_step, prepare_few_step, prepare_gemm_step,
+)
 from npuemu.emulator.kernels.depthwise_plan import prepare_depthwise_int8_atoms
 from npuemu.emulator.kernels.cna_convert import (
     check_convert_geometry, convert_int8_features, decode_input_convert,
@@ -701,7 +705,7 @@ def prepare_cna_core(state: ConvState, memory, where: str):
         read = (located.region.data, located.offsets, (located.offsets.size, plan.feature_row_bytes))
     kernel = _prepared_kernel(state, plan) if element is np.int8 else _fp16_kernel(state, plan)
     load = _feature_loader(state, plan, where, read)
-    fused = None if element is np.int8 else _fused_fp16(state, plan, load, weights, fetch)
+    fused = None if element is np.int8 else _fused_fp16(state, plan, load, weights, fetch, arena(memory))
     if fetch is not None and not state.depthwise and fused is None:  # (the fetched weights' products prepared once)
         fetch.convolve = prepare_fetched_fp16(plan.feature_shape, state.in_channels, plan.weight_cache_key[4],
                                               plan.geometry, state.pad_value, state.out_channels)
@@ -710,11 +714,12 @@ def prepare_cna_core(state: ConvState, memory, where: str):
     return run
 
 
-def _fused_fp16(state: ConvState, plan: _Plan, load, weights: np.ndarray | None, fetch):
+def _fused_fp16(state: ConvState, plan: _Plan, load, weights: np.ndarray | None, fetch, work: np.ndarray):
     """The CORE half of an fp16 step in one compiled call (kernels/conv_fp16_step.py: the row copy,
     lane masking, fetched weights, planes and products, or a few kernels' pointwise or direct loop)
     for a feature copied into the step's own array and weights it holds or fetches each run, or None
-    (the plain forms below)."""
+    (the plain forms below). Its working arrays and result are placed in ``work``, the arena of the
+    memory's steps (``conv_fp16_step.arena``)."""
     rows, parts = getattr(load, "rows", None), getattr(fetch, "parts", None)
     if rows is None or weights is None and parts is None:
         return None
@@ -723,13 +728,15 @@ def _fused_fp16(state: ConvState, plan: _Plan, load, weights: np.ndarray | None,
     feature = (rows[0], rows[1], rows[2], buffer.view(np.uint16), group, lane)
     if state.depthwise:
         return None if fetch is not None else prepare_depthwise_step(
-            plan.feature_shape, state.in_channels, weights, plan.geometry, state.pad_value, state.out_channels, feature)
+            plan.feature_shape, state.in_channels, weights, plan.geometry, state.pad_value, state.out_channels, feature,
+            work)
     if fetch is None:  # (more than 4 kernels: the products; at most 4: the pointwise or direct loop)
-        return prepare_gemm_step(plan.feature_shape, state.in_channels, weights, plan.geometry, state.pad_value,
-                                 state.out_channels, feature) or prepare_few_step(
-            plan.feature_shape, state.in_channels, weights, plan.geometry, state.pad_value, state.out_channels, feature)
+        channels, weights = _real_reduction(state, plan)(weights)
+        return prepare_gemm_step(plan.feature_shape, channels, weights, plan.geometry, state.pad_value,
+                                 state.out_channels, feature, work=work) or prepare_few_step(
+            plan.feature_shape, channels, weights, plan.geometry, state.pad_value, state.out_channels, feature, work)
     return prepare_gemm_step(plan.feature_shape, state.in_channels, fetch.array, plan.geometry, state.pad_value,
-                             state.out_channels, feature, parts)
+                             state.out_channels, feature, parts, work)
 
 
 def _keep_held(cbuf: Cbuf, kept: _Resident, keep, weights_kept: _Resident, weight_banks: range, keep_weights) -> None:
@@ -821,7 +828,8 @@ def _cna_step(plan: _Plan, where: str, load, kernel, weights: np.ndarray | None,
     # ``then_into(dpu)``: a step ``step(cbuf)`` running ``direct`` and then ``dpu(data, window sums)``
     # in one frame, for a feature copied into the step's own array (``_direct_rows``)
     run.then_into = None if run.direct is None or rows is None else (
-        lambda dpu: _direct_rows(rows, core, weights_kept, weight_banks, keep_weights, dpu))
+        lambda dpu: _direct_rows(rows, core, weights_kept, weight_banks, keep_weights, dpu,
+                                 getattr(load, "mask", None)))
     return run
 
 
@@ -850,14 +858,20 @@ def _weights_keeper(weight_key: tuple, weights: np.ndarray, where: str):
     return keep_weights, weights_kept, weight_banks
 
 
-def _direct_rows(rows: tuple, core, weights_kept: _Resident, weight_banks: range, keep_weights, dpu):
+def _direct_rows(rows: tuple, core, weights_kept: _Resident, weight_banks: range, keep_weights, dpu,
+                 mask: tuple[int, int] | None = None):
     """``dpu(*direct(cbuf))`` of ``_cna_step`` in one frame for a feature copied into the step's own
     array (``_feature_loader``'s ``load.rows``; issue 20, fixed cost per task): the same row copy,
     lane masking and Cbuf bookkeeping, the common cases inline - nothing kept beside the slots, the
     weights slot already this step's or evicted by it (``keep_weights``' first case) - and the rest
-    through the loader's ``keep`` and ``keep_weights`` as before."""
+    through the loader's ``keep`` and ``keep_weights`` as before. Where the prepared kernel runs in
+    one compiled call with the row copy (``_fused_int8``), that call instead (``mask``: the loader's
+    first masked surface and lane)."""
     data, offsets, target, masked, kept, keep = rows
     buffer = kept.array
+    fused = None if mask is None else _fused_int8(data, offsets, target, buffer, mask, core)
+    if fused is not None:
+        return _fused_rows(fused, kept, keep, weights_kept, weight_banks, keep_weights, dpu)
 
     def step(cbuf: Cbuf) -> None:
         gather_rows(data, offsets, target)
@@ -868,6 +882,65 @@ def _direct_rows(rows: tuple, core, weights_kept: _Resident, weight_banks: range
         dpu(data_out, sums)
 
     return step
+
+
+def _fused_int8(data: np.ndarray, offsets: np.ndarray, target: np.ndarray, buffer: np.ndarray,
+                mask: tuple[int, int], core) -> tuple | None:
+    """(kernel, its arguments, the (outputs, window sums) it leaves) of kernels/int8_core_step.py for an
+    int8 step's row copy into ``buffer`` ([S][H][W][C2], ``target`` its [S * H][W * C2] rows), lane
+    masking from ``mask`` (first masked surface and lane) and prepared kernel ``core`` with its own
+    buffers (``depthwise_parts`` / ``gemm_parts``); None for another kernel (the separate calls then)."""
+    if buffer.dtype != np.int8 or buffer.ndim != 4 or not buffer.flags.c_contiguous \
+            or target.shape != (buffer.shape[0] * buffer.shape[1], buffer.shape[2] * buffer.shape[3]):
+        return None
+    surfaces, height, _, c2 = buffer.shape
+    group, lane = mask
+    head = (height, c2, group, lane) if group < surfaces else (height, c2, surfaces, 0)
+    depthwise, gemm = getattr(core, "depthwise_parts", None), getattr(core, "gemm_parts", None)
+    if depthwise is not None and depthwise[5] is not None:
+        phased_words, rows, out, sums, planes, (fixed, pad_byte, top, left, kept, summed, clip, mode, phased) \
+            = depthwise
+        tiled, lane_weights, packed, kind, kernel_h, kernel_w, out_h, out_w, stride_y, dilation_y, starts = fixed
+        ints = np.array(head + (pad_byte, top, left, kind, kernel_h, kernel_w, out_h, out_w, stride_y, dilation_y,
+                                kept, summed, clip, mode), np.int64)
+        return int8_core_step.depthwise_step, (data, offsets, target, buffer.view(np.uint64), phased_words, phased,
+                                               tiled, lane_weights, packed, starts, rows[0], rows[1], out, sums,
+                                               ints), (out, planes)
+    if gemm is not None:
+        bases, segs, packed, ones, acc, out, sums, window, scalars = gemm
+        return int8_core_step.gemm_step, (data, offsets, target, buffer.reshape(-1), bases, segs, packed, ones, acc,
+                                          out, sums, np.array(head + scalars, np.int64)), (out, window)
+    return None
+
+
+def _fused_rows(fused: tuple, kept: _Resident, keep, weights_kept: _Resident, weight_banks: range, keep_weights,
+                dpu):
+    """``_direct_rows``' step with the row copy, masking and kernel as one compiled call (``_fused_int8``;
+    issue 20: ppocr_cls' 82 such tasks a run made ~4 calls each), the Cbuf bookkeeping by ``_keep_held``."""
+    call, arguments, (data_out, sums) = fused
+    chained = getattr(dpu, "chained", None)
+    chained = None if chained is None else chained(data_out, sums)
+    both = None if chained is None else int8_core_step.CHAINED.get((call, chained[2][0]))
+
+    def step(cbuf: Cbuf) -> None:
+        _keep_held(cbuf, kept, keep, weights_kept, weight_banks, keep_weights)
+        call(*arguments)
+        dpu(data_out, sums)
+
+    if both is None:
+        return step
+    # the DPU's stage chain in the same call (units/dpu_plan.py ``chained``): its drop of derived
+    # values first (nothing reads them in between), its general stages where the chain refuses the sums
+    derived, rows, (_, chain, (general, *fallback)) = chained
+    arguments = arguments + (fallback[0],) + chain
+
+    def chained_step(cbuf: Cbuf) -> None:
+        _keep_held(cbuf, kept, keep, weights_kept, weight_banks, keep_weights)
+        derived.invalidate_rows(*rows)
+        if not both(*arguments):
+            general(*fallback)
+
+    return chained_step
 
 
 def _feature_loader(state: ConvState, plan: _Plan, where: str, read: tuple | None):
@@ -894,6 +967,16 @@ def _feature_loader(state: ConvState, plan: _Plan, where: str, read: tuple | Non
             return feature
         load_image.buffer = fill.buffer
         return load_image
+    fp16 = plan.feature_dtype == np.float16 and not state.argb_channels
+    if fp16 and shape[0] * shape[1] > _OWN_FP16_FEATURE_BYTES:  # (the copy and masking in one call)
+        group, lane = divmod(state.real_channels, state.c2) if plan.mask_channels else (plan.feature_shape[0], 0)
+        copy = fresh_feature_copier(data, offsets, plan.feature_shape, shape[1], group, lane)
+
+        def load(cbuf: Cbuf) -> np.ndarray:
+            feature = copy()
+            keep(cbuf, _Resident(key, feature, where))
+            return feature
+        return load
     if state.argb_channels or shape[0] * shape[1] > (_OWN_FP16_FEATURE_BYTES if plan.feature_dtype == np.float16
                                                      else _OWN_FEATURE_BYTES):
         def load(cbuf: Cbuf) -> np.ndarray:
@@ -906,16 +989,25 @@ def _feature_loader(state: ConvState, plan: _Plan, where: str, read: tuple | Non
     buffer = np.empty(plan.feature_shape, plan.feature_dtype)
     rows, kept = buffer.view(np.uint8).reshape(shape), _Resident(key, buffer, where)
     masked = _masked_lanes(buffer, state.real_channels) if plan.mask_channels else ()
+    if masked and plan.feature_dtype == np.float16:  # (fp16 atoms: the copy and the masking in one call)
+        copy = feature_copier(data, offsets, rows, buffer.view(np.uint16), *divmod(state.real_channels, state.c2))
 
-    def load(cbuf: Cbuf) -> np.ndarray:
-        gather_rows(data, offsets, rows)
-        for lanes in masked:  # (_mask_channels' two slices, made once)
-            lanes.fill(0)
-        keep(cbuf, kept)
-        return buffer
+        def load(cbuf: Cbuf) -> np.ndarray:
+            copy()
+            keep(cbuf, kept)
+            return buffer
+    else:
+        def load(cbuf: Cbuf) -> np.ndarray:
+            gather_rows(data, offsets, rows)
+            for lanes in masked:  # (_mask_channels' two slices, made once)
+                lanes.fill(0)
+            keep(cbuf, kept)
+            return buffer
 
     load.buffer = buffer
     load.rows = (data, offsets, rows, masked, kept, keep)  # (what ``_direct_rows`` runs inline)
+    # the first surface and lane ``masked`` zeroes (past the surfaces: none), for ``_fused_int8``
+    load.mask = divmod(state.real_channels, buffer.shape[3]) if plan.mask_channels else (buffer.shape[0], 0)
     return load
 
 
@@ -994,12 +1086,13 @@ def _fp16_kernel(state: ConvState, plan: _Plan):
     """``run_cna_core``'s fp16 kernel call: ``kernel(feature, weights)`` (float16 weights)."""
     channels, geometry, pad, out = state.in_channels, plan.geometry, state.pad_value, state.out_channels
     shape, prepared = plan.feature_shape, [None, None]  # the last weights object and its prepared run (False: none)
+    reduction = _real_reduction(state, plan)
 
     def kernel(feature: np.ndarray, weights: np.ndarray) -> CoreResult:
         if prepared[0] is not weights:  # new weights (fetched each run): the plain calls
             prepared[:] = [weights, None]
         elif prepared[1] is None:  # weights seen again (held, the CBUF's): prepared once
-            prepared[1] = prepare_conv2d_fp16(shape, channels, weights, geometry, pad, out) or False
+            prepared[1] = prepare_conv2d_fp16(shape, *reduction(weights), geometry, pad, out) or False
         run = prepared[1]
         if run:  # (kernels/conv_fp16_plan.py: the same bits as the plain calls below)
             return CoreResult(run(feature), None)
@@ -1008,6 +1101,30 @@ def _fp16_kernel(state: ConvState, plan: _Plan):
 
     kernel.prepare = lambda weights: None  # (no prepared form: ``kernel`` itself runs)
     return kernel
+
+
+def _real_reduction(state: ConvState, plan: _Plan):
+    """``reduce(weights) -> (channels, weights)`` the prepared fp16 products of a convolution reduce over
+    (read-only float16 weights [K][C][KH][KW]): the channels up to DATAIN_CHANNEL_REAL and their weights (a
+    read-only copy) where the rest add nothing - the step loads the feature itself, so those lanes read 0
+    inside the input (``_masked_lanes``), the pad value outside is a zero, and their weights are finite:
+    each of their products is then a signed zero, and a sum that starts at +0 is never -0 (an exact zero
+    sum rounds to +0), so adding one leaves it as it was (NUMERICS.md 3.3; the first convolution's image
+    of 3 channels in 8 lanes: 27 products a sum instead of 72). Otherwise the task's channels and weights."""
+    real, channels = state.real_channels, state.in_channels
+    if state.data_reuse or state.depthwise or state.argb_channels or not plan.mask_channels or real >= channels \
+            or state.pad_value != 0:
+        return lambda weights: (channels, weights)
+
+    def reduce(weights: np.ndarray) -> tuple[int, np.ndarray]:
+        if weights.dtype != np.float16 or weights.ndim != 4 or weights.shape[1] != channels \
+                or weights.flags.writeable or not np.isfinite(weights[:, real:]).all():
+            return channels, weights
+        kept = np.ascontiguousarray(weights[:, :real])
+        kept.flags.writeable = False  # (held with the step: the memos key it by identity)
+        return real, kept
+
+    return reduce
 
 
 def _prepared_kernel(state: ConvState, plan: _Plan):

@@ -37,6 +37,8 @@ from npuemu.isa.errors import EmulationError
 _SUMS_SLOT = np.zeros((1, 1), np.int64)
 #: largest CORE output (elements) whose [1][P][C] view a DPU step keeps between runs
 _HELD_OUTPUT = 1 << 14
+#: largest window sums (elements) whose flat view a LUT step keeps between runs
+_SEEN_SUMS = 1 << 16
 
 
 def prepare_dpu(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, where: str,
@@ -56,9 +58,13 @@ def prepare_dpu(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, wher
     # (conv_pixels.prepare_conv_int8_pixels; a large one's, the thread's scratch, is not held here)
     last = [None, None]
 
+    kernel, read_ew, operand, derived, rows, with_sums = store.parts
+
     def direct(data: np.ndarray, window_sums: np.ndarray | None) -> None:
-        if data is last[0]:
-            store(last[1], window_sums)
+        if data is last[0]:  # (``store`` inline: issue 20, fixed cost per task)
+            ew = operand if read_ew is None else read_ew()
+            derived.invalidate_rows(*rows)
+            kernel(last[1], window_sums if with_sums else None, ew)
             return
         blocks = np.ascontiguousarray(data, np.int32).reshape(1, pixels, channels)
         if data.dtype == np.int32 and data.flags.c_contiguous and data.size <= _HELD_OUTPUT:  # (a view of it)
@@ -68,7 +74,18 @@ def prepare_dpu(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, wher
     def run(source: CoreResult) -> None:
         direct(source.data, source.window_sums)
 
+    def chained(data: np.ndarray, window_sums: np.ndarray | None):
+        """For a CORE step whose outputs are ``data`` and ``window_sums`` on every run (its own arrays):
+        (the derived cache and the rows whose values it drops, the stage kernel's ``chain_form`` for them,
+        kernels/dpu_pixel_plan.py) - ``direct`` with its chain call made by the caller - or None."""
+        form = getattr(kernel, "chain_form", None)
+        if form is None or read_ew is not None or data.dtype != np.int32 or not data.flags.c_contiguous:
+            return None
+        made = form(data.reshape(1, pixels, channels), window_sums if with_sums else None, operand)
+        return None if made is None else (derived, rows, made)
+
     run.held, run.direct = store.held, direct  # (direct: the CORE's pixel-major data and window sums)
+    direct.chained = chained
     return run
 
 
@@ -189,6 +206,10 @@ def _prepare_store(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, w
         kernel(blocks, window_sums if with_sums else None, ew)
 
     store.held = _held_blob(state, rdma, memory, where)
+    # what ``store`` runs, for a caller doing it inline: the kernel, the ERDMA read (or None: ``operand``
+    # each run), the derived cache and the rows whose values it drops (``invalidate_rows``, looked up
+    # per run as ``store`` does), whether the kernel takes the window sums
+    store.parts = (kernel, read_ew, operand, derived, (starts, line, bounds), with_sums)
     return store
 
 
@@ -304,6 +325,17 @@ def held_blob_entry(state: DpuState, rdma: DpuRdmaState, memory: Memory, where: 
     return ((key, memory.derived.get(key)),)
 
 
+def _seen_layout(seen: list, window_sum: np.ndarray | None, channels: int, pixels: int) -> tuple:
+    """``dp._window_layout(window_sum, channels, pixels)``, kept in ``seen`` (the sums and the answer)
+    where it is a view of a small CORE step's sums, the same array every run (issue 20)."""
+    if window_sum is seen[0]:
+        return seen[1]
+    made = dp._window_layout(window_sum, channels, pixels)
+    if window_sum.size <= _SEEN_SUMS and np.may_share_memory(made[0], window_sum):
+        seen[:] = [window_sum, made]
+    return made
+
+
 def _lut_store(state: DpuState, fixed, stages: dict, tail: dict, tables: np.ndarray, width: int,
                words: np.ndarray, offsets: np.ndarray) -> Callable | None:
     """``store(blocks, window_sums, ew_operand)``: the full path's BS -> BN -> LUT -> EW -> OUT_CVT
@@ -341,6 +373,7 @@ def _lut_store(state: DpuState, fixed, stages: dict, tail: dict, tables: np.ndar
     # with one BN for every channel, the table with BN folded in (kernels/lut_folded.py)
     last = [None, None, None, None]
     computed = min(channels, surfaces * c2)
+    seen = [None, None]  # the last window sums and ``_window_layout``'s answer for them (a view of them)
 
     def values() -> tuple[int, np.ndarray]:
         ram = tables.tobytes()
@@ -360,7 +393,7 @@ def _lut_store(state: DpuState, fixed, stages: dict, tail: dict, tables: np.ndar
             blocks = dp._int32_pixels(blocks, channels)
         sums, layout, kernels_per_group = dp._NO_SUMS, dp.SUMS_NONE, 1
         if cpend:
-            sums, layout, kernels_per_group = dp._window_layout(window_sum, channels, pixels)
+            sums, layout, kernels_per_group = _seen_layout(seen, window_sum, channels, pixels)
         rows = max(per_block, dp.GATHER_PIXELS) if layout == dp.SUMS_GROUP_MAJOR else per_block
         tile = np.zeros((rows, surfaces * c2), out_dtype)
         if constant is not None:

@@ -74,7 +74,7 @@ def prepare_fp_dpu(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, w
     blocks = [None if main_rows is None else (*main_rows[1:], 0, 1)] \
         + [(*rows[1:], first, step) for rows, first, step in operand_rows] + [None] * (2 - len(operand_rows))
     store, written = (None, _NO_REGION) if stored is _NO_STORE else _store(*stored)
-    ints, floats = dpu_fp_chain.pack_step(chain.settings(), blocks, store, shape + operand.shape)
+    ints, floats = dpu_fp_chain.pack_step(chain.settings(), blocks, store, shape + operand.shape, lut)
     regions += (written,)
     config = dpu._lut_config(state.lut) if lut else None
     table, step, prepared, arena = widening_table(), dpu_fp_chain.fp16_step, lut_fp.prepared, _ARENA

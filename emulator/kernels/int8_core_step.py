@@ -1,0 +1,126 @@
+"""The CORE half of a small int8 task step in one compiled call (issue 20: fixed cost per task).
+
+A task program's int8 CNA + CORE step (units/cna_core.py ``_direct_rows``) copies the feature rows
+into an array of its own, zeroes the lanes past DATAIN_CHANNEL_REAL and runs the prepared kernel:
+four to five Numba calls of 3-21 arguments each (~0.4 us a call and ~45 ns an argument to unbox),
+which cost ppocr_cls more than its small kernels compute. Here the same calls run inside one
+compiled function whose scalars come packed in one int64 array:
+
+- ``depthwise_step``: the row copy and lane masking, ``depthwise._pad_pixels`` and
+  ``depthwise_direct._padded_rows`` (a depthwise layer with more outputs than lanes, its own buffers);
+- ``gemm_step``: the row copy and lane masking and ``gemm_conv_int8._run_blocks`` (a convolution
+  whose windows lie inside the input, read in place from the atoms, its own buffers);
+- ``CHAINED``: either with the task's DPU stage chain after it (the chain call
+  ``dpu_pixel_plan._direct_run`` would make on these outputs every run).
+
+The kernels and their
+arguments are those the separate calls pass, so the values are theirs bit for bit; the lane masking
+zeroes what ``cna_core._masked_lanes``' two slices hold.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from npuemu.emulator.kernels import depthwise as dw
+from npuemu.emulator.kernels import depthwise_direct as direct
+from npuemu.emulator.kernels import dpu_pixel_plan as chains
+from npuemu.emulator.kernels import gemm_conv_int8 as gemm
+
+#: ``ints`` of both steps start with the row copy's lane masking: lines a surface, atom lanes, the first
+#: masked surface (past the surfaces: none) and its first masked lane
+MASK_LINES, MASK_C2, MASK_GROUP, MASK_LANE = 0, 1, 2, 3
+#: then ``depthwise_step``'s (the pad value's byte, then ``_padded_rows``' scalars in its order)
+DW_PAD_BYTE, DW_TOP, DW_LEFT, DW_KIND, DW_KERNEL_H, DW_KERNEL_W, DW_OUT_H, DW_OUT_W, DW_STRIDE_Y, \
+    DW_DILATION_Y, DW_KEPT, DW_SUMMED, DW_CLIP, DW_MODE = range(4, 18)
+#: or ``gemm_step``'s (``_run_blocks``' scalars in its order)
+GEMM_QUADS, GEMM_BLOCK, GEMM_KERNELS, GEMM_CLIP, GEMM_MODE, GEMM_FUSED = range(4, 10)
+
+
+@njit(cache=True)
+def gather_masked(data, offsets, rows, ints):
+    """Rows ``data[offsets[r]:][:row bytes]`` into ``rows`` [S * H][W * C2] (the atoms' lines), then
+    0 in the lanes from ``ints[MASK_LANE]`` on of surface ``ints[MASK_GROUP]``'s lines and in every
+    lane of the surfaces after it (channels past DATAIN_CHANNEL_REAL read as 0, REGISTER_SEMANTICS 2.2)."""
+    row_bytes = rows.shape[1]
+    lines, c2, group, lane = ints[MASK_LINES], ints[MASK_C2], ints[MASK_GROUP], ints[MASK_LANE]
+    masked_from = group * lines
+    for r in range(offsets.size):
+        source = data[offsets[r]:offsets[r] + row_bytes]
+        target = rows[r]
+        if r >= masked_from + lines:
+            target[:] = 0
+            continue
+        for i in range(row_bytes):
+            target[i] = source[i]
+        if r >= masked_from:
+            for at in range(0, row_bytes, c2):
+                for i in range(at + lane, at + c2):
+                    target[i] = 0
+
+
+@njit(cache=True)
+def depthwise_step(data, offsets, rows, words, phased_words, phased, tiled, weights, packed, starts, acc, total,
+                   out, sums, ints):
+    """``gather_masked`` into the atoms (``rows`` and ``words``: two views of them), then the prepared
+    depthwise run (kernels/depthwise_direct.py ``runner``'s ``run`` with its own buffers): the padded
+    copy into ``phased_words`` (``phased``: its int8 view) and the row kernels into ``out`` / ``sums``."""
+    gather_masked(data, offsets, rows, ints)
+    pad_word = np.uint64(ints[DW_PAD_BYTE]) * np.uint64(0x0101010101010101)
+    dw._pad_pixels(words, pad_word, phased_words, ints[DW_TOP], ints[DW_LEFT])
+    direct._padded_rows(phased, tiled, weights, packed, ints[DW_KIND], ints[DW_KERNEL_H], ints[DW_KERNEL_W],
+                        ints[DW_OUT_H], ints[DW_OUT_W], ints[DW_STRIDE_Y], ints[DW_DILATION_Y], starts, acc, total,
+                        out, sums, ints[DW_KEPT], ints[DW_SUMMED], ints[DW_CLIP], ints[DW_MODE], False)
+
+
+@njit(cache=True)
+def gemm_step(data, offsets, rows, source, bases, segs, packed, ones, acc, out, sums, ints):
+    """``gather_masked`` into the atoms (``rows`` and ``source``: two views of them), then the
+    prepared convolution's products and CORE pass (gemm_conv_int8.py ``prepare``'s ``run`` for
+    windows inside the input, its own buffers)."""
+    gather_masked(data, offsets, rows, ints)
+    gemm._run_blocks(source, bases, segs, ints[GEMM_QUADS], packed, ones, acc, ints[GEMM_BLOCK], ints[GEMM_KERNELS],
+                     ints[GEMM_CLIP], ints[GEMM_MODE], ints[GEMM_FUSED] != 0, out, sums)
+
+
+# The step's DPU stage chain in the same call (dpu_pixel_plan.py ``_direct_run``'s ``chain_form``): its
+# ``_rows_chain`` (a depthwise CORE's window sums, one per pixel and channel), ``_planes_chain`` (int32
+# planes [C][P]: a one-pixel depthwise layer's) or ``_window_chain`` (a convolution's) on the CORE's
+# outputs ``blocks`` [1][P][C]; False where the chain refused the window sums (having written
+# nothing: the caller then runs the general stages)
+
+
+@njit(cache=True)
+def depthwise_rows_chain(data, offsets, rows, words, phased_words, phased, tiled, weights, packed, starts, acc,
+                         total, out, sums, ints, blocks, window, floats, operand, settings, top, surfaces, width,
+                         tile, out_offsets, target):
+    depthwise_step(data, offsets, rows, words, phased_words, phased, tiled, weights, packed, starts, acc, total, out,
+                   sums, ints)
+    return chains._rows_chain(blocks, window, floats, operand, settings, top, surfaces, width, tile, out_offsets,
+                              target)
+
+
+@njit(cache=True)
+def gemm_window_chain(data, offsets, rows, source, bases, segs, packed, ones, acc, out, sums, ints, blocks, window,
+                      window_sums, layout, floats, operand, settings, top, surfaces, width, tile, out_offsets, target):
+    gemm_step(data, offsets, rows, source, bases, segs, packed, ones, acc, out, sums, ints)
+    return chains._window_chain(blocks, window, window_sums, layout, floats, operand, settings, top, surfaces, width,
+                                tile, out_offsets, target)
+
+
+@njit(cache=True)
+def depthwise_planes_chain(data, offsets, rows, words, phased_words, phased, tiled, weights, packed, starts, acc,
+                           total, out, sums, ints, blocks, planes, floats, operand, settings, top, surfaces, width,
+                           tile, out_offsets, target, block):
+    depthwise_step(data, offsets, rows, words, phased_words, phased, tiled, weights, packed, starts, acc, total, out,
+                   sums, ints)
+    return chains._planes_chain(blocks, planes, floats, operand, settings, top, surfaces, width, tile, out_offsets,
+                                target, block)
+
+
+#: (CORE kernel, chain kind) -> the call running both (the pairs the int8 builds make: a depthwise
+#: CORE's sums reach the DPU per pixel and channel, or as planes where the layer is one pixel; a
+#: convolution's per pixel)
+CHAINED = {(depthwise_step, "rows"): depthwise_rows_chain, (depthwise_step, "planes"): depthwise_planes_chain,
+           (gemm_step, "window"): gemm_window_chain}
