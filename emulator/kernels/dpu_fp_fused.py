@@ -89,7 +89,7 @@ def form_of(x_params: np.ndarray, stages: int, e_params: np.ndarray, lut: bool, 
     return FORMS.index(form)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _ew_fixed(value, other, kind, relu_on, relux_on, relux_value):
     # ew_value with the operation a constant ``kind``
     if kind == EK_MUL:
@@ -101,7 +101,7 @@ def _ew_fixed(value, other, kind, relu_on, relux_on, relux_value):
     return ew_value(value, other, True, nm.EW_OP_ALU, algo, False, relu_on, relux_on, relux_value)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _x_fixed(value, kind, relu_on, relux_on, relux_value, alu, mul):
     # x_value with the operations a constant ``kind``
     return x_value(value, nm.ALU_ADD, kind == XK_ADD or kind == XK_MUL_ADD or kind == XK_ADD_MUL,
@@ -109,7 +109,7 @@ def _x_fixed(value, kind, relu_on, relux_on, relux_value, alu, mul):
                    relux_on, relux_value, alu, mul)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _table_choice(x, below, c, multi):
     # lut_fp._lut_values' table choice: the LO flag below the thresholds, flipped at each one x reaches
     # (one threshold unless ``multi``; ``c``: the 8 thresholds as scalars - an array here costs a
@@ -120,7 +120,7 @@ def _table_choice(x, below, c, multi):
         ^ (x >= c[7])
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _element(value, other, form, x1, alu1, mul1, x2, alu2, mul2, lut, tables, e):
     # one element through BS, BN (``x1``, ``x2``: ReLU on, ReLUX on, the ReLUX value), the LUT (``lut``:
     # 0 off, 1 one threshold, 2 more; ``tables``: lut_fp._lut_values' table values unpacked) and EW
@@ -134,7 +134,7 @@ def _element(value, other, form, x1, alu1, mul1, x2, alu2, mul2, lut, tables, e)
     return _ew_fixed(value, other, form[3], e[0], e[1], e[2])
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _loops(data, out, channels, plane, form, x1, x2, alu, mul, operand, lut, pixel, tables, e):
     # every element of the [C][H*W] cube (flat) through _element, a loop a channel with its X operands
     # and its EW operand as scalars (``pixel``, a constant: the operand one an element)
@@ -151,7 +151,7 @@ def _loops(data, out, channels, plane, form, x1, x2, alu, mul, operand, lut, pix
                 target[i] = _element(source[i], other, form, x1, alu1, mul1, x2, alu2, mul2, lut, tables, e)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _plain(data, out, channels, plane, form, x1, x2, alu, mul, operand, pixel, tables, e):
     # _loops of a form without the LUT, the operand's stepping a constant in each
     if pixel:
@@ -160,7 +160,7 @@ def _plain(data, out, channels, plane, form, x1, x2, alu, mul, operand, pixel, t
         _loops(data, out, channels, plane, form, x1, x2, alu, mul, operand, 0, False, tables, e)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _flags(p, relu, relux, relux_value):
     return p[relu] != 0, p[relux] != 0, relux_value
 
@@ -193,7 +193,8 @@ def fused_chain(data, out, channels, plane, x_params, x_relux, alu, mul, e_param
               (c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]))
     # (each form its own loop, the operations constants in it; the LUT forms without ReLU, their operand
     # one value or one a channel, their table choice one threshold - the compiler's: the passes run
-    # more, ``False``: compiling a loop for each cost ~20 s)
+    # more, ``False``: a loop for each would add compile time). The helpers are plain @njit functions
+    # that LLVM inlines: Numba's IR inlining (inline="always") made this kernel's cold compile 240 s, not 15
     no = (False, False, np.float32(0))
     if form == 0 or form == 1:
         if lut != 1:
