@@ -65,12 +65,18 @@ def copy_feature(data, offsets, rows, atoms, settings):
     _feature_copy(data, offsets, rows, atoms, settings)
 
 
-def feature_copier(data: np.ndarray, offsets: np.ndarray, rows: np.ndarray, atoms: np.ndarray, group: int, lane: int):
-    """``copy()``: ``data``'s rows at ``offsets`` copied into ``rows`` (uint8 view of the feature) and the
-    lanes from (``group``, ``lane``) on of ``atoms`` (its uint16 view [C1][H][W][8]) zeroed, one call."""
+def _copy_settings(group: int, lane: int) -> np.ndarray:
+    """``copy_feature``'s settings (read-only): gather, then mask from surface ``group``, lane ``lane`` on."""
     settings = np.zeros(SETTINGS, np.int64)
     settings[[MASK_GROUP, MASK_LANE, GATHER]] = group, lane, 1
     settings.flags.writeable = False
+    return settings
+
+
+def feature_copier(data: np.ndarray, offsets: np.ndarray, rows: np.ndarray, atoms: np.ndarray, group: int, lane: int):
+    """``copy()``: ``data``'s rows at ``offsets`` copied into ``rows`` (uint8 view of the feature) and the
+    lanes from (``group``, ``lane``) on of ``atoms`` (its uint16 view [C1][H][W][8]) zeroed, one call."""
+    settings = _copy_settings(group, lane)
 
     def copy() -> None:
         copy_feature(data, offsets, rows, atoms, settings)
@@ -81,9 +87,7 @@ def feature_copier(data: np.ndarray, offsets: np.ndarray, rows: np.ndarray, atom
 def fresh_feature_copier(data: np.ndarray, offsets: np.ndarray, shape: tuple, row_bytes: int, group: int, lane: int):
     """``copy() -> feature``: ``feature_copier``'s copy into a fresh float16 array of ``shape`` (a feature too
     large for an array of the step's own, ``cna_core._OWN_FP16_FEATURE_BYTES``)."""
-    settings = np.zeros(SETTINGS, np.int64)
-    settings[[MASK_GROUP, MASK_LANE, GATHER]] = group, lane, 1
-    settings.flags.writeable = False
+    settings = _copy_settings(group, lane)
 
     def copy() -> np.ndarray:
         feature = np.empty(shape, np.float16)

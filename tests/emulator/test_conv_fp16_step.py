@@ -117,16 +117,24 @@ def _check_runs(rng, run, case, weights_for_run, pad):
     assert all(result is results[0] for result in results)  # (the step's own array, refilled)
 
 
-@settings(max_examples=120, deadline=None)
-@given(convs())
-def test_held_weights_equal_the_sequential_order_and_the_plain_calls(case):
-    geometry, channels, real, c1, height, width, kernels, out_channels, seed = case
+def _held_setup(case, weight_channels: int):
+    """(rng, the region (data, offsets, row bytes), the step's rows, read-only held weights of
+    ``weight_channels`` channels, the pad value) of a case whose step holds its weights."""
+    geometry, _, real, c1, height, width, kernels, _, seed = case
     rng = np.random.default_rng(seed)
     data, offsets, row_bytes = _region(rng, c1, height, width)
     _, rows = _step_buffers(c1, height, width, data, offsets, row_bytes, real)
-    weights = fp16(rng, (kernels, channels, geometry.kernel_h, geometry.kernel_w), 0.05)
+    weights = fp16(rng, (kernels, weight_channels, geometry.kernel_h, geometry.kernel_w), 0.05)
     weights.flags.writeable = False
     pad = float(fp16(rng, (1,), 0.2)[0])
+    return rng, (data, offsets, row_bytes), rows, weights, pad
+
+
+@settings(max_examples=120, deadline=None)
+@given(convs())
+def test_held_weights_equal_the_sequential_order_and_the_plain_calls(case):
+    geometry, channels, _, c1, height, width, _, out_channels, _ = case
+    rng, (data, offsets, row_bytes), rows, weights, pad = _held_setup(case, channels)
     run = conv_fp16_step.prepare_gemm_step((c1, height, width, 8), channels, weights, geometry, pad, out_channels, rows)
     assume(run is not None)  # (1x1 kernels at a stride: the im2col form, not taken)
     run.region = (data, offsets, row_bytes)
@@ -161,13 +169,8 @@ def test_weights_fetched_every_run_equal_the_sequential_order(case):
 @settings(max_examples=80, deadline=None)
 @given(convs(depthwise=True))
 def test_depthwise_equals_the_sequential_order_and_the_plain_calls(case):
-    geometry, channels, real, c1, height, width, kernels, out_channels, seed = case
-    rng = np.random.default_rng(seed)
-    data, offsets, row_bytes = _region(rng, c1, height, width)
-    _, rows = _step_buffers(c1, height, width, data, offsets, row_bytes, real)
-    weights = fp16(rng, (kernels, 1, geometry.kernel_h, geometry.kernel_w), 0.05)
-    weights.flags.writeable = False
-    pad = float(fp16(rng, (1,), 0.2)[0])
+    geometry, channels, _, c1, height, width, _, out_channels, _ = case
+    rng, (data, offsets, row_bytes), rows, weights, pad = _held_setup(case, 1)
     run = conv_fp16_step.prepare_depthwise_step((c1, height, width, 8), channels, weights, geometry, pad,
                                                 out_channels, rows)
     assert run is not None
@@ -178,13 +181,8 @@ def test_depthwise_equals_the_sequential_order_and_the_plain_calls(case):
 @settings(max_examples=120, deadline=None)
 @given(convs(few=True))
 def test_a_few_kernels_equal_the_sequential_order_and_the_plain_calls(case):
-    geometry, channels, real, c1, height, width, kernels, out_channels, seed = case
-    rng = np.random.default_rng(seed)
-    data, offsets, row_bytes = _region(rng, c1, height, width)
-    _, rows = _step_buffers(c1, height, width, data, offsets, row_bytes, real)
-    weights = fp16(rng, (kernels, channels, geometry.kernel_h, geometry.kernel_w), 0.05)
-    weights.flags.writeable = False
-    pad = float(fp16(rng, (1,), 0.2)[0])
+    geometry, channels, _, c1, height, width, _, out_channels, _ = case
+    rng, (data, offsets, row_bytes), rows, weights, pad = _held_setup(case, channels)
     shape = (c1, height, width, 8)
     assert conv_fp16_step.prepare_gemm_step(shape, channels, weights, geometry, pad, out_channels, rows) is None
     run = conv_fp16_step.prepare_few_step(shape, channels, weights, geometry, pad, out_channels, rows)
