@@ -18,11 +18,15 @@ first run), in wall time and in CPU time (steadier on a shared machine), the pro
 compile one, because a kernel source changed meanwhile, is left out), for how many of them the
 linking bitcode was left unparsed and whether Numba's NRT library was compiled (neither is
 needed by a run whose kernels all load from the cache: emulator/numba_lazy_link.py,
-numba_nrt_deferred.py). ``--first-call-model NPU
+numba_nrt_deferred.py), and whether Numba's extension entry points were run and
+``numba.np.arrayobj`` imported (a warm run needs neither: numba_deferred_extensions.py,
+numba_lazy_env.py). ``--first-call-model NPU
 INPUT`` times a real model the same way; ``--first-call-only`` skips the per-task figures. The
 processes run as an installed package runs: with a warm bytecode cache (a private ``PYTHONPYCACHEPREFIX``, written by
 one process run first and not timed, bytecode writing on even where the environment sets
-``PYTHONDONTWRITEBYTECODE``; pip writes an installed package's bytecode). Without it every process
+``PYTHONDONTWRITEBYTECODE``; pip writes an installed package's bytecode). The same first process writes
+what npuemu keeps beside the bytecode: its dataclasses' methods (emulator/dataclass_code_cache.py) and
+the register map's parsed YAML (isa/yaml_cache.py). Without it every process
 compiles the ~100 modules an inference imports from source again (0.3-0.45 s of CPU on the dev
 machine); ``--no-bytecode-cache`` measures that.
 
@@ -128,6 +132,7 @@ with open("/proc/self/status") as status:
 # after the timing: the Numba dispatchers npuemu's modules hold and their cache statistics: the
 # signatures the run loaded from the Numba cache (one load each; the first pays Numba's one-time
 # set-up) and those it compiled (a cold or invalidated cache: not a warm first call)
+from numba.core import entrypoints
 from numba.core.registry import CPUDispatcher
 from numba.core.runtime import nrt
 modules = [m for name, m in list(sys.modules.items()) if name.startswith("npuemu") and m is not None]
@@ -141,7 +146,9 @@ print(json.dumps({"total_s": done - began, "import_s": imported - began, "load_s
                   "kernel_loads": sum(len(d.stats.cache_hits) for d in dispatchers.values()),
                   "kernel_compiles": sum(len(d.stats.cache_misses) for d in dispatchers.values()),
                   "nrt_library_compiled": getattr(nrt.rtsys, "_library", None) is not None,
-                  "bitcode_unparsed": sum(map(len, lazy._pending.values())) if lazy else 0}))
+                  "bitcode_unparsed": sum(map(len, lazy._pending.values())) if lazy else 0,
+                  "entry_points_run": bool(getattr(entrypoints, "_already_initialized", True)),
+                  "arrayobj_imported": "numba.np.arrayobj" in sys.modules}))
 """
 
 
@@ -183,8 +190,10 @@ def measure_first_call(workdir: str, processes: int, log=print, bytecode_cache: 
     log(f"  {best['npuemu_modules']} npuemu modules, {best['dispatchers']} Numba dispatchers, "
         f"{best['kernel_loads']} kernel signatures loaded from the Numba cache by the first run "
         f"({best['kernel_compiles']} compiled; linking bitcode left unparsed for {best['bitcode_unparsed']}, "
-        f"NRT library {'compiled' if best['nrt_library_compiled'] else 'not compiled'}: "
-        "emulator/numba_lazy_link.py, numba_nrt_deferred.py)")
+        f"NRT library {'compiled' if best['nrt_library_compiled'] else 'not compiled'}, Numba's extension entry points "
+        f"{'run' if best.get('entry_points_run') else 'not run'}, numba.np.arrayobj "
+        f"{'imported' if best.get('arrayobj_imported') else 'not imported'}: emulator/numba_lazy_link.py, "
+        "numba_nrt_deferred.py, numba_deferred_extensions.py, numba_lazy_env.py)")
     return best
 
 

@@ -40,6 +40,7 @@ from npuemu.emulator import replay_match
 from npuemu.emulator.memo import Memo
 from npuemu.emulator.memory import DmaTraffic, Memory, TaskDma, Traffic
 from npuemu.emulator.regfile import RegisterFile, RegisterView
+from npuemu.emulator.task_batches import runs
 from npuemu.emulator.task_plan import MAX_BUILDS, build_program
 from npuemu.emulator.task_plan import current as task_current
 from npuemu.emulator.units.cna_core import Cbuf, CoreResult, decode_conv, run_cna_core
@@ -255,7 +256,7 @@ class NpuCore:
         steps, epoch = (None, None) if program is None else (program.steps, program.epoch)
         began, stale, interrupts = derived.epoch, False, 0
         # (every task in one loop while the epoch holds: a step, or the full path where there is none)
-        done = self._run_steps(replay, steps, epoch) if program is not None else 0
+        done = self._run_steps(replay, steps, epoch, runs(program)) if program is not None else 0
         if done == len(replay.tasks):
             return self._replayed(replay)
         records = []
@@ -303,13 +304,16 @@ class NpuCore:
             kept = last[4] = replace(kept, index=index, address=address, amount=amount, traffic=traffic)
         return kept
 
-    def _run_steps(self, replay: _Replay, steps: tuple, epoch: int) -> int:
+    def _run_steps(self, replay: _Replay, steps: tuple, epoch: int, runs: tuple | None = None) -> int:
         """A program's steps in one loop while the memory's derived values stay at ``epoch``, each
         task's LUT port writes first (as ``_replay``'s loop applies them), a task without a step
         through the full unit path (``_run_full``; issue 20: ppocr_rec's replays have a few, and
         ``_replay``'s own loop costs more per task): how many ran (the rest take ``_replay``'s own
-        loop, which checks each step's values)."""
+        loop, which checks each step's values). ``runs``: the program's runs of steps made one
+        compiled call (``ChainProgram.runs``, task_batches.py)."""
         derived, cbuf, regfile, done = self.memory.derived, self.cbuf, self.regfile, 0
+        if runs is not None:
+            return self._run_batched(replay, steps, epoch, runs)
         try:
             for step, task in zip(steps, replay.tasks):
                 if derived.epoch != epoch:
@@ -323,6 +327,35 @@ class NpuCore:
                 done += 1
         except Exception:
             self._replay_failed(replay, done)
+            raise
+        return done
+
+    def _run_batched(self, replay: _Replay, steps: tuple, epoch: int, runs: tuple) -> int:
+        """``_run_steps`` with its runs of steps as one compiled call each (task_batches.StepBatch):
+        the same order of LUT writes, bookkeeping and kernels per task, epoch checks, count and
+        ``_replay_failed`` position."""
+        derived, cbuf, regfile, tasks, done, failed = self.memory.derived, self.cbuf, self.regfile, replay.tasks, 0, [0]
+        try:
+            for index, batch in runs:
+                if derived.epoch != epoch:
+                    break
+                if batch is not None:
+                    ran = batch.run(tasks, cbuf, regfile, derived, epoch, failed)
+                    done += ran
+                    if ran < batch.size:  # (the epoch moved: _replay's loop checks the rest)
+                        break
+                    continue
+                task = tasks[index]
+                if task[6]:
+                    regfile.apply_lut(task[6], task[0])
+                step = steps[index]
+                if step is None:
+                    self._run_full(task, done)
+                else:
+                    step(cbuf)
+                done += 1
+        except Exception:
+            self._replay_failed(replay, done + failed[0])
             raise
         return done
 

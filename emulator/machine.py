@@ -16,6 +16,12 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+# before any module below decorates a kernel (memory.py's, ahead of the kernels package's own
+# install): Numba caches made at first use (emulator/numba_deferred_cache.py)
+from npuemu.emulator import numba_deferred_cache
+
+numba_deferred_cache.install()
+
 from npuemu.emulator.core import NpuCore, TaskRecord
 from npuemu.emulator import numba_array_typeof, numba_cache_load
 from npuemu.emulator.memory import Memory

@@ -28,13 +28,17 @@ Two more parts of a load wait until something needs them (session 18): the kerne
 bitcode is parsed when a later compile links against it (emulator/numba_lazy_link.py), and the
 NRT's small LLVM library, which ``rtsys.initialize`` would compile, is compiled at its first use
 (emulator/numba_nrt_deferred.py); both are installed with this load and left out with it.
+Session 20 added two more, installed and left out the same way: the modules that the
+environments of a kernel's helpers name are not imported by the load (emulator/numba_lazy_env.py),
+and npuemu's dispatchers leave Numba's extension entry points to the first compile
+(emulator/numba_deferred_extensions.py).
 """
 
 from __future__ import annotations
 
 import os
 
-from npuemu.emulator import numba_lazy_link, numba_nrt_deferred
+from npuemu.emulator import numba_deferred_extensions, numba_lazy_env, numba_lazy_link, numba_nrt_deferred
 
 #: symbols that only a refresh-time import registers (numba/cpython/hashing.py ``inject``)
 REFRESH_ONLY_SYMBOLS = (b"_numba_hashsecret_",)
@@ -70,7 +74,8 @@ def install() -> bool:
         with self._guard_against_spurious_io_errors():
             if not enabled:
                 return None
-            data = cache_file.load(self._index_key(sig, target_context.codegen()))
+            key = self._index_key(sig, target_context.codegen())
+            data = numba_lazy_env.load(cache_file, key) if numba_lazy_env.fits(cache_file) else cache_file.load(key)
             if data is None:
                 return None
             if not _links_without_registries(data):
@@ -80,6 +85,7 @@ def install() -> bool:
     load_overload.npuemu_original = original
     cache.load_overload = load_overload
     numba_nrt_deferred.install()
+    numba_deferred_extensions.install()
     _installed = True
     return True
 

@@ -34,10 +34,11 @@ from typing import Any
 
 import numpy as np
 
-from npuemu.emulator import gc_import, gc_steady
+from npuemu.emulator import dataclass_code_cache, gc_import, gc_steady
 
-# (emulator/gc_import.py: no cycle collection walks the heap while the runtime's modules load)
-with gc_import.paused():
+# (emulator/gc_import.py: no cycle collection walks the heap while the runtime's modules load;
+# emulator/dataclass_code_cache.py: their dataclasses' methods are not compiled from source again)
+with gc_import.paused(), dataclass_code_cache.reused():
     from npuemu.emulator.machine import Machine
     from npuemu.emulator.memo import Memo
     from npuemu.isa import tensor_layout

@@ -26,6 +26,7 @@ A flying DPU task (DPU + DPU_RDMA alone, its main cube read by the MRDMA) is a s
 ``units.ppu.prepare_ppu``).
 fp16 CNA + CORE -> DPU tasks and fp16 flying DPU tasks (PROC_PRECISION fp16) are steps through
 ``units.dpu_plan_fp.prepare_fp_dpu`` and ``prepare_cna_core``'s fp16 kernel.
+Consecutive int8 steps with a compiled form run as one compiled call (task_batches.py, ``ChainProgram.runs``).
 Tasks of other forms (bf16, DPU + PPU, NRDMA operands, ...) always take the full unit path.
 
 Fixed cost per task (issue 20, <= 20 us): a program whose tasks are all steps (LUT port writes
@@ -44,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from npuemu.emulator.memo import Memo
+from npuemu.emulator.task_batches import UNMADE
 from npuemu.emulator.memory import Memory
 from npuemu.emulator.units.cna_core import Cbuf, prepare_cna_core
 from npuemu.emulator.units.dpu_plan import prepare_dpu, prepare_flying_dpu
@@ -75,6 +77,10 @@ class ChainProgram:
     #: every task is a step (core.py ``_replay`` then runs the steps, and the LUT port writes
     #: before them, in one loop while the epoch holds)
     plain: bool = False
+    #: how core.py ``_run_steps`` runs them (task_batches.py ``runs``): [(first task, its ``StepBatch`` or
+    #: None for the one step) per run of consecutive batchable steps or single task, or None: one by one]
+    #: (``UNMADE`` and the tasks until the program first runs); None: one by one
+    runs: list | None = None
 
 
 def build_program(tasks: tuple, memory: Memory, made: Memo,
@@ -99,7 +105,7 @@ def build_program(tasks: tuple, memory: Memory, made: Memo,
     if memory.derived.epoch != epoch or not any(step is not None for step in steps):
         return None
     plain = all(step is not None for step in steps)
-    return ChainProgram(epoch, tuple(steps), plain)
+    return ChainProgram(epoch, tuple(steps), plain, [UNMADE, tasks])
 
 
 def task_step(states: dict, memory: Memory, where: str,

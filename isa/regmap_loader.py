@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from npuemu.isa import yaml_cache
 from npuemu.isa.errors import ConfigError
 from npuemu.isa.regmap import Block, Field, Register, RegisterMap
 from npuemu.isa.words import TARGET_MARKER, TARGET_OP_ENABLE
@@ -82,7 +83,8 @@ def _load_raw(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
         # the shipped maps through libyaml (tests/platforms/test_shipped_yaml.py checks them strictly)
         shipped = path.resolve().parent == REGMAP_DIR.resolve()
-        doc = yaml.load(text, Loader=_SHIPPED_LOADER) if shipped else yaml.safe_load(text)  # noqa: S506
+        # (their parsed data kept beside the bytecode cache: isa/yaml_cache.py, issue 20's first call)
+        doc = yaml_cache.load(text, _SHIPPED_LOADER, path) if shipped else yaml.safe_load(text)
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"{path}: cannot read register map: {error}") from None
     except yaml.YAMLError as error:

@@ -50,11 +50,12 @@ from npuemu.emulator.kernels.weights import (
 )
 
 from npuemu.emulator.kernels import conv_pixels, depthwise, dpu, fp16, layout, lut, mac, ppu, weights
-from npuemu.emulator.kernels.scipy_blas import preload_cython_blas
+from npuemu.emulator.kernels.scipy_blas import preload_before_numpy_support
 from npuemu.emulator.kernels.stale_cache import drop_caches_built_on_old_sources
 
 drop_caches_built_on_old_sources([conv_pixels, depthwise, dpu, fp16, layout, lut, mac, ppu, weights])
-preload_cython_blas()  # before the first compiled call: Numba's BLAS check then skips scipy.linalg
+# before Numba's BLAS check (its NumPy support's import): it then skips scipy.linalg
+preload_before_numpy_support()
 
 __all__ = [
     "DEPTHWISE_OUTPUT_CHANNEL_ALIGN", "FP16_CONV_RK3588", "FP16_DEPTHWISE_RK3588",

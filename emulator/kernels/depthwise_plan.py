@@ -125,6 +125,21 @@ def _prepare_rows(feature_shape: tuple[int, int, int, int], weights: np.ndarray,
         rows = working_buffer("depthwise rows", 2 * out_w * lanes, np.int32).reshape(2, out_w, lanes)
         fill(feature, phased, rows, out, sums, zero_tail)
         return out, sums.T.reshape(out_channels, out_h, out_w)
+
+    def placed(place) -> tuple | None:
+        """``run_own.depthwise_parts`` with the buffers ``place(shape, dtype)`` gives (a one-call step's
+        arena, kernels/int8_core_step.py ``placer``; shared: the zero columns written every run, the
+        last element 1) for ``_direct_rows``' one compiled call; None where they do not fit."""
+        buffers = (place(shape, np.uint64), place((2, pixels, out_channels), np.int32),
+                   place((2, out_w, lanes), np.int32))
+        if any(buffer is None for buffer in buffers):
+            return None
+        phased, (out, sums), rows = buffers
+        made = direct.runner(tiled, lane_weights, geometry, pad_value, clip_truncate, round_mode, layout, lanes,
+                             kept, summed, _packed(weights, lanes), phased)
+        return phased, rows, out, sums, sums.T.reshape(out_channels, out_h, out_w), made.parts, 1
+
+    run.depthwise_placed = placed
     return run
 
 

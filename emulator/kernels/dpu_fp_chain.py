@@ -35,6 +35,7 @@ from npuemu.emulator.kernels.dpu_fp_elements import (E_ALGO, E_COUNT, E_ON, E_OP
                                                      X_PRELU, X_RELU, X_RELUX)
 from npuemu.emulator.kernels.dpu_fp_elements import ew_value as _ew_value
 from npuemu.emulator.kernels.dpu_fp_elements import x_value as _x_value
+from npuemu.emulator.kernels.dpu_fp_atoms import PIECE, ew_atoms
 from npuemu.emulator.kernels.dpu_fp_fused import form_of, fused_chain, operand_form
 from npuemu.emulator.kernels.fp16_atoms import planes_to_fp16_atoms
 from npuemu.emulator.kernels.lut_fp import PACKED, _fill_table, _lut_values, _stack_table
@@ -173,10 +174,11 @@ def _run_chain(data, x_params, x_relux, alu, mul, stages, e_params, e_relux, lay
 
 
 # fp16_step's int64 vector (``pack_step``): the X stage count, the chain's form in dpu_fp_fused.FORMS when
-# it runs fused (-1: the passes of _run_chain), the X and EW settings, the geometry,
+# it runs fused (-1: the passes of _run_chain), whether it runs from atoms to atoms (dpu_fp_atoms), the X and
+# EW settings, the geometry,
 # the cube's and the EW operand's shapes, then blocks - the run bounds (their count first), three
 # reads and the store (each: row count, four fields, the row offsets)
-P_STAGES, P_FUSED, P_X = 0, 1, 2
+P_STAGES, P_FUSED, P_ATOMS, P_X = 0, 1, 2, 3
 P_E = P_X + 2 * X_COUNT
 P_GEOMETRY = P_E + E_COUNT
 P_SHAPES = P_GEOMETRY + G_COUNT
@@ -186,6 +188,7 @@ _FIELDS = 5
 #: (result, cube, operand; each at most ``WORK_ARRAY`` elements)
 WORK_ARRAY = 1 << 14
 WORK = 2 * CHUNK + 3 * WORK_ARRAY
+assert PIECE <= CHUNK  # (an atoms-to-atoms run takes its two pieces from the scratch pieces: dpu_fp_atoms)
 #: an empty [C][H][W] array: ``fp16_step`` places this array in ``work``
 IN_WORK = np.zeros((0, 0, 0), np.float32)
 
@@ -208,6 +211,19 @@ def _placed(given, work, at, shape):
     if given.size != 0 or shape[0] * shape[1] * shape[2] == 0:
         return given.reshape(-1)
     return work[at:at + shape[0] * shape[1] * shape[2]]
+
+
+@njit(cache=True, inline="always")
+def _atoms(main, written, ints, main_block, store_block, operand, channels, e_relux, work):
+    # fp16_step's run from atoms to atoms (``pack_step``'s ``atoms``): the main block's rows (surface r //
+    # its height) through EW into the store block's, the settings of dpu_fp_fused.fused_chain's ``e``
+    count, height, targets = ints[main_block], ints[main_block + 1], store_block + _FIELDS
+    p = ints[P_E:P_GEOMETRY]
+    on = p[E_ON] != 0
+    ew_atoms(main, ints[main_block + _FIELDS:main_block + _FIELDS + count], written,
+             ints[targets:targets + ints[store_block]], height, ints[store_block + 4] * ints[store_block + 1],
+             ints[store_block + 1], channels, operand, ints[P_FUSED], (on and p[E_RELU] != 0, on and p[E_RELUX] != 0,
+                                                                      e_relux), work)
 
 
 @njit(cache=True)
@@ -235,10 +251,17 @@ def fp16_step(cube, operand, out, main, other, second, written, ints, floats, ta
     cursor = P_RUNS + 1 + ints[P_RUNS]
     runs, geometry = ints[P_RUNS + 1:cursor], ints[P_GEOMETRY:P_SHAPES]
     channels, plane = runs[runs.size - 1], geometry[G_PLANE]
-    cursor = _read_block(main, cube, plane, ints, cursor, table)
+    main_block = cursor
+    if ints[P_ATOMS]:  # (the main rows go straight into the store's: _atoms)
+        cursor += _FIELDS + ints[cursor]
+    else:
+        cursor = _read_block(main, cube, plane, ints, cursor, table)
     # (the operand's plane: its H*W, or 1 for a per-channel operand)
     cursor = _read_block(other, operand, operand.size // channels, ints, cursor, table)
     cursor = _read_block(second, operand, operand.size // channels, ints, cursor, table)
+    if ints[P_ATOMS]:
+        _atoms(main, written, ints, main_block, cursor, operand, channels, floats[2], work)
+        return
     done = ints[P_FUSED] >= 0 and fused_chain(cube, out, channels, plane, ints[P_X:P_E], floats[0:2],
                                               floats[3:3 + 2 * channels], floats[3 + 2 * channels:],
                                               ints[P_E:P_GEOMETRY], floats[2], ints[P_FUSED],
@@ -255,16 +278,17 @@ def fp16_step(cube, operand, out, main, other, second, written, ints, floats, ta
 
 
 def pack_step(settings: tuple, reads: list, store: tuple | None, shapes: tuple = (0,) * 6,
-              lut: bool = False) -> tuple:
+              lut: bool = False, atoms: bool = False) -> tuple:
     """``fp16_step``'s (ints, floats) of a ``FloatChain.settings`` tuple, three reads (each None or
     (row offsets, height, lanes, first surface, surface step)), the store (None or (row offsets,
     C2, channels, height, width)) and ``shapes``: the cube's and the EW operand's (C, H, W), for the
     arrays handed empty (``IN_WORK``) and for ``dpu_fp_fused.form_of``, with ``lut`` (the LUT on): the
-    chains it takes run fused (none without ``shapes``)."""
+    chains it takes run fused (none without ``shapes``); ``atoms``: the step runs from the main read's
+    rows into the store's (``dpu_fp_atoms.ew_atoms``; the caller's checks: units/dpu_plan_fp.py)."""
     x_params, x_relux, alu, mul, stages, e_params, e_relux, (runs, geometry) = settings
     fused = form_of(x_params, stages, e_params, lut, operand_form(shapes[:3], shapes[3:]), shapes[1] * shapes[2]) \
         if any(shapes) else -1
-    blocks = [[stages, fused], x_params.reshape(-1), e_params, geometry, shapes, [runs.size], runs]
+    blocks = [[stages, fused, int(atoms)], x_params.reshape(-1), e_params, geometry, shapes, [runs.size], runs]
     for block in list(reads) + [store]:
         offsets, fields = (np.zeros(0, np.int64), (1,) * (_FIELDS - 1)) if block is None else (block[0], block[1:])
         blocks += [[offsets.size, *fields], offsets]

@@ -238,13 +238,38 @@ def prepare(feature_shape: tuple[int, int, int, int], channels: int, real: int, 
             _add_edges(out, sums, *edges)
         return out, window
 
-    run.gemm_parts = None if views is None or not direct or edges is not None else _parts(
-        bases, segs, packed, ones, views, own, (lanes // 4, block, kernels, clip_truncate, round_mode, int(fused)))
+    parts = (bases, segs, packed, ones, (lanes // 4, block, kernels, clip_truncate, round_mode, int(fused)))
+    run.gemm_parts, run.gemm_placed = _step_forms(direct and edges is None, parts, views, own, sizes, shape, columns)
     return run
 
 
-def _parts(bases: np.ndarray, segs: np.ndarray, packed: np.ndarray, ones: np.ndarray, views: tuple, own: tuple,
-           scalars: tuple) -> tuple:
+def _step_forms(inside: bool, parts: tuple, views: tuple | None, own: tuple | None, sizes: tuple, shape: tuple,
+                columns: int) -> tuple:
+    """``prepare``'s ``run.gemm_parts`` (buffers of its own) and ``run.gemm_placed`` (none of its own), None
+    each where it does not apply; both None unless the windows lie inside the input (``inside``: read in
+    place, no edge terms). ``placed(place)``: the parts with the buffers ``place(shape, dtype)`` gives (a
+    one-call step's arena, kernels/int8_core_step.py ``placer``: every element written each run), or None
+    where they do not fit. ``parts``: ``_parts``' first five arguments."""
+    if not inside:
+        return None, None
+    if views is not None:
+        return _parts(*parts, views, own), None
+    _, pixels, out_channels, acc_size = sizes
+
+    def placed(place) -> tuple | None:
+        made = (place((pixels * out_channels + 16,), np.int32), place((pixels,), np.int64),
+                place((max(acc_size, 1),), np.int32))
+        if any(part is None for part in made):
+            return None
+        results, sums, acc = made
+        held = (None, results[:pixels * out_channels].reshape(pixels, out_channels), sums, acc[:acc_size])
+        return _parts(*parts, held[:2] + (sums.reshape(shape), held[3].reshape(-1, columns)), held)
+
+    return None, placed
+
+
+def _parts(bases: np.ndarray, segs: np.ndarray, packed: np.ndarray, ones: np.ndarray, scalars: tuple, views: tuple,
+           own: tuple) -> tuple:
     """``run.gemm_parts`` of ``prepare`` (windows inside the input, buffers of its own): what ``run``
     passes ``_run_blocks`` and hands back, for a step running it in one compiled call with its feature
     copy (units/cna_core.py ``_fused_int8``, kernels/int8_core_step.py ``gemm_step``)."""

@@ -16,9 +16,16 @@ compiled function whose scalars come packed in one int64 array:
 The kernels and their
 arguments are those the separate calls pass, so the values are theirs bit for bit; the lane masking
 zeroes what ``cna_core._masked_lanes``' two slices hold.
+
+A step too large for buffers of its own (ppocr_cls' 20 wider layers: 0.3-0.7 MB each) places them in
+its memory's ``arena``, shared by every such step (``placer``): each run writes every element it reads
+(the depthwise outputs' zero columns too: ``DW_ZERO_TAIL``), and the task's DPU consumes the outputs
+before the next task's CORE runs, as with the thread's working buffers the separate calls take.
 """
 
 from __future__ import annotations
+
+import weakref
 
 import numpy as np
 from numba import njit
@@ -29,35 +36,86 @@ from npuemu.emulator.kernels import dpu_pixel_plan as chains
 from npuemu.emulator.kernels import gemm_conv_int8 as gemm
 
 #: ``ints`` of both steps start with the row copy's lane masking: lines a surface, atom lanes, the first
-#: masked surface (past the surfaces: none) and its first masked lane
+#: masked surface (past the surfaces: none) and its first masked lane (and end, where a line is masked,
+#: with its byte mask: ``mask_words``)
 MASK_LINES, MASK_C2, MASK_GROUP, MASK_LANE = 0, 1, 2, 3
 #: then ``depthwise_step``'s (the pad value's byte, then ``_padded_rows``' scalars in its order)
 DW_PAD_BYTE, DW_TOP, DW_LEFT, DW_KIND, DW_KERNEL_H, DW_KERNEL_W, DW_OUT_H, DW_OUT_W, DW_STRIDE_Y, \
-    DW_DILATION_Y, DW_KEPT, DW_SUMMED, DW_CLIP, DW_MODE = range(4, 18)
+    DW_DILATION_Y, DW_KEPT, DW_SUMMED, DW_CLIP, DW_MODE, DW_ZERO_TAIL = range(4, 19)
+#: (``DW_ZERO_TAIL``: 1 where the outputs' columns past the kept lanes must be written each run: buffers
+#: in an arena; 0 for buffers of the step's own, whose zeros were written once)
 #: or ``gemm_step``'s (``_run_blocks``' scalars in its order)
 GEMM_QUADS, GEMM_BLOCK, GEMM_KERNELS, GEMM_CLIP, GEMM_MODE, GEMM_FUSED = range(4, 10)
+
+
+#: bytes of a memory's arena (``arena``): the largest step placed in it (a depthwise layer's padded
+#: input, row buffers, outputs and window sums; a convolution's outputs and window sums)
+ARENA_BYTES = 1 << 20
+#: the arena of each owner (a Memory: one runtime's chain, whose tasks run one after another in one thread)
+_ARENAS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_ALIGN = 64  # a piece's start in an arena (bytes): whole cache lines
+
+
+def arena(owner) -> np.ndarray:
+    """The uint8 array (ARENA_BYTES, 64-byte aligned) the one-call int8 steps of ``owner`` place
+    their working arrays and results in (``placer``), made at the first call."""
+    work = _ARENAS.get(owner)
+    if work is None:
+        raw = np.empty(ARENA_BYTES + _ALIGN, np.uint8)
+        start = -raw.ctypes.data % _ALIGN
+        work = _ARENAS[owner] = raw[start:start + ARENA_BYTES]
+    return work
+
+
+def placer(work: np.ndarray):
+    """``place(shape, dtype)``: a step's array, the next piece of the arena ``work`` (every step
+    places its arrays from the arena's start), or None once they no longer fit."""
+    offset = [0]
+
+    def place(shape: tuple, dtype) -> np.ndarray | None:
+        dtype = np.dtype(dtype)
+        size = int(np.prod(shape)) * dtype.itemsize
+        start = offset[0]
+        if start + size > work.size:
+            return None
+        offset[0] = start + -(-size // _ALIGN) * _ALIGN
+        return work[start:start + size].view(dtype).reshape(shape)
+
+    return place
 
 
 @njit(cache=True)
 def gather_masked(data, offsets, rows, ints):
     """Rows ``data[offsets[r]:][:row bytes]`` into ``rows`` [S * H][W * C2] (the atoms' lines), then
     0 in the lanes from ``ints[MASK_LANE]`` on of surface ``ints[MASK_GROUP]``'s lines and in every
-    lane of the surfaces after it (channels past DATAIN_CHANNEL_REAL read as 0, REGISTER_SEMANTICS 2.2)."""
+    lane of the surfaces after it (channels past DATAIN_CHANNEL_REAL read as 0, REGISTER_SEMANTICS 2.2).
+    Those lines are copied through the byte mask of a line that ends ``ints`` (``mask_words``; one
+    vectorised AND: a loop over each atom's masked lanes ran scalar, ~4 us of ppocr_cls' first
+    depthwise layer's 20)."""
     row_bytes = rows.shape[1]
-    lines, c2, group, lane = ints[MASK_LINES], ints[MASK_C2], ints[MASK_GROUP], ints[MASK_LANE]
+    lines, group = ints[MASK_LINES], ints[MASK_GROUP]
     masked_from = group * lines
+    words = -(-row_bytes // 8)
+    keep = ints[ints.size - words:].view(np.uint8) if masked_from < offsets.size else ints[:0].view(np.uint8)
     for r in range(offsets.size):
         source = data[offsets[r]:offsets[r] + row_bytes]
         target = rows[r]
         if r >= masked_from + lines:
             target[:] = 0
-            continue
-        for i in range(row_bytes):
-            target[i] = source[i]
-        if r >= masked_from:
-            for at in range(0, row_bytes, c2):
-                for i in range(at + lane, at + c2):
-                    target[i] = 0
+        elif r >= masked_from:
+            for i in range(row_bytes):
+                target[i] = source[i] & keep[i]
+        else:
+            for i in range(row_bytes):
+                target[i] = source[i]
+
+
+def mask_words(row_bytes: int, c2: int, lane: int) -> tuple[int, ...]:
+    """The byte mask of a masked line (255 in each atom's lanes below ``lane``, else 0) as the int64
+    words ``gather_masked`` reads at the end of ``ints``."""
+    keep = np.zeros(-(-row_bytes // 8) * 8, np.uint8)
+    keep[:row_bytes].reshape(-1, c2)[:, :lane] = 255
+    return tuple(int(word) for word in keep.view(np.int64))
 
 
 @njit(cache=True)
@@ -71,7 +129,8 @@ def depthwise_step(data, offsets, rows, words, phased_words, phased, tiled, weig
     dw._pad_pixels(words, pad_word, phased_words, ints[DW_TOP], ints[DW_LEFT])
     direct._padded_rows(phased, tiled, weights, packed, ints[DW_KIND], ints[DW_KERNEL_H], ints[DW_KERNEL_W],
                         ints[DW_OUT_H], ints[DW_OUT_W], ints[DW_STRIDE_Y], ints[DW_DILATION_Y], starts, acc, total,
-                        out, sums, ints[DW_KEPT], ints[DW_SUMMED], ints[DW_CLIP], ints[DW_MODE], False)
+                        out, sums, ints[DW_KEPT], ints[DW_SUMMED], ints[DW_CLIP], ints[DW_MODE],
+                        ints[DW_ZERO_TAIL] != 0)
 
 
 @njit(cache=True)

@@ -16,6 +16,7 @@ import numpy as np
 from numba import njit
 
 from npuemu.emulator import numerics as nm
+from npuemu.emulator.kernels import ppu_fp16
 from npuemu.emulator.kernels.fp16 import fp32_to_fp16_canonical
 from npuemu.isa.errors import EmulationError
 
@@ -201,6 +202,8 @@ def pool_nc1hwc2(feature: np.ndarray, config: PoolConfig) -> np.ndarray:
     args = (config.method, config.kernel_h, config.kernel_w, config.stride_y, config.stride_x,
             config.pad_top, config.pad_left)
     if feature.dtype == np.float16:
+        if config.method != nm.POOL_AVERAGE:  # (max / min: the picked value's fp16 bits, kernels/ppu_fp16.py)
+            return ppu_fp16.pool_extreme(feature, config)
         out32 = np.empty(shape, np.float32)
         # fp16 path: fp32 sum, times fp16 RECIP_W * 2**-16 then RECIP_H * 2**-16 in fp32, RNE to fp16
         average = config.method == nm.POOL_AVERAGE  # a max / min pool never reads the RECIP fields

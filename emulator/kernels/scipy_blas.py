@@ -11,6 +11,13 @@ its name, so Numba's check (and its BLAS calls, should a kernel make one) find i
 attribute of the package is then missing (``from scipy.linalg import cython_blas`` still works).
 Anything unexpected (no SciPy, another layout, SciPy's linalg already imported) leaves things
 as they are: the cost is then only Numba's usual one.
+
+The check runs when ``numba.np.arraymath`` imports (its ``_check_blas``; ``numba.np.linalg``'s
+functions call it too). A process whose kernels all load from the cache never imports either
+(emulator/numba_lazy_env.py), so :func:`preload_before_numpy_support` loads the extension (6 ms
+of CPU, more wall time: it maps SciPy's OpenBLAS) only when one of them is about to import: an
+import hook at the front of ``sys.meta_path`` that preloads and finds nothing itself (the
+import goes on as usual), idle afterwards; right away if either is imported already.
 """
 
 from __future__ import annotations
@@ -21,6 +28,33 @@ import os
 import sys
 
 NAME = "scipy.linalg.cython_blas"
+#: Numba's modules whose import (or whose functions) run its BLAS check
+NUMPY_SUPPORT = ("numba.np.arraymath", "numba.np.linalg")
+
+
+class _PreloadHook:
+    """A ``sys.meta_path`` entry: the preload before the first of ``NUMPY_SUPPORT`` imports. It
+    stays in the list, idle (taking an entry out while the import system walks it would skip
+    the next finder)."""
+
+    armed = True
+
+    def find_spec(self, name, path=None, target=None):
+        if self.armed and name in NUMPY_SUPPORT:
+            self.armed = False
+            preload_cython_blas()
+        return None
+
+
+def preload_before_numpy_support() -> None:
+    """:func:`preload_cython_blas` now if Numba's NumPy support is imported, else just before it
+    imports (module docstring); once per process."""
+    if any(isinstance(finder, _PreloadHook) for finder in sys.meta_path):
+        return
+    if any(name in sys.modules for name in NUMPY_SUPPORT):
+        preload_cython_blas()
+        return
+    sys.meta_path.insert(0, _PreloadHook())
 
 
 def preload_cython_blas() -> bool:

@@ -705,6 +705,8 @@ def prepare_cna_core(state: ConvState, memory, where: str):
         read = (located.region.data, located.offsets, (located.offsets.size, plan.feature_row_bytes))
     kernel = _prepared_kernel(state, plan) if element is np.int8 else _fp16_kernel(state, plan)
     load = _feature_loader(state, plan, where, read)
+    if element is np.int8 and getattr(load, "rows", None) is not None:  # (its one-call step's arena)
+        load.work = int8_core_step.arena(memory)
     fused = None if element is np.int8 else _fused_fp16(state, plan, load, weights, fetch, arena(memory))
     if fetch is not None and not state.depthwise and fused is None:  # (the fetched weights' products prepared once)
         fetch.convolve = prepare_fetched_fp16(plan.feature_shape, state.in_channels, plan.weight_cache_key[4],
@@ -768,7 +770,23 @@ def _fused_run(rows: tuple, keeper: tuple, fused):
         call(*arguments)
         return done
 
-    run.direct = run.then_into = None
+    def then_into(dpu):
+        """The task's step with its fp16 DPU half (units/dpu_plan_fp.py ``run.direct``) in one frame: the
+        DPU takes the result array itself, the same array every run (checked here once; a cube it does
+        not take goes through its full run, which raises as before)."""
+        if not dpu.takes(fused.result):
+            full = dpu.run
+            return lambda cbuf: full(run(cbuf))
+        result = fused.result
+
+        def step(cbuf: Cbuf) -> None:
+            _keep_held(cbuf, kept, keep, weights_kept, weight_banks, keep_weights)
+            call(*arguments)
+            dpu(result)
+
+        return step
+
+    run.direct, run.then_into = None, then_into
     return run
 
 
@@ -829,7 +847,7 @@ def _cna_step(plan: _Plan, where: str, load, kernel, weights: np.ndarray | None,
     # in one frame, for a feature copied into the step's own array (``_direct_rows``)
     run.then_into = None if run.direct is None or rows is None else (
         lambda dpu: _direct_rows(rows, core, weights_kept, weight_banks, keep_weights, dpu,
-                                 getattr(load, "mask", None)))
+                                 getattr(load, "mask", None), getattr(load, "work", None)))
     return run
 
 
@@ -859,17 +877,18 @@ def _weights_keeper(weight_key: tuple, weights: np.ndarray, where: str):
 
 
 def _direct_rows(rows: tuple, core, weights_kept: _Resident, weight_banks: range, keep_weights, dpu,
-                 mask: tuple[int, int] | None = None):
+                 mask: tuple[int, int] | None = None, work: np.ndarray | None = None):
     """``dpu(*direct(cbuf))`` of ``_cna_step`` in one frame for a feature copied into the step's own
     array (``_feature_loader``'s ``load.rows``; issue 20, fixed cost per task): the same row copy,
     lane masking and Cbuf bookkeeping, the common cases inline - nothing kept beside the slots, the
     weights slot already this step's or evicted by it (``keep_weights``' first case) - and the rest
     through the loader's ``keep`` and ``keep_weights`` as before. Where the prepared kernel runs in
     one compiled call with the row copy (``_fused_int8``), that call instead (``mask``: the loader's
-    first masked surface and lane)."""
+    first masked surface and lane; ``work``: the memory's arena for the buffers of a step too large
+    for its own, kernels/int8_core_step.py)."""
     data, offsets, target, masked, kept, keep = rows
     buffer = kept.array
-    fused = None if mask is None else _fused_int8(data, offsets, target, buffer, mask, core)
+    fused = None if mask is None else _fused_int8(data, offsets, target, buffer, mask, core, work)
     if fused is not None:
         return _fused_rows(fused, kept, keep, weights_kept, weight_banks, keep_weights, dpu)
 
@@ -885,32 +904,49 @@ def _direct_rows(rows: tuple, core, weights_kept: _Resident, weight_banks: range
 
 
 def _fused_int8(data: np.ndarray, offsets: np.ndarray, target: np.ndarray, buffer: np.ndarray,
-                mask: tuple[int, int], core) -> tuple | None:
+                mask: tuple[int, int], core, work: np.ndarray | None = None) -> tuple | None:
     """(kernel, its arguments, the (outputs, window sums) it leaves) of kernels/int8_core_step.py for an
     int8 step's row copy into ``buffer`` ([S][H][W][C2], ``target`` its [S * H][W * C2] rows), lane
     masking from ``mask`` (first masked surface and lane) and prepared kernel ``core`` with its own
-    buffers (``depthwise_parts`` / ``gemm_parts``); None for another kernel (the separate calls then)."""
+    buffers (``depthwise_parts`` / ``gemm_parts``) or, too large for those, buffers placed in the arena
+    ``work`` (``depthwise_placed`` / ``gemm_placed``; issue 20: ppocr_cls' 20 wider layers made ~5 calls
+    each); None for another kernel (the separate calls then)."""
     if buffer.dtype != np.int8 or buffer.ndim != 4 or not buffer.flags.c_contiguous \
             or target.shape != (buffer.shape[0] * buffer.shape[1], buffer.shape[2] * buffer.shape[3]):
         return None
     surfaces, height, _, c2 = buffer.shape
     group, lane = mask
     head = (height, c2, group, lane) if group < surfaces else (height, c2, surfaces, 0)
-    depthwise, gemm = getattr(core, "depthwise_parts", None), getattr(core, "gemm_parts", None)
+    tail = int8_core_step.mask_words(target.shape[1], c2, lane) if group < surfaces else ()
+    depthwise, gemm = _core_parts(core, work)
     if depthwise is not None and depthwise[5] is not None:
         phased_words, rows, out, sums, planes, (fixed, pad_byte, top, left, kept, summed, clip, mode, phased) \
-            = depthwise
+            = depthwise[:6]
         tiled, lane_weights, packed, kind, kernel_h, kernel_w, out_h, out_w, stride_y, dilation_y, starts = fixed
+        zero_tail = depthwise[6] if len(depthwise) > 6 else 0
         ints = np.array(head + (pad_byte, top, left, kind, kernel_h, kernel_w, out_h, out_w, stride_y, dilation_y,
-                                kept, summed, clip, mode), np.int64)
+                                kept, summed, clip, mode, zero_tail) + tail, np.int64)
         return int8_core_step.depthwise_step, (data, offsets, target, buffer.view(np.uint64), phased_words, phased,
                                                tiled, lane_weights, packed, starts, rows[0], rows[1], out, sums,
                                                ints), (out, planes)
     if gemm is not None:
         bases, segs, packed, ones, acc, out, sums, window, scalars = gemm
         return int8_core_step.gemm_step, (data, offsets, target, buffer.reshape(-1), bases, segs, packed, ones, acc,
-                                          out, sums, np.array(head + scalars, np.int64)), (out, window)
+                                          out, sums, np.array(head + scalars + tail, np.int64)), (out, window)
     return None
+
+
+def _core_parts(core, work: np.ndarray | None) -> tuple:
+    """(depthwise parts, GEMM parts) of a prepared int8 kernel for ``_fused_int8``: its own buffers', or
+    (none of its own and an arena given) those placed in ``work``; None for each it lacks."""
+    depthwise, gemm = getattr(core, "depthwise_parts", None), getattr(core, "gemm_parts", None)
+    if depthwise is not None or gemm is not None or work is None:
+        return depthwise, gemm
+    place = getattr(core, "depthwise_placed", None)
+    if place is not None:
+        return place(int8_core_step.placer(work)), None
+    place = getattr(core, "gemm_placed", None)
+    return None, None if place is None else place(int8_core_step.placer(work))
 
 
 def _fused_rows(fused: tuple, kept: _Resident, keep, weights_kept: _Resident, weight_banks: range, keep_weights,
@@ -928,6 +964,10 @@ def _fused_rows(fused: tuple, kept: _Resident, keep, weights_kept: _Resident, we
         dpu(data_out, sums)
 
     if both is None:
+        lut_form = getattr(dpu, "lut_form", None)
+        lut_form = None if lut_form is None else lut_form(data_out, sums)
+        if lut_form is not None:
+            step.batch = _lut_batch(lut_form, (call, arguments), kept, keep, weights_kept, weight_banks, keep_weights)
         return step
     # the DPU's stage chain in the same call (units/dpu_plan.py ``chained``): its drop of derived
     # values first (nothing reads them in between), its general stages where the chain refuses the sums
@@ -940,7 +980,33 @@ def _fused_rows(fused: tuple, kept: _Resident, keep, weights_kept: _Resident, we
         if not both(*arguments):
             general(*fallback)
 
+    def pre(cbuf: Cbuf) -> None:  # (chained_step's Python part: a run of steps makes their calls as one)
+        _keep_held(cbuf, kept, keep, weights_kept, weight_banks, keep_weights)
+        derived.invalidate_rows(*rows)
+
+    # the compiled form for task_batches.StepBatch (kernels/step_batch.py): (bookkeeping, the calls and their
+    # arguments, the general stages' call where the chain refuses, ``remake``: None, the calls never change)
+    chained_step.batch = (pre, ((both, arguments),), (general, *fallback), None)
     return chained_step
+
+
+def _lut_batch(lut_form: tuple, core: tuple, kept: _Resident, keep, weights_kept: _Resident, weight_banks: range,
+               keep_weights) -> tuple:
+    """``_fused_rows``' ``step.batch`` for a step whose DPU stores through the folded LUT table
+    (units/dpu_plan.py ``lut_form``): its bookkeeping ``pre(cbuf)``, the CORE call and a place for the
+    store's, and (``folded()``: the table the LUT RAM gives now, ``calls(table)``: the calls for it, a
+    stand-in no table is) - a caller runs the calls it made only while ``folded()`` gives their table,
+    the step as it is otherwise (so first: the RAM is looked at as the step runs, not at build time)."""
+    derived, rows, (folded, store_call) = lut_form
+
+    def pre(cbuf: Cbuf) -> None:
+        _keep_held(cbuf, kept, keep, weights_kept, weight_banks, keep_weights)
+        derived.invalidate_rows(*rows)
+
+    def calls(table: tuple) -> tuple:
+        return core, store_call(table)
+
+    return pre, (core, None), None, (folded, calls, object())
 
 
 def _feature_loader(state: ConvState, plan: _Plan, where: str, read: tuple | None):

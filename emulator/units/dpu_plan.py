@@ -6,9 +6,11 @@ located once), the drop of the derived values the write covers, and the stage ke
 It takes the integer path's common forms - the main cube from the CORE (``prepare_dpu``) or, in
 flying mode, a plain MRDMA read (``prepare_flying_dpu``: COMB_USE 0, rows located once and
 copied per run, the stages run from its atoms to the WDMA's where they can, ``_atoms_kernel``,
-kernels/dpu_atoms.py; or its unpooling copy); no reduction, transpose, lane padding, packed write or NRDMA
-operand, no int -> fp16 conversion, whole-word atoms whose rows do not overlap (an interleaved
-write's rows are its atoms: lines of one pixel, kernels/dpu_interleave.py) - and hands back None
+kernels/dpu_atoms.py - for int8 in the SE gates' forms one compiled call reading the rows where
+they lie, ``_flying_call``, kernels/dpu_flying_lines.py; or its unpooling copy); no reduction,
+transpose, lane padding, packed write or NRDMA operand, no int -> fp16 conversion, whole-word
+atoms whose rows do not overlap (an interleaved write's rows are its atoms: lines of one pixel,
+kernels/dpu_interleave.py) - and hands back None
 for anything else: the core then runs the task the full way. With the LUT on, the stages run
 pixel-major with the LUT between BN and EW (``_lut_store``: the same per-element functions as the
 full path's [C][H][W] passes; with a register EW operand LUT, EW and OUT_CVT as one table,
@@ -22,7 +24,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from npuemu.emulator.kernels import dpu_atoms, dpu_int32, dpu_interleave, dpu_transpose, dpu_unpool, lut
+from npuemu.emulator.kernels import (dpu_atoms, dpu_flying_lines, dpu_int32, dpu_interleave, dpu_stage_lines,
+                                     dpu_transpose, dpu_unpool, lut)
 from npuemu.emulator.kernels import dpu_pixel as dp
 from npuemu.emulator.kernels.dpu import _OPERAND_MATRICES
 from npuemu.emulator.kernels.dpu_pixel import planned_to_atoms
@@ -84,8 +87,20 @@ def prepare_dpu(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, wher
         made = form(data.reshape(1, pixels, channels), window_sums if with_sums else None, operand)
         return None if made is None else (derived, rows, made)
 
+    def lut_form(data: np.ndarray, window_sums: np.ndarray | None):
+        """For a CORE step whose outputs are ``data`` and ``window_sums`` on every run (its own arrays) and
+        whose stages store through the folded LUT table: (the derived cache and the rows whose values
+        ``direct`` drops, ``_lut_store``'s ``folded_form`` for them) - ``direct`` with its kernel call made
+        by the caller (kernels/step_batch.py) - or None."""
+        form = getattr(kernel, "folded_form", None)
+        if form is None or read_ew is not None or data.dtype != np.int32 or not data.flags.c_contiguous \
+                or data.size != pixels * channels:
+            return None
+        made = form(data.reshape(1, pixels, channels), window_sums if with_sums else None)
+        return None if made is None else (derived, rows, made)
+
     run.held, run.direct = store.held, direct  # (direct: the CORE's pixel-major data and window sums)
-    direct.chained = chained
+    direct.chained, direct.lut_form = chained, lut_form
     return run
 
 
@@ -113,6 +128,10 @@ def prepare_flying_dpu(state: DpuState, rdma: DpuRdmaState | None, memory: Memor
     store = _prepare_store(state, rdma, memory, where, lut_tables, dtype)
     if store is None:
         return None
+    fused = _flying_call(state, store, located, row_bytes, dtype)
+    if fused is not None:
+        fused.held = store.held
+        return fused
     data, offsets, shape = located.region.data, located.offsets, (surfaces, state.height * state.width, -1)
 
     def run(cbuf: object) -> None:
@@ -122,6 +141,62 @@ def prepare_flying_dpu(state: DpuState, rdma: DpuRdmaState | None, memory: Memor
 
     run.held = store.held
     return run
+
+
+def _flying_call(state: DpuState, store: Callable, located, row_bytes: int, dtype: np.dtype) -> Callable | None:
+    """``run(cbuf)`` as one compiled call (``dpu_flying_lines.flying_lines``: the main cube and the
+    ERDMA operand read from memory where they lie, the stages, the WDMA's atoms) where the store's
+    kernel has the form (``_atoms_kernel``'s ``flying``), the operand (if any) is a plain ERDMA read
+    (``_ew_reader``'s ``rows``) and no written byte lies among the read ones (the full path reads
+    the whole of both before it writes); None otherwise."""
+    kernel, read_ew, operand, derived, rows, _ = store.parts  # (no window sums in flying mode)
+    made = getattr(kernel, "flying", None)
+    if made is None or dtype != np.int8:
+        return None
+    form, c2, out_region, out, out_rows = made
+    height, width, channels = state.height, state.width, state.channels
+    needed = -(-channels // c2)
+    main = located.region.data.view(np.int8)
+    if row_bytes != width * c2 or located.offsets.size < needed * height:
+        return None
+    reads = [(located.region, located.offsets, row_bytes)]
+    ew_rows, per_pixel, ew_data = np.zeros(1, np.int64), False, _NO_EW
+    if read_ew is not None:
+        found = getattr(read_ew, "rows", None)
+        if found is None:
+            return None
+        region, ew_rows, shape, ew_dtype = found
+        per_pixel = shape[1] > 1
+        if ew_dtype != np.int8 or shape[2] != c2 or shape[1] not in (1, height * width) or shape[0] < needed:
+            return None
+        reads.append((region, ew_rows, c2 * (width if per_pixel else 1)))
+        ew_data = region.data.view(np.int8)
+    elif operand is not None:
+        return None
+    starts, line, bounds = rows
+    if not all(_apart(region, offsets, size, out_region, out_rows, line) for region, offsets, size in reads):
+        return None
+    invalidate, call = derived.invalidate_rows, dpu_flying_lines.flying_lines
+    main_rows, ew_rows, out_rows = (np.ascontiguousarray(rows, np.int64) for rows in (located.offsets, ew_rows,
+                                                                                      out_rows))
+
+    def run(cbuf: object) -> None:
+        invalidate(starts, line, bounds)
+        call(main, main_rows, ew_data, ew_rows, per_pixel, form, channels, height, width, c2, out, out_rows)
+
+    return run
+
+
+_NO_EW = np.zeros(1, np.int8)
+
+
+def _apart(region, offsets: np.ndarray, size: int, other, other_offsets: np.ndarray, other_size: int) -> bool:
+    """Whether rows of ``size`` bytes at ``offsets`` in ``region`` share no byte with those of
+    ``other_size`` at ``other_offsets`` in ``other`` (their spans apart, or other memory)."""
+    if region is not other:
+        return not np.may_share_memory(region.data, other.data)
+    return int(offsets.max()) + size <= int(other_offsets.min()) or int(other_offsets.max()) + other_size <= \
+        int(offsets.min())
 
 
 def _prepare_unpool(state: DpuState, rdma: DpuRdmaState, memory: Memory, where: str) -> Callable | None:
@@ -237,6 +312,8 @@ def _atoms_kernel(state: DpuState, plan: dp.StagePlan, fixed, located, width: in
         atoms = dpu_atoms.prepare_stages_atoms(settings, plan.channels, state.height, width, fixed.c2, out, offsets)
     if atoms is None:
         return general
+    # (the stages as one compiled call, main cube and operand read from memory: prepare_flying_dpu)
+    form = _flying_form(plan, settings, fixed) if chain is None else None
 
     data_dtype, operand_dtype = plan.data_dtype, plan.operand_dtype
 
@@ -246,7 +323,22 @@ def _atoms_kernel(state: DpuState, plan: dp.StagePlan, fixed, located, width: in
                 ew_operand is None or ew_operand.dtype != operand_dtype) or not atoms(blocks, ew_operand):
             general(blocks, window_sums, ew_operand)
 
+    if form is not None:  # (the WDMA's bytes are int8 elements: the offsets are those of ``elements``)
+        kernel.flying = (form, fixed.c2, located.region, out, offsets)
     return kernel
+
+
+def _flying_form(plan: dp.StagePlan, settings: tuple, fixed) -> np.ndarray | None:
+    """``dpu_flying_lines.flying_form`` for int8 data, operand and output; None for other types."""
+    stages, bs, _, _, _, ew, cvt = settings
+    int8 = np.dtype(np.int8)
+    if plan.data_dtype != int8 or plan.out_dtype != int8 or plan.operand_dtype not in (None, int8):
+        return None
+    lines = dpu_stage_lines.lines_settings(stages, bs, ew, cvt)
+    if lines is None:
+        return None
+    return dpu_flying_lines.flying_form(stages, lines, plan.bs_operands, plan.channels, fixed.surfaces, fixed.c2,
+                                        plan.data_dtype)
 
 
 def _ew_reader(state: DpuState, rdma: DpuRdmaState, memory: Memory, where: str,
@@ -286,6 +378,8 @@ def _ew_reader(state: DpuState, rdma: DpuRdmaState, memory: Memory, where: str,
         gather_rows(data, offsets, rows)
         return rows.view(dtype).reshape(shape)
 
+    if not split:  # (its rows, for a caller reading them itself: _flying_call)
+        read.rows = (located.region, offsets, shape, dtype)
     return read
 
 
@@ -412,4 +506,42 @@ def _lut_store(state: DpuState, fixed, stages: dict, tail: dict, tables: np.ndar
         lut._lut_stages_to_atoms(blocks, sums, layout, kernels_per_group, *settings, operand, ew_params, cvt,
                                  (le, lo, params, dense, base), channels, surfaces, width, tile, offsets, words)
 
+    sizes = (channels, pixels, per_block, surfaces, c2, out_dtype, width, offsets, words)
+    store.folded_form = None if constant is None else _folded_form(values, last, settings, cpend, seen, sizes)
     return store
+
+
+def _folded_form(values, last: list, settings: tuple, cpend: bool, seen: list, sizes: tuple):
+    """``_lut_store``'s ``store.folded_form(blocks, window_sum)`` for a register EW operand (``values``,
+    ``last``, ``seen``: its LUT RAM check and caches; ``sizes``: channels, pixels, pixels a block,
+    surfaces, lanes, the output dtype, the line width, the WDMA's row offsets and words)."""
+    from npuemu.emulator.kernels import lut_folded  # (as ``_lut_store``)
+
+    channels, pixels, per_block, surfaces, c2, out_dtype, width, offsets, words = sizes
+
+    def folded_form(blocks: np.ndarray, window_sum: np.ndarray | None):
+        """For [1][P][C] int32 ``blocks`` and ``window_sum`` that are the same arrays every run: (``folded()``
+        - the folded table pair the LUT RAM gives now, or None -, ``call(pair)`` - the kernel and
+        arguments ``store`` runs for these arrays while the RAM gives ``pair``, a tile of their own -)
+        for a caller making the call itself (kernels/step_batch.py); None where ``store`` takes another way."""
+        if blocks.shape[0] != 1:
+            return None
+        sums, layout, kernels_per_group = dp._NO_SUMS, dp.SUMS_NONE, 1
+        if cpend:
+            sums, layout, kernels_per_group = _seen_layout(seen, window_sum, channels, pixels)
+            if not np.may_share_memory(sums, window_sum):  # (a copy made per run: not arrays a call may keep)
+                return None
+        tile = np.zeros((max(per_block, dp.GATHER_PIXELS) if layout == dp.SUMS_GROUP_MAJOR else per_block,
+                         surfaces * c2), out_dtype)  # (its lanes past the computed channels never written: zeros)
+
+        def folded():
+            values()
+            return last[3]
+
+        def call(pair):
+            return lut_folded.folded_to_atoms, (blocks, sums, layout, kernels_per_group, settings[1], settings[2],
+                                                pair[1], np.int64(pair[0]), channels, surfaces, width, tile, offsets,
+                                                words)
+        return folded, call
+
+    return folded_form

@@ -25,7 +25,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from npuemu.emulator.kernels import dpu_bf16, dpu_fp16_pair, dpu_fp_chain, dpu_interleave, dpu_transpose, lut_fp
+from npuemu.emulator.kernels import (dpu_bf16, dpu_fp16_pair, dpu_fp_atoms, dpu_fp_chain, dpu_fp_fused,
+                                     dpu_interleave, dpu_transpose, lut_fp)
 from npuemu.emulator.kernels.conv_pixels import working_buffer
 from npuemu.emulator.kernels.dpu_fp_chain import IN_WORK, WORK, WORK_ARRAY
 from npuemu.emulator.kernels.fp16 import widening_table
@@ -73,8 +74,10 @@ def prepare_fp_dpu(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, w
     regions = tuple(_NO_REGION if rows is None else rows[0] for rows in reads)
     blocks = [None if main_rows is None else (*main_rows[1:], 0, 1)] \
         + [(*rows[1:], first, step) for rows, first, step in operand_rows] + [None] * (2 - len(operand_rows))
-    store, written = (None, _NO_REGION) if stored is _NO_STORE else _store(*stored)
-    ints, floats = dpu_fp_chain.pack_step(chain.settings(), blocks, store, shape + operand.shape, lut)
+    settings = chain.settings()
+    atoms = _atoms_form(settings, lut, shape, operand, main_rows, stored)
+    store, written = (None, _NO_REGION) if stored is _NO_STORE else _store(*stored, not atoms)
+    ints, floats = dpu_fp_chain.pack_step(settings, blocks, store, shape + operand.shape, lut, atoms)
     regions += (written,)
     config = dpu._lut_config(state.lut) if lut else None
     table, step, prepared, arena = widening_table(), dpu_fp_chain.fp16_step, lut_fp.prepared, _ARENA
@@ -88,23 +91,37 @@ def prepare_fp_dpu(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, w
     # (ppocr_rec fp16: 213 a run, 1.8 ms); comparing the bytes, ~0.2 us
     last = [None, dpu_fp_chain.NO_LUT]
 
-    def run(source: CoreResult | None) -> None:
+    def direct(data: np.ndarray | None) -> None:
         cube, operand, out = kept or _working(*layout)
-        data = cube if cube is not None else _core_cube(source, shape, where)
         packed, parameters = dpu_fp_chain.NO_LUT
         if lut:  # (the LUT RAM as this run finds it)
             ram = lut_tables.tobytes()
             if ram != last[0]:
                 last[:] = [ram, prepared(config, lut_tables[0], lut_tables[1])]
             packed, parameters = last[1]
-        step(data, operand, out, *regions, ints, floats, table, packed, parameters, arena.work)
+        step(data if cube is None else cube, operand, out, *regions, ints, floats, table, packed, parameters,
+             arena.work)
         if store is None:  # (OUT_CVT does more than round to fp16)
             write(dpu.float_output(state, out, where)[0])
         else:
             invalidate()
 
+    def run(source: CoreResult | None) -> None:
+        direct(None if main_rows is not None else _core_cube(source, shape, where))
+
     run.held = _held_blob(state, rdma, memory, where)
+    # ``run.direct(cube)``: ``run`` of the CORE's float32 [C][H][W] cube itself, for a CORE step whose
+    # result is one array every run, checked once by ``direct.takes`` (cna_core ``_fused_run``'s ``then_into``:
+    # the task's two halves in one frame)
+    run.direct, direct.run = direct, run
+    direct.takes = lambda data: main_rows is None and _takes_cube(data, shape)
     return run
+
+
+def _takes_cube(data: np.ndarray, shape: tuple) -> bool:
+    """Whether ``_core_cube`` hands ``data`` (a CORE result's chw array) on as it is: float32, C-contiguous,
+    of the DPU's shape."""
+    return data.shape == shape and data.dtype == np.float32 and data.flags.c_contiguous
 
 
 def _held_blob(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, where: str) -> tuple:
@@ -251,15 +268,16 @@ def _operand_reads(state: DpuState, rdma: DpuRdmaState | None, memory: Memory,
 _MERGED_ROW = 1024
 
 
-def _store(channels: int, height: int, width: int, c2: int, offsets: np.ndarray, data: np.ndarray) -> tuple:
+def _store(channels: int, height: int, width: int, c2: int, offsets: np.ndarray, data: np.ndarray,
+           merge: bool = True) -> tuple:
     """``pack_step``'s store block of ``out``'s first ``channels`` planes as [C][H][W] rows (an
     interleaved write: [C][H*W][1]): (row offsets, C2, channels, height, width), and the region.
     Where each surface's rows are narrow and follow each other in the region (a dense surface:
     7x7, 14x14 maps; ``_dense_surfaces``), the block stores each surface as one row of H*W pixels:
     the same elements into the same places in the same order (rows of one surface never overlap),
     through ``fp16_atoms``' row loop instead of its blocked loop (256x14x14: 0.43 -> 0.11 ns an
-    element, 512x7x7: 0.53 -> 0.22)."""
-    if _dense_surfaces(offsets, height, width, c2):
+    element, 512x7x7: 0.53 -> 0.22); not ``merge``: the rows as they are (a step from atoms to atoms)."""
+    if merge and _dense_surfaces(offsets, height, width, c2):
         return (offsets[::height].copy(), c2, channels, 1, height * width), data
     return (offsets, c2, channels, height, width), data
 
@@ -272,6 +290,49 @@ def _dense_surfaces(offsets: np.ndarray, height: int, width: int, c2: int) -> bo
         return False
     rows = offsets.reshape(-1, height)
     return bool(np.all(rows[:, 1:] - rows[:, :-1] == width * c2))
+
+
+def _atoms_form(settings: tuple, lut: bool, shape: tuple, operand: np.ndarray, main_rows: tuple | None,
+                stored: tuple) -> bool:
+    """Whether the step runs from the MRDMA's atom rows straight into the WDMA's (kernels/dpu_fp_atoms.py):
+    a flying task whose chain is EW alone (``dpu_fp_fused``'s forms 4 to 7: no BS / BN operation or ReLU,
+    no LUT), its operand one value or one a channel, its fp16 store of every channel in rows of the
+    read's layout (lanes, lines, pixels a line, row count), and no store row over a source row read
+    after it."""
+    if main_rows is None or stored is _NO_STORE or lut:
+        return False
+    x_params, _, _, _, stages, e_params, _, _ = settings
+    form = dpu_fp_fused.form_of(x_params, stages, e_params, lut, dpu_fp_fused.operand_form(shape, operand.shape),
+                                shape[1] * shape[2])
+    channels, height, width, c2, targets, data = stored
+    region, sources, rows_height, lanes = main_rows
+    x_relus = any(x_params[s][dpu_fp_chain.X_RELU] or x_params[s][dpu_fp_chain.X_RELUX] for s in range(stages))
+    if not 4 <= form <= 7 or x_relus or operand.size not in (1, shape[0]) or channels != shape[0] or lanes != c2 \
+            or rows_height != height or width != shape[2] or sources.size != targets.size \
+            or dpu_fp_atoms.PIECE % c2 or sources.size > _ATOM_ROWS:
+        return False
+    return _no_hazard(region, sources, data, targets, width * c2)
+
+
+#: most rows ``_no_hazard`` compares (pairwise: [rows][rows] boolean arrays at prepare time)
+_ATOM_ROWS = 1024
+
+
+def _no_hazard(region: np.ndarray, sources: np.ndarray, data: np.ndarray, targets: np.ndarray, line: int) -> bool:
+    """Whether writing target row j (elements ``targets[j]``, ``line`` of them) after reading source rows
+    0..j changes no source row read later: the regions apart, or in one region no target row over a
+    source row i >= j, except its own row in place (i == j, the same elements: each piece read, then written)."""
+    if not np.may_share_memory(region, data):
+        return True
+    # (two uint16 views of one region's bytes, maybe apart: the targets in the source view's elements)
+    shift = data.__array_interface__["data"][0] - region.__array_interface__["data"][0]
+    if shift % 2 or region.strides != (2,) or data.strides != (2,):
+        return False
+    source, target = sources[:, None], targets[None, :] + shift // 2  # [i][j]
+    over = (source < target + line) & (target < source + line)
+    later = np.arange(sources.size)[:, None] >= np.arange(targets.size)[None, :]
+    in_place = np.diag(sources == targets + shift // 2)
+    return not np.any(over & later & ~in_place)
 
 
 def _writer(state: DpuState, memory: Memory, where: str, shape: tuple, scaled: bool = False) -> tuple:

@@ -202,6 +202,104 @@ def test_gemm_broken_variants_are_caught():
     assert not np.array_equal(_step(data, offsets + 1, shape, real, core)[0], expected[0])
 
 
+# -- steps too large for buffers of their own: placed in an arena shared with other steps ------------
+
+def _arena_step(data, offsets, shape, real, core, work, junk):
+    """``_step`` with the core's buffers placed in ``work`` (an arena) that other steps' junk ``junk`` filled
+    first (a byte value): every element the step leaves must be its own run's."""
+    work[:] = junk
+    buffer = np.full(shape, 55, np.int8)
+    target = buffer.view(np.uint8).reshape(shape[0] * shape[1], shape[2] * shape[3])
+    fused = cna_core._fused_int8(data, offsets, target, buffer, divmod(real, shape[3]), core, work)
+    assert fused is not None
+    call, arguments, (out, sums) = fused
+    call(*arguments)
+    return out, sums, buffer
+
+
+@SETTINGS
+@given(st.integers(0, 2**32 - 1), st.sampled_from([(3, 3), (1, 1), (5, 5), (2, 7)]), st.integers(1, 2),
+       st.integers(1, 2), st.sampled_from([0, 2]), st.sampled_from([-128, 127, -9]), st.integers(1, 40),
+       st.integers(1, 20), st.integers(0, 40))
+def test_depthwise_arena_step_matches_the_reference(seed, kernel, stride, dilation, truncate, pad_value, channels,
+                                                    extra, real_cut):
+    """A depthwise layer with no buffers of its own (OWN_BUFFER_ELEMENTS 0): the step places them in an
+    arena that holds junk before each of three runs (another step's values): outputs, their zero
+    columns past the lanes and the window sums as the reference's."""
+    geometry, x, w = depthwise_case(seed, kernel, stride, dilation, channels, max_height=6, max_width=9)
+    surfaces = -(-channels // C2)
+    shape = (surfaces, x.shape[1], x.shape[2], C2)
+    out_channels, real = surfaces * C2 + extra, max(0, channels - real_cut)
+    w.flags.writeable = False
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(depthwise_plan, "OWN_BUFFER_ELEMENTS", 0)
+        core = depthwise_plan.prepare_depthwise_int8_atoms(shape, w, geometry, pad_value, truncate,
+                                                           nm.ROUND_HALF_AWAY, out_channels)
+    assert getattr(core, "depthwise_parts", None) is None
+    rng, work = np.random.default_rng(seed), int8_core_step.arena(_Owner())
+    for junk in (0x7F, 0xFF, 0x80):
+        atoms = rng.integers(-128, 128, shape).astype(np.int8)
+        data, offsets = _memory(rng, atoms, 7)
+        out, planes, buffer = _arena_step(data, offsets, shape, real, core, work, junk)
+        atoms = _expected_atoms(data, offsets, shape, real)
+        expected = _depthwise_reference(atoms, channels, w, geometry, pad_value, truncate, nm.ROUND_HALF_AWAY,
+                                        out_channels)
+        assert np.array_equal(buffer, atoms) and _depthwise_agrees(out, planes, expected)
+
+
+class _Owner:
+    """An arena's owner (a Memory in the emulator: weak-referenceable)."""
+
+
+@pytest.mark.skipif(not gemm_int8.available(), reason="no AVX-512 VNNI: the float32 path, no fused step")
+@SETTINGS
+@given(_convolutions())
+def test_gemm_arena_step_matches_the_reference(case):
+    """A convolution with no buffers of its own (OWN_BUFFER_ELEMENTS 0), its buffers in a junk-filled arena."""
+    shape, channels, real, weights, geometry, out_channels, rng = case
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gemm_conv_int8, "OWN_BUFFER_ELEMENTS", 0)
+        core = gemm_conv_int8.prepare(shape, channels, real, weights, geometry, 0, 0, 0, out_channels,
+                                      lambda name, size, dtype: np.empty(size, dtype))
+    assert core is not None and core.gemm_parts is None and core.gemm_placed is not None
+    work = int8_core_step.arena(_Owner())
+    for junk in (0x7F, 0x80):
+        atoms = rng.integers(-128, 128, shape).astype(np.int8)
+        data, offsets = _memory(rng, atoms, 5)
+        out, sums, buffer = _arena_step(data, offsets, shape, real, core, work, junk)
+        atoms = _expected_atoms(data, offsets, shape, real)
+        expected = _gemm_reference(atoms, channels, weights, geometry, out_channels)
+        np.testing.assert_array_equal(buffer, atoms)
+        np.testing.assert_array_equal(out, expected[0])
+        np.testing.assert_array_equal(sums.reshape(-1), expected[1])
+
+
+def test_arena_too_small_and_broken_zero_columns_are_caught():
+    """A step whose buffers do not fit the arena takes the separate calls (no fused form); a step that
+    skips its zero columns (the zero-tail flag cleared) leaves the arena's junk in them: caught."""
+    geometry, x, w = depthwise_case(11, (3, 3), 1, 1, 20)
+    w.flags.writeable = False
+    shape, real = (2, x.shape[1], x.shape[2], C2), 18
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(depthwise_plan, "OWN_BUFFER_ELEMENTS", 0)
+        core = depthwise_plan.prepare_depthwise_int8_atoms(shape, w, geometry, 3, 0, nm.ROUND_HALF_AWAY, 48)
+    target = np.zeros((shape[0] * shape[1], shape[2] * shape[3]), np.uint8)
+    data, offsets = _memory(np.random.default_rng(4), np.full(shape, 9, np.int8), 8)
+    assert cna_core._fused_int8(data, offsets, target, np.zeros(shape, np.int8), (1, 2), core, np.zeros(64, np.uint8)) \
+        is None
+    work = int8_core_step.arena(_Owner())
+    atoms = _expected_atoms(data, offsets, shape, real)
+    expected = _depthwise_reference(atoms, 20, w, geometry, 3, 0, nm.ROUND_HALF_AWAY, 48)
+    assert _depthwise_agrees(*_arena_step(data, offsets, shape, real, core, work, 0x11)[:2], expected)
+    work[:] = 0x11
+    buffer = np.zeros(shape, np.int8)
+    call, arguments, (out, sums) = cna_core._fused_int8(
+        data, offsets, buffer.view(np.uint8).reshape(target.shape), buffer, divmod(real, C2), core, work)
+    arguments[-1][int8_core_step.DW_ZERO_TAIL] = 0  # (broken: the zero columns not written)
+    call(*arguments)
+    assert not _depthwise_agrees(out, sums, expected)
+
+
 # -- whole steps: the CORE call with the DPU's stage chain after it (``int8_core_step.CHAINED``) -----
 
 _CHAINED_SPECS = ["depthwise_5x5_s2_80ch", "depthwise_3x3_40ch", "depthwise_3x3_s2_40ch", "pointwise_70_kernels",

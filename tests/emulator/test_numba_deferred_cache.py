@@ -81,3 +81,34 @@ def test_other_packages_functions_keep_numbas_eager_cache(tmp_path):
     module, _ = _module_in(tmp_path, "somebody_elses_module")
     dispatcher = njit(cache=True)(module.plus_one)
     assert isinstance(dispatcher._cache, FunctionCache)
+
+
+_IMPORT_CHILD = """
+import json
+from numba.core import caching
+made = []
+real_init = caching.FunctionCache.__init__
+def counting_init(self, py_func):
+    made.append(py_func.__module__ + "." + py_func.__name__)
+    real_init(self, py_func)
+caching.FunctionCache.__init__ = counting_init
+import npuemu.emulator.runtime
+from npuemu.emulator import memory
+from npuemu.emulator.numba_deferred_cache import DeferredCache
+print("RESULT " + json.dumps({"made": made, "memory_deferred": isinstance(memory._gather_rows._cache, DeferredCache)}))
+"""
+
+
+def test_the_runtimes_import_makes_one_numba_cache():
+    """memory.py's kernels (imported before the kernels package) get deferred caches too, and the
+    stale-cache check asks one kernel's cache for the kernels' directory: the import makes one."""
+    import json
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", _IMPORT_CHILD], capture_output=True, text=True, cwd=root, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.split("RESULT ", 1)[1])
+    assert result["memory_deferred"] and len(result["made"]) == 1, result
+    assert result["made"][0].startswith("npuemu.emulator.kernels."), result

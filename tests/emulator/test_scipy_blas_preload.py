@@ -1,5 +1,6 @@
-"""emulator/kernels/scipy_blas.py: importing the emulator registers SciPy's cython_blas alone, so
-Numba's first compiled call does not import scipy.linalg (issue 20: first call), and BLAS from
+"""emulator/kernels/scipy_blas.py: SciPy's cython_blas is registered alone just before Numba's NumPy
+support imports (not at the emulator's import: a cached first call never imports it), so
+Numba's first compile does not import scipy.linalg (issue 20: first call), and BLAS from
 Numba and a later ``import scipy.linalg`` still work; without SciPy (CI installs only the required
 packages) the preload does nothing and Numba works as before. Fresh interpreters: the state is per
 process. The two SciPy cases are collected only where SciPy is installed; the no-SciPy case runs
@@ -31,6 +32,24 @@ import scipy.linalg
 from scipy.linalg import cython_blas
 assert cython_blas is sys.modules["scipy.linalg.cython_blas"]
 assert np.allclose(scipy.linalg.solve(np.eye(2) * 2, np.ones(2)), 0.5)
+print("ok")
+"""
+
+DEFERRED = """
+import sys
+import numpy as np
+import npuemu.emulator.kernels
+from npuemu.emulator.kernels import scipy_blas
+assert "numba.np.arraymath" not in sys.modules  # (the runtime's import leaves Numba's NumPy support out)
+assert "scipy.linalg.cython_blas" not in sys.modules, "preloaded before Numba's check needs it"
+hooks = [f for f in sys.meta_path if isinstance(f, scipy_blas._PreloadHook)]
+assert len(hooks) == 1 and hooks[0].armed
+scipy_blas.preload_before_numpy_support()  # (once per process)
+assert sum(isinstance(f, scipy_blas._PreloadHook) for f in sys.meta_path) == 1
+import numba.np.arraymath  # Numba's BLAS check runs here
+assert "scipy.linalg.cython_blas" in sys.modules and "scipy.linalg" not in sys.modules
+assert numba.np.arraymath._HAVE_BLAS and not hooks[0].armed
+import json  # (later imports pass the idle hook)
 print("ok")
 """
 
@@ -72,7 +91,7 @@ print("ok")
 
 SCRIPTS = {"no-scipy": (HIDE_SCIPY if HAS_SCIPY else "") + NO_SCIPY}
 if HAS_SCIPY:
-    SCRIPTS |= {"fresh": FIRST_CALL, "scipy-linalg-first": ALREADY_IMPORTED}
+    SCRIPTS |= {"fresh": FIRST_CALL, "scipy-linalg-first": ALREADY_IMPORTED, "deferred": DEFERRED}
 
 
 @pytest.mark.parametrize("script", list(SCRIPTS.values()), ids=list(SCRIPTS))

@@ -10,7 +10,7 @@ tables) and show these checks catch it."""
 import numpy as np
 import pytest
 
-from npuemu.emulator.kernels import lut
+from npuemu.emulator.kernels import dpu_flying_lines, lut
 from npuemu.emulator.units import dpu_plan
 from tests.emulator.test_machine_support import (
     MASK_CONV, MASK_FLYING, BsParams, bs_reference, conv_task, ew_convert_reference, flying_task, load_cube,
@@ -41,6 +41,18 @@ def _gate(dst: int):
     t = _add(dst)
     t.set("DPU_RDMA", "ERDMA_CFG", ERDMA_DATA_MODE=0, ERDMA_DATA_SIZE=1)
     t.set("DPU_RDMA", "EW_SURF_STRIDE", EW_SURF_STRIDE=1)
+    return t
+
+
+def _se_gate(dst: int):
+    """The SE gate's form (ppocr_cls int8): BS adds one value and multiplies by one without a shift,
+    EW multiplies by the converted per-channel operand, OUT_CVT rounds half to even - the form
+    kernels/dpu_flying_lines.py runs as one compiled call."""
+    t = _gate(dst)
+    t.set("DPU", "BS_MUL_CFG", BS_MUL_OPERAND=3).set("DPU", "DATA_FORMAT")
+    t.set("DPU", "EW_CFG", EW_CVT_ROUND=1, EW_DATA_MODE=1, EDATA_SIZE=1, EW_OP_TYPE=1, EW_LUT_BYPASS=1, EW_OP_SRC=1)
+    t.set("DPU", "EW_CVT_OFFSET_VALUE", 128).set("DPU", "EW_CVT_SCALE_VALUE", EW_OP_CVT_SHIFT=0, EW_OP_CVT_SCALE=1)
+    t.set("DPU", "OUT_CVT_SCALE", OUT_CVT_SCALE=26374).set("DPU", "OUT_CVT_SHIFT", CVT_ROUND=0, OUT_CVT_SHIFT=21)
     return t
 
 
@@ -88,9 +100,13 @@ def _run_both(monkeypatch, chain):
 
 
 @pytest.mark.parametrize("order", [("add", "copy", "lut"), ("copy", "add"), ("lut", "gate", "copy"),
-                                   ("lut_add", "add")])
+                                   ("lut_add", "add"), ("se_gate", "copy")])
 def test_flying_steps_equal_full_runs(monkeypatch, order):
-    makers = {"add": _add, "copy": _copy, "lut": _lut_copy, "gate": _gate, "lut_add": _lut_add}
+    makers = {"add": _add, "copy": _copy, "lut": _lut_copy, "gate": _gate, "lut_add": _lut_add,
+              "se_gate": _se_gate}
+    calls = []
+    inner = dpu_flying_lines.flying_lines
+    monkeypatch.setattr(dpu_flying_lines, "flying_lines", lambda *args: calls.append(1) or inner(*args))
     chain = [(makers[name](out), MASK_FLYING) for name, out in zip(order, OUTS)]
     runs, counting = _run_both(monkeypatch, chain)
     for got, want, a, b in runs:
@@ -102,6 +118,8 @@ def test_flying_steps_equal_full_runs(monkeypatch, order):
             elif name == "copy":
                 np.testing.assert_array_equal(got[index][:CHANNELS], a)
     assert counting.built >= 1 and counting.steps >= len(order)  # every task ran as a step
+    if "se_gate" in order:  # (its steps: one compiled call each)
+        assert len(calls) >= RUNS - 3
 
 
 def test_a_copy_of_a_convolutions_output_reads_it_as_written(monkeypatch):
@@ -182,3 +200,18 @@ def test_the_checks_catch_unpooling_rows_read_when_the_step_was_built(monkeypatc
     runs, counting = _unpool_runs(monkeypatch)
     assert counting.steps >= 1
     assert sum(int(not np.array_equal(got[0], want[0])) for got, want, _ in runs) > 0
+
+
+def test_the_checks_catch_a_gate_call_reading_the_main_cube_of_its_first_run(monkeypatch):
+    """The SE gate's compiled call (kernels/dpu_flying_lines.py) given the memory as its first run
+    left it, not as it is: the later runs' outputs differ from the full path's."""
+    inner, first = dpu_flying_lines.flying_lines, []
+
+    def stale(main, *args):
+        first.append(main.copy()) if not first else None
+        inner(first[0], *args)
+
+    monkeypatch.setattr(dpu_flying_lines, "flying_lines", stale)
+    runs, counting = _run_both(monkeypatch, [(_se_gate(OUTS[0]), MASK_FLYING)])
+    assert first and counting.steps >= 1
+    assert sum(int(not np.array_equal(got[0], want[0])) for got, want, _, _ in runs) > 0

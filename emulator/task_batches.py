@@ -1,0 +1,212 @@
+"""Runs of consecutive task steps as one compiled call (issue 20: fixed cost per task): a task
+program's (task_plan.py) int8 steps with a compiled form (units/cna_core.py ``_fused_rows``' ``step.batch``)
+grouped into StepBatches whose kernels run as one kernels/step_batch.py ``run_ops`` call, each step's
+Python part (Cbuf bookkeeping, derived-row drop, LUT table check) before it. core.py ``_run_batched``
+runs a program's batches and its other steps in order; what a batch leaves - memory, Cbuf, LUT RAM,
+register file, counters, records, the position of a failing task - is what the steps one by one leave.
+kernels/step_batch.py is imported when a program with such steps first runs (a process's first
+inference does not need it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from npuemu.emulator.units.cna_core import Cbuf
+
+#: shortest run of batchable steps made one StepBatch (one step's calls as one op call save its argument
+#: unboxing too)
+BATCH_LEAST = 1
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """Consecutive steps ``first`` .. ``first + size - 1`` (``steps``) whose compiled calls are ops
+    ``start`` .. of ``ops`` (kernels/step_batch.py; member i's end at ``start + ends[i]``): run as each
+    member's LUT port writes (a member after the first only where none before it reads the LUT RAM:
+    ``batched``) and Python part (``pres``), then one ``step_batch.run_ops`` call; ``fallbacks``: per op,
+    the general stages' call where its chain refuses. ``run`` keeps what the steps one by one do
+    (``_run_steps``)."""
+
+    first: int
+    steps: tuple
+    pres: tuple
+    ends: tuple
+    fallbacks: tuple
+    #: per member whose calls read the LUT RAM (cna_core ``_lut_batch``): (``folded()``, ``calls(table)``),
+    #: else None; and the table its ops are for (they run only while ``folded()`` gives it)
+    luts: tuple
+    tables: list
+    writers: frozenset  # members after the first whose tasks write the LUT RAM (no member before reads it)
+    start: int
+    ops: np.ndarray  # step_batch.OpTable.frozen(): the program's ops
+    run_ops: Callable  # (step_batch.run_ops)
+
+    @property
+    def size(self) -> int:
+        return len(self.steps)
+
+    def run(self, tasks: tuple, cbuf: Cbuf, regfile, derived, epoch: int, failed: list) -> int:
+        """The members in order while ``derived.epoch`` is ``epoch`` (checked before each, as
+        ``_run_steps`` does): how many ran. A member whose calls are stale (the LUT RAM gives another
+        table) runs as its step, after the calls of the members before it, and the batch goes on after
+        it. An exception in a member leaves the Cbuf, memory and LUT RAM as the steps one by one would,
+        and ``failed[0]`` its position in the batch."""
+        count, low, saved, tables, pending = 0, 0, cbuf.__dict__.copy(), self.tables, True
+        writers, ram = self.writers, None  # (ram: the member whose writes came first, the LUT RAM before them)
+        try:
+            if tasks[self.first][6]:
+                regfile.apply_lut(tasks[self.first][6], tasks[self.first][0])
+            for pre, reads in zip(self.pres, self.luts):
+                if derived.epoch != epoch:
+                    break
+                if writers and count in writers:  # (before the earlier members' calls: none of them reads it)
+                    task = tasks[self.first + count]
+                    ram = ram or (count, regfile.lut.tables.copy())
+                    regfile.apply_lut(task[6], task[0])
+                if reads is not None and reads[0]() is not tables[count]:  # (stale: the step as it is)
+                    pending = False  # (from here an exception has set ``failed``)
+                    self._ops(low, count, cbuf, saved, failed, regfile, ram)
+                    failed[0] = count
+                    self.steps[count](cbuf)
+                    failed[0], count = 0, count + 1
+                    low, saved, pending = count, cbuf.__dict__.copy(), True
+                    self._remake(count - 1)
+                    continue
+                pre(cbuf)
+                count += 1
+        except Exception:
+            if pending:  # (the members before it, as run one by one)
+                self._ops(low, count, cbuf, saved, failed, regfile, ram)
+                failed[0] = count
+            raise
+        self._ops(low, count, cbuf, saved, failed, regfile, ram)
+        return count
+
+    def _ops(self, low: int, count: int, cbuf: Cbuf, saved: dict, failed: list, regfile=None,
+             ram: tuple | None = None) -> None:
+        """Members ``low`` .. ``count - 1``'s compiled calls, each refusal's general stages in its place;
+        where those raise, the Cbuf as it was after that member's bookkeeping (``saved``: as at ``low``)
+        and the LUT RAM as before the writes of the members after it (``ram``: the first such member and
+        the RAM before its writes; ``failed[0]``: the member)."""
+        if count <= low:
+            return
+        table, stop = self.ops, self.start + self.ends[count - 1]
+        at = self.start + (self.ends[low - 1] if low else 0)
+        while at < stop:
+            at = self.run_ops(table, at, stop)
+            if at < stop:
+                general, *fallback = self.fallbacks[at - self.start]
+                try:
+                    general(*fallback)
+                except Exception:
+                    member = next(index for index, end in enumerate(self.ends) if end > at - self.start)
+                    if ram is not None and ram[0] > member:
+                        regfile.lut.tables[...] = ram[1]
+                    cbuf.__dict__.clear()
+                    cbuf.__dict__.update(saved)
+                    for pre in self.pres[low:member + 1]:  # (a function of the Cbuf's state: the same keeps)
+                        pre(cbuf)
+                    failed[0] = member
+                    raise
+                at += 1
+
+    def _remake(self, member: int) -> None:
+        """Member ``member``'s ops made again for the table the LUT RAM gives now (kept where they encode:
+        their arguments then live as long as the table, ``tables``' entry)."""
+        folded, calls = self.luts[member]
+        table = folded()
+        rows = None if table is None else _encoded_calls(calls(table))
+        low = self.start + (self.ends[member - 1] if member else 0)
+        if rows is not None and len(rows) == self.start + self.ends[member] - low:
+            self.ops[low:low + len(rows)] = rows
+            self.tables[member] = table
+
+
+#: task_plan.ChainProgram.runs' first item until they are made
+UNMADE = object()
+
+
+def runs(program) -> tuple | None:
+    """``program.runs``, made as the program first runs (issue 20: a process's first inference neither
+    imports kernels/step_batch.py nor encodes its ops)."""
+    held = program.runs
+    if held is None:
+        return None
+    if held[0] is UNMADE:
+        held[:] = [batched(program.steps, held[1])]
+    return held[0]
+
+
+def batched(steps: list, tasks: tuple) -> tuple | None:
+    """``ChainProgram.runs`` of ``steps`` (of ``tasks``): each run of consecutive steps with a compiled
+    form (``_fused_rows``' ``step.batch``) one StepBatch, each other task alone; None without a run of
+    at least BATCH_LEAST steps. A task that writes the LUT RAM joins a run only where no member before it
+    reads the LUT RAM (its writes come before their calls; the calls after it see the RAM as one by one)."""
+    forms = [_op_form(step) for step in steps]
+    if not any(forms):
+        return None
+    from npuemu.emulator.kernels import step_batch  # (here: only a program with such steps needs it)
+
+    runs, ops, at = [], None, 0
+    while at < len(steps):
+        end = at
+        while end < len(steps) and forms[end] is not None and (end == at or not tasks[end][6] or all(
+                form[4] is None for form in forms[at:end])):
+            end += 1
+        if end - at < BATCH_LEAST:
+            runs.append((at, None))
+            at += 1
+            continue
+        ops = ops or step_batch.OpTable()
+        start, ends, fallbacks = len(ops.rows), [], []
+        for rows, _, fallback, _, _ in forms[at:end]:
+            for row in rows:
+                ops.add(row)
+                fallbacks.append(fallback)
+            ends.append(len(ops.rows) - start)
+        luts = tuple(form[4] for form in forms[at:end])
+        runs.append((at, (tuple(steps[at:end]), tuple(form[1] for form in forms[at:end]), tuple(ends),
+                          tuple(fallbacks), tuple(None if lut is None else lut[:2] for lut in luts),
+                          [None if lut is None else lut[2] for lut in luts],
+                          frozenset(index - at for index in range(at + 1, end) if tasks[index][6]), start)))
+        at = end
+    if ops is None:
+        return None
+    table = ops.frozen()
+    return tuple((first, None if made is None else StepBatch(first, *made, table, step_batch.run_ops))
+                 for first, made in runs)
+
+
+def _op_form(step) -> tuple | None:
+    """(its ops' table rows, bookkeeping, fallback call, its calls, LUT reads) of a step with a compiled
+    form step_batch runs (``step.batch``), worked out once per step (kept on it); None for others."""
+    if step is None:
+        return None
+    form = getattr(step, "op_form", False)
+    if form is False:
+        form, batch = None, getattr(step, "batch", None)
+        if batch is not None:
+            pre, calls, fallback, lut = batch
+            rows = _encoded_calls(calls)
+            form = None if rows is None else (rows, pre, fallback, calls, lut)
+        step.op_form = form
+    return form
+
+
+def _encoded_calls(calls: tuple) -> list | None:
+    """The table rows of ``calls`` ((kernel, arguments), or None: a place kept for a call to come), or
+    None where one is no op kind's."""
+    from npuemu.emulator.kernels import step_batch  # (as ``batched``)
+
+    rows = []
+    for call in calls:
+        kind = None if call is None else step_batch.kind_of(*call)
+        row = step_batch.nothing() if call is None else None if kind is None else step_batch.encoded(kind, call[1])
+        if row is None:
+            return None
+        rows.append(row)
+    return rows
