@@ -97,8 +97,9 @@ def _sources_state() -> str:
 
 
 def _sources_digest() -> str:
-    digest = hashlib.sha256(Path(numerics.__file__).read_bytes())
-    for source in sorted(Path(__file__).parent.glob("*.py")):
+    numerics_source, *kernel_sources = _sources()
+    digest = hashlib.sha256(numerics_source.read_bytes())
+    for source in kernel_sources:
         digest.update(source.name.encode())
         digest.update(source.read_bytes())
     return digest.hexdigest()

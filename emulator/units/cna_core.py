@@ -980,14 +980,24 @@ def _fused_rows(fused: tuple, kept: _Resident, keep, weights_kept: _Resident, we
         if not both(*arguments):
             general(*fallback)
 
-    def pre(cbuf: Cbuf) -> None:  # (chained_step's Python part: a run of steps makes their calls as one)
-        _keep_held(cbuf, kept, keep, weights_kept, weight_banks, keep_weights)
-        derived.invalidate_rows(*rows)
-
+    # (chained_step's Python part: a run of steps makes their calls as one)
+    pre = _batch_pre(derived, rows, kept, keep, weights_kept, weight_banks, keep_weights)
     # the compiled form for task_batches.StepBatch (kernels/step_batch.py): (bookkeeping, the calls and their
     # arguments, the general stages' call where the chain refuses, ``remake``: None, the calls never change)
     chained_step.batch = (pre, ((both, arguments),), (general, *fallback), None)
     return chained_step
+
+
+def _batch_pre(derived, rows: tuple, kept: _Resident, keep, weights_kept: _Resident, weight_banks: range,
+               keep_weights):
+    """``pre(cbuf)`` of a batched step (task_batches.StepBatch): its Cbuf bookkeeping (``_keep_held``) and
+    its DPU's drop of the derived values over the rows it writes, made before the batch's one call."""
+
+    def pre(cbuf: Cbuf) -> None:
+        _keep_held(cbuf, kept, keep, weights_kept, weight_banks, keep_weights)
+        derived.invalidate_rows(*rows)
+
+    return pre
 
 
 def _lut_batch(lut_form: tuple, core: tuple, kept: _Resident, keep, weights_kept: _Resident, weight_banks: range,
@@ -998,10 +1008,7 @@ def _lut_batch(lut_form: tuple, core: tuple, kept: _Resident, keep, weights_kept
     stand-in no table is) - a caller runs the calls it made only while ``folded()`` gives their table,
     the step as it is otherwise (so first: the RAM is looked at as the step runs, not at build time)."""
     derived, rows, (folded, store_call) = lut_form
-
-    def pre(cbuf: Cbuf) -> None:
-        _keep_held(cbuf, kept, keep, weights_kept, weight_banks, keep_weights)
-        derived.invalidate_rows(*rows)
+    pre = _batch_pre(derived, rows, kept, keep, weights_kept, weight_banks, keep_weights)
 
     def calls(table: tuple) -> tuple:
         return core, store_call(table)

@@ -54,11 +54,12 @@ def _cbuf(machine):
 
 
 
-def _equal_runs(machines: list, specs: list, amount: int, inputs) -> None:
-    """Each input run on every machine: the same records, outputs and end state as the first machine's."""
+def _equal_runs(made: list, specs: list, inputs) -> None:
+    """Each input run on every (machine, chain amount) of ``made``: the same records, outputs and end state
+    as the first machine's."""
     for x in inputs:
         results = []
-        for machine in machines:
+        for machine, amount in made:
             load_cube(machine, specs[0].feature, x)
             records = machine.run_chain(plans.ADDRESS, amount).tasks
             results.append((records, [plans._output(machine, spec) for spec in specs], _state(machine)))
@@ -66,6 +67,7 @@ def _equal_runs(machines: list, specs: list, amount: int, inputs) -> None:
             assert results[0][0] == other[0] and results[0][2] == other[2]
             for mine, theirs in zip(results[0][1], other[1]):
                 np.testing.assert_array_equal(mine, theirs)
+
 
 def _state(machine):
     core = machine.cores[0]
@@ -324,7 +326,8 @@ def _lut_runs(monkeypatch, tasks: int = 3) -> tuple[int, int]:
 
     monkeypatch.setattr(step_batch, "run_ops", counted)
     monkeypatch.setattr(task_batches.StepBatch, "_remake", remake)
-    _equal_runs(machines, specs, amount, plans.int8_inputs(2, (specs[0].in_c, specs[0].in_h, specs[0].in_w)))
+    _equal_runs([(machine, amount) for machine in machines], specs,
+                plans.int8_inputs(2, (specs[0].in_c, specs[0].in_h, specs[0].in_w)))
     return folded[0], remade[0]
 
 
@@ -367,7 +370,8 @@ def _mixed_chain():
 def test_lut_writes_mid_batch_equal_steps_one_by_one_and_the_full_path(monkeypatch):
     calls = _batches_run(monkeypatch)
     specs, amount, machines = _mixed_chain()
-    _equal_runs(machines, specs, amount, plans.int8_inputs(3, (specs[0].in_c, specs[0].in_h, specs[0].in_w)))
+    _equal_runs([(machine, amount) for machine in machines], specs,
+                plans.int8_inputs(3, (specs[0].in_c, specs[0].in_h, specs[0].in_w)))
     assert (0, 4) in calls  # (the three members' four ops as one call)
 
 
@@ -519,15 +523,6 @@ def test_a_member_stale_on_every_run_runs_as_its_step_and_the_batch_goes_on(monk
              (conv_task(specs[2]), MASK_CONV)]
     made = [plans._machine(chain, full, layer, specs[0]) for full in (False, False, True)]
     _one_by_one(made[1][0])
-    for x in plans.int8_inputs(5, (specs[0].in_c, specs[0].in_h, specs[0].in_w)):
-        results = []
-        for machine, amount in made:
-            load_cube(machine, specs[0].feature, x)
-            records = machine.run_chain(plans.ADDRESS, amount).tasks
-            results.append((records, [plans._output(machine, spec) for spec in specs], _state(machine)))
-        for other in results[1:]:
-            assert results[0][0] == other[0] and results[0][2] == other[2]
-            for mine, theirs in zip(results[0][1], other[1]):
-                np.testing.assert_array_equal(mine, theirs)
+    _equal_runs(made, specs, plans.int8_inputs(5, (specs[0].in_c, specs[0].in_h, specs[0].in_w)))
     assert ran and all(size == done == 3 for size, done in ran)
     assert calls and all(start == 2 and stop == 4 for start, stop in calls)  # (members 1 and 2: ops 2, 3)
