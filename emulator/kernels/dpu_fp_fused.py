@@ -7,9 +7,11 @@ compiled networks run (``takes``: X stages whose ALU adds, no PReLU; an EW ALU o
 minus or an EW multiply; an operand of one value, one a channel or one a pixel) go through
 :func:`fused_chain` instead: each element through every enabled stage in registers, one loop a
 channel (or one across channels for 1x1 maps). The stage code is ``dpu_fp_chain``'s own element
-functions (``_x_value``, ``_ew_value``) with the algorithm and PReLU fixed, the LUT
-``lut_fp._lut_value``: every element sees the same fp32 operations on the same operands in the
-same order, so the bits are those of the passes (tests/emulator/test_dpu_fp_fused.py).
+functions (``_x_value``, ``_ew_value``) with the algorithm and PReLU fixed, their ReLU / ReLUX as two
+threshold selects (``bounds``: relu_float's result on every value), the LUT ``lut_fp._lut_value``:
+every element sees the same fp32 operations on the same operands in the same order, so the bits are
+those of the passes (tests/emulator/test_dpu_fp_fused.py, test_fp_chain_selects.py). Each form's
+loop is compiled with its operations constant (``F0``..``F8``, session 21).
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ FORMS = ((XK_ADD, XK_MUL_ADD, True, EK_MUL), (XK_MUL_ADD, XK_NONE, True, EK_MUL)
          (XK_ADD, XK_NONE, False, EK_NONE), (XK_ADD, XK_NONE, False, EK_ADD), (XK_NONE, XK_NONE, False, EK_ADD),
          (XK_NONE, XK_NONE, False, EK_MUL), (XK_NONE, XK_NONE, False, EK_MAX), (XK_NONE, XK_NONE, False, EK_MINUS),
          (XK_MUL, XK_MUL_ADD, False, EK_NONE))
+#: the forms one by one: Numba types a global tuple of ints and booleans as its literal values, so that a
+#: call passing one compiles its loop with the form's operations constants (``FORMS[k]`` is typed as a
+#: plain tuple: one loop for every form, its operations chosen element by element; with ``bounds``,
+#: conv + bias + ReLU6 0.30 -> 0.11 ns an element)
+F0, F1, F2, F3, F4, F5, F6, F7, F8 = FORMS
 #: maps of fewer pixels run the passes
 _SMALL_PLANE = 32
 _EW_KINDS = {nm.ALU_MAX: EK_MAX, nm.ALU_MIN: EK_MIN, nm.ALU_ADD: EK_ADD, nm.ALU_MINUS: EK_MINUS}
@@ -90,23 +97,44 @@ def form_of(x_params: np.ndarray, stages: int, e_params: np.ndarray, lut: bool, 
 
 
 @njit(cache=True)
-def _ew_fixed(value, other, kind, relu_on, relux_on, relux_value):
-    # ew_value with the operation a constant ``kind``
-    if kind == EK_MUL:
-        return ew_value(value, other, True, nm.EW_OP_MUL, nm.ALU_ADD, False, relu_on, relux_on, relux_value)
-    if kind == EK_NONE:
-        return ew_value(value, other, False, nm.EW_OP_ALU, nm.ALU_ADD, False, relu_on, relux_on, relux_value)
-    algo = nm.ALU_MAX if kind == EK_MAX else nm.ALU_MIN if kind == EK_MIN else nm.ALU_ADD if kind == EK_ADD \
-        else nm.ALU_MINUS
-    return ew_value(value, other, True, nm.EW_OP_ALU, algo, False, relu_on, relux_on, relux_value)
+def bounds(relu_on, relux_on, relux_value):
+    """A stage's ReLU / ReLUX (``numerics.relu_float``'s flags and value) as (below, above, ReLUX value)
+    for ``_bounded``: below 0 with ReLU on, else -inf; above the ReLUX value with ReLUX on, else +inf."""
+    infinity = np.float32(np.inf)
+    return np.float32(0) if relu_on else -infinity, relux_value if relux_on else infinity, relux_value
 
 
 @njit(cache=True)
-def _x_fixed(value, kind, relu_on, relux_on, relux_value, alu, mul):
-    # x_value with the operations a constant ``kind``
-    return x_value(value, nm.ALU_ADD, kind == XK_ADD or kind == XK_MUL_ADD or kind == XK_ADD_MUL,
-                   kind == XK_MUL or kind == XK_MUL_ADD or kind == XK_ADD_MUL, False, kind == XK_MUL_ADD, relu_on,
-                   relux_on, relux_value, alu, mul)
+def _bounded(value, bound):
+    # numerics.relu_float of the flags ``bounds`` took, as two selects with no flag: ``value < -inf`` and
+    # ``value > +inf`` hold for no value (NaN and the infinities included), so a stage with ReLU or ReLUX
+    # off changes nothing, and with it on the comparison and the value are relu_float's. Why: the flags,
+    # loop-invariant booleans, became branches inside the vectorised loops (six a form)
+    value = np.float32(0) if value < bound[0] else value
+    return bound[2] if value > bound[1] else value
+
+
+@njit(cache=True)
+def _ew_fixed(value, other, kind, bound):
+    # ew_value with the operation a constant ``kind``, then ReLU / ReLUX (``bounds``; None: off)
+    if kind == EK_MUL:
+        value = ew_value(value, other, True, nm.EW_OP_MUL, nm.ALU_ADD, False, False, False, np.float32(0))
+    elif kind == EK_NONE:
+        value = ew_value(value, other, False, nm.EW_OP_ALU, nm.ALU_ADD, False, False, False, np.float32(0))
+    else:
+        algo = nm.ALU_MAX if kind == EK_MAX else nm.ALU_MIN if kind == EK_MIN else nm.ALU_ADD if kind == EK_ADD \
+            else nm.ALU_MINUS
+        value = ew_value(value, other, True, nm.EW_OP_ALU, algo, False, False, False, np.float32(0))
+    return value if bound is None else _bounded(value, bound)
+
+
+@njit(cache=True)
+def _x_fixed(value, kind, bound, alu, mul):
+    # x_value with the operations a constant ``kind``, then ReLU / ReLUX (``bounds``; None: off)
+    value = x_value(value, nm.ALU_ADD, kind == XK_ADD or kind == XK_MUL_ADD or kind == XK_ADD_MUL,
+                    kind == XK_MUL or kind == XK_MUL_ADD or kind == XK_ADD_MUL, False, kind == XK_MUL_ADD, False,
+                    False, np.float32(0), alu, mul)
+    return value if bound is None else _bounded(value, bound)
 
 
 @njit(cache=True)
@@ -122,16 +150,16 @@ def _table_choice(x, below, c, multi):
 
 @njit(cache=True)
 def _element(value, other, form, x1, alu1, mul1, x2, alu2, mul2, lut, tables, e):
-    # one element through BS, BN (``x1``, ``x2``: ReLU on, ReLUX on, the ReLUX value), the LUT (``lut``:
-    # 0 off, 1 one threshold, 2 more; ``tables``: lut_fp._lut_values' table values unpacked) and EW
-    # (``e``: ReLU on, ReLUX on, the ReLUX value), the operations those of the constant ``form``
-    value = _x_fixed(value, form[0], x1[0], x1[1], x1[2], alu1, mul1)
-    value = _x_fixed(value, form[1], x2[0], x2[1], x2[2], alu2, mul2)
+    # one element through BS, BN (``x1``, ``x2``: their ReLU / ReLUX, ``bounds``), the LUT (``lut``: 0 off,
+    # 1 one threshold, 2 more; ``tables``: lut_fp._lut_values' table values unpacked) and EW (``e``: its
+    # ``bounds``), the operations those of the constant ``form``
+    value = _x_fixed(value, form[0], x1, alu1, mul1)
+    value = _x_fixed(value, form[1], x2, alu2, mul2)
     if lut != 0:
         pointer, le_k, lo_k, under_on, over_on, below, c = tables
         lo = _table_choice(value, below, c, lut == 2)
         value = _lut_value(value, lo, pointer, le_k, lo_k, under_on, over_on)
-    return _ew_fixed(value, other, form[3], e[0], e[1], e[2])
+    return _ew_fixed(value, other, form[3], e)
 
 
 @njit(cache=True)
@@ -162,7 +190,7 @@ def _plain(data, out, channels, plane, form, x1, x2, alu, mul, operand, pixel, t
 
 @njit(cache=True)
 def _flags(p, relu, relux, relux_value):
-    return p[relu] != 0, p[relux] != 0, relux_value
+    return bounds(p[relu] != 0, p[relux] != 0, relux_value)
 
 
 @njit(cache=True)
@@ -184,7 +212,7 @@ def fused_chain(data, out, channels, plane, x_params, x_relux, alu, mul, e_param
     x1 = _flags(x_params, X_RELU, X_RELUX, x_relux[0])
     x2 = _flags(x_params[X_COUNT:], X_RELU, X_RELUX, x_relux[1])
     on = e_params[E_ON] != 0
-    e = (on and e_params[E_RELU] != 0, on and e_params[E_RELUX] != 0, e_relux)
+    e = bounds(on and e_params[E_RELU] != 0, on and e_params[E_RELUX] != 0, e_relux)
     p = lut_params
     k, c = table[_K:_K + 2 * _CONSTANTS], table[_CHOICE + 1:_CHOICE + 1 + _THRESHOLDS]
     tables = (pointer, (k[0], k[1], k[2], k[3], k[4], k[5], k[6]), (k[8], k[9], k[10], k[11], k[12], k[13], k[14]),
@@ -195,26 +223,28 @@ def fused_chain(data, out, channels, plane, x_params, x_relux, alu, mul, e_param
     # one value or one a channel, their table choice one threshold - the compiler's: the passes run
     # more, ``False``: a loop for each would add compile time). The helpers are plain @njit functions
     # that LLVM inlines: Numba's IR inlining (inline="always") made this kernel's cold compile 240 s, not 15
-    no = (False, False, np.float32(0))
+    # (``no``: a stage without ReLU / ReLUX, its selects left out; the forms without EW operation read no operand:
+    # one loop)
+    no = None
     if form == 0 or form == 1:
         if lut != 1:
             return False
         if form == 0:
-            _loops(data, out, channels, plane, FORMS[0], no, no, alu, mul, operand, 1, False, tables, no)
+            _loops(data, out, channels, plane, F0, no, no, alu, mul, operand, 1, False, tables, no)
         else:
-            _loops(data, out, channels, plane, FORMS[1], no, no, alu, mul, operand, 1, False, tables, no)
+            _loops(data, out, channels, plane, F1, no, no, alu, mul, operand, 1, False, tables, no)
     elif form == 2:
-        _plain(data, out, channels, plane, FORMS[2], x1, x2, alu, mul, operand, pixel, tables, e)
+        _loops(data, out, channels, plane, F2, x1, x2, alu, mul, operand, 0, False, tables, e)
     elif form == 3:
-        _plain(data, out, channels, plane, FORMS[3], x1, x2, alu, mul, operand, pixel, tables, e)
+        _plain(data, out, channels, plane, F3, x1, x2, alu, mul, operand, pixel, tables, e)
     elif form == 4:
-        _plain(data, out, channels, plane, FORMS[4], x1, x2, alu, mul, operand, pixel, tables, e)
+        _plain(data, out, channels, plane, F4, x1, x2, alu, mul, operand, pixel, tables, e)
     elif form == 5:
-        _plain(data, out, channels, plane, FORMS[5], x1, x2, alu, mul, operand, pixel, tables, e)
+        _plain(data, out, channels, plane, F5, x1, x2, alu, mul, operand, pixel, tables, e)
     elif form == 6:
-        _plain(data, out, channels, plane, FORMS[6], x1, x2, alu, mul, operand, pixel, tables, e)
+        _plain(data, out, channels, plane, F6, x1, x2, alu, mul, operand, pixel, tables, e)
     elif form == 7:
-        _plain(data, out, channels, plane, FORMS[7], x1, x2, alu, mul, operand, pixel, tables, e)
+        _plain(data, out, channels, plane, F7, x1, x2, alu, mul, operand, pixel, tables, e)
     else:
-        _plain(data, out, channels, plane, FORMS[8], x1, x2, alu, mul, operand, pixel, tables, e)
+        _loops(data, out, channels, plane, F8, x1, x2, alu, mul, operand, 0, False, tables, e)
     return True

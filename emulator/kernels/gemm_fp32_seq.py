@@ -38,7 +38,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from npuemu.emulator.kernels import host_cpu
-from npuemu.emulator.kernels.canonical_nan import canonical, canonical_ir, canonical_rows
+from npuemu.emulator.kernels.canonical_nan import canonical_ir, canonical_rows
 
 #: rows of A per micro-kernel call (the packed blocks' width)
 MR = 6
@@ -219,22 +219,77 @@ def run(packed: np.ndarray, offsets: np.ndarray, flat: np.ndarray, b_start: int,
         _products(packed, offsets, flat, b_start, out.shape[1], out, out.shape[0])
 
 
+def _narrow_codegen(nv: int, fma: bool):
+    """IR of ``_make_column``: nv vectors of 16 rows' sums in registers, +0 then k after k."""
+    def codegen(context, builder, signature, args):
+        a_addr, a_row, offsets, kc, b_addr, c_addr, c_stride, rows = args
+        fused_add = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VEC, [_VEC] * 3), "llvm.fma.v16f32")
+        accs = [cgutils.alloca_once_value(builder, ir.Constant(_VEC, None)) for _ in range(nv)]  # (+0)
+        with cgutils.for_range(builder, kc) as step:
+            k = step.index
+            offset = builder.load(_address(builder, offsets, builder.mul(k, ir.Constant(_I64, 8)), _I64))
+            value = _splat(builder, builder.load(_address(builder, b_addr, offset, _F32), align=4))
+            weights = builder.add(a_addr, builder.mul(k, a_row))
+            for v in range(nv):
+                weight = builder.load(_address(builder, weights, ir.Constant(_I64, 64 * v), _VEC), align=4)
+                total = builder.load(accs[v])
+                if fma:
+                    total = builder.call(fused_add, [weight, value, total])
+                else:  # the product is exact: the same bits as the fused add
+                    total = builder.fadd(total, builder.fmul(weight, value))
+                builder.store(total, accs[v])
+        for v in range(nv):
+            value = canonical_ir(builder, builder.load(accs[v]))  # (a NaN sum stored as the canonical NaN)
+            for lane in range(16):
+                row = 16 * v + lane
+                with builder.if_then(builder.icmp_signed("<", ir.Constant(_I64, row), rows)):
+                    target = builder.add(c_addr, builder.mul(c_stride, ir.Constant(_I64, row)))
+                    builder.store(builder.extract_element(value, ir.Constant(_I64, lane)),
+                                  builder.inttoptr(target, _F32.as_pointer()), align=4)
+        return context.get_dummy_value()
+    return codegen
+
+
+def _make_column(nv: int):
+    """``column(a, a_row, offsets, kc, b, c, c_stride, rows)`` (byte addresses and counts, intp): for rows
+    m < ``rows`` (at most 16 nv) of A^T's columns from address ``a`` (row k of A^T at ``a + k a_row``),
+    the float32 at ``c + m c_stride`` = +0, then + A^T[k][m] B_k for k < kc in order, B_k the float32
+    at ``b + offsets[k]``."""
+    fma = fused()
+
+    @intrinsic
+    def column(typingctx, a_addr, a_row, offsets, kc, b_addr, c_addr, c_stride, rows):
+        return types.void(*([types.intp] * 8)), _narrow_codegen(nv, fma)
+    return column
+
+
+_column1, _column2, _column3, _column4 = (_make_column(nv) for nv in (1, 2, 3, 4))
+
+
 @njit(cache=True)
 def _narrow(transposed, offsets, flat, start, out, rows):
     """``products`` of a few columns from ``pack``'s narrow form A^T [K][M']: vectorised across the rows
     instead (a tile of 16 columns would compute mostly nothing), each sum k after k from +0 (multiply
-    then add: the product is exact, the bits of the fused add)."""
+    then add: the product is exact, the bits of the fused add). Blocks of 64 rows keep their sums in
+    registers (``_make_column``; issue 20: a loop over a memory row of sums paid its alias checks and
+    store-to-load latency at every k, ~1.5 us for 64 x 200)."""
     reduction, width = transposed.shape
-    acc = np.empty(width, np.float32)
+    a_addr, o_addr, b_addr, c_addr = transposed.ctypes.data, offsets.ctypes.data, flat.ctypes.data, out.ctypes.data
+    row_stride, column_stride = out.strides[0], out.strides[1]
     for n in range(out.shape[1]):
-        acc[:] = 0
-        for k in range(reduction):
-            value = flat[start + offsets[k] // 4 + n]
-            weights = transposed[k]
-            for m in range(width):
-                acc[m] = acc[m] + weights[m] * value
-        for m in range(rows):
-            out[m, n] = canonical(acc[m])
+        b = b_addr + (start + n) * 4  # (offsets are whole float32s: offsets[k] // 4 elements)
+        for m0 in range(0, rows, 64):
+            valid = min(64, rows - m0)
+            args = (a_addr + m0 * 4, width * 4, o_addr, reduction, b, c_addr + m0 * row_stride + n * column_stride,
+                    row_stride, valid)
+            if valid > 48:
+                _column4(*args)
+            elif valid > 32:
+                _column3(*args)
+            elif valid > 16:
+                _column2(*args)
+            else:
+                _column1(*args)
 
 
 @njit(cache=True)

@@ -784,10 +784,64 @@ def _fused_run(rows: tuple, keeper: tuple, fused):
             call(*arguments)
             dpu(result)
 
+        form = getattr(dpu, "batch_form", None)
+        form = None if form is None else form(result)
+        if form is not None:
+            step.batch = _fp16_batch(form, (call, arguments), (kept, keep, weights_kept, weight_banks, keep_weights))
         return step
 
     run.direct, run.then_into = None, then_into
     return run
+
+
+def _fp16_batch(form: tuple, core: tuple, held: tuple) -> tuple:
+    """``_fused_run``'s composed step's ``step.batch`` (task_batches.StepBatch, kernels/step_batch_fp16.py;
+    ``form``: its DPU's ``batch_form``): ``pre(cbuf)`` - the Cbuf bookkeeping (``_keep_held``, ``held`` its
+    arguments) and the DPU's drop of the derived values over the rows it stores -, the CORE call and the
+    DPU's, and with the LUT (``lut_now()``: the tables the LUT RAM gives now, ``calls(tables)``, a stand-in
+    no tables are) - as ``_lut_batch``: the calls run only while ``lut_now()`` gives their tables."""
+    invalidate, lut_now, dpu_call = form
+    keep = _held_keeper(*held)
+
+    def pre(cbuf: Cbuf) -> None:
+        keep(cbuf)
+        try:
+            invalidate()
+        except Exception as error:  # (the step drops after its calls: the batch runs them first)
+            setattr(error, "npuemu_calls_before", True)
+            raise
+
+    if lut_now is None:
+        return pre, (core, dpu_call()), None, None, "fp16"
+
+    def calls(tables: tuple) -> tuple:
+        return core, dpu_call(tables)
+
+    return pre, (core, None), None, (lut_now, calls, object()), "fp16"
+
+
+def _held_keeper(kept: _Resident, keep, weights_kept: _Resident, weight_banks: range, keep_weights):
+    """``_keep_held`` of one step's loads with its outcome beside older weight sets noted: the Cbuf after it
+    holds ``kept`` and ``weights_kept`` whatever it held, and older sets that are a function of the older sets
+    and the weights it held before (kernels/cbuf_reuse.py ``remember``: of their keys, arrays and banks, a list
+    made again equal); where both are the very objects of the last keep that found older sets, that keep's
+    older sets again (issue 20: ppocr_cls fp16 keeps two older sets through most of its chain, and 36 of its
+    92 steps a run took cbuf_reuse's bookkeeping, ~3.5 us each)."""
+    last = [None, None, None]  # (the older sets and weights found, the older sets left)
+
+    def keeper(cbuf: Cbuf) -> None:
+        older = cbuf._older_weights
+        if older and older is last[0] and cbuf.weights is last[1]:
+            cbuf.feature, cbuf.weights = kept, weights_kept
+            if last[2] is not older:
+                cbuf._older_weights = last[2]
+            return
+        was = cbuf.weights
+        _keep_held(cbuf, kept, keep, weights_kept, weight_banks, keep_weights)
+        if older:
+            last[:] = [older, was, cbuf._older_weights]
+
+    return keeper
 
 
 def _cna_step(plan: _Plan, where: str, load, kernel, weights: np.ndarray | None, fetch, fused=None):
@@ -992,9 +1046,10 @@ def _batch_pre(derived, rows: tuple, kept: _Resident, keep, weights_kept: _Resid
                keep_weights):
     """``pre(cbuf)`` of a batched step (task_batches.StepBatch): its Cbuf bookkeeping (``_keep_held``) and
     its DPU's drop of the derived values over the rows it writes, made before the batch's one call."""
+    keeper = _held_keeper(kept, keep, weights_kept, weight_banks, keep_weights)  # (``_keep_held``, outcome noted)
 
     def pre(cbuf: Cbuf) -> None:
-        _keep_held(cbuf, kept, keep, weights_kept, weight_banks, keep_weights)
+        keeper(cbuf)
         derived.invalidate_rows(*rows)
 
     return pre

@@ -110,12 +110,108 @@ def prepare_fp_dpu(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, w
         direct(None if main_rows is not None else _core_cube(source, shape, where))
 
     run.held = _held_blob(state, rdma, memory, where)
+    lut_now = _lut_check(last, lut_tables, config, prepared) if lut else None
+    # (``direct.batch_form(data)``: its parts for a batch of steps, task_batches.StepBatch)
+    direct.batch_form = batch_form = _batch_former(store is not None, kept, layout, regions + (ints, floats, table),
+                                                   invalidate, lut_now)
+    if main_rows is not None:  # (a flying task: the step is ``run`` itself)
+        run.batch = _flying_batch(batch_form(None))
     # ``run.direct(cube)``: ``run`` of the CORE's float32 [C][H][W] cube itself, for a CORE step whose
     # result is one array every run, checked once by ``direct.takes`` (cna_core ``_fused_run``'s ``then_into``:
     # the task's two halves in one frame)
     run.direct, direct.run = direct, run
     direct.takes = lambda data: main_rows is None and _takes_cube(data, shape)
     return run
+
+
+def _lut_check(last: list, lut_tables: np.ndarray, config, prepared):
+    """``lut_now()``: ``direct``'s LUT check (``last``: its LUT RAM bytes and tables) - the tables the LUT RAM
+    gives now -, giving None where it raises (a batch member then runs as its step, which raises where it does)."""
+    def lut_now() -> tuple | None:
+        try:
+            ram = lut_tables.tobytes()
+            if ram != last[0]:
+                last[:] = [ram, prepared(config, lut_tables[0], lut_tables[1])]
+            return last[1]
+        except Exception:
+            return None
+
+    return lut_now
+
+
+def _batch_former(stores: bool, kept: tuple | None, layout: tuple, tail: tuple, invalidate, lut_now):
+    """``batch_form(data)``: ``direct(data)`` for a caller making its ``fp16_step`` call itself (task_batches.StepBatch):
+    (its drop of the stored rows' derived values, ``lut_now`` - the LUT tables ``direct`` would use now - or None
+    without the LUT, ``call(tables)``: the kernel and its arguments for those tables, no LUT's by default), the
+    arrays it takes from the thread's buffers as kernels/step_batch_fp16.py's thread buffers; None where
+    OUT_CVT does more than round (not ``stores``: the write in Python). ``tail``: the regions, ints, floats, table."""
+    def batch_form(data: np.ndarray | None) -> tuple | None:
+        if not stores:
+            return None
+        cube, operand, out = kept or _working_slots(*layout)
+        head = (data if cube is None else cube, operand, out, *tail)
+
+        def call(tables: tuple = dpu_fp_chain.NO_LUT) -> tuple:
+            return dpu_fp_chain.fp16_step, head + tuple(tables) + (_WORK_SLOT,)
+
+        return invalidate, lut_now, call
+
+    return batch_form
+
+
+#: kernels/step_batch_fp16.py's thread buffers (its WORK_BUFFER, RESULT_BUFFER, OPERAND_BUFFER, CUBE_BUFFER)
+_WORK_SLOT = ("buffer", 0, (WORK,))
+
+
+def _working_slots(shape: tuple, main: bool, operand: np.ndarray, read_operand: bool) -> tuple:
+    """``_working``'s arrays as step_batch_fp16's thread buffers (the same working buffers, found as the
+    batch runs: ``batch_runner``)."""
+    return ("buffer", 3, shape) if main else None, ("buffer", 2, operand.shape) if read_operand else operand, \
+        ("buffer", 1, shape)
+
+
+def _flying_batch(form: tuple | None) -> tuple | None:
+    """A flying step's ``step.batch`` (task_batches.StepBatch; ``batch_form(None)``'s parts): its Python
+    part the drop of derived values, its call the DPU's."""
+    if form is None:
+        return None
+    invalidate, lut_now, call = form
+
+    def pre(cbuf) -> None:
+        try:
+            invalidate()
+        except Exception as error:  # (the step drops after its call: the batch runs it first)
+            setattr(error, "npuemu_calls_before", True)
+            raise
+
+    if lut_now is None:
+        return pre, (call(),), None, None, "fp16"
+    return pre, (None,), None, (lut_now, lambda tables: (call(tables),), object()), "fp16"
+
+
+def batch_runner(rows: np.ndarray):
+    """``run_ops(table, start, stop)`` of a batch of fp16 ops (kernels/step_batch_fp16.py; ``rows``: its rows,
+    a view of the table) with the thread's buffers: the DPU's working buffer (``_ARENA``) and, where its ops
+    use them (``buffer_sizes``), the working buffers ``_working`` gives large tasks - the same ones: each
+    grows to at least the size asked, and a task's run consumes them before the next task's. ``run_ops.refresh()``
+    works the sizes out again (task_batches.StepBatch ``_remake``: a LUT member's ops made again)."""
+    from npuemu.emulator.kernels import step_batch_fp16
+
+    run, arena, sizes_of = step_batch_fp16.run_fp16_ops, _ARENA, step_batch_fp16.buffer_sizes
+    sizes = [sizes_of(rows)]
+
+    def run_ops(table: np.ndarray, start: int, stop: int) -> int:
+        _, result, operand, cube = sizes[0]
+        return run(table, start, stop, arena.work,
+                   working_buffer("fp16 DPU result", result, np.float32) if result else _NO_BUFFER,
+                   working_buffer("fp16 DPU operand", operand, np.float32) if operand else _NO_BUFFER,
+                   working_buffer("fp16 DPU cube", cube, np.float32) if cube else _NO_BUFFER)
+
+    run_ops.refresh = lambda: sizes.__setitem__(0, sizes_of(rows))
+    return run_ops
+
+
+_NO_BUFFER = np.zeros(1, np.float32)
 
 
 def _takes_cube(data: np.ndarray, shape: tuple) -> bool:

@@ -10,6 +10,7 @@ that the product stays inside int64 (the kernel's int64 arithmetic is the hardwa
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from numba import njit
 
 from npuemu.emulator import numerics as nm
 from npuemu.emulator.kernels import dpu_pixel as dp
@@ -106,3 +107,24 @@ def test_the_one_rounding_form_and_a_tie_below_zero():
     got, want = _run(case)
     np.testing.assert_array_equal(got, want)
     assert not np.array_equal(_run(case, broken=True)[0], want)
+
+
+@njit
+def _gather_line(indices, table, words, line, count):
+    lut_folded._gather_words(indices, table, words, line, count)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 70000), st.integers(1, 40), st.integers(0, 5), st.integers(0, 2**32 - 1))
+def test_table_entries_packed_eight_to_a_word(size, count, line, seed):
+    """``_gather_words``: word ``line + j`` holds the entries of indices 8j..8j+7, byte k the (8j+k)th
+    (the byte order of the line's int8 atoms), negative entries whole; the words around untouched."""
+    rng = np.random.default_rng(seed)
+    table = rng.integers(-128, 128, size).astype(np.int8)
+    indices = rng.integers(0, size, 8 * count).astype(np.uint32)
+    indices[:2] = [0, size - 1]
+    words = np.full(line + count + 3, 0x5A5A5A5A5A5A5A5A, np.uint64)
+    _gather_line(indices, table.view(np.uint8), words, np.uint64(line), count)
+    want = [table[i] for i in indices]
+    assert words.view(np.int8)[8 * line:8 * (line + count)].tolist() == want
+    assert (words[:line] == 0x5A5A5A5A5A5A5A5A).all() and (words[line + count:] == 0x5A5A5A5A5A5A5A5A).all()
