@@ -26,6 +26,7 @@ from numba import carray, njit, types
 from numba.extending import intrinsic
 
 from npuemu.emulator.kernels import conv_fp16_step, dpu_fp_chain
+from npuemu.emulator.kernels.fp16_atoms_ir import halves_native
 from npuemu.emulator.kernels.step_batch import _pointer
 
 #: op kinds: conv_fp16_step's depthwise / gemm / narrow / few steps, dpu_fp_chain.fp16_step, a place kept
@@ -67,9 +68,21 @@ _DW, _GE, _NA, _FE, _DP = (tuple(item[3] for item in _PARSED[kind]) for kind in 
 
 
 def kinds() -> dict:
-    """The kernel each kind runs (looked up as called: a kernel wrapped in its module makes no op)."""
-    return {conv_fp16_step.depthwise_step: DEPTHWISE, conv_fp16_step.gemm_step: GEMM,
-            conv_fp16_step.narrow_step: NARROW, conv_fp16_step.few_step: FEW, dpu_fp_chain.fp16_step: DPU}
+    """The kernel each kind runs (looked up as called: a kernel wrapped in its module makes no op); the
+    conv_fp16_step kinds only where compiled code widens halves with F16C (``entry``)."""
+    known = {dpu_fp_chain.fp16_step: DPU}
+    if halves_native():
+        known.update({conv_fp16_step.depthwise_step: DEPTHWISE, conv_fp16_step.gemm_step: GEMM,
+                      conv_fp16_step.narrow_step: NARROW, conv_fp16_step.few_step: FEW})
+    return known
+
+
+def entry():
+    """The compiled entry for this target: ``run_fp16_ops``, or ``run_fp16_dpu_ops`` where compiled code has
+    no F16C (``fp16_atoms_ir.halves_native``). Why: conv_fp16_step's kernels widen halves with F16C's
+    instructions in their IR; without F16C they are never prepared, and compiling them (as a call in
+    ``run_fp16_ops`` would) fails at link time (LLVM: no ``__extendhfsf2``)."""
+    return run_fp16_ops if halves_native() else run_fp16_dpu_ops
 
 
 def nothing() -> np.ndarray:
@@ -238,12 +251,28 @@ def _dpu(r, b):
 
 
 @njit(cache=True)
-def run_fp16_ops(table, start, stop, work, result, operand, cube):
-    """Ops ``start`` to ``stop`` of ``table`` (rows of ``encoded``, [ops][COLUMNS]), the thread buffers given (float32,
-    each at least ``buffer_sizes``' elements): ``stop`` (no op refuses)."""
+def _bases(work, result, operand, cube):
     bases = np.empty(BUFFERS, np.int64)
     bases[WORK_BUFFER], bases[RESULT_BUFFER] = work.ctypes.data, result.ctypes.data
     bases[OPERAND_BUFFER], bases[CUBE_BUFFER] = operand.ctypes.data, cube.ctypes.data
+    return bases
+
+
+@njit(cache=True)
+def run_fp16_dpu_ops(table, start, stop, work, result, operand, cube):
+    """``run_fp16_ops`` with the DPU kind alone (``entry``: a target without F16C, where no other kind is made)."""
+    bases = _bases(work, result, operand, cube)
+    for at in range(start, stop):
+        if table[at][0] == DPU:
+            _dpu(table[at], bases)
+    return stop
+
+
+@njit(cache=True)
+def run_fp16_ops(table, start, stop, work, result, operand, cube):
+    """Ops ``start`` to ``stop`` of ``table`` (rows of ``encoded``, [ops][COLUMNS]), the thread buffers given (float32,
+    each at least ``buffer_sizes``' elements): ``stop`` (no op refuses)."""
+    bases = _bases(work, result, operand, cube)
     for at in range(start, stop):
         row = table[at]
         kind = row[0]

@@ -197,7 +197,7 @@ def batch_runner(rows: np.ndarray):
     works the sizes out again (task_batches.StepBatch ``_remake``: a LUT member's ops made again)."""
     from npuemu.emulator.kernels import step_batch_fp16
 
-    run, arena, sizes_of = step_batch_fp16.run_fp16_ops, _ARENA, step_batch_fp16.buffer_sizes
+    run, arena, sizes_of = step_batch_fp16.entry(), _ARENA, step_batch_fp16.buffer_sizes
     sizes = [sizes_of(rows)]
 
     def run_ops(table: np.ndarray, start: int, stop: int) -> int:

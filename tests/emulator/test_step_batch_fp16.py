@@ -52,9 +52,10 @@ def _arrays(arguments) -> list:
     return found
 
 
-def _same_as_direct(kernel, arguments, buffers=(NO_BUFFER,) * 3, work=None) -> None:
-    """``kernel(*arguments)`` and the op of the same call through ``run_fp16_ops``, each from the same bytes
-    of every array: every array (the thread buffers too) the same bytes after."""
+def _same_as_direct(kernel, arguments, buffers=(NO_BUFFER,) * 3, work=None, entry="run_fp16_ops") -> None:
+    """``kernel(*arguments)`` and the op of the same call through ``entry`` (``run_fp16_ops``, or the DPU-only
+    ``run_fp16_dpu_ops``), each from the same bytes of every array: every array (the thread buffers too) the
+    same bytes after."""
     row = batch.encoded_calls(((kernel, arguments),))
     assert row is not None
     arrays = _arrays(arguments) + list(buffers) + ([] if work is None else [work])
@@ -66,7 +67,7 @@ def _same_as_direct(kernel, arguments, buffers=(NO_BUFFER,) * 3, work=None) -> N
     for array, was in zip(arrays, before):
         array[...] = was
     table = np.array(row, np.int64)
-    assert batch.run_fp16_ops(table, 0, 1, NO_BUFFER if work is None else work, *buffers) == 1
+    assert getattr(batch, entry)(table, 0, 1, NO_BUFFER if work is None else work, *buffers) == 1
     for array, want in zip(arrays, direct):
         assert array.tobytes() == want.tobytes()
 
@@ -120,8 +121,9 @@ def test_few_ops_equal_the_kernel_called_directly(case):
 @given(st.tuples(st.integers(1, 20), st.integers(1, 4), st.integers(1, 9), st.booleans(),
                  st.sampled_from(["scalar", "channel", "pixel"]), st.one_of(st.none(), x_configs()),
                  st.one_of(st.none(), x_configs()), st.one_of(st.none(), ew_configs())),
-       st.sampled_from(["work", "buffers", "own"]), st.integers(0, 2**31))
-def test_dpu_ops_equal_the_kernel_called_directly(task, where, seed):
+       st.sampled_from(["work", "buffers", "own"]), st.integers(0, 2**31),
+       st.sampled_from(["run_fp16_ops", "run_fp16_dpu_ops"]))
+def test_dpu_ops_equal_the_kernel_called_directly(task, where, seed, entry):
     """``fp16_step`` with its cube, operand and result in the DPU's working buffer (``IN_WORK``), in the thread's
     result / operand / cube buffers (``("buffer", index, shape)``), or arrays of its own; buffers of garbage."""
     rng = np.random.default_rng(seed)
@@ -145,7 +147,21 @@ def test_dpu_ops_equal_the_kernel_called_directly(task, where, seed):
                 operand_shape)
     arguments = (cube, operand, out, *regions, region, ints, floats, table, *dpu_fp_chain.NO_LUT,
                  ("buffer", batch.WORK_BUFFER, (dpu_fp_chain.WORK,)))
-    _same_as_direct(dpu_fp_chain.fp16_step, arguments, buffers, work)
+    _same_as_direct(dpu_fp_chain.fp16_step, arguments, buffers, work, entry)
+
+
+def test_without_f16c_only_the_dpu_kind_is_made_and_its_entry_runs_it(monkeypatch):
+    """A target without F16C (``halves_native`` False): conv_fp16_step's kernels are never prepared there and
+    would not link (their IR widens halves with F16C's instructions), so no op of theirs is made and the
+    batches call the DPU-only entry, which does not compile them."""
+    assert batch.entry() is batch.run_fp16_ops  # (this host: F16C, the tests' other kinds run)
+    monkeypatch.setattr(batch, "halves_native", lambda: False)
+    assert set(batch.kinds().values()) == {batch.DPU}
+    assert batch.entry() is batch.run_fp16_dpu_ops
+    arguments = tuple(np.zeros((1,) * ndim, dtype) if form == "array" else 0 if form == "n" else
+                      np.float32(0) if form == "f4" else np.uint32(0) if form == "u4" else (0,) * 11
+                      for form, dtype, ndim, _ in batch._PARSED[batch.DEPTHWISE])
+    assert batch.encoded_calls(((conv_fp16_step.depthwise_step, arguments),)) is None
 
 
 def test_arguments_off_the_spec_make_no_op():
