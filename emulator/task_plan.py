@@ -26,7 +26,8 @@ A flying DPU task (DPU + DPU_RDMA alone, its main cube read by the MRDMA) is a s
 ``units.ppu.prepare_ppu``).
 fp16 CNA + CORE -> DPU tasks and fp16 flying DPU tasks (PROC_PRECISION fp16) are steps through
 ``units.dpu_plan_fp.prepare_fp_dpu`` and ``prepare_cna_core``'s fp16 kernel.
-Consecutive int8 steps with a compiled form run as one compiled call (task_batches.py, ``ChainProgram.runs``).
+Consecutive int8 steps with a compiled form run as one compiled call, and so do consecutive fp16 ones
+(task_batches.py, ``ChainProgram.runs``; kernels/step_batch.py, step_batch_fp16.py).
 Tasks of other forms (bf16, DPU + PPU, NRDMA operands, ...) always take the full unit path.
 
 Fixed cost per task (issue 20, <= 20 us): a program whose tasks are all steps (LUT port writes
