@@ -22,7 +22,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from npuemu.emulator.kernels.fp16 import fp16_bits_to_fp32_bits_native, fp32_to_fp16, widening_table
+from npuemu.emulator.kernels.fp16 import fp16_bits_to_fp32_bits_native, fp32_to_fp16, native_halves, widening_table
+from npuemu.emulator.kernels.fp16_atoms_ir import widen_to_planes
 from npuemu.emulator.kernels.mac import _widen_atoms8
 from npuemu.emulator.numerics import INT32_MAX, INT32_MIN, ROUND_HALF_AWAY, ROUND_HALF_EVEN, out_cvt_round_mode
 from npuemu.isa.errors import EmulationError
@@ -106,6 +107,10 @@ def _widen_blocks(bits16, table, out):
 #: runs of at least this many pixels go through ``mac._widen_atoms8`` (one interleaved loop, ~200 ns
 #: to set up), shorter ones lane by lane (40 pixels: 115 against 215 ns; 8 pixels: 41 against 204)
 _INTERLEAVED_RUN = 128
+#: with F16C, runs of fewer pixels go through ``fp16_atoms_ir.widen_to_planes`` (8 atoms transposed in
+#: registers: ~0.08 ns an element at 7-1600 pixels, against 0.34-0.6 lane by lane and 0.1 interleaved at
+#: 800; at 3136 and more the interleaved loop is ~25% faster, as in fetch_fp16.LONG_RUN)
+_TRANSPOSED_RUN = 2048
 
 
 @njit(cache=True, inline="always")
@@ -127,8 +132,11 @@ def widen_rows(data, offsets, height, lanes, first, step, table, out):
     dropped. A surface of eight whole channels (fp16's atom) goes through ``mac._widen_atoms8``
     (F16C where the CPU has it: 0.54 / 0.21 ns an element on 40 / 160 wide rows against 0.73 / 0.71
     for the table loop), the same exact widening (NUMERICS.md 7). Rows back to back in the region
-    and the plane go as one run, runs under ``_INTERLEAVED_RUN`` pixels lane by lane (NUMERICS.md 48)."""
+    and the plane go as one run, runs under ``_INTERLEAVED_RUN`` pixels lane by lane (NUMERICS.md 48);
+    with F16C, runs under ``_TRANSPOSED_RUN`` pixels through ``widen_to_planes`` (NUMERICS.md 49's
+    transpose in registers, the same widening: session 21, ppocr_rec's 40-pixel rows)."""
     channels, pixels = out.shape
+    native = native_halves()
     width = pixels // height
     row = width * lanes
     r = 0
@@ -144,7 +152,11 @@ def widen_rows(data, offsets, height, lanes, first, step, table, out):
         source = data[offsets[r]:offsets[r] + count * lanes]
         r = end
         if lanes == 8 and surface * 8 + 8 <= channels:
-            if count >= _INTERLEAVED_RUN:
+            if native and count < _TRANSPOSED_RUN and source.size == count * 8 and source.strides[0] == 2 \
+                    and out.strides[1] == 4:  # (addresses: whole rows of a dense region, dense plane rows)
+                widen_to_planes(source.ctypes.data, 0, out.ctypes.data + surface * 8 * out.strides[0] + line * 4,
+                                out.strides[0], count)
+            elif count >= _INTERLEAVED_RUN:
                 _widen_atoms8(source, out[surface * 8:surface * 8 + 8], line, count)
             else:
                 _widen_lanes8(source, out, surface * 8, line, count)

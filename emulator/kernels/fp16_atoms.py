@@ -15,7 +15,9 @@ single-row surfaces, one at a time; narrower rows (the one-pixel rows of an inte
 blocks of ``_BLOCK`` pixels across rows, which keeps the per-row overhead (~100 ns) off rows of a few
 pixels (10 -> 0.6 ns an element on one-pixel rows). All store an atom's C2 = 8 lanes together when C2
 is 8 (fp16's) and round with the CPU's own conversion where it has one
-(``fp16.fp32_bits_to_fp16_bits_native``).
+(``fp16.fp32_bits_to_fp16_bits_native``). With F16C, the rows and runs of 8 whole lanes go through
+``fp16_atoms_ir.planes_to_atoms`` instead (8 pixels transposed in registers, rounded by the same
+instruction with the same NaN select: session 21, ppocr_rec's 40-wide rows 0.18 -> 0.08 ns an element).
 
 Every NaN is stored as the canonical fp16 NaN 0x7E00 (``fp16.fp32_bits_to_fp16_bits_canonical``: the
 DPU's stores in default-NaN mode, NUMERICS.md section on the DPU's canonical NaN), whatever NaN the
@@ -27,7 +29,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from npuemu.emulator.kernels.fp16 import fp32_bits_to_fp16_bits_canonical
+from npuemu.emulator.kernels.fp16 import fp32_bits_to_fp16_bits_canonical, native_halves
+from npuemu.emulator.kernels.fp16_atoms_ir import planes_to_atoms
 
 #: rows at least this wide go one at a time (measured with F16C: 16-56 wide, 0.47-0.18 ns an element
 #: against 0.47-0.49 for the blocked loop; 14 and 7 wide, 0.55 and 0.84 against 0.49 and 0.58)
@@ -54,6 +57,15 @@ def planes_to_fp16_atoms(planes, c2, offsets, data):
         _store_blocks(planes, c2, offsets, data)
 
 
+@njit(cache=True, inline="always")
+def _transposed(lanes, c2, row, count, pixel_bytes):
+    # whether a row of ``count`` atoms goes through fp16_atoms_ir.planes_to_atoms (F16C, 8 whole lanes, dense
+    # plane rows, the whole row inside the region): 8 pixels transposed in registers and rounded together, the
+    # rounding of the loops below (40-wide rows 0.18 -> 0.08 ns an element, 7-wide 1.8 -> 0.3; session 21)
+    return native_halves() and lanes == 8 and c2 == 8 and pixel_bytes == 4 and row.size == count * 8 \
+        and row.strides[0] == 2
+
+
 @njit(cache=True)
 def _store_runs(planes, c2, offsets, data):
     # runs of a surface's rows that follow each other in the region (row r + 1 where row r ends; at most
@@ -76,6 +88,11 @@ def _store_runs(planes, c2, offsets, data):
         first, start, count = (r // height) * c2, (r % height) * width, (end - r) * width
         row = data[offsets[r]:offsets[r] + count * c2]
         lanes = min(c2, channels - first)
+        if _transposed(lanes, c2, row, count, flat.strides[1]):
+            planes_to_atoms(flat.ctypes.data + first * flat.strides[0] + start * 4, flat.strides[0], row.ctypes.data,
+                            count)
+            r = end
+            continue
         if lanes < c2:
             row[:] = 0
         for lane in range(lanes):
@@ -102,9 +119,13 @@ def _store_rows(planes, c2, offsets, data):
     for r in range(offsets.size):
         first, y = (r // height) * c2, r % height
         row = data[offsets[r]:offsets[r] + line]
+        lanes = min(c2, channels - first)
+        if _transposed(lanes, c2, row, width, planes.strides[2]):
+            planes_to_atoms(planes.ctypes.data + first * planes.strides[0] + y * planes.strides[1], planes.strides[0],
+                            row.ctypes.data, width)
+            continue
         if first + c2 > channels:
             row[:] = 0
-        lanes = min(c2, channels - first)
         for lane in range(lanes):
             source, target = planes[first + lane, y], rounded[lane]
             for x in range(width):

@@ -7,6 +7,8 @@
 - ``store_planes``: pixel vectors (8 lanes each) to 8 float32 planes, lane l of pixel p at
   ``base + l plane_bytes + 4 p`` - an 8x8 transpose in registers (three two-source shuffle stages) and
   eight vector stores for 8 pixels, element stores for fewer;
+- ``planes_to_atoms``: the reverse, 8 float32 planes -> fp16 atoms (the DPU's store: 8 lane vectors
+  transposed, each pixel rounded by vcvtps2ph with every NaN the canonical one; session 21);
 - ``halves_native``: whether Numba's target has F16C (the intrinsics need it; callers keep their
   portable loops elsewhere).
 """
@@ -60,6 +62,14 @@ def store_planes(builder, values, base, plane_bytes, start):
                 builder.store(builder.extract_element(value, ir.Constant(ir.IntType(32), lane)),
                               builder.inttoptr(at, ir.FloatType().as_pointer()), align=4)
         return
+    for lane, row in enumerate(_transposed(builder, values)):
+        at = builder.add(first, builder.mul(plane_bytes, ir.Constant(I64, lane)))
+        builder.store(row, builder.inttoptr(at, F8.as_pointer()), align=4)
+
+
+def _transposed(builder, values):
+    """IR: the 8x8 transpose of 8 vectors of 8 (row i's element j -> row j's element i), in three
+    two-source shuffle stages."""
     pairs = []  # pixels (j, j + 1): [lanes 0, 1 | 4, 5] and [lanes 2, 3 | 6, 7], the two pixels alternating
     for j in range(0, LANES, 2):
         pairs.append(_shuffle(builder, values[j], values[j + 1], [0, 8, 1, 9, 4, 12, 5, 13]))
@@ -70,11 +80,11 @@ def store_planes(builder, values, base, plane_bytes, start):
         for one, other in ((low, second_low), (high, second_high)):
             quads.append(_shuffle(builder, one, other, [0, 1, 8, 9, 4, 5, 12, 13]))
             quads.append(_shuffle(builder, one, other, [2, 3, 10, 11, 6, 7, 14, 15]))
+    rows = [None] * LANES
     for k in range(4):
         for lane, mask in ((k, [0, 1, 2, 3, 8, 9, 10, 11]), (k + 4, [4, 5, 6, 7, 12, 13, 14, 15])):
-            row = _shuffle(builder, quads[k], quads[4 + k], mask)
-            at = builder.add(first, builder.mul(plane_bytes, ir.Constant(I64, lane)))
-            builder.store(row, builder.inttoptr(at, F8.as_pointer()), align=4)
+            rows[lane] = _shuffle(builder, quads[k], quads[4 + k], mask)
+    return rows
 
 
 def _widen_codegen(context, builder, signature, args):
@@ -139,6 +149,47 @@ def scale_to_planes(typingctx, src, weights, dst, plane_bytes, count):
     depthwise kernel (one rounding: the product of fp16 values is exact; +0 turns -0 into +0; a NaN
     result stored as the canonical NaN, ``canonical_nan``)."""
     return types.void(*([types.intp] * 5)), _planes_codegen(True)
+
+
+def _narrow8(builder, value):
+    # <8 x float> -> <8 x half> bits: vcvtps2ph (nearest even), every NaN first the canonical one (0x7E00 after)
+    return builder.bitcast(builder.fptrunc(canonical_ir(builder, value), _H8), _I16x8)
+
+
+def _atoms_codegen(context, builder, signature, args):
+    # pixels i < count of 8 float32 planes (lane l at src + l plane_bytes + 4 i) -> fp16 atoms at dst + 16 i:
+    # blocks of 8 pixels transposed in registers, the rest lane by lane
+    src, plane_bytes, dst, count = args
+    blocks = builder.udiv(count, ir.Constant(I64, LANES))
+    with cgutils.for_range(builder, blocks) as block:
+        start = builder.mul(block.index, ir.Constant(I64, LANES))
+        first = builder.add(src, builder.mul(start, ir.Constant(I64, 4)))
+        lanes = [builder.load(builder.inttoptr(builder.add(first, builder.mul(plane_bytes, ir.Constant(I64, lane))),
+                                               F8.as_pointer()), align=4) for lane in range(LANES)]
+        at = builder.add(dst, builder.mul(start, ir.Constant(I64, 2 * LANES)))
+        for j, pixel in enumerate(_transposed(builder, lanes)):
+            builder.store(_narrow8(builder, pixel),
+                          builder.inttoptr(builder.add(at, ir.Constant(I64, 2 * LANES * j)), _I16x8.as_pointer()),
+                          align=2)
+    done = builder.mul(blocks, ir.Constant(I64, LANES))
+    with cgutils.for_range(builder, builder.sub(count, done)) as rest:
+        pixel = builder.add(done, rest.index)
+        first = builder.add(src, builder.mul(pixel, ir.Constant(I64, 4)))
+        for lane in range(LANES):
+            value = builder.load(builder.inttoptr(builder.add(first, builder.mul(plane_bytes, ir.Constant(I64, lane))),
+                                                  ir.FloatType().as_pointer()), align=4)
+            half = builder.bitcast(builder.fptrunc(canonical_ir(builder, value), ir.HalfType()), ir.IntType(16))
+            at = builder.add(dst, builder.add(builder.mul(pixel, ir.Constant(I64, 2 * LANES)), ir.Constant(I64, 2 * lane)))
+            builder.store(half, builder.inttoptr(at, ir.IntType(16).as_pointer()), align=2)
+    return context.get_dummy_value()
+
+
+@intrinsic
+def planes_to_atoms(typingctx, src, plane_bytes, dst, count):
+    """``count`` pixels of 8 float32 planes (lane l of pixel i at address ``src + l plane_bytes + 4 i``) ->
+    ``count`` consecutive fp16 atoms at address ``dst`` (16 bytes each): vcvtps2ph's rounding (nearest even),
+    every NaN the canonical 0x7E00 - ``fp16.fp32_bits_to_fp16_bits_canonical`` lane by lane. F16C targets only."""
+    return types.void(*([types.intp] * 4)), _atoms_codegen
 
 
 @intrinsic

@@ -45,3 +45,26 @@ def test_row_runs_widen_like_each_row(surfaces, height, width, lanes, step, firs
     widen_rows(region, offsets, height, lanes, first, step, widening_table(), got)
     reference(region, offsets, height, width, lanes, first, step, want)
     assert np.array_equal(got, want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 3), st.sampled_from([1, 2, 7, 8, 9, 15, 40, 127, 128, 2040, 2047, 2048, 2049]), st.booleans(),
+       st.integers(0, 2**32 - 1))
+def test_transposed_runs_widen_like_each_row(surfaces, width, wider_rows, seed):
+    """Dense 8-lane surfaces of one row: runs of 1 .. 2049 pixels (below, at and past ``_TRANSPOSED_RUN``, pixel
+    counts off a multiple of 8: the transposed path's tail), signalling NaNs of either sign, into planes whose
+    rows are further apart than their width (a view: the transposed path's plane stride)."""
+    rng = np.random.default_rng(seed)
+    lanes, row = 8, width * 8
+    offsets = np.arange(surfaces, dtype=np.int64) * row + 3
+    dense = rng.integers(0, 1 << 16, int(offsets[-1]) + row + 5, dtype=np.uint32).astype(np.uint16)
+    signalling = np.arange(0x7C01, 0x7E00, dtype=np.uint32).astype(np.uint16)
+    picks = rng.integers(0, dense.size, min(dense.size, 64))
+    dense[picks] = rng.choice(signalling, picks.size) | (rng.integers(0, 2, picks.size) << 15).astype(np.uint16)
+    channels = surfaces * lanes
+    columns = width + (5 if wider_rows else 0)
+    got = np.full((channels, columns), 0xDEADBEEF, np.uint32)
+    want = got.copy()
+    widen_rows(dense, offsets, 1, lanes, 0, 1, widening_table(), got[:, :width])
+    reference(dense, offsets, 1, width, lanes, 0, 1, want[:, :width])
+    assert np.array_equal(got, want)
