@@ -1,0 +1,28 @@
+"""Smoke test of ``python -m benchmarks.sequence_models``: one silero-vad export end to end (both builds, one
+timed run each) prints a row of plausible figures; an unknown model name is refused naming it. No timing
+thresholds."""
+
+import pytest
+
+from benchmarks import sequence_models
+
+
+def test_a_sequence_model_row(capsys):
+    if sequence_models.model_path("silero_vad_openvino") is None:
+        pytest.skip("silero-vad not installed (pip install --no-deps -r tests/requirements-models.txt)")
+    assert sequence_models.main(["--models", "silero_vad_openvino", "--runs", "1", "--repeat", "1"]) == 0
+    header, row = capsys.readouterr().out.strip().splitlines()
+    assert "x ort" in header
+    fields = row.split()
+    assert fields[0] == "silero_vad_openvino" and fields[-1] == "0/0"  # (no host step in either build)
+    reference, int8, fp16 = float(fields[1]), float(fields[2]), float(fields[4])
+    assert reference > 0 and int8 > 0 and fp16 > 0
+    for printed, ms in ((fields[3], int8), (fields[5], fp16)):  # (the ratios of the unrounded times)
+        assert printed.endswith("x") and abs(float(printed[:-1]) - ms / reference) <= 0.05 + 0.02 * ms / reference
+
+
+def test_an_unknown_model_is_named(capsys):
+    with pytest.raises(SystemExit) as exited:
+        sequence_models.main(["--models", "silero_vad_openvino,nonesuch"])
+    assert exited.value.code == 2
+    assert "nonesuch" in capsys.readouterr().err
