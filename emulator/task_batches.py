@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from npuemu.emulator.units.cna_core import Cbuf
+from npuemu.emulator.units.cna_core import CALLS_BEFORE, Cbuf
 
 #: shortest run of batchable steps made one StepBatch (one step's calls as one op call save its argument
 #: unboxing too)
@@ -135,10 +135,6 @@ class StepBatch:
             if refresh is not None:
                 refresh()
 
-
-#: set on an exception a member's ``pre`` raises in a part its step runs after its calls (an fp16 step's
-#: drop of derived values follows its kernels): the batch then runs that member's calls before it raises
-CALLS_BEFORE = "npuemu_calls_before"
 
 #: task_plan.ChainProgram.runs' first item until they are made
 UNMADE = object()

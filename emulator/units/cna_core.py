@@ -801,15 +801,11 @@ def _fp16_batch(form: tuple, core: tuple, held: tuple) -> tuple:
     DPU's, and with the LUT (``lut_now()``: the tables the LUT RAM gives now, ``calls(tables)``, a stand-in
     no tables are) - as ``_lut_batch``: the calls run only while ``lut_now()`` gives their tables."""
     invalidate, lut_now, dpu_call = form
-    keep = _held_keeper(*held)
+    keep, drop = _held_keeper(*held), drop_after_calls(invalidate)
 
     def pre(cbuf: Cbuf) -> None:
         keep(cbuf)
-        try:
-            invalidate()
-        except Exception as error:  # (the step drops after its calls: the batch runs them first)
-            setattr(error, "npuemu_calls_before", True)
-            raise
+        drop()
 
     if lut_now is None:
         return pre, (core, dpu_call()), None, None, "fp16"
@@ -818,6 +814,25 @@ def _fp16_batch(form: tuple, core: tuple, held: tuple) -> tuple:
         return core, dpu_call(tables)
 
     return pre, (core, None), None, (lut_now, calls, object()), "fp16"
+
+
+#: set on an exception a batch member's ``pre`` raises in a part its step runs after its calls (an fp16 step's
+#: drop of derived values follows its kernels): task_batches.StepBatch then runs that member's calls before it
+#: raises, as the step one by one would have
+CALLS_BEFORE = "npuemu_calls_before"
+
+
+def drop_after_calls(invalidate):
+    """``invalidate()`` as a batch member's ``pre`` makes it for a step that makes it after its kernels: an
+    exception it raises is marked CALLS_BEFORE."""
+    def drop() -> None:
+        try:
+            invalidate()
+        except Exception as error:
+            setattr(error, CALLS_BEFORE, True)
+            raise
+
+    return drop
 
 
 def _held_keeper(kept: _Resident, keep, weights_kept: _Resident, weight_banks: range, keep_weights):

@@ -34,7 +34,7 @@ from npuemu.emulator.kernels.fp16_atoms import _WIDE_ROW
 from npuemu.emulator.memory import Memory, TaskDma
 from npuemu.emulator.memory import _scatter_planes as scatter_planes
 from npuemu.emulator.units import dpu
-from npuemu.emulator.units.cna_core import CoreResult
+from npuemu.emulator.units.cna_core import CoreResult, drop_after_calls
 from npuemu.emulator.units.dpu_plan import held_blob_entry
 from npuemu.emulator.units.state import FP16, INT8, PRECISION_DTYPES, DpuRdmaState, DpuState, c2_of
 from npuemu.isa.errors import EmulationError
@@ -176,13 +176,10 @@ def _flying_batch(form: tuple | None) -> tuple | None:
     if form is None:
         return None
     invalidate, lut_now, call = form
+    drop = drop_after_calls(invalidate)
 
     def pre(cbuf) -> None:
-        try:
-            invalidate()
-        except Exception as error:  # (the step drops after its call: the batch runs it first)
-            setattr(error, "npuemu_calls_before", True)
-            raise
+        drop()
 
     if lut_now is None:
         return pre, (call(),), None, None, "fp16"

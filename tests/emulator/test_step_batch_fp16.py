@@ -23,7 +23,6 @@ from hypothesis import strategies as st
 from npuemu.emulator import task_batches
 from npuemu.emulator.kernels import conv_fp16_step, depthwise_fp16_rows, dpu_fp_chain, gemm_fp32_seq
 from npuemu.emulator.kernels import step_batch_fp16 as batch
-from npuemu.emulator.memory import DerivedCache
 from npuemu.emulator.regfile import RegisterFile
 from npuemu.emulator.runtime import Runtime
 from npuemu.emulator.units import cna_core
@@ -34,6 +33,7 @@ from tests.emulator import test_task_plans_fp16 as plans
 from tests.emulator.test_conv_fp16_step import _fill, _held_setup, _masked, convs
 from tests.emulator.test_dpu_fp_chain import ew_configs, x_configs
 from tests.emulator.test_fp16_step_work import _task
+from tests.emulator.test_step_batch import _raising_at
 
 pytestmark = pytest.mark.skipif(not depthwise_fp16_rows.available() or gemm_fp32_seq._PLAIN,
                                 reason="the one-call steps need F16C in Numba's target and the tile kernel")
@@ -336,20 +336,6 @@ def test_the_checks_catch_ops_in_the_wrong_order(monkeypatch, tmp_path):
     monkeypatch.setattr(task_batches, "_encoded_calls", swapped)
     with pytest.raises(AssertionError):
         _compare(tmp_path, "gate")
-
-
-def _raising_at(monkeypatch, call: int) -> None:
-    """``DerivedCache.invalidate_rows`` raising at its ``call``-th call from then on (a member's drop of derived
-    values: the step makes it after its kernels, a batch member's ``pre`` before the batch's call)."""
-    inner, count = DerivedCache.invalidate_rows, [0]
-
-    def raising(self, *args, **kwargs):
-        count[0] += 1
-        if count[0] == call:
-            raise EmulationError("a member raises")
-        return inner(self, *args, **kwargs)
-
-    monkeypatch.setattr(DerivedCache, "invalidate_rows", raising)
 
 
 def _raised_ends(monkeypatch, tmp_path, call: int) -> list:
