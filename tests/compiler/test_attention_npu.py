@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from npuemu.compiler.lower import ConvLayer, feature_bytes, layer_constants, lower_layer, output_align
@@ -340,12 +340,17 @@ def test_head_attention_bit_exact(heads, width, tokens):
 @settings(max_examples=4, deadline=None)
 @given(heads=st.integers(1, 3), surfaces=st.sampled_from([1, 2, 4]), half_tokens=st.integers(1, 24),
        seed=st.integers(0, 99))
+@example(heads=2, surfaces=4, half_tokens=23, seed=51)
 def test_head_attention_against_float(heads, surfaces, half_tokens, seed):
+    """The fp16 chain against float64: the error bound scales with the output's largest magnitude (fp16
+    keeps ~11 significant bits; the chain rounds the scores, the softmax and each product's partial sums),
+    12 units of 2^-10 of it. The example: CI's draw (2026-11-28) whose error, 0.034 on outputs up to 3.86,
+    broke the former absolute bound of 0.03 - the same bits before and after that session's changes."""
     width, tokens = 8 * surfaces, 2 * half_tokens
     z = np.random.default_rng(seed).normal(0, 1, (1, 3 * heads * width, 1, tokens)).astype(np.float32)
     _, model = _built(head_attention_graph(heads, width, tokens))
     got, want = _emulate(model, {"z": z}), reference_attention(z, heads, width)
-    assert cosine(got, want) >= 0.9999 and np.abs(got - want).max() < 0.03
+    assert cosine(got, want) >= 0.9999 and np.abs(got - want).max() < 12 * 2.0 ** -10 * np.abs(want).max()
 
 
 def test_head_attention_limits_in_the_partition():
