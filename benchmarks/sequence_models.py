@@ -77,16 +77,22 @@ def ort_ms(name: str, path: Path, feeds: dict, runs: int, repeat: int) -> float:
     return _best(lambda: session.run(None, given), runs, repeat)
 
 
-def emulation_ms(name: str, path: Path, precision: str, feeds: dict, runs: int, repeat: int) -> tuple[float, int]:
-    """(CPU ms a run, host steps) of the rk3588 build of ``precision``."""
+def compiled(name: str, path: Path, precision: str):
+    """The rk3588 build of ``precision`` (a ModelFile; int8 calibrated on samples 0-3)."""
     from npuemu.compiler.driver import CompileOptions, compile_model
-    from npuemu.emulator.runtime import Runtime
-    from npuemu.emulator.timing.report import report_npu
 
     _, _, shapes, freeze = MODELS[name]
     dataset = [sample(name, seed) for seed in range(4)] if precision == "int8" else None
-    built = compile_model(path, "rk3588", CompileOptions(precision=precision, input_shapes=shapes, freeze=freeze,
-                                                          dataset=dataset))
+    return compile_model(path, "rk3588", CompileOptions(precision=precision, input_shapes=shapes, freeze=freeze,
+                                                         dataset=dataset))
+
+
+def emulation_ms(name: str, path: Path, precision: str, feeds: dict, runs: int, repeat: int) -> tuple[float, int]:
+    """(CPU ms a run, host steps) of the rk3588 build of ``precision``."""
+    from npuemu.emulator.runtime import Runtime
+    from npuemu.emulator.timing.report import report_npu
+
+    built = compiled(name, path, precision)
     hosts = sum(step.kind == "cpu" for step in built.schedule())
     runtime = Runtime(built)
 

@@ -2,6 +2,7 @@
 timed run each) prints a row of plausible figures; an unknown model name is refused naming it. No timing
 thresholds."""
 
+import numpy as np
 import pytest
 
 from benchmarks import sequence_models
@@ -26,3 +27,23 @@ def test_an_unknown_model_is_named(capsys):
         sequence_models.main(["--models", "silero_vad_openvino,nonesuch"])
     assert exited.value.code == 2
     assert "nonesuch" in capsys.readouterr().err
+
+
+def test_bitexact_fingerprints_a_sequence_model(tmp_path, capsys):
+    """``benchmarks.bitexact`` builds and hashes the sequence models too (every input fed): the same build hashes
+    equal, and a changed state input changes the fingerprint."""
+    from benchmarks import bitexact
+
+    if sequence_models.model_path("silero_vad_op15") is None:
+        pytest.skip("silero-vad not installed (pip install --no-deps -r tests/requirements-models.txt)")
+    bitexact.build(str(tmp_path), ["silero_vad_op15"])
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "silero_vad_op15_fp16.npu", "silero_vad_op15_inputs.npz", "silero_vad_op15_int8.npu"]
+    first, again = (str(tmp_path / name) for name in ("first.json", "again.json"))
+    assert bitexact.main(["hash", str(tmp_path), first, "silero_vad_op15"]) == 0
+    assert bitexact.main(["hash", str(tmp_path), again, "silero_vad_op15", "--compare", first]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "equal"
+    feeds = sequence_models.sample("silero_vad_op15", 1000)
+    path = str(tmp_path / "silero_vad_op15_int8.npu")
+    moved = dict(feeds, state=feeds["state"] + np.float32(0.25))
+    assert bitexact.fingerprint(path, feeds) != bitexact.fingerprint(path, moved)
