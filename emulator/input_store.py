@@ -17,7 +17,8 @@ straight from the caller's array into the tensor's bytes in memory:
   one rounding exact; overflow to infinity, subnormals, -0.0); a NaN (whose payload numpy's own
   conversion decides) makes it return False: the caller converts with numpy then.
 - :func:`copy_into`: values already in the stored type (int8 stored values, float16 values) ->
-  atoms with one numpy ``copyto`` per channel group, padding 0.
+  atoms with one numpy ``copyto`` (a single channel group) or one transposed copy of the values padded
+  to whole groups (several), padding 0.
 
 Speed (issue 20, NUMERICS.md section on the input store): a group of at most ``FAST_LANES`` real
 channels (every image input: 1-4 channels) is one compiled loop over its pixels whose lane count
@@ -128,17 +129,21 @@ def copy_into(image: np.ndarray, values: np.ndarray) -> None:
     c1, surface, c2 = image.shape
     pixels = flat.shape[1]
     image[:, pixels:, :] = 0
-    # per channel group: its atoms built in a zeroed contiguous buffer, then one plain copy (a
-    # strided cast or copy straight into the image is slower, measured on 3-channel inputs)
-    for group in range(c1):
-        lanes = min(c2, channels - group * c2)
-        if lanes <= 0:
-            image[group, :pixels] = 0
-            continue
-        # (a fresh zeroed buffer: calloc'd pages, cheaper than zeroing the padding lanes)
-        atoms = np.zeros((pixels, c2), image.dtype) if lanes < c2 else np.empty((pixels, c2), image.dtype)
-        np.copyto(atoms[:, :lanes], flat[group * c2:group * c2 + lanes].T, casting="unsafe")
-        image[group, :pixels] = atoms
+    if c1 > 1:
+        # (one transposed copy of the values padded to C1 x C2 channels: a group at a time costs ~0.25 us of
+        # numpy calls per group - silero-vad's 576-channel fp16 input 142 -> 2.5 us -, and is no faster on
+        # wide images: TIMING.md, "copy_into in one copy")
+        padded = np.zeros((c1 * c2, pixels), image.dtype) if channels < c1 * c2 else np.empty((c1 * c2, pixels),
+                                                                                              image.dtype)
+        np.copyto(padded[:channels], flat, casting="unsafe")
+        image[:, :pixels] = padded.reshape(c1, c2, pixels).transpose(0, 2, 1)
+        return
+    # one channel group: its atoms built in a contiguous buffer (a fresh zeroed one - calloc'd pages - where
+    # lanes pad it: cheaper than zeroing them), then one plain copy (a strided cast or copy straight into
+    # the image is slower, measured on 3-channel inputs)
+    atoms = np.zeros((pixels, c2), image.dtype) if channels < c2 else np.empty((pixels, c2), image.dtype)
+    np.copyto(atoms[:, :channels], flat.T, casting="unsafe")
+    image[0, :pixels] = atoms
 
 
 def _check(image: np.ndarray, flat: np.ndarray) -> None:
