@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import operator
+from itertools import chain
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -247,21 +248,27 @@ def timeline_npu(model, runs: Sequence, platform, figures: TaskFigures | None = 
     tasks left the very same (frozen) records as the last one timed for this model, platform
     and figures places exactly as that one did: its timeline is handed out again (read-only)."""
     figures = figures or TaskFigures.of(platform)
-    records = tuple(task for run in runs for task in run.tasks)
-    counts = tuple(len(run.tasks) for run in runs)
+    tasks = tuple(run.tasks for run in runs)
     recent = _TIMELINES.get(model.trailer, platform, figures)
     if recent is None:
         recent = _TIMELINES.put([], model.trailer, platform, figures)
-    for known, known_counts, timeline in recent:
+    # (the same tuples of records: core.py's ``_replayed`` hands a replay's out again; a tuple never changes)
+    for known_tasks, _, _, timeline in recent:
+        if len(known_tasks) == len(tasks) and all(map(operator.is_, known_tasks, tasks)):
+            return timeline
+    records = tuple(chain.from_iterable(tasks))
+    counts = tuple(map(len, tasks))
+    for at, (_, known, known_counts, timeline) in enumerate(recent):
         if known_counts == counts and len(known) == len(records) and all(map(operator.is_, known, records)):
+            recent[at] = (tasks, known, known_counts, timeline)  # (these tuples from now on)
             return timeline
     timeline = build_timeline(plan_npu(model, runs, platform), figures)
-    recent[:] = [(records, counts, timeline)] + recent[:_RECENT_RUNS - 1]
+    recent[:] = [(tasks, records, counts, timeline)] + recent[:_RECENT_RUNS - 1]
     return timeline
 
 
-#: per (trailer, platform, figures): [(records, tasks per run, timeline)] of the last runs
-#: timed, newest first. More than one: a chain of an odd number of tasks runs each task from
+#: per (trailer, platform, figures): [(each run's tuple of records, the records, tasks per run, timeline)]
+#: of the last runs timed, newest first. More than one: a chain of an odd number of tasks runs each task from
 #: the other register group on the next run (core.py), so runs alternate between two records.
 _TIMELINES: Memo[list] = Memo(identity=3, limit=16)
 _RECENT_RUNS = 4

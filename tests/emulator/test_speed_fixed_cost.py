@@ -5,6 +5,8 @@ calibration. No timing assertions: benchmarks/fixed_cost.py measures the speed."
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -92,6 +94,27 @@ def test_memoised_timing_equals_timing_worked_out_afresh(chain):
         timed = time_task(record, platform)
         assert timed.cycles == timed.max_cycles + timed.overhead_cycles
         assert timed.max_cycles == max(timed.npu_cycles, timed.unit_cycles, timed.ddr_cycles) + timed.serial_cycles
+
+
+def test_a_timeline_is_handed_out_again_only_for_the_very_same_records(chain):
+    """timeline_npu's memo: the same tuples of records (a replay's, handed out again), or the same records in
+    other tuples, give the timeline placed before; an equal record that is another object is placed again."""
+    runtime = Runtime(chain)
+    platform = runtime.machine.platform
+    x = np.random.default_rng(5).standard_normal(SHAPE).astype(np.float32)
+    for _ in range(4):
+        _run(runtime, x)
+    runs = runtime.runs
+    first = timeline.timeline_npu(runtime.model, runs, platform)
+    assert timeline.timeline_npu(runtime.model, runs, platform) is first
+    copied = tuple(replace(run, tasks=tuple(list(run.tasks))) for run in runs)
+    assert copied[0].tasks is not runs[0].tasks
+    assert timeline.timeline_npu(runtime.model, copied, platform) is first
+    records = list(runs[0].tasks)
+    records[-1] = replace(records[-1])  # (equal, not the same object)
+    other = (replace(runs[0], tasks=tuple(records)),) + runs[1:]
+    placed = timeline.timeline_npu(runtime.model, other, platform)
+    assert placed is not first and placed == first
 
 
 def test_figures_of_another_platform_are_its_own():
