@@ -1,7 +1,8 @@
 """Runs of consecutive task steps as one compiled call (issue 20: fixed cost per task): a task
-program's (task_plan.py) int8 steps with a compiled form (units/cna_core.py ``_fused_rows``' ``step.batch``)
-grouped into StepBatches whose kernels run as one kernels/step_batch.py ``run_ops`` call, and its fp16 steps
-(``_fused_run``'s composed steps, dpu_plan_fp's flying steps) into StepBatches of one
+program's (task_plan.py) int8 steps with a compiled form (units/cna_core.py ``_fused_rows``' ``step.batch``,
+units/dpu_plan.py ``_chain_batch``'s flying steps) grouped into StepBatches whose kernels run as one
+kernels/step_batch.py ``run_ops`` call, and its fp16 steps (``_fused_run``'s composed steps, dpu_plan_fp's
+flying steps, with an int8 output too, and dpu_plan_convert's int -> fp16 steps) into StepBatches of one
 kernels/step_batch_fp16.py ``run_fp16_ops`` call, each step's Python part (Cbuf bookkeeping, derived-row
 drop, LUT table check) before it. core.py ``_run_batched``
 runs a program's batches and its other steps in order; what a batch leaves - memory, Cbuf, LUT RAM,

@@ -29,6 +29,7 @@ import numpy as np
 from numba import njit
 
 from npuemu.emulator import numerics as nm
+from npuemu.emulator.kernels import dpu_atoms
 from npuemu.emulator.kernels import dpu_stage_lines as dl
 
 # The form vector (int64) ``flying_form`` makes; a rounding is (shift, addend, away mask, odd mask).
@@ -195,3 +196,33 @@ def flying_lines(main, main_rows, operand, operand_rows, per_pixel, form, channe
                 for x in range(width):
                     for lane in range(used, c2):
                         line[x * c2 + lane] = 0
+
+
+#: dpu_atoms' chain loops without EW by (OUT_CVT half-even, BS's clamp from 0): ``gather_chain``'s last argument
+#: (``flying_loop``)
+_CHAIN_LOOPS = (dpu_atoms._atoms_away, dpu_atoms._atoms_away_relu, dpu_atoms._atoms_even, dpu_atoms._atoms_even_relu)
+
+
+def flying_loop(even: bool, relu: bool) -> int:
+    """``gather_chain``'s loop number for dpu_atoms' chain loop ``_LOOPS[False, even, relu]``."""
+    return 2 * bool(even) + bool(relu)
+
+
+def gather_chain(region, rows, cube, floats, chain, channels, height, width, out, offsets, loop) -> None:
+    """A flying int8 task's MRDMA read and float64 chain without EW (units/dpu_plan.py ``_chain_batch``; a
+    kernels/step_batch.py FLYING_CHAIN op runs the same kernels): the rows at ``rows`` of ``region`` copied
+    into ``cube`` (its [S][P][C2] elements in row order), then dpu_atoms' chain loop ``loop`` (``flying_loop``)
+    from it into ``out`` at ``offsets`` (the cube as its EW operand too: unread with EW off)."""
+    gather_cube(region, rows, cube)
+    _CHAIN_LOOPS[loop](cube, cube, floats, chain, channels, height, width, out, offsets)
+
+
+@njit(cache=True)
+def gather_cube(region, rows, cube):
+    """``memory.gather_rows`` into ``cube``'s elements (int8): row r the r-th run of a row's bytes."""
+    flat = cube.reshape(-1)
+    size = flat.size // rows.size
+    for r in range(rows.size):
+        at, source = r * size, rows[r]
+        for i in range(size):
+            flat[at + i] = region[source + i]

@@ -29,7 +29,7 @@ from npuemu.emulator import numerics as nm
 from npuemu.emulator.kernels import lut_fp
 from npuemu.emulator.kernels.canonical_nan import canonical_nans
 from npuemu.emulator.kernels.dpu import EwConfig, XStageConfig
-from npuemu.emulator.kernels.dpu_convert import widen_rows
+from npuemu.emulator.kernels.dpu_convert import widen_channels, widen_rows
 from npuemu.emulator.kernels.dpu_fp_elements import (E_ALGO, E_COUNT, E_ON, E_OP_ON, E_OP_TYPE, E_PRELU, E_RELU,
                                                      E_RELUX, X_ALGO, X_ALU_ON, X_COUNT, X_MUL_FIRST, X_MUL_ON,
                                                      X_PRELU, X_RELU, X_RELUX)
@@ -37,7 +37,7 @@ from npuemu.emulator.kernels.dpu_fp_elements import ew_value as _ew_value
 from npuemu.emulator.kernels.dpu_fp_elements import x_value as _x_value
 from npuemu.emulator.kernels.dpu_fp_atoms import PIECE, ew_atoms
 from npuemu.emulator.kernels.dpu_fp_fused import form_of, fused_chain, operand_form
-from npuemu.emulator.kernels.fp16_atoms import planes_to_fp16_atoms
+from npuemu.emulator.kernels.fp16_atoms import planes_to_fp16_atoms, store_channels
 from npuemu.emulator.kernels.lut_fp import PACKED, _fill_table, _lut_values, _stack_table
 from npuemu.emulator.memo import Memo
 from npuemu.isa.errors import EmulationError
@@ -199,7 +199,10 @@ def _read_block(region, target, plane, ints, cursor, table):
     # next block's cursor
     count, height, lanes, first, step = ints[cursor], ints[cursor + 1], ints[cursor + 2], ints[cursor + 3], \
         ints[cursor + 4]
-    if count:
+    if count and plane == 1:  # (1x1 planes: the channels flat, dpu_convert.widen_channels)
+        widen_channels(region, ints[cursor + _FIELDS:cursor + _FIELDS + count], lanes, first, step, table,
+                       target.view(np.uint32))
+    elif count:
         planes = target.reshape(target.size // plane, plane).view(np.uint32)
         widen_rows(region, ints[cursor + _FIELDS:cursor + _FIELDS + count], height, lanes, first, step, table, planes)
     return cursor + _FIELDS + count
@@ -245,6 +248,7 @@ def fp16_step(cube, operand, out, main, other, second, written, ints, floats, ta
     working buffer that small tasks share stays in the cache (NUMERICS.md, section on the fp chain's
     working buffer)."""
     shapes, base = ints[P_SHAPES:P_RUNS], 2 * CHUNK
+    scratch_out = out.size == 0  # (``out`` handed empty: in ``work``, which nobody reads after the call)
     out = _placed(out, work, base, shapes[:3])
     cube = _placed(cube, work, base + WORK_ARRAY, shapes[:3])
     operand = _placed(operand, work, base + 2 * WORK_ARRAY, shapes[3:])
@@ -262,7 +266,11 @@ def fp16_step(cube, operand, out, main, other, second, written, ints, floats, ta
     if ints[P_ATOMS]:
         _atoms(main, written, ints, main_block, cursor, operand, channels, floats[2], work)
         return
-    done = ints[P_FUSED] >= 0 and fused_chain(cube, out, channels, plane, ints[P_X:P_E], floats[0:2],
+    count = ints[cursor]
+    # (no stage, no LUT, a store and ``out`` in ``work``: the cube itself is stored - the chain's copy of it
+    # into ``out`` cost ~0.1 us of a 128-element task's ~0.4)
+    through = count != 0 and scratch_out and ints[P_STAGES] == 0 and packed.size == 0 and ints[P_E + E_ON] == 0
+    done = through or ints[P_FUSED] >= 0 and fused_chain(cube, out, channels, plane, ints[P_X:P_E], floats[0:2],
                                               floats[3:3 + 2 * channels], floats[3 + 2 * channels:],
                                               ints[P_E:P_GEOMETRY], floats[2], ints[P_FUSED],
                                               operand.size == cube.size, packed, lut_params, operand)
@@ -270,10 +278,12 @@ def fp16_step(cube, operand, out, main, other, second, written, ints, floats, ta
         _run_chain(cube, ints[P_X:P_E], floats[0:2], floats[3:3 + 2 * channels], floats[3 + 2 * channels:],
                    ints[P_STAGES], ints[P_E:P_GEOMETRY], floats[2], (runs, geometry), operand, packed, lut_params, out,
                    work)
-    count, c2, planes, height, width = ints[cursor], ints[cursor + 1], ints[cursor + 2], ints[cursor + 3], \
-        ints[cursor + 4]
-    if count:
-        stored = out[:planes * height * width].reshape(planes, height, width).view(np.uint32)
+    c2, planes, height, width = ints[cursor + 1], ints[cursor + 2], ints[cursor + 3], ints[cursor + 4]
+    result = cube if through else out
+    if count and height * width == 1:  # (1x1 planes: the channels flat, fp16_atoms.store_channels)
+        store_channels(result[:planes].view(np.uint32), c2, ints[cursor + _FIELDS:cursor + _FIELDS + count], written)
+    elif count:
+        stored = result[:planes * height * width].reshape(planes, height, width).view(np.uint32)
         planes_to_fp16_atoms(stored, c2, ints[cursor + _FIELDS:cursor + _FIELDS + count], written)
 
 
@@ -286,8 +296,8 @@ def pack_step(settings: tuple, reads: list, store: tuple | None, shapes: tuple =
     chains it takes run fused (none without ``shapes``); ``atoms``: the step runs from the main read's
     rows into the store's (``dpu_fp_atoms.ew_atoms``; the caller's checks: units/dpu_plan_fp.py)."""
     x_params, x_relux, alu, mul, stages, e_params, e_relux, (runs, geometry) = settings
-    fused = form_of(x_params, stages, e_params, lut, operand_form(shapes[:3], shapes[3:]), shapes[1] * shapes[2]) \
-        if any(shapes) else -1
+    fused = form_of(x_params, stages, e_params, lut, operand_form(shapes[:3], shapes[3:]), shapes[1] * shapes[2],
+                    tiny=True) if any(shapes) else -1
     blocks = [[stages, fused, int(atoms)], x_params.reshape(-1), e_params, geometry, shapes, [runs.size], runs]
     for block in list(reads) + [store]:
         offsets, fields = (np.zeros(0, np.int64), (1,) * (_FIELDS - 1)) if block is None else (block[0], block[1:])
@@ -422,7 +432,10 @@ def _geometry(shape: tuple, operand_shape: tuple, chunk: int) -> np.ndarray:
     channels, height, width = shape
     oc, oh, ow = operand_shape
     sc, sy, sx = (oh * ow if oc > 1 else 0), (ow if oh > 1 else 0), (1 if ow > 1 else 0)
-    sx = sy if width == 1 else sx
+    # (1x1 planes: the next element is the next channel, so x steps as the channels do - a per-pixel or
+    # per-channel operand then steps by 1 over the whole cube, not one EW call an element: silero-vad's
+    # 128x1x1 LSTM adds, 3.0 -> 0.6 us)
+    sx = (sy if height > 1 else sc) if width == 1 else sx
     sy = width * sx if height == 1 else sy
     sc = height * width * sx if channels == 1 else sc
     plane = max(height * width, 1)

@@ -47,6 +47,8 @@ FORMS = ((XK_ADD, XK_MUL_ADD, True, EK_MUL), (XK_MUL_ADD, XK_NONE, True, EK_MUL)
 F0, F1, F2, F3, F4, F5, F6, F7, F8 = FORMS
 #: maps of fewer pixels run the passes
 _SMALL_PLANE = 32
+#: maps ``_flat`` runs (``form_of``'s ``tiny``)
+_FLAT_PLANES = (1, 2, 4)
 _EW_KINDS = {nm.ALU_MAX: EK_MAX, nm.ALU_MIN: EK_MIN, nm.ALU_ADD: EK_ADD, nm.ALU_MINUS: EK_MINUS}
 
 
@@ -82,16 +84,18 @@ def _relus(x_params: np.ndarray, stages: int, e_params: np.ndarray) -> bool:
 
 
 def form_of(x_params: np.ndarray, stages: int, e_params: np.ndarray, lut: bool, operand: int,
-            plane: int = 1) -> int:
+            plane: int = 1, tiny: bool = False) -> int:
     """The index in ``FORMS`` of these settings (``dpu_fp_chain.FloatChain.settings``' X settings
     [2][X_COUNT], X stage count, EW settings; the LUT on; the EW operand's form; the cube's H*W), -1
     for settings ``fused_chain`` does not run: maps of under 32 pixels take the passes (whose whole-plane
     pieces cost less there than a loop a channel: 224x1x14, 1.5 against 9 us); the LUT forms run
-    without ReLU (their loops hold none: ~10% of a LUT task)."""
+    without ReLU (their loops hold none: ~10% of a LUT task). ``tiny``: maps of 1, 2 or 4 pixels run fused too,
+    the LUT forms apart (``_flat``: one loop over the cube; silero-vad's LSTM vectors, 128 x 1 x 1 and 136 x 1 x 4;
+    with the LUT that loop ran ~4x slower than the passes)."""
     kinds = [_x_kind(x_params[s]) if s < stages else XK_NONE for s in range(2)]
     form = (kinds[0], kinds[1], bool(lut), _ew_kind(e_params))
     if operand < 0 or form not in FORMS or lut and (operand == PIXEL or _relus(x_params, stages, e_params)) \
-            or plane < _SMALL_PLANE:
+            or plane < _SMALL_PLANE and not (tiny and not lut and plane in _FLAT_PLANES):
         return -1
     return FORMS.index(form)
 
@@ -180,12 +184,39 @@ def _loops(data, out, channels, plane, form, x1, x2, alu, mul, operand, lut, pix
 
 
 @njit(cache=True)
+def _flat(data, out, channels, pixels, form, x1, x2, alu, mul, operand, lut, pixel, tables, e):
+    # _loops of maps of ``pixels`` (a constant: 1, 2 or 4) as one loop over the cube's elements, element i of
+    # channel i // pixels; the operand one an element (``pixel``), else one a channel (or one value: its step
+    # 0). Why: a loop a channel of 1-4 elements cost more than its elements (the passes ran instead, their
+    # stages generic: 128 x 1 x 1, ~0.35 us a stage)
+    step = 1 if operand.size > 1 else 0
+    for i in range(channels * pixels):
+        c = i // pixels
+        other = operand[i] if pixel else operand[c * step]
+        out[i] = _element(data[i], other, form, x1, alu[c], mul[c], x2, alu[channels + c], mul[channels + c], lut,
+                          tables, e)
+
+
+@njit(cache=True)
+def _shaped(data, out, channels, plane, form, x1, x2, alu, mul, operand, lut, pixel, tables, e):
+    # _loops, or _flat for maps of 1, 2 or 4 pixels (``form_of``'s ``tiny``), the map's size a constant in each
+    if plane == 1:
+        _flat(data, out, channels, 1, form, x1, x2, alu, mul, operand, lut, pixel, tables, e)
+    elif plane == 2:
+        _flat(data, out, channels, 2, form, x1, x2, alu, mul, operand, lut, pixel, tables, e)
+    elif plane == 4:
+        _flat(data, out, channels, 4, form, x1, x2, alu, mul, operand, lut, pixel, tables, e)
+    else:
+        _loops(data, out, channels, plane, form, x1, x2, alu, mul, operand, lut, pixel, tables, e)
+
+
+@njit(cache=True)
 def _plain(data, out, channels, plane, form, x1, x2, alu, mul, operand, pixel, tables, e):
     # _loops of a form without the LUT, the operand's stepping a constant in each
     if pixel:
-        _loops(data, out, channels, plane, form, x1, x2, alu, mul, operand, 0, True, tables, e)
+        _shaped(data, out, channels, plane, form, x1, x2, alu, mul, operand, 0, True, tables, e)
     else:
-        _loops(data, out, channels, plane, form, x1, x2, alu, mul, operand, 0, False, tables, e)
+        _shaped(data, out, channels, plane, form, x1, x2, alu, mul, operand, 0, False, tables, e)
 
 
 @njit(cache=True)
@@ -234,7 +265,7 @@ def fused_chain(data, out, channels, plane, x_params, x_relux, alu, mul, e_param
         else:
             _loops(data, out, channels, plane, F1, no, no, alu, mul, operand, 1, False, tables, no)
     elif form == 2:
-        _loops(data, out, channels, plane, F2, x1, x2, alu, mul, operand, 0, False, tables, e)
+        _shaped(data, out, channels, plane, F2, x1, x2, alu, mul, operand, 0, False, tables, e)
     elif form == 3:
         _plain(data, out, channels, plane, F3, x1, x2, alu, mul, operand, pixel, tables, e)
     elif form == 4:
@@ -246,5 +277,5 @@ def fused_chain(data, out, channels, plane, x_params, x_relux, alu, mul, e_param
     elif form == 7:
         _plain(data, out, channels, plane, F7, x1, x2, alu, mul, operand, pixel, tables, e)
     else:
-        _loops(data, out, channels, plane, F8, x1, x2, alu, mul, operand, 0, False, tables, e)
+        _shaped(data, out, channels, plane, F8, x1, x2, alu, mul, operand, 0, False, tables, e)
     return True

@@ -34,9 +34,14 @@ def int_atoms_to_planes(region, offsets, height, lanes, bs, bs_operands, bn, bn_
     sums), ``bn_operands`` [2][C], ``operand`` the EW operand [C or 1][H*W]; then
     ``dpu_convert._int_to_float``'s arguments."""
     channels, pixels = out.shape
+    if pixels < _FEW_PIXELS:
+        _pixel_major(region, offsets, height, lanes, bs, bs_operands, bn, bn_operands, operand, ew, scale, shift,
+                     half_away, factor, lower, out)
+        return
     width = pixels // height
     scratch = np.empty(BLOCK, np.int64)
-    sums = np.zeros(BLOCK, np.int64)  # (no window sums: BS reads zeros, as int_stages' zero row)
+    # (no window sums: BS reads zeros, as int_stages' zero row; none made without BS: a 16 KiB fill a call)
+    sums = np.zeros(BLOCK if bs is not None else 0, np.int64)
     for c in range(channels):
         base, lane = (c // lanes) * height, c % lanes
         operand_row = operand[c if operand.shape[0] > 1 else 0]
@@ -59,3 +64,39 @@ def int_atoms_to_planes(region, offsets, height, lanes, bs, bs_operands, bn, bn_
             for p in range(block.shape[0]):  # (_stages_int's int32 result array: a wrapping store)
                 block[p] = np.int32(block[p])
             _int_to_float(block, scale, shift, half_away, factor, lower, out[c, start:stop])
+
+
+#: maps of fewer pixels go pixel by pixel across the channels (``_pixel_major``)
+_FEW_PIXELS = 16
+
+
+@njit(cache=True)
+def _pixel_major(region, offsets, height, lanes, bs, bs_operands, bn, bn_operands, operand, ew, scale, shift,
+                 half_away, factor, lower, out):
+    # int_atoms_to_planes a pixel at a time, each block the channels' values at that pixel and the stages'
+    # operands the channels' own (one per element: kernels.dpu's ``_at``), the same functions on the same
+    # values, so the same bits. Why: channel by channel, a map of 1-5 pixels made four block calls a channel
+    # (silero-vad's 128 x 1 conversions: ~4.4 us a call)
+    channels, pixels = out.shape
+    width = pixels // height
+    scratch = np.empty(2 * BLOCK, np.int64)
+    sums = np.zeros(BLOCK if bs is not None else 0, np.int64)
+    for c0 in range(0, channels, BLOCK):
+        c1 = min(c0 + BLOCK, channels)
+        block, others = scratch[:c1 - c0], scratch[BLOCK:BLOCK + c1 - c0]
+        for p in range(pixels):
+            y, x = p // width, p % width
+            for c in range(c0, c1):
+                block[c - c0] = region[offsets[(c // lanes) * height + y] + x * lanes + c % lanes]
+            if bs is not None:
+                _bs_block(block, sums[:block.shape[0]], bs, bs_operands[0, c0:c1], bs_operands[1, c0:c1],
+                          bs_operands[2, c0:c1])
+            if bn is not None:
+                _bn_block(block, bn, bn_operands[0, c0:c1], bn_operands[1, c0:c1])
+            if ew is not None:
+                for c in range(c0, c1):
+                    others[c - c0] = operand[c if operand.shape[0] > 1 else 0, p]
+                _ew_block(block, others, ew)
+            for i in range(block.shape[0]):  # (_stages_int's int32 result array: a wrapping store)
+                block[i] = np.int32(block[i])
+            _int_to_float(block, scale, shift, half_away, factor, lower, out[c0:c1, p])

@@ -31,6 +31,7 @@ from numba import njit
 
 from npuemu.emulator.kernels.fp16 import fp32_bits_to_fp16_bits_canonical, native_halves
 from npuemu.emulator.kernels.fp16_atoms_ir import planes_to_atoms
+from npuemu.emulator.kernels.fp16_small_planes_ir import planes_to_atoms2, planes_to_atoms4, whole_surfaces
 
 #: rows at least this wide go one at a time (measured with F16C: 16-56 wide, 0.47-0.18 ns an element
 #: against 0.47-0.49 for the blocked loop; 14 and 7 wide, 0.55 and 0.84 against 0.49 and 0.58)
@@ -47,14 +48,59 @@ def planes_to_fp16_atoms(planes, c2, offsets, data):
     atom row's first element: row r is surface r // H, line r % H; lane l of surface s is channel
     s*C2 + l, lanes past C are 0. Rows are stored in order (where two overlap, the later wins).
     Surfaces whose rows follow each other in the region (the first two rows back to back) go in runs
-    of rows (``_store_runs``); single-row surfaces a row at a time, as wide rows."""
+    of rows (``_store_runs``); single-row surfaces a row at a time, as wide rows. Planes of one pixel go flat
+    (``store_channels``), whole surfaces of planes of 2 or 4 pixels a surface in registers (``_small_surfaces``,
+    F16C; session 22)."""
     height, width = planes.shape[1], planes.shape[2]
-    if height > 1 and offsets.size > 1 and offsets[1] == offsets[0] + width * c2:
+    pixels = height * width
+    if pixels == 1 and planes.flags.c_contiguous:
+        store_channels(planes.reshape(-1), c2, offsets, data)
+    elif native_halves() and c2 == 8 and (pixels == 2 or pixels == 4) and planes.flags.c_contiguous \
+            and data.strides[0] == 2 and whole_surfaces(offsets, height, 0, 1, planes.shape[0], data.size, pixels):
+        _small_surfaces(planes, offsets, height, data, pixels)
+    elif height > 1 and offsets.size > 1 and offsets[1] == offsets[0] + width * c2:
         _store_runs(planes, c2, offsets, data)
     elif width >= _WIDE_ROW or height == 1:
         _store_rows(planes, c2, offsets, data)
     else:
         _store_blocks(planes, c2, offsets, data)
+
+
+@njit(cache=True)
+def _small_surfaces(planes, offsets, height, data, pixels):
+    # planes of 2 or 4 pixels, surface by surface in registers (fp16_small_planes_ir: 136 x 1 x 4, 0.44 -> ~0.09
+    # us a store), surfaces in the rows' order (each one's rows back to back: no overlap inside one)
+    if not native_halves():  # (F16C's IR: never compiled for other targets, which have no half conversions)
+        return
+    for k in range(offsets.size // height):
+        source = planes.ctypes.data + k * 8 * pixels * 4
+        target = data.ctypes.data + offsets[k * height] * 2
+        if pixels == 4:
+            planes_to_atoms4(source, 0, target, 0, 1)
+        else:
+            planes_to_atoms2(source, 0, target, 0, 1)
+
+
+@njit(cache=True)
+def store_channels(bits, c2, offsets, data):
+    """``planes_to_fp16_atoms`` of 1x1 planes (H = W = 1), ``bits`` the [C] fp32 bits flat: row r is surface r,
+    one atom. Rows back to back in the region go as one loop over their elements, lanes past C stored 0
+    (silero-vad's 128-channel LSTM vectors: 16 atoms a loop, not 16 calls and a buffer); the same rounding
+    (``fp32_bits_to_fp16_bits_canonical``) in the same order of rows, so the same bytes."""
+    channels, r = bits.size, 0
+    while r < offsets.size:
+        end = r + 1
+        while end < offsets.size and offsets[end] == offsets[end - 1] + c2:
+            end += 1
+        base = r * c2
+        target = data[offsets[r]:offsets[r] + (end - r) * c2]
+        count = max(0, min(target.size, channels - base))
+        source = bits[base:base + count]
+        for i in range(count):
+            target[i] = fp32_bits_to_fp16_bits_canonical(source[i])
+        for i in range(count, target.size):
+            target[i] = 0
+        r = end
 
 
 @njit(cache=True, inline="always")

@@ -27,12 +27,13 @@ import numpy as np
 from numba import carray, njit, types
 from numba.extending import intrinsic
 
+from npuemu.emulator.kernels import dpu_atoms, dpu_flying_lines, lut_folded
 from npuemu.emulator.kernels import int8_core_step as steps
-from npuemu.emulator.kernels import lut_folded
 
 #: op kinds: a CORE step with its DPU stage chain (returns whether the chain took the window sums), a CORE
-#: step alone, the folded LUT store (window sums int64 or int32), and an op that does nothing (a place kept)
-ROWS, PLANES, WINDOW, DEPTHWISE, GEMM, FOLDED64, FOLDED32, NOTHING = range(8)
+#: step alone, the folded LUT store (window sums int64 or int32), an op that does nothing (a place kept), and
+#: a flying DPU task's MRDMA read with its float64 chain (``FLYING_CHAIN``: dpu_flying_lines.gather_chain)
+ROWS, PLANES, WINDOW, DEPTHWISE, GEMM, FOLDED64, FOLDED32, NOTHING, FLYING_CHAIN = range(9)
 #: int64 words an argument takes in a table row: its address and up to 4 dimensions (an integer: its value)
 WORDS = 5
 
@@ -49,14 +50,20 @@ _SPECS = {
     GEMM: _GEMM,
     FOLDED64: f"i4:3 i8:1 {_FOLDED}",
     FOLDED32: f"i4:3 i4:1 {_FOLDED}",
+    # (dpu_flying_lines.gather_chain's: the region's bytes, the rows' offsets, the cube they are copied into,
+    # then dpu_atoms' loop's arguments after the operand - none: EW off - and the loop's number)
+    FLYING_CHAIN: "u1:1 i8:1 i1:3 f8:2 f8:1 n n n i1:1 i8:1 n",
 }
-#: the kernel each kind runs (int8_core_step.CHAINED's calls, the CORE steps, the folded LUT store)
+#: the kernel each kind runs (int8_core_step.CHAINED's calls, the CORE steps, the folded LUT store; and
+#: FLYING_CHAIN: ``kind_of``)
 KINDS = {steps.depthwise_rows_chain: ROWS, steps.depthwise_planes_chain: PLANES, steps.gemm_window_chain: WINDOW,
          steps.depthwise_step: DEPTHWISE, steps.gemm_step: GEMM, lut_folded.folded_to_atoms: FOLDED64}
 
 
 def kind_of(kernel, arguments: tuple) -> int | None:
     """The op kind of a call of ``kernel`` on ``arguments`` (None: no op runs it)."""
+    if kernel is dpu_flying_lines.gather_chain:
+        return FLYING_CHAIN if len(arguments) == 11 and arguments[-1] in range(4) else None
     kind = KINDS.get(kernel)
     if kind == FOLDED64 and len(arguments) > 1 and getattr(arguments[1], "dtype", None) == np.int32:
         return FOLDED32
@@ -92,17 +99,29 @@ def encoded(kind: int, arguments: tuple) -> np.ndarray | None:
     for at, (value, (dtype, ndim)) in enumerate(zip(arguments, parsed)):
         column = 1 + WORDS * at
         if dtype is None:
-            if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)) \
-                    or not -(1 << 63) <= int(value) < 1 << 63:
+            if not fits_integer(value):
                 return None
             row[column] = int(value)
-            continue
-        if not isinstance(value, np.ndarray) or value.dtype != dtype or value.ndim != ndim \
-                or not value.flags.c_contiguous:
+        elif not place_array(row, value, dtype, ndim, column):
             return None
-        row[column] = value.ctypes.data
-        row[column + 1:column + 1 + ndim] = value.shape
     return row
+
+
+def fits_integer(value) -> bool:
+    """Whether ``value`` is an integer argument a row holds: an int or NumPy integer (not a bool) within int64."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) \
+        and -(1 << 63) <= int(value) < 1 << 63
+
+
+def place_array(row: np.ndarray, value, dtype: np.dtype, ndim: int, column: int) -> bool:
+    """``value``'s address and dimensions into ``row`` from ``column`` where it is an array argument a row
+    holds - an ndarray of ``dtype`` and ``ndim`` dimensions, C-contiguous -; False (the row as it was) otherwise."""
+    if not isinstance(value, np.ndarray) or value.dtype != dtype or value.ndim != ndim \
+            or not value.flags.c_contiguous:
+        return False
+    row[column] = value.ctypes.data
+    row[column + 1:column + 1 + ndim] = value.shape
+    return True
 
 
 class OpTable:
@@ -218,6 +237,24 @@ def _folded(r, sums):
 
 
 @njit(cache=True)
+def _flying_chain(r):
+    f8, i1, i8 = np.float64, np.int8, np.int64
+    cube = _v3(r, 2, i1)
+    dpu_flying_lines.gather_cube(_v1(r, 0, np.uint8), _v1(r, 1, i8), cube)
+    loop = _n(r, 10)
+    # (the cube as the EW operand too: unread with EW off)
+    arguments = (cube, cube, _v2(r, 3, f8), _v1(r, 4, f8), _n(r, 5), _n(r, 6), _n(r, 7), _v1(r, 8, i1), _v1(r, 9, i8))
+    if loop == 0:  # (dpu_flying_lines.flying_loop's numbers)
+        dpu_atoms._atoms_away(*arguments)
+    elif loop == 1:
+        dpu_atoms._atoms_away_relu(*arguments)
+    elif loop == 2:
+        dpu_atoms._atoms_even(*arguments)
+    else:
+        dpu_atoms._atoms_even_relu(*arguments)
+
+
+@njit(cache=True)
 def run_ops(table, start, stop):
     """Ops ``start`` to ``stop`` of ``table`` (``OpTable.frozen``): where one refuses (its chain
     returned False, having written nothing) its position, else ``stop``."""
@@ -239,6 +276,8 @@ def run_ops(table, start, stop):
             _folded(row, _v1(row, 1, np.int64))
         elif kind == FOLDED32:
             _folded(row, _v1(row, 1, np.int32))
+        elif kind == FLYING_CHAIN:
+            _flying_chain(row)
         if not done:
             return at
     return stop

@@ -6,7 +6,10 @@ int8 model compiles none of the fp16 kinds: an fp16 task's composed step (units/
 a flying fp16 DPU step (``fp16_step`` alone) makes ~5 us of Python around its kernels a run (ppocr_cls
 fp16: 92 such steps). A run of them is one ``run_fp16_ops`` call: each call's arguments written once into
 a row of an int64 table, the views made again from addresses and dimensions (``numba.carray``, no copy),
-the same kernels called on the same memory, in the same order as the steps one by one.
+the same kernels called on the same memory, in the same order as the steps one by one. An int8 build's
+flying int -> fp16 conversion (units/dpu_plan_convert.py) and an fp16 step's int8 output (units/dpu_plan_fp.py)
+are kinds too (kernels/convert_stores.py), so that they join the fp16 steps beside them (silero-vad int8: four
+and three a run).
 
 Arguments by kind (``_SPECS``, in the kernel's order): arrays "dtype:ndim" (C layout; address then
 dimensions), "n" an integer, "f4" a float32 scalar (its bits), "u4" a uint32 scalar, "t11" a tuple of 11
@@ -25,12 +28,18 @@ from llvmlite import ir
 from numba import carray, njit, types
 from numba.extending import intrinsic
 
-from npuemu.emulator.kernels import conv_fp16_step, dpu_fp_chain
+from npuemu.emulator.kernels import conv_fp16_step, convert_stores, dpu_fp_chain
+from npuemu.emulator.kernels.dpu_convert import _round_saturate
+from npuemu.emulator.kernels.dpu_int_to_fp16_step import int_atoms_to_planes
+from npuemu.emulator.kernels.fp16_atoms import planes_to_fp16_atoms
 from npuemu.emulator.kernels.fp16_atoms_ir import halves_native
-from npuemu.emulator.kernels.step_batch import _pointer
+from npuemu.emulator.memory import _scatter_planes
+from npuemu.emulator.kernels.step_batch import _pointer, fits_integer, place_array
 
-#: op kinds: conv_fp16_step's depthwise / gemm / narrow / few steps, dpu_fp_chain.fp16_step, a place kept
-DEPTHWISE, GEMM, NARROW, FEW, DPU, NOTHING = range(6)
+#: op kinds: conv_fp16_step's depthwise / gemm / narrow / few steps, dpu_fp_chain.fp16_step, a place kept, an
+#: int8 flying task's conversion to fp16 and an fp16 task's int8 output (convert_stores' ``convert_store`` and
+#: ``int8_store``: an int8 build's float islands' inputs and outputs)
+DEPTHWISE, GEMM, NARROW, FEW, DPU, NOTHING, CONVERT, TO_INT8 = range(8)
 #: the thread buffers (``run_fp16_ops``' last arguments, in this order)
 WORK_BUFFER, RESULT_BUFFER, OPERAND_BUFFER, CUBE_BUFFER = range(4)
 BUFFERS = 4
@@ -43,16 +52,20 @@ _SPECS = {
     NARROW: _GEMM.format(packed="f4:2"),
     FEW: f"{_FEATURE} f4:4 u4 u4:3 u4:1 f4:3",
     DPU: "f4:3 f4:3 f4:3 u2:1 u2:1 u2:1 u2:1 i8:1 f4:1 u4:1 f4:1 i8:1 f4:1",
+    # (BS and BN settings each an array or None, no EW stage: ``_convert``'s four forms)
+    CONVERT: "i1:1 i8:1 n n ?i8:1 i8:2 ?i8:1 i8:2 i4:2 none n n b f4 b f4:2 u4:3 n i8:1 u2:1",
+    TO_INT8: "f4:1 b i1:1 u1:3 n i8:1 u1:1",
 }
 
 
 def _parse(spec: str) -> tuple:
-    """Per argument: (its kind - "array", "n", "f4", "u4", "t11" -, dtype, ndim, its first column)."""
+    """Per argument: (its kind - "array", "optional" (an array or None), "n", "f4", "u4", "t11", "b" (a bool),
+    "none" (None) -, dtype, ndim, its first column)."""
     parsed, column = [], 1
     for item in spec.split():
         if ":" in item:
-            dtype, ndim = item.split(":")
-            parsed.append(("array", np.dtype(dtype), int(ndim), column))
+            dtype, ndim = item.lstrip("?").split(":")
+            parsed.append(("optional" if item[0] == "?" else "array", np.dtype(dtype), int(ndim), column))
             column += 1 + int(ndim)
         else:
             parsed.append((item, None, 0, column))
@@ -62,15 +75,17 @@ def _parse(spec: str) -> tuple:
 
 _PARSED = {kind: _parse(spec) for kind, spec in _SPECS.items()}
 #: table row width: the widest kind's
-COLUMNS = max(parsed[-1][3] + (1 + parsed[-1][2] if parsed[-1][0] == "array" else 1) for parsed in _PARSED.values())
+COLUMNS = max(parsed[-1][3] + (1 + parsed[-1][2] if parsed[-1][0] in ("array", "optional") else 1)
+              for parsed in _PARSED.values())
 #: each kind's argument columns (compile-time constants in the kernels below)
-_DW, _GE, _NA, _FE, _DP = (tuple(item[3] for item in _PARSED[kind]) for kind in (DEPTHWISE, GEMM, NARROW, FEW, DPU))
+_DW, _GE, _NA, _FE, _DP, _CV, _TI = (tuple(item[3] for item in _PARSED[kind])
+                                     for kind in (DEPTHWISE, GEMM, NARROW, FEW, DPU, CONVERT, TO_INT8))
 
 
 def kinds() -> dict:
     """The kernel each kind runs (looked up as called: a kernel wrapped in its module makes no op); the
     conv_fp16_step kinds only where compiled code widens halves with F16C (``entry``)."""
-    known = {dpu_fp_chain.fp16_step: DPU}
+    known = {dpu_fp_chain.fp16_step: DPU, convert_stores.convert_store: CONVERT, convert_stores.int8_store: TO_INT8}
     if halves_native():
         known.update({conv_fp16_step.depthwise_step: DEPTHWISE, conv_fp16_step.gemm_step: GEMM,
                       conv_fp16_step.narrow_step: NARROW, conv_fp16_step.few_step: FEW})
@@ -92,11 +107,6 @@ def nothing() -> np.ndarray:
     return row
 
 
-def _integer(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) \
-        and -(1 << 63) <= int(value) < 1 << 63
-
-
 def _array(row: np.ndarray, value, dtype: np.dtype, ndim: int, column: int) -> bool:
     """``value``'s address (or thread buffer, as minus its index + 1) and dimensions into ``row``."""
     if isinstance(value, tuple) and len(value) == 3 and value[0] == "buffer":
@@ -106,12 +116,7 @@ def _array(row: np.ndarray, value, dtype: np.dtype, ndim: int, column: int) -> b
         row[column] = -index - 1
         row[column + 1:column + 1 + ndim] = shape
         return True
-    if not isinstance(value, np.ndarray) or value.dtype != dtype or value.ndim != ndim \
-            or not value.flags.c_contiguous:
-        return False
-    row[column] = value.ctypes.data
-    row[column + 1:column + 1 + ndim] = value.shape
-    return True
+    return place_array(row, value, dtype, ndim, column)
 
 
 def encoded(kind: int, arguments: tuple) -> np.ndarray | None:
@@ -122,10 +127,15 @@ def encoded(kind: int, arguments: tuple) -> np.ndarray | None:
     row = np.zeros(COLUMNS, np.int64)
     row[0] = kind
     for value, (form, dtype, ndim, column) in zip(arguments, parsed):
-        if form == "array":
+        if form == "array" or form == "optional" and value is not None:
             fits = _array(row, value, dtype, ndim, column)
+        elif form in ("optional", "none"):  # (None: address 0)
+            fits = value is None
+        elif form == "b":
+            fits = isinstance(value, (bool, np.bool_))
+            row[column] = int(value) if fits else 0
         elif form == "n":
-            fits = _integer(value)
+            fits = fits_integer(value)
             row[column] = int(value) if fits else 0
         elif form == "f4":
             fits = isinstance(value, np.float32)
@@ -134,7 +144,7 @@ def encoded(kind: int, arguments: tuple) -> np.ndarray | None:
             fits = isinstance(value, np.uint32)
             row[column] = int(value) if fits else 0
         else:  # (t11)
-            fits = isinstance(value, tuple) and len(value) == 11 and all(map(_integer, value))
+            fits = isinstance(value, tuple) and len(value) == 11 and all(map(fits_integer, value))
             row[column:column + 11] = value if fits else 0
         if not fits:
             return None
@@ -251,6 +261,32 @@ def _dpu(r, b):
 
 
 @njit(cache=True)
+def _convert(r, b):
+    i1, i4, i8, f4, c = np.int8, np.int32, np.int64, np.float32, _CV
+    head = (_v1(r, c[0], b, i1), _v1(r, c[1], b, i8), r[c[2]], r[c[3]])
+    bs_operands, bn_operands, operand = _v2(r, c[5], b, i8), _v2(r, c[7], b, i8), _v2(r, c[8], b, i4)
+    tail = (np.int64(r[c[10]]), r[c[11]], r[c[12]] != 0, _float32(r[c[13]]), r[c[14]] != 0, _v2(r, c[15], b, f4))
+    if r[c[4]] != 0 and r[c[6]] != 0:  # (BS and BN each an array, or None: an address 0)
+        int_atoms_to_planes(*head, _v1(r, c[4], b, i8), bs_operands, _v1(r, c[6], b, i8), bn_operands, operand, None,
+                            *tail)
+    elif r[c[4]] != 0:
+        int_atoms_to_planes(*head, _v1(r, c[4], b, i8), bs_operands, None, bn_operands, operand, None, *tail)
+    elif r[c[6]] != 0:
+        int_atoms_to_planes(*head, None, bs_operands, _v1(r, c[6], b, i8), bn_operands, operand, None, *tail)
+    else:
+        int_atoms_to_planes(*head, None, bs_operands, None, bn_operands, operand, None, *tail)
+    planes_to_fp16_atoms(_v3(r, c[16], b, np.uint32), r[c[17]], _v1(r, c[18], b, i8), _v1(r, c[19], b, np.uint16))
+
+
+@njit(cache=True)
+def _to_int8(r, b):
+    c = _TI
+    _round_saturate(_v1(r, c[0], b, np.float32), r[c[1]] != 0, convert_stores.INT8_LOW, convert_stores.INT8_HIGH,
+                    _v1(r, c[2], b, np.int8))
+    _scatter_planes(_v3(r, c[3], b, np.uint8), r[c[4]], _v1(r, c[5], b, np.int64), _v1(r, c[6], b, np.uint8))
+
+
+@njit(cache=True)
 def _bases(work, result, operand, cube):
     bases = np.empty(BUFFERS, np.int64)
     bases[WORK_BUFFER], bases[RESULT_BUFFER] = work.ctypes.data, result.ctypes.data
@@ -260,11 +296,16 @@ def _bases(work, result, operand, cube):
 
 @njit(cache=True)
 def run_fp16_dpu_ops(table, start, stop, work, result, operand, cube):
-    """``run_fp16_ops`` with the DPU kind alone (``entry``: a target without F16C, where no other kind is made)."""
+    """``run_fp16_ops`` with the DPU, CONVERT and TO_INT8 kinds alone (``entry``: a target without F16C, where
+    no other kind is made)."""
     bases = _bases(work, result, operand, cube)
     for at in range(start, stop):
         if table[at][0] == DPU:
             _dpu(table[at], bases)
+        elif table[at][0] == CONVERT:
+            _convert(table[at], bases)
+        elif table[at][0] == TO_INT8:
+            _to_int8(table[at], bases)
     return stop
 
 
@@ -286,4 +327,8 @@ def run_fp16_ops(table, start, stop, work, result, operand, cube):
             _few(row, bases)
         elif kind == DPU:
             _dpu(row, bases)
+        elif kind == CONVERT:
+            _convert(row, bases)
+        elif kind == TO_INT8:
+            _to_int8(row, bases)
     return stop

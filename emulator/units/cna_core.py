@@ -800,7 +800,7 @@ def _fp16_batch(form: tuple, core: tuple, held: tuple) -> tuple:
     arguments) and the DPU's drop of the derived values over the rows it stores -, the CORE call and the
     DPU's, and with the LUT (``lut_now()``: the tables the LUT RAM gives now, ``calls(tables)``, a stand-in
     no tables are) - as ``_lut_batch``: the calls run only while ``lut_now()`` gives their tables."""
-    invalidate, lut_now, dpu_call = form
+    invalidate, lut_now, dpu_call, after = form  # (after: the DPU store's calls after its chain's)
     keep, drop = _held_keeper(*held), drop_after_calls(invalidate)
 
     def pre(cbuf: Cbuf) -> None:
@@ -808,12 +808,12 @@ def _fp16_batch(form: tuple, core: tuple, held: tuple) -> tuple:
         drop()
 
     if lut_now is None:
-        return pre, (core, dpu_call()), None, None, "fp16"
+        return pre, (core, dpu_call()) + after, None, None, "fp16"
 
     def calls(tables: tuple) -> tuple:
-        return core, dpu_call(tables)
+        return (core, dpu_call(tables)) + after
 
-    return pre, (core, None), None, (lut_now, calls, object()), "fp16"
+    return pre, (core, None) + after, None, (lut_now, calls, object()), "fp16"
 
 
 #: set on an exception a batch member's ``pre`` raises in a part its step runs after its calls (an fp16 step's
@@ -1025,7 +1025,7 @@ def _fused_rows(fused: tuple, kept: _Resident, keep, weights_kept: _Resident, we
     call, arguments, (data_out, sums) = fused
     chained = getattr(dpu, "chained", None)
     chained = None if chained is None else chained(data_out, sums)
-    both = None if chained is None else int8_core_step.CHAINED.get((call, chained[2][0]))
+    both = None if chained is None else int8_core_step.CHAINED.get((call, chained[1][0]))
 
     def step(cbuf: Cbuf) -> None:
         _keep_held(cbuf, kept, keep, weights_kept, weight_banks, keep_weights)
@@ -1040,32 +1040,31 @@ def _fused_rows(fused: tuple, kept: _Resident, keep, weights_kept: _Resident, we
         return step
     # the DPU's stage chain in the same call (units/dpu_plan.py ``chained``): its drop of derived
     # values first (nothing reads them in between), its general stages where the chain refuses the sums
-    derived, rows, (_, chain, (general, *fallback)) = chained
+    drop, (_, chain, (general, *fallback)) = chained
     arguments = arguments + (fallback[0],) + chain
 
     def chained_step(cbuf: Cbuf) -> None:
         _keep_held(cbuf, kept, keep, weights_kept, weight_banks, keep_weights)
-        derived.invalidate_rows(*rows)
+        drop()
         if not both(*arguments):
             general(*fallback)
 
     # (chained_step's Python part: a run of steps makes their calls as one)
-    pre = _batch_pre(derived, rows, kept, keep, weights_kept, weight_banks, keep_weights)
+    pre = _batch_pre(drop, kept, keep, weights_kept, weight_banks, keep_weights)
     # the compiled form for task_batches.StepBatch (kernels/step_batch.py): (bookkeeping, the calls and their
     # arguments, the general stages' call where the chain refuses, ``remake``: None, the calls never change)
     chained_step.batch = (pre, ((both, arguments),), (general, *fallback), None)
     return chained_step
 
 
-def _batch_pre(derived, rows: tuple, kept: _Resident, keep, weights_kept: _Resident, weight_banks: range,
-               keep_weights):
+def _batch_pre(drop, kept: _Resident, keep, weights_kept: _Resident, weight_banks: range, keep_weights):
     """``pre(cbuf)`` of a batched step (task_batches.StepBatch): its Cbuf bookkeeping (``_keep_held``) and
-    its DPU's drop of the derived values over the rows it writes, made before the batch's one call."""
+    its DPU's drop of the derived values over the rows it writes (``drop()``), made before the batch's one call."""
     keeper = _held_keeper(kept, keep, weights_kept, weight_banks, keep_weights)  # (``_keep_held``, outcome noted)
 
     def pre(cbuf: Cbuf) -> None:
         keeper(cbuf)
-        derived.invalidate_rows(*rows)
+        drop()
 
     return pre
 
@@ -1077,8 +1076,8 @@ def _lut_batch(lut_form: tuple, core: tuple, kept: _Resident, keep, weights_kept
     store's, and (``folded()``: the table the LUT RAM gives now, ``calls(table)``: the calls for it, a
     stand-in no table is) - a caller runs the calls it made only while ``folded()`` gives their table,
     the step as it is otherwise (so first: the RAM is looked at as the step runs, not at build time)."""
-    derived, rows, (folded, store_call) = lut_form
-    pre = _batch_pre(derived, rows, kept, keep, weights_kept, weight_banks, keep_weights)
+    drop, (folded, store_call) = lut_form
+    pre = _batch_pre(drop, kept, keep, weights_kept, weight_banks, keep_weights)
 
     def calls(table: tuple) -> tuple:
         return core, store_call(table)

@@ -7,7 +7,8 @@ It takes the integer path's common forms - the main cube from the CORE (``prepar
 flying mode, a plain MRDMA read (``prepare_flying_dpu``: COMB_USE 0, rows located once and
 copied per run, the stages run from its atoms to the WDMA's where they can, ``_atoms_kernel``,
 kernels/dpu_atoms.py - for int8 in the SE gates' forms one compiled call reading the rows where
-they lie, ``_flying_call``, kernels/dpu_flying_lines.py; or its unpooling copy); no reduction,
+they lie, ``_flying_call``, kernels/dpu_flying_lines.py - and with the float64 chain without EW a batch's
+op, ``_chain_batch``; or its unpooling copy); no reduction,
 transpose, lane padding, packed write or NRDMA operand, no int -> fp16 conversion, whole-word
 atoms whose rows do not overlap (an interleaved write's rows are its atoms: lines of one pixel,
 kernels/dpu_interleave.py) - and hands back None
@@ -61,12 +62,12 @@ def prepare_dpu(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, wher
     # (conv_pixels.prepare_conv_int8_pixels; a large one's, the thread's scratch, is not held here)
     last = [None, None]
 
-    kernel, read_ew, operand, derived, rows, with_sums = store.parts
+    kernel, read_ew, operand, drop, _, with_sums = store.parts
 
     def direct(data: np.ndarray, window_sums: np.ndarray | None) -> None:
         if data is last[0]:  # (``store`` inline: issue 20, fixed cost per task)
             ew = operand if read_ew is None else read_ew()
-            derived.invalidate_rows(*rows)
+            drop()
             kernel(last[1], window_sums if with_sums else None, ew)
             return
         blocks = np.ascontiguousarray(data, np.int32).reshape(1, pixels, channels)
@@ -79,25 +80,25 @@ def prepare_dpu(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, wher
 
     def chained(data: np.ndarray, window_sums: np.ndarray | None):
         """For a CORE step whose outputs are ``data`` and ``window_sums`` on every run (its own arrays):
-        (the derived cache and the rows whose values it drops, the stage kernel's ``chain_form`` for them,
-        kernels/dpu_pixel_plan.py) - ``direct`` with its chain call made by the caller - or None."""
+        (``drop()``: the drop of the derived values over the rows it writes, the stage kernel's ``chain_form``
+        for them, kernels/dpu_pixel_plan.py) - ``direct`` with its chain call made by the caller - or None."""
         form = getattr(kernel, "chain_form", None)
         if form is None or read_ew is not None or data.dtype != np.int32 or not data.flags.c_contiguous:
             return None
         made = form(data.reshape(1, pixels, channels), window_sums if with_sums else None, operand)
-        return None if made is None else (derived, rows, made)
+        return None if made is None else (drop, made)
 
     def lut_form(data: np.ndarray, window_sums: np.ndarray | None):
         """For a CORE step whose outputs are ``data`` and ``window_sums`` on every run (its own arrays) and
-        whose stages store through the folded LUT table: (the derived cache and the rows whose values
-        ``direct`` drops, ``_lut_store``'s ``folded_form`` for them) - ``direct`` with its kernel call made
+        whose stages store through the folded LUT table: (``drop()``: ``direct``'s drop of the derived values,
+        ``_lut_store``'s ``folded_form`` for them) - ``direct`` with its kernel call made
         by the caller (kernels/step_batch.py) - or None."""
         form = getattr(kernel, "folded_form", None)
         if form is None or read_ew is not None or data.dtype != np.int32 or not data.flags.c_contiguous \
                 or data.size != pixels * channels:
             return None
         made = form(data.reshape(1, pixels, channels), window_sums if with_sums else None)
-        return None if made is None else (derived, rows, made)
+        return None if made is None else (drop, made)
 
     run.held, run.direct = store.held, direct  # (direct: the CORE's pixel-major data and window sums)
     direct.chained, direct.lut_form = chained, lut_form
@@ -140,7 +141,39 @@ def prepare_flying_dpu(state: DpuState, rdma: DpuRdmaState | None, memory: Memor
         store(rows.view(dtype).reshape(shape), None)
 
     run.held = store.held
+    batch = _chain_batch(store, located, row_bytes, dtype)
+    if batch is not None:
+        run.batch = batch
     return run
+
+
+#: largest main cube (bytes) a flying chain step keeps for its batch form (``_chain_batch``)
+_KEPT_CUBE = 1 << 16
+
+
+def _chain_batch(store: Callable, located, row_bytes: int, dtype: np.dtype) -> tuple | None:
+    """A flying int8 step's ``step.batch`` (task_batches.StepBatch, kernels/step_batch.py FLYING_CHAIN) where its
+    store runs dpu_atoms' chain without EW (``_atoms_kernel``'s ``flying_chain``): its Python part the drop of
+    the derived values, its call the MRDMA rows' copy into a cube of its own and the chain loop - what ``run``
+    does (the run's other checks hold for every run: the cube's type and shape are fixed). None otherwise."""
+    kernel, _, _, drop, _, _ = store.parts
+    made = getattr(kernel, "flying_chain", None)
+    if made is None or dtype != np.int8:
+        return None
+    floats, chain, channels, height, width, c2, out, offsets, loop = made
+    rows = np.ascontiguousarray(located.offsets, np.int64)
+    surfaces = rows.size // height
+    if row_bytes != width * c2 or rows.size != surfaces * height or surfaces < min(offsets.size // height,
+                                                                                   -(-channels // c2)) \
+            or rows.size * row_bytes > _KEPT_CUBE or located.region.data.dtype != np.uint8:
+        return None  # (``dpu_atoms._checked``'s per-run checks, refused at once)
+    cube = np.empty((surfaces, height * width, c2), np.int8)
+    arguments = (located.region.data, rows, cube, floats, chain, channels, height, width, out, offsets, loop)
+
+    def pre(cbuf: object) -> None:
+        drop()
+
+    return pre, ((dpu_flying_lines.gather_chain, arguments),), None, None
 
 
 def _flying_call(state: DpuState, store: Callable, located, row_bytes: int, dtype: np.dtype) -> Callable | None:
@@ -149,7 +182,7 @@ def _flying_call(state: DpuState, store: Callable, located, row_bytes: int, dtyp
     kernel has the form (``_atoms_kernel``'s ``flying``), the operand (if any) is a plain ERDMA read
     (``_ew_reader``'s ``rows``) and no written byte lies among the read ones (the full path reads
     the whole of both before it writes); None otherwise."""
-    kernel, read_ew, operand, derived, rows, _ = store.parts  # (no window sums in flying mode)
+    kernel, read_ew, operand, drop, rows, _ = store.parts  # (no window sums in flying mode)
     made = getattr(kernel, "flying", None)
     if made is None or dtype != np.int8:
         return None
@@ -176,12 +209,12 @@ def _flying_call(state: DpuState, store: Callable, located, row_bytes: int, dtyp
     starts, line, bounds = rows
     if not all(_apart(region, offsets, size, out_region, out_rows, line) for region, offsets, size in reads):
         return None
-    invalidate, call = derived.invalidate_rows, dpu_flying_lines.flying_lines
+    call = dpu_flying_lines.flying_lines
     main_rows, ew_rows, out_rows = (np.ascontiguousarray(rows, np.int64) for rows in (located.offsets, ew_rows,
                                                                                       out_rows))
 
     def run(cbuf: object) -> None:
-        invalidate(starts, line, bounds)
+        drop()
         call(main, main_rows, ew_data, ew_rows, per_pixel, form, channels, height, width, c2, out, out_rows)
 
     return run
@@ -210,15 +243,15 @@ def _prepare_unpool(state: DpuState, rdma: DpuRdmaState, memory: Memory, where: 
         target = memory.locate_fixed(outputs, write_bytes, lambda: f"{where}: DPU unpooling output write")
     except EmulationError:
         return None
-    shape, kernel_w, kernel_h, derived = (rdma.height, rdma.width, atom), rdma.unpool.kernel_w, \
-        rdma.unpool.kernel_h, memory.derived
+    shape, kernel_w, kernel_h = (rdma.height, rdma.width, atom), rdma.unpool.kernel_w, rdma.unpool.kernel_h
+    drop = memory.derived.rows_drop(target.starts, write_bytes, target.bounds)
 
     def run(cbuf: object) -> None:
         raw = np.empty((source.offsets.size, read_bytes), np.uint8)
         gather_rows(source.region.data, source.offsets, raw)
         rows = dpu_unpool.unpool_atoms(raw.reshape(shape), kernel_w, kernel_h)
         scatter_rows(np.ascontiguousarray(rows).reshape(-1, write_bytes), target.offsets, target.region.data)
-        derived.invalidate_rows(target.starts, write_bytes, target.bounds)
+        drop()
 
     run.held = ()
     return run
@@ -254,7 +287,7 @@ def _prepare_store(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, w
     operand = tail.get("ew_operand")
     from_erdma = operand is not None and not state.ew.op_bypass and state.ew.op_from_dma
     bounds, line, starts = located.bounds, fixed.line, located.starts
-    derived = memory.derived
+    drop = memory.derived.rows_drop(starts, line, bounds)  # (the derived values over the rows it writes)
     # an interleaved write's rows are single atoms (kernels/dpu_interleave.py): lines one pixel wide
     width = 1 if dpu_interleave.is_interleaved(state) else state.width
     c2, surfaces = fixed.c2, fixed.surfaces
@@ -277,14 +310,14 @@ def _prepare_store(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, w
 
     def store(blocks: np.ndarray, window_sums: np.ndarray | None) -> None:
         ew = read_ew() if from_erdma else operand
-        derived.invalidate_rows(starts, line, bounds)
+        drop()
         kernel(blocks, window_sums if with_sums else None, ew)
 
     store.held = _held_blob(state, rdma, memory, where)
     # what ``store`` runs, for a caller doing it inline: the kernel, the ERDMA read (or None: ``operand``
-    # each run), the derived cache and the rows whose values it drops (``invalidate_rows``, looked up
-    # per run as ``store`` does), whether the kernel takes the window sums
-    store.parts = (kernel, read_ew, operand, derived, (starts, line, bounds), with_sums)
+    # each run), the drop of the derived values over the rows it writes (``rows_drop``) and those rows,
+    # whether the kernel takes the window sums
+    store.parts = (kernel, read_ew, operand, drop, (starts, line, bounds), with_sums)
     return store
 
 
@@ -325,6 +358,12 @@ def _atoms_kernel(state: DpuState, plan: dp.StagePlan, fixed, located, width: in
 
     if form is not None:  # (the WDMA's bytes are int8 elements: the offsets are those of ``elements``)
         kernel.flying = (form, fixed.c2, located.region, out, offsets)
+    elif chain is not None and plan.ew is None and chain[0][dp.CH_EW_ON] == 0 and data_dtype == np.int8 \
+            and operand_dtype is None:
+        # (the chain's loop as ``prepare_chain_atoms`` picks it and its arguments, for ``_chain_batch``)
+        loop = dpu_flying_lines.flying_loop(chain[0][dp.CH_EVEN] != 0, chain[0][dp.CH_LOW1] == 0.0)
+        kernel.flying_chain = (plan.floats, chain[0], plan.channels, state.height, width, fixed.c2, out,
+                               np.ascontiguousarray(offsets, np.int64), loop)
     return kernel
 
 

@@ -10,7 +10,9 @@ and per-channel operand matrices (a BRDMA blob held, as ``dpu_plan.prepare_dpu``
 atom rows and the WDMA's rows located. A run is one ``kernels.dpu_int_to_fp16_step`` pass from the
 region's atoms into float32 planes (the same per-element functions as the full path) and the
 fp16 rounding as the planes are stored into the WDMA's atoms (``fp16_atoms.planes_to_fp16_atoms``,
-through ``dpu_plan_fp._writer``), then the drop of the derived values the write covered.
+through ``dpu_plan_fp._writer``), then the drop of the derived values the write covered. A small task (its
+arrays kept) without an EW stage is also a batch's op (``step.batch``: kernels/step_batch_fp16.py CONVERT), so
+that it joins the fp16 steps after it.
 
 Forms taken: a plain MRDMA read (COMB_USE 0) of a signed integer type; BS (no CPEND: a flying task
 has no window sums), BN with register operands, EW with a register operand; plain or interleaved
@@ -28,9 +30,11 @@ from npuemu.emulator.kernels import dpu as kernels
 from npuemu.emulator.kernels import dpu_int32, dpu_transpose
 from npuemu.emulator.kernels.dpu_int_to_fp16_step import int_atoms_to_planes
 from npuemu.emulator.kernels.fp16_atoms import planes_to_fp16_atoms
+from npuemu.emulator.kernels.convert_stores import convert_store
 from npuemu.emulator.memory import Memory, TaskDma
 from npuemu.emulator.numerics import ROUND_HALF_AWAY, out_cvt_round_mode
 from npuemu.emulator.units import dpu
+from npuemu.emulator.units.cna_core import drop_after_calls
 from npuemu.emulator.units.dpu_plan import _held_blob
 from npuemu.emulator.units.dpu_plan_fp import _KEPT_ELEMENTS, _NO_STORE, _writer
 from npuemu.emulator.units.state import FP16, PRECISION_DTYPES, DpuRdmaState, DpuState, c2_of
@@ -90,7 +94,22 @@ def prepare_int_to_fp16(state: DpuState, rdma: DpuRdmaState | None, memory: Memo
         invalidate()
 
     run.held = _held_blob(state, rdma, memory, where)
+    if kept is not None:  # (its arrays the same every run: a batch's op, kernels/step_batch_fp16.py CONVERT)
+        bits = kept.reshape(-1)[:planes * shape[1] * shape[2]].view(np.uint32).reshape(shape)
+        run.batch = _batch((region, offsets, height, lanes, *settings, *conversion, kept, bits, c2, out_offsets,
+                            written), invalidate)
     return run
+
+
+def _batch(arguments: tuple, invalidate) -> tuple:
+    """``run``'s ``step.batch`` (task_batches.StepBatch): its Python part the drop of the derived values over the
+    rows it stores (after its kernels, as ``run``: ``drop_after_calls``), its call ``convert_store``'s."""
+    drop = drop_after_calls(invalidate)
+
+    def pre(cbuf: object) -> None:
+        drop()
+
+    return pre, ((convert_store, arguments),), None, None, "fp16"
 
 
 def _takes(state: DpuState, rdma: DpuRdmaState | None) -> bool:

@@ -25,14 +25,15 @@ from collections.abc import Callable
 
 import numpy as np
 
-from npuemu.emulator.kernels import (dpu_bf16, dpu_fp16_pair, dpu_fp_atoms, dpu_fp_chain, dpu_fp_fused,
-                                     dpu_interleave, dpu_transpose, lut_fp)
+from npuemu.emulator.kernels import (convert_stores, dpu_bf16, dpu_fp16_pair, dpu_fp_atoms, dpu_fp_chain,
+                                     dpu_fp_fused, dpu_interleave, dpu_transpose, lut_fp)
 from npuemu.emulator.kernels.conv_pixels import working_buffer
 from npuemu.emulator.kernels.dpu_fp_chain import IN_WORK, WORK, WORK_ARRAY
 from npuemu.emulator.kernels.fp16 import widening_table
 from npuemu.emulator.kernels.fp16_atoms import _WIDE_ROW
 from npuemu.emulator.memory import Memory, TaskDma
 from npuemu.emulator.memory import _scatter_planes as scatter_planes
+from npuemu.emulator.numerics import ROUND_HALF_EVEN, out_cvt_round_mode
 from npuemu.emulator.units import dpu
 from npuemu.emulator.units.cna_core import CoreResult, drop_after_calls
 from npuemu.emulator.units.dpu_plan import held_blob_entry
@@ -112,8 +113,9 @@ def prepare_fp_dpu(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, w
     run.held = _held_blob(state, rdma, memory, where)
     lut_now = _lut_check(last, lut_tables, config, prepared) if lut else None
     # (``direct.batch_form(data)``: its parts for a batch of steps, task_batches.StepBatch)
-    direct.batch_form = batch_form = _batch_former(store is not None, kept, layout, regions + (ints, floats, table),
-                                                   invalidate, lut_now)
+    after = () if store is not None else _int8_store(state, write, kept)  # (the store's calls after the chain's)
+    direct.batch_form = batch_form = _batch_former(after is not None, kept, layout, regions + (ints, floats, table),
+                                                   invalidate, lut_now, after)
     if main_rows is not None:  # (a flying task: the step is ``run`` itself)
         run.batch = _flying_batch(batch_form(None))
     # ``run.direct(cube)``: ``run`` of the CORE's float32 [C][H][W] cube itself, for a CORE step whose
@@ -139,12 +141,14 @@ def _lut_check(last: list, lut_tables: np.ndarray, config, prepared):
     return lut_now
 
 
-def _batch_former(stores: bool, kept: tuple | None, layout: tuple, tail: tuple, invalidate, lut_now):
+def _batch_former(stores: bool, kept: tuple | None, layout: tuple, tail: tuple, invalidate, lut_now,
+                  after: tuple | None = ()):
     """``batch_form(data)``: ``direct(data)`` for a caller making its ``fp16_step`` call itself (task_batches.StepBatch):
     (its drop of the stored rows' derived values, ``lut_now`` - the LUT tables ``direct`` would use now - or None
-    without the LUT, ``call(tables)``: the kernel and its arguments for those tables, no LUT's by default), the
-    arrays it takes from the thread's buffers as kernels/step_batch_fp16.py's thread buffers; None where
-    OUT_CVT does more than round (not ``stores``: the write in Python). ``tail``: the regions, ints, floats, table."""
+    without the LUT, ``call(tables)``: the kernel and its arguments for those tables, no LUT's by default, and
+    ``after``: the calls of the store after it - none where the chain's call stores -), the arrays it takes from the
+    thread's buffers as kernels/step_batch_fp16.py's thread buffers; None where OUT_CVT does more than round and
+    no store call takes it (not ``stores``: the write in Python). ``tail``: the regions, ints, floats, table."""
     def batch_form(data: np.ndarray | None) -> tuple | None:
         if not stores:
             return None
@@ -154,7 +158,7 @@ def _batch_former(stores: bool, kept: tuple | None, layout: tuple, tail: tuple, 
         def call(tables: tuple = dpu_fp_chain.NO_LUT) -> tuple:
             return dpu_fp_chain.fp16_step, head + tuple(tables) + (_WORK_SLOT,)
 
-        return invalidate, lut_now, call
+        return invalidate, lut_now, call, after
 
     return batch_form
 
@@ -175,15 +179,31 @@ def _flying_batch(form: tuple | None) -> tuple | None:
     part the drop of derived values, its call the DPU's."""
     if form is None:
         return None
-    invalidate, lut_now, call = form
+    invalidate, lut_now, call, after = form
     drop = drop_after_calls(invalidate)
 
     def pre(cbuf) -> None:
         drop()
 
     if lut_now is None:
-        return pre, (call(),), None, None, "fp16"
-    return pre, (None,), None, (lut_now, lambda tables: (call(tables),), object()), "fp16"
+        return pre, (call(),) + after, None, None, "fp16"
+    return pre, (None,) + after, None, (lut_now, lambda tables: (call(tables),) + after, object()), "fp16"
+
+
+def _int8_store(state: DpuState, write, kept: tuple | None) -> tuple | None:
+    """``write(dpu.float_output(...)[0])`` of an int8 output as a store call after the chain's
+    (kernels/convert_stores.py ``int8_store``: the same rounding and row store; into an int8 array of its own) -
+    OUT_CVT the identity ``fp_to_int`` takes, no MINUS_EXP, the task's own arrays (``kept``) -; None otherwise."""
+    cvt, rows = state.out_cvt, getattr(write, "rows", None)
+    if state.out_precision != INT8 or cvt.minus_exp or (cvt.scale, cvt.shift, cvt.offset) != (1, 0, 0) \
+            or kept is None or rows is None:
+        return None
+    channels, height, width, c2, offsets, data = rows
+    out = kept[2]
+    ints = np.empty(out.size, np.int8)
+    planes = ints[:channels * height * width].view(np.uint8).reshape(channels, height, width)
+    half_even = out_cvt_round_mode(cvt.round_bit) == ROUND_HALF_EVEN
+    return ((convert_stores.int8_store, (out.reshape(-1), half_even, ints, planes, c2, offsets, data)),)
 
 
 def batch_runner(rows: np.ndarray):
@@ -452,10 +472,7 @@ def _writer(state: DpuState, memory: Memory, where: str, shape: tuple, scaled: b
     if elements is None:
         return None, None, None
     data, offsets = elements
-    derived, starts, bounds = memory.derived, located.starts, located.bounds
-
-    def invalidate() -> None:
-        derived.invalidate_rows(starts, row_bytes, bounds)
+    invalidate = memory.derived.rows_drop(located.starts, row_bytes, located.bounds)
 
     def write(out: np.ndarray) -> None:
         if out.dtype != dtype:  # (float_output's element type is the OUT_PRECISION's)
@@ -463,6 +480,9 @@ def _writer(state: DpuState, memory: Memory, where: str, shape: tuple, scaled: b
         scatter_planes(np.ascontiguousarray(out[:channels]).reshape(channels, height, width).view(unsigned), c2,
                        offsets, data)
         invalidate()
+
+    # (its planes and rows, for a store made by a batch's op: ``_int8_store``)
+    write.rows = (channels, height, width, c2, np.ascontiguousarray(offsets, np.int64), data)
 
     # fp16 outputs without the MINUS_EXP scale: OUT_CVT's rounding (dpu.float_output: kernels.dpu.out_cvt_fp16)
     # as the atoms are stored, the same bytes without the fp16 copy of the cube

@@ -17,7 +17,10 @@ OPS = st.one_of(
     st.tuples(st.just("write"), RANGES),
     st.tuples(st.just("rows"), st.lists(st.integers(0, 4200), min_size=1, max_size=6), st.integers(1, 64)),
     st.tuples(st.just("clear")),
+    st.tuples(st.just("drop"), st.integers(0, 3)),  # (one of the kept row drops, ``DROPS``)
 )
+#: the rows of the ``rows_drop`` drops a test keeps (as a task program's steps do): (starts, row bytes)
+DROPS = (([100, 260], 32), ([0], 4000), ([1200, 1300, 1400], 8), ([3990], 64))
 
 
 def _reference(ops):
@@ -29,8 +32,8 @@ def _reference(ops):
         elif op[0] == "write":
             low, high = op[1]
             live = {k: (a, b) for k, (a, b) in live.items() if not (a < high and b > low)}
-        elif op[0] == "rows":
-            starts, size = op[1], op[2]
+        elif op[0] in ("rows", "drop"):
+            starts, size = (op[1], op[2]) if op[0] == "rows" else DROPS[op[1]]
             live = {k: (a, b) for k, (a, b) in live.items()
                     if not any(a < s + size and b > s for s in starts)}
         else:
@@ -52,6 +55,7 @@ def test_kept_values_are_those_no_write_overlapped(ops, rows_by_keys):
 
 def _check(ops):
     cache = DerivedCache()
+    drops = [cache.rows_drop(np.array(starts, np.int64), size) for starts, size in DROPS]
     for step, op in enumerate(ops):
         if op[0] == "put":
             cache.put(op[1], *op[2], ("value", op[1], op[2]))
@@ -59,6 +63,8 @@ def _check(ops):
             cache.invalidate(*op[1])
         elif op[0] == "rows":
             cache.invalidate_rows(np.array(op[1], np.int64), op[2])
+        elif op[0] == "drop":
+            drops[op[1]]()
         else:
             cache.clear()
         expected = _reference(ops[:step + 1])
@@ -96,3 +102,31 @@ def test_a_write_finds_each_value_put_since_the_index_was_built():
         cache.invalidate(low + 5, low + 6)
         assert cache.get(key) is None
     assert cache.get("kept") == 0
+
+
+def searching(monkeypatch) -> None:
+    """Every ``rows_drop`` drop searches the cache (``invalidate_rows``) on every call: its skip needs a
+    ``puts`` it has seen, and this makes each reading of it a new number (tests injecting a failure into
+    ``invalidate_rows`` reach it from the steps' drops too)."""
+    ticks = iter(range(1 << 62))
+    monkeypatch.setattr(DerivedCache, "puts", property(lambda self: next(ticks), lambda self, value: None),
+                        raising=False)
+
+
+def test_a_kept_drop_skips_the_search_only_while_nothing_was_put(monkeypatch):
+    cache = DerivedCache()
+    cache.put("over", 100, 110, 1)
+    drop, searches = cache.rows_drop(np.array([96], np.int64), 8), []
+    inner = DerivedCache.invalidate_rows
+    monkeypatch.setattr(DerivedCache, "invalidate_rows", lambda self, *a: searches.append(1) or inner(self, *a))
+    drop()
+    drop()
+    assert cache.get("over") is None and len(searches) == 1
+    cache.put("other", 5000, 5010, 2)  # (anywhere: the next call searches again)
+    cache.put("over", 100, 110, 3)
+    drop()
+    assert cache.get("over") is None and cache.get("other") == 2 and len(searches) == 2
+    searching(monkeypatch)
+    drop()
+    drop()
+    assert len(searches) == 4

@@ -52,7 +52,7 @@ def cases(draw):
     x1, x2, lut_on, ew_kind = fused.FORMS[index]
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     channels = draw(st.sampled_from([1, 3, 8, 13, 21]))
-    height, width = draw(st.sampled_from([(1, 1), (1, 3), (2, 17), (4, 9), (1, 40)]))
+    height, width = draw(st.sampled_from([(1, 1), (1, 2), (2, 2), (1, 3), (2, 17), (4, 9), (1, 40)]))
     scale = draw(st.sampled_from([3.0, 3000.0, 2.0**20]))
     shape = (channels, height, width)
     relus = not lut_on
@@ -165,6 +165,10 @@ def test_forms_not_taken():
     x_params, _, _, _, count, e_params, _, _ = chain.settings()
     assert fused.form_of(x_params, count, e_params, False, fused.TENSOR, 32) == 2
     assert fused.form_of(x_params, count, e_params, False, fused.TENSOR, 14) == -1  # (a small map)
+    # (maps of 1, 2 or 4 pixels run fused where the caller asks, the LUT forms apart)
+    assert [fused.form_of(x_params, count, e_params, False, fused.TENSOR, plane, tiny=True)
+            for plane in (1, 2, 3, 4, 14)] == [2, 2, -1, 2, -1]
+    assert fused.form_of(x_params, count, e_params, True, fused.TENSOR, 4, tiny=True) == -1
     assert fused.form_of(x_params, count, e_params, False, -1, 32) == -1  # (an operand broadcast otherwise)
     relu = _chain(data, [(add, 1.0, 1.0, False), (XStageConfig(mul_enable=True, relu=True), 1.0, 2.0, True)],
                   (EwConfig(op_enable=True, op_type=1), np.ones((1, 1, 1))))

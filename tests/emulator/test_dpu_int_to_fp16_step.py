@@ -224,3 +224,30 @@ def test_the_comparison_catches_a_broken_step(monkeypatch, broken):
     _full(state, rdma, full)
     prepare_int_to_fp16(state, rdma, fast, WHERE)(None)
     assert not np.array_equal(full.dump(0, MEMORY), fast.dump(0, MEMORY))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tasks(), st.integers(0, 2**31))
+def test_the_steps_batch_op_leaves_memory_as_the_full_path(task, seed):
+    """The step's ``step.batch`` (its drop, then its call as a kernels/step_batch_fp16.py CONVERT op in a
+    ``run_fp16_ops`` call) leaves memory as the full path; an op is made for every int8 task without an
+    EW stage (BS and BN each on or off), none for the others (they stay steps)."""
+    from npuemu.emulator.kernels import step_batch_fp16
+
+    state, rdma = task
+    full, fast = _memory(seed), _memory(seed)
+    step = prepare_int_to_fp16(state, rdma, fast, WHERE)
+    rows = step_batch_fp16.encoded_calls(step.batch[1])
+    assert (rows is not None) == (state.in_precision == INT8 and state.ew.bypass)
+    if rows is None:
+        return
+    table, spare = np.array(rows), np.zeros(1, np.float32)
+    for run in range(2):  # (the second run reads new inputs, as the step's test)
+        if run:
+            cube = np.random.default_rng(seed + 1).integers(0, 256, BIAS - SRC, dtype=np.uint8)
+            full.load(SRC, cube)
+            fast.load(SRC, cube)
+        _full(state, rdma, full)
+        step.batch[0](None)
+        assert step_batch_fp16.entry()(table, 0, 1, spare, spare, spare, spare) == 1
+        assert np.array_equal(full.dump(0, MEMORY), fast.dump(0, MEMORY))

@@ -18,6 +18,7 @@ from npuemu.emulator import numerics as nm
 from npuemu.emulator.kernels import depthwise_plan, gemm_conv_int8, gemm_int8, step_batch
 from npuemu.emulator.kernels.mac import ConvGeometry
 from npuemu.emulator.memory import DerivedCache
+from tests.emulator.test_derived_cache_index import searching
 from npuemu.emulator.units import cna_core
 from npuemu.isa.errors import EmulationError
 from tests.emulator import test_int8_core_step as core_steps
@@ -171,6 +172,9 @@ def _raising_at(monkeypatch, call: int) -> None:
         return inner(self, *args, **kwargs)
 
     monkeypatch.setattr(DerivedCache, "invalidate_rows", raising)
+    # (a step's drop skips the search while nothing was put since it found its rows clear, memory.py
+    # ``rows_drop``: each drop searches again, so each reaches the injected failure)
+    searching(monkeypatch)
     return count
 
 

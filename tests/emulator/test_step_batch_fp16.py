@@ -21,7 +21,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from npuemu.emulator import task_batches
-from npuemu.emulator.kernels import conv_fp16_step, depthwise_fp16_rows, dpu_fp_chain, gemm_fp32_seq
+from npuemu.emulator.kernels import (conv_fp16_step, convert_stores, depthwise_fp16_rows, dpu_fp_chain,
+                                     gemm_fp32_seq)
 from npuemu.emulator.kernels import step_batch_fp16 as batch
 from npuemu.emulator.regfile import RegisterFile
 from npuemu.emulator.runtime import Runtime
@@ -153,15 +154,63 @@ def test_dpu_ops_equal_the_kernel_called_directly(task, where, seed, entry):
 def test_without_f16c_only_the_dpu_kind_is_made_and_its_entry_runs_it(monkeypatch):
     """A target without F16C (``halves_native`` False): conv_fp16_step's kernels are never prepared there and
     would not link (their IR widens halves with F16C's instructions), so no op of theirs is made and the
-    batches call the DPU-only entry, which does not compile them."""
+    batches call the DPU-only entry (with the conversions' kinds), which does not compile them."""
     assert batch.entry() is batch.run_fp16_ops  # (this host: F16C, the tests' other kinds run)
     monkeypatch.setattr(batch, "halves_native", lambda: False)
-    assert set(batch.kinds().values()) == {batch.DPU}
+    # (the conversions' kernels - kernels/convert_stores.py - pick their loops for the target themselves)
+    assert set(batch.kinds().values()) == {batch.DPU, batch.CONVERT, batch.TO_INT8}
     assert batch.entry() is batch.run_fp16_dpu_ops
     arguments = tuple(np.zeros((1,) * ndim, dtype) if form == "array" else 0 if form == "n" else
                       np.float32(0) if form == "f4" else np.uint32(0) if form == "u4" else (0,) * 11
                       for form, dtype, ndim, _ in batch._PARSED[batch.DEPTHWISE])
     assert batch.encoded_calls(((conv_fp16_step.depthwise_step, arguments),)) is None
+
+
+def _int8_reference(values, half_even: bool, shape: tuple, c2: int, offsets, data) -> np.ndarray:
+    """``data`` after the fp16 -> int8 store, written here: each value rounded (half to even, or half away from
+    zero), NaN 0, saturated to int8; row r of the atoms surface r // H, line r % H, lane l channel s * C2 + l of
+    the first ``shape[0]`` channels, lanes past them 0."""
+    wide = values.astype(np.float64)
+    rounded = np.rint(wide) if half_even else np.sign(wide) * np.floor(np.abs(wide) + 0.5)
+    ints = np.clip(np.where(np.isnan(rounded), 0.0, rounded), -128, 127).astype(np.int64)
+    channels, height, width = shape
+    planes = ints[:channels * height * width].reshape(shape)
+    out = data.copy()
+    for row, at in enumerate(offsets.tolist()):
+        surface, y = divmod(row, height)
+        for x in range(width):
+            for lane in range(c2):
+                channel = surface * c2 + lane
+                out[at + x * c2 + lane] = planes[channel, y, x] & 0xFF if channel < channels else 0
+    return out
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 3), st.integers(1, 5), st.sampled_from([8, 16]), st.booleans(),
+       st.integers(0, 2**32 - 1), st.sampled_from(["run_fp16_ops", "run_fp16_dpu_ops"]))
+def test_int8_store_ops_write_the_reference_bytes(channels, height, width, c2, half_even, seed, entry):
+    """The TO_INT8 op (kernels/convert_stores.py ``int8_store``: an fp16 step's int8 output) through either entry,
+    and the call itself, against the store written above: ties, NaN, infinities, values past int8; rows in a
+    random order with gaps; the last surface's lanes past the channels."""
+    rng = np.random.default_rng(seed)
+    values = (rng.standard_normal(channels * height * width + 3) * 90).astype(np.float32)
+    values[rng.integers(0, values.size, 6)] = rng.choice(np.array([np.nan, np.inf, -np.inf, 0.5, -2.5, 127.5,
+                                                                   -128.5, 1e9], np.float32), 6)
+    values[: values.size // 3] = np.round(values[: values.size // 3]) + 0.5  # (ties)
+    surfaces, line = -(-channels // c2), width * c2
+    offsets = (rng.permutation(surfaces * height + 2)[:surfaces * height] * (line + 3) + 5).astype(np.int64)
+    data = rng.integers(0, 256, int(offsets.max()) + line + 9).astype(np.uint8)
+    ints = np.zeros(values.size, np.int8)
+    planes = ints[:channels * height * width].view(np.uint8).reshape(channels, height, width)
+    arguments = (values, half_even, ints, planes, c2, offsets, data)
+    expected = _int8_reference(values, half_even, (channels, height, width), c2, offsets, data)
+    row = batch.encoded_calls(((convert_stores.int8_store, arguments),))
+    assert getattr(batch, entry)(np.array(row), 0, 1, NO_BUFFER, NO_BUFFER, NO_BUFFER, NO_BUFFER) == 1
+    np.testing.assert_array_equal(data, expected)
+    data[...] = rng.integers(0, 256, data.size)
+    expected = _int8_reference(values, half_even, (channels, height, width), c2, offsets, data)
+    convert_stores.int8_store(*arguments)
+    np.testing.assert_array_equal(data, expected)
 
 
 def test_arguments_off_the_spec_make_no_op():
