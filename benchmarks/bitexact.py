@@ -92,25 +92,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", choices=["build", "hash"])
     parser.add_argument("directory")
     parser.add_argument("out", nargs="?", help="hash: where to write the fingerprints (JSON)")
-    parser.add_argument("models", nargs="*", help=f"a subset of {', '.join(NAMES + SEQUENCE)} (build: DIR then the names)")
+    parser.add_argument("models", nargs="*",
+                        help=f"a subset of {', '.join(NAMES + SEQUENCE)} (build: DIR then the names)")
     parser.add_argument("--compare", help="hash: fingerprints to compare with; exit 1 on any difference")
     parser.add_argument("--runs", type=int, default=2,
                         help="hash: runs per build, all hashed (default 2; 4 reaches the core's chain "
                              "replay, which needs a start state seen before - a chain of an odd number "
                              "of tasks alternates between two); compare only hashes of the same count")
     args = parser.parse_args(argv)
+    names = ([args.out] if args.action == "build" and args.out else []) + args.models
+    unknown = [name for name in names if name not in NAMES + SEQUENCE]
+    if unknown:  # (a misspelt name would hash nothing, and "equal" over nothing proves nothing)
+        parser.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(NAMES + SEQUENCE)}")
     if args.action == "build":
-        build(args.directory, ([args.out] if args.out else []) + args.models)
+        build(args.directory, names)
         return 0
     if args.out is None:
         parser.error("hash needs OUT.json")
     result = hash_all(args.directory, args.models, args.runs)
+    if not result:
+        print(f"no build of {', '.join(args.models) or 'any model'} in {args.directory} (python -m benchmarks.bitexact "
+              "build DIR first)")
+        return 1
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     if args.compare:
         with open(args.compare) as f:
             base = json.load(f)
         differ = sorted(key for key in result if key in base and base[key] != result[key])
+        missing = sorted(key for key in result if key not in base)
+        if missing:
+            print(f"not in {args.compare} (not compared): {', '.join(missing)}")
+        if len(missing) == len(result):
+            print("NOTHING COMPARED")
+            return 1
         print("equal" if not differ else f"DIFFERENT: {', '.join(differ)}")
         return 1 if differ else 0
     return 0

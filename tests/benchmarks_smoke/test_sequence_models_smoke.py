@@ -47,3 +47,30 @@ def test_bitexact_fingerprints_a_sequence_model(tmp_path, capsys):
     path = str(tmp_path / "silero_vad_op15_int8.npu")
     moved = dict(feeds, state=feeds["state"] + np.float32(0.25))
     assert bitexact.fingerprint(path, feeds) != bitexact.fingerprint(path, moved)
+
+
+def test_bitexact_refuses_what_would_compare_nothing(tmp_path, capsys):
+    """A misspelt model name is refused naming it; a directory without the builds named is an error, not an
+    "equal" over nothing."""
+    from benchmarks import bitexact
+
+    with pytest.raises(SystemExit) as exited:
+        bitexact.main(["hash", str(tmp_path), str(tmp_path / "out.json"), "silero_vad_op16"])
+    assert exited.value.code == 2 and "silero_vad_op16" in capsys.readouterr().err
+    assert bitexact.main(["hash", str(tmp_path), str(tmp_path / "out.json"), "ppocr_cls"]) == 1
+    assert "no build of ppocr_cls" in capsys.readouterr().out
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_bitexact_says_when_the_base_has_none_of_the_builds(tmp_path, capsys):
+    from benchmarks import bitexact
+
+    if sequence_models.model_path("silero_vad_op15") is None:
+        pytest.skip("silero-vad not installed (pip install --no-deps -r tests/requirements-models.txt)")
+    bitexact.build(str(tmp_path), ["silero_vad_op15"])
+    other = tmp_path / "other.json"
+    other.write_text('{"ppocr_cls_int8": "0"}')
+    assert bitexact.main(["hash", str(tmp_path), str(tmp_path / "out.json"), "silero_vad_op15",
+                          "--compare", str(other)]) == 1
+    assert capsys.readouterr().out.strip().splitlines()[-2:] == [
+        f"not in {other} (not compared): silero_vad_op15_fp16, silero_vad_op15_int8", "NOTHING COMPARED"]
