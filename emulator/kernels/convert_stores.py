@@ -1,4 +1,4 @@
-"""A DPU step's conversion and store as one Python call (issue 20: silero-vad int8's four int -> fp16
+"""A DPU step's conversion and store as one compiled call (issue 20: silero-vad int8's four int -> fp16
 conversions into its float islands and three fp16 -> int8 ones out of them, a run), so that a batch of fp16
 steps (kernels/step_batch_fp16.py CONVERT, TO_INT8) takes it as an op of its table - the same kernels on the
 same arrays as the step one by one:
@@ -11,6 +11,8 @@ same arrays as the step one by one:
 
 from __future__ import annotations
 
+from numba import njit
+
 from npuemu.emulator.kernels.dpu_convert import _round_saturate
 from npuemu.emulator.kernels.dpu_int_to_fp16_step import int_atoms_to_planes
 from npuemu.emulator.kernels.fp16_atoms import planes_to_fp16_atoms
@@ -20,6 +22,7 @@ from npuemu.emulator.memory import _scatter_planes
 INT8_LOW, INT8_HIGH = -128.0, 127.0
 
 
+@njit(cache=True)
 def convert_store(region, offsets, height, lanes, bs, bs_operands, bn, bn_operands, operand, ew, scale, shift,
                   half_away, factor, lower, out, bits, c2, out_offsets, written) -> None:
     """``int_atoms_to_planes`` into ``out`` (float32 [C][H*W]), then ``planes_to_fp16_atoms`` of ``bits`` - the
@@ -29,6 +32,7 @@ def convert_store(region, offsets, height, lanes, bs, bs_operands, bn, bn_operan
     planes_to_fp16_atoms(bits, c2, out_offsets, written)
 
 
+@njit(cache=True)
 def int8_store(values, half_even, ints, planes, c2, offsets, data) -> None:
     """``values`` (the chain's float32 results, flat) rounded (``half_even``, else half away) and saturated into
     ``ints`` (int8, flat), then ``planes`` - a uint8 [channels][H][W] view of the stored channels of ``ints`` -

@@ -29,11 +29,7 @@ from numba import carray, njit, types
 from numba.extending import intrinsic
 
 from npuemu.emulator.kernels import conv_fp16_step, convert_stores, dpu_fp_chain
-from npuemu.emulator.kernels.dpu_convert import _round_saturate
-from npuemu.emulator.kernels.dpu_int_to_fp16_step import int_atoms_to_planes
-from npuemu.emulator.kernels.fp16_atoms import planes_to_fp16_atoms
 from npuemu.emulator.kernels.fp16_atoms_ir import halves_native
-from npuemu.emulator.memory import _scatter_planes
 from npuemu.emulator.kernels.step_batch import _pointer, fits_integer, place_array
 
 #: op kinds: conv_fp16_step's depthwise / gemm / narrow / few steps, dpu_fp_chain.fp16_step, a place kept, an
@@ -265,25 +261,24 @@ def _convert(r, b):
     i1, i4, i8, f4, c = np.int8, np.int32, np.int64, np.float32, _CV
     head = (_v1(r, c[0], b, i1), _v1(r, c[1], b, i8), r[c[2]], r[c[3]])
     bs_operands, bn_operands, operand = _v2(r, c[5], b, i8), _v2(r, c[7], b, i8), _v2(r, c[8], b, i4)
-    tail = (np.int64(r[c[10]]), r[c[11]], r[c[12]] != 0, _float32(r[c[13]]), r[c[14]] != 0, _v2(r, c[15], b, f4))
+    tail = (np.int64(r[c[10]]), r[c[11]], r[c[12]] != 0, _float32(r[c[13]]), r[c[14]] != 0, _v2(r, c[15], b, f4),
+            _v3(r, c[16], b, np.uint32), r[c[17]], _v1(r, c[18], b, i8), _v1(r, c[19], b, np.uint16))
+    store = convert_stores.convert_store
     if r[c[4]] != 0 and r[c[6]] != 0:  # (BS and BN each an array, or None: an address 0)
-        int_atoms_to_planes(*head, _v1(r, c[4], b, i8), bs_operands, _v1(r, c[6], b, i8), bn_operands, operand, None,
-                            *tail)
+        store(*head, _v1(r, c[4], b, i8), bs_operands, _v1(r, c[6], b, i8), bn_operands, operand, None, *tail)
     elif r[c[4]] != 0:
-        int_atoms_to_planes(*head, _v1(r, c[4], b, i8), bs_operands, None, bn_operands, operand, None, *tail)
+        store(*head, _v1(r, c[4], b, i8), bs_operands, None, bn_operands, operand, None, *tail)
     elif r[c[6]] != 0:
-        int_atoms_to_planes(*head, None, bs_operands, _v1(r, c[6], b, i8), bn_operands, operand, None, *tail)
+        store(*head, None, bs_operands, _v1(r, c[6], b, i8), bn_operands, operand, None, *tail)
     else:
-        int_atoms_to_planes(*head, None, bs_operands, None, bn_operands, operand, None, *tail)
-    planes_to_fp16_atoms(_v3(r, c[16], b, np.uint32), r[c[17]], _v1(r, c[18], b, i8), _v1(r, c[19], b, np.uint16))
+        store(*head, None, bs_operands, None, bn_operands, operand, None, *tail)
 
 
 @njit(cache=True)
 def _to_int8(r, b):
     c = _TI
-    _round_saturate(_v1(r, c[0], b, np.float32), r[c[1]] != 0, convert_stores.INT8_LOW, convert_stores.INT8_HIGH,
-                    _v1(r, c[2], b, np.int8))
-    _scatter_planes(_v3(r, c[3], b, np.uint8), r[c[4]], _v1(r, c[5], b, np.int64), _v1(r, c[6], b, np.uint8))
+    convert_stores.int8_store(_v1(r, c[0], b, np.float32), r[c[1]] != 0, _v1(r, c[2], b, np.int8),
+                              _v3(r, c[3], b, np.uint8), r[c[4]], _v1(r, c[5], b, np.int64), _v1(r, c[6], b, np.uint8))
 
 
 @njit(cache=True)

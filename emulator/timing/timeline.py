@@ -253,22 +253,22 @@ def timeline_npu(model, runs: Sequence, platform, figures: TaskFigures | None = 
     if recent is None:
         recent = _TIMELINES.put([], model.trailer, platform, figures)
     # (the same tuples of records: core.py's ``_replayed`` hands a replay's out again; a tuple never changes)
-    for known_tasks, _, _, timeline in recent:
-        if len(known_tasks) == len(tasks) and all(map(operator.is_, known_tasks, tasks)):
+    for known, timeline in recent:
+        if len(known) == len(tasks) and all(map(operator.is_, known, tasks)):
             return timeline
-    records = tuple(chain.from_iterable(tasks))
     counts = tuple(map(len, tasks))
-    for at, (_, known, known_counts, timeline) in enumerate(recent):
-        if known_counts == counts and len(known) == len(records) and all(map(operator.is_, known, records)):
-            recent[at] = (tasks, known, known_counts, timeline)  # (these tuples from now on)
+    for at, (known, timeline) in enumerate(recent):  # (the same records in other tuples: these from now on)
+        if tuple(map(len, known)) == counts and all(map(operator.is_, chain.from_iterable(known),
+                                                        chain.from_iterable(tasks))):
+            recent[at] = (tasks, timeline)
             return timeline
     timeline = build_timeline(plan_npu(model, runs, platform), figures)
-    recent[:] = [(tasks, records, counts, timeline)] + recent[:_RECENT_RUNS - 1]
+    recent[:] = [(tasks, timeline)] + recent[:_RECENT_RUNS - 1]
     return timeline
 
 
-#: per (trailer, platform, figures): [(each run's tuple of records, the records, tasks per run, timeline)]
-#: of the last runs timed, newest first. More than one: a chain of an odd number of tasks runs each task from
+#: per (trailer, platform, figures): [(each run's tuple of records, timeline)] of the last runs timed, newest
+#: first. More than one: a chain of an odd number of tasks runs each task from
 #: the other register group on the next run (core.py), so runs alternate between two records.
 _TIMELINES: Memo[list] = Memo(identity=3, limit=16)
 _RECENT_RUNS = 4

@@ -28,8 +28,6 @@ import numpy as np
 
 from npuemu.emulator.kernels import dpu as kernels
 from npuemu.emulator.kernels import dpu_int32, dpu_transpose
-from npuemu.emulator.kernels.dpu_int_to_fp16_step import int_atoms_to_planes
-from npuemu.emulator.kernels.fp16_atoms import planes_to_fp16_atoms
 from npuemu.emulator.kernels.convert_stores import convert_store
 from npuemu.emulator.memory import Memory, TaskDma
 from npuemu.emulator.numerics import ROUND_HALF_AWAY, out_cvt_round_mode
@@ -88,9 +86,8 @@ def prepare_int_to_fp16(state: DpuState, rdma: DpuRdmaState | None, memory: Memo
 
     def run(cbuf: object) -> None:
         out = kept if kept is not None else np.empty((channels, pixels), np.float32)
-        int_atoms_to_planes(region, offsets, height, lanes, *settings, *conversion, out)
         bits = out.reshape(-1)[:planes * shape[1] * shape[2]].view(np.uint32).reshape(shape)
-        planes_to_fp16_atoms(bits, c2, out_offsets, written)
+        convert_store(region, offsets, height, lanes, *settings, *conversion, out, bits, c2, out_offsets, written)
         invalidate()
 
     run.held = _held_blob(state, rdma, memory, where)

@@ -210,7 +210,7 @@ def test_the_comparison_catches_a_broken_step(monkeypatch, broken):
     bn = replace(_OFF, bypass=False, alu_bypass=False, alu_algo=2, alu_operand=5)
     cvt = OutCvtState(scale=3000, shift=4, offset=0, round_bit=0, fp32_to_fp16=True, minus_exp=3)
     state, rdma = _states(40, 3, 7, INT8, _OFF, bn, _EW_OFF, cvt)
-    inner = module.int_atoms_to_planes
+    inner = module.convert_store  # (int_atoms_to_planes, then the store; the same leading arguments)
 
     def wrong(region, offsets, height, lanes, *rest):
         if broken == "rows":
@@ -219,7 +219,7 @@ def test_the_comparison_catches_a_broken_step(monkeypatch, broken):
             rest = rest[:7] + (0,) + rest[8:]
         inner(region, offsets, height, lanes, *rest)
 
-    monkeypatch.setattr(module, "int_atoms_to_planes", wrong)
+    monkeypatch.setattr(module, "convert_store", wrong)
     full, fast = _memory(3), _memory(3)
     _full(state, rdma, full)
     prepare_int_to_fp16(state, rdma, fast, WHERE)(None)
