@@ -206,8 +206,7 @@ def prepare(feature_shape: tuple[int, int, int, int], channels: int, real: int, 
     # a small layer keeps its own buffers (the thread's shared ones cost more to look up than
     # such a layer computes; as conv_pixels); their contents never outlive a run
     own = _buffers(*sizes) if sum(sizes) - pixels + pixels * out_channels <= OWN_BUFFER_ELEMENTS else None
-    shape = (1, geometry.out_h, geometry.out_w)
-    padded_shape = (surfaces, source_h, source_w, lanes // 4)
+    shape, padded_shape = (1, geometry.out_h, geometry.out_w), (surfaces, source_h, source_w, lanes // 4)
     # own buffers: their views made once, and the last feature's flat / word view kept (a step hands
     # in its own feature array every run: issue 20, fixed cost per task)
     views = None if own is None else (own[0], own[1], own[2].reshape(shape), own[3].reshape(-1, columns),
@@ -239,41 +238,59 @@ def prepare(feature_shape: tuple[int, int, int, int], channels: int, real: int, 
         return out, window
 
     parts = (bases, segs, packed, ones, (lanes // 4, block, kernels, clip_truncate, round_mode, int(fused)))
-    run.gemm_parts, run.gemm_placed = _step_forms(direct and edges is None, parts, views, own, sizes, shape, columns)
+    run.gemm_parts, run.gemm_placed = _step_forms(parts, None if direct else (copy, padded_shape, edges), views, own,
+                                                  sizes, shape, columns)
     return run
 
 
-def _step_forms(inside: bool, parts: tuple, views: tuple | None, own: tuple | None, sizes: tuple, shape: tuple,
-                columns: int) -> tuple:
+def _step_forms(parts: tuple, padding: tuple | None, views: tuple | None, own: tuple | None, sizes: tuple,
+                shape: tuple, columns: int) -> tuple:
     """``prepare``'s ``run.gemm_parts`` (buffers of its own) and ``run.gemm_placed`` (none of its own), None
-    each where it does not apply; both None unless the windows lie inside the input (``inside``: read in
-    place, no edge terms). ``placed(place)``: the parts with the buffers ``place(shape, dtype)`` gives (a
-    one-call step's arena, kernels/int8_core_step.py ``placer``: every element written each run), or None
-    where they do not fit. ``parts``: ``_parts``' first five arguments."""
-    if not inside:
-        return None, None
+    each where it does not apply. ``placed(place)``: the parts with the buffers ``place(shape, dtype)`` gives
+    (a one-call step's arena, kernels/int8_core_step.py ``placer``: every element written each run - the
+    padded copy's too, ``_copy_padded`` writing each of its words), or None where they do not fit.
+    ``parts``: ``_parts``' first five arguments; ``padding``: None where the windows lie inside the input
+    (read in place), else (``_copy_padded``'s scalars, the padded copy's word shape, the edge terms or None)."""
+    kernels = parts[4][2]
     if views is not None:
-        return _parts(*parts, views, own), None
-    _, pixels, out_channels, acc_size = sizes
+        return _parts(*parts, views, own, _padded_parts(padding, views[0], views[4], kernels)), None
+    padded_size, pixels, out_channels, acc_size = sizes
 
     def placed(place) -> tuple | None:
         made = (place((pixels * out_channels + 16,), np.int32), place((pixels,), np.int64),
-                place((max(acc_size, 1),), np.int32))
+                place((max(acc_size, 1),), np.int32)) + (() if padding is None else (place((padded_size,), np.int8),))
         if any(part is None for part in made):
             return None
-        results, sums, acc = made
-        held = (None, results[:pixels * out_channels].reshape(pixels, out_channels), sums, acc[:acc_size])
-        return _parts(*parts, held[:2] + (sums.reshape(shape), held[3].reshape(-1, columns)), held)
+        results, sums, acc = made[:3]
+        source = made[3] if padding is not None else None
+        padded = None if padding is None else source.view(np.uint32).reshape(padding[1])
+        held = (source, results[:pixels * out_channels].reshape(pixels, out_channels), sums, acc[:acc_size])
+        return _parts(*parts, held[:2] + (sums.reshape(shape), held[3].reshape(-1, columns)), held,
+                      _padded_parts(padding, source, padded, kernels))
 
     return None, placed
 
 
+def _padded_parts(padding: tuple | None, source: np.ndarray, padded: np.ndarray, kernels: int) -> tuple | None:
+    """What a step with windows reaching outside the input passes besides ``_run_blocks``' arguments: the
+    padded copy (int8 ``source`` and its words ``padded``), the edge terms (``_add_edges``' three arrays,
+    empty where there are none) and ``_copy_padded``'s scalars; None for windows inside the input."""
+    if padding is None:
+        return None
+    copy, _, edges = padding
+    if edges is None:
+        edges = (np.zeros(0, np.int64), np.zeros((0, kernels), np.int64), np.zeros(0, np.int64))
+    return (source, padded) + tuple(np.ascontiguousarray(part, np.int64) for part in edges) \
+        + (tuple(int(value) for value in copy),)
+
+
 def _parts(bases: np.ndarray, segs: np.ndarray, packed: np.ndarray, ones: np.ndarray, scalars: tuple, views: tuple,
-           own: tuple) -> tuple:
-    """``run.gemm_parts`` of ``prepare`` (windows inside the input, buffers of its own): what ``run``
-    passes ``_run_blocks`` and hands back, for a step running it in one compiled call with its feature
-    copy (units/cna_core.py ``_fused_int8``, kernels/int8_core_step.py ``gemm_step``)."""
-    return bases, segs, packed, ones, views[3], views[1], own[2], views[2], scalars
+           own: tuple, padded: tuple | None = None) -> tuple:
+    """``run.gemm_parts`` of ``prepare`` (buffers of its own): what ``run`` passes ``_run_blocks`` and hands
+    back, for a step running it in one compiled call with its feature copy (units/cna_core.py ``_fused_int8``,
+    kernels/int8_core_step.py ``gemm_step``), and last ``_padded_parts``' (``gemm_padded_step``'s padded
+    copy, edge terms and copy scalars; None for windows inside the input)."""
+    return bases, segs, packed, ones, views[3], views[1], own[2], views[2], scalars, padded
 
 
 def _operand_rows(geometry: ConvGeometry, direct: bool, height: int, width: int, c2: int, surfaces: int,

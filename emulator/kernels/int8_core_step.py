@@ -10,6 +10,10 @@ compiled function whose scalars come packed in one int64 array:
   ``depthwise_direct._padded_rows`` (a depthwise layer with more outputs than lanes, its own buffers);
 - ``gemm_step``: the row copy and lane masking and ``gemm_conv_int8._run_blocks`` (a convolution
   whose windows lie inside the input, read in place from the atoms, its own buffers);
+- ``gemm_padded_step``: the row copy and lane masking, ``gemm_conv_int8._copy_padded`` (the atoms into
+  the padded copy, the pad value outside the input), ``_run_blocks`` on that copy and ``_add_edges``
+  (the channels past DATAIN_CHANNEL_REAL outside the input; none: empty arrays) - a convolution whose
+  windows reach outside the input (silero-vad's encoder, ddddocr's CRNN);
 - ``CHAINED``: either with the task's DPU stage chain after it (the chain call
   ``dpu_pixel_plan._direct_run`` would make on these outputs every run).
 
@@ -46,10 +50,12 @@ DW_PAD_BYTE, DW_TOP, DW_LEFT, DW_KIND, DW_KERNEL_H, DW_KERNEL_W, DW_OUT_H, DW_OU
 #: in an arena; 0 for buffers of the step's own, whose zeros were written once)
 #: or ``gemm_step``'s (``_run_blocks``' scalars in its order)
 GEMM_QUADS, GEMM_BLOCK, GEMM_KERNELS, GEMM_CLIP, GEMM_MODE, GEMM_FUSED = range(4, 10)
+#: and ``gemm_padded_step``'s after those (``_copy_padded``'s scalars in its order)
+PAD_SURFACES, PAD_CHANNELS, PAD_REAL, PAD_VALUE, PAD_TOP, PAD_LEFT = range(10, 16)
 
 
 #: bytes of a memory's arena (``arena``): the largest step placed in it (a depthwise layer's padded
-#: input, row buffers, outputs and window sums; a convolution's outputs and window sums)
+#: input, row buffers, outputs and window sums; a convolution's outputs, window sums and padded copy)
 ARENA_BYTES = 1 << 20
 #: the arena of each owner (a Memory: one runtime's chain, whose tasks run one after another in one thread)
 _ARENAS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -143,6 +149,21 @@ def gemm_step(data, offsets, rows, source, bases, segs, packed, ones, acc, out, 
                      ints[GEMM_CLIP], ints[GEMM_MODE], ints[GEMM_FUSED] != 0, out, sums)
 
 
+@njit(cache=True)
+def gemm_padded_step(data, offsets, rows, atoms, padded, source, bases, segs, packed, ones, acc, out, sums, pixels,
+                     terms, sum_terms, ints):
+    """``gather_masked`` into the atoms (``rows`` and ``atoms``: two views of them, the latter as 4-byte
+    words), then the prepared convolution's ``run`` for windows reaching outside the input: the padded
+    copy into ``padded`` (``source``: its int8 view), the products and CORE pass on it, and the edge
+    terms (``pixels``, ``terms``, ``sum_terms``: none where empty)."""
+    gather_masked(data, offsets, rows, ints)
+    gemm._copy_padded(atoms, ints[PAD_SURFACES], ints[PAD_CHANNELS], ints[PAD_REAL], ints[PAD_VALUE], ints[PAD_TOP],
+                      ints[PAD_LEFT], padded)
+    gemm._run_blocks(source, bases, segs, ints[GEMM_QUADS], packed, ones, acc, ints[GEMM_BLOCK], ints[GEMM_KERNELS],
+                     ints[GEMM_CLIP], ints[GEMM_MODE], ints[GEMM_FUSED] != 0, out, sums)
+    gemm._add_edges(out, sums, pixels, terms, sum_terms)
+
+
 # The step's DPU stage chain in the same call (dpu_pixel_plan.py ``_direct_run``'s ``chain_form``): its
 # ``_rows_chain`` (a depthwise CORE's window sums, one per pixel and channel), ``_planes_chain`` (int32
 # planes [C][P]: a one-pixel depthwise layer's) or ``_window_chain`` (a convolution's) on the CORE's
@@ -178,8 +199,18 @@ def depthwise_planes_chain(data, offsets, rows, words, phased_words, phased, til
                                 target, block)
 
 
+@njit(cache=True)
+def gemm_padded_window_chain(data, offsets, rows, atoms, padded, source, bases, segs, packed, ones, acc, out, sums,
+                             pixels, terms, sum_terms, ints, blocks, window, window_sums, layout, floats, operand,
+                             settings, top, surfaces, width, tile, out_offsets, target):
+    gemm_padded_step(data, offsets, rows, atoms, padded, source, bases, segs, packed, ones, acc, out, sums, pixels,
+                     terms, sum_terms, ints)
+    return chains._window_chain(blocks, window, window_sums, layout, floats, operand, settings, top, surfaces, width,
+                                tile, out_offsets, target)
+
+
 #: (CORE kernel, chain kind) -> the call running both (the pairs the int8 builds make: a depthwise
 #: CORE's sums reach the DPU per pixel and channel, or as planes where the layer is one pixel; a
 #: convolution's per pixel)
 CHAINED = {(depthwise_step, "rows"): depthwise_rows_chain, (depthwise_step, "planes"): depthwise_planes_chain,
-           (gemm_step, "window"): gemm_window_chain}
+           (gemm_step, "window"): gemm_window_chain, (gemm_padded_step, "window"): gemm_padded_window_chain}

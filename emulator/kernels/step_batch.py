@@ -32,8 +32,9 @@ from npuemu.emulator.kernels import int8_core_step as steps
 
 #: op kinds: a CORE step with its DPU stage chain (returns whether the chain took the window sums), a CORE
 #: step alone, the folded LUT store (window sums int64 or int32), an op that does nothing (a place kept), and
-#: a flying DPU task's MRDMA read with its float64 chain (``FLYING_CHAIN``: dpu_flying_lines.gather_chain)
-ROWS, PLANES, WINDOW, DEPTHWISE, GEMM, FOLDED64, FOLDED32, NOTHING, FLYING_CHAIN = range(9)
+#: a flying DPU task's MRDMA read with its float64 chain (``FLYING_CHAIN``: dpu_flying_lines.gather_chain), and a
+#: convolution whose windows reach outside the input, with its chain and alone (``int8_core_step.gemm_padded_step``)
+ROWS, PLANES, WINDOW, DEPTHWISE, GEMM, FOLDED64, FOLDED32, NOTHING, FLYING_CHAIN, WINDOW_PADDED, GEMM_PADDED = range(11)
 #: int64 words an argument takes in a table row: its address and up to 4 dimensions (an integer: its value)
 WORDS = 5
 
@@ -42,12 +43,17 @@ _DEPTHWISE = "u1:1 i8:1 u1:2 u8:4 u8:4 i1:4 i2:2 i2:2 u1:4 i8:2 i4:2 i4:2 i4:2 i
 _CHAIN_TAIL = "f8:2 i4:3 f8:1 n n n i1:2 i8:1 u8:1"
 _GEMM = "u1:1 i8:1 u1:2 i1:1 i8:1 i8:1 u1:3 u1:2 i4:2 i4:2 i8:1 i8:1"
 _FOLDED = "n n i8:1 i8:2 i1:1 n n n n i1:2 i8:1 u8:1"
+# (gemm_padded_step's: _GEMM's with the atoms' and padded copy's words and the int8 copy after the rows, and the
+# edge terms before the scalars)
+_GEMM_PADDED = "u1:1 i8:1 u1:2 u4:4 u4:4 i1:1 i8:1 i8:1 u1:3 u1:2 i4:2 i4:2 i8:1 i8:1 i8:2 i8:1 i8:1"
 _SPECS = {
     ROWS: f"{_DEPTHWISE} i4:3 i4:1 {_CHAIN_TAIL}",
     PLANES: f"{_DEPTHWISE} i4:3 i4:2 {_CHAIN_TAIL} i4:2",
     WINDOW: f"{_GEMM} i4:3 i8:1 i4:1 n {_CHAIN_TAIL}",
     DEPTHWISE: _DEPTHWISE,
     GEMM: _GEMM,
+    WINDOW_PADDED: f"{_GEMM_PADDED} i4:3 i8:1 i4:1 n {_CHAIN_TAIL}",
+    GEMM_PADDED: _GEMM_PADDED,
     FOLDED64: f"i4:3 i8:1 {_FOLDED}",
     FOLDED32: f"i4:3 i4:1 {_FOLDED}",
     # (dpu_flying_lines.gather_chain's: the region's bytes, the rows' offsets, the cube they are copied into,
@@ -57,7 +63,8 @@ _SPECS = {
 #: the kernel each kind runs (int8_core_step.CHAINED's calls, the CORE steps, the folded LUT store; and
 #: FLYING_CHAIN: ``kind_of``)
 KINDS = {steps.depthwise_rows_chain: ROWS, steps.depthwise_planes_chain: PLANES, steps.gemm_window_chain: WINDOW,
-         steps.depthwise_step: DEPTHWISE, steps.gemm_step: GEMM, lut_folded.folded_to_atoms: FOLDED64}
+         steps.depthwise_step: DEPTHWISE, steps.gemm_step: GEMM, lut_folded.folded_to_atoms: FOLDED64,
+         steps.gemm_padded_window_chain: WINDOW_PADDED, steps.gemm_padded_step: GEMM_PADDED}
 
 
 def kind_of(kernel, arguments: tuple) -> int | None:
@@ -229,6 +236,26 @@ def _gemm(r):
 
 
 @njit(cache=True)
+def _gemm_padded_window(r):
+    u1, i1, i4, i8, u4, u8, f8 = np.uint8, np.int8, np.int32, np.int64, np.uint32, np.uint64, np.float64
+    return steps.gemm_padded_window_chain(
+        _v1(r, 0, u1), _v1(r, 1, i8), _v2(r, 2, u1), _v4(r, 3, u4), _v4(r, 4, u4), _v1(r, 5, i1), _v1(r, 6, i8),
+        _v1(r, 7, i8), _v3(r, 8, u1), _v2(r, 9, u1), _v2(r, 10, i4), _v2(r, 11, i4), _v1(r, 12, i8), _v1(r, 13, i8),
+        _v2(r, 14, i8), _v1(r, 15, i8), _v1(r, 16, i8), _v3(r, 17, i4), _v1(r, 18, i8), _v1(r, 19, i4), _n(r, 20),
+        _v2(r, 21, f8), _v3(r, 22, i4), _v1(r, 23, f8), _n(r, 24), _n(r, 25), _n(r, 26), _v2(r, 27, i1),
+        _v1(r, 28, i8), _v1(r, 29, u8))
+
+
+@njit(cache=True)
+def _gemm_padded(r):
+    u1, i1, i4, i8, u4 = np.uint8, np.int8, np.int32, np.int64, np.uint32
+    steps.gemm_padded_step(
+        _v1(r, 0, u1), _v1(r, 1, i8), _v2(r, 2, u1), _v4(r, 3, u4), _v4(r, 4, u4), _v1(r, 5, i1), _v1(r, 6, i8),
+        _v1(r, 7, i8), _v3(r, 8, u1), _v2(r, 9, u1), _v2(r, 10, i4), _v2(r, 11, i4), _v1(r, 12, i8), _v1(r, 13, i8),
+        _v2(r, 14, i8), _v1(r, 15, i8), _v1(r, 16, i8))
+
+
+@njit(cache=True)
 def _folded(r, sums):
     i1, i8 = np.int8, np.int64
     lut_folded.folded_to_atoms(
@@ -278,6 +305,10 @@ def run_ops(table, start, stop):
             _folded(row, _v1(row, 1, np.int32))
         elif kind == FLYING_CHAIN:
             _flying_chain(row)
+        elif kind == WINDOW_PADDED:
+            done = _gemm_padded_window(row)
+        elif kind == GEMM_PADDED:
+            _gemm_padded(row)
         if not done:
             return at
     return stop

@@ -979,7 +979,8 @@ def _fused_int8(data: np.ndarray, offsets: np.ndarray, target: np.ndarray, buffe
     masking from ``mask`` (first masked surface and lane) and prepared kernel ``core`` with its own
     buffers (``depthwise_parts`` / ``gemm_parts``) or, too large for those, buffers placed in the arena
     ``work`` (``depthwise_placed`` / ``gemm_placed``; issue 20: ppocr_cls' 20 wider layers made ~5 calls
-    each); None for another kernel (the separate calls then)."""
+    each; a convolution with windows reaching outside the input, silero-vad's encoder, ~4); None for
+    another kernel (the separate calls then)."""
     if buffer.dtype != np.int8 or buffer.ndim != 4 or not buffer.flags.c_contiguous \
             or target.shape != (buffer.shape[0] * buffer.shape[1], buffer.shape[2] * buffer.shape[3]):
         return None
@@ -999,9 +1000,15 @@ def _fused_int8(data: np.ndarray, offsets: np.ndarray, target: np.ndarray, buffe
                                                tiled, lane_weights, packed, starts, rows[0], rows[1], out, sums,
                                                ints), (out, planes)
     if gemm is not None:
-        bases, segs, packed, ones, acc, out, sums, window, scalars = gemm
-        return int8_core_step.gemm_step, (data, offsets, target, buffer.reshape(-1), bases, segs, packed, ones, acc,
-                                          out, sums, np.array(head + scalars + tail, np.int64)), (out, window)
+        bases, segs, packed, ones, acc, out, sums, window, scalars, padding = gemm
+        if padding is None:  # (windows inside the input: the atoms read in place)
+            return int8_core_step.gemm_step, (data, offsets, target, buffer.reshape(-1), bases, segs, packed, ones,
+                                              acc, out, sums, np.array(head + scalars + tail, np.int64)), (out, window)
+        # windows reaching outside the input: the padded copy and the edge terms in the same call
+        source, padded, pixels, terms, sum_terms, copy = padding
+        return int8_core_step.gemm_padded_step, (data, offsets, target, buffer.view(np.uint32), padded, source, bases,
+                                                 segs, packed, ones, acc, out, sums, pixels, terms, sum_terms,
+                                                 np.array(head + scalars + copy + tail, np.int64)), (out, window)
     return None
 
 
