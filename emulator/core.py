@@ -102,8 +102,10 @@ class _Replay:
     #: replays after a write dropped what the steps hold)
     program: list = field(default_factory=lambda: [None, 0])
     #: [the records of its last replay, the interrupt bits of its tasks, its tasks' _TaskMemo.last
-    #: entries] (``_replayed``)
-    replayed: list = field(default_factory=lambda: [None, None, None])
+    #: entries, the core's ``records_made`` when they were last found its tasks' records] (``_replayed``)
+    replayed: list = field(default_factory=lambda: [None, None, None, -1])
+    #: RegisterFile.restore_from's differences from ``start`` to ``end`` (kept with them)
+    moves: list = field(default_factory=list)
 
 
 #: start states kept per chain (a chain of an odd number of tasks alternates between two)
@@ -168,6 +170,9 @@ class NpuCore:
         self.cbuf = Cbuf()
         self.tasks_run = 0  # TASK_STATUS counter across chains
         self.interrupt_raw = 0
+        # kept task records replaced so far (``_kept_record``, ``_run_task``): a replay whose records were
+        # checked at this count hands them out again unchecked (``_replayed``)
+        self.records_made = 0
         # Per task object of a decoded chain. The build closes over the register file, not
         # self: the memo would make a reference cycle.
         resolve = self.regfile.resolve
@@ -211,7 +216,7 @@ class NpuCore:
         start state (for ``_replay_failed``, and to match whole when it recurs) and its end state,
         kept first."""
         start = replay_match.Start.of(self.regfile.snapshot(), replay.start.tasks, matched.course)
-        mine = replace(replay, start=start,
+        mine = replace(replay, start=start, moves=[],
                        end=replay_match.end(self.regfile, replay.end, matched.course, matched.others))
         replays[:] = [mine] + replays[:_REPLAYS - 1]
         return mine
@@ -295,13 +300,13 @@ class NpuCore:
                 replay.program[0] = replace(program, epoch=began)
         return tuple(records)
 
-    @staticmethod
-    def _kept_record(last: list, index: int, address: int, amount: int, traffic: DmaTraffic) -> TaskRecord:
+    def _kept_record(self, last: list, index: int, address: int, amount: int, traffic: DmaTraffic) -> TaskRecord:
         """The task's kept record (``last[4]``), or one with this run's position and traffic, kept
         instead (the record _run_task would build: only these differ)."""
         kept = last[4]
         if kept.traffic is not traffic or kept.index != index or kept.address != address or kept.amount != amount:
             kept = last[4] = replace(kept, index=index, address=address, amount=amount, traffic=traffic)
+            self.records_made += 1
         return kept
 
     def _run_steps(self, replay: _Replay, steps: tuple, epoch: int, runs: tuple | None = None) -> int:
@@ -376,15 +381,20 @@ class NpuCore:
         """The end of a replay whose tasks all ran as steps: each task's kept record (the same
         objects as last time: handed out as one tuple again), the end state, counters, interrupts."""
         kept = replay.replayed
-        # (the kept records compared in C, without a list of them: rec's replay has 705 tasks)
-        if kept[0] is None or not all(map(operator.is_, map(_RECORD, kept[2]), kept[0])):  # (one task count)
+        # (the kept records compared in C, without a list of them: rec's replay has 705 tasks; not at all where
+        # no record was replaced since they last were)
+        if kept[3] != self.records_made and (kept[0] is None or not all(map(operator.is_, map(_RECORD, kept[2]),
+                                                                            kept[0]))):  # (one task count)
             records = tuple(self._kept_record(last, index, address, amount, last[4].traffic)
                             for index, (_, _, last, _, address, amount, _) in enumerate(replay.tasks))
             bits = 0
             for task in replay.tasks:
                 bits |= task[2][3]
-            kept[:] = [records, bits, tuple(task[2] for task in replay.tasks)]
-        self.regfile.restore(replay.end)
+            kept[:] = [records, bits, tuple(task[2] for task in replay.tasks), -1]
+        kept[3] = self.records_made
+        # (the state is the start's: matched equal, or the start taken from it, ``_loosened``; a replay's
+        # steps write no register)
+        self.regfile.restore_from(replay.start, replay.end, replay.moves)
         self.tasks_run += len(kept[0])
         self.interrupt_raw |= kept[1]
         return kept[0]
@@ -401,15 +411,16 @@ class NpuCore:
                 self.interrupt_raw |= last[3]
 
     def _fetch(self, start_address: int, first_amount: int) -> DecodedChain:
-        where = f"core {self.index}: PC fetch at {start_address:#x}"
+        where = "core {}: PC fetch at {:#x}"  # (formatted where it raises: a replay fetches every run)
         if not isinstance(first_amount, int) or first_amount < 0:
-            raise EmulationError(f"{where}: fetch amount {first_amount!r} is not a PC_DATA_AMOUNT")
+            raise EmulationError(f"{where.format(self.index, start_address)}: fetch amount {first_amount!r} is not "
+                                 f"a PC_DATA_AMOUNT")
         nbytes = fetch_words(first_amount, self.scale) * WORD_BYTES
         region = self.memory.region_at(start_address, nbytes)
         if region is None:
-            raise DmaError(f"{where}: PC_DATA_AMOUNT {first_amount} fetches [{start_address:#x}, "
-                           f"{start_address + nbytes:#x}), outside the memory ({self.memory.describe()}); "
-                           f"the NPU raises its DMA read error (PC INTERRUPT bit 12)")
+            raise DmaError(f"{where.format(self.index, start_address)}: PC_DATA_AMOUNT {first_amount} fetches "
+                           f"[{start_address:#x}, {start_address + nbytes:#x}), outside the memory "
+                           f"({self.memory.describe()}); the NPU raises its DMA read error (PC INTERRUPT bit 12)")
         # A chain is decoded once per contents: the memory drops the entry when any write
         # touches the bytes its tasks span (regcmd buffers are normally written once).
         key = ("regcmd chain", id(self.regmap), self.scale, start_address, first_amount)
@@ -467,6 +478,7 @@ class NpuCore:
                             registers=views, conv=states["conv"], dpu=states["dpu"],
                             dpu_rdma=states["dpu_rdma"], ppu=states["ppu"], ppu_rdma=states["ppu_rdma"])
         last[4] = record
+        self.records_made += 1
         return record
 
     def _decode(self, views: dict[str, RegisterView], where: str) -> dict[str, object]:

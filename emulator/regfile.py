@@ -293,6 +293,44 @@ class RegisterFile:
         self.pc.clear()
         self.pc.update(snapshot[-1])
 
+    def restore_from(self, start: tuple, end: tuple, moves: list) -> None:
+        """:meth:`restore` of ``end`` for a state that equals ``start`` but for the LUT port's position (a
+        replay's: its tasks' writes are not made, its LUT port writes are): only the values, keys and
+        pointers that differ between them set (issue 20: silero-vad's end state differs from its start in a
+        few values; restore copies ~340). ``moves``: the differences, worked out at the first call (kept
+        with the snapshots they are for)."""
+        if not moves or moves[0] is not start or moves[1] is not end:
+            moves[:] = [start, end, self._moves(start, end), start[-1] != end[-1]]
+        blocks = self.blocks
+        for name, group, values, dropped in moves[2]:
+            pingpong = blocks[name]
+            if group is None:
+                pingpong.pointer, pingpong.executer, pingpong.pointer_pp, pingpong.executer_pp = values
+                continue
+            held = pingpong.groups[group]
+            held.update(values)
+            for key in dropped:
+                del held[key]
+        self.lut.access_type, self.lut.table, self.lut.address = end[-2]
+        if moves[3]:
+            self.pc.clear()
+            self.pc.update(end[-1])
+
+    def _moves(self, start: tuple, end: tuple) -> list:
+        """``restore_from``'s differences: per block (name), per group the values ``end`` sets and the keys
+        it lacks, and (group None) its pointers where they differ."""
+        moves = []
+        for name, was, now in zip(self.blocks, start, end):
+            for group in (0, 1):
+                before, after = was[group], now[group]
+                values = {key: value for key, value in after.items() if before.get(key, _ABSENT) != value}
+                dropped = tuple(key for key in before if key not in after)
+                if values or dropped:
+                    moves.append((name, group, values, dropped))
+            if tuple(was[2:6]) != tuple(now[2:6]):
+                moves.append((name, None, tuple(now[2:6]), ()))
+        return moves
+
     @staticmethod
     def lut_steps(steps: tuple[tuple, ...]) -> tuple[tuple, ...]:
         """The steps of :meth:`resolve` that move the LUT port or fill the LUT RAM."""
@@ -337,20 +375,43 @@ class RegisterFile:
                     made.append((_LUT_STORE, table, address, values))
                     known[table, address:end] = values
                 address = end
-            stores.append(tuple(made))
+            stores.append(_whole_ram(made))
         return stores
 
     def apply_lut(self, steps: tuple[tuple, ...], where: str) -> None:
         """:meth:`apply` of :meth:`lut_steps` for the port and RAM alone (the group values they
         also set come back with a later :meth:`restore`), or the stores :meth:`lut_stores` made of them."""
         for kind, target, key, value in steps:
-            if kind == _LUT_STORE:  # target: the table; key: the first entry; value: the int16 entries
-                self.lut.tables[target, key:key + value.size] = value
+            if kind == _LUT_STORE:  # target: the table (None: all); key: the first entry; value: the int16 entries
+                if target is None:
+                    self.lut.tables[...] = value
+                else:
+                    self.lut.tables[target, key:key + value.size] = value
             elif kind == _LUT_CFG:
                 self.lut.configure(value[1])
             elif not self.lut.data_run(key, where):
                 for word in key:  # one at a time, to the error at the right word
                     self.write("DPU", "LUT_ACCESS_DATA", int(word), where)
+
+
+def _whole_ram(made: list) -> tuple:
+    """A task's stores (``RegisterFile.lut_stores``), those that fill every table from its first entry in table
+    order as one store of the whole RAM (target None: one copy, ~0.15 us, for ~0.55: silero-vad uploads both
+    tables before each of its 3-4 LUT tasks)."""
+    if len(made) == len(LUT_TABLES) and all(step[1] == table and step[2] == 0 and step[3].size == LUT_ENTRIES
+                                            for table, step in enumerate(made)):
+        return ((_LUT_STORE, None, 0, np.stack([step[3] for step in made])),)
+    return tuple(made)
+
+
+#: a value no register holds (``RegisterFile._moves``)
+_ABSENT = object()
+
+
+def lut_stores_only(steps: tuple[tuple, ...]) -> bool:
+    """Whether a task's LUT steps (``apply_lut``'s) are all stores :meth:`RegisterFile.lut_stores` worked out
+    ahead: within the RAM, they cannot raise, and leave the port as it was."""
+    return all(step[0] == _LUT_STORE for step in steps)
 
 
 def _frozen(words: list[int]) -> np.ndarray:

@@ -9,15 +9,25 @@ runs a program's batches and its other steps in order; what a batch leaves - mem
 register file, counters, records, the position of a failing task - is what the steps one by one leave.
 kernels/step_batch.py (step_batch_fp16.py) is imported when a program with such steps first runs (a
 process's first inference does not need it).
+
+Steady memo (issue 20: silero-vad's members spent ~0.5 us each a run on Python parts that redo the same): a
+member's Python part is a function of the Cbuf's values (its keeps: cna_core ``_keep_held``, whose older-sets
+lists are replaced, never changed in place) and of the derived cache (its drops: ``DerivedCache.rows_drop``, which
+after a call changes nothing until the next put), and its LUT check of the LUT RAM. After a full run of every
+member (none stale, the epoch held, no put meanwhile, LUT writes that are stores alone) a batch keeps the Cbuf's
+values before and after, ``derived.puts`` and the RAM its members read; a later run that finds the very same
+objects in the Cbuf, the same ``puts`` and epoch and, after its writes, the same RAM bytes sets the Cbuf to the
+values after and runs the calls: what the members would have done (their own memos, caches alone, left as they were).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from npuemu.emulator.regfile import lut_stores_only
 from npuemu.emulator.units.cna_core import CALLS_BEFORE, Cbuf
 
 #: shortest run of batchable steps made one StepBatch (one step's calls as one op call save its argument
@@ -52,6 +62,10 @@ class StepBatch:
     ops: np.ndarray  # step_batch.OpTable.frozen(): the program's ops (of its members' precision)
     run_ops: Callable  # (step_batch.run_ops, or dpu_plan_fp.batch_runner's for fp16 ops)
     entry: str = INT8  # the members' precision: which module encodes their calls (``_ENTRIES``)
+    #: the steady memo (``run``, the module note): what the last full run of every member found and left, or
+    #: empty: [puts, the Cbuf's keys and ids before, its values before, the LUT RAM's bytes its members read
+    #: (None: none reads it), its values after, the tasks, the LUT writes, (members, the ops' end)]
+    steady: list = field(default_factory=list, compare=False)
 
     @property
     def size(self) -> int:
@@ -62,11 +76,67 @@ class StepBatch:
         ``_run_steps`` does): how many ran. A member whose calls are stale (the LUT RAM gives another
         table) runs as its step, after the calls of the members before it, and the batch goes on after
         it. An exception in a member leaves the Cbuf, memory and LUT RAM as the steps one by one would,
-        and ``failed[0]`` its position in the batch."""
+        and ``failed[0]`` its position in the batch. Where the steady memo holds (the module note), the LUT
+        writes, then the Cbuf as the memo's run left it instead of the members' Python parts, then the calls."""
+        memo, written = self.steady, None
+        if memo:
+            if _steady_holds(memo, tasks, cbuf, derived, epoch):
+                # (the writes are stores alone: made ahead of the members, as good as among them; the RAM they
+                # leave compared, not the one before them: a store is made on every run, as one by one)
+                written = (self._write(tasks, regfile, memo[6]) if memo[6] else None,)
+                if memo[3] is None or _ram_bytes(regfile) == memo[3]:
+                    return self._steady(cbuf, regfile, failed, memo, written[0])
+            memo.clear()  # (the full path below: its stale members remake their ops, the memo then wrong)
+        puts, start, writes = derived.puts, _held(cbuf), self._writes(tasks)
+        count, saved, clean = self._full(tasks, cbuf, regfile, derived, epoch, failed, written)
+        if clean and writes is not False and count == self.size and derived.epoch == epoch and derived.puts == puts:
+            ram = None if all(reads is None for reads in self.luts) else _ram_bytes(regfile)
+            memo[:] = [puts, start, saved, ram, cbuf.__dict__.copy(), tasks, writes,
+                       (count, self.start + self.ends[-1])]
+        return count
+
+    def _steady(self, cbuf: Cbuf, regfile, failed: list, memo: list, ram: tuple | None) -> int:
+        """``run`` where the steady memo holds (its LUT writes made): the Cbuf as the memo's run left it, then
+        every member's calls (``ram``: as ``_ops``')."""
+        held = cbuf.__dict__
+        held.clear()
+        held.update(memo[4])
+        size, stop = memo[7]
+        at = self.run_ops(self.ops, self.start, stop)  # (``_ops``' first call; its loop where one refuses)
+        if at < stop:
+            self._ops(0, size, cbuf, memo[2], failed, regfile, ram, at)
+        return size
+
+    def _writes(self, tasks: tuple) -> tuple | bool:
+        """The members' LUT writes (the first's, then ``writers``' in order) as (member, steps), or False
+        where one is more than ``RegisterFile.lut_stores``' stores (those cannot raise, and from the same
+        LUT RAM leave the same RAM): no steady memo then."""
+        writes = tuple((index, tasks[self.first + index][6]) for index in range(self.size)
+                       if tasks[self.first + index][6] and (index == 0 or index in self.writers))
+        return writes if all(lut_stores_only(steps) for _, steps in writes) else False
+
+    def _write(self, tasks: tuple, regfile, writes: tuple) -> tuple | None:
+        """``writes`` (``_writes``') made: the first member after the first that writes and the LUT RAM before
+        its writes (``_ops``' ``ram``), or None."""
+        ram = None
+        for member, steps in writes:
+            if member and ram is None:
+                ram = (member, regfile.lut.tables.copy())
+            regfile.apply_lut(steps, tasks[self.first + member][0])
+        return ram
+
+    def _full(self, tasks: tuple, cbuf: Cbuf, regfile, derived, epoch: int, failed: list,
+              written: tuple | None = None) -> tuple:
+        """``run``'s members one by one: (how many ran, the Cbuf at the start, no member stale). ``written``:
+        the members' LUT writes already made (``_write``'s answer in a tuple: they are stores alone, and no
+        member before a writer reads the RAM), else None."""
         count, low, saved, tables, pending = 0, 0, cbuf.__dict__.copy(), self.tables, True
+        start, clean = saved, True
         writers, ram = self.writers, None  # (ram: the member whose writes came first, the LUT RAM before them)
+        if written is not None:
+            writers, ram = (), written[0]
         try:
-            if tasks[self.first][6]:
+            if written is None and tasks[self.first][6]:
                 regfile.apply_lut(tasks[self.first][6], tasks[self.first][0])
             for pre, reads in zip(self.pres, self.luts):
                 if derived.epoch != epoch:
@@ -81,7 +151,7 @@ class StepBatch:
                     failed[0] = count
                     self.steps[count](cbuf)
                     failed[0], count = 0, count + 1
-                    low, saved, pending = count, cbuf.__dict__.copy(), True
+                    low, saved, pending, clean = count, cbuf.__dict__.copy(), True, False
                     self._remake(count - 1)
                     continue
                 pre(cbuf)
@@ -90,37 +160,47 @@ class StepBatch:
             if pending:  # (the members before it, as run one by one; with its own where its step's calls came first)
                 self._ops(low, count + bool(getattr(error, CALLS_BEFORE, False)), cbuf, saved, failed, regfile, ram)
                 failed[0] = count
+            if ram is not None and ram[0] > count:  # (writes made ahead: the RAM as before the later ones)
+                regfile.lut.tables[...] = ram[1]
             raise
         self._ops(low, count, cbuf, saved, failed, regfile, ram)
-        return count
+        return count, start, clean
 
     def _ops(self, low: int, count: int, cbuf: Cbuf, saved: dict, failed: list, regfile=None,
-             ram: tuple | None = None) -> None:
+             ram: tuple | None = None, at: int | None = None) -> None:
         """Members ``low`` .. ``count - 1``'s compiled calls, each refusal's general stages in its place;
         where those raise, the Cbuf as it was after that member's bookkeeping (``saved``: as at ``low``)
         and the LUT RAM as before the writes of the members after it (``ram``: the first such member and
-        the RAM before its writes; ``failed[0]``: the member)."""
+        the RAM before its writes; ``failed[0]``: the member). ``at``: the op the calls stopped at (the ones
+        before it ran), else the first of member ``low``'s."""
         if count <= low:
             return
         table, stop = self.ops, self.start + self.ends[count - 1]
-        at = self.start + (self.ends[low - 1] if low else 0)
+        if at is None:
+            at = self.start + (self.ends[low - 1] if low else 0)
+        elif at < stop:
+            at = self._general(at, low, cbuf, saved, failed, regfile, ram)
         while at < stop:
             at = self.run_ops(table, at, stop)
             if at < stop:
-                general, *fallback = self.fallbacks[at - self.start]
-                try:
-                    general(*fallback)
-                except Exception:
-                    member = next(index for index, end in enumerate(self.ends) if end > at - self.start)
-                    if ram is not None and ram[0] > member:
-                        regfile.lut.tables[...] = ram[1]
-                    cbuf.__dict__.clear()
-                    cbuf.__dict__.update(saved)
-                    for pre in self.pres[low:member + 1]:  # (a function of the Cbuf's state: the same keeps)
-                        pre(cbuf)
-                    failed[0] = member
-                    raise
-                at += 1
+                at = self._general(at, low, cbuf, saved, failed, regfile, ram)
+
+    def _general(self, at: int, low: int, cbuf: Cbuf, saved: dict, failed: list, regfile, ram: tuple | None) -> int:
+        """The general stages' call of op ``at``, which its chain refused (``_ops``): the next op."""
+        general, *fallback = self.fallbacks[at - self.start]
+        try:
+            general(*fallback)
+        except Exception:
+            member = next(index for index, end in enumerate(self.ends) if end > at - self.start)
+            if ram is not None and ram[0] > member:
+                regfile.lut.tables[...] = ram[1]
+            cbuf.__dict__.clear()
+            cbuf.__dict__.update(saved)
+            for pre in self.pres[low:member + 1]:  # (a function of the Cbuf's state: the same keeps)
+                pre(cbuf)
+            failed[0] = member
+            raise
+        return at + 1
 
     def _remake(self, member: int) -> None:
         """Member ``member``'s ops made again for the table the LUT RAM gives now (kept where they encode:
@@ -135,6 +215,23 @@ class StepBatch:
             refresh = getattr(self.run_ops, "refresh", None)  # (a runner whose buffers its ops size)
             if refresh is not None:
                 refresh()
+
+
+def _steady_holds(memo: list, tasks: tuple, cbuf: Cbuf, derived, epoch: int) -> bool:
+    """Whether a batch's steady memo (``StepBatch.run``) holds now, but for the LUT RAM: the derived values at
+    ``epoch`` with no put since, the same tasks, the Cbuf holding the very objects it held."""
+    return derived.epoch == epoch and derived.puts == memo[0] and tasks is memo[5] and _held(cbuf) == memo[1]
+
+
+def _ram_bytes(regfile) -> bytes:
+    """The LUT RAM's bytes (the steady memo's check: ~0.3 us, once a batch)."""
+    return regfile.lut.tables.tobytes()
+
+
+def _held(cbuf: Cbuf) -> tuple:
+    """What the Cbuf holds, by identity (the steady memo keeps the objects: an id names one of them)."""
+    held = cbuf.__dict__
+    return tuple(held), tuple(map(id, held.values()))
 
 
 #: task_plan.ChainProgram.runs' first item until they are made

@@ -156,10 +156,10 @@ class PerfReport:
     time_band: dict = field(default_factory=dict)
 
     def explain(self, platform) -> "PerfReport":
-        """Fill ``ddr_info`` and ``time_band`` from the platform the report was timed with."""
-        from npuemu.emulator.timing.explain import ddr_model_info, time_band
-
-        self.ddr_info, self.time_band = ddr_model_info(platform, self.ddr_model), time_band(platform, self.ddr_model)
+        """Fill ``ddr_info`` and ``time_band`` from the platform the report was timed with (each report its
+        own copies of the texts worked out once per platform and DDR model: a report follows every inference)."""
+        info, band = _EXPLAINED(platform, self.ddr_model)
+        self.ddr_info, self.time_band = _copied(info), _copied(band)
         return self
 
     def header_lines(self) -> list[str]:
@@ -518,6 +518,21 @@ def report_rknn(model, run, platform, ddr_model: str = "board") -> PerfReport:
     return PerfReport(model.source, platform.name, platform.clock.npu_mhz, layers, _unassigned(timeline),
                       ddr_model=ddr_model, host_submit_overhead_us=platform.launch.host_submit_overhead_us,
                       core_count=platform.cores.count, timeline=timeline).explain(platform)
+
+
+def _explained(platform, ddr_model: str) -> tuple[dict, dict]:
+    from npuemu.emulator.timing.explain import ddr_model_info, time_band
+
+    return ddr_model_info(platform, ddr_model), time_band(platform, ddr_model)
+
+
+#: per (platform, DDR model): ``PerfReport.explain``'s two dicts (a platform is frozen: platforms/groups.py)
+_EXPLAINED: Memo[tuple] = Memo(_explained, identity=1)
+
+
+def _copied(info: dict) -> dict:
+    """A copy of an ``explain`` dict a report may change without touching the memoised one (its lists too)."""
+    return {key: list(value) if isinstance(value, list) else value for key, value in info.items()}
 
 
 def report_npu(model, runs: Sequence, platform, ddr_model: str = "board",

@@ -84,3 +84,20 @@ def test_each_report_gets_rows_of_its_own():
     second.layers[1].host_us = 1e6
     report()
     assert report().totals() == expected
+
+
+def test_each_report_gets_explain_dicts_of_its_own():
+    """``explain``'s texts are worked out once per (platform, DDR model); a report changing its dicts (or their
+    lists) leaves the next report's as the explain functions give them."""
+    from npuemu.emulator.timing.explain import ddr_model_info, time_band
+    from npuemu.platforms import load_platform
+
+    platform = load_platform("rk3588")
+    for ddr_model in ("board", "vendor"):
+        first = PerfReport("m", platform.name, 1000.0, [], [], ddr_model=ddr_model).explain(platform)
+        first.ddr_info["text"] = "changed"
+        first.time_band.setdefault("rows", []).append("X")
+        first.time_band["text"] = "changed"
+        second = PerfReport("m", platform.name, 1000.0, [], [], ddr_model=ddr_model).explain(platform)
+        assert second.ddr_info == ddr_model_info(platform, ddr_model)
+        assert second.time_band == time_band(platform, ddr_model)
