@@ -241,18 +241,23 @@ class Runtime:
 
     def _storer(self, name: str):
         """``store(values) -> bool``: ``set_input(name, values)`` in one call for the common case - an NC1HWC2
-        tensor ``_store_direct`` stores, without batch slices or a readin record, given an ndarray it takes as
-        it is (float for a float16 tensor, int8 or float for an int8 one with its quantization) -, its lookups
-        done once (issue 20: ~2.5 of silero-vad's ~6 us an input); False where it does not store (``set_input``'s
-        own path then, from the start). None for another tensor."""
+        tensor ``_store_direct`` stores, without batch slices or a readin record that moves axes (one whose
+        ``perm`` keeps the order only reshapes: silero-vad's state), given an ndarray it takes as it is (float
+        for a float16 tensor, int8 or float for an int8 one with its quantization) -, its lookups done once
+        (issue 20: ~2.5 of silero-vad's ~6 us an input); False where it does not store (``set_input``'s own
+        path then, from the start). None for another tensor."""
         info = self.tensor_info(name)
-        target = None if self._slices(name) is not None or info.get("readin") is not None or is_nd(info) \
+        readin = info.get("readin")
+        reshaped = readin is not None and list(readin["perm"]) == list(range(len(readin["shape"])))
+        target = None if self._slices(name) is not None or readin is not None and not reshaped or is_nd(info) \
             else self._input_image(name)
         if target is None:
             return None
         from npuemu.emulator import input_store
 
         image, shapes, address, nbytes, cube = target
+        if reshaped:  # (the caller's shape, as ``_read_in`` checks it; its elements in the same order)
+            shapes = {tuple(readin["shape"])}
         memory, floats, fp16 = self.machine.memory, input_store.QUANTIZE_DTYPES, self.dtype(name) == "float16"
         try:  # (float values of an int8 tensor: its quantization; one the runtime refuses takes the own path)
             quantization = None if fp16 else self.quantization(name)

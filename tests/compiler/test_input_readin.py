@@ -218,3 +218,22 @@ def test_a_multi_batch_build_takes_n_token_arrays():
     runtime.run()
     want = np.concatenate([ort_run(model, {"x": x[i:i + 1]}) for i in range(2)])
     assert cosine(np.asarray(runtime.output("y")), want) >= 0.9999
+
+
+def test_an_order_keeping_readin_takes_the_one_call_store():
+    """A readin record whose perm keeps the axes' order only reshapes (silero-vad's state input): after the
+    first store, ``set_input`` takes the per-tensor one-call store (``Runtime._storer``), storing what the
+    full path stores, and still refuses another shape."""
+    _, _, built = _fp16_build(encoder_block(False, blocks=1)[0])
+    built = ModelFile.from_bytes(_with_record(built, "x", {"perm": [0, 1, 2], "shape": [1, C, T]}))
+    rng = np.random.default_rng(7)
+    first, second = (rng.normal(0, 1, (1, C, T)).astype(np.float32) for _ in range(2))
+    runtime, fresh = Runtime(built), Runtime(built)
+    runtime.set_input("x", first)
+    assert runtime._storers["x"](second)  # (the one-call store took it)
+    fresh.set_input("x", second)  # (the full path)
+    stored = np.asarray(runtime.read_native("x"))
+    np.testing.assert_array_equal(stored, np.asarray(fresh.read_native("x")))
+    np.testing.assert_array_equal(stored.reshape(-1), second.astype(np.float16).reshape(-1))
+    with pytest.raises(InputError, match=rf"expected shape \[1, {C}, {T}\]"):
+        runtime.set_input("x", np.zeros((1, T, C), np.float32))
