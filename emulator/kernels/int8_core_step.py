@@ -7,7 +7,8 @@ which cost ppocr_cls more than its small kernels compute. Here the same calls ru
 compiled function whose scalars come packed in one int64 array:
 
 - ``depthwise_step``: the row copy and lane masking, ``depthwise._pad_pixels`` and
-  ``depthwise_direct._padded_rows`` (a depthwise layer with more outputs than lanes, its own buffers);
+  ``depthwise_direct._padded_rows`` (a depthwise layer with more outputs than lanes, its own buffers), or
+  ``depthwise_direct._padded_layer`` (as many outputs as lanes: ``depthwise.run_padded``'s kernels);
 - ``gemm_step``: the row copy and lane masking and ``gemm_conv_int8._run_blocks`` (a convolution
   whose windows lie inside the input, read in place from the atoms, its own buffers);
 - ``gemm_padded_step``: the row copy and lane masking, ``gemm_conv_int8._copy_padded`` (the atoms into
@@ -47,7 +48,9 @@ MASK_LINES, MASK_C2, MASK_GROUP, MASK_LANE = 0, 1, 2, 3
 DW_PAD_BYTE, DW_TOP, DW_LEFT, DW_KIND, DW_KERNEL_H, DW_KERNEL_W, DW_OUT_H, DW_OUT_W, DW_STRIDE_Y, \
     DW_DILATION_Y, DW_KEPT, DW_SUMMED, DW_CLIP, DW_MODE, DW_ZERO_TAIL = range(4, 19)
 #: (``DW_ZERO_TAIL``: 1 where the outputs' columns past the kept lanes must be written each run: buffers
-#: in an arena; 0 for buffers of the step's own, whose zeros were written once)
+#: in an arena; 0 for buffers of the step's own, whose zeros were written once) and ``DW_WHOLE``: 1 for a
+#: layer with as many outputs as lanes, run as ``depthwise.run_padded`` runs it (``_padded_layer``)
+DW_WHOLE = 19
 #: or ``gemm_step``'s (``_run_blocks``' scalars in its order)
 GEMM_QUADS, GEMM_BLOCK, GEMM_KERNELS, GEMM_CLIP, GEMM_MODE, GEMM_FUSED = range(4, 10)
 #: and ``gemm_padded_step``'s after those (``_copy_padded``'s scalars in its order)
@@ -129,10 +132,16 @@ def depthwise_step(data, offsets, rows, words, phased_words, phased, tiled, weig
                    out, sums, ints):
     """``gather_masked`` into the atoms (``rows`` and ``words``: two views of them), then the prepared
     depthwise run (kernels/depthwise_direct.py ``runner``'s ``run`` with its own buffers): the padded
-    copy into ``phased_words`` (``phased``: its int8 view) and the row kernels into ``out`` / ``sums``."""
+    copy into ``phased_words`` (``phased``: its int8 view) and the row kernels into ``out`` / ``sums``; with
+    ``ints[DW_WHOLE]`` the kernels of ``depthwise.run_padded`` on the whole layer (as many outputs as lanes)."""
     gather_masked(data, offsets, rows, ints)
     pad_word = np.uint64(ints[DW_PAD_BYTE]) * np.uint64(0x0101010101010101)
     dw._pad_pixels(words, pad_word, phased_words, ints[DW_TOP], ints[DW_LEFT])
+    if ints[DW_WHOLE] != 0:  # (``acc`` / ``total`` unused)
+        direct._padded_layer(phased, tiled, weights, packed, ints[DW_KIND], ints[DW_KERNEL_H], ints[DW_KERNEL_W],
+                             ints[DW_OUT_H], ints[DW_OUT_W], ints[DW_STRIDE_Y], ints[DW_DILATION_Y], starts, out, sums,
+                             ints[DW_SUMMED], ints[DW_CLIP], ints[DW_MODE])
+        return
     direct._padded_rows(phased, tiled, weights, packed, ints[DW_KIND], ints[DW_KERNEL_H], ints[DW_KERNEL_W],
                         ints[DW_OUT_H], ints[DW_OUT_W], ints[DW_STRIDE_Y], ints[DW_DILATION_Y], starts, acc, total,
                         out, sums, ints[DW_KEPT], ints[DW_SUMMED], ints[DW_CLIP], ints[DW_MODE],

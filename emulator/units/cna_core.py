@@ -993,9 +993,9 @@ def _fused_int8(data: np.ndarray, offsets: np.ndarray, target: np.ndarray, buffe
         phased_words, rows, out, sums, planes, (fixed, pad_byte, top, left, kept, summed, clip, mode, phased) \
             = depthwise[:6]
         tiled, lane_weights, packed, kind, kernel_h, kernel_w, out_h, out_w, stride_y, dilation_y, starts = fixed
-        zero_tail = depthwise[6] if len(depthwise) > 6 else 0
+        zero_tail, whole = (tuple(depthwise[6:8]) + (0, 0))[:2]  # (placed; as many outputs as lanes)
         ints = np.array(head + (pad_byte, top, left, kind, kernel_h, kernel_w, out_h, out_w, stride_y, dilation_y,
-                                kept, summed, clip, mode, zero_tail) + tail, np.int64)
+                                kept, summed, clip, mode, zero_tail, whole) + tail, np.int64)
         return int8_core_step.depthwise_step, (data, offsets, target, buffer.view(np.uint64), phased_words, phased,
                                                tiled, lane_weights, packed, starts, rows[0], rows[1], out, sums,
                                                ints), (out, planes)
