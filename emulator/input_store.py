@@ -146,6 +146,19 @@ def copy_into(image: np.ndarray, values: np.ndarray) -> None:
     image[0, :pixels] = atoms
 
 
+def store_into(image: np.ndarray, values: np.ndarray, quantization: tuple[float, int] | None = None,
+               halve: bool = False) -> bool:
+    """``values`` [C, H, W] into ``image`` as the runtime stores an input: quantized with ``quantization`` if
+    given, converted to float16 if ``halve`` (both from float32 / float64 values only), else converted as
+    ``copy_into`` does; False (nothing written, or a NaN met) where the reference path must store them."""
+    if halve or quantization is not None:
+        if values.dtype not in QUANTIZE_DTYPES:
+            return False
+        return halve_into(image, values) if halve else quantize_into(image, values, *quantization)
+    copy_into(image, values)
+    return True
+
+
 def _check(image: np.ndarray, flat: np.ndarray) -> None:
     if image.ndim != 3 or flat.ndim != 2:
         raise ValueError(f"expected an image [C1, surface, C2] and values [C, pixels], got {image.shape} and "

@@ -258,7 +258,8 @@ class Runtime:
         image, shapes, address, nbytes, cube = target
         if reshaped:  # (the caller's shape, as ``_read_in`` checks it; its elements in the same order)
             shapes = {tuple(readin["shape"])}
-        memory, floats, fp16 = self.machine.memory, input_store.QUANTIZE_DTYPES, self.dtype(name) == "float16"
+        memory, floats, into = self.machine.memory, input_store.QUANTIZE_DTYPES, input_store.store_into
+        fp16 = self.dtype(name) == "float16"
         try:  # (float values of an int8 tensor: its quantization; one the runtime refuses takes the own path)
             quantization = None if fp16 else self.quantization(name)
         except EmulationError:
@@ -267,17 +268,10 @@ class Runtime:
         def store(values) -> bool:
             if type(values) is not np.ndarray or values.shape not in shapes:
                 return False
-            if values.dtype in floats:
-                if fp16:
-                    done = input_store.halve_into(image, values.reshape(cube))
-                else:
-                    done = quantization is not None and input_store.quantize_into(image, values.reshape(cube),
-                                                                                  *quantization)
-                if not done:
+            if values.dtype in floats:  # (float values: halved, or quantized where the tensor has a quantization)
+                if not fp16 and quantization is None or not into(image, values.reshape(cube), quantization, fp16):
                     return False
-            elif values.dtype == np.int8 and not fp16:
-                input_store.copy_into(image, values.reshape(cube))
-            else:
+            elif values.dtype != np.int8 or fp16 or not into(image, values.reshape(cube)):
                 return False
             memory.derived.invalidate(address, address + nbytes)  # (as Memory.load does)
             return True
@@ -321,17 +315,11 @@ class Runtime:
         if target is None or values.shape not in target[1]:
             return False
         image, _, address, nbytes, cube = target
-        values = values.reshape(cube)  # ([C, H, W], as write_native reshapes)
         from npuemu.emulator import input_store
 
-        if halve or quantization is not None:
-            if values.dtype not in input_store.QUANTIZE_DTYPES:
-                return False
-            if not (input_store.halve_into(image, values) if halve else
-                    input_store.quantize_into(image, values, *quantization)):
-                return False
-        else:
-            input_store.copy_into(image, values)
+        # ([C, H, W], as write_native reshapes)
+        if not input_store.store_into(image, values.reshape(cube), quantization, halve):
+            return False
         self.machine.memory.derived.invalidate(address, address + nbytes)  # (as Memory.load does)
         return True
 

@@ -160,8 +160,7 @@ class StepBatch:
             if pending:  # (the members before it, as run one by one; with its own where its step's calls came first)
                 self._ops(low, count + bool(getattr(error, CALLS_BEFORE, False)), cbuf, saved, failed, regfile, ram)
                 failed[0] = count
-            if ram is not None and ram[0] > count:  # (writes made ahead: the RAM as before the later ones)
-                regfile.lut.tables[...] = ram[1]
+            _ram_back(regfile, ram, count)  # (writes made ahead: the RAM as before the later ones)
             raise
         self._ops(low, count, cbuf, saved, failed, regfile, ram)
         return count, start, clean
@@ -192,8 +191,7 @@ class StepBatch:
             general(*fallback)
         except Exception:
             member = next(index for index, end in enumerate(self.ends) if end > at - self.start)
-            if ram is not None and ram[0] > member:
-                regfile.lut.tables[...] = ram[1]
+            _ram_back(regfile, ram, member)
             cbuf.__dict__.clear()
             cbuf.__dict__.update(saved)
             for pre in self.pres[low:member + 1]:  # (a function of the Cbuf's state: the same keeps)
@@ -221,6 +219,13 @@ def _steady_holds(memo: list, tasks: tuple, cbuf: Cbuf, derived, epoch: int) -> 
     """Whether a batch's steady memo (``StepBatch.run``) holds now, but for the LUT RAM: the derived values at
     ``epoch`` with no put since, the same tasks, the Cbuf holding the very objects it held."""
     return derived.epoch == epoch and derived.puts == memo[0] and tasks is memo[5] and _held(cbuf) == memo[1]
+
+
+def _ram_back(regfile, ram: tuple | None, member: int) -> None:
+    """The LUT RAM as before the writes of the members after ``member`` (``ram``: the first member whose writes
+    came ahead and the RAM before them, or None), where one raised."""
+    if ram is not None and ram[0] > member:
+        regfile.lut.tables[...] = ram[1]
 
 
 def _ram_bytes(regfile) -> bytes:
