@@ -76,6 +76,11 @@ def _splat(builder, value):
                                   ir.Constant(_VEC, ir.Undefined), ir.Constant(ir.VectorType(ir.IntType(32), 16), None))
 
 
+def _splat_int(builder, value):
+    return builder.shuffle_vector(builder.insert_element(ir.Constant(_LANES, ir.Undefined), value, ir.Constant(_I64, 0)),
+                                  ir.Constant(_LANES, ir.Undefined), ir.Constant(ir.VectorType(ir.IntType(32), 16), None))
+
+
 def _masks(builder, columns, nv: int):
     """Per vector v, lanes 16 v + i < columns."""
     limit = builder.shuffle_vector(builder.insert_element(ir.Constant(_LANES, ir.Undefined), columns, ir.Constant(_I64, 0)),
@@ -219,77 +224,102 @@ def run(packed: np.ndarray, offsets: np.ndarray, flat: np.ndarray, b_start: int,
         _products(packed, offsets, flat, b_start, out.shape[1], out, out.shape[0])
 
 
-def _narrow_codegen(nv: int, fma: bool):
-    """IR of ``_make_column``: nv vectors of 16 rows' sums in registers, +0 then k after k."""
-    def codegen(context, builder, signature, args):
-        a_addr, a_row, offsets, kc, b_addr, c_addr, c_stride, rows = args
-        fused_add = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VEC, [_VEC] * 3), "llvm.fma.v16f32")
-        accs = [cgutils.alloca_once_value(builder, ir.Constant(_VEC, None)) for _ in range(nv)]  # (+0)
-        with cgutils.for_range(builder, kc) as step:
-            k = step.index
-            offset = builder.load(_address(builder, offsets, builder.mul(k, ir.Constant(_I64, 8)), _I64))
-            value = _splat(builder, builder.load(_address(builder, b_addr, offset, _F32), align=4))
-            weights = builder.add(a_addr, builder.mul(k, a_row))
+@njit(cache=True)
+def _tallest(columns):
+    """The most vectors of 16 rows a narrow block of ``columns`` columns takes: up to 8, and 16 sums."""
+    return min(8, 16 // columns)
+
+
+#: the narrow form's blocks, (vectors of 16 rows, columns): the columns of a block (up to 8) share each k's
+#: loads of A^T's row, and up to 16 sums stay in registers - enough to keep both FMA pipes busy where a column's
+#: 4 sums waited on the add's latency each k (issue 20: silero-vad's 129 x 256 x 5 product 6.5 -> ~2.5 us)
+_BLOCKS = tuple((nv, nc) for nc in range(1, 9) for nv in range(1, _tallest(nc) + 1))
+
+
+def _narrow_block(builder, args, nv: int, nc: int, fma: bool) -> None:
+    """IR of one of ``_columns``' blocks: nv x nc sums in registers, +0 then k after k, stored."""
+    a_addr, a_row, offsets, kc, b_addr, c_addr, c_stride, rows, c_step = args[:9]
+    fused_add = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VEC, [_VEC] * 3), "llvm.fma.v16f32")
+    accs = [[cgutils.alloca_once_value(builder, ir.Constant(_VEC, None)) for _ in range(nv)] for _ in range(nc)]
+    with cgutils.for_range(builder, kc) as step:
+        k = step.index
+        offset = builder.load(_address(builder, offsets, builder.mul(k, ir.Constant(_I64, 8)), _I64))
+        row = builder.add(a_addr, builder.mul(k, a_row))
+        weights = [builder.load(_address(builder, row, ir.Constant(_I64, 64 * v), _VEC), align=4) for v in range(nv)]
+        for n in range(nc):
+            value = _splat(builder, builder.load(_address(builder, b_addr, builder.add(offset, ir.Constant(_I64, 4 * n)),
+                                                          _F32), align=4))
             for v in range(nv):
-                weight = builder.load(_address(builder, weights, ir.Constant(_I64, 64 * v), _VEC), align=4)
-                total = builder.load(accs[v])
+                total = builder.load(accs[n][v])
                 if fma:
-                    total = builder.call(fused_add, [weight, value, total])
+                    total = builder.call(fused_add, [weights[v], value, total])
                 else:  # the product is exact: the same bits as the fused add
-                    total = builder.fadd(total, builder.fmul(weight, value))
-                builder.store(total, accs[v])
+                    total = builder.fadd(total, builder.fmul(weights[v], value))
+                builder.store(total, accs[n][v])
+    scatter = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [
+        _VEC, ir.VectorType(_F32.as_pointer(), 16), ir.IntType(32), _MASK]), "llvm.masked.scatter.v16f32.v16p0f32")
+    masks, strides = _masks(builder, rows, nv), _splat_int(builder, c_stride)
+    for n in range(nc):
+        column = _splat_int(builder, builder.add(c_addr, builder.mul(c_step, ir.Constant(_I64, n))))
         for v in range(nv):
-            value = canonical_ir(builder, builder.load(accs[v]))  # (a NaN sum stored as the canonical NaN)
-            for lane in range(16):
-                row = 16 * v + lane
-                with builder.if_then(builder.icmp_signed("<", ir.Constant(_I64, row), rows)):
-                    target = builder.add(c_addr, builder.mul(c_stride, ir.Constant(_I64, row)))
-                    builder.store(builder.extract_element(value, ir.Constant(_I64, lane)),
-                                  builder.inttoptr(target, _F32.as_pointer()), align=4)
+            value = canonical_ir(builder, builder.load(accs[n][v]))  # (a NaN sum stored as the canonical NaN)
+            rows_at = builder.mul(strides, ir.Constant(_LANES, [16 * v + i for i in range(16)]))
+            targets = builder.inttoptr(builder.add(column, rows_at), ir.VectorType(_F32.as_pointer(), 16))
+            builder.call(scatter, [value, targets, ir.Constant(ir.IntType(32), 4), masks[v]])
+
+
+def _narrow_codegen(fma: bool):
+    """IR of ``_columns``: a switch on (vectors, columns) to the ``_BLOCKS`` block's code."""
+    def codegen(context, builder, signature, args):
+        key = builder.add(builder.mul(args[10], ir.Constant(_I64, 16)), args[9])
+        done = builder.append_basic_block("narrow.done")
+        switch = builder.switch(key, done)
+        for nv, nc in _BLOCKS:
+            block = builder.append_basic_block(f"narrow.{nv}x{nc}")
+            switch.add_case(ir.Constant(_I64, 16 * nc + nv), block)
+            builder.position_at_end(block)
+            _narrow_block(builder, args, nv, nc, fma)
+            builder.branch(done)
+        builder.position_at_end(done)
         return context.get_dummy_value()
     return codegen
 
 
-def _make_column(nv: int):
-    """``column(a, a_row, offsets, kc, b, c, c_stride, rows)`` (byte addresses and counts, intp): for rows
-    m < ``rows`` (at most 16 nv) of A^T's columns from address ``a`` (row k of A^T at ``a + k a_row``),
-    the float32 at ``c + m c_stride`` = +0, then + A^T[k][m] B_k for k < kc in order, B_k the float32
-    at ``b + offsets[k]``."""
+def _make_columns():
+    """``columns(a, a_row, offsets, kc, b, c, c_stride, rows, c_step, nv, nc)`` (byte addresses and counts,
+    intp; (nv, nc) one of ``_BLOCKS``, rows at most 16 nv): for rows m < ``rows`` of A^T's columns from address
+    ``a`` (row k of A^T at ``a + k a_row``) and columns n < nc, the float32 at ``c + n c_step + m c_stride`` =
+    +0, then + A^T[k][m] B_k,n for k < kc in order, B_k,n the float32 at ``b + offsets[k] + 4 n``."""
     fma = fused()
 
     @intrinsic
-    def column(typingctx, a_addr, a_row, offsets, kc, b_addr, c_addr, c_stride, rows):
-        return types.void(*([types.intp] * 8)), _narrow_codegen(nv, fma)
-    return column
+    def columns(typingctx, a_addr, a_row, offsets, kc, b_addr, c_addr, c_stride, rows, c_step, nv, nc):
+        return types.void(*([types.intp] * 11)), _narrow_codegen(fma)
+    return columns
 
 
-_column1, _column2, _column3, _column4 = (_make_column(nv) for nv in (1, 2, 3, 4))
+_columns = _make_columns()
 
 
 @njit(cache=True)
 def _narrow(transposed, offsets, flat, start, out, rows):
     """``products`` of a few columns from ``pack``'s narrow form A^T [K][M']: vectorised across the rows
     instead (a tile of 16 columns would compute mostly nothing), each sum k after k from +0 (multiply
-    then add: the product is exact, the bits of the fused add). Blocks of 64 rows keep their sums in
-    registers (``_make_column``; issue 20: a loop over a memory row of sums paid its alias checks and
-    store-to-load latency at every k, ~1.5 us for 64 x 200)."""
+    then add: the product is exact, the bits of the fused add). Blocks of up to 8 columns and 16 sums
+    (``_BLOCKS``) keep their sums in registers (``_columns``; issue 20: a loop over a memory row of
+    sums paid its alias checks and store-to-load latency at every k, ~1.5 us for 64 x 200)."""
     reduction, width = transposed.shape
     a_addr, o_addr, b_addr, c_addr = transposed.ctypes.data, offsets.ctypes.data, flat.ctypes.data, out.ctypes.data
     row_stride, column_stride = out.strides[0], out.strides[1]
-    for n in range(out.shape[1]):
-        b = b_addr + (start + n) * 4  # (offsets are whole float32s: offsets[k] // 4 elements)
-        for m0 in range(0, rows, 64):
-            valid = min(64, rows - m0)
-            args = (a_addr + m0 * 4, width * 4, o_addr, reduction, b, c_addr + m0 * row_stride + n * column_stride,
-                    row_stride, valid)
-            if valid > 48:
-                _column4(*args)
-            elif valid > 32:
-                _column3(*args)
-            elif valid > 16:
-                _column2(*args)
-            else:
-                _column1(*args)
+    columns = out.shape[1]
+    for n0 in range(0, columns, 8):
+        nc = min(8, columns - n0)
+        tall = 16 * _tallest(nc)
+        for m0 in range(0, rows, tall):
+            valid = min(tall, rows - m0)
+            _columns(a_addr + m0 * 4, width * 4, o_addr, reduction, b_addr + (start + n0) * 4,
+                     c_addr + m0 * row_stride + n0 * column_stride, row_stride, valid, column_stride,
+                     (valid + 15) // 16, nc)
 
 
 @njit(cache=True)
