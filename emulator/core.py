@@ -340,16 +340,18 @@ class NpuCore:
         the same order of LUT writes, bookkeeping and kernels per task, epoch checks, count and
         ``_replay_failed`` position."""
         derived, cbuf, regfile, tasks, done, failed = self.memory.derived, self.cbuf, self.regfile, replay.tasks, 0, [0]
+        left = [None]  # (the Cbuf's values as a steady batch set them, with nothing since: StepBatch.run)
         try:
             for index, batch in runs:
                 if derived.epoch != epoch:
                     break
                 if batch is not None:
-                    ran = batch.run(tasks, cbuf, regfile, derived, epoch, failed)
+                    ran = batch.run(tasks, cbuf, regfile, derived, epoch, failed, left)
                     done += ran
                     if ran < batch.size:  # (the epoch moved: _replay's loop checks the rest)
                         break
                     continue
+                left[0] = None
                 task = tasks[index]
                 if task[6]:
                     regfile.apply_lut(task[6], task[0])

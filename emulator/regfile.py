@@ -408,6 +408,14 @@ def _whole_ram(made: list) -> tuple:
 _ABSENT = object()
 
 
+def lut_ram_after(steps: tuple[tuple, ...]) -> np.ndarray | None:
+    """The LUT RAM's entries after a task's LUT steps whose last one stores the whole RAM (``_whole_ram``'s store:
+    the same entries whatever the RAM held), else None."""
+    if steps and steps[-1][0] == _LUT_STORE and steps[-1][1] is None:
+        return steps[-1][3]
+    return None
+
+
 def lut_stores_only(steps: tuple[tuple, ...]) -> bool:
     """Whether a task's LUT steps (``apply_lut``'s) are all stores :meth:`RegisterFile.lut_stores` worked out
     ahead: within the RAM, they cannot raise, and leave the port as it was."""

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from npuemu.emulator.regfile import lut_stores_only
+from npuemu.emulator.regfile import lut_ram_after, lut_stores_only
 from npuemu.emulator.units.cna_core import CALLS_BEFORE, Cbuf
 
 #: shortest run of batchable steps made one StepBatch (one step's calls as one op call save its argument
@@ -64,40 +64,48 @@ class StepBatch:
     entry: str = INT8  # the members' precision: which module encodes their calls (``_ENTRIES``)
     #: the steady memo (``run``, the module note): what the last full run of every member found and left, or
     #: empty: [puts, the Cbuf's keys and ids before, its values before, the LUT RAM's bytes its members read
-    #: (None: none reads it), its values after, the tasks, the LUT writes, (members, the ops' end)]
+    #: (None: none reads it, or the writes store the whole RAM last), its values after, the tasks, the LUT writes, (members, the ops' end), the values
+    #: after of the batch before (``run``'s ``left``) the Cbuf was last found to hold these objects from, or None]
     steady: list = field(default_factory=list, compare=False)
 
     @property
     def size(self) -> int:
         return len(self.steps)
 
-    def run(self, tasks: tuple, cbuf: Cbuf, regfile, derived, epoch: int, failed: list) -> int:
+    def run(self, tasks: tuple, cbuf: Cbuf, regfile, derived, epoch: int, failed: list, left: list | None = None) -> int:
         """The members in order while ``derived.epoch`` is ``epoch`` (checked before each, as
         ``_run_steps`` does): how many ran. A member whose calls are stale (the LUT RAM gives another
         table) runs as its step, after the calls of the members before it, and the batch goes on after
         it. An exception in a member leaves the Cbuf, memory and LUT RAM as the steps one by one would,
         and ``failed[0]`` its position in the batch. Where the steady memo holds (the module note), the LUT
-        writes, then the Cbuf as the memo's run left it instead of the members' Python parts, then the calls."""
+        writes, then the Cbuf as the memo's run left it instead of the members' Python parts, then the calls.
+        ``left``: a one-item list, the steady memo's values after (a dict) of a batch whose steady run set the Cbuf
+        with nothing since (``_run_batched``' loop), else None; set for the next batch."""
         memo, written = self.steady, None
+        before, = left or (None,)
+        if left is not None:
+            left[0] = None
         if memo:
-            if _steady_holds(memo, tasks, cbuf, derived, epoch):
+            if _steady_holds(memo, tasks, cbuf, derived, epoch, before):
                 # (the writes are stores alone: made ahead of the members, as good as among them; the RAM they
                 # leave compared, not the one before them: a store is made on every run, as one by one)
                 written = (self._write(tasks, regfile, memo[6]) if memo[6] else None,)
                 if memo[3] is None or _ram_bytes(regfile) == memo[3]:
-                    return self._steady(cbuf, regfile, failed, memo, written[0])
+                    return self._steady(cbuf, regfile, failed, memo, written[0], left)
             memo.clear()  # (the full path below: its stale members remake their ops, the memo then wrong)
         puts, start, writes = derived.puts, _held(cbuf), self._writes(tasks)
         count, saved, clean = self._full(tasks, cbuf, regfile, derived, epoch, failed, written)
         if clean and writes is not False and count == self.size and derived.epoch == epoch and derived.puts == puts:
             ram = None if all(reads is None for reads in self.luts) else _ram_bytes(regfile)
+            if ram is not None and writes and _stored_whole(writes) == ram:
+                ram = None  # (the writes end with a store of the whole RAM: after them it holds these bytes, every run)
             memo[:] = [puts, start, saved, ram, cbuf.__dict__.copy(), tasks, writes,
-                       (count, self.start + self.ends[-1])]
+                       (count, self.start + self.ends[-1]), None]
         return count
 
-    def _steady(self, cbuf: Cbuf, regfile, failed: list, memo: list, ram: tuple | None) -> int:
+    def _steady(self, cbuf: Cbuf, regfile, failed: list, memo: list, ram: tuple | None, left: list | None) -> int:
         """``run`` where the steady memo holds (its LUT writes made): the Cbuf as the memo's run left it, then
-        every member's calls (``ram``: as ``_ops``')."""
+        every member's calls (``ram``: as ``_ops``'); ``left[0]`` the values set where no call refused."""
         held = cbuf.__dict__
         held.clear()
         held.update(memo[4])
@@ -105,6 +113,8 @@ class StepBatch:
         at = self.run_ops(self.ops, self.start, stop)  # (``_ops``' first call; its loop where one refuses)
         if at < stop:
             self._ops(0, size, cbuf, memo[2], failed, regfile, ram, at)
+        elif left is not None:  # (a refusal's general stages may touch the Cbuf: not passed on then)
+            left[0] = memo[4]
         return size
 
     def _writes(self, tasks: tuple) -> tuple | bool:
@@ -215,10 +225,20 @@ class StepBatch:
                 refresh()
 
 
-def _steady_holds(memo: list, tasks: tuple, cbuf: Cbuf, derived, epoch: int) -> bool:
+def _steady_holds(memo: list, tasks: tuple, cbuf: Cbuf, derived, epoch: int, before: dict | None = None) -> bool:
     """Whether a batch's steady memo (``StepBatch.run``) holds now, but for the LUT RAM: the derived values at
-    ``epoch`` with no put since, the same tasks, the Cbuf holding the very objects it held."""
-    return derived.epoch == epoch and derived.puts == memo[0] and tasks is memo[5] and _held(cbuf) == memo[1]
+    ``epoch`` with no put since, the same tasks, the Cbuf holding the very objects it held. ``before``: the
+    values (a memo's dict, never changed, its objects kept alive) the Cbuf was set from with nothing since, or
+    None; where the Cbuf was found to hold this memo's objects when set from the very same dict, it holds them
+    now (issue 20: the ids' tuple, ~0.5 us, not made again for each batch of silero-vad's steady replay)."""
+    if derived.epoch != epoch or derived.puts != memo[0] or tasks is not memo[5]:
+        return False
+    if before is not None and memo[8] is before:
+        return True
+    if _held(cbuf) != memo[1]:
+        return False
+    memo[8] = before
+    return True
 
 
 def _ram_back(regfile, ram: tuple | None, member: int) -> None:
@@ -226,6 +246,13 @@ def _ram_back(regfile, ram: tuple | None, member: int) -> None:
     came ahead and the RAM before them, or None), where one raised."""
     if ram is not None and ram[0] > member:
         regfile.lut.tables[...] = ram[1]
+
+
+def _stored_whole(writes: tuple) -> bytes | None:
+    """The bytes of the LUT RAM after a batch's writes (``StepBatch._writes``') that end with a store of the whole
+    RAM, else None."""
+    entries = lut_ram_after(writes[-1][1])
+    return None if entries is None else entries.tobytes()
 
 
 def _ram_bytes(regfile) -> bytes:

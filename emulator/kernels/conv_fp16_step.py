@@ -161,13 +161,21 @@ def _atoms_to_phases(bits16, pad_top, pad_left, pad_bits, padded_w, padded_h, pi
                     target[inside:] = 0
 
 
+@njit(cache=True, inline="always")
+def _wide(settings):
+    # (the products go to the wide result and are copied out, ``_results``; with one output row its first
+    # OW columns are the row itself - LENGTH is OW -, so they go straight to ``out``: silero-vad's STFT
+    # convolution, 129 x 4, copied at ~0.4 us a run)
+    return settings[WIDE] and settings[OUT_H] > 1
+
+
 @njit(cache=True)
 def _results(settings, out, wide):
     # (gemm_products: the columns past OW of each row dropped; then the rows past the weights' kernels 0)
     # (a row's views and a loop indexed by its counter: a slice assignment of one array to another and
     # 2-D index arithmetic keep LLVM's loops scalar, ~0.3 ns an element - ppocr_cls' image step: 6 us)
     kernels = settings[KERNELS]
-    if settings[WIDE]:
+    if _wide(settings):
         out_h, out_w, pitch = settings[OUT_H], settings[OUT_W], settings[PITCH]
         for m in range(kernels):
             for y in range(out_h):
@@ -190,7 +198,7 @@ def gemm_step(data, offsets, rows, atoms, settings, pad_bits, planes, table, pha
     flat = _operands(data, offsets, rows, atoms, settings, pad_bits, planes, table, phases, words, index, gathered,
                      pack_index, packed_bits)
     kernels, length = settings[KERNELS], settings[LENGTH]
-    into = wide if settings[WIDE] else out[:kernels]
+    into = wide if _wide(settings) else out[:kernels]
     gemm_fp32_seq._products(packed, taps, flat, 0, length, into[:, :length], kernels)
     _results(settings, out, wide)
 
@@ -202,7 +210,7 @@ def narrow_step(data, offsets, rows, atoms, settings, pad_bits, planes, table, p
     flat = _operands(data, offsets, rows, atoms, settings, pad_bits, planes, table, phases, words, index, gathered,
                      pack_index, packed_bits)
     kernels, length = settings[KERNELS], settings[LENGTH]
-    into = wide if settings[WIDE] else out[:kernels]
+    into = wide if _wide(settings) else out[:kernels]
     gemm_fp32_seq._narrow(packed, taps, flat, 0, into[:, :length], kernels)
     _results(settings, out, wide)
 

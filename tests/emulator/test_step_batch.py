@@ -209,7 +209,7 @@ def test_an_exception_mid_batch_leaves_what_the_steps_one_by_one_leave(monkeypat
 
 def test_the_checks_catch_a_batch_dropping_the_members_before_an_exception(monkeypatch):
     """A batch that raises without running the compiled calls of the members before the raising one."""
-    def careless(self, tasks, cbuf, regfile, derived, epoch, failed):
+    def careless(self, tasks, cbuf, regfile, derived, epoch, failed, left=None):
         count = 0
         try:
             for pre in self.pres:

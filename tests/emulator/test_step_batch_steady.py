@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from npuemu.emulator import task_batches
+from npuemu.emulator import regfile, task_batches
 from npuemu.emulator.memory import DerivedCache
 from npuemu.emulator.regfile import RegisterFile
 from npuemu.emulator.units import cna_core
@@ -159,7 +159,7 @@ def test_a_put_over_a_members_rows_takes_the_members_again(monkeypatch, tmp_path
 
 
 def test_the_checks_catch_a_memo_blind_to_puts(monkeypatch, tmp_path):
-    def holds(memo, tasks, cbuf, derived, epoch):
+    def holds(memo, tasks, cbuf, derived, epoch, before=None):
         return derived.epoch == epoch and tasks is memo[5] and task_batches._held(cbuf) == memo[1]
 
     with pytest.raises(AssertionError):
@@ -186,6 +186,9 @@ def test_a_lut_ram_changed_under_a_lut_member_takes_the_members_again(monkeypatc
                                                                      paths_checked: bool = True):
     """The LUT RAM changed after the chain's LUT writes, differently each run, then as it was: the LUT members
     find their tables stale (made again), and the memo comes back once the RAM holds still."""
+    # (the writes taken as stores of part of the RAM, so that it is compared after them: a store of the whole
+    # RAM leaves its bytes, which no change after it can be in a real run - test_whole_ram_writes_...)
+    monkeypatch.setattr(task_batches, "lut_ram_after", lambda steps: None)
     runtimes, shapes, paths, rng = _warm(monkeypatch, tmp_path, "flying")
     remade = fp16._remakes(monkeypatch)
     change, inner = [None], RegisterFile.apply_lut
@@ -211,3 +214,42 @@ def test_the_checks_catch_a_memo_blind_to_the_lut_ram(monkeypatch, tmp_path):
     monkeypatch.setattr(task_batches, "_ram_bytes", lambda regfile: b"")
     with pytest.raises(AssertionError):
         test_a_lut_ram_changed_under_a_lut_member_takes_the_members_again(monkeypatch, tmp_path, False)
+
+
+def test_whole_ram_writes_leave_the_ram_unread(monkeypatch, tmp_path):
+    """A LUT batch whose writes end with a store of the whole RAM: its memo keeps no RAM bytes (after the writes
+    the RAM holds the store's), its steady runs read none, and the three runtimes still agree."""
+    runtimes, shapes, paths, rng = _warm(monkeypatch, tmp_path, "flying")
+    for _ in range(RUNS):
+        _run(runtimes, shapes, rng)
+    batches = [batch for core in runtimes[0].machine.cores for entry in core._replays._entries.values()
+               for replay in entry[1] if replay.program[0] for _, batch in task_batches.runs(replay.program[0]) or ()
+               if batch is not None and batch.steady]
+    whole = [batch for batch in batches if any(reads is not None for reads in batch.luts) and batch.steady[6]
+             and task_batches.lut_ram_after(batch.steady[6][-1][1]) is not None]
+    assert whole and all(batch.steady[3] is None for batch in whole)
+    monkeypatch.setattr(task_batches, "_ram_bytes", lambda regfile: pytest.fail("the RAM read"))
+    paths.reset()
+    for _ in range(3):
+        _run(runtimes, shapes, rng)
+    assert paths.steady() >= 3 and paths.full == 0
+
+
+def test_only_a_whole_store_last_leaves_known_bytes(monkeypatch):
+    whole = np.arange(2 * 513, dtype=np.int16).reshape(2, 513)
+    part = (regfile._LUT_STORE, 1, 5, np.full(4, 9, np.int16))
+    store = (regfile._LUT_STORE, None, 0, whole)
+    assert task_batches._stored_whole(((0, (store,)),)) == whole.tobytes()
+    assert task_batches._stored_whole(((0, (part, store)),)) == whole.tobytes()
+    assert task_batches._stored_whole(((0, (store, part)),)) is None  # (a store after it: the RAM not known)
+    assert task_batches._stored_whole(((0, (store,)), (2, (part,)))) is None  # (a later member's store)
+    assert task_batches._stored_whole(((0, (part,)),)) is None
+
+
+def test_the_checks_catch_a_whole_store_found_anywhere(monkeypatch):
+    def anywhere(steps):
+        return next((step[3] for step in steps if step[0] == regfile._LUT_STORE and step[1] is None), None)
+
+    monkeypatch.setattr(task_batches, "lut_ram_after", anywhere)
+    with pytest.raises(AssertionError):
+        test_only_a_whole_store_last_leaves_known_bytes(monkeypatch)
