@@ -46,6 +46,20 @@ def _atoms_loop(main, operand, floats, chain, channels, height, width, out, offs
         chain[CH_EW_HIGH]
     k, offset, low, high = chain[CH_K], chain[CH_OFFSET], chain[CH_LOW], chain[CH_HIGH]
     surfaces, c2 = offsets.shape[0] // height, main.shape[2]
+    if height == 1 and width == 1 and _back_to_back(offsets, c2):
+        _atoms_flat(main, operand, floats, channels, surfaces * c2, out[offsets[0]:], low1, high1, ew_offset, ew_k,
+                    ew_even, ew_add, ew_low, ew_high, k, offset, low, high, ew_on, even, relu)
+        return
+    if height == 1 and width == 1:  # (an atom a surface: its lanes' operands read in place, no lines tiled)
+        for s in range(surfaces):
+            used, first = min(max(channels - s * c2, 0), c2), s * c2
+            line = out[offsets[s]:offsets[s] + c2]
+            for lane in range(used):
+                line[lane] = _chain_value(main[s, 0, lane], 0.0, 0.0, floats[0, first + lane], floats[2, first + lane],
+                                          operand[s, 0, lane] if ew_on else 0, low1, high1, ew_offset, ew_k, ew_even,
+                                          ew_add, ew_low, ew_high, k, offset, low, high, ew_on, even, relu)
+            line[used:] = 0
+        return
     per_pixel = operand.shape[1] > 1
     run = width * c2
     alu, mul = np.zeros(run, np.float64), np.ones(run, np.float64)
@@ -76,6 +90,31 @@ def _atoms_loop(main, operand, floats, chain, channels, height, width, out, offs
                 for x in range(width):
                     for lane in range(used, c2):
                         line[x * c2 + lane] = 0
+
+
+@njit(cache=True, inline="always")
+def _back_to_back(offsets, c2):
+    """Whether the rows at ``offsets`` (one atom each) follow each other in the output."""
+    for r in range(1, offsets.shape[0]):
+        if offsets[r] != offsets[0] + r * c2:
+            return False
+    return True
+
+
+@njit(cache=True, inline="always")
+def _atoms_flat(main, operand, floats, channels, run, line, low1, high1, ew_offset, ew_k, ew_even, ew_add, ew_low,
+                ew_high, k, offset, low, high, ew_on, even, relu):
+    # ``_atoms_loop`` on 1x1 maps whose atoms follow each other in the output: element i of the surfaces' atoms
+    # (main's, the operand's, the output's) is channel i, so one run over the channels with the operands of
+    # each, the same ``_chain_value`` on the same values, the lanes past the channels (and the surfaces past
+    # them) 0 (silero-vad's 128-576 channel vectors: a surface a loop of 16 cost ~45 ns, ~3 ns an element)
+    d, e = main.reshape(-1), operand.reshape(-1)
+    count = min(channels, run)
+    for i in range(count):
+        line[i] = _chain_value(d[i], 0.0, 0.0, floats[0, i], floats[2, i], e[i] if ew_on else 0, low1, high1,
+                               ew_offset, ew_k, ew_even, ew_add, ew_low, ew_high, k, offset, low, high, ew_on, even,
+                               relu)
+    line[count:run] = 0
 
 
 # contract: as dpu_pixel._chain_flat's (every product and sum exact: fused or not, the same numbers)

@@ -76,18 +76,28 @@ def _pixel_major(region, offsets, height, lanes, bs, bs_operands, bn, bn_operand
     # int_atoms_to_planes a pixel at a time, each block the channels' values at that pixel and the stages'
     # operands the channels' own (one per element: kernels.dpu's ``_at``), the same functions on the same
     # values, so the same bits. Why: channel by channel, a map of 1-5 pixels made four block calls a channel
-    # (silero-vad's 128 x 1 conversions: ~4.4 us a call)
+    # (silero-vad's 128 x 1 conversions: ~4.4 us a call). A surface's lanes are gathered as one run (an integer
+    # division an element, for the channel's surface and lane, cost more than the stages: 128 x 1 x 5, 2.4 ->
+    # 1.1 us), the block sized to the channels (not BLOCK: a 32 KiB scratch for 128 values)
     channels, pixels = out.shape
     width = pixels // height
-    scratch = np.empty(2 * BLOCK, np.int64)
-    sums = np.zeros(BLOCK if bs is not None else 0, np.int64)
-    for c0 in range(0, channels, BLOCK):
-        c1 = min(c0 + BLOCK, channels)
-        block, others = scratch[:c1 - c0], scratch[BLOCK:BLOCK + c1 - c0]
+    size = min(channels, BLOCK)
+    scratch = np.empty(2 * size if ew is not None else size, np.int64)
+    floats = np.empty(size, np.float32)
+    sums = np.zeros(size if bs is not None else 0, np.int64)
+    for c0 in range(0, channels, size):
+        c1 = min(c0 + size, channels)
+        block, others = scratch[:c1 - c0], scratch[size:size + c1 - c0]
         for p in range(pixels):
             y, x = p // width, p % width
-            for c in range(c0, c1):
-                block[c - c0] = region[offsets[(c // lanes) * height + y] + x * lanes + c % lanes]
+            c = c0
+            while c < c1:  # the rest of a surface's lanes, one run
+                lane = c % lanes
+                count = min(lanes - lane, c1 - c)
+                row = region[offsets[(c // lanes) * height + y] + x * lanes + lane:]
+                for i in range(count):
+                    block[c - c0 + i] = row[i]
+                c += count
             if bs is not None:
                 _bs_block(block, sums[:block.shape[0]], bs, bs_operands[0, c0:c1], bs_operands[1, c0:c1],
                           bs_operands[2, c0:c1])
@@ -99,4 +109,8 @@ def _pixel_major(region, offsets, height, lanes, bs, bs_operands, bn, bn_operand
                 _ew_block(block, others, ew)
             for i in range(block.shape[0]):  # (_stages_int's int32 result array: a wrapping store)
                 block[i] = np.int32(block[i])
-            _int_to_float(block, scale, shift, half_away, factor, lower, out[c0:c1, p])
+            # (into a dense scratch, then the plane column: a strided target slowed the conversion loop)
+            _int_to_float(block, scale, shift, half_away, factor, lower, floats[:c1 - c0])
+            column = out[c0:c1, p]
+            for i in range(c1 - c0):
+                column[i] = floats[i]
