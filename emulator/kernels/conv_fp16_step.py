@@ -28,6 +28,7 @@ from numba import njit
 from npuemu.emulator.kernels import depthwise_fp16_rows, fetch_fp16, gemm_fp32_seq, mac, pointwise_fp16
 from npuemu.emulator.kernels.fp16 import fp16_bits_to_fp32_bits_native
 from npuemu.emulator.kernels.fp16_atoms_ir import LANES
+from npuemu.emulator.memo import Memo
 from npuemu.emulator.memory import gather_rows
 
 #: ``settings`` fields of ``gemm_step`` and ``few_step`` (one int64 array: one argument to unbox instead
@@ -215,6 +216,27 @@ def narrow_step(data, offsets, rows, atoms, settings, pad_bits, planes, table, p
     _results(settings, out, wide)
 
 
+@njit(cache=True)
+def narrow_halves_step(data, offsets, rows, atoms, settings, pad_bits, planes, table, phases, packed, taps, out, wide,
+                       words, index, gathered, pack_index, packed_bits):
+    """``narrow_step`` with held weights as their binary16 bits (``packed``: ``gemm_fp32_seq.pack_halves``, uint16
+    [K][M']): the same products and sums (``gemm_fp32_seq._narrow_halves``), half the weight bytes read a run."""
+    flat = _operands(data, offsets, rows, atoms, settings, pad_bits, planes, table, phases, words, index, gathered,
+                     pack_index, packed_bits)
+    kernels, length = settings[KERNELS], settings[LENGTH]
+    into = wide if _wide(settings) else out[:kernels]
+    gemm_fp32_seq._narrow_halves(packed, taps, flat, 0, into[:, :length], kernels)
+    _results(settings, out, wide)
+
+
+def _pack_halves(weights: np.ndarray) -> np.ndarray:
+    return gemm_fp32_seq.pack_halves(weights.reshape(weights.shape[0], -1))
+
+
+#: ``narrow_halves_step``'s weights of held (read-only, shared) weight arrays, made once
+_HALVES: Memo[np.ndarray] = Memo(_pack_halves, identity=1, limit=1024)
+
+
 def pack_index(rows: int, reduction: int, narrow: bool = False) -> np.ndarray:
     """Where ``gemm_fp32_seq.pack`` (``narrow``: its narrow form) puts each element of a [rows][reduction] matrix:
     the flat source index of every packed element, -1 for its zero rows (the positions pack gives
@@ -301,7 +323,11 @@ def prepare_gemm_step(feature_shape: tuple, channels: int, weights: np.ndarray, 
     sizes = (int(np.prod(planes_shape)), layout.phases or 0, int(np.prod(layout.wide or (0,))), out_channels * pixels)
     if 4 * sum(sizes) > OWN_BYTES:
         return None
-    if fetched is None:
+    if fetched is None and layout.narrow:  # (the weights' own bits: half the bytes the products read)
+        packed = _HALVES(weights)
+        words, index, gathered = np.zeros(0, np.uint16), np.zeros(0, np.int64), np.zeros(0, np.uint16)
+        order, packed_bits = np.zeros(0, np.int64), np.zeros(0, np.uint32)
+    elif fetched is None:
         packed = mac._PACKED(mac._widened(weights, 1), layout.narrow)[0]
         words, index, gathered = np.zeros(0, np.uint16), np.zeros(0, np.int64), np.zeros(0, np.uint16)
         order, packed_bits = np.zeros(0, np.int64), np.zeros(0, np.uint32)
@@ -329,7 +355,7 @@ def prepare_gemm_step(feature_shape: tuple, channels: int, weights: np.ndarray, 
     arguments = (data, offsets, row_bytes, atoms, settings, pad_bits, planes, table, phases, packed, taps, out, wide,
                  words, index, gathered, order, packed_bits)
 
-    kernel = narrow_step if layout.narrow else gemm_step
+    kernel = (narrow_step if fetched is not None else narrow_halves_step) if layout.narrow else gemm_step
 
     def run(atoms: np.ndarray = atoms) -> np.ndarray:
         kernel(*arguments[:3], atoms, *arguments[4:])

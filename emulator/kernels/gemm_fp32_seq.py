@@ -236,8 +236,9 @@ def _tallest(columns):
 _BLOCKS = tuple((nv, nc) for nc in range(1, 9) for nv in range(1, _tallest(nc) + 1))
 
 
-def _narrow_block(builder, args, nv: int, nc: int, fma: bool) -> None:
-    """IR of one of ``_columns``' blocks: nv x nc sums in registers, +0 then k after k, stored."""
+def _narrow_block(builder, args, nv: int, nc: int, fma: bool, halves: bool) -> None:
+    """IR of one of ``_columns``' blocks: nv x nc sums in registers, +0 then k after k, stored (``halves``:
+    A^T's rows are binary16 bits, widened exactly as loaded)."""
     a_addr, a_row, offsets, kc, b_addr, c_addr, c_stride, rows, c_step = args[:9]
     fused_add = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VEC, [_VEC] * 3), "llvm.fma.v16f32")
     accs = [[cgutils.alloca_once_value(builder, ir.Constant(_VEC, None)) for _ in range(nv)] for _ in range(nc)]
@@ -245,7 +246,7 @@ def _narrow_block(builder, args, nv: int, nc: int, fma: bool) -> None:
         k = step.index
         offset = builder.load(_address(builder, offsets, builder.mul(k, ir.Constant(_I64, 8)), _I64))
         row = builder.add(a_addr, builder.mul(k, a_row))
-        weights = [builder.load(_address(builder, row, ir.Constant(_I64, 64 * v), _VEC), align=4) for v in range(nv)]
+        weights = [_weights(builder, row, v, halves) for v in range(nv)]
         for n in range(nc):
             value = _splat(builder, builder.load(_address(builder, b_addr, builder.add(offset, ir.Constant(_I64, 4 * n)),
                                                           _F32), align=4))
@@ -268,7 +269,16 @@ def _narrow_block(builder, args, nv: int, nc: int, fma: bool) -> None:
             builder.call(scatter, [value, targets, ir.Constant(ir.IntType(32), 4), masks[v]])
 
 
-def _narrow_codegen(fma: bool):
+def _weights(builder, row, v: int, halves: bool):
+    """Vector ``v`` (16 rows) of A^T's row at address ``row``: float32, or binary16 bits widened (``fpext``: F16C's
+    exact conversion; a NaN quieted, which the sum's canonical NaN hides)."""
+    if not halves:
+        return builder.load(_address(builder, row, ir.Constant(_I64, 64 * v), _VEC), align=4)
+    bits = builder.load(_address(builder, row, ir.Constant(_I64, 32 * v), ir.VectorType(ir.IntType(16), 16)), align=2)
+    return builder.fpext(builder.bitcast(bits, ir.VectorType(ir.HalfType(), 16)), _VEC)
+
+
+def _narrow_codegen(fma: bool, halves: bool):
     """IR of ``_columns``: a switch on (vectors, columns) to the ``_BLOCKS`` block's code."""
     def codegen(context, builder, signature, args):
         key = builder.add(builder.mul(args[10], ir.Constant(_I64, 16)), args[9])
@@ -278,27 +288,28 @@ def _narrow_codegen(fma: bool):
             block = builder.append_basic_block(f"narrow.{nv}x{nc}")
             switch.add_case(ir.Constant(_I64, 16 * nc + nv), block)
             builder.position_at_end(block)
-            _narrow_block(builder, args, nv, nc, fma)
+            _narrow_block(builder, args, nv, nc, fma, halves)
             builder.branch(done)
         builder.position_at_end(done)
         return context.get_dummy_value()
     return codegen
 
 
-def _make_columns():
+def _make_columns(halves: bool = False):
     """``columns(a, a_row, offsets, kc, b, c, c_stride, rows, c_step, nv, nc)`` (byte addresses and counts,
     intp; (nv, nc) one of ``_BLOCKS``, rows at most 16 nv): for rows m < ``rows`` of A^T's columns from address
     ``a`` (row k of A^T at ``a + k a_row``) and columns n < nc, the float32 at ``c + n c_step + m c_stride`` =
-    +0, then + A^T[k][m] B_k,n for k < kc in order, B_k,n the float32 at ``b + offsets[k] + 4 n``."""
+    +0, then + A^T[k][m] B_k,n for k < kc in order, B_k,n the float32 at ``b + offsets[k] + 4 n``. ``halves``:
+    A^T's elements are binary16 bits (only where compiled code widens halves with F16C: ``_narrow_halves``)."""
     fma = fused()
 
     @intrinsic
     def columns(typingctx, a_addr, a_row, offsets, kc, b_addr, c_addr, c_stride, rows, c_step, nv, nc):
-        return types.void(*([types.intp] * 11)), _narrow_codegen(fma)
+        return types.void(*([types.intp] * 11)), _narrow_codegen(fma, halves)
     return columns
 
 
-_columns = _make_columns()
+_columns, _columns_halves = _make_columns(), _make_columns(halves=True)
 
 
 @njit(cache=True)
@@ -323,6 +334,26 @@ def _narrow(transposed, offsets, flat, start, out, rows):
 
 
 @njit(cache=True)
+def _narrow_halves(transposed, offsets, flat, start, out, rows):
+    """``_narrow`` from A^T's binary16 bits (uint16 [K][M']: ``pack_halves``), widened as they are loaded: the same
+    products and sums, half the bytes of weights to read (issue 20: silero-vad's ~0.8 MB of fp32 weights a run came
+    from L3). Only where compiled code widens halves with F16C (``fp16_atoms_ir.halves_native``): without it LLVM
+    has no inline widening to lower ``fpext`` to."""
+    reduction, width = transposed.shape
+    a_addr, o_addr, b_addr, c_addr = transposed.ctypes.data, offsets.ctypes.data, flat.ctypes.data, out.ctypes.data
+    row_stride, column_stride = out.strides[0], out.strides[1]
+    columns = out.shape[1]
+    for n0 in range(0, columns, 8):
+        nc = min(8, columns - n0)
+        tall = 16 * _tallest(nc)
+        for m0 in range(0, rows, tall):
+            valid = min(tall, rows - m0)
+            _columns_halves(a_addr + m0 * 2, width * 2, o_addr, reduction, b_addr + (start + n0) * 4,
+                            c_addr + m0 * row_stride + n0 * column_stride, row_stride, valid, column_stride,
+                            (valid + 15) // 16, nc)
+
+
+@njit(cache=True)
 def products_loops(packed, offsets, flat, start, columns, out, rows):
     """``products`` in plain Numba loops: +0, then each k's product added, one rounding per add."""
     blocks, reduction = packed.shape[0], packed.shape[1]
@@ -339,6 +370,16 @@ def products_loops(packed, offsets, flat, start, columns, out, rows):
             for n in range(columns):
                 target[n] = target[n] + weight * source[n]
     canonical_rows(out[:rows])
+
+
+def pack_halves(matrix: np.ndarray) -> np.ndarray:
+    """float16 [M][K] -> ``_narrow_halves``' read-only weights: the bits of A^T [K][M rounded up to 16], rows past M
+    zero (+0) - ``pack``'s narrow form before the widening."""
+    rows, reduction = matrix.shape
+    transposed = np.zeros((reduction, -(-rows // 16) * 16), np.uint16)
+    transposed[:, :rows] = matrix.view(np.uint16).T
+    transposed.flags.writeable = False
+    return transposed
 
 
 def pack(matrix: np.ndarray, narrow: bool = False) -> np.ndarray:

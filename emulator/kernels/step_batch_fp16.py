@@ -35,7 +35,7 @@ from npuemu.emulator.kernels.step_batch import _pointer, fits_integer, place_arr
 #: op kinds: conv_fp16_step's depthwise / gemm / narrow / few steps, dpu_fp_chain.fp16_step, a place kept, an
 #: int8 flying task's conversion to fp16 and an fp16 task's int8 output (convert_stores' ``convert_store`` and
 #: ``int8_store``: an int8 build's float islands' inputs and outputs)
-DEPTHWISE, GEMM, NARROW, FEW, DPU, NOTHING, CONVERT, TO_INT8 = range(8)
+DEPTHWISE, GEMM, NARROW, FEW, DPU, NOTHING, CONVERT, TO_INT8, NARROW_HALVES = range(9)
 #: the thread buffers (``run_fp16_ops``' last arguments, in this order)
 WORK_BUFFER, RESULT_BUFFER, OPERAND_BUFFER, CUBE_BUFFER = range(4)
 BUFFERS = 4
@@ -46,6 +46,7 @@ _SPECS = {
     DEPTHWISE: f"{_FEATURE} f4:3 t11 f4 f4:1 f4:1 f4:3 n n",
     GEMM: _GEMM.format(packed="f4:3"),
     NARROW: _GEMM.format(packed="f4:2"),
+    NARROW_HALVES: _GEMM.format(packed="u2:2"),  # (conv_fp16_step.narrow_halves_step: the weights' binary16 bits)
     FEW: f"{_FEATURE} f4:4 u4 u4:3 u4:1 f4:3",
     DPU: "f4:3 f4:3 f4:3 u2:1 u2:1 u2:1 u2:1 i8:1 f4:1 u4:1 f4:1 i8:1 f4:1",
     # (BS and BN settings each an array or None, no EW stage: ``_convert``'s four forms)
@@ -74,8 +75,8 @@ _PARSED = {kind: _parse(spec) for kind, spec in _SPECS.items()}
 COLUMNS = max(parsed[-1][3] + (1 + parsed[-1][2] if parsed[-1][0] in ("array", "optional") else 1)
               for parsed in _PARSED.values())
 #: each kind's argument columns (compile-time constants in the kernels below)
-_DW, _GE, _NA, _FE, _DP, _CV, _TI = (tuple(item[3] for item in _PARSED[kind])
-                                     for kind in (DEPTHWISE, GEMM, NARROW, FEW, DPU, CONVERT, TO_INT8))
+_DW, _GE, _NA, _FE, _DP, _CV, _TI, _NH = (tuple(item[3] for item in _PARSED[kind])
+                                          for kind in (DEPTHWISE, GEMM, NARROW, FEW, DPU, CONVERT, TO_INT8, NARROW_HALVES))
 
 
 def kinds() -> dict:
@@ -84,7 +85,8 @@ def kinds() -> dict:
     known = {dpu_fp_chain.fp16_step: DPU, convert_stores.convert_store: CONVERT, convert_stores.int8_store: TO_INT8}
     if halves_native():
         known.update({conv_fp16_step.depthwise_step: DEPTHWISE, conv_fp16_step.gemm_step: GEMM,
-                      conv_fp16_step.narrow_step: NARROW, conv_fp16_step.few_step: FEW})
+                      conv_fp16_step.narrow_step: NARROW, conv_fp16_step.few_step: FEW,
+                      conv_fp16_step.narrow_halves_step: NARROW_HALVES})
     return known
 
 
@@ -227,13 +229,16 @@ def _depthwise(r, b):
 
 @njit(cache=True)
 def _gemm(r, b, narrow):
+    # (narrow: 0 gemm_step, 1 narrow_step, 2 narrow_halves_step)
     u1, u2, u4, f4, i8 = np.uint8, np.uint16, np.uint32, np.float32, np.int64
-    c = _NA if narrow else _GE
+    c = _NH if narrow == 2 else _NA if narrow else _GE
     head = (_v1(r, c[0], b, u1), _v1(r, c[1], b, i8), _v2(r, c[2], b, u1), _v4(r, c[3], b, u2), _v1(r, c[4], b, i8),
             np.uint32(r[c[5]]), _v3(r, c[6], b, u4), _v1(r, c[7], b, u4), _v1(r, c[8], b, f4))
     tail = (_v1(r, c[10], b, i8), _v2(r, c[11], b, f4), _v2(r, c[12], b, f4), _v1(r, c[13], b, u2),
             _v1(r, c[14], b, i8), _v1(r, c[15], b, u2), _v1(r, c[16], b, i8), _v1(r, c[17], b, u4))
-    if narrow:
+    if narrow == 2:
+        conv_fp16_step.narrow_halves_step(*head, _v2(r, c[9], b, u2), *tail)
+    elif narrow:
         conv_fp16_step.narrow_step(*head, _v2(r, c[9], b, f4), *tail)
     else:
         conv_fp16_step.gemm_step(*head, _v3(r, c[9], b, f4), *tail)
@@ -315,9 +320,11 @@ def run_fp16_ops(table, start, stop, work, result, operand, cube):
         if kind == DEPTHWISE:
             _depthwise(row, bases)
         elif kind == GEMM:
-            _gemm(row, bases, False)
+            _gemm(row, bases, 0)
         elif kind == NARROW:
-            _gemm(row, bases, True)
+            _gemm(row, bases, 1)
+        elif kind == NARROW_HALVES:
+            _gemm(row, bases, 2)
         elif kind == FEW:
             _few(row, bases)
         elif kind == DPU:

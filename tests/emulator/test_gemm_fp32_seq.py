@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from npuemu.emulator.kernels import gemm_fp32_seq
+from npuemu.emulator.kernels.fp16_atoms_ir import halves_native
 
 SPECIAL = np.array([-0.0, 0.0, np.inf, -np.inf, np.nan, 2.0**-24, -(2.0**-14) * 0.5, 65504, -65504], np.float16)
 
@@ -95,6 +96,30 @@ def test_the_narrow_form_keeps_the_order_over_blocks_of_rows(rows, reduction, co
     # past 8 in a second and third group; NaN sums canonical)
     out, want = run_case(rows, reduction, columns, special, overlapping, seed, narrow=True)
     assert same_bits(out[:, :-3], want) and (out[:, -3:] == 7.25).all()
+    assert (out.view(np.uint32)[np.isnan(out)] == 0x7FC00000).all()
+
+
+@pytest.mark.skipif(not halves_native(), reason="the binary16 narrow form needs F16C in Numba's target")
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 300), st.one_of(st.just(1), st.integers(2, 300)), st.one_of(st.integers(1, 5), st.integers(6, 19)),
+       st.booleans(), st.booleans(), st.integers(0, 2**32 - 1))
+def test_the_narrow_form_of_binary16_weights_sums_in_the_same_order(rows, reduction, columns, special, overlapping,
+                                                                    seed):
+    # (``_narrow_halves``: A^T's binary16 bits widened as loaded; the very bits of the sequential sums, NaN canonical)
+    rng = np.random.default_rng(seed)
+    a = fp16_values(rng, (rows, reduction), special)
+    flat = fp16_values(rng, (reduction * (columns + 2) + 3,), special)
+    if overlapping:
+        offsets = rng.integers(0, flat.size - columns + 1, reduction).astype(np.int64) * 4
+    else:
+        offsets = np.arange(reduction, dtype=np.int64) * (columns + 2) * 4
+    rows_of_b = np.stack([flat[o // 4:o // 4 + columns] for o in offsets])
+    out = np.full((rows, columns + 3), np.float32(7.25))
+    packed = gemm_fp32_seq.pack_halves(a.astype(np.float16))
+    assert packed.dtype == np.uint16 and packed.shape == (reduction, -(-rows // 16) * 16)
+    with np.errstate(invalid="ignore", over="ignore"):
+        gemm_fp32_seq._narrow_halves(packed, offsets, flat, 0, out[:, :columns], rows)
+    assert same_bits(out[:, :-3], sequential(a, rows_of_b)) and (out[:, -3:] == 7.25).all()
     assert (out.view(np.uint32)[np.isnan(out)] == 0x7FC00000).all()
 
 
