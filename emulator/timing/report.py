@@ -158,8 +158,8 @@ class PerfReport:
     def explain(self, platform) -> "PerfReport":
         """Fill ``ddr_info`` and ``time_band`` from the platform the report was timed with (each report its
         own copies of the texts worked out once per platform and DDR model: a report follows every inference)."""
-        info, band = _EXPLAINED(platform, self.ddr_model)
-        self.ddr_info, self.time_band = _copied(info), _copied(band)
+        (info, info_lists), (band, band_lists) = _EXPLAINED(platform, self.ddr_model)
+        self.ddr_info, self.time_band = _copied(info, info_lists), _copied(band, band_lists)
         return self
 
     def header_lines(self) -> list[str]:
@@ -523,16 +523,22 @@ def report_rknn(model, run, platform, ddr_model: str = "board") -> PerfReport:
 def _explained(platform, ddr_model: str) -> tuple[dict, dict]:
     from npuemu.emulator.timing.explain import ddr_model_info, time_band
 
-    return ddr_model_info(platform, ddr_model), time_band(platform, ddr_model)
+    return tuple((info, tuple(key for key, value in info.items() if isinstance(value, list)))
+                 for info in (ddr_model_info(platform, ddr_model), time_band(platform, ddr_model)))
 
 
-#: per (platform, DDR model): ``PerfReport.explain``'s two dicts (a platform is frozen: platforms/groups.py)
+#: per (platform, DDR model): ``PerfReport.explain``'s two dicts, each with its keys whose values are lists (a
+#: platform is frozen: platforms/groups.py)
 _EXPLAINED: Memo[tuple] = Memo(_explained, identity=1)
 
 
-def _copied(info: dict) -> dict:
-    """A copy of an ``explain`` dict a report may change without touching the memoised one (its lists too)."""
-    return {key: list(value) if isinstance(value, list) else value for key, value in info.items()}
+def _copied(info: dict, lists: tuple) -> dict:
+    """A copy of an ``explain`` dict a report may change without touching the memoised one (its lists too:
+    ``lists``, the keys that hold them, worked out once)."""
+    copy = dict(info)
+    for key in lists:
+        copy[key] = list(copy[key])
+    return copy
 
 
 def report_npu(model, runs: Sequence, platform, ddr_model: str = "board",
