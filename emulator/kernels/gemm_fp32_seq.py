@@ -224,16 +224,13 @@ def run(packed: np.ndarray, offsets: np.ndarray, flat: np.ndarray, b_start: int,
         _products(packed, offsets, flat, b_start, out.shape[1], out, out.shape[0])
 
 
-@njit(cache=True)
-def _tallest(columns):
-    """The most vectors of 16 rows a narrow block of ``columns`` columns takes: up to 8, and 16 sums."""
-    return min(8, 16 // columns)
-
-
+#: a narrow block's most vectors of 16 rows and most sums (plain constants: a compiled helper called at import
+#: would load Numba's cache then)
+_MOST_VECTORS, _MOST_SUMS = 8, 16
 #: the narrow form's blocks, (vectors of 16 rows, columns): the columns of a block (up to 8) share each k's
 #: loads of A^T's row, and up to 16 sums stay in registers - enough to keep both FMA pipes busy where a column's
-#: 4 sums waited on the add's latency each k (issue 20: silero-vad's 129 x 256 x 5 product 6.5 -> ~2.5 us)
-_BLOCKS = tuple((nv, nc) for nc in range(1, 9) for nv in range(1, _tallest(nc) + 1))
+#: 4 sums waited on the add's latency each k (issue 20: silero-vad's 129 x 256 x 4 product 6.5 -> ~1.8 us)
+_BLOCKS = tuple((nv, nc) for nc in range(1, 9) for nv in range(1, min(_MOST_VECTORS, _MOST_SUMS // nc) + 1))
 
 
 def _narrow_block(builder, args, nv: int, nc: int, fma: bool, halves: bool) -> None:
@@ -325,7 +322,7 @@ def _narrow(transposed, offsets, flat, start, out, rows):
     columns = out.shape[1]
     for n0 in range(0, columns, 8):
         nc = min(8, columns - n0)
-        tall = 16 * _tallest(nc)
+        tall = 16 * min(_MOST_VECTORS, _MOST_SUMS // nc)  # (``_BLOCKS``)
         for m0 in range(0, rows, tall):
             valid = min(tall, rows - m0)
             _columns(a_addr + m0 * 4, width * 4, o_addr, reduction, b_addr + (start + n0) * 4,
@@ -338,14 +335,15 @@ def _narrow_halves(transposed, offsets, flat, start, out, rows):
     """``_narrow`` from A^T's binary16 bits (uint16 [K][M']: ``pack_halves``), widened as they are loaded: the same
     products and sums, half the bytes of weights to read (issue 20: silero-vad's ~0.8 MB of fp32 weights a run came
     from L3). Only where compiled code widens halves with F16C (``fp16_atoms_ir.halves_native``): without it LLVM
-    has no inline widening to lower ``fpext`` to."""
+    has no inline widening to lower ``fpext`` to - so a loop of its own, not a flag of ``_narrow``'s, which every
+    host compiles."""
     reduction, width = transposed.shape
     a_addr, o_addr, b_addr, c_addr = transposed.ctypes.data, offsets.ctypes.data, flat.ctypes.data, out.ctypes.data
     row_stride, column_stride = out.strides[0], out.strides[1]
     columns = out.shape[1]
     for n0 in range(0, columns, 8):
         nc = min(8, columns - n0)
-        tall = 16 * _tallest(nc)
+        tall = 16 * min(_MOST_VECTORS, _MOST_SUMS // nc)  # (``_BLOCKS``)
         for m0 in range(0, rows, tall):
             valid = min(tall, rows - m0)
             _columns_halves(a_addr + m0 * 2, width * 2, o_addr, reduction, b_addr + (start + n0) * 4,
