@@ -658,19 +658,38 @@ scatter_rows = _scatter_rows
 
 @njit(cache=True)
 def _scatter_planes(planes, c2, offsets, data):
-    # row r of the atoms is surface r // H, line r % H; lane l of surface s is channel s*C2 + l
+    # row r of the atoms is surface r // H, line r % H; lane l of surface s is channel s*C2 + l; lanes past the
+    # channels 0; rows in order, each written whole. Element by element without a row view and a plane view a
+    # lane, and 1x1 planes whose atoms follow each other as one run (issue 20: silero-vad's 128-256 x 1 x 1 and
+    # 136 x 1 x 4 int8 stores, 0.3-0.6 us each the old way)
     channels, height, width = planes.shape
+    size = offsets.size * c2
+    if height == 1 and width == 1 and rows_back_to_back(offsets, c2) and offsets[0] + size <= data.size:
+        base = offsets[0]
+        for c in range(min(channels, size)):
+            data[base + c] = planes[c, 0, 0]
+        for i in range(min(channels, size), size):
+            data[base + i] = 0
+        return
     line = width * c2
     for r in range(offsets.size):
         first, y = (r // height) * c2, r % height
+        used = max(min(c2, channels - first), 0)
         row = data[offsets[r]:offsets[r] + line]
-        if first + c2 > channels:
-            row[:] = 0
-        for lane in range(min(c2, channels - first)):
-            source = planes[first + lane, y]
-            target = row[lane:]
-            for x in range(width):
-                target[x * c2] = source[x]
+        for x in range(width):
+            for lane in range(used):
+                row[x * c2 + lane] = planes[first + lane, y, x]
+            for lane in range(used, c2):
+                row[x * c2 + lane] = 0
+
+
+@njit(cache=True, inline="always")
+def rows_back_to_back(offsets, step):
+    """Whether the rows at ``offsets`` follow each other ``step`` elements apart."""
+    for r in range(1, offsets.shape[0]):
+        if offsets[r] != offsets[0] + r * step:
+            return False
+    return True
 
 
 def rows_disjoint(starts: np.ndarray, row_bytes: int) -> bool:

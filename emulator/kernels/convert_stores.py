@@ -7,7 +7,7 @@ same arrays as the step one by one:
   (kernels/dpu_int_to_fp16_step.py), then their fp16 rounding into the WDMA's atoms (kernels/fp16_atoms.py);
 - ``int8_store`` (units/dpu_plan_fp.py, after the fp16 chain's call): ``dpu.float_output``'s fp16 -> int8
   conversion (kernels/dpu_convert.py ``fp_to_int``: OUT_CVT the identity, no MINUS_EXP) and ``dpu._write``'s
-  store of the planes into the WDMA's atoms (``memory._scatter_planes``' bytes, ``_store_planes``)."""
+  store of the planes into the WDMA's atoms (``memory._scatter_planes``)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from numba import njit
 from npuemu.emulator.kernels.dpu_convert import _round_saturate
 from npuemu.emulator.kernels.dpu_int_to_fp16_step import int_atoms_to_planes
 from npuemu.emulator.kernels.fp16_atoms import planes_to_fp16_atoms
+from npuemu.emulator.memory import _scatter_planes
 
 #: int8's range, as fp_to_int saturates to it (floats)
 INT8_LOW, INT8_HIGH = -128.0, 127.0
@@ -37,39 +38,5 @@ def int8_store(values, half_even, ints, planes, c2, offsets, data) -> None:
     ``ints`` (int8, flat), then ``planes`` - a uint8 [channels][H][W] view of the stored channels of ``ints`` -
     into ``data`` at the rows ``offsets`` (C2 ``c2``)."""
     _round_saturate(values, half_even, INT8_LOW, INT8_HIGH, ints)
-    _store_planes(planes, c2, offsets, data)
+    _scatter_planes(planes, c2, offsets, data)
 
-
-@njit(cache=True)
-def _store_planes(planes, c2, offsets, data):
-    # memory._scatter_planes' stores (row r: surface r // H, line r % H; lane l of surface s channel s * C2 + l;
-    # lanes past the channels 0; rows in order, each written whole), element by element without its row and
-    # plane views a lane (silero-vad's 128-256 x 1 x 1 and 136 x 1 x 4: 0.3-0.6 us a store); 1x1 planes whose
-    # atoms follow each other as one run
-    channels, height, width = planes.shape
-    size = offsets.size * c2
-    if height == 1 and width == 1 and _back_to_back(offsets, c2) and offsets[0] + size <= data.size:
-        base = offsets[0]
-        for c in range(min(channels, size)):
-            data[base + c] = planes[c, 0, 0]
-        for i in range(min(channels, size), size):
-            data[base + i] = 0
-        return
-    line = width * c2
-    for r in range(offsets.size):
-        first, y = (r // height) * c2, r % height
-        used = max(min(c2, channels - first), 0)
-        row = data[offsets[r]:offsets[r] + line]
-        for x in range(width):
-            for lane in range(used):
-                row[x * c2 + lane] = planes[first + lane, y, x]
-            for lane in range(used, c2):
-                row[x * c2 + lane] = 0
-
-
-@njit(cache=True)
-def _back_to_back(offsets, c2):
-    for r in range(1, offsets.size):
-        if offsets[r] != offsets[0] + r * c2:
-            return False
-    return True

@@ -33,6 +33,7 @@ from npuemu.emulator.kernels.dpu_pixel import (
     CH_LOW, CH_LOW1, CH_OFFSET, _chain_value,
 )
 from npuemu.emulator.kernels.dpu_stage_lines import _uniform  # (one copy: the lines passes use it too)
+from npuemu.emulator.memory import rows_back_to_back
 
 
 @njit(cache=True, inline="always")
@@ -46,7 +47,7 @@ def _atoms_loop(main, operand, floats, chain, channels, height, width, out, offs
         chain[CH_EW_HIGH]
     k, offset, low, high = chain[CH_K], chain[CH_OFFSET], chain[CH_LOW], chain[CH_HIGH]
     surfaces, c2 = offsets.shape[0] // height, main.shape[2]
-    if height == 1 and width == 1 and _back_to_back(offsets, c2):
+    if height == 1 and width == 1 and rows_back_to_back(offsets, c2):
         _atoms_flat(main, operand, floats, channels, surfaces * c2, out[offsets[0]:], low1, high1, ew_offset, ew_k,
                     ew_even, ew_add, ew_low, ew_high, k, offset, low, high, ew_on, even, relu)
         return
@@ -90,15 +91,6 @@ def _atoms_loop(main, operand, floats, chain, channels, height, width, out, offs
                 for x in range(width):
                     for lane in range(used, c2):
                         line[x * c2 + lane] = 0
-
-
-@njit(cache=True, inline="always")
-def _back_to_back(offsets, c2):
-    """Whether the rows at ``offsets`` (one atom each) follow each other in the output."""
-    for r in range(1, offsets.shape[0]):
-        if offsets[r] != offsets[0] + r * c2:
-            return False
-    return True
 
 
 @njit(cache=True, inline="always")
