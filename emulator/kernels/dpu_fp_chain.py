@@ -36,7 +36,7 @@ from npuemu.emulator.kernels.dpu_fp_elements import (E_ALGO, E_COUNT, E_ON, E_OP
 from npuemu.emulator.kernels.dpu_fp_elements import ew_value as _ew_value
 from npuemu.emulator.kernels.dpu_fp_elements import x_value as _x_value
 from npuemu.emulator.kernels.dpu_fp_atoms import PIECE, ew_atoms
-from npuemu.emulator.kernels.dpu_fp_fused import form_of, fused_chain, lut_flat, operand_form
+from npuemu.emulator.kernels.dpu_fp_fused import form_of, fused_chain, operand_form
 from npuemu.emulator.kernels.fp16_atoms import planes_to_fp16_atoms, store_channels
 from npuemu.emulator.kernels.lut_fp import PACKED, _fill_table, _lut_values, _stack_table
 from npuemu.emulator.memo import Memo
@@ -270,14 +270,10 @@ def fp16_step(cube, operand, out, main, other, second, written, ints, floats, ta
     # (no stage, no LUT, a store and ``out`` in ``work``: the cube itself is stored - the chain's copy of it
     # into ``out`` cost ~0.1 us of a 128-element task's ~0.4)
     through = count != 0 and scratch_out and ints[P_STAGES] == 0 and packed.size == 0 and ints[P_E + E_ON] == 0
-    form, alu, mul = ints[P_FUSED], floats[3:3 + 2 * channels], floats[3 + 2 * channels:]
-    # (a LUT form on a tiny map: dpu_fp_fused.lut_flat, else the passes)
-    tiny = (form == 0 or form == 1) and (plane == 1 or plane == 2 or plane == 4) and channels * plane <= CHUNK
-    done = through or tiny and lut_flat(cube, out, channels, plane, form, alu, mul, packed, lut_params, operand,
-                                        work[:2 * CHUNK])
-    done = done or not tiny and form >= 0 and fused_chain(cube, out, channels, plane, ints[P_X:P_E], floats[0:2],
-                                                          alu, mul, ints[P_E:P_GEOMETRY], floats[2], form,
-                                                          operand.size == cube.size, packed, lut_params, operand)
+    done = through or ints[P_FUSED] >= 0 and fused_chain(cube, out, channels, plane, ints[P_X:P_E], floats[0:2],
+                                              floats[3:3 + 2 * channels], floats[3 + 2 * channels:],
+                                              ints[P_E:P_GEOMETRY], floats[2], ints[P_FUSED],
+                                              operand.size == cube.size, packed, lut_params, operand)
     if not done:
         _run_chain(cube, ints[P_X:P_E], floats[0:2], floats[3:3 + 2 * channels], floats[3 + 2 * channels:],
                    ints[P_STAGES], ints[P_E:P_GEOMETRY], floats[2], (runs, geometry), operand, packed, lut_params, out,

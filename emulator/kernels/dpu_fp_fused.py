@@ -24,7 +24,7 @@ from npuemu.emulator.kernels.dpu_fp_elements import (E_ALGO, E_ON, E_OP_ON, E_OP
                                                      X_ALGO, X_ALU_ON, X_COUNT, X_MUL_FIRST, X_MUL_ON, X_PRELU,
                                                      X_RELU, X_RELUX, ew_value, x_value)
 from npuemu.emulator.kernels.lut_fp import _CHOICE, _CONSTANTS, _K, _THRESHOLDS, PACKED, _fill_table, _lut_value, \
-    _lut_values, _stack_table
+    _stack_table
 
 #: the EW operand's forms (``operand_form``): one value, one a channel, one a pixel (the cube's shape)
 TENSOR, CHANNEL, PIXEL = 0, 1, 2
@@ -45,8 +45,6 @@ FORMS = ((XK_ADD, XK_MUL_ADD, True, EK_MUL), (XK_MUL_ADD, XK_NONE, True, EK_MUL)
 #: plain tuple: one loop for every form, its operations chosen element by element; with ``bounds``,
 #: conv + bias + ReLU6 0.30 -> 0.11 ns an element)
 F0, F1, F2, F3, F4, F5, F6, F7, F8 = FORMS
-#: the X stages of the LUT forms F0 and F1 alone (``lut_flat``'s first pass)
-_X0, _X1 = (XK_ADD, XK_MUL_ADD, False, EK_NONE), (XK_MUL_ADD, XK_NONE, False, EK_NONE)
 #: maps of fewer pixels run the passes
 _SMALL_PLANE = 32
 #: maps ``_flat`` runs (``form_of``'s ``tiny``)
@@ -97,7 +95,7 @@ def form_of(x_params: np.ndarray, stages: int, e_params: np.ndarray, lut: bool, 
     kinds = [_x_kind(x_params[s]) if s < stages else XK_NONE for s in range(2)]
     form = (kinds[0], kinds[1], bool(lut), _ew_kind(e_params))
     if operand < 0 or form not in FORMS or lut and (operand == PIXEL or _relus(x_params, stages, e_params)) \
-            or plane < _SMALL_PLANE and not (tiny and plane in _FLAT_PLANES):
+            or plane < _SMALL_PLANE and not (tiny and not lut and plane in _FLAT_PLANES):
         return -1
     return FORMS.index(form)
 
@@ -190,24 +188,13 @@ def _flat(data, out, channels, pixels, form, x1, x2, alu, mul, operand, lut, pix
     # _loops of maps of ``pixels`` (a constant: 1, 2 or 4) as one loop over the cube's elements, element i of
     # channel i // pixels; the operand one an element (``pixel``), else one a channel (or one value: its step
     # 0). Why: a loop a channel of 1-4 elements cost more than its elements (the passes ran instead, their
-    # stages generic: 128 x 1 x 1, ~0.35 us a stage). Forms with X stages on maps of 2 or 4 pixels: a loop over
-    # channels, the pixels an inner loop of constant count (unrolled): their four X operands read at i // pixels
-    # left the loop scalar (136 x 1 x 4, BS multiply then BN: 1.5 -> 0.45 us a task); forms without (EW alone)
-    # stay one loop (a loop over channels was slower there: 0.65 -> 0.77 us)
+    # stages generic: 128 x 1 x 1, ~0.35 us a stage)
     step = 1 if operand.size > 1 else 0
-    if pixels == 1 or form[0] == XK_NONE and form[1] == XK_NONE:
-        for i in range(channels * pixels):
-            c = i // pixels
-            other = operand[i] if pixel else operand[c * step]
-            out[i] = _element(data[i], other, form, x1, alu[c], mul[c], x2, alu[channels + c], mul[channels + c],
-                              lut, tables, e)
-        return
-    for c in range(channels):
-        alu1, mul1, alu2, mul2, one = alu[c], mul[c], alu[channels + c], mul[channels + c], operand[c * step]
-        for p in range(pixels):
-            i = c * pixels + p
-            other = operand[i] if pixel else one
-            out[i] = _element(data[i], other, form, x1, alu1, mul1, x2, alu2, mul2, lut, tables, e)
+    for i in range(channels * pixels):
+        c = i // pixels
+        other = operand[i] if pixel else operand[c * step]
+        out[i] = _element(data[i], other, form, x1, alu[c], mul[c], x2, alu[channels + c], mul[channels + c], lut,
+                          tables, e)
 
 
 @njit(cache=True)
@@ -238,16 +225,6 @@ def _flags(p, relu, relux, relux_value):
 
 
 @njit(cache=True)
-def _lut_tables(pointer, table, p):
-    # _element's ``tables``: the stack table's start, its constants and table choice, the LUT's slope flags
-    k, c = table[_K:_K + 2 * _CONSTANTS], table[_CHOICE + 1:_CHOICE + 1 + _THRESHOLDS]
-    return (pointer, (k[0], k[1], k[2], k[3], k[4], k[5], k[6]), (k[8], k[9], k[10], k[11], k[12], k[13], k[14]),
-            (p[nm.LUTP_LE_UFLOW_SCALE] != 0, p[nm.LUTP_LO_UFLOW_SCALE] != 0),
-            (p[nm.LUTP_LE_OFLOW_SCALE] != 0, p[nm.LUTP_LO_OFLOW_SCALE] != 0), table[_CHOICE] != 0,
-            (c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]))
-
-
-@njit(cache=True)
 def fused_chain(data, out, channels, plane, x_params, x_relux, alu, mul, e_params, e_relux, form, pixel, packed,
                 lut_params, operand):
     """``dpu_fp_chain._run_chain``'s result for the settings of ``FORMS[form]`` (``form_of``), every
@@ -267,7 +244,12 @@ def fused_chain(data, out, channels, plane, x_params, x_relux, alu, mul, e_param
     x2 = _flags(x_params[X_COUNT:], X_RELU, X_RELUX, x_relux[1])
     on = e_params[E_ON] != 0
     e = bounds(on and e_params[E_RELU] != 0, on and e_params[E_RELUX] != 0, e_relux)
-    tables = _lut_tables(pointer, table, lut_params)
+    p = lut_params
+    k, c = table[_K:_K + 2 * _CONSTANTS], table[_CHOICE + 1:_CHOICE + 1 + _THRESHOLDS]
+    tables = (pointer, (k[0], k[1], k[2], k[3], k[4], k[5], k[6]), (k[8], k[9], k[10], k[11], k[12], k[13], k[14]),
+              (p[nm.LUTP_LE_UFLOW_SCALE] != 0, p[nm.LUTP_LO_UFLOW_SCALE] != 0),
+              (p[nm.LUTP_LE_OFLOW_SCALE] != 0, p[nm.LUTP_LO_OFLOW_SCALE] != 0), table[_CHOICE] != 0,
+              (c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]))
     # (each form its own loop, the operations constants in it; the LUT forms without ReLU, their operand
     # one value or one a channel, their table choice one threshold - the compiler's: the passes run
     # more, ``False``: a loop for each would add compile time). The helpers are plain @njit functions
@@ -297,40 +279,3 @@ def fused_chain(data, out, channels, plane, x_params, x_relux, alu, mul, e_param
     else:
         _shaped(data, out, channels, plane, F8, x1, x2, alu, mul, operand, 0, False, tables, e)
     return True
-
-
-@njit(cache=True)
-def lut_flat(data, out, channels, plane, form, alu, mul, packed, lut_params, operand, scratch):
-    """``fused_chain``'s LUT forms (``form`` 0 or 1, any table choice) on maps of 1, 2 or 4 pixels (``plane``) in
-    three loops: the X stages (``_flat``) into ``scratch``'s first piece, the LUT (``lut_fp._lut_values``, the
-    passes' loop) into its second, EW (``_flat`` of F5, the EW multiply) into ``out``; ``scratch``: float32,
-    two pieces of at least C x H x W elements each, from its start and its middle. Why: the passes' X stages
-    are generic loops (~0.35 us a stage over 128 elements), and the LUT inside ``_flat``'s loop is not
-    vectorised; each element sees the same fp32 operations in the same order (the stages' values stored
-    as fp32 between the loops), so the bits are the passes'. False (nothing written) where an X or EW operand
-    is a NaN: the caller runs the passes (LLVM may swap a product's operands, and of two NaNs x86 returns the
-    first: a NaN operand times a NaN value gave the operand's NaN here, the value's in the passes)."""
-    used = channels * (2 if form == 0 else 1)  # (the stages' operands: [2][C], the second stage's only in F0)
-    if _has_nan(alu[:used]) or _has_nan(mul[:used]) or _has_nan(operand):
-        return False
-    pointer = _stack_table()  # (the LUT's tables on this kernel's own stack: lut_fp._stack_table)
-    table = carray(pointer, (PACKED,))
-    _fill_table(table, packed)
-    count, half = channels * plane, scratch.size // 2
-    first, second, no = scratch[:count], scratch[half:half + count], None
-    tables = _lut_tables(pointer, table, lut_params)  # (unread: the loops around the LUT have none)
-    if form == 0:
-        _shaped(data, first, channels, plane, _X0, no, no, alu, mul, operand, 0, False, tables, no)
-    else:
-        _shaped(data, first, channels, plane, _X1, no, no, alu, mul, operand, 0, False, tables, no)
-    _lut_values(table, pointer, lut_params, first, second)
-    _shaped(second, out, channels, plane, F5, no, no, alu, mul, operand, 0, False, tables, no)
-    return True
-
-
-@njit(cache=True)
-def _has_nan(values):
-    found = False
-    for i in range(values.size):
-        found |= values[i] != values[i]
-    return found

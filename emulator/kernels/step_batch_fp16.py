@@ -288,10 +288,10 @@ def _to_int8(r, b):
 
 @njit(cache=True)
 def _bases(work, result, operand, cube):
-    # the thread buffers' addresses by index (WORK_BUFFER ...), a tuple: an array here was an allocation a
-    # batch call (~50 ns of a call's ~105 with no op)
-    return (np.int64(work.ctypes.data), np.int64(result.ctypes.data), np.int64(operand.ctypes.data),
-            np.int64(cube.ctypes.data))
+    bases = np.empty(BUFFERS, np.int64)
+    bases[WORK_BUFFER], bases[RESULT_BUFFER] = work.ctypes.data, result.ctypes.data
+    bases[OPERAND_BUFFER], bases[CUBE_BUFFER] = operand.ctypes.data, cube.ctypes.data
+    return bases
 
 
 @njit(cache=True)

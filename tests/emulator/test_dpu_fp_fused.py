@@ -165,7 +165,7 @@ def test_forms_not_taken():
     x_params, _, _, _, count, e_params, _, _ = chain.settings()
     assert fused.form_of(x_params, count, e_params, False, fused.TENSOR, 32) == 2
     assert fused.form_of(x_params, count, e_params, False, fused.TENSOR, 14) == -1  # (a small map)
-    # (maps of 1, 2 or 4 pixels run fused where the caller asks)
+    # (maps of 1, 2 or 4 pixels run fused where the caller asks, the LUT forms apart)
     assert [fused.form_of(x_params, count, e_params, False, fused.TENSOR, plane, tiny=True)
             for plane in (1, 2, 3, 4, 14)] == [2, 2, -1, 2, -1]
     assert fused.form_of(x_params, count, e_params, True, fused.TENSOR, 4, tiny=True) == -1
