@@ -30,6 +30,7 @@ from numba import njit
 
 from npuemu.emulator.kernels import dpu_pixel as dp
 from npuemu.emulator.kernels.dpu_pixel import _chain_value, _folded_bs, _folded_out, _out_cvt
+from npuemu.emulator.kernels.vector_width import wide_vectors
 
 #: lanes of an int8 atom (16 bytes)
 LANES = 16
@@ -93,12 +94,14 @@ def _shared_lines(flat, sums, shared, channels, operands, surfaces, width, offse
 # Four compiled forms: in one function LLVM vectorises the loop forms badly (NUMERICS.md 40).
 @njit(cache=True, fastmath={"contract"})
 def _channel_relu(flat, sums, channels, operands, surfaces, width, offsets, out, k, offset, floor, ceiling, even):
+    wide_vectors()
     _channel_lines(flat, sums, channels, operands, surfaces, width, offsets, out, k, offset, floor, ceiling, even,
                    True)
 
 
 @njit(cache=True, fastmath={"contract"})
 def _channel_plain(flat, sums, channels, operands, surfaces, width, offsets, out, k, offset, floor, ceiling, even):
+    wide_vectors()
     _channel_lines(flat, sums, channels, operands, surfaces, width, offsets, out, k, offset, floor, ceiling, even,
                    False)
 
@@ -106,6 +109,7 @@ def _channel_plain(flat, sums, channels, operands, surfaces, width, offsets, out
 @njit(cache=True, fastmath={"contract"})
 def _shared_relu(flat, sums, shared, channels, operands, surfaces, width, offsets, out, k, offset, floor, ceiling,
                  even):
+    wide_vectors()
     _shared_lines(flat, sums, shared, channels, operands, surfaces, width, offsets, out, k, offset, floor, ceiling,
                   even, True)
 
@@ -113,6 +117,7 @@ def _shared_relu(flat, sums, shared, channels, operands, surfaces, width, offset
 @njit(cache=True, fastmath={"contract"})
 def _shared_plain(flat, sums, shared, channels, operands, surfaces, width, offsets, out, k, offset, floor, ceiling,
                   even):
+    wide_vectors()
     _shared_lines(flat, sums, shared, channels, operands, surfaces, width, offsets, out, k, offset, floor, ceiling,
                   even, False)
 
@@ -194,6 +199,7 @@ def ew_lines(data, sums, sums_layout, operands, atoms, chain, surfaces, width, o
     ``_rows_pixels_to_atoms``' ``_ew_rows`` gives it, the EW operand ``atoms`` int8 [S][P or 1][16]
     (the ERDMA's atoms, channel 16s + l at [s][pixel][l]) read where it is, not made pixel-major
     int32 first (NUMERICS.md 55). ``sums``: as ``folded_lines``' (SUMS_NONE: not read)."""
+    wide_vectors()
     even, relu = chain[dp.CH_EVEN] != 0, chain[dp.CH_LOW1] == 0.0
     channels = data.shape[2]
     flat, out = data.reshape(-1), target.view(np.int8)
