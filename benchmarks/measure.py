@@ -15,10 +15,14 @@ What each figure times (see RESULTS.md):
   runs cost more; with one warm-up run the median of 3 still held them). Session 15: rec int8 and
   ppocr_cls fp16 settle only at run 6-7 on af44d64 and after (runs 2-5 are 3-5x steady; steps that
   prepare a conv on the second sight of its weights add a run), so 8 warm-up runs.
-- peak_rss_mb: the worker's own ru_maxrss (RUSAGE_SELF, at exit).
+- peak_rss_mb: the worker's own ru_maxrss (RUSAGE_SELF) after its warm-up and first timed runs, before
+  it opens the onnxruntime session (the emulator's peak, not onnxruntime's).
 - ort_ms: onnxruntime CPU float32 on the same ONNX, intra-op threads = --threads (default
-  os.cpu_count()), median of --repeat runs after one warm-up. The emulator processes get the
-  same thread count for BLAS/OpenMP/Numba (set_threads).
+  os.cpu_count()), median of --repeat runs after one warm-up, in the int8 worker, each run right after
+  one of the emulator's (session 25: on a shared host whose speed drifts over seconds, timing them
+  one after the other put them in different spells - the same tree measured 2.3x and 2.6x; paired,
+  a slow spell slows both). The emulator processes get the same thread count for
+  BLAS/OpenMP/Numba (set_threads).
 - *_cpu_ms: the same runs' process CPU time (time.process_time). On the shared 2-core box wall
   times move with other processes' load; CPU times move much less, so the CPU ratio is the
   steadier comparison at --threads 1.
@@ -116,10 +120,12 @@ def first_run(npu_path: str, x_path: str) -> float:
     return _timed(cmd)
 
 
-def steady(npu_path: str, x_path: str, repeat: int) -> dict:
-    """Run the worker in a fresh process: its median time and its own peak RSS."""
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", npu_path, x_path, str(repeat)],
-                          capture_output=True, text=True, env=child_env())
+def steady(npu_path: str, x_path: str, repeat: int, onnx_path: str | None = None) -> dict:
+    """Run the worker in a fresh process: its median time and its own peak RSS; with ``onnx_path`` also
+    onnxruntime's median on the same input, each of its runs right after one of the emulator's
+    (``ort_median_ms``, ``ort_cpu_ms``)."""
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", npu_path, x_path, str(repeat),
+                           onnx_path or "", str(THREADS)], capture_output=True, text=True, env=child_env())
     if proc.returncode != 0:
         raise RuntimeError(f"steady-state worker failed: {proc.stderr.strip()[-800:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -144,39 +150,50 @@ def load_runtime(npu_path: str):
 WARMUP_RUNS = 8
 
 
-def _worker(npu_path: str, x_path: str, repeat: int) -> None:
+def _worker(npu_path: str, x_path: str, repeat: int, onnx_path: str = "", threads: int = 1) -> None:
     runtime = load_runtime(npu_path)
     x = np.load(x_path)
     name = runtime.inputs[0]
+
+    def emulate() -> None:
+        run_once(runtime, name, x)
+
     for _ in range(WARMUP_RUNS):  # Numba load, first-touch allocations, chain replays and their steps
-        run_once(runtime, name, x)
-    times, cpu = [], []
-    for _ in range(repeat):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        run_once(runtime, name, x)
-        times.append(time.perf_counter() - start)
-        cpu.append(time.process_time() - start_cpu)
-    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # Linux: kilobytes
-    print(json.dumps({"median_ms": statistics.median(times) * 1e3, "times_ms": [t * 1e3 for t in times],
-                      "cpu_ms": statistics.median(cpu) * 1e3, "peak_rss_mb": peak_kb / 1024}))
+        emulate()
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # Linux: kilobytes; before onnxruntime's session
+    reference = _ort_call(onnx_path, threads, x) if onnx_path else None
+    emulated, referenced = [], []
+    for _ in range(repeat):  # (each onnxruntime run right after an emulator run: the same spell of the host)
+        emulated.append(_timed_call(emulate))
+        if reference is not None:
+            referenced.append(_timed_call(reference))
+    result = {"median_ms": statistics.median(wall for wall, _ in emulated) * 1e3,
+              "times_ms": [wall * 1e3 for wall, _ in emulated],
+              "cpu_ms": statistics.median(used for _, used in emulated) * 1e3, "peak_rss_mb": peak_kb / 1024}
+    if referenced:
+        result["ort_median_ms"] = statistics.median(wall for wall, _ in referenced) * 1e3
+        result["ort_cpu_ms"] = statistics.median(used for _, used in referenced) * 1e3
+    print(json.dumps(result))
 
 
-def ort_time(onnx_path: str, x_path: str, input_name: str, repeat: int) -> float:
+def _timed_call(call) -> tuple[float, float]:
+    """(wall s, CPU s) of one ``call()``."""
+    start, start_cpu = time.perf_counter(), time.process_time()
+    call()
+    return time.perf_counter() - start, time.process_time() - start_cpu
+
+
+def _ort_call(onnx_path: str, threads: int, x: np.ndarray):
+    """One run of onnxruntime's float session (``threads`` intra-op threads) on ``x``, warmed up once."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.intra_op_num_threads = THREADS
+    options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     session = ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
-    feed = {input_name: np.load(x_path)}
+    feed = {session.get_inputs()[0].name: x}
     session.run(None, feed)
-    times, cpu = [], []
-    for _ in range(repeat):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        session.run(None, feed)
-        times.append(time.perf_counter() - start)
-        cpu.append(time.process_time() - start_cpu)
-    return statistics.median(times) * 1e3, statistics.median(cpu) * 1e3
+    return lambda: session.run(None, feed)
 
 
 def measure(name: str, model, macs: int, workdir: str, repeat: int, log=print) -> dict:
@@ -187,14 +204,14 @@ def measure(name: str, model, macs: int, workdir: str, repeat: int, log=print) -
     log(f"  {name}: compile {row['compile_s']:.2f} s")
     row["first_run_s"] = first_run(npu, paths["x"])
     log(f"  {name}: cold run {row['first_run_s']:.2f} s")
-    result = steady(npu, paths["x"], repeat)
+    result = steady(npu, paths["x"], repeat, paths["onnx"])
     row["emu_int8_ms"] = result["median_ms"]
     row["emu_int8_cpu_ms"] = result["cpu_ms"]
     row["peak_rss_mb"] = result["peak_rss_mb"]
     log(f"  {name}: steady int8 {row['emu_int8_ms']:.1f} ms, peak RSS {row['peak_rss_mb']:.0f} MB")
     row["emu_fp16_ms"] = None
     row["fp16_note"] = fp16_attempt(paths, workdir, name, repeat, row, log)
-    row["ort_ms"], row["ort_cpu_ms"] = ort_time(paths["onnx"], paths["x"], paths["input_name"], repeat)
+    row["ort_ms"], row["ort_cpu_ms"] = result["ort_median_ms"], result["ort_cpu_ms"]  # (paired with the int8 runs)
     row["ratio"] = row["emu_int8_ms"] / row["ort_ms"]
     row["cpu_ratio"] = row["emu_int8_cpu_ms"] / row["ort_cpu_ms"]
     row["gmac_s"] = macs / (row["emu_int8_ms"] * 1e-3) / 1e9
@@ -237,5 +254,5 @@ def fp16_attempt(paths: dict, workdir: str, name: str, repeat: int, row: dict, l
         return f"n/a ({reason})"
 
 
-if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "--worker":
-    _worker(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+if __name__ == "__main__" and len(sys.argv) == 7 and sys.argv[1] == "--worker":
+    _worker(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], int(sys.argv[6]))
