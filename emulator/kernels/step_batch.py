@@ -34,7 +34,8 @@ from npuemu.emulator.kernels import int8_core_step as steps
 #: step alone, the folded LUT store (window sums int64 or int32), an op that does nothing (a place kept), and
 #: a flying DPU task's MRDMA read with its float64 chain (``FLYING_CHAIN``: dpu_flying_lines.gather_chain), and a
 #: convolution whose windows reach outside the input, with its chain and alone (``int8_core_step.gemm_padded_step``)
-ROWS, PLANES, WINDOW, DEPTHWISE, GEMM, FOLDED64, FOLDED32, NOTHING, FLYING_CHAIN, WINDOW_PADDED, GEMM_PADDED = range(11)
+ROWS, PLANES, WINDOW, DEPTHWISE, GEMM, FOLDED64, FOLDED32, NOTHING, FLYING_CHAIN, WINDOW_PADDED, GEMM_PADDED, \
+    FLYING_LINES = range(12)
 #: int64 words an argument takes in a table row: its address and up to 4 dimensions (an integer: its value)
 WORDS = 5
 
@@ -59,12 +60,15 @@ _SPECS = {
     # (dpu_flying_lines.gather_chain's: the region's bytes, the rows' offsets, the cube they are copied into,
     # then dpu_atoms' loop's arguments after the operand - none: EW off - and the loop's number)
     FLYING_CHAIN: "u1:1 i8:1 i1:3 f8:2 f8:1 n n n i1:1 i8:1 n",
+    # (dpu_flying_lines.flying_lines': main cube and EW operand read where they lie, ``per_pixel`` as 0 / 1)
+    FLYING_LINES: "i1:1 i8:1 i1:1 i8:1 n i8:1 n n n n i1:1 i8:1",
 }
 #: the kernel each kind runs (int8_core_step.CHAINED's calls, the CORE steps, the folded LUT store; and
 #: FLYING_CHAIN: ``kind_of``)
 KINDS = {steps.depthwise_rows_chain: ROWS, steps.depthwise_planes_chain: PLANES, steps.gemm_window_chain: WINDOW,
          steps.depthwise_step: DEPTHWISE, steps.gemm_step: GEMM, lut_folded.folded_to_atoms: FOLDED64,
-         steps.gemm_padded_window_chain: WINDOW_PADDED, steps.gemm_padded_step: GEMM_PADDED}
+         steps.gemm_padded_window_chain: WINDOW_PADDED, steps.gemm_padded_step: GEMM_PADDED,
+         dpu_flying_lines.flying_lines: FLYING_LINES}
 
 
 def kind_of(kernel, arguments: tuple) -> int | None:
@@ -282,6 +286,13 @@ def _flying_chain(r):
 
 
 @njit(cache=True)
+def _flying_lines(r):
+    i1, i8 = np.int8, np.int64
+    dpu_flying_lines.flying_lines(_v1(r, 0, i1), _v1(r, 1, i8), _v1(r, 2, i1), _v1(r, 3, i8), _n(r, 4) != 0,
+                                  _v1(r, 5, i8), _n(r, 6), _n(r, 7), _n(r, 8), _n(r, 9), _v1(r, 10, i1), _v1(r, 11, i8))
+
+
+@njit(cache=True)
 def run_ops(table, start, stop):
     """Ops ``start`` to ``stop`` of ``table`` (``OpTable.frozen``): where one refuses (its chain
     returned False, having written nothing) its position, else ``stop``."""
@@ -309,6 +320,8 @@ def run_ops(table, start, stop):
             done = _gemm_padded_window(row)
         elif kind == GEMM_PADDED:
             _gemm_padded(row)
+        elif kind == FLYING_LINES:
+            _flying_lines(row)
         if not done:
             return at
     return stop

@@ -217,6 +217,13 @@ def _flying_call(state: DpuState, store: Callable, located, row_bytes: int, dtyp
         drop()
         call(main, main_rows, ew_data, ew_rows, per_pixel, form, channels, height, width, c2, out, out_rows)
 
+    def pre(cbuf: object) -> None:
+        drop()
+
+    # the compiled form for task_batches.StepBatch (kernels/step_batch.py FLYING_LINES): its Python part the drop,
+    # its call ``run``'s (which never refuses: no general stages to fall back on)
+    run.batch = (pre, ((call, (main, main_rows, ew_data, ew_rows, int(per_pixel), form, channels, height, width, c2,
+                               out, out_rows)),), None, None)
     return run
 
 
