@@ -178,8 +178,7 @@ def _chain_form(in_lines: Callable | None, forms: tuple, no_window: np.ndarray, 
         ``general``'s call where that returns False) - for a caller running the chain in one compiled call
         with the CORE (kernels/int8_core_step.py); None where ``direct`` would take another way (or may,
         by run)."""
-        if in_lines is not None or data.shape != (1, pixels, channels) or data.dtype != np.int32 \
-                or not data.flags.c_contiguous:
+        if data.shape != (1, pixels, channels) or data.dtype != np.int32 or not data.flags.c_contiguous:
             return None
         window, rows = no_window, 0
         if cpend:
@@ -187,6 +186,9 @@ def _chain_form(in_lines: Callable | None, forms: tuple, no_window: np.ndarray, 
             if view is None:
                 return None
             window, rows = view
+        if in_lines is not None:  # (the EW operand: an array of its own the caller fills every run, ERDMA atoms)
+            return _ew_form(data, window, rows, window_sum, ew_operand,
+                            (pixels, channels, general, floats, settings, top, layout) + buffers)
         if ew is None:
             operand = dp._NO_OPERAND
         elif ew_operand is not None and ew_operand is constant[0]:
@@ -203,6 +205,19 @@ def _chain_form(in_lines: Callable | None, forms: tuple, no_window: np.ndarray, 
                           block), fallback
 
     return chain_form
+
+
+def _ew_form(data: np.ndarray, window: np.ndarray, rows: int, window_sum, ew_operand, held: tuple):
+    """``chain_form``'s (``"ew"``, ``_ew_chain``'s arguments after ``data``, ``general``'s call) where ``direct``
+    takes ``in_lines`` on every run: the operand ``ew_operand`` int8 atoms [S][P][16] of ``in_lines``' shape,
+    C-contiguous, window sums not planes; None otherwise. ``held``: the values ``chain_form`` holds."""
+    pixels, channels, general, floats, settings, top, layout, surfaces, width, *_, offsets, target = held
+    shape = (-(-channels // folded_lines.LANES), pixels, folded_lines.LANES)
+    if rows == 2 or type(ew_operand) is not np.ndarray or ew_operand.dtype != np.int8 or ew_operand.shape != shape \
+            or not ew_operand.flags.c_contiguous:
+        return None
+    return "ew", (window, dp.SUMS_PIXEL_MAJOR if rows == 1 else layout, floats, ew_operand, settings, top, surfaces,
+                  width, offsets, target), (general, data, window_sum, ew_operand)
 
 
 def _sums_view(window_sum: np.ndarray | None, shared: tuple, per_channel: tuple | None, planes: tuple | None,

@@ -39,6 +39,7 @@ from npuemu.emulator.kernels import depthwise as dw
 from npuemu.emulator.kernels import depthwise_direct as direct
 from npuemu.emulator.kernels import dpu_pixel_plan as chains
 from npuemu.emulator.kernels import gemm_conv_int8 as gemm
+from npuemu.emulator.memory import gather_rows
 
 #: ``ints`` of both steps start with the row copy's lane masking: lines a surface, atom lanes, the first
 #: masked surface (past the surfaces: none) and its first masked lane (and end, where a line is masked,
@@ -218,8 +219,21 @@ def gemm_padded_window_chain(data, offsets, rows, atoms, padded, source, bases, 
                                 tile, out_offsets, target)
 
 
+@njit(cache=True)
+def gemm_ew_chain(data, offsets, rows, source, bases, segs, packed, ones, acc, out, sums, ints, blocks, window, layout,
+                  floats, region, ew_offsets, ew_rows, atoms, settings, top, surfaces, width, out_offsets, target):
+    """``gemm_step``, then the ERDMA operand's rows copied out of ``region`` into ``ew_rows`` (``atoms``: the
+    same bytes as int8 atoms [S][P][16]: ``dpu_plan._ew_reader``'s read) and the chain with its EW stage
+    (``dpu_pixel_plan._ew_chain``, what ``_ew_lines_store``'s ``in_lines`` calls): False where it refuses the
+    window sums, ``ew_rows`` then holding the operand the general stages take."""
+    gemm_step(data, offsets, rows, source, bases, segs, packed, ones, acc, out, sums, ints)
+    gather_rows(region, ew_offsets, ew_rows)
+    return chains._ew_chain(blocks, window, layout, floats, atoms, settings, top, surfaces, width, out_offsets, target)
+
+
 #: (CORE kernel, chain kind) -> the call running both (the pairs the int8 builds make: a depthwise
 #: CORE's sums reach the DPU per pixel and channel, or as planes where the layer is one pixel; a
 #: convolution's per pixel)
 CHAINED = {(depthwise_step, "rows"): depthwise_rows_chain, (depthwise_step, "planes"): depthwise_planes_chain,
-           (gemm_step, "window"): gemm_window_chain, (gemm_padded_step, "window"): gemm_padded_window_chain}
+           (gemm_step, "window"): gemm_window_chain, (gemm_padded_step, "window"): gemm_padded_window_chain,
+           (gemm_step, "ew"): gemm_ew_chain}

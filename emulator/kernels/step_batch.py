@@ -35,7 +35,7 @@ from npuemu.emulator.kernels import int8_core_step as steps
 #: a flying DPU task's MRDMA read with its float64 chain (``FLYING_CHAIN``: dpu_flying_lines.gather_chain), and a
 #: convolution whose windows reach outside the input, with its chain and alone (``int8_core_step.gemm_padded_step``)
 ROWS, PLANES, WINDOW, DEPTHWISE, GEMM, FOLDED64, FOLDED32, NOTHING, FLYING_CHAIN, WINDOW_PADDED, GEMM_PADDED, \
-    FLYING_LINES = range(12)
+    FLYING_LINES, WINDOW_EW = range(13)
 #: int64 words an argument takes in a table row: its address and up to 4 dimensions (an integer: its value)
 WORDS = 5
 
@@ -62,13 +62,15 @@ _SPECS = {
     FLYING_CHAIN: "u1:1 i8:1 i1:3 f8:2 f8:1 n n n i1:1 i8:1 n",
     # (dpu_flying_lines.flying_lines': main cube and EW operand read where they lie, ``per_pixel`` as 0 / 1)
     FLYING_LINES: "i1:1 i8:1 i1:1 i8:1 n i8:1 n n n n i1:1 i8:1",
+    # (int8_core_step.gemm_ew_chain's: the ERDMA read's memory, row offsets, rows and their atoms in the operand's place)
+    WINDOW_EW: f"{_GEMM} i4:3 i8:1 n f8:2 u1:1 i8:1 u1:2 i1:3 f8:1 n n n i8:1 u8:1",
 }
 #: the kernel each kind runs (int8_core_step.CHAINED's calls, the CORE steps, the folded LUT store; and
 #: FLYING_CHAIN: ``kind_of``)
 KINDS = {steps.depthwise_rows_chain: ROWS, steps.depthwise_planes_chain: PLANES, steps.gemm_window_chain: WINDOW,
          steps.depthwise_step: DEPTHWISE, steps.gemm_step: GEMM, lut_folded.folded_to_atoms: FOLDED64,
          steps.gemm_padded_window_chain: WINDOW_PADDED, steps.gemm_padded_step: GEMM_PADDED,
-         dpu_flying_lines.flying_lines: FLYING_LINES}
+         dpu_flying_lines.flying_lines: FLYING_LINES, steps.gemm_ew_chain: WINDOW_EW}
 
 
 def kind_of(kernel, arguments: tuple) -> int | None:
@@ -293,6 +295,16 @@ def _flying_lines(r):
 
 
 @njit(cache=True)
+def _gemm_ew(r):
+    u1, i1, i4, i8, u8, f8 = np.uint8, np.int8, np.int32, np.int64, np.uint64, np.float64
+    return steps.gemm_ew_chain(
+        _v1(r, 0, u1), _v1(r, 1, i8), _v2(r, 2, u1), _v1(r, 3, i1), _v1(r, 4, i8), _v1(r, 5, i8), _v3(r, 6, u1),
+        _v2(r, 7, u1), _v2(r, 8, i4), _v2(r, 9, i4), _v1(r, 10, i8), _v1(r, 11, i8), _v3(r, 12, i4), _v1(r, 13, i8),
+        _n(r, 14), _v2(r, 15, f8), _v1(r, 16, u1), _v1(r, 17, i8), _v2(r, 18, u1), _v3(r, 19, i1), _v1(r, 20, f8),
+        _n(r, 21), _n(r, 22), _n(r, 23), _v1(r, 24, i8), _v1(r, 25, u8))
+
+
+@njit(cache=True)
 def run_ops(table, start, stop):
     """Ops ``start`` to ``stop`` of ``table`` (``OpTable.frozen``): where one refuses (its chain
     returned False, having written nothing) its position, else ``stop``."""
@@ -322,6 +334,8 @@ def run_ops(table, start, stop):
             _gemm_padded(row)
         elif kind == FLYING_LINES:
             _flying_lines(row)
+        elif kind == WINDOW_EW:
+            done = _gemm_ew(row)
         if not done:
             return at
     return stop

@@ -83,8 +83,11 @@ def prepare_dpu(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, wher
         (``drop()``: the drop of the derived values over the rows it writes, the stage kernel's ``chain_form``
         for them, kernels/dpu_pixel_plan.py) - ``direct`` with its chain call made by the caller - or None."""
         form = getattr(kernel, "chain_form", None)
-        if form is None or read_ew is not None or data.dtype != np.int32 or not data.flags.c_contiguous:
+        if form is None or data.dtype != np.int32 or not data.flags.c_contiguous:
             return None
+        if read_ew is not None:
+            return _ew_chained(form, read_ew, drop, data.reshape(1, pixels, channels),
+                               window_sums if with_sums else None)
         made = form(data.reshape(1, pixels, channels), window_sums if with_sums else None, operand)
         return None if made is None else (drop, made)
 
@@ -103,6 +106,27 @@ def prepare_dpu(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, wher
     run.held, run.direct = store.held, direct  # (direct: the CORE's pixel-major data and window sums)
     direct.chained, direct.lut_form = chained, lut_form
     return run
+
+
+def _ew_chained(form: Callable, read_ew: Callable, drop: Callable, blocks: np.ndarray, window_sums: np.ndarray | None):
+    """``chained``'s answer for a stage chain with its EW operand read from the ERDMA every run (rows located
+    once: ``_ew_reader``'s ``copied``, a plain or a split operand's): (``drop``, ("ew", the chain's arguments with the read's - its memory, row
+    offsets, an array of the step's own the rows are copied into and its int8 atoms view - in place of the
+    operand, the general stages' call on that view)); None where the chain form takes another way
+    (kernels/dpu_pixel_plan.py ``_ew_form``) or the read is not a plain one."""
+    found = getattr(read_ew, "copied", None)
+    if found is None:
+        return None
+    data, offsets, row_bytes, shape, dtype = found
+    if data.dtype != np.uint8 or data.ndim != 1:
+        return None
+    rows = np.empty((offsets.size, row_bytes), np.uint8)
+    made = form(blocks, window_sums, rows.view(dtype).reshape(shape))
+    if made is None or made[0] != "ew":
+        return None
+    kind, (window, layout, floats, atoms, *rest), fallback = made
+    return drop, (kind, (window, layout, floats, data, np.ascontiguousarray(offsets, np.int64), rows, atoms, *rest),
+                  fallback)
 
 
 def prepare_flying_dpu(state: DpuState, rdma: DpuRdmaState | None, memory: Memory, where: str,
@@ -426,6 +450,8 @@ def _ew_reader(state: DpuState, rdma: DpuRdmaState, memory: Memory, where: str,
 
     if not split:  # (its rows, for a caller reading them itself: _flying_call)
         read.rows = (located.region, offsets, shape, dtype)
+    # (what it copies, for a caller copying the rows itself into an array of its own: _ew_chained)
+    read.copied = (data, offsets, row_bytes, shape, dtype)
     return read
 
 

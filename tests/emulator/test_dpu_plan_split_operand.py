@@ -14,7 +14,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from npuemu.emulator.memory import Memory, TaskDma
+from npuemu.emulator.memory import Memory, TaskDma, gather_rows
 from npuemu.emulator.units import dpu, dpu_plan
 from npuemu.emulator.units.state import INT8, INT16
 from tests.emulator.test_dpu_int_to_fp16_step import _EW_OFF, _OFF, _states
@@ -65,7 +65,11 @@ def test_the_split_operand_is_read_from_both_dmas(case):
     operand = dpu._ew_operand(state, rdma, TaskDma(memory, WHERE), WHERE)
     read = dpu_plan._ew_reader(state, rdma, memory, WHERE, operand)
     assert read.__name__ == "read"  # (the located reader, not the full path's)
+    data, offsets, row_bytes, shape, dtype = read.copied  # (a caller copying the rows itself: dpu_plan._ew_chained)
     for _ in range(2):  # (the second time after new bytes: the rows are copied per run, not kept)
+        copied = np.empty((offsets.size, row_bytes), np.uint8)
+        gather_rows(data, offsets, copied)
+        assert np.array_equal(copied.view(dtype).reshape(shape), read())
         got = read()
         expected = _expected(raw, precision, lanes, channels, height, width, rdma)
         assert got.dtype == expected.dtype and np.array_equal(got, expected)
