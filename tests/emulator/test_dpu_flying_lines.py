@@ -241,3 +241,52 @@ def test_forms_not_taken():
     assert form(base, per_channel) is None
     for change in ({"bn_on": 1}, {"bs_shift": 2}, {"bs_prelu": 1}, {"out_scale": 2**31}):
         assert form({**base, **change}) is None, change
+
+
+def test_the_int32_line_takes_lanes_to_the_bound_and_no_further():
+    """``_narrow``: the SE gates' small lines run on int32 lanes (the cases above go through them), a line
+    whose largest |x| + addend + 1 + |offset| reaches 2^31 keeps the int64 loop; a shift past 30 too."""
+    form = np.zeros(fl.F_COUNT, np.int64)
+    form[fl.F_SHIFT], form[fl.F_ROUND_ADD], form[fl.F_OFFSET], form[fl.F_LOW], form[fl.F_HIGH] = 8, 127, -90, -128, 127
+    k32, z32 = np.zeros(16, np.int32), np.zeros(16, np.int32)
+    k, z = np.full(16, 3, np.int64), np.full(16, -7, np.int64)
+    assert fl._narrow(k32, z32, k, z, form, 16) and list(k32) == [3] * 16 and list(z32) == [-7] * 16
+    room = 2**31 - 1 - 127 - 1 - 90
+    k[5], z[5] = 1, room - 127  # (127 * k + z at the room exactly)
+    assert fl._narrow(k32, z32, k, z, form, 16)
+    z[5] += 1
+    assert not fl._narrow(k32, z32, k, z, form, 16)
+    z[5] = -(room - 128)  # (-128 * k + z at -room)
+    assert fl._narrow(k32, z32, k, z, form, 16)
+    z[5] -= 1
+    assert not fl._narrow(k32, z32, k, z, form, 16)
+    z[5], form[fl.F_SHIFT] = 0, 31
+    assert not fl._narrow(k32, z32, k, z, form, 16)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(-2**23, 2**23), st.integers(-2**30, 2**30), st.integers(0, 30), st.sampled_from(MODES),
+       st.integers(-300, 300))
+def test_the_int32_line_equals_the_int64_one_near_its_bound(k, z, shift, mode, offset):
+    """Lines whose |x| comes near 2^31: where ``_narrow`` takes them, the int32 loop's elements are the int64
+    loop's (``_round`` on int64), element for element over every int8 input."""
+    form = np.zeros(fl.F_COUNT, np.int64)
+    shift_, add, away, odd = fl._round_form(dl._rounding(shift, mode))
+    form[fl.F_SHIFT], form[fl.F_ROUND_ADD], form[fl.F_AWAY], form[fl.F_ODD] = shift_, add, away, odd
+    form[fl.F_OFFSET], form[fl.F_LOW], form[fl.F_HIGH] = offset, -128, 127
+    ks, zs = np.full(16, k, np.int64), np.full(16, z, np.int64)
+    k32, z32 = np.zeros(16, np.int32), np.zeros(16, np.int32)
+    if not fl._narrow(k32, z32, ks, zs, form, 16):
+        return
+    source = np.repeat(np.arange(-128, 128, dtype=np.int8), 16)  # (every input in every lane)
+    line = np.zeros(source.size, np.int8)
+    _narrow_line(line, source, 256, 16, k32, z32, np.int32(shift_), np.int32(add), np.int32(away), np.int32(odd),
+                 np.int32(offset), np.int32(-128), np.int32(127))
+    wide = [min(max(int(fl._round(np.int64(v) * k + z, shift_, add, away, odd)) + offset, -128), 127)
+            for v in source.tolist()]
+    assert [int(v) for v in line] == wide
+
+
+@njit
+def _narrow_line(line, source, width, c2, k32, z32, shift, add, away, odd, offset, low, high):
+    fl._line32(line, source, width, c2, k32, z32, shift, add, away, odd, offset, low, high)
