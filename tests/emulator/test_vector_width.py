@@ -2,17 +2,25 @@
 of the kernel that calls it, the kernels that take it carry it, the loops become 512-bit where the host
 has AVX-512, and a loop compiled with and without it gives the same bits (the folded DPU chain's own
 formula, on values up to its bounds: the width changes how many elements an instruction takes, never
-an element's operations)."""
+an element's operations; the fp chain's fused loops likewise, NaN payloads and all)."""
+
+import types
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from numba import njit
+from numba import types as nbtypes
+from numba.extending import intrinsic
 
 from npuemu.emulator.kernels import dpu_folded_lines as fl
+from npuemu.emulator.kernels import dpu_fp_fused as fused
 from npuemu.emulator.kernels import dpu_pixel as dp
+from npuemu.emulator.kernels.dpu_fp_chain import NO_LUT
 from npuemu.emulator.kernels.host_cpu import host_features
+from npuemu.emulator.kernels.lut_fp import prepared
 from npuemu.emulator.kernels.vector_width import ATTRIBUTE, wide_vectors
+from tests.emulator import test_dpu_fp_fused as tfused
 
 
 @njit(inline="always")
@@ -44,7 +52,8 @@ def test_the_mark_reaches_the_calling_function_only():
 def test_the_folded_lines_kernels_carry_it():
     # (their Python source: the compiled form may come from the cache, without IR to look at)
     import inspect
-    for kernel in (fl._channel_relu, fl._channel_plain, fl._shared_relu, fl._shared_plain, fl.ew_lines):
+    for kernel in (fl._channel_relu, fl._channel_plain, fl._shared_relu, fl._shared_plain, fl.ew_lines, fused._loops,
+                   fused._flat):
         assert "wide_vectors()" in inspect.getsource(kernel.py_func), kernel
 
 
@@ -65,3 +74,51 @@ def test_wide_and_plain_loops_give_the_same_bits(seed, count, mul, k, offset):
     _wide(values, mul, k, float(offset), wide)
     _plain(values, mul, k, float(offset), plain)
     np.testing.assert_array_equal(wide, plain)
+
+
+def _unmarked(module, *names):
+    """``module``'s functions ``names`` compiled afresh (no cache) with ``wide_vectors()`` a no-op: the
+    kernel as it was before the mark, for a bit-for-bit comparison (the first name the entry point,
+    the others the callees of it in that module that carry the mark)."""
+    namespace = dict(vars(module), wide_vectors=_no_mark)
+    compiled = {}
+    for name in names:
+        dispatcher = getattr(module, name)
+        function = types.FunctionType(dispatcher.py_func.__code__, namespace, name)
+        options = {k: v for k, v in dispatcher.targetoptions.items() if k not in ("cache", "nopython")}
+        compiled[name] = njit(**options)(function)
+    namespace.update(compiled)
+    return compiled[names[0]]
+
+
+@intrinsic
+def _no_mark(typingctx):
+    def codegen(context, builder, signature, args):
+        return context.get_dummy_value()
+    return nbtypes.none(), codegen
+
+
+_FUSED_PLAIN = []  # (compiled once, on first use: no @njit call at import)
+
+
+@settings(max_examples=80, deadline=None)
+@given(tfused.cases())
+def test_the_fused_fp_chain_gives_the_same_bits_as_without_the_mark(case):
+    # an fp32 loop (every form of dpu_fp_fused: selects, min / max, the LUT's gathers) on NaN / inf / -0 /
+    # subnormal inputs: the marked kernel and the kernel compiled without the mark agree bit for bit
+    if not _FUSED_PLAIN:
+        _FUSED_PLAIN.append(_unmarked(fused, "fused_chain", "_loops", "_flat", "_shaped", "_plain"))
+    index, data, stages, ew, lut = case
+    chain = tfused._chain(data, stages, ew)
+    x_params, x_relux, alu, mul, _, e_params, e_relux, _ = chain.settings()
+    packed, params = NO_LUT if lut is None else prepared(*lut)
+    operand = (np.ones((1, 1, 1), np.float32) if ew is None else ew[1]).reshape(-1)
+    outs = []
+    for kernel in (fused.fused_chain, _FUSED_PLAIN[0]):
+        out = np.full(data.size, np.nan, np.float32)
+        done = kernel(data.reshape(-1), out, data.shape[0], data.shape[1] * data.shape[2], x_params.reshape(-1),
+                      x_relux, alu.reshape(-1), mul.reshape(-1), e_params, e_relux, index, operand.size == data.size,
+                      packed, params, operand)
+        outs.append((done, out.view(np.uint32)))
+    assert outs[0][0] == outs[1][0]
+    np.testing.assert_array_equal(outs[0][1], outs[1][1])
