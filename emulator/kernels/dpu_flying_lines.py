@@ -143,9 +143,9 @@ def _linear(k, z, f, g, form, c2):
 def _narrow(k32, z32, k, z, form, c2):
     """Whether ``_linear``'s line ``x = v * k + z`` of every lane, for each int8 ``v``, and its rounding and
     offset stay inside int32 (shift <= 30; |x| + |addend| + 1 + |offset| < 2^31, the clamp's ends int32): then
-    the lanes' ``k``, ``z`` into ``k32``, ``z32``, and ``flying_lines`` takes the line on int32 lanes - the
-    same integers at every step, so the same element (session 25: int64 products are three instructions a
-    vector on Intel's cores, and half the lanes)."""
+    the lanes' ``k``, ``z`` into ``k32``, ``z32``, and ``flying_lines`` takes ``_line32`` - the same integers at
+    every step, so the same element (NUMERICS.md 85: int32 factors let LLVM multiply with vpmuldq; int64 ones
+    take vpmullq, three instructions a vector on Intel's cores)."""
     shift, add, offset, low, high = form[F_SHIFT], form[F_ROUND_ADD], form[F_OFFSET], form[F_LOW], form[F_HIGH]
     if shift > 30 or low < nm.INT32_MIN or high > nm.INT32_MAX:
         return False
@@ -160,7 +160,8 @@ def _narrow(k32, z32, k, z, form, c2):
 
 @njit(cache=True, inline="always")
 def _line32(line, source, width, c2, k32, z32, shift, add, away, odd, offset, low, high):
-    """``flying_lines``' linear loop on int32 lanes (``_narrow``): ``_round``'s terms with int32's sign bit."""
+    """``flying_lines``' linear loop from int32 factors (``_narrow``): ``_round``'s terms with int32's sign bit
+    (Numba widens the arithmetic to int64; the sign-extended factors make the product one vpmuldq)."""
     for x in range(width):
         at = x * c2
         for lane in range(c2):

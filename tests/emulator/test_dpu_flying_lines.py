@@ -244,7 +244,7 @@ def test_forms_not_taken():
 
 
 def test_the_int32_line_takes_lanes_to_the_bound_and_no_further():
-    """``_narrow``: the SE gates' small lines run on int32 lanes (the cases above go through them), a line
+    """``_narrow``: the SE gates' small lines take the int32-factor loop (the cases above go through them), a line
     whose largest |x| + addend + 1 + |offset| reaches 2^31 keeps the int64 loop; a shift past 30 too."""
     form = np.zeros(fl.F_COUNT, np.int64)
     form[fl.F_SHIFT], form[fl.F_ROUND_ADD], form[fl.F_OFFSET], form[fl.F_LOW], form[fl.F_HIGH] = 8, 127, -90, -128, 127
