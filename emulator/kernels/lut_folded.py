@@ -27,6 +27,7 @@ from npuemu.emulator import numerics as nm
 from npuemu.emulator.kernels import dpu as kd
 from npuemu.emulator.kernels import dpu_pixel as dp
 from npuemu.emulator.kernels import lut
+from npuemu.emulator.kernels.vector_width import wide_vectors
 
 #: the most BS results a folded table covers (int8: 1 MiB); wider: the unfolded path
 FOLD_SPAN = 1 << 20
@@ -36,6 +37,12 @@ FOLD_KEPT = 64
 FOLDED = True
 #: lanes of an int8 atom (16 bytes): ``_folded_lines`` writes whole atoms of them
 LANES = 16
+#: ``narrow_lanes``' rows (NUMERICS.md 86): per computed channel CPEND, ALU and MUL (int32 values), the clamp
+#: [LOW, HIGH] of the BS sum, and a KEY row of (first, top, shift) the rows were worked out for
+CPEND_ROW, ALU_ROW, MUL_ROW, LOW_ROW, HIGH_ROW, KEY_ROW = range(6)
+NARROW_ROWS = 6
+#: the narrow form's shifts (the index's offset ``first << shift`` stays far from int64's ends)
+NARROW_SHIFTS = range(1, 31)
 
 
 @njit(cache=True, inline="always")
@@ -192,13 +199,15 @@ def _block_indices(data, sums, row0, shared, start, count, computed, cpend, alu,
 
 @njit(cache=True)
 def folded_to_atoms(data, sums, sums_layout, kernels_per_group, bs, bs_operands, folded, first, channels, surfaces,
-                    width, tile, offsets, target):
+                    width, tile, offsets, target, narrow):
     """``lut._plain_table_to_atoms`` with BN folded into the table (``fold_tables``: ``folded``
     indexed by the BS result less ``first``) on a pixel-major cube ``data`` [1][P][L] (int32),
     in the same blocks: a block's indices (``_block_indices``), the table read into ``tile``
     (its lanes past the computed channels left as they are: zeros), the atoms stored. Int8 atoms
     of 16 lanes, every one computed, with the window sums in place, per pixel or none, go straight
-    into their lines instead (``_folded_lines``: the same indices and entries, no tile)."""
+    into their lines instead (``_folded_lines``: the same indices and entries, no tile), from int32
+    factors where ``narrow`` (``narrow_lanes``' rows for these operands and this table, or an empty
+    array) has them and the window sums fit int32 (``_narrow_lines``)."""
     per_block, lanes_out = tile.shape
     computed = min(channels, lanes_out)
     pixels = data.shape[1]
@@ -220,8 +229,11 @@ def folded_to_atoms(data, sums, sums_layout, kernels_per_group, bs, bs_operands,
     shared = sums if sums_layout == dp.SUMS_SHARED else sums[:0]
     # int8 atoms of 16 lanes, all computed, sums in place or per pixel: straight into the lines (NUMERICS.md 50)
     if not loaded and tile.itemsize == 1 and lanes_out == LANES * surfaces and computed == lanes_out:
-        _folded_lines(data, rows, shared, cpend, alu, mul, pos, neg, folded, first, top, surfaces, width, offsets,
-                      target)
+        if _narrow_fits(narrow, computed, first, top, pos, shared) and _int32_sums(rows):
+            _narrow_lines(data, rows, shared, narrow, pos, first, surfaces, width, folded, offsets, target)
+        else:
+            _folded_lines(data, rows, shared, cpend, alu, mul, pos, neg, folded, first, top, surfaces, width, offsets,
+                          target)
         return
     indices = np.empty(per_block * computed, np.uint32)  # (unsigned: the table reads skip the negative-index wrap)
     flat_tile = tile.reshape(-1)
@@ -316,3 +328,151 @@ def _gather_words(indices, table, words, line, count):
         for k in range(1, 8):
             word |= np.uint64(table[indices[at + np.uint64(k)]]) << np.uint64(8 * k)
         words[line + np.uint64(j)] = word
+
+
+# The lines from int32 factors (issue 20, NUMERICS.md 86). ``_lane_index`` multiplies int64 by int64
+# (vpmullq: three micro-ops on Intel's cores, four lanes a ymm register). Where the BS shifts are one
+# (1..30) and CPEND, ALU and MUL are int32, the BS sum s = x + CPEND * w + ALU is clamped into [LOW, HIGH]
+# - the int32 run of sums whose rounded results go from the table's first entry to its last, met
+# exactly at both ends -, so the product is int32 by int32 (vpmuldq) and the index needs no clamp:
+# (s * MUL + 2^(shift-1) - first * 2^shift + sign) >> shift. Outside [LOW, HIGH] the result is at or past
+# the table's end it is clamped to (the rounding is monotone in s), so the clamp changes no index.
+
+
+@njit(cache=True)
+def _at_least_from(mul, shift, bound, at_least):
+    """The least int32 s with ``_round_shift(s * mul, shift)`` >= ``bound`` (``at_least``) or <= it, the
+    result monotone in s that way; int32's top + 1 where none is."""
+    low, high = np.int64(nm.INT32_MIN), np.int64(nm.INT32_MAX) + 1
+    while low < high:
+        middle = low + (high - low) // 2
+        value = lut._round_shift(middle * mul, shift)
+        if (value >= bound) if at_least else (value <= bound):
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+@njit(cache=True)
+def _narrow_rows(cpend, alu, mul, shift, first, top, out):
+    """``narrow_lanes``' rows into ``out``; False where a channel has none."""
+    for c in range(mul.shape[0]):
+        k, a, m = cpend[c], alu[c], mul[c]
+        for v in (k, a, m):
+            if v < nm.INT32_MIN or v > nm.INT32_MAX:
+                return False
+        # the unclamped sum times MUL stays inside int64 (the int64 form's product wraps nowhere)
+        if (2.0**31 * (1.0 + abs(float(k))) + abs(float(a))) * abs(float(m)) >= 2.0**62:
+            return False
+        if m == 0:  # every result 0, clamped into the table: the sum held at it, times 2^shift (which it rounds back to)
+            m = np.int64(1) << shift
+            low = high = min(max(np.int64(0), first), top)
+        elif m > 0:
+            low = _at_least_from(m, shift, first, True)
+            high = _at_least_from(m, shift, top + 1, True) - 1
+            if low > nm.INT32_MAX or high < low or lut._round_shift(low * m, shift) != first \
+                    or lut._round_shift(high * m, shift) != top:
+                return False
+        else:
+            low = _at_least_from(m, shift, top, False)
+            high = _at_least_from(m, shift, first - 1, False) - 1
+            if low > nm.INT32_MAX or high < low or lut._round_shift(low * m, shift) != top \
+                    or lut._round_shift(high * m, shift) != first:
+                return False
+        out[CPEND_ROW, c], out[ALU_ROW, c], out[MUL_ROW, c], out[LOW_ROW, c], out[HIGH_ROW, c] = k, a, m, low, high
+    out[KEY_ROW, 0], out[KEY_ROW, 1], out[KEY_ROW, 2] = first, top, shift
+    return True
+
+
+def narrow_lanes(bs: np.ndarray, bs_operands: np.ndarray, computed: int, first: int, size: int) -> np.ndarray:
+    """``folded_to_atoms``' ``narrow`` for the BS settings ``bs`` and operands ``bs_operands`` (ALU, CPEND, MUL
+    rows) on the table of ``size`` entries from ``first``: [NARROW_ROWS][max(computed, 3)] int64, or an empty
+    array where the narrow form does not apply (shifts unequal or past NARROW_SHIFTS, an operand past int32,
+    a product that could pass int64's ends, a rounding that skips the table's first or last entry). Worked
+    out once per step and table (a binary search per channel and end)."""
+    shift = int(bs[kd.XP_SHIFT_POS])
+    none = np.zeros((0, max(computed, 3)), np.int64)
+    if shift != int(bs[kd.XP_SHIFT_NEG]) or shift not in NARROW_SHIFTS or computed < 1 or size < 1 \
+            or bs_operands.shape[0] < 3 or bs_operands.shape[1] < computed:
+        return none
+    operands = np.asarray(bs_operands[:3, :computed], np.int64)
+    cpend = operands[1] if bs[kd.XP_CPEND_ON] != 0 else np.zeros(computed, np.int64)
+    out = np.zeros((NARROW_ROWS, max(computed, 3)), np.int64)
+    top = first + size - 1
+    if not _narrow_rows(np.ascontiguousarray(cpend), np.ascontiguousarray(operands[0]),
+                        np.ascontiguousarray(operands[2]), np.int64(shift), np.int64(first), np.int64(top), out):
+        return none
+    return out
+
+
+@njit(cache=True)
+def _narrow_fits(narrow, computed, first, top, shift, shared):
+    """Whether ``narrow`` holds rows for this call (``computed`` channels, the table from ``first`` to
+    ``top``, ``shift``) and the per-pixel window sums ``shared`` (if any) are int32."""
+    if narrow.shape[0] != NARROW_ROWS or narrow.shape[1] < computed or narrow[KEY_ROW, 0] != first \
+            or narrow[KEY_ROW, 1] != top or narrow[KEY_ROW, 2] != shift:
+        return False
+    for p in range(shared.shape[0]):
+        if shared[p] < nm.INT32_MIN or shared[p] > nm.INT32_MAX:
+            return False
+    return True
+
+
+@njit(cache=True)
+def _int32_sums(rows):
+    """Whether the per-channel window sums ``rows`` are int32 (an int64 buffer's values looked at)."""
+    if rows.itemsize <= 4:
+        return True
+    flat = rows.reshape(-1)
+    for i in range(flat.shape[0]):
+        if flat[i] < nm.INT32_MIN or flat[i] > nm.INT32_MAX:
+            return False
+    return True
+
+
+@njit(cache=True, inline="always")
+def _narrow_index(x, window, cpend, alu, mul, low, high, offset, shift):
+    """One element's index: the BS sum clamped into [low, high], its product with MUL from int32 factors
+    (vpmuldq), rounded and less ``first`` (in ``offset``: ``2^(shift-1) - first * 2^shift``)."""
+    s = min(max(np.int64(x) + np.int64(window) * np.int64(cpend) + alu, low), high)
+    product = np.int64(np.int32(s)) * np.int64(mul)
+    return (product + offset + (product >> 63)) >> shift
+
+
+@njit(cache=True)
+def _narrow_lines(data, rows, shared, narrow, shift, first, surfaces, width, folded, offsets, out):
+    """``_folded_lines`` from ``narrow``'s int32 factors (``_narrow_index``), in 512-bit vectors where the
+    host has them (two zmm registers a pixel's 16 lanes)."""
+    wide_vectors()
+    lines = offsets.shape[0] // surfaces
+    stride = data.shape[2]
+    flat = data.reshape(-1)
+    table = folded.view(np.uint8)
+    indices = np.empty(width * LANES, np.uint32)
+    cpend, mul = np.empty(LANES, np.int32), np.empty(LANES, np.int32)
+    alu, low, high = np.empty(LANES, np.int64), np.empty(LANES, np.int64), np.empty(LANES, np.int64)
+    offset = (np.int64(1) << (shift - 1)) - (first << shift)
+    per_channel, with_shared = rows.shape[0] > 0, shared.shape[0] > 0
+    for s in range(surfaces):
+        c0 = s * LANES
+        for lane in range(LANES):
+            c = c0 + lane
+            cpend[lane], alu[lane], mul[lane] = narrow[CPEND_ROW, c], narrow[ALU_ROW, c], narrow[MUL_ROW, c]
+            low[lane], high[lane] = narrow[LOW_ROW, c], narrow[HIGH_ROW, c]
+        for y in range(lines):
+            for x in range(width):
+                p = np.uint64(y * width + x)
+                i, into = p * np.uint64(stride) + np.uint64(c0), np.uint64(x * LANES)
+                if per_channel:
+                    for lane in range(LANES):
+                        u = np.uint64(lane)
+                        indices[into + u] = _narrow_index(flat[i + u], np.int32(rows[p, np.uint64(c0) + u]), cpend[u],
+                                                          alu[u], mul[u], low[u], high[u], offset, shift)
+                else:
+                    w = np.int32(shared[p]) if with_shared else np.int32(0)
+                    for lane in range(LANES):
+                        u = np.uint64(lane)
+                        indices[into + u] = _narrow_index(flat[i + u], w, cpend[u], alu[u], mul[u], low[u], high[u],
+                                                          offset, shift)
+            _gather_words(indices, table, out, np.uint64(offsets[s * lines + y]), width * (LANES // 8))

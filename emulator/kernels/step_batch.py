@@ -43,7 +43,7 @@ WORDS = 5
 _DEPTHWISE = "u1:1 i8:1 u1:2 u8:4 u8:4 i1:4 i2:2 i2:2 u1:4 i8:2 i4:2 i4:2 i4:2 i4:2 i8:1"
 _CHAIN_TAIL = "f8:2 i4:3 f8:1 n n n i1:2 i8:1 u8:1"
 _GEMM = "u1:1 i8:1 u1:2 i1:1 i8:1 i8:1 u1:3 u1:2 i4:2 i4:2 i8:1 i8:1"
-_FOLDED = "n n i8:1 i8:2 i1:1 n n n n i1:2 i8:1 u8:1"
+_FOLDED = "n n i8:1 i8:2 i1:1 n n n n i1:2 i8:1 u8:1 i8:2"
 # (gemm_padded_step's: _GEMM's with the atoms' and padded copy's words and the int8 copy after the rows, and the
 # edge terms before the scalars)
 _GEMM_PADDED = "u1:1 i8:1 u1:2 u4:4 u4:4 i1:1 i8:1 i8:1 u1:3 u1:2 i4:2 i4:2 i8:1 i8:1 i8:2 i8:1 i8:1"
@@ -266,7 +266,7 @@ def _folded(r, sums):
     i1, i8 = np.int8, np.int64
     lut_folded.folded_to_atoms(
         _v3(r, 0, np.int32), sums, _n(r, 2), _n(r, 3), _v1(r, 4, i8), _v2(r, 5, i8), _v1(r, 6, i1), _n(r, 7), _n(r, 8),
-        _n(r, 9), _n(r, 10), _v2(r, 11, i1), _v1(r, 12, i8), _v1(r, 13, np.uint64))
+        _n(r, 9), _n(r, 10), _v2(r, 11, i1), _v1(r, 12, i8), _v1(r, 13, np.uint64), _v2(r, 14, i8))
 
 
 @njit(cache=True)

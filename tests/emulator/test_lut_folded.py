@@ -114,7 +114,8 @@ def _run_folded(data, sums, operands, bn_mul, tables, case, narrow: bool = False
     target = np.zeros(surfaces * pixels * 2, np.uint64)
     lut_folded.folded_to_atoms(blocks, flat, layout, per_group, _x_params(bs), bs_matrix, values, np.int64(first),
                                channels, surfaces, width, np.zeros((rows, surfaces * C2), np.int8),
-                               np.arange(surfaces * height, dtype=np.int64) * width * 2, target)
+                               np.arange(surfaces * height, dtype=np.int64) * width * 2, target,
+                               lut_folded.narrow_lanes(_x_params(bs), bs_matrix, computed, first, values.shape[0]))
     atoms = target.view(np.int8).reshape(surfaces, height, width, C2)
     return atoms.transpose(0, 3, 1, 2).reshape(surfaces * C2, height, width)
 

@@ -58,7 +58,7 @@ def _case(draw):
         st.integers(0, 2**32 - 1))
 
 
-def _run(case, broken: bool = False):
+def _run(case, broken: bool = False, narrowed: bool = True):
     surfaces, height, width, positive, negative, data, alu, cpend, mul, form, sums, size, seed = case
     channels, pixels = 16 * surfaces, height * width
     window = sums.reshape(pixels, -1) if form != "none" else np.zeros((pixels, 1), np.int64)
@@ -76,10 +76,12 @@ def _run(case, broken: bool = False):
     layout, per_group = {"per-channel": (dp.SUMS_PIXEL_MAJOR, 1), "per-pixel": (dp.SUMS_SHARED, channels),
                          "none": (dp.SUMS_NONE, 1)}[form]
     target = np.zeros(surfaces * pixels * 2, np.uint64)
+    operands = np.stack([alu, cpend, mul])
+    narrow = lut_folded.narrow_lanes(bs, operands, channels, first, size) if narrowed else np.zeros((0, 3), np.int64)
     lut_folded.folded_to_atoms(data.astype(np.int32), sums if form != "none" else dp._NO_SUMS, layout, per_group, bs,
-                               np.stack([alu, cpend, mul]), table, np.int64(first), channels, surfaces, width,
+                               operands, table, np.int64(first), channels, surfaces, width,
                                np.zeros((4, channels), np.int8), np.arange(surfaces * height, dtype=np.int64) * width * 2,
-                               target)
+                               target, narrow)
     got = target.view(np.int8).reshape(surfaces, pixels, 16)
     want = np.array([[[table[min(max(expected_bs[p][16 * s + k], first), first + size - 1) - first] for k in range(16)]
                       for p in range(pixels)] for s in range(surfaces)], np.int8)

@@ -3,7 +3,7 @@ with kernels/lut_folded.py, NUMERICS.md 41): a replayed chain of CNA+CORE+DPU ta
 on (one register operand, shifts per sign), the LUT flat past both ends (slope scales 0) and each
 task uploading its own tables mid-chain. The steps must give what the full unit path gives -
 outputs, task records with every DMA counter, register state with the LUT port and RAM - and run
-the folded kernel; a LUT RAM held from build time is caught."""
+the folded kernel, with its int32 factors (NUMERICS.md 86); a LUT RAM held from build time is caught."""
 
 import numpy as np
 import pytest
@@ -37,11 +37,12 @@ def _runs(monkeypatch, name: str, tasks: int):
     many times the folded kernel ran."""
     specs, layer, chain, _ = _chain(name, "identity", tasks)
     chain = [(_folding(task, spec, index), mask) for index, ((task, mask), spec) in enumerate(zip(chain, specs))]
-    ran = [0]
+    ran = [0, 0]
     inner = lut_folded.folded_to_atoms
 
     def counted(*args):
         ran[0] += 1
+        ran[1] += args[-1].shape[0] == lut_folded.NARROW_ROWS  # (the int32 factors passed: NUMERICS.md 86)
         inner(*args)
 
     monkeypatch.setattr(lut_folded, "folded_to_atoms", counted)
@@ -52,7 +53,7 @@ def _runs(monkeypatch, name: str, tasks: int):
     runs = paired_runs(fast, slow, amount, int8_inputs(2, (spec.in_c, spec.in_h, spec.in_w)),
                        lambda machine, x: load_cube(machine, spec.feature, x),
                        lambda machine: [_output(machine, one) for one in specs])
-    return [(got, want) for got, want, _ in runs], counting, ran[0]
+    return [(got, want) for got, want, _ in runs], counting, ran
 
 
 @pytest.mark.parametrize("name", ["direct_3x3_pad1", "pointwise_70_kernels", "depthwise_3x3_24ch",
@@ -62,7 +63,8 @@ def test_folded_steps_equal_full_runs(monkeypatch, name):
     for got, want in runs:
         for mine, theirs in zip(got, want):
             np.testing.assert_array_equal(mine, theirs)
-    assert counting.built >= 1 and counting.steps >= 3 and ran >= 3  # the steps ran the folded kernel
+    assert counting.built >= 1 and counting.steps >= 3 and ran[0] >= 3  # the steps ran the folded kernel
+    assert ran[1] == ran[0]  # each with its int32 factors (one BS shift, int32 operands)
 
 
 def test_the_checks_catch_a_lut_ram_held_from_build_time(monkeypatch):
@@ -75,5 +77,5 @@ def test_the_checks_catch_a_lut_ram_held_from_build_time(monkeypatch):
 
     monkeypatch.setattr(dpu_plan, "_lut_store", held)
     runs, _, ran = _runs(monkeypatch, "direct_3x3_pad1", 2)
-    assert ran >= 2
+    assert ran[0] >= 2
     assert any(not np.array_equal(mine, theirs) for got, want in runs for mine, theirs in zip(got, want))
