@@ -62,11 +62,20 @@ class StepBatch:
     ops: np.ndarray  # step_batch.OpTable.frozen(): the program's ops (of its members' precision)
     run_ops: Callable  # (step_batch.run_ops, or dpu_plan_fp.batch_runner's for fp16 ops)
     entry: str = INT8  # the members' precision: which module encodes their calls (``_ENTRIES``)
+    #: a member reading the LUT RAM before one writing it (int8 only): the steady memo then keeps the RAM's bytes
+    #: before the writes - from the same bytes the same stores leave the same RAM at every member, each reading
+    #: the table its ops were made for - and its writes are made once that holds (issue 20: ppocr_cls' LUT steps)
+    mixed: bool = False
     #: the steady memo (``run``, the module note): what the last full run of every member found and left, or
     #: empty: [puts, the Cbuf's keys and ids before, its values before, the LUT RAM's bytes its members read
-    #: (None: none reads it, or the writes store the whole RAM last), its values after, the tasks, the LUT writes, (members, the ops' end), the values
-    #: after of the batch before (``run``'s ``left``) the Cbuf was last found to hold these objects from, or None]
+    #: (None: none reads it, or the writes store the whole RAM last; ``mixed``: the bytes before the writes), its
+    #: values after, the tasks, the LUT writes, (members, the ops' end), the values after of the batch before
+    #: (``run``'s ``left``) the Cbuf was last found to hold these objects from, or None; and ``mixed``: the RAM
+    #: after the writes, ``_write``'s answer for them]
     steady: list = field(default_factory=list, compare=False)
+    #: ``mixed``: the LUT RAM's bytes before this run's writes and the tasks (``_general``'s restore where a
+    #: fallback raises: the RAM then as one by one leaves it, the writes of the members up to it made)
+    began: list = field(default_factory=list, compare=False)
 
     @property
     def size(self) -> int:
@@ -86,7 +95,12 @@ class StepBatch:
         if left is not None:
             left[0] = None
         if memo:
-            if _steady_holds(memo, tasks, cbuf, derived, epoch, before):
+            if self.mixed:  # (the RAM before the writes compared; from those bytes the stores leave memo[9])
+                if _steady_holds(memo, tasks, cbuf, derived, epoch, before) and _ram_bytes(regfile) == memo[3]:
+                    self.began[:] = [memo[3], tasks]
+                    regfile.lut.tables[...] = memo[9]
+                    return self._steady(cbuf, regfile, failed, memo, memo[10], left)
+            elif _steady_holds(memo, tasks, cbuf, derived, epoch, before):
                 # (the writes are stores alone: made ahead of the members, as good as among them; the RAM they
                 # leave compared, not the one before them: a store is made on every run, as one by one)
                 written = (self._write(tasks, regfile, memo[6]) if memo[6] else None,)
@@ -94,14 +108,33 @@ class StepBatch:
                     return self._steady(cbuf, regfile, failed, memo, written[0], left)
             memo.clear()  # (the full path below: its stale members remake their ops, the memo then wrong)
         puts, start, writes = derived.puts, _held(cbuf), self._writes(tasks)
+        before_writes = _ram_bytes(regfile) if self.mixed and written is None else None
+        if self.mixed:
+            self.began[:] = [before_writes, tasks]
         count, saved, clean = self._full(tasks, cbuf, regfile, derived, epoch, failed, written)
         if clean and writes is not False and count == self.size and derived.epoch == epoch and derived.puts == puts:
             ram = None if all(reads is None for reads in self.luts) else _ram_bytes(regfile)
-            if ram is not None and writes and _stored_whole(writes) == ram:
+            if self.mixed:
+                ram = before_writes  # (None - no memo - where writes were made ahead of a failed check)
+            elif ram is not None and writes and _stored_whole(writes) == ram:
                 ram = None  # (the writes end with a store of the whole RAM: after them it holds these bytes, every run)
-            memo[:] = [puts, start, saved, ram, cbuf.__dict__.copy(), tasks, writes,
-                       (count, self.start + self.ends[-1]), None]
+            if not self.mixed or ram is not None:
+                memo[:] = [puts, start, saved, ram, cbuf.__dict__.copy(), tasks, writes,
+                           (count, self.start + self.ends[-1]), None]
+                if self.mixed:
+                    memo += [regfile.lut.tables.copy(), self._ahead(tasks, regfile, ram, writes)]
         return count
+
+    def _ahead(self, tasks: tuple, regfile, ram: bytes, writes: tuple) -> tuple | None:
+        """``_write``'s answer for a mixed batch's writes made from the RAM bytes ``ram`` (worked out on the
+        RAM, which is left as it was): the first member after the first that writes and the RAM before its
+        writes, or None."""
+        after = regfile.lut.tables.copy()
+        regfile.lut.tables[...] = np.frombuffer(ram, after.dtype).reshape(after.shape)
+        try:
+            return self._write(tasks, regfile, writes)
+        finally:
+            regfile.lut.tables[...] = after
 
     def _steady(self, cbuf: Cbuf, regfile, failed: list, memo: list, ram: tuple | None, left: list | None) -> int:
         """``run`` where the steady memo holds (its LUT writes made): the Cbuf as the memo's run left it, then
@@ -201,7 +234,10 @@ class StepBatch:
             general(*fallback)
         except Exception:
             member = next(index for index, end in enumerate(self.ends) if end > at - self.start)
-            _ram_back(regfile, ram, member)
+            if self.mixed and self.began and self.began[0] is not None:
+                self._ram_to(regfile, member)
+            else:
+                _ram_back(regfile, ram, member)
             cbuf.__dict__.clear()
             cbuf.__dict__.update(saved)
             for pre in self.pres[low:member + 1]:  # (a function of the Cbuf's state: the same keeps)
@@ -209,6 +245,16 @@ class StepBatch:
             failed[0] = member
             raise
         return at + 1
+
+    def _ram_to(self, regfile, member: int) -> None:
+        """A mixed batch's LUT RAM as one by one leaves it at member ``member``: the bytes before this run's
+        writes (``began``) and the writes of the members up to it."""
+        ram, tasks = self.began
+        regfile.lut.tables[...] = np.frombuffer(ram, regfile.lut.tables.dtype).reshape(regfile.lut.tables.shape)
+        for index in range(member + 1):
+            task = tasks[self.first + index]
+            if task[6] and (index == 0 or index in self.writers):
+                regfile.apply_lut(task[6], task[0])
 
     def _remake(self, member: int) -> None:
         """Member ``member``'s ops made again for the table the LUT RAM gives now (kept where they encode:
@@ -284,17 +330,22 @@ def runs(program) -> tuple | None:
 def batched(steps: list, tasks: tuple) -> tuple | None:
     """``ChainProgram.runs`` of ``steps`` (of ``tasks``): each run of consecutive steps of one precision with
     a compiled form (``_fused_rows``' or ``_fused_run``'s ``step.batch``) one StepBatch, each other task
-    alone; None without a run of at least BATCH_LEAST steps. A task that writes the LUT RAM joins a run only
-    where no member before it reads the LUT RAM (its writes come before their calls; the calls after it
-    see the RAM as one by one)."""
+    alone; None without a run of at least BATCH_LEAST steps. A task that writes the LUT RAM joins an fp16 run
+    only where no member before it reads the LUT RAM (its writes come before their calls; the calls after it
+    see the RAM as one by one), and so does an int8 run that follows a step alone; an int8 run right after another
+    run whatever its members read (``StepBatch.mixed``: their ops hold folded copies of the tables they were made
+    for, and no fallback reads the RAM)."""
     forms = [_op_form(step) for step in steps]
     if not any(forms):
         return None
     runs, tables, at = [], {}, 0
     while at < len(steps):
         end = at
+        # (mixed only right after another batch: one after a step alone - a large layer's, keeping objects
+        # of its own run in the Cbuf - finds no steady memo, and a mixed batch's full path runs every member)
+        mixed = forms[at] is not None and forms[at][5] == INT8 and bool(runs) and runs[-1][1] is not None
         while end < len(steps) and forms[end] is not None and (end == at or forms[end][5] == forms[at][5] and (
-                not tasks[end][6] or all(form[4] is None for form in forms[at:end]))):
+                not tasks[end][6] or mixed or all(form[4] is None for form in forms[at:end]))):
             end += 1
         if end - at < BATCH_LEAST:
             runs.append((at, None, None))
@@ -318,8 +369,15 @@ def batched(steps: list, tasks: tuple) -> tuple | None:
         return None
     frozen = {entry: _ENTRIES[entry]().frozen(rows) for entry, rows in tables.items()}
     return tuple((first, None if made is None else StepBatch(
-        first, *made, frozen[entry], _ENTRIES[entry]().runner(frozen[entry][made[-1]:made[-1] + made[2][-1]]), entry))
+        first, *made, frozen[entry], _ENTRIES[entry]().runner(frozen[entry][made[-1]:made[-1] + made[2][-1]]), entry,
+        _mixed(made[4], made[6])))
         for first, entry, made in runs)
+
+
+def _mixed(luts: tuple, writers: frozenset) -> bool:
+    """Whether a member that reads the LUT RAM comes before one whose task writes it (``StepBatch.mixed``)."""
+    readers = [index for index, reads in enumerate(luts) if reads is not None]
+    return bool(readers and writers and min(readers) < max(writers))
 
 
 class _Int8:

@@ -232,6 +232,8 @@ class _Step:
 
 
 def test_a_task_writing_the_lut_joins_a_batch_only_where_no_member_before_it_reads_the_lut():
+    """(Runs that start after a step alone, or first: a run right after another batch mixes readers and
+    writers, test_step_batch_mixed.py.)"""
     form = ([np.zeros(step_batch.COLUMNS, np.int64)] * 2, None, (None,), (), None)
     reading = form[:4] + ((None, None, None),)
     steps = [_Step(form), _Step(form), _Step(form), None, _Step(reading), _Step(form), _Step(None), _Step(form)]
