@@ -59,8 +59,10 @@ PAD_SURFACES, PAD_CHANNELS, PAD_REAL, PAD_VALUE, PAD_TOP, PAD_LEFT = range(10, 1
 
 
 #: bytes of a memory's arena (``arena``): the largest step placed in it (a depthwise layer's padded
-#: input, row buffers, outputs and window sums; a convolution's outputs, window sums and padded copy)
-ARENA_BYTES = 1 << 20
+#: input, row buffers, outputs and window sums; a convolution's outputs, window sums and padded copy):
+#: 16 MiB, a 112x112 layer's 96 int32 outputs and their sums with room (NUMERICS.md 88; made with
+#: ``np.empty``, so only the pages the steps write are resident)
+ARENA_BYTES = 1 << 24
 #: the arena of each owner (a Memory: one runtime's chain, whose tasks run one after another in one thread)
 _ARENAS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _ALIGN = 64  # a piece's start in an arena (bytes): whole cache lines

