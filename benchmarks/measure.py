@@ -15,8 +15,10 @@ What each figure times (see RESULTS.md):
   runs cost more; with one warm-up run the median of 3 still held them). Session 15: rec int8 and
   ppocr_cls fp16 settle only at run 6-7 on af44d64 and after (runs 2-5 are 3-5x steady; steps that
   prepare a conv on the second sight of its weights add a run), so 8 warm-up runs.
-- peak_rss_mb: the worker's own ru_maxrss (RUSAGE_SELF) after its warm-up and first timed runs, before
-  it opens the onnxruntime session (the emulator's peak, not onnxruntime's).
+- peak_rss_mb: the worker's own peak resident set after its warm-up runs, before it opens the onnxruntime
+  session (the emulator's peak, not onnxruntime's): VmHWM, reset when the worker starts (``_reset_peak``).
+  ru_maxrss alone carried the parent's peak over fork and exec - every model after ResNet-50 showed its
+  580 MB (session 26).
 - ort_ms: onnxruntime CPU float32 on the same ONNX, intra-op threads = --threads (default
   os.cpu_count()), median of --repeat runs after one warm-up, in the int8 worker, each run right after
   one of the emulator's (session 25: on a shared host whose speed drifts over seconds, timing them
@@ -150,7 +152,31 @@ def load_runtime(npu_path: str):
 WARMUP_RUNS = 8
 
 
+def _reset_peak() -> bool:
+    """Reset this process's peak resident set (VmHWM) to its resident set now (Linux ``clear_refs`` 5): a
+    forked and exec'd worker starts with its parent's peak. False where the kernel does not allow it."""
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_kb() -> float:
+    """This process's peak resident set in KiB: VmHWM (since ``_reset_peak``), else ru_maxrss."""
+    try:
+        with open("/proc/self/status") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return float(line.split()[1])
+    except OSError:
+        pass
+    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)  # (Linux: kilobytes)
+
+
 def _worker(npu_path: str, x_path: str, repeat: int, onnx_path: str = "", threads: int = 1) -> None:
+    _reset_peak()
     runtime = load_runtime(npu_path)
     x = np.load(x_path)
     name = runtime.inputs[0]
@@ -160,7 +186,7 @@ def _worker(npu_path: str, x_path: str, repeat: int, onnx_path: str = "", thread
 
     for _ in range(WARMUP_RUNS):  # Numba load, first-touch allocations, chain replays and their steps
         emulate()
-    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # Linux: kilobytes; before onnxruntime's session
+    peak_kb = _peak_kb()  # (before onnxruntime's session)
     reference = _ort_call(onnx_path, threads, x) if onnx_path else None
     emulated, referenced = [], []
     for _ in range(repeat):  # (each onnxruntime run right after an emulator run: the same spell of the host)

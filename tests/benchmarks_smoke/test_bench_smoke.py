@@ -72,3 +72,19 @@ def test_every_real_model_builds_with_its_input_fixed():
         assert model is not None, reason
         assert [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim] == dims
         assert macs > 1e7, name
+
+
+def test_a_worker_reports_its_own_peak_not_its_parents():
+    """``measure._reset_peak``: a child process forked and exec'd by a parent that once held 400 MB reports
+    its own peak resident set, not the parent's (session 26: every model after ResNet-50 showed 580 MB)."""
+    import subprocess
+    import sys
+
+    code = ("import numpy as np; a = np.ones(50_000_000); a[::512] = 2; del a; import subprocess, sys; "
+            "print(subprocess.run([sys.executable, '-c', 'import resource; from benchmarks import measure as m; "
+            "m._reset_peak(); print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "
+            "m._peak_kb() / 1024)'], capture_output=True, text=True).stdout)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=str(__import__("pathlib").Path(__file__).resolve().parents[2])).stdout
+    inherited, own = (float(value) for value in out.split()[-2:])
+    assert inherited > 350 and own < 200  # (ru_maxrss: the parent's 400 MB; the worker's own peak: its own)

@@ -52,8 +52,9 @@ def test_the_mark_reaches_the_calling_function_only():
 def test_the_folded_lines_kernels_carry_it():
     # (their Python source: the compiled form may come from the cache, without IR to look at)
     import inspect
+    from npuemu.emulator.kernels import lut_folded
     for kernel in (fl._channel_relu, fl._channel_plain, fl._shared_relu, fl._shared_plain, fl.ew_lines, fused._loops,
-                   fused._flat):
+                   fused._flat, lut_folded._narrow_lines):
         assert "wide_vectors()" in inspect.getsource(kernel.py_func), kernel
 
 
