@@ -158,19 +158,29 @@ def alu_int(algo, data, operand):
     return data
 
 
+@njit(cache=True, inline="always")
+def nan_first(data, result):
+    """``result`` of a binary fp32 operation on ``data`` and another operand, except that a NaN ``data`` gives
+    itself quieted (``data + data``): x86's rule for two NaN operands (the first one's), which LLVM, free to
+    commute an fadd or fmul, does not keep by itself - a vectorised loop gave the second operand's NaN where
+    the scalar one gave the first's (issue 20, NUMERICS.md 89). One NaN operand: that NaN quieted either way."""
+    return np.float32(data + data) if data != data else result
+
+
 @njit(cache=True, error_model="numpy")
 def alu_float(algo, data, operand):
-    """The fp32 ALU (fp16 processing runs the DPU in fp32); division follows IEEE 754."""
+    """The fp32 ALU (fp16 processing runs the DPU in fp32); division follows IEEE 754; two NaN operands give
+    the first (``nan_first``)."""
     if algo == ALU_MAX:
         return data if data >= operand else operand
     if algo == ALU_MIN:
         return data if data <= operand else operand
     if algo == ALU_ADD:
-        return np.float32(data + operand)
+        return nan_first(data, np.float32(data + operand))
     if algo == ALU_DIV:
-        return np.float32(data / operand)
+        return nan_first(data, np.float32(data / operand))
     if algo == ALU_MINUS:
-        return np.float32(data - operand)
+        return nan_first(data, np.float32(data - operand))
     if algo == ALU_ABS:
         return abs(data)
     if algo == ALU_NEG:

@@ -261,11 +261,11 @@ def _x_stage_fp(data, alu, mul, alu_algo, alu_on, mul_on, prelu, mul_first, relu
                 value = data[c, y, x]
                 scaled = mul_on and not (prelu and value >= 0)
                 if mul_first and scaled:
-                    value = np.float32(value * mul[c])
+                    value = nm.nan_first(value, np.float32(value * mul[c]))
                 if alu_on:
                     value = nm.alu_float(alu_algo, value, alu[c])
                 if not mul_first and scaled:
-                    value = np.float32(value * mul[c])
+                    value = nm.nan_first(value, np.float32(value * mul[c]))
                 out[c, y, x] = nm.relu_float(value, relu_on, relux_on, relux_value)
 
 
@@ -282,7 +282,7 @@ def _ew_fp(data, operand, op_on, op_type, alu_algo, prelu, relu_on, relux_on, re
                     if op_type == nm.EW_OP_ALU:
                         value = nm.alu_float(alu_algo, value, other)
                     elif not (prelu and value >= 0):
-                        value = np.float32(value * other)
+                        value = nm.nan_first(value, np.float32(value * other))
                 out[c, y, x] = nm.relu_float(value, relu_on, relux_on, relux_value)
 
 

@@ -20,11 +20,11 @@ def x_value(value, algo, alu_on, mul_on, prelu, mul_first, relu_on, relux_on, re
     """kernels.dpu._x_stage_fp's element (PReLU tests the stage's input)."""
     scaled = mul_on and not (prelu and value >= 0)
     if mul_first and scaled:
-        value = np.float32(value * mul)
+        value = nm.nan_first(value, np.float32(value * mul))
     if alu_on:
         value = nm.alu_float(algo, value, alu)
     if not mul_first and scaled:
-        value = np.float32(value * mul)
+        value = nm.nan_first(value, np.float32(value * mul))
     return nm.relu_float(value, relu_on, relux_on, relux_value)
 
 
@@ -35,5 +35,5 @@ def ew_value(value, other, op_on, op_type, algo, prelu, relu_on, relux_on, relux
         if op_type == nm.EW_OP_ALU:
             value = nm.alu_float(algo, value, other)
         elif not (prelu and value >= 0):
-            value = np.float32(value * other)
+            value = nm.nan_first(value, np.float32(value * other))
     return nm.relu_float(value, relu_on, relux_on, relux_value)

@@ -365,7 +365,7 @@ def _narrow_rows(cpend, alu, mul, shift, first, top, out):
         # the unclamped sum times MUL stays inside int64 (the int64 form's product wraps nowhere)
         if (2.0**31 * (1.0 + abs(float(k))) + abs(float(a))) * abs(float(m)) >= 2.0**62:
             return False
-        if m == 0:  # every result 0, clamped into the table: the sum held at it, times 2^shift (which it rounds back to)
+        if m == 0:  # every result 0, clamped into the table: the sum held there, times 2^shift (rounding back to it)
             m = np.int64(1) << shift
             low = high = min(max(np.int64(0), first), top)
         elif m > 0:

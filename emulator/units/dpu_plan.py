@@ -565,9 +565,8 @@ def _lut_store(state: DpuState, fixed, stages: dict, tail: dict, tables: np.ndar
         if constant is not None:
             base, table = values()
             if last[3] is not None and blocks.shape[0] == 1:
-                first, folded = last[3]
-                lut_folded.folded_to_atoms(blocks, sums, layout, kernels_per_group, settings[1], settings[2], folded,
-                                           np.int64(first), channels, surfaces, width, tile, offsets, words,
+                lut_folded.folded_to_atoms(blocks, sums, layout, kernels_per_group, *settings[1:3], last[3][1],
+                                           np.int64(last[3][0]), channels, surfaces, width, tile, offsets, words,
                                            narrow_of(last[3]))
                 return
             lut._lut_table_to_atoms(blocks, sums, layout, kernels_per_group, *settings, np.int64(constant), ew_params,
@@ -579,32 +578,39 @@ def _lut_store(state: DpuState, fixed, stages: dict, tail: dict, tables: np.ndar
         lut._lut_stages_to_atoms(blocks, sums, layout, kernels_per_group, *settings, operand, ew_params, cvt,
                                  (le, lo, params, dense, base), channels, surfaces, width, tile, offsets, words)
 
-    narrows: dict = {}  # (a folded table pair's id: the pair and its int32 factors, lut_folded.narrow_lanes)
+    narrow_of = _narrow_cache(settings[1], settings[2], computed)
+    sizes = (channels, pixels, per_block, surfaces, c2, out_dtype, width, offsets, words, narrow_of)
+    store.folded_form = None if constant is None else _folded_form(values, last, settings, cpend, seen, sizes)
+    return store
+
+
+def _narrow_cache(bs: np.ndarray, bs_operands: np.ndarray, computed: int) -> Callable:
+    """``narrow_of(pair)``: a folded table pair's int32 factors for these BS settings and operands
+    (``lut_folded.narrow_lanes``), worked out once per pair (a binary search per channel and end, issue 20)."""
+    from npuemu.emulator.kernels import lut_folded  # (as ``_lut_store``)
+
+    narrows: dict = {}  # (a pair's id: the pair and its rows)
 
     def narrow_of(pair: tuple) -> np.ndarray:
-        """The pair's ``narrow`` (worked out once: a binary search per channel and end, issue 20)."""
         got = narrows.get(id(pair))
         if got is None or got[0] is not pair:
             if len(narrows) >= lut_folded.FOLD_KEPT:
                 narrows.clear()
-            got = narrows[id(pair)] = (pair, lut_folded.narrow_lanes(settings[1], settings[2], computed, pair[0],
+            got = narrows[id(pair)] = (pair, lut_folded.narrow_lanes(bs, bs_operands, computed, pair[0],
                                                                      pair[1].shape[0]))
         return got[1]
 
-    sizes = (channels, pixels, per_block, surfaces, c2, out_dtype, width, offsets, words)
-    store.folded_form = None if constant is None else _folded_form(values, last, settings, cpend, seen, sizes,
-                                                                   narrow_of)
-    return store
+    return narrow_of
 
 
-def _folded_form(values, last: list, settings: tuple, cpend: bool, seen: list, sizes: tuple, narrow_of):
+def _folded_form(values, last: list, settings: tuple, cpend: bool, seen: list, sizes: tuple):
     """``_lut_store``'s ``store.folded_form(blocks, window_sum)`` for a register EW operand (``values``,
     ``last``, ``seen``: its LUT RAM check and caches; ``sizes``: channels, pixels, pixels a block,
-    surfaces, lanes, the output dtype, the line width, the WDMA's row offsets and words; ``narrow_of``:
+    surfaces, lanes, the output dtype, the line width, the WDMA's row offsets and words, and ``narrow_of``:
     a folded pair's int32 factors)."""
     from npuemu.emulator.kernels import lut_folded  # (as ``_lut_store``)
 
-    channels, pixels, per_block, surfaces, c2, out_dtype, width, offsets, words = sizes
+    channels, pixels, per_block, surfaces, c2, out_dtype, width, offsets, words, narrow_of = sizes
 
     def folded_form(blocks: np.ndarray, window_sum: np.ndarray | None):
         """For [1][P][C] int32 ``blocks`` and ``window_sum`` that are the same arrays every run: (``folded()``
