@@ -111,7 +111,7 @@ class StepBatch:
         before_writes = _ram_bytes(regfile) if self.mixed and written is None else None
         if self.mixed:
             self.began[:] = [before_writes, tasks]
-        count, saved, clean = self._full(tasks, cbuf, regfile, derived, epoch, failed, written)
+        count, saved, clean, ahead = self._full(tasks, cbuf, regfile, derived, epoch, failed, written)
         if clean and writes is not False and count == self.size and derived.epoch == epoch and derived.puts == puts:
             ram = None if all(reads is None for reads in self.luts) else _ram_bytes(regfile)
             if self.mixed:
@@ -121,20 +121,9 @@ class StepBatch:
             if not self.mixed or ram is not None:
                 memo[:] = [puts, start, saved, ram, cbuf.__dict__.copy(), tasks, writes,
                            (count, self.start + self.ends[-1]), None]
-                if self.mixed:
-                    memo += [regfile.lut.tables.copy(), self._ahead(tasks, regfile, ram, writes)]
+                if self.mixed:  # (``ahead``: the full path's answer for its writes made in place, ``_write``'s)
+                    memo += [regfile.lut.tables.copy(), ahead]
         return count
-
-    def _ahead(self, tasks: tuple, regfile, ram: bytes, writes: tuple) -> tuple | None:
-        """``_write``'s answer for a mixed batch's writes made from the RAM bytes ``ram`` (worked out on the
-        RAM, which is left as it was): the first member after the first that writes and the RAM before its
-        writes, or None."""
-        after = regfile.lut.tables.copy()
-        regfile.lut.tables[...] = np.frombuffer(ram, after.dtype).reshape(after.shape)
-        try:
-            return self._write(tasks, regfile, writes)
-        finally:
-            regfile.lut.tables[...] = after
 
     def _steady(self, cbuf: Cbuf, regfile, failed: list, memo: list, ram: tuple | None, left: list | None) -> int:
         """``run`` where the steady memo holds (its LUT writes made): the Cbuf as the memo's run left it, then
@@ -170,7 +159,8 @@ class StepBatch:
 
     def _full(self, tasks: tuple, cbuf: Cbuf, regfile, derived, epoch: int, failed: list,
               written: tuple | None = None) -> tuple:
-        """``run``'s members one by one: (how many ran, the Cbuf at the start, no member stale). ``written``:
+        """``run``'s members one by one: (how many ran, the Cbuf at the start, no member stale, the first member
+        after the first whose writes it made and the LUT RAM before them - ``_write``'s answer - or None). ``written``:
         the members' LUT writes already made (``_write``'s answer in a tuple: they are stores alone, and no
         member before a writer reads the RAM), else None."""
         count, low, saved, tables, pending = 0, 0, cbuf.__dict__.copy(), self.tables, True
@@ -206,7 +196,7 @@ class StepBatch:
             _ram_back(regfile, ram, count)  # (writes made ahead: the RAM as before the later ones)
             raise
         self._ops(low, count, cbuf, saved, failed, regfile, ram)
-        return count, start, clean
+        return count, start, clean, ram
 
     def _ops(self, low: int, count: int, cbuf: Cbuf, saved: dict, failed: list, regfile=None,
              ram: tuple | None = None, at: int | None = None) -> None:

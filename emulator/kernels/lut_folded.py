@@ -40,7 +40,7 @@ LANES = 16
 #: ``narrow_lanes``' rows (NUMERICS.md 86): per computed channel CPEND, ALU and MUL (int32 values), the clamp
 #: [LOW, HIGH] of the BS sum, and a KEY row of (first, top, shift) the rows were worked out for
 CPEND_ROW, ALU_ROW, MUL_ROW, LOW_ROW, HIGH_ROW, KEY_ROW = range(6)
-NARROW_ROWS = 6
+NARROW_ROWS = KEY_ROW + 1
 #: the narrow form's shifts (the index's offset ``first << shift`` stays far from int64's ends)
 NARROW_SHIFTS = range(1, 31)
 

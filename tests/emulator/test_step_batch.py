@@ -160,6 +160,19 @@ def test_the_checks_catch_a_batch_skipping_a_refused_ops_general_stages(monkeypa
     assert refused
 
 
+def refusing_and_raising(batch, at: int, raising: list) -> None:
+    """``batch``'s op ``at`` (from its start) made to refuse, its general stages raising while ``raising[0]``."""
+    row = batch.ops[batch.start + at]
+    row[1 + step_batch.WORDS * _TOP[int(row[0])]] = -1
+    general, *arguments = batch.fallbacks[at]
+
+    def failing(*args):
+        if raising[0]:
+            raise EmulationError("general stages raise")
+        return general(*args)
+    object.__setattr__(batch, "fallbacks", batch.fallbacks[:at] + ((failing, *arguments),) + batch.fallbacks[at + 1:])
+
+
 def _raising_at(monkeypatch, call: int) -> None:
     """``DerivedCache.invalidate_rows`` raising at its ``call``-th call from then on (a member's
     bookkeeping: a step and its batch's ``pre`` make it after the Cbuf keeps, in task order)."""
@@ -268,16 +281,7 @@ def test_an_exception_in_a_refused_ops_general_stages_leaves_what_the_steps_one_
         runs = inner(steps, tasks)
         for _, batch in runs or ():
             if batch is not None and batch.size == 4:
-                row = batch.ops[batch.start + 2]
-                row[1 + step_batch.WORDS * _TOP[int(row[0])]] = -1
-                general, *arguments = batch.fallbacks[2]
-
-                def failing(*args, general=general):
-                    if raising[0]:
-                        raise EmulationError("general stages raise")
-                    return general(*args)
-                object.__setattr__(batch, "fallbacks", batch.fallbacks[:2] + ((failing, *arguments),)
-                                   + batch.fallbacks[3:])
+                refusing_and_raising(batch, 2, raising)
         return runs
 
     monkeypatch.setattr(task_batches, "batched", batched)
@@ -391,15 +395,7 @@ def _lut_raised_ends(monkeypatch) -> list:
         runs = inner(steps, tasks)
         for _, batch in runs or ():
             if batch is not None and batch.size == 3:
-                row = batch.ops[batch.start]
-                row[1 + step_batch.WORDS * _TOP[int(row[0])]] = -1
-                general, *arguments = batch.fallbacks[0]
-
-                def failing(*args, general=general):
-                    if raising[0]:
-                        raise EmulationError("general stages raise")
-                    return general(*args)
-                object.__setattr__(batch, "fallbacks", ((failing, *arguments),) + batch.fallbacks[1:])
+                refusing_and_raising(batch, 0, raising)
         return runs
 
     monkeypatch.setattr(task_batches, "batched", batched)

@@ -22,7 +22,8 @@ from npuemu.emulator.kernels import step_batch
 from npuemu.isa.errors import EmulationError
 from tests.emulator import test_task_plans as plans
 from tests.emulator.test_machine_support import MASK_CONV, conv_task, load_cube
-from tests.emulator.test_step_batch import RUNS, _Step, _TOP, _equal_runs, _one_by_one, _raising_at, _state
+from tests.emulator.test_step_batch import (RUNS, _Step, _equal_runs, _one_by_one, _raising_at, _state,
+                                          refusing_and_raising)
 
 
 def _chain():
@@ -112,18 +113,8 @@ def _raised_rams(monkeypatch) -> list:
         runs = inner(steps, tasks)
         for _, batch in runs or ():
             if batch is not None and batch.mixed:
-                at = batch.ends[1]  # (the plain convolution's op: member 2, after the second writer's)
-                row = batch.ops[batch.start + at]
-                row[1 + step_batch.WORDS * _TOP[int(row[0])]] = -1
-                general, *arguments = batch.fallbacks[at]
-
-                def failing(*args, general=general):
-                    if raising[0]:
-                        raise EmulationError("general stages raise")
-                    return general(*args)
-                fallbacks = list(batch.fallbacks)
-                fallbacks[at] = (failing, *arguments)
-                object.__setattr__(batch, "fallbacks", tuple(fallbacks))
+                # (the plain convolution's op: member 2, after the second writer's)
+                refusing_and_raising(batch, batch.ends[1], raising)
         return runs
 
     monkeypatch.setattr(task_batches, "batched", batched)
